@@ -1,0 +1,92 @@
+# Entry points for building, testing, benchmarking, fuzzing and formatting placec (docs/building.md).
+#
+#   make demo          set up, build, check every example and print the flagship's IR
+#   make test          set up, format check, build + ctest, sanitizer build + ctest
+#   make build         set up and build in build/
+#   make bench         build and run the front-end benchmarks
+#   make fuzz          build the libFuzzer target with clang-19 and fuzz for FUZZ_SECONDS
+#   make format        reformat our sources in place
+#   make format-check  fail when a source file is not formatted
+#
+# NO_SETUP=1 skips scripts/setup.sh (for machines where the packages come from elsewhere).
+
+BUILD_DIR ?= build
+ASAN_BUILD_DIR ?= build-asan
+FUZZ_BUILD_DIR ?= build-fuzz
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+FLAGSHIP ?= examples/gpt2-zero3.place
+FUZZ_SECONDS ?= 60
+CMAKE_ARGS ?=
+
+# Ninja when it is there (scripts/setup.sh installs it); evaluated when a recipe runs, so after
+# setup. The generator of an existing build directory is kept.
+GENERATOR = $(if $(shell command -v ninja 2>/dev/null),Ninja,Unix Makefiles)
+
+# A pinned clang-format (package clang-format-19), so that formatting does not depend on which
+# clang-format the machine happens to have.
+CLANG_FORMAT ?= $(firstword $(wildcard /usr/bin/clang-format-19 /usr/lib/llvm-19/bin/clang-format))
+FORMAT_DIRS := frontend ir passes backends tools include test/unit bench fuzz runtime
+FORMAT_FILES = $(shell find $(wildcard $(FORMAT_DIRS)) -type f \( -name '*.cpp' -o -name '*.h' \) \
+                 -not -path '*/build/*' -not -path '*/build-*/*' | LC_ALL=C sort)
+
+EXAMPLES = $(wildcard examples/*.place)
+PLACEC = $(BUILD_DIR)/tools/placec
+
+SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+
+# Each target drives CMake's own parallelism; running targets side by side would race on setup.
+.NOTPARALLEL:
+.PHONY: all setup build demo test test-build test-asan bench fuzz format format-check
+
+all: build
+
+setup:
+ifeq ($(NO_SETUP),)
+	@bash scripts/setup.sh
+endif
+
+# $(call configure,DIR,EXTRA CMAKE ARGUMENTS)
+configure = CMAKE_GENERATOR="$(GENERATOR)" cmake -S . -B $(1) $(2) $(CMAKE_ARGS)
+
+build: setup
+	$(call configure,$(BUILD_DIR),)
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+demo: build
+	@if [ -z "$(EXAMPLES)" ]; then echo "make: no examples/*.place to check" >&2; exit 1; fi
+	@set -e; for file in $(EXAMPLES); do \
+	  echo "+ $(PLACEC) check $$file"; $(PLACEC) check $$file; \
+	done
+	$(PLACEC) --emit=ir $(FLAGSHIP)
+
+test: setup format-check test-build test-asan
+
+test-build: build
+	cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS)
+
+test-asan: setup
+	$(call configure,$(ASAN_BUILD_DIR),-DPLACEC_SANITIZE=ON)
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	cd $(ASAN_BUILD_DIR) && $(SANITIZER_ENV) ctest --output-on-failure --no-tests=error -j $(JOBS)
+
+bench: build
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target placec-frontend-bench
+	$(BUILD_DIR)/bench/placec-frontend-bench
+
+# The whole fuzz build uses clang-19 with sanitizers, so the libraries are instrumented too; its
+# warnings are not errors (it hunts crashes; the gcc builds keep the code warning-clean).
+fuzz: setup
+	$(call configure,$(FUZZ_BUILD_DIR),-DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
+	  -DPLACEC_FUZZ=ON -DPLACEC_SANITIZE=ON -DPLACEC_WERROR=OFF)
+	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target placec-frontend-fuzzer
+	fuzz/run-fuzzer.sh $(FUZZ_SECONDS) $(FUZZ_BUILD_DIR)/fuzz/placec-frontend-fuzzer
+
+format:
+	@test -n "$(CLANG_FORMAT)" || { echo "make: clang-format-19 not found; run scripts/setup.sh" >&2; exit 1; }
+	$(if $(FORMAT_FILES),$(CLANG_FORMAT) -i $(FORMAT_FILES))
+
+format-check:
+	@test -n "$(CLANG_FORMAT)" || { echo "make: clang-format-19 not found; run scripts/setup.sh" >&2; exit 1; }
+	@echo "+ $(CLANG_FORMAT) --dry-run -Werror ($(words $(FORMAT_FILES)) files)"
+	@$(if $(FORMAT_FILES),$(CLANG_FORMAT) --dry-run -Werror $(FORMAT_FILES) || \
+	  { echo "make: sources are not formatted; run 'make format'" >&2; exit 1; })

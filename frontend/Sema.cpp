@@ -1,0 +1,1609 @@
+// Sema: resolves names across files, checks values, units and axis-kind rules, applies defaults,
+// binds and composes strategies, and builds the IR.
+#include "Units.h"
+#include "placec/frontend/Frontend.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <optional>
+
+using namespace llvm;
+
+namespace placec {
+
+namespace {
+
+/// The largest parameter count placec accepts: byte counts of 16 bytes per parameter and their
+/// sums then stay far inside int64 and exact in double.
+constexpr double kMaxParams = 1e15;
+/// The largest device count of a cluster.
+constexpr int64_t kMaxDevices = 1 << 24;
+/// The largest value of a count field (layers, hidden, batch sizes, …).
+constexpr int64_t kMaxCount = int64_t(1) << 40;
+
+/// A bound strategy parameter.
+struct ParamValue {
+  bool isAuto = false;
+  int64_t value = 0;
+};
+using ParamEnv = StringMap<ParamValue>;
+
+/// Returns the candidate closest to `name` when it is close enough to be a likely typo.
+std::optional<std::string> suggest(StringRef name, ArrayRef<std::string> candidates) {
+  unsigned best = ~0u;
+  std::optional<std::string> result;
+  for (const std::string &candidate : candidates) {
+    unsigned distance = name.edit_distance(candidate, /*AllowReplacements=*/true, best);
+    if (distance < best) {
+      best = distance;
+      result = candidate;
+    }
+  }
+  unsigned limit = std::max<unsigned>(1, name.size() / 3);
+  if (best > limit)
+    return std::nullopt;
+  return result;
+}
+
+std::string didYouMean(StringRef name, ArrayRef<std::string> candidates) {
+  if (std::optional<std::string> best = suggest(name, candidates))
+    return "; did you mean '" + *best + "'?";
+  return "";
+}
+
+/// The text of a value as written, for messages.
+std::string spell(const ast::Value &value) {
+  switch (value.kind) {
+  case ast::Value::Kind::Number:
+    return value.numberText;
+  case ast::Value::Kind::Quantity:
+    return value.numberText + " " + value.unit;
+  case ast::Value::Kind::String:
+    return "\"" + value.text + "\"";
+  case ast::Value::Kind::Name:
+    return value.text;
+  case ast::Value::Kind::Call: {
+    std::string text = value.text + "(";
+    for (size_t i = 0; i < value.args.size(); ++i) {
+      if (i)
+        text += ", ";
+      if (!value.args[i].key.empty())
+        text += value.args[i].key + " = ";
+      text += spell(*value.args[i].value);
+    }
+    return text + ")";
+  }
+  }
+  return "";
+}
+
+StringRef kindNoun(ast::Value::Kind kind) {
+  switch (kind) {
+  case ast::Value::Kind::Number:
+    return "a number";
+  case ast::Value::Kind::Quantity:
+    return "a quantity";
+  case ast::Value::Kind::String:
+    return "a string";
+  case ast::Value::Kind::Name:
+    return "a name";
+  case ast::Value::Kind::Call:
+    return "a call";
+  }
+  return "a value";
+}
+
+std::string formatCount(int64_t value) { return std::to_string(value); }
+
+class Sema {
+public:
+  Sema(DiagnosticEngine &diags, ir::Program &program) : diags(diags), program(program) {}
+
+  void run(ArrayRef<std::unique_ptr<ast::File>> files);
+
+private:
+  //===--------------------------------------------------------------------===//
+  // Declarations and names
+  //===--------------------------------------------------------------------===//
+
+  void declare(const ast::Decl &decl, bool inPrelude);
+  template <typename T>
+  const T *lookup(const StringMap<const T *> &table, StringRef name, SMLoc loc, StringRef noun);
+
+  //===--------------------------------------------------------------------===//
+  // Values
+  //===--------------------------------------------------------------------===//
+
+  /// Indexes the fields of a body by key, reporting unknown and repeated keys.
+  StringMap<const ast::Field *> collectFields(const ast::FieldsDecl &decl, StringRef what,
+                                              ArrayRef<std::string> allowed);
+  bool requireFields(const ast::FieldsDecl &decl, StringRef what,
+                     const StringMap<const ast::Field *> &fields, ArrayRef<StringRef> required);
+  std::optional<int64_t> getCount(const ast::Value &value, StringRef what, int64_t min = 1,
+                                  int64_t max = kMaxCount);
+  std::optional<double> getQuantity(const ast::Value &value, StringRef what, Dimension dimension,
+                                    bool allowZero = false);
+  std::optional<double> getFraction(const ast::Value &value, StringRef what);
+  std::optional<bool> getBool(const ast::Value &value, StringRef what);
+  /// A name from a fixed set of choices.
+  std::optional<std::string> getChoice(const ast::Value &value, StringRef what,
+                                       ArrayRef<std::string> choices);
+  /// A count that may be a strategy parameter: `64`, `dp`, or `auto` when allowed.
+  std::optional<ParamValue> getParamCount(const ast::Value &value, StringRef what,
+                                          const ParamEnv &env, bool allowAuto);
+
+  //===--------------------------------------------------------------------===//
+  // Models, clusters, runs
+  //===--------------------------------------------------------------------===//
+
+  void buildModel(const ast::ModelDecl &decl);
+  void buildCluster(const ast::ClusterDecl &decl);
+  void buildRun(const ast::RunDecl &decl);
+
+  //===--------------------------------------------------------------------===//
+  // Strategies
+  //===--------------------------------------------------------------------===//
+
+  /// The bound strategy a declaration without parameters stands for (memoized), or null after
+  /// errors.
+  const ir::Strategy *resolveStrategy(const ast::StrategyDecl &decl, SMLoc useLoc);
+  /// A strategy term `name` or `name(args)`, with argument names resolved in `env`.
+  const ir::Strategy *resolveTerm(StringRef name, SMLoc nameLoc, bool hasParens,
+                                  ArrayRef<ast::Arg> args, const ParamEnv &env);
+  /// Binds a strategy declaration's parameters to arguments.
+  std::optional<ParamEnv> bindArguments(const ast::StrategyDecl &decl, SMLoc useLoc,
+                                        ArrayRef<ast::Arg> args, const ParamEnv &outer);
+  /// Builds a strategy from a declaration and bound parameters.
+  std::unique_ptr<ir::Strategy> instantiate(const ast::StrategyDecl &decl, const ParamEnv &env,
+                                            std::string name, SMLoc loc);
+  std::unique_ptr<ir::Strategy> bindBody(const ast::StrategyDecl &decl, const ParamEnv &env,
+                                         std::string name, SMLoc loc);
+  bool bindPlacement(const ast::Placement &placement, ir::Strategy &strategy);
+  bool bindActivations(const ast::Placement &placement, ir::Strategy &strategy);
+  bool bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env, ir::Strategy &strategy);
+  std::unique_ptr<ir::Strategy> compose(ArrayRef<const ir::Strategy *> operands,
+                                        ArrayRef<SMLoc> operandLocs, std::string name, SMLoc loc);
+  /// Fills the default mode of every axis a state's placement does not name.
+  static void applyDefaults(ir::Strategy &strategy);
+
+  ir::Strategy *addStrategy(std::unique_ptr<ir::Strategy> strategy) {
+    program.strategies.push_back(std::move(strategy));
+    return program.strategies.back().get();
+  }
+
+  DiagnosticEngine &diags;
+  ir::Program &program;
+
+  StringMap<const ast::ModelDecl *> modelDecls;
+  StringMap<const ast::ClusterDecl *> clusterDecls;
+  StringMap<const ast::StrategyDecl *> strategyDecls;
+  StringMap<const ast::RunDecl *> runDecls;
+  /// Names declared by the prelude, and where.
+  StringMap<SMLoc> preludeNames;
+
+  StringMap<ir::Model *> models;
+  StringMap<ir::Cluster *> clusters;
+  /// Strategies without parameters, bound once. A null entry means "being bound" while
+  /// resolution is in progress, and "failed" afterwards (see strategyFailed).
+  StringMap<const ir::Strategy *> boundStrategies;
+  StringSet<> strategyFailed;
+  /// Strategies whose binding is in progress, for cycle detection.
+  std::vector<const ast::StrategyDecl *> strategyStack;
+};
+
+//===----------------------------------------------------------------------===//
+// Declarations
+//===----------------------------------------------------------------------===//
+
+StringRef declNoun(ast::Decl::Kind kind) {
+  switch (kind) {
+  case ast::Decl::Kind::Model:
+    return "model";
+  case ast::Decl::Kind::Cluster:
+    return "cluster";
+  case ast::Decl::Kind::Strategy:
+    return "strategy";
+  case ast::Decl::Kind::Run:
+    return "run";
+  case ast::Decl::Kind::Import:
+    return "import";
+  }
+  return "declaration";
+}
+
+template <typename T>
+void insertUnique(StringMap<const T *> &table, const T &decl, StringRef name, SMLoc nameLoc,
+                  StringRef noun, DiagnosticEngine &diags) {
+  auto [it, inserted] = table.try_emplace(name, &decl);
+  if (inserted)
+    return;
+  diags.error(nameLoc, Twine("redefinition of ") + noun + " '" + name + "'");
+  diags.note(it->second->nameLoc, Twine("'") + name + "' was first declared here");
+}
+
+void Sema::declare(const ast::Decl &decl, bool inPrelude) {
+  StringRef name;
+  SMLoc nameLoc;
+  if (auto *fields = dyn_cast<ast::FieldsDecl>(&decl)) {
+    name = fields->name;
+    nameLoc = fields->nameLoc;
+  } else if (auto *strategy = dyn_cast<ast::StrategyDecl>(&decl)) {
+    name = strategy->name;
+    nameLoc = strategy->nameLoc;
+  } else {
+    return;
+  }
+  if (inPrelude) {
+    preludeNames.try_emplace(name, nameLoc);
+  } else if (auto it = preludeNames.find(name); it != preludeNames.end()) {
+    diags.error(nameLoc, Twine("'") + name + "' is a prelude strategy; a " +
+                             declNoun(decl.getKind()) + " may not reuse its name");
+    diags.note(it->second, "the prelude declares it here");
+    return;
+  }
+  switch (decl.getKind()) {
+  case ast::Decl::Kind::Model:
+    insertUnique(modelDecls, cast<ast::ModelDecl>(decl), name, nameLoc, "model", diags);
+    break;
+  case ast::Decl::Kind::Cluster:
+    insertUnique(clusterDecls, cast<ast::ClusterDecl>(decl), name, nameLoc, "cluster", diags);
+    break;
+  case ast::Decl::Kind::Strategy:
+    insertUnique(strategyDecls, cast<ast::StrategyDecl>(decl), name, nameLoc, "strategy", diags);
+    break;
+  case ast::Decl::Kind::Run:
+    insertUnique(runDecls, cast<ast::RunDecl>(decl), name, nameLoc, "run", diags);
+    break;
+  case ast::Decl::Kind::Import:
+    break;
+  }
+}
+
+template <typename T>
+const T *Sema::lookup(const StringMap<const T *> &table, StringRef name, SMLoc loc,
+                      StringRef noun) {
+  auto it = table.find(name);
+  if (it != table.end())
+    return it->second;
+  std::vector<std::string> names;
+  for (const auto &entry : table)
+    names.push_back(entry.getKey().str());
+  llvm::sort(names);
+  diags.error(loc, Twine("unknown ") + noun + " '" + name + "'" + didYouMean(name, names));
+  return nullptr;
+}
+
+void Sema::run(ArrayRef<std::unique_ptr<ast::File>> files) {
+  // The prelude is the first file; the main file is the last.
+  for (size_t i = 0; i < files.size(); ++i)
+    for (const std::unique_ptr<ast::Decl> &decl : files[i]->decls)
+      declare(*decl, /*inPrelude=*/i == 0);
+
+  if (files.size() >= 2 && files.back()->decls.empty()) {
+    const ast::File &main = *files.back();
+    SMLoc start = SMLoc::getFromPointer(
+        diags.getSourceMgr().getMemoryBuffer(main.bufferId)->getBufferStart());
+    diags.error(start, "the file declares nothing: expected a model, cluster, strategy, run or "
+                       "import");
+    return;
+  }
+
+  for (size_t i = 1; i < files.size(); ++i) {
+    for (const std::unique_ptr<ast::Decl> &decl : files[i]->decls) {
+      if (auto *model = dyn_cast<ast::ModelDecl>(decl.get()))
+        buildModel(*model);
+      else if (auto *cluster = dyn_cast<ast::ClusterDecl>(decl.get()))
+        buildCluster(*cluster);
+    }
+  }
+  // Strategies without parameters are bound even when no run uses them, so their errors show.
+  for (size_t i = 1; i < files.size(); ++i)
+    for (const std::unique_ptr<ast::Decl> &decl : files[i]->decls)
+      if (auto *strategy = dyn_cast<ast::StrategyDecl>(decl.get());
+          strategy && !strategy->hasParams)
+        resolveStrategy(*strategy, strategy->nameLoc);
+  for (size_t i = 1; i < files.size(); ++i)
+    for (const std::unique_ptr<ast::Decl> &decl : files[i]->decls)
+      if (auto *run = dyn_cast<ast::RunDecl>(decl.get()))
+        buildRun(*run);
+}
+
+//===----------------------------------------------------------------------===//
+// Values
+//===----------------------------------------------------------------------===//
+
+StringMap<const ast::Field *> Sema::collectFields(const ast::FieldsDecl &decl, StringRef what,
+                                                  ArrayRef<std::string> allowed) {
+  StringMap<const ast::Field *> fields;
+  for (const ast::Field &field : decl.fields) {
+    if (!llvm::is_contained(allowed, field.key)) {
+      diags.error(field.keyLoc, Twine("unknown field '") + field.key + "' in " + what +
+                                    didYouMean(field.key, allowed));
+      continue;
+    }
+    auto [it, inserted] = fields.try_emplace(field.key, &field);
+    if (!inserted) {
+      diags.error(field.keyLoc, Twine("field '") + field.key + "' is set twice");
+      diags.note(it->second->keyLoc, "first set here");
+    }
+  }
+  return fields;
+}
+
+bool Sema::requireFields(const ast::FieldsDecl &decl, StringRef what,
+                         const StringMap<const ast::Field *> &fields,
+                         ArrayRef<StringRef> required) {
+  SmallVector<StringRef, 8> missing;
+  for (StringRef key : required)
+    if (!fields.count(key))
+      missing.push_back(key);
+  if (missing.empty())
+    return true;
+  std::string list;
+  for (size_t i = 0; i < missing.size(); ++i) {
+    if (i)
+      list += i + 1 == missing.size() ? " and " : ", ";
+    list += "'" + missing[i].str() + "'";
+  }
+  diags.error(decl.nameLoc, Twine(what) + " '" + decl.name + "' is missing required field" +
+                                (missing.size() > 1 ? "s " : " ") + list);
+  return false;
+}
+
+std::optional<int64_t> Sema::getCount(const ast::Value &value, StringRef what, int64_t min,
+                                      int64_t max) {
+  if (value.kind == ast::Value::Kind::Quantity) {
+    diags.error(value.unitLoc, Twine("'") + what + "' is a plain number, not a quantity: remove '" +
+                                   value.unit + "'");
+    return std::nullopt;
+  }
+  if (value.kind != ast::Value::Kind::Number) {
+    diags.error(value.getLoc(), Twine("'") + what + "' must be a whole number, found " +
+                                    kindNoun(value.kind) + " '" + spell(value) + "'");
+    return std::nullopt;
+  }
+  if (!value.isInteger) {
+    diags.error(value.getLoc(), Twine("'") + what + "' must be a whole number, found '" +
+                                    value.numberText + "'");
+    return std::nullopt;
+  }
+  if (value.number < static_cast<double>(min)) {
+    diags.error(value.getLoc(), Twine("'") + what + "' must be at least " + Twine(min) +
+                                    ", found " + value.numberText);
+    return std::nullopt;
+  }
+  if (value.number > static_cast<double>(max)) {
+    diags.error(value.getLoc(), Twine("'") + what + "' is out of range: " + value.numberText +
+                                    " is more than " + Twine(max));
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(value.number);
+}
+
+std::optional<double> Sema::getQuantity(const ast::Value &value, StringRef what,
+                                        Dimension dimension, bool allowZero) {
+  if (value.kind == ast::Value::Kind::Number) {
+    diags.error(value.getLoc(), Twine("'") + what + "' is " + describe(dimension) +
+                                    " and needs a unit: write it like '" + example(dimension) +
+                                    "'");
+    return std::nullopt;
+  }
+  if (value.kind != ast::Value::Kind::Quantity) {
+    diags.error(value.getLoc(), Twine("'") + what + "' must be " + describe(dimension) +
+                                    " such as '" + example(dimension) + "', found " +
+                                    kindNoun(value.kind) + " '" + spell(value) + "'");
+    return std::nullopt;
+  }
+  std::optional<UnitInfo> unit = lookupUnit(value.unit);
+  if (!unit) {
+    diags.error(value.unitLoc, Twine("unknown unit '") + value.unit + "'");
+    return std::nullopt;
+  }
+  if (unit->dimension != dimension) {
+    diags.error(value.getLoc(), Twine("'") + what + "' is " + describe(dimension) + ", but '" +
+                                    spell(value) + "' is " + describe(unit->dimension));
+    return std::nullopt;
+  }
+  double result = value.number * unit->factor;
+  if (!std::isfinite(result) || result > 1e30) {
+    diags.error(value.getLoc(), Twine("'") + what + "' is out of range: " + spell(value));
+    return std::nullopt;
+  }
+  if (result < 0 || (result == 0 && !allowZero)) {
+    diags.error(value.getLoc(), Twine("'") + what + "' must be positive, found " + spell(value));
+    return std::nullopt;
+  }
+  return result;
+}
+
+std::optional<double> Sema::getFraction(const ast::Value &value, StringRef what) {
+  if (value.kind != ast::Value::Kind::Number) {
+    diags.error(value.getLoc(), Twine("'") + what + "' must be a plain number in (0, 1], found " +
+                                    kindNoun(value.kind) + " '" + spell(value) + "'");
+    return std::nullopt;
+  }
+  if (!(value.number > 0 && value.number <= 1)) {
+    diags.error(value.getLoc(), Twine("'") + what + "' must be in (0, 1], found " +
+                                    value.numberText);
+    return std::nullopt;
+  }
+  return value.number;
+}
+
+std::optional<bool> Sema::getBool(const ast::Value &value, StringRef what) {
+  if (value.kind == ast::Value::Kind::Name && (value.text == "true" || value.text == "false"))
+    return value.text == "true";
+  diags.error(value.getLoc(), Twine("'") + what + "' must be true or false, found '" +
+                                  spell(value) + "'");
+  return std::nullopt;
+}
+
+std::optional<std::string> Sema::getChoice(const ast::Value &value, StringRef what,
+                                           ArrayRef<std::string> choices) {
+  std::string options;
+  for (size_t i = 0; i < choices.size(); ++i)
+    options += (i ? (i + 1 == choices.size() ? " or " : ", ") : "") + choices[i];
+  if (value.kind != ast::Value::Kind::Name) {
+    diags.error(value.getLoc(), Twine("'") + what + "' must be " + options + ", found '" +
+                                    spell(value) + "'");
+    return std::nullopt;
+  }
+  if (!llvm::is_contained(choices, value.text)) {
+    diags.error(value.getLoc(), Twine("unknown ") + what + " '" + value.text + "': expected " +
+                                    options + didYouMean(value.text, choices));
+    return std::nullopt;
+  }
+  return value.text;
+}
+
+std::optional<ParamValue> Sema::getParamCount(const ast::Value &value, StringRef what,
+                                              const ParamEnv &env, bool allowAuto) {
+  if (value.kind == ast::Value::Kind::Name) {
+    if (value.text == "auto") {
+      if (!allowAuto) {
+        diags.error(value.getLoc(), Twine("'") + what + "' cannot be 'auto'");
+        return std::nullopt;
+      }
+      return ParamValue{true, 0};
+    }
+    auto it = env.find(value.text);
+    if (it == env.end()) {
+      std::vector<std::string> names;
+      for (const auto &entry : env)
+        names.push_back(entry.getKey().str());
+      llvm::sort(names);
+      diags.error(value.getLoc(), Twine("unknown parameter '") + value.text + "' for '" + what +
+                                      "'" + didYouMean(value.text, names));
+      return std::nullopt;
+    }
+    if (it->second.isAuto && !allowAuto) {
+      diags.error(value.getLoc(), Twine("'") + what + "' cannot be 'auto' (parameter '" +
+                                      value.text + "' is 'auto')");
+      return std::nullopt;
+    }
+    return it->second;
+  }
+  std::optional<int64_t> count = getCount(value, what, 1, kMaxDevices);
+  if (!count)
+    return std::nullopt;
+  return ParamValue{false, *count};
+}
+
+//===----------------------------------------------------------------------===//
+// Models
+//===----------------------------------------------------------------------===//
+
+void Sema::buildModel(const ast::ModelDecl &decl) {
+  auto model = std::make_unique<ir::Model>();
+  model->name = decl.name;
+  model->loc = decl.nameLoc;
+  bool ok = true;
+
+  if (decl.modelKind.empty()) {
+    model->kind = ir::ModelKind::Abstract;
+    auto fields = collectFields(decl, "an abstract model", {"params"});
+    if (!requireFields(decl, "abstract model", fields, {"params"}))
+      return;
+    const ast::Value &value = fields["params"]->value;
+    if (value.kind == ast::Value::Kind::Number && value.number > kMaxParams) {
+      diags.error(value.getLoc(), Twine("parameter count ") + value.numberText +
+                                      " is out of range: placec supports at most 1e15 "
+                                      "parameters");
+      return;
+    }
+    std::optional<int64_t> params = getCount(value, "params", 1, int64_t(kMaxParams));
+    if (!params)
+      return;
+    model->numParams = *params;
+  } else if (decl.modelKind == "transformer") {
+    model->kind = ir::ModelKind::Transformer;
+    static const std::vector<std::string> keys = {
+        "layers", "hidden", "heads", "seq",       "vocab",          "ffn",
+        "mlp",    "norm",   "bias",  "positions", "tied_embeddings"};
+    auto fields = collectFields(decl, "a transformer", keys);
+    ok &= requireFields(decl, "transformer", fields, {"layers", "hidden", "heads", "seq", "vocab"});
+    ir::TransformerConfig &config = model->transformer;
+    auto count = [&](StringRef key, int64_t &out, int64_t max) {
+      if (const ast::Field *field = fields.lookup(key)) {
+        std::optional<int64_t> value = getCount(field->value, key, 1, max);
+        ok &= value.has_value();
+        out = value.value_or(0);
+      }
+    };
+    count("layers", config.layers, 1 << 20);
+    count("hidden", config.hidden, 1 << 24);
+    count("heads", config.heads, 1 << 20);
+    count("seq", config.seq, 1 << 30);
+    count("vocab", config.vocab, 1 << 30);
+    config.ffn = 4 * config.hidden;
+    count("ffn", config.ffn, 1 << 26);
+    if (const ast::Field *field = fields.lookup("mlp")) {
+      std::optional<std::string> choice = getChoice(field->value, "mlp", {"gelu", "swiglu"});
+      ok &= choice.has_value();
+      if (choice)
+        config.mlp = *choice == "gelu" ? ir::MlpActivation::Gelu : ir::MlpActivation::Swiglu;
+    }
+    if (const ast::Field *field = fields.lookup("norm")) {
+      std::optional<std::string> choice =
+          getChoice(field->value, "norm", {"layernorm", "rmsnorm"});
+      ok &= choice.has_value();
+      if (choice)
+        config.norm = *choice == "layernorm" ? ir::NormKind::LayerNorm : ir::NormKind::RmsNorm;
+    }
+    if (const ast::Field *field = fields.lookup("positions")) {
+      std::optional<std::string> choice =
+          getChoice(field->value, "positions", {"learned", "rope"});
+      ok &= choice.has_value();
+      if (choice)
+        config.positions =
+            *choice == "learned" ? ir::PositionKind::Learned : ir::PositionKind::Rope;
+    }
+    if (const ast::Field *field = fields.lookup("bias")) {
+      std::optional<bool> value = getBool(field->value, "bias");
+      ok &= value.has_value();
+      config.bias = value.value_or(true);
+    }
+    if (const ast::Field *field = fields.lookup("tied_embeddings")) {
+      std::optional<bool> value = getBool(field->value, "tied_embeddings");
+      ok &= value.has_value();
+      config.tiedEmbeddings = value.value_or(true);
+    }
+    if (!ok)
+      return;
+    if (config.hidden % config.heads != 0) {
+      diags.error(fields["heads"]->value.getLoc(),
+                  Twine("hidden size ") + Twine(config.hidden) + " is not divisible by " +
+                      Twine(config.heads) + " heads");
+      return;
+    }
+    double h = config.hidden, l = config.layers, f = config.ffn;
+    double estimate = l * (4 * h * h + 3 * h * f + 16 * h + 3 * f) +
+                      (2.0 * config.vocab + config.seq + 2) * h;
+    if (estimate > kMaxParams) {
+      diags.error(decl.nameLoc, Twine("model '") + decl.name +
+                                    "' is too large: about " + formatCount(int64_t(estimate)) +
+                                    " parameters, placec supports at most 1e15");
+      return;
+    }
+    model->tensors = ir::buildTransformerTensors(config);
+  } else if (decl.modelKind == "mlp") {
+    model->kind = ir::ModelKind::Mlp;
+    auto fields = collectFields(decl, "an mlp", {"layers", "width", "input", "output"});
+    if (!requireFields(decl, "mlp", fields, {"layers", "width", "input", "output"}))
+      return;
+    ir::MlpConfig &config = model->mlp;
+    auto count = [&](StringRef key, int64_t &out, int64_t max) {
+      std::optional<int64_t> value = getCount(fields[key]->value, key, 1, max);
+      ok &= value.has_value();
+      out = value.value_or(0);
+    };
+    count("layers", config.layers, 1 << 20);
+    count("width", config.width, 1 << 24);
+    count("input", config.input, 1 << 24);
+    count("output", config.output, 1 << 24);
+    if (!ok)
+      return;
+    double w = config.width;
+    double estimate = (config.layers + 1) * (w * w + w) + (config.input + config.output) * (w + 1);
+    if (estimate > kMaxParams) {
+      diags.error(decl.nameLoc, Twine("model '") + decl.name + "' is too large: about " +
+                                    formatCount(int64_t(estimate)) +
+                                    " parameters, placec supports at most 1e15");
+      return;
+    }
+    model->tensors = ir::buildMlpTensors(config);
+  } else {
+    diags.error(decl.modelKindLoc, Twine("unknown model kind '") + decl.modelKind +
+                                       "': expected transformer or mlp, or no kind for an "
+                                       "abstract model" +
+                                       didYouMean(decl.modelKind, {"transformer", "mlp"}));
+    return;
+  }
+
+  if (model->kind != ir::ModelKind::Abstract) {
+    int64_t total = 0;
+    for (const ir::Tensor &tensor : model->tensors)
+      total += tensor.numElements;
+    model->numParams = total;
+  }
+  models[decl.name] = model.get();
+  program.models.push_back(std::move(model));
+}
+
+//===----------------------------------------------------------------------===//
+// Clusters
+//===----------------------------------------------------------------------===//
+
+void Sema::buildCluster(const ast::ClusterDecl &decl) {
+  static const std::vector<std::string> keys = {
+      "nodes",          "devices_per_node", "device_memory", "peak",
+      "intra_bandwidth", "inter_bandwidth", "host_bandwidth", "latency",
+      "host_memory",    "efficiency",       "nvme_bandwidth", "nvme_capacity"};
+  auto fields = collectFields(decl, "a cluster", keys);
+  bool ok = requireFields(decl, "cluster", fields,
+                          {"nodes", "devices_per_node", "device_memory", "peak",
+                           "intra_bandwidth", "inter_bandwidth"});
+  auto cluster = std::make_unique<ir::Cluster>();
+  cluster->name = decl.name;
+  cluster->loc = decl.nameLoc;
+  for (const ast::Field &field : decl.fields)
+    cluster->fieldLocs.try_emplace(field.key, field.keyLoc);
+
+  auto count = [&](StringRef key, int64_t &out) {
+    if (const ast::Field *field = fields.lookup(key)) {
+      std::optional<int64_t> value = getCount(field->value, key, 1, kMaxDevices);
+      ok &= value.has_value();
+      out = value.value_or(0);
+    }
+  };
+  auto quantity = [&](StringRef key, Dimension dimension, bool allowZero = false) {
+    std::optional<double> result;
+    if (const ast::Field *field = fields.lookup(key)) {
+      result = getQuantity(field->value, key, dimension, allowZero);
+      ok &= result.has_value();
+    }
+    return result;
+  };
+  count("nodes", cluster->nodes);
+  count("devices_per_node", cluster->devicesPerNode);
+  cluster->deviceMemory = quantity("device_memory", Dimension::Bytes).value_or(0);
+  cluster->peakFlops = quantity("peak", Dimension::Rate).value_or(0);
+  cluster->intraBandwidth = quantity("intra_bandwidth", Dimension::Bandwidth).value_or(0);
+  cluster->interBandwidth = quantity("inter_bandwidth", Dimension::Bandwidth).value_or(0);
+  cluster->hostBandwidth = quantity("host_bandwidth", Dimension::Bandwidth);
+  cluster->latency = quantity("latency", Dimension::Time, /*allowZero=*/true).value_or(0);
+  cluster->hostMemory = quantity("host_memory", Dimension::Bytes);
+  cluster->nvmeBandwidth = quantity("nvme_bandwidth", Dimension::Bandwidth);
+  cluster->nvmeCapacity = quantity("nvme_capacity", Dimension::Bytes);
+  if (const ast::Field *field = fields.lookup("efficiency")) {
+    std::optional<double> value = getFraction(field->value, "efficiency");
+    ok &= value.has_value();
+    cluster->efficiency = value.value_or(0.5);
+  }
+  if (!ok)
+    return;
+  if (cluster->getNumDevices() > kMaxDevices) {
+    diags.error(decl.nameLoc, Twine("cluster '") + decl.name + "' has " +
+                                  Twine(cluster->getNumDevices()) +
+                                  " devices; placec supports at most " + Twine(kMaxDevices));
+    return;
+  }
+  clusters[decl.name] = cluster.get();
+  program.clusters.push_back(std::move(cluster));
+}
+
+//===----------------------------------------------------------------------===//
+// Strategies
+//===----------------------------------------------------------------------===//
+
+std::string describeParams(const ast::StrategyDecl &decl) {
+  std::string text;
+  for (size_t i = 0; i < decl.params.size(); ++i)
+    text += (i ? ", " : "") + decl.params[i].name + " = …";
+  return text;
+}
+
+const ir::Strategy *Sema::resolveStrategy(const ast::StrategyDecl &decl, SMLoc useLoc) {
+  if (auto it = boundStrategies.find(decl.name); it != boundStrategies.end())
+    return it->second;
+  if (strategyFailed.contains(decl.name))
+    return nullptr;
+  if (llvm::is_contained(strategyStack, &decl)) {
+    diags.error(useLoc, Twine("strategy '") + decl.name + "' is defined in terms of itself");
+    for (const ast::StrategyDecl *entry : llvm::reverse(strategyStack)) {
+      diags.note(entry->nameLoc, Twine("while binding strategy '") + entry->name + "'");
+      if (entry == &decl)
+        break;
+    }
+    return nullptr;
+  }
+  strategyStack.push_back(&decl);
+  std::unique_ptr<ir::Strategy> bound = instantiate(decl, ParamEnv(), decl.name, decl.nameLoc);
+  strategyStack.pop_back();
+  if (!bound) {
+    strategyFailed.insert(decl.name);
+    return nullptr;
+  }
+  const ir::Strategy *result = addStrategy(std::move(bound));
+  boundStrategies[decl.name] = result;
+  return result;
+}
+
+std::optional<ParamEnv> Sema::bindArguments(const ast::StrategyDecl &decl, SMLoc useLoc,
+                                            ArrayRef<ast::Arg> args, const ParamEnv &outer) {
+  ParamEnv env;
+  bool ok = true;
+  bool sawKeyword = false;
+  std::vector<std::string> paramNames;
+  for (const ast::Param &param : decl.params)
+    paramNames.push_back(param.name);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const ast::Arg &arg = args[i];
+    SMLoc loc = arg.key.empty() ? arg.value->getLoc() : arg.keyLoc;
+    std::string name;
+    if (arg.key.empty()) {
+      if (sawKeyword) {
+        diags.error(loc, "a positional argument cannot follow a named one");
+        ok = false;
+        continue;
+      }
+      if (i >= decl.params.size()) {
+        diags.error(loc, Twine("strategy '") + decl.name + "' takes " +
+                             Twine(decl.params.size()) + " argument" +
+                             (decl.params.size() == 1 ? "" : "s") + ", found " +
+                             Twine(args.size()));
+        diags.note(decl.nameLoc, Twine("'") + decl.name + "' is declared here");
+        return std::nullopt;
+      }
+      name = decl.params[i].name;
+    } else {
+      sawKeyword = true;
+      if (!llvm::is_contained(paramNames, arg.key)) {
+        diags.error(loc, Twine("strategy '") + decl.name + "' has no parameter '" + arg.key +
+                             "'" + didYouMean(arg.key, paramNames));
+        diags.note(decl.nameLoc, Twine("'") + decl.name + "' is declared here");
+        ok = false;
+        continue;
+      }
+      name = arg.key;
+    }
+    if (env.count(name)) {
+      diags.error(loc, Twine("argument '") + name + "' is given twice");
+      ok = false;
+      continue;
+    }
+    std::optional<ParamValue> value = getParamCount(*arg.value, name, outer, /*allowAuto=*/true);
+    if (!value) {
+      ok = false;
+      continue;
+    }
+    env[name] = *value;
+  }
+  if (!ok)
+    return std::nullopt;
+  for (const ast::Param &param : decl.params) {
+    if (env.count(param.name))
+      continue;
+    if (!param.defaultValue) {
+      diags.error(useLoc, Twine("missing argument '") + param.name + "' for strategy '" +
+                              decl.name + "': write '" + decl.name + "(" +
+                              describeParams(decl) + ")'");
+      diags.note(param.nameLoc, Twine("parameter '") + param.name + "' is declared here");
+      ok = false;
+      continue;
+    }
+    std::optional<ParamValue> value =
+        getParamCount(*param.defaultValue, param.name, ParamEnv(), /*allowAuto=*/true);
+    if (!value) {
+      ok = false;
+      continue;
+    }
+    env[param.name] = *value;
+  }
+  if (!ok)
+    return std::nullopt;
+  return env;
+}
+
+const ir::Strategy *Sema::resolveTerm(StringRef name, SMLoc nameLoc, bool hasParens,
+                                      ArrayRef<ast::Arg> args, const ParamEnv &env) {
+  const ast::StrategyDecl *decl = lookup(strategyDecls, name, nameLoc, "strategy");
+  if (!decl)
+    return nullptr;
+  if (!decl->hasParams) {
+    if (hasParens) {
+      diags.error(nameLoc, Twine("strategy '") + name + "' takes no arguments");
+      diags.note(decl->nameLoc, Twine("'") + name + "' is declared here");
+      return nullptr;
+    }
+    return resolveStrategy(*decl, nameLoc);
+  }
+  bool allDefaulted = llvm::all_of(decl->params, [](const ast::Param &param) {
+    return param.defaultValue != nullptr;
+  });
+  if (!hasParens && !allDefaulted) {
+    diags.error(nameLoc, Twine("strategy '") + name + "' takes parameters: write '" + name +
+                             "(" + describeParams(*decl) + ")'");
+    diags.note(decl->nameLoc, Twine("'") + name + "' is declared here");
+    return nullptr;
+  }
+  if (llvm::is_contained(strategyStack, decl)) {
+    diags.error(nameLoc, Twine("strategy '") + name + "' is defined in terms of itself");
+    return nullptr;
+  }
+  std::optional<ParamEnv> bound = bindArguments(*decl, nameLoc, args, env);
+  if (!bound)
+    return nullptr;
+  // Name the instance as written, with arguments resolved: `zero3(dp = 64)`.
+  std::string instanceName = name.str() + "(";
+  for (size_t i = 0; i < decl->params.size(); ++i) {
+    const ParamValue &value = (*bound)[decl->params[i].name];
+    instanceName += (i ? ", " : "") + decl->params[i].name + " = " +
+                    (value.isAuto ? std::string("auto") : std::to_string(value.value));
+  }
+  instanceName += ")";
+  strategyStack.push_back(decl);
+  std::unique_ptr<ir::Strategy> instance = instantiate(*decl, *bound, instanceName, nameLoc);
+  strategyStack.pop_back();
+  if (!instance)
+    return nullptr;
+  return addStrategy(std::move(instance));
+}
+
+std::unique_ptr<ir::Strategy> Sema::instantiate(const ast::StrategyDecl &decl,
+                                                const ParamEnv &env, std::string name,
+                                                SMLoc loc) {
+  // Parameters must be distinct; checked at each instantiation (cheap, and reported once per
+  // use at worst).
+  StringSet<> seen;
+  for (const ast::Param &param : decl.params) {
+    if (!seen.insert(param.name).second) {
+      diags.error(param.nameLoc, Twine("parameter '") + param.name + "' is declared twice");
+      return nullptr;
+    }
+  }
+  if (!decl.isComposition)
+    return bindBody(decl, env, std::move(name), loc);
+
+  SmallVector<const ir::Strategy *, 4> operands;
+  SmallVector<SMLoc, 4> operandLocs;
+  bool ok = true;
+  for (const ast::StrategyRef &term : decl.terms) {
+    const ir::Strategy *operand =
+        resolveTerm(term.name, term.nameLoc, term.hasParens, term.args, env);
+    ok &= operand != nullptr;
+    operands.push_back(operand);
+    operandLocs.push_back(term.nameLoc);
+  }
+  if (!ok)
+    return nullptr;
+  return compose(operands, operandLocs, std::move(name), loc);
+}
+
+
+std::optional<ir::AxisKind> parseAxisKind(StringRef text) {
+  if (text == "batch")
+    return ir::AxisKind::Batch;
+  if (text == "tensor")
+    return ir::AxisKind::Tensor;
+  if (text == "layers")
+    return ir::AxisKind::Layers;
+  return std::nullopt;
+}
+
+std::unique_ptr<ir::Strategy> Sema::bindBody(const ast::StrategyDecl &decl, const ParamEnv &env,
+                                             std::string name, SMLoc loc) {
+  auto strategy = std::make_unique<ir::Strategy>();
+  strategy->name = std::move(name);
+  strategy->loc = loc;
+  bool ok = true;
+
+  for (SMLoc extra : decl.extraMeshLocs) {
+    diags.error(extra, Twine("strategy '") + decl.name + "' declares a second mesh");
+    diags.note(decl.mesh->loc, "the first mesh is here");
+    ok = false;
+  }
+  if (decl.mesh) {
+    strategy->hasMesh = true;
+    StringMap<SMLoc> axisNames;
+    for (const ast::MeshAxis &axisDecl : decl.mesh->axes) {
+      ir::Axis axis;
+      axis.name = axisDecl.name;
+      axis.loc = axisDecl.nameLoc;
+      if (!axisDecl.kind.empty()) {
+        std::optional<ir::AxisKind> kind = parseAxisKind(axisDecl.kind);
+        if (!kind) {
+          diags.error(axisDecl.kindLoc, Twine("unknown axis kind '") + axisDecl.kind +
+                                            "': expected batch, tensor or layers" +
+                                            didYouMean(axisDecl.kind, {"batch", "tensor", "layers"}),
+                      "placement");
+          ok = false;
+          continue;
+        }
+        axis.kind = *kind;
+      } else if (axisDecl.name == "dp") {
+        axis.kind = ir::AxisKind::Batch;
+      } else if (axisDecl.name == "tp") {
+        axis.kind = ir::AxisKind::Tensor;
+      } else if (axisDecl.name == "pp") {
+        axis.kind = ir::AxisKind::Layers;
+      } else {
+        diags.error(axisDecl.nameLoc, Twine("axis '") + axisDecl.name +
+                                          "' needs a kind: write '" + axisDecl.name +
+                                          ": batch = …' (or tensor, or layers); only dp, tp "
+                                          "and pp imply theirs",
+                    "placement");
+        ok = false;
+        continue;
+      }
+      auto [it, inserted] = axisNames.try_emplace(axisDecl.name, axisDecl.nameLoc);
+      if (!inserted) {
+        diags.error(axisDecl.nameLoc, Twine("axis '") + axisDecl.name + "' appears twice in the mesh",
+                    "mesh-size");
+        diags.note(it->second, "first declared here");
+        ok = false;
+        continue;
+      }
+      std::optional<ParamValue> size =
+          getParamCount(axisDecl.size, "axis size", env, /*allowAuto=*/false);
+      if (!size) {
+        ok = false;
+        continue;
+      }
+      axis.size = size->value;
+      strategy->mesh.axes.push_back(std::move(axis));
+    }
+    unsigned layersAxes = 0;
+    for (const ir::Axis &axis : strategy->mesh.axes)
+      layersAxes += axis.kind == ir::AxisKind::Layers;
+    if (layersAxes > 1) {
+      diags.error(decl.mesh->loc, "a mesh may have at most one layers axis", "composition");
+      ok = false;
+    }
+  }
+  if (!ok)
+    return nullptr;
+
+  for (ir::StatePlacement &placement : strategy->placements)
+    placement.axes.resize(strategy->mesh.axes.size());
+
+  StringMap<SMLoc> statesSeen;
+  for (const ast::Placement &placement : decl.placements) {
+    auto [it, inserted] = statesSeen.try_emplace(placement.state, placement.stateLoc);
+    if (!inserted) {
+      diags.error(placement.stateLoc, Twine("'") + placement.state + "' is placed twice");
+      diags.note(it->second, "first placed here");
+      ok = false;
+      continue;
+    }
+    ok &= bindPlacement(placement, *strategy);
+  }
+
+  for (size_t i = 0; i < decl.pipelines.size(); ++i) {
+    if (i > 0) {
+      diags.error(decl.pipelines[i].loc, Twine("strategy '") + decl.name +
+                                             "' has a second pipeline",
+                  "composition");
+      diags.note(decl.pipelines[0].loc, "the first pipeline is here");
+      ok = false;
+      continue;
+    }
+    ok &= bindPipeline(decl.pipelines[i], env, *strategy);
+  }
+  if (!ok)
+    return nullptr;
+
+  bool hasLayersAxis = strategy->mesh.getDegree(ir::AxisKind::Layers) > 1 ||
+                       llvm::any_of(strategy->mesh.axes, [](const ir::Axis &axis) {
+                         return axis.kind == ir::AxisKind::Layers;
+                       });
+  if (strategy->pipeline && !hasLayersAxis) {
+    diags.error(strategy->pipeline->loc,
+                "a pipeline schedule needs a layers axis in the same strategy (for example "
+                "'mesh [pp = 4]')",
+                "composition");
+    return nullptr;
+  }
+  if (hasLayersAxis && !strategy->pipeline) {
+    ir::Pipeline pipeline;
+    pipeline.loc = decl.nameLoc;
+    strategy->pipeline = pipeline;
+  }
+  applyDefaults(*strategy);
+  return strategy;
+}
+
+bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy) {
+  std::optional<ir::State> state;
+  if (placement.state == "params")
+    state = ir::State::Params;
+  else if (placement.state == "grads")
+    state = ir::State::Grads;
+  else if (placement.state == "optimizer")
+    state = ir::State::Optimizer;
+  else if (placement.state == "activations")
+    state = ir::State::Activations;
+  if (!state) {
+    diags.error(placement.stateLoc,
+                Twine("unknown state '") + placement.state +
+                    "': expected params, grads, optimizer or activations" +
+                    didYouMean(placement.state, {"params", "grads", "optimizer", "activations",
+                                                 "mesh", "pipeline"}));
+    return false;
+  }
+  ir::StatePlacement &target = strategy.getPlacement(*state);
+  target.loc = placement.stateLoc;
+  bool ok = true;
+  if (!placement.tier.empty()) {
+    if (placement.tier == "device")
+      target.tier = ir::Tier::Device;
+    else if (placement.tier == "host")
+      target.tier = ir::Tier::Host;
+    else if (placement.tier == "nvme")
+      target.tier = ir::Tier::Nvme;
+    else {
+      diags.error(placement.tierLoc, Twine("unknown memory tier '") + placement.tier +
+                                         "': expected device, host or nvme" +
+                                         didYouMean(placement.tier, {"device", "host", "nvme"}));
+      ok = false;
+    }
+    target.tierExplicit = true;
+    target.tierLoc = placement.tierLoc;
+  }
+  if (*state == ir::State::Activations)
+    return bindActivations(placement, strategy) && ok;
+
+  for (const ast::Mode &mode : placement.modes) {
+    std::optional<ir::PlacementMode> kind;
+    if (mode.name == "replicate")
+      kind = ir::PlacementMode::Replicated;
+    else if (mode.name == "shard")
+      kind = ir::PlacementMode::Sharded;
+    else if (mode.name == "gather")
+      kind = ir::PlacementMode::ShardedWithGather;
+    if (!kind) {
+      if (mode.name == "keep" || mode.name == "recompute")
+        diags.error(mode.nameLoc, Twine("'") + mode.name + "' applies to activations only; " +
+                                      placement.state + " take replicate, shard or gather",
+                    "placement");
+      else
+        diags.error(mode.nameLoc, Twine("unknown placement mode '") + mode.name +
+                                      "': expected replicate, shard or gather" +
+                                      didYouMean(mode.name, {"replicate", "shard", "gather"}),
+                    "placement");
+      ok = false;
+      continue;
+    }
+    if (!strategy.hasMesh) {
+      diags.error(mode.nameLoc, "a strategy without a mesh sets only tiers and activation "
+                                "modes: write for example '" + placement.state + " = @ host'",
+                  "composition");
+      ok = false;
+      continue;
+    }
+    if (*kind == ir::PlacementMode::ShardedWithGather && *state != ir::State::Params) {
+      diags.error(mode.nameLoc, Twine("'gather' applies to params only: ") + placement.state +
+                                    " are never gathered for use; write 'shard' instead",
+                  "placement");
+      ok = false;
+      continue;
+    }
+    bool keepAfterForward = false;
+    SmallVector<const ast::Arg *, 2> axisArgs;
+    for (const ast::Arg &arg : mode.args) {
+      if (arg.key.empty()) {
+        axisArgs.push_back(&arg);
+        continue;
+      }
+      if (arg.key == "keep_after_forward" && *kind == ir::PlacementMode::ShardedWithGather) {
+        std::optional<bool> value = getBool(*arg.value, "keep_after_forward");
+        ok &= value.has_value();
+        keepAfterForward = value.value_or(false);
+        continue;
+      }
+      diags.error(arg.keyLoc, Twine("'") + mode.name + "' has no option '" + arg.key + "'" +
+                                  (*kind == ir::PlacementMode::ShardedWithGather
+                                       ? "; its option is keep_after_forward"
+                                       : ""),
+                  "placement");
+      ok = false;
+    }
+    if (axisArgs.empty()) {
+      diags.error(mode.nameLoc, Twine("'") + mode.name + "' needs the axes it applies to: write '" +
+                                    mode.name + "(" +
+                                    (strategy.mesh.axes.empty() ? "dp"
+                                                                : strategy.mesh.axes[0].name) +
+                                    ")'",
+                  "placement");
+      ok = false;
+      continue;
+    }
+    for (const ast::Arg *arg : axisArgs) {
+      const ast::Value &value = *arg->value;
+      if (value.kind != ast::Value::Kind::Name) {
+        diags.error(value.getLoc(), Twine("expected an axis name in '") + mode.name +
+                                        "(…)', found '" + spell(value) + "'",
+                    "placement");
+        ok = false;
+        continue;
+      }
+      int index = strategy.mesh.findAxis(value.text);
+      if (index < 0) {
+        std::vector<std::string> names;
+        std::string list;
+        for (const ir::Axis &axis : strategy.mesh.axes) {
+          names.push_back(axis.name);
+          list += (list.empty() ? "" : ", ") + axis.name;
+        }
+        diags.error(value.getLoc(), Twine("unknown axis '") + value.text + "' in the placement of " +
+                                        placement.state + "; the mesh has " +
+                                        (list.empty() ? std::string("no axes") : list) +
+                                        didYouMean(value.text, names),
+                    "placement");
+        ok = false;
+        continue;
+      }
+      const ir::Axis &axis = strategy.mesh.axes[index];
+      ir::AxisPlacement &slot = target.axes[index];
+      if (slot.isExplicit) {
+        diags.error(value.getLoc(), Twine("axis '") + value.text + "' is placed twice in " +
+                                        placement.state,
+                    "placement");
+        diags.note(slot.loc, "first placed here");
+        ok = false;
+        continue;
+      }
+      if (axis.kind == ir::AxisKind::Layers) {
+        diags.error(value.getLoc(), Twine("'") + axis.name +
+                                        "' is a layers axis: every state is split by pipeline "
+                                        "stage on it, so it takes no mode",
+                    "placement");
+        ok = false;
+        continue;
+      }
+      if (axis.kind == ir::AxisKind::Tensor && *kind != ir::PlacementMode::Sharded) {
+        diags.error(value.getLoc(), Twine("'") + mode.name + "(" + axis.name + ")' is not allowed: '" +
+                                        axis.name + "' is a tensor axis, which splits " +
+                                        placement.state +
+                                        " by each tensor's tensor-parallel kind; leave it out or "
+                                        "write 'shard(" +
+                                        axis.name + ")'",
+                    "placement");
+        ok = false;
+        continue;
+      }
+      slot.mode = axis.kind == ir::AxisKind::Tensor ? ir::PlacementMode::TensorSplit : *kind;
+      slot.keepAfterForward = keepAfterForward;
+      slot.isExplicit = true;
+      slot.loc = value.getLoc();
+    }
+  }
+  return ok;
+}
+
+bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strategy) {
+  ir::StatePlacement &target = strategy.getPlacement(ir::State::Activations);
+  bool ok = true;
+  SMLoc modeLoc;
+  for (const ast::Mode &mode : placement.modes) {
+    if (mode.name == "keep" || mode.name == "recompute") {
+      ir::ActivationMode activationMode = ir::ActivationMode::Keep;
+      if (mode.name == "recompute") {
+        activationMode = ir::ActivationMode::RecomputeFull;
+        if (mode.args.size() > 1 ||
+            (mode.args.size() == 1 &&
+             (!mode.args[0].key.empty() || mode.args[0].value->kind != ast::Value::Kind::Name ||
+              (mode.args[0].value->text != "selective" && mode.args[0].value->text != "full")))) {
+          diags.error(mode.args.empty() ? mode.nameLoc : mode.args[0].value->getLoc(),
+                      "'recompute' takes 'selective' or 'full': write 'recompute', "
+                      "'recompute(selective)' or 'recompute(full)'",
+                      "placement");
+          ok = false;
+          continue;
+        }
+        if (mode.args.size() == 1 && mode.args[0].value->text == "selective")
+          activationMode = ir::ActivationMode::RecomputeSelective;
+      } else if (mode.hasParens) {
+        diags.error(mode.nameLoc, "'keep' takes no arguments", "placement");
+        ok = false;
+        continue;
+      }
+      if (modeLoc.isValid()) {
+        diags.error(mode.nameLoc, "activations have two modes; choose one of keep, recompute and "
+                                  "recompute(selective)",
+                    "placement");
+        diags.note(modeLoc, "the first is here");
+        ok = false;
+        continue;
+      }
+      modeLoc = mode.nameLoc;
+      strategy.activationMode = activationMode;
+      strategy.activationModeLoc = mode.nameLoc;
+      continue;
+    }
+    if (mode.name != "shard") {
+      diags.error(mode.nameLoc, Twine("'") + mode.name +
+                                    "' does not apply to activations: they take keep, recompute, "
+                                    "recompute(selective) and shard(t) over a tensor axis",
+                  "placement");
+      ok = false;
+      continue;
+    }
+    if (!strategy.hasMesh) {
+      diags.error(mode.nameLoc, "a strategy without a mesh sets only tiers and activation modes",
+                  "composition");
+      ok = false;
+      continue;
+    }
+    if (mode.args.empty()) {
+      diags.error(mode.nameLoc, "'shard' needs the tensor axis it applies to: write 'shard(tp)'",
+                  "placement");
+      ok = false;
+      continue;
+    }
+    for (const ast::Arg &arg : mode.args) {
+      const ast::Value &value = *arg.value;
+      int index = value.kind == ast::Value::Kind::Name && arg.key.empty()
+                      ? strategy.mesh.findAxis(value.text)
+                      : -1;
+      if (index < 0) {
+        diags.error(value.getLoc(), Twine("unknown axis '") + spell(value) +
+                                        "' in the placement of activations",
+                    "placement");
+        ok = false;
+        continue;
+      }
+      const ir::Axis &axis = strategy.mesh.axes[index];
+      if (axis.kind != ir::AxisKind::Tensor) {
+        diags.error(value.getLoc(), Twine("activations are always split ") +
+                                        (axis.kind == ir::AxisKind::Batch
+                                             ? "by the batch"
+                                             : "by pipeline stage") +
+                                        " over '" + axis.name +
+                                        "', which takes no mode; 'shard' on activations means "
+                                        "sequence parallelism over a tensor axis",
+                    "placement");
+        ok = false;
+        continue;
+      }
+      target.axes[index].mode = ir::PlacementMode::Sharded;
+      target.axes[index].isExplicit = true;
+      target.axes[index].loc = value.getLoc();
+      strategy.sequenceParallel = true;
+    }
+  }
+  return ok;
+}
+
+bool Sema::bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env,
+                        ir::Strategy &strategy) {
+  ir::Pipeline pipeline;
+  pipeline.loc = spec.loc;
+  if (spec.schedule == "1f1b")
+    pipeline.schedule = ir::Schedule::OneFOneB;
+  else if (spec.schedule == "gpipe")
+    pipeline.schedule = ir::Schedule::GPipe;
+  else if (spec.schedule == "interleaved")
+    pipeline.schedule = ir::Schedule::Interleaved;
+  else {
+    diags.error(spec.scheduleLoc, Twine("unknown pipeline schedule '") + spec.schedule +
+                                      "': expected 1f1b, gpipe or interleaved" +
+                                      didYouMean(spec.schedule, {"1f1b", "gpipe", "interleaved"}));
+    return false;
+  }
+  bool ok = true;
+  bool sawChunks = false;
+  StringSet<> seen;
+  for (const ast::Arg &arg : spec.args) {
+    SMLoc loc = arg.key.empty() ? arg.value->getLoc() : arg.keyLoc;
+    StringRef key = arg.key.empty() ? StringRef("microbatches") : StringRef(arg.key);
+    if (!seen.insert(key).second) {
+      diags.error(loc, Twine("'") + key + "' is given twice");
+      ok = false;
+      continue;
+    }
+    if (key == "microbatches") {
+      std::optional<ParamValue> value =
+          getParamCount(*arg.value, "microbatches", env, /*allowAuto=*/true);
+      if (!value) {
+        ok = false;
+        continue;
+      }
+      if (!value->isAuto)
+        pipeline.microbatches = value->value;
+    } else if (key == "chunks" && pipeline.schedule == ir::Schedule::Interleaved) {
+      std::optional<ParamValue> value = getParamCount(*arg.value, "chunks", env, false);
+      if (!value) {
+        ok = false;
+        continue;
+      }
+      pipeline.chunks = value->value;
+      sawChunks = true;
+    } else {
+      diags.error(loc, Twine("pipeline schedule '") + spec.schedule + "' has no option '" + key +
+                           "'; its options are microbatches" +
+                           (pipeline.schedule == ir::Schedule::Interleaved ? " and chunks" : ""));
+      ok = false;
+    }
+  }
+  if (ok && pipeline.schedule == ir::Schedule::Interleaved && !sawChunks) {
+    diags.error(spec.scheduleLoc, "an interleaved schedule needs 'chunks', the number of model "
+                                  "chunks per stage: write 'interleaved(microbatches = 16, "
+                                  "chunks = 2)'");
+    ok = false;
+  }
+  if (ok)
+    strategy.pipeline = pipeline;
+  return ok;
+}
+
+void Sema::applyDefaults(ir::Strategy &strategy) {
+  for (ir::State state : ir::kAllStates) {
+    ir::StatePlacement &placement = strategy.getPlacement(state);
+    placement.axes.resize(strategy.mesh.axes.size());
+    for (size_t i = 0; i < strategy.mesh.axes.size(); ++i) {
+      ir::AxisPlacement &slot = placement.axes[i];
+      if (slot.isExplicit)
+        continue;
+      switch (strategy.mesh.axes[i].kind) {
+      case ir::AxisKind::Batch:
+        slot.mode = state == ir::State::Activations ? ir::PlacementMode::BatchSplit
+                                                    : ir::PlacementMode::Replicated;
+        break;
+      case ir::AxisKind::Tensor:
+        slot.mode = ir::PlacementMode::TensorSplit;
+        break;
+      case ir::AxisKind::Layers:
+        slot.mode = ir::PlacementMode::StageSplit;
+        break;
+      }
+    }
+  }
+}
+
+std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> operands,
+                                            ArrayRef<SMLoc> operandLocs, std::string name,
+                                            SMLoc loc) {
+  auto result = std::make_unique<ir::Strategy>();
+  result->name = std::move(name);
+  result->loc = loc;
+  bool ok = true;
+  StringMap<size_t> axisOwner;
+  std::optional<size_t> layersOwner, pipelineOwner, activationOwner;
+  std::array<std::optional<size_t>, ir::kNumStates> tierOwner;
+
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const ir::Strategy &operand = *operands[i];
+    result->hasMesh |= operand.hasMesh;
+    for (const ir::Axis &axis : operand.mesh.axes) {
+      auto [it, inserted] = axisOwner.try_emplace(axis.name, i);
+      if (!inserted) {
+        diags.error(operandLocs[i], Twine("the operands of '*' overlap: both name axis '") +
+                                        axis.name + "'",
+                    "composition");
+        diags.note(operandLocs[it->second], Twine("'") + operands[it->second]->name +
+                                                "' has axis '" + axis.name + "'");
+        diags.note(operandLocs[i], Twine("'") + operand.name + "' has axis '" + axis.name + "'");
+        ok = false;
+        continue;
+      }
+      if (axis.kind == ir::AxisKind::Layers) {
+        if (layersOwner) {
+          diags.error(operandLocs[i], "the composition has two layers axes; a strategy pipelines "
+                                      "over at most one",
+                      "composition");
+          diags.note(operandLocs[*layersOwner], Twine("'") + operands[*layersOwner]->name +
+                                                    "' has a layers axis");
+          diags.note(operandLocs[i], Twine("'") + operand.name + "' has a layers axis");
+          ok = false;
+          continue;
+        }
+        layersOwner = i;
+      }
+    }
+    // A pipeline comes with its layers axis, so two pipelines are two layers axes (above).
+    if (operand.pipeline && !pipelineOwner)
+      pipelineOwner = i;
+    if (operand.activationModeLoc.isValid()) {
+      if (activationOwner && operands[*activationOwner]->activationMode != operand.activationMode) {
+        diags.error(operandLocs[i],
+                    Twine("the operands of '*' disagree on activations: '") +
+                        ir::toString(operands[*activationOwner]->activationMode) + "' and '" +
+                        ir::toString(operand.activationMode) + "'",
+                    "composition");
+        diags.note(operandLocs[*activationOwner],
+                   Twine("'") + operands[*activationOwner]->name + "' sets '" +
+                       ir::toString(operands[*activationOwner]->activationMode) + "'");
+        diags.note(operandLocs[i], Twine("'") + operand.name + "' sets '" +
+                                       ir::toString(operand.activationMode) + "'");
+        ok = false;
+      } else if (!activationOwner) {
+        activationOwner = i;
+        result->activationMode = operand.activationMode;
+        result->activationModeLoc = operand.activationModeLoc;
+      }
+    }
+    result->sequenceParallel |= operand.sequenceParallel;
+    for (ir::State state : ir::kAllStates) {
+      const ir::StatePlacement &from = operand.getPlacement(state);
+      ir::StatePlacement &to = result->getPlacement(state);
+      unsigned index = static_cast<unsigned>(state);
+      if (from.tierExplicit) {
+        if (tierOwner[index] && to.tier != from.tier) {
+          diags.error(operandLocs[i], Twine("the operands of '*' disagree on the tier of ") +
+                                          ir::toString(state) + ": '" + ir::toString(to.tier) +
+                                          "' and '" + ir::toString(from.tier) + "'",
+                      "composition");
+          diags.note(operandLocs[*tierOwner[index]],
+                     Twine("'") + operands[*tierOwner[index]]->name + "' places " +
+                         ir::toString(state) + " @ " + ir::toString(to.tier));
+          diags.note(operandLocs[i], Twine("'") + operand.name + "' places " +
+                                         ir::toString(state) + " @ " + ir::toString(from.tier));
+          ok = false;
+        } else if (!tierOwner[index]) {
+          tierOwner[index] = i;
+          to.tier = from.tier;
+          to.tierExplicit = true;
+          to.tierLoc = from.tierLoc;
+        }
+      }
+      if (!to.loc.isValid())
+        to.loc = from.loc;
+    }
+  }
+  if (!ok)
+    return nullptr;
+
+  // Concatenate meshes and per-axis modes in operand order.
+  for (const ir::Strategy *operand : operands) {
+    for (size_t a = 0; a < operand->mesh.axes.size(); ++a) {
+      result->mesh.axes.push_back(operand->mesh.axes[a]);
+      for (ir::State state : ir::kAllStates)
+        result->getPlacement(state).axes.push_back(operand->getPlacement(state).axes[a]);
+    }
+  }
+  if (pipelineOwner)
+    result->pipeline = operands[*pipelineOwner]->pipeline;
+  applyDefaults(*result);
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Runs
+//===----------------------------------------------------------------------===//
+
+void Sema::buildRun(const ast::RunDecl &decl) {
+  static const std::vector<std::string> keys = {"model",        "cluster",      "strategy",
+                                                "micro_batch",  "global_batch", "precision",
+                                                "optimizer"};
+  auto fields = collectFields(decl, "a run", keys);
+  bool ok = requireFields(decl, "run", fields,
+                          {"model", "cluster", "strategy", "micro_batch", "global_batch"});
+  auto run = std::make_unique<ir::Run>();
+  run->name = decl.name;
+  run->loc = decl.nameLoc;
+  for (const ast::Field &field : decl.fields)
+    run->fieldLocs.try_emplace(field.key, field.keyLoc);
+
+  auto nameOf = [&](StringRef key) -> std::optional<std::string> {
+    const ast::Field *field = fields.lookup(key);
+    if (!field)
+      return std::nullopt;
+    if (field->value.kind != ast::Value::Kind::Name) {
+      diags.error(field->value.getLoc(), Twine("'") + key + "' must name a " + key + ", found " +
+                                             kindNoun(field->value.kind) + " '" +
+                                             spell(field->value) + "'");
+      ok = false;
+      return std::nullopt;
+    }
+    return field->value.text;
+  };
+
+  if (std::optional<std::string> name = nameOf("model")) {
+    const ast::ModelDecl *modelDecl =
+        lookup(modelDecls, *name, fields["model"]->value.getLoc(), "model");
+    run->model = modelDecl ? models.lookup(*name) : nullptr;
+    ok &= run->model != nullptr;
+  }
+  if (std::optional<std::string> name = nameOf("cluster")) {
+    const ast::ClusterDecl *clusterDecl =
+        lookup(clusterDecls, *name, fields["cluster"]->value.getLoc(), "cluster");
+    run->cluster = clusterDecl ? clusters.lookup(*name) : nullptr;
+    ok &= run->cluster != nullptr;
+  }
+  if (const ast::Field *field = fields.lookup("strategy")) {
+    const ast::Value &value = field->value;
+    if (value.kind == ast::Value::Kind::Name || value.kind == ast::Value::Kind::Call) {
+      run->strategy = resolveTerm(value.text, value.getLoc(), value.kind == ast::Value::Kind::Call,
+                                  value.args, ParamEnv());
+      if (run->strategy && !run->strategy->hasMesh) {
+        diags.error(value.getLoc(), Twine("strategy '") + run->strategy->name +
+                                        "' has no mesh; compose it with one, for example '" +
+                                        run->strategy->name + " * zero3(dp = 8)'",
+                    "composition");
+        run->strategy = nullptr;
+      }
+    } else {
+      diags.error(value.getLoc(), Twine("'strategy' must name a strategy, found ") +
+                                      kindNoun(value.kind) + " '" + spell(value) + "'");
+    }
+    ok &= run->strategy != nullptr;
+  }
+  if (const ast::Field *field = fields.lookup("micro_batch")) {
+    std::optional<int64_t> value = getCount(field->value, "micro_batch");
+    ok &= value.has_value();
+    run->microBatch = value.value_or(0);
+  }
+  if (const ast::Field *field = fields.lookup("global_batch")) {
+    std::optional<int64_t> value = getCount(field->value, "global_batch");
+    ok &= value.has_value();
+    run->globalBatch = value.value_or(0);
+  }
+  if (const ast::Field *field = fields.lookup("precision")) {
+    const ast::Value &value = field->value;
+    if (value.kind == ast::Value::Kind::Name && value.text == "fp32") {
+      run->precision = ir::Precision::FP32;
+    } else if (value.kind == ast::Value::Kind::Call && value.text == "mixed" &&
+               value.args.size() == 1 && value.args[0].key.empty() &&
+               value.args[0].value->kind == ast::Value::Kind::Name &&
+               (value.args[0].value->text == "bf16" || value.args[0].value->text == "fp16")) {
+      run->precision = value.args[0].value->text == "bf16" ? ir::Precision::MixedBF16
+                                                            : ir::Precision::MixedFP16;
+    } else {
+      diags.error(value.getLoc(), Twine("unknown precision '") + spell(value) +
+                                      "': expected mixed(bf16), mixed(fp16) or fp32");
+      ok = false;
+    }
+  }
+  if (const ast::Field *field = fields.lookup("optimizer")) {
+    const ast::Value &value = field->value;
+    if (value.kind == ast::Value::Kind::Name && value.text == "adam") {
+      run->optimizer = ir::OptimizerKind::Adam;
+    } else if (value.kind == ast::Value::Kind::Name && value.text == "sgd") {
+      run->optimizer = ir::OptimizerKind::Sgd;
+    } else if (value.kind == ast::Value::Kind::Call && value.text == "sgd" &&
+               value.args.size() == 1 && value.args[0].key == "momentum") {
+      std::optional<bool> momentum = getBool(*value.args[0].value, "momentum");
+      ok &= momentum.has_value();
+      run->optimizer = momentum.value_or(false) ? ir::OptimizerKind::SgdMomentum
+                                                : ir::OptimizerKind::Sgd;
+    } else {
+      diags.error(value.getLoc(), Twine("unknown optimizer '") + spell(value) +
+                                      "': expected adam, sgd or sgd(momentum = true)");
+      ok = false;
+    }
+  }
+  if (!ok)
+    return;
+
+  // Micro-batches per step: the pipeline's, or derived from the batch sizes.
+  const ir::Strategy &strategy = *run->strategy;
+  if (strategy.pipeline && strategy.pipeline->microbatches) {
+    run->microbatchesPerStep = *strategy.pipeline->microbatches;
+  } else {
+    int64_t perStep = run->microBatch * strategy.mesh.getDegree(ir::AxisKind::Batch);
+    run->microbatchesPerStep =
+        perStep > 0 && run->globalBatch % perStep == 0 ? run->globalBatch / perStep : 0;
+  }
+  program.runs.push_back(std::move(run));
+}
+
+} // namespace
+
+std::unique_ptr<ir::Program> buildProgram(ArrayRef<std::unique_ptr<ast::File>> files,
+                                          DiagnosticEngine &diags) {
+  auto program = std::make_unique<ir::Program>();
+  unsigned errorsBefore = diags.getNumErrors();
+  Sema(diags, *program).run(files);
+  if (diags.getNumErrors() != errorsBefore)
+    return nullptr;
+  return program;
+}
+
+} // namespace placec

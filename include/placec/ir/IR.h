@@ -1,0 +1,318 @@
+// The placec IR: a Program of Models (parameter tensors with their tensor-parallel split kinds),
+// Clusters, Strategies (a Mesh and a Placement of the four training states) and Runs. Sema builds
+// it from the AST with every name resolved, every default applied and every unit converted to base
+// units (bytes, bytes/s, FLOP/s, seconds).
+#ifndef PLACEC_IR_IR_H
+#define PLACEC_IR_IR_H
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/SMLoc.h"
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace placec::ir {
+
+//===----------------------------------------------------------------------===//
+// Models
+//===----------------------------------------------------------------------===//
+
+/// How a tensor-parallel axis splits a tensor (Megatron-LM).
+enum class TensorSplit {
+  Column,     ///< Output features split: qkv, MLP up/gate projections and their biases.
+  Row,        ///< Input features split: attention output and MLP down projection weights.
+  Vocabulary, ///< Vocabulary rows split: token embedding and untied output layer.
+  Replicated, ///< Not split: norms, row-parallel biases, position embeddings.
+};
+
+llvm::StringRef toString(TensorSplit split);
+
+/// One parameter tensor.
+struct Tensor {
+  std::string name; ///< `layers.3.attn.qkv.weight`, `embed.tokens`.
+  std::vector<int64_t> shape;
+  int64_t numElements = 0; ///< The product of the shape: element count, independent of dtype.
+  TensorSplit split = TensorSplit::Replicated;
+  /// The transformer block or mlp layer the tensor belongs to, counted from 0; -1 for tensors
+  /// before the first layer (embeddings), and `numLayers` for tensors after the last (final
+  /// norm, output layer).
+  int layer = 0;
+};
+
+enum class ModelKind { Transformer, Mlp, Abstract };
+enum class MlpActivation { Gelu, Swiglu };
+enum class NormKind { LayerNorm, RmsNorm };
+enum class PositionKind { Learned, Rope };
+
+llvm::StringRef toString(ModelKind kind);
+llvm::StringRef toString(MlpActivation activation);
+llvm::StringRef toString(NormKind norm);
+llvm::StringRef toString(PositionKind positions);
+
+struct TransformerConfig {
+  int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;
+  MlpActivation mlp = MlpActivation::Gelu;
+  NormKind norm = NormKind::LayerNorm;
+  bool bias = true;
+  PositionKind positions = PositionKind::Learned;
+  bool tiedEmbeddings = true;
+};
+
+struct MlpConfig {
+  int64_t layers = 0, width = 0, input = 0, output = 0;
+};
+
+class Model {
+public:
+  std::string name;
+  llvm::SMLoc loc;
+  ModelKind kind = ModelKind::Abstract;
+  TransformerConfig transformer; ///< Meaningful when kind == Transformer.
+  MlpConfig mlp;                 ///< Meaningful when kind == Mlp.
+  /// Every parameter tensor, in model order. Empty for an abstract model.
+  std::vector<Tensor> tensors;
+  /// The parameter count: the sum over `tensors`, or the declared `params` of an abstract model.
+  int64_t numParams = 0;
+
+  /// The number of layers (transformer blocks or mlp linear layers); 0 for an abstract model.
+  int64_t getNumLayers() const;
+  /// Parameters in tensors with `layer` in [0, numLayers).
+  int64_t getLayerParams() const;
+  /// Parameters in tensors before the first layer (embeddings).
+  int64_t getEmbeddingParams() const;
+  /// Parameters in tensors after the last layer (final norm, untied output layer).
+  int64_t getHeadParams() const;
+  /// Parameters whose tensor has the given split kind.
+  int64_t getParamsWithSplit(TensorSplit split) const;
+  /// The sum of the element counts of every tensor (what `numParams` is for a non-abstract model).
+  int64_t getTensorParams() const;
+};
+
+/// Builds the tensors of a transformer (GPT-2 layout, or LLaMA with swiglu/rmsnorm/rope/untied).
+/// `ffn = 0` means four times hidden. Element counts and sums saturate at INT64_MAX instead of
+/// overflowing; Sema bounds the config first, so that only matters for unchecked callers.
+std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config);
+/// Builds the tensors of an mlp: `layers` linear layers with biases, input → width … → output.
+std::vector<Tensor> buildMlpTensors(const MlpConfig &config);
+
+//===----------------------------------------------------------------------===//
+// Clusters
+//===----------------------------------------------------------------------===//
+
+class Cluster {
+public:
+  std::string name;
+  llvm::SMLoc loc;
+  int64_t nodes = 0;
+  int64_t devicesPerNode = 0;
+  double deviceMemory = 0;             ///< Bytes per device.
+  double peakFlops = 0;                ///< FLOP/s per device.
+  double intraBandwidth = 0;           ///< Bytes/s per device inside a node.
+  double interBandwidth = 0;           ///< Bytes/s per device across nodes.
+  std::optional<double> hostBandwidth; ///< Bytes/s per device to host memory.
+  double latency = 0;                  ///< Seconds per collective step (alpha).
+  std::optional<double> hostMemory;    ///< Bytes per node.
+  double efficiency = 0.5;             ///< Fraction of peak that compute reaches.
+  std::optional<double> nvmeBandwidth; ///< Bytes/s per device.
+  std::optional<double> nvmeCapacity;  ///< Bytes per node.
+  /// Where each field was written, by key, for notes.
+  llvm::StringMap<llvm::SMLoc> fieldLocs;
+
+  int64_t getNumDevices() const { return nodes * devicesPerNode; }
+};
+
+//===----------------------------------------------------------------------===//
+// Strategies: meshes and placements
+//===----------------------------------------------------------------------===//
+
+/// What an axis splits in the computation.
+enum class AxisKind {
+  Batch,  ///< The samples of a step (data parallelism).
+  Tensor, ///< Every weight matrix and the work of a layer (tensor parallelism).
+  Layers, ///< The layers, into consecutive stages (pipeline parallelism).
+};
+
+llvm::StringRef toString(AxisKind kind);
+
+struct Axis {
+  std::string name;
+  AxisKind kind = AxisKind::Batch;
+  int64_t size = 1;
+  llvm::SMLoc loc;
+};
+
+/// A device mesh: axes from outermost (slowest-varying rank) to innermost. A device's rank is the
+/// row-major index of its coordinates.
+class Mesh {
+public:
+  std::vector<Axis> axes;
+
+  int64_t getNumDevices() const;
+  /// The index of the named axis, or -1.
+  int findAxis(llvm::StringRef name) const;
+  /// The rank distance between neighbours along an axis: the product of the inner axes' sizes.
+  int64_t getStride(unsigned axis) const;
+  /// The product of the sizes of every axis of a kind (1 when there is none).
+  int64_t getDegree(AxisKind kind) const;
+  /// The rank groups of an axis: each group holds the ranks that differ only in that axis's
+  /// coordinate, in coordinate order; groups are ordered by their first rank.
+  std::vector<std::vector<int64_t>> getGroups(unsigned axis) const;
+  /// The number of rank groups of an axis: the device count divided by the axis size.
+  int64_t getNumGroups(unsigned axis) const;
+  /// Group `index` of getGroups(axis), computed alone (for printing the first few of a big mesh).
+  std::vector<int64_t> getGroup(unsigned axis, int64_t index) const;
+  /// True when every group of the axis lies inside one node of `devicesPerNode` devices.
+  bool isIntraNode(unsigned axis, int64_t devicesPerNode) const;
+};
+
+/// The four training states.
+enum class State { Params, Grads, Optimizer, Activations };
+constexpr unsigned kNumStates = 4;
+constexpr std::array<State, kNumStates> kAllStates = {State::Params, State::Grads, State::Optimizer,
+                                                      State::Activations};
+llvm::StringRef toString(State state);
+
+/// How a state is placed over one mesh axis.
+enum class PlacementMode {
+  Replicated,        ///< `replicate(ax)`: the whole state over this axis.
+  Sharded,           ///< `shard(ax)`: 1/n per device, never gathered.
+  ShardedWithGather, ///< `gather(ax)`: 1/n stored, gathered around each use.
+  TensorSplit,       ///< Tensor axis: split by each tensor's TP kind (the default; `shard(tp)`).
+  StageSplit,        ///< Layers axis: split by pipeline stage (always).
+  BatchSplit,        ///< Activations on a batch axis: each device keeps its own samples (always).
+};
+
+llvm::StringRef toString(PlacementMode mode);
+
+enum class Tier { Device, Host, Nvme };
+llvm::StringRef toString(Tier tier);
+
+/// What activations keep for the backward.
+enum class ActivationMode {
+  Keep,               ///< Everything the backward needs.
+  RecomputeSelective, ///< Everything but attention scores, softmax and dropout.
+  RecomputeFull,      ///< Layer inputs only.
+};
+
+llvm::StringRef toString(ActivationMode mode);
+
+struct AxisPlacement {
+  PlacementMode mode = PlacementMode::Replicated;
+  /// `gather(ax, keep_after_forward = true)`: keep the gathered unit from forward to backward.
+  bool keepAfterForward = false;
+  /// True when written in the source; false when it is the axis kind's default.
+  bool isExplicit = false;
+  llvm::SMLoc loc;
+};
+
+/// The placement of one state: a mode per mesh axis (indexed like Mesh::axes) and a tier.
+struct StatePlacement {
+  std::vector<AxisPlacement> axes;
+  Tier tier = Tier::Device;
+  bool tierExplicit = false;
+  llvm::SMLoc tierLoc;
+  /// Where the `state = …;` line is; invalid when the state takes only defaults.
+  llvm::SMLoc loc;
+
+  /// The product of the sizes of the axes whose mode is `mode`.
+  int64_t getDegree(const Mesh &mesh, PlacementMode mode) const;
+};
+
+enum class Schedule { OneFOneB, GPipe, Interleaved };
+llvm::StringRef toString(Schedule schedule);
+
+struct Pipeline {
+  Schedule schedule = Schedule::OneFOneB;
+  /// Micro-batches per step; nullopt for `auto` (derived from the run).
+  std::optional<int64_t> microbatches;
+  int64_t chunks = 1; ///< Interleaving chunks per stage (virtual pipeline size).
+  llvm::SMLoc loc;
+};
+
+/// A strategy with every parameter bound: a mesh and a placement per state.
+class Strategy {
+public:
+  std::string name; ///< The declared name, or the instantiation as written (`zero3(dp = 64)`).
+  llvm::SMLoc loc;
+  /// False for a mesh-less strategy (tiers and activation modes only, meant to be composed).
+  bool hasMesh = false;
+  Mesh mesh;
+  std::array<StatePlacement, kNumStates> placements;
+  ActivationMode activationMode = ActivationMode::Keep;
+  llvm::SMLoc activationModeLoc;
+  /// Activations sharded along the sequence over the tensor axes (sequence parallelism).
+  bool sequenceParallel = false;
+  std::optional<Pipeline> pipeline;
+
+  const StatePlacement &getPlacement(State state) const {
+    return placements[static_cast<unsigned>(state)];
+  }
+  StatePlacement &getPlacement(State state) { return placements[static_cast<unsigned>(state)]; }
+};
+
+//===----------------------------------------------------------------------===//
+// Runs and programs
+//===----------------------------------------------------------------------===//
+
+enum class Precision { MixedBF16, MixedFP16, FP32 };
+llvm::StringRef toString(Precision precision);
+
+enum class OptimizerKind { Adam, Sgd, SgdMomentum };
+llvm::StringRef toString(OptimizerKind optimizer);
+
+/// Bytes per parameter of each model state (LANGUAGE.md §6).
+struct StateBytes {
+  unsigned params, grads, optimizer;
+};
+StateBytes getStateBytes(Precision precision, OptimizerKind optimizer);
+/// Bytes per stored activation element: 2 under mixed precision, 4 under fp32.
+unsigned getActivationBytes(Precision precision);
+
+class Run {
+public:
+  std::string name;
+  llvm::SMLoc loc;
+  const Model *model = nullptr;
+  const Cluster *cluster = nullptr;
+  /// The run's strategy, fully bound (a composition or instantiation is resolved here).
+  const Strategy *strategy = nullptr;
+  int64_t microBatch = 0;
+  int64_t globalBatch = 0;
+  Precision precision = Precision::MixedBF16;
+  OptimizerKind optimizer = OptimizerKind::Adam;
+  /// Micro-batches per step per batch replica: the pipeline's micro-batches, or the gradient
+  /// accumulation steps without a pipeline. Derived when not written; 0 when it cannot be.
+  int64_t microbatchesPerStep = 0;
+  /// Where each field was written, by key, for notes.
+  llvm::StringMap<llvm::SMLoc> fieldLocs;
+};
+
+/// A whole program: the declarations of the main file and everything it imports, and the prelude.
+class Program {
+public:
+  std::vector<std::unique_ptr<Model>> models;
+  std::vector<std::unique_ptr<Cluster>> clusters;
+  /// Declared strategies without parameters, and every strategy a run or composition binds.
+  std::vector<std::unique_ptr<Strategy>> strategies;
+  std::vector<std::unique_ptr<Run>> runs;
+
+  const Model *findModel(llvm::StringRef name) const;
+  const Cluster *findCluster(llvm::StringRef name) const;
+  const Run *findRun(llvm::StringRef name) const;
+};
+
+/// Prints the program in placec's deterministic textual IR format (docs/ir.md).
+void printProgram(const Program &program, llvm::raw_ostream &os);
+
+} // namespace placec::ir
+
+#endif // PLACEC_IR_IR_H

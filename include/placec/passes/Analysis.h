@@ -1,0 +1,100 @@
+// Analyses over a StepPlan: memory per device (per state, persistent and transient, device and
+// host), communication per collective × axis × state × phase, and step time.
+#ifndef PLACEC_PASSES_ANALYSIS_H
+#define PLACEC_PASSES_ANALYSIS_H
+
+#include "placec/passes/StepPlan.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace placec::analysis {
+
+/// Bytes per device (or per node for host memory) by state.
+struct MemoryBreakdown {
+  double params = 0;
+  double grads = 0;
+  double optimizer = 0;
+  /// Activations kept for the backward at the peak (all in-flight micro-batches).
+  double activations = 0;
+  /// Gather buffers and other memory alive only around a use.
+  double transient = 0;
+  /// The most memory in use at any point of the step.
+  double peak = 0;
+
+  double getPersistent() const { return params + grads + optimizer; }
+};
+
+struct StageMemory {
+  int stage = 0;
+  MemoryBreakdown device;
+  MemoryBreakdown host;
+};
+
+struct MemoryReport {
+  /// The stage with the highest device peak (the only stage without a pipeline).
+  MemoryBreakdown device;
+  MemoryBreakdown host;
+  std::vector<StageMemory> stages;
+  /// False for an abstract model: activations are unknown and reported as such.
+  bool activationsKnown = true;
+  double deviceCapacity = 0;
+  std::optional<double> hostCapacity;
+  bool fitsDevice = true;
+  bool fitsHost = true;
+};
+
+/// The link a collective's traffic crosses.
+enum class LinkClass { IntraNode, InterNode, Host };
+llvm::StringRef toString(LinkClass link);
+
+/// One entry per collective kind × axis group × state × phase.
+struct CommEntry {
+  /// The pipeline stage whose devices make these calls (0 without a pipeline).
+  int stage = 0;
+  std::string axis; ///< The group's axis names joined with ',' (`dp`, `node,gpu`).
+  std::vector<unsigned> axes;
+  int64_t groupSize = 1;
+  plan::OpKind collective = plan::OpKind::AllReduce;
+  ir::State state = ir::State::Grads;
+  plan::Phase phase = plan::Phase::Step;
+  /// Calls per step on each device.
+  int64_t count = 0;
+  /// The collective's full buffer in bytes (all-reduce buffer, all-gather output, reduce-scatter
+  /// input), per call.
+  double messageBytes = 0;
+  /// messageBytes × count: every call's buffer together (calls on different units may differ in
+  /// size, so messageBytes is then their mean).
+  double totalBytes = 0;
+  /// Bytes each device puts on the wire per step with ring algorithms, all calls together.
+  double sentBytes = 0;
+  LinkClass link = LinkClass::IntraNode;
+  /// α–β time per step, all calls together.
+  double timeSeconds = 0;
+};
+
+struct TimeReport {
+  /// False when the model says too little to time the step (an abstract model).
+  bool known = true;
+  double flopsPerStep = 0; ///< Model FLOPs of the step, all devices (recomputation excluded).
+  double computeSeconds = 0;
+  double exposedCommSeconds = 0;
+  double bubbleSeconds = 0;
+  double stepSeconds = 0;
+  double mfu = 0;
+  double tokensPerSecond = 0;
+};
+
+struct RunAnalysis {
+  MemoryReport memory;
+  std::vector<CommEntry> communication;
+  TimeReport time;
+};
+
+/// Runs the three analyses over a plan.
+RunAnalysis analyze(const plan::StepPlan &plan);
+
+} // namespace placec::analysis
+
+#endif // PLACEC_PASSES_ANALYSIS_H

@@ -1,0 +1,50 @@
+// The passes over the IR and the pipeline that runs them.
+#ifndef PLACEC_PASSES_PASSES_H
+#define PLACEC_PASSES_PASSES_H
+
+#include "placec/ir/Diagnostics.h"
+#include "placec/ir/IR.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <memory>
+#include <vector>
+
+namespace placec {
+
+/// A pass reads (and may annotate) the program and reports through the diagnostic engine.
+class Pass {
+public:
+  virtual ~Pass() = default;
+  /// The pass's name, as `--print-after-all` shows it.
+  virtual llvm::StringRef getName() const = 0;
+  /// Runs the pass; returns false after reporting at least one error.
+  virtual bool run(ir::Program &program, DiagnosticEngine &diags) = 0;
+};
+
+/// Options that change what the verifier treats as an error.
+struct VerifyOptions {
+  /// Per-device and host memory over capacity is an error (`placec check`); otherwise it is left
+  /// to the reports.
+  bool capacityIsError = true;
+};
+
+/// Checks the composition rules of the language (docs/rules.md) on every run.
+std::unique_ptr<Pass> createVerifyPass(VerifyOptions options = {});
+
+/// Runs passes in order, stopping after the first that fails. With `printAfterAll`, prints the IR
+/// to `dump` after each pass.
+class PassManager {
+public:
+  void addPass(std::unique_ptr<Pass> pass) { passes.push_back(std::move(pass)); }
+  void setPrintAfterAll(llvm::raw_ostream *dump) { this->dump = dump; }
+  bool run(ir::Program &program, DiagnosticEngine &diags);
+
+private:
+  std::vector<std::unique_ptr<Pass>> passes;
+  llvm::raw_ostream *dump = nullptr;
+};
+
+} // namespace placec
+
+#endif // PLACEC_PASSES_PASSES_H

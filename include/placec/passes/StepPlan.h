@@ -1,0 +1,126 @@
+// The StepPlan: what one training step of a run does on each pipeline stage, in order — the
+// gathers, computes, frees, reductions, optimizer updates, host transfers and pipeline
+// sends/receives that the placement implies. The analyses walk it, and the C++ backend emits it,
+// so what the report predicts is what the generated program does (ARCHITECTURE.md, decision 1).
+#ifndef PLACEC_PASSES_STEPPLAN_H
+#define PLACEC_PASSES_STEPPLAN_H
+
+#include "placec/ir/IR.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace placec::plan {
+
+/// Element types of the buffers the plan moves.
+enum class DType { BF16, FP16, FP32 };
+llvm::StringRef toString(DType dtype);
+unsigned getSize(DType dtype);
+
+/// Where in the step an op runs.
+enum class Phase {
+  Forward,   ///< In the forward of a micro-batch.
+  Backward,  ///< In the backward of a micro-batch (recomputation included).
+  Step,      ///< Once per step, after the last micro-batch's backward.
+};
+llvm::StringRef toString(Phase phase);
+
+enum class OpKind {
+  AllGather,     ///< Collective: each rank contributes 1/n, all receive the whole buffer.
+  ReduceScatter, ///< Collective: the sum of the whole buffer, each rank keeps 1/n.
+  AllReduce,     ///< Collective: the sum of the whole buffer on every rank.
+  Send,          ///< Pipeline: activations (forward) or their gradients (backward) to a stage.
+  Recv,          ///< Pipeline: the matching receive.
+  Compute,       ///< Forward, backward or recomputation of a unit.
+  Free,          ///< Releases a transient buffer (gathered parameters).
+  OptimizerUpdate, ///< The optimizer step on the parameters a rank owns.
+  HostToDevice,  ///< Transfer over the host link.
+  DeviceToHost,  ///< Transfer over the host link.
+};
+llvm::StringRef toString(OpKind kind);
+bool isCollective(OpKind kind);
+
+/// The compute an Op of kind Compute performs.
+enum class ComputeKind { Forward, Backward, Recompute };
+llvm::StringRef toString(ComputeKind kind);
+
+/// One step of the plan.
+struct Op {
+  OpKind kind = OpKind::Compute;
+  Phase phase = Phase::Forward;
+  /// The state the op moves or changes; Activations for tensor-parallel and pipeline traffic.
+  ir::State state = ir::State::Params;
+  /// Index into StepPlan::units; -1 for an op on the whole stage (a bucketed reduction).
+  int unit = -1;
+  /// Collectives: the mesh axes of the group, outermost first (the group is their product).
+  std::vector<unsigned> axes;
+  /// Collectives: the size of the collective's full buffer in elements, per device (all-gather
+  /// output, reduce-scatter input, all-reduce buffer). Transfers, sends: the elements moved.
+  /// Compute: unused. Free: the elements released.
+  int64_t elements = 0;
+  DType dtype = DType::BF16;
+  /// True when the op runs once per micro-batch; false when once per step.
+  bool perMicrobatch = true;
+  /// Send/Recv: the other stage.
+  int peerStage = -1;
+  /// Compute: what is computed, and its FLOPs per device per micro-batch.
+  ComputeKind compute = ComputeKind::Forward;
+  double flops = 0;
+  /// Why the op is there, in the terms of the placement: "params gather(dp) before use".
+  std::string reason;
+};
+
+/// A unit of the model the plan moves as one: the embeddings, one transformer block or mlp
+/// layer, the head (final norm and output layer), or the whole of an abstract model.
+struct Unit {
+  std::string name;
+  /// The layer index (ir::Tensor::layer) of the unit's tensors.
+  int layer = 0;
+  int stage = 0;
+  /// The unit's parameters per device after the tensor-parallel split, before any batch-axis
+  /// sharding.
+  int64_t params = 0;
+  /// The unit's parameters before any split.
+  int64_t fullParams = 0;
+};
+
+/// What one pipeline stage does in a step. Without a pipeline there is one stage.
+struct StagePlan {
+  int stage = 0;
+  std::vector<unsigned> units; ///< Indices into StepPlan::units, in model order.
+  std::vector<Op> forward;     ///< One micro-batch's forward, in order.
+  std::vector<Op> backward;    ///< One micro-batch's backward, in order.
+  std::vector<Op> step;        ///< After the last micro-batch, in order.
+};
+
+class StepPlan {
+public:
+  const ir::Run *run = nullptr;
+  std::vector<Unit> units;
+  std::vector<StagePlan> stages;
+  /// Micro-batches per step (per batch replica).
+  int64_t microbatches = 1;
+  ir::Schedule schedule = ir::Schedule::OneFOneB;
+  int64_t chunks = 1;
+  DType paramType = DType::BF16;
+  DType gradType = DType::BF16;
+  DType activationType = DType::BF16;
+};
+
+/// Lowers a verified run to its step plan.
+std::unique_ptr<StepPlan> lowerRun(const ir::Run &run);
+
+/// Prints the plan (`placec --emit=plan`), documented in docs/plan.md.
+void printPlan(const StepPlan &plan, llvm::raw_ostream &os);
+
+} // namespace placec::plan
+
+#endif // PLACEC_PASSES_STEPPLAN_H

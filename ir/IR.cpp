@@ -1,0 +1,316 @@
+// The IR's enum spellings, mesh geometry (strides, degrees, rank groups, intra-node classes),
+// bytes per state, and program lookups.
+#include "placec/ir/IR.h"
+
+#include "llvm/Support/ErrorHandling.h"
+
+#include <limits>
+
+using namespace llvm;
+
+namespace placec::ir {
+
+/// a · b, saturating at the int64 limits instead of overflowing.
+static int64_t saturatingMul(int64_t a, int64_t b) {
+  int64_t result;
+  if (__builtin_mul_overflow(a, b, &result))
+    return (a < 0) != (b < 0) ? std::numeric_limits<int64_t>::min()
+                              : std::numeric_limits<int64_t>::max();
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Spellings
+//===----------------------------------------------------------------------===//
+
+StringRef toString(TensorSplit split) {
+  switch (split) {
+  case TensorSplit::Column:
+    return "column";
+  case TensorSplit::Row:
+    return "row";
+  case TensorSplit::Vocabulary:
+    return "vocabulary";
+  case TensorSplit::Replicated:
+    return "replicated";
+  }
+  llvm_unreachable("unknown TensorSplit");
+}
+
+StringRef toString(ModelKind kind) {
+  switch (kind) {
+  case ModelKind::Transformer:
+    return "transformer";
+  case ModelKind::Mlp:
+    return "mlp";
+  case ModelKind::Abstract:
+    return "abstract";
+  }
+  llvm_unreachable("unknown ModelKind");
+}
+
+StringRef toString(MlpActivation activation) {
+  switch (activation) {
+  case MlpActivation::Gelu:
+    return "gelu";
+  case MlpActivation::Swiglu:
+    return "swiglu";
+  }
+  llvm_unreachable("unknown MlpActivation");
+}
+
+StringRef toString(NormKind norm) {
+  switch (norm) {
+  case NormKind::LayerNorm:
+    return "layernorm";
+  case NormKind::RmsNorm:
+    return "rmsnorm";
+  }
+  llvm_unreachable("unknown NormKind");
+}
+
+StringRef toString(PositionKind positions) {
+  switch (positions) {
+  case PositionKind::Learned:
+    return "learned";
+  case PositionKind::Rope:
+    return "rope";
+  }
+  llvm_unreachable("unknown PositionKind");
+}
+
+StringRef toString(AxisKind kind) {
+  switch (kind) {
+  case AxisKind::Batch:
+    return "batch";
+  case AxisKind::Tensor:
+    return "tensor";
+  case AxisKind::Layers:
+    return "layers";
+  }
+  llvm_unreachable("unknown AxisKind");
+}
+
+StringRef toString(State state) {
+  switch (state) {
+  case State::Params:
+    return "params";
+  case State::Grads:
+    return "grads";
+  case State::Optimizer:
+    return "optimizer";
+  case State::Activations:
+    return "activations";
+  }
+  llvm_unreachable("unknown State");
+}
+
+StringRef toString(PlacementMode mode) {
+  switch (mode) {
+  case PlacementMode::Replicated:
+    return "replicate";
+  case PlacementMode::Sharded:
+    return "shard";
+  case PlacementMode::ShardedWithGather:
+    return "gather";
+  case PlacementMode::TensorSplit:
+    return "tensor-split";
+  case PlacementMode::StageSplit:
+    return "stage-split";
+  case PlacementMode::BatchSplit:
+    return "batch-split";
+  }
+  llvm_unreachable("unknown PlacementMode");
+}
+
+StringRef toString(Tier tier) {
+  switch (tier) {
+  case Tier::Device:
+    return "device";
+  case Tier::Host:
+    return "host";
+  case Tier::Nvme:
+    return "nvme";
+  }
+  llvm_unreachable("unknown Tier");
+}
+
+StringRef toString(ActivationMode mode) {
+  switch (mode) {
+  case ActivationMode::Keep:
+    return "keep";
+  case ActivationMode::RecomputeSelective:
+    return "recompute(selective)";
+  case ActivationMode::RecomputeFull:
+    return "recompute";
+  }
+  llvm_unreachable("unknown ActivationMode");
+}
+
+StringRef toString(Schedule schedule) {
+  switch (schedule) {
+  case Schedule::OneFOneB:
+    return "1f1b";
+  case Schedule::GPipe:
+    return "gpipe";
+  case Schedule::Interleaved:
+    return "interleaved";
+  }
+  llvm_unreachable("unknown Schedule");
+}
+
+StringRef toString(Precision precision) {
+  switch (precision) {
+  case Precision::MixedBF16:
+    return "mixed(bf16)";
+  case Precision::MixedFP16:
+    return "mixed(fp16)";
+  case Precision::FP32:
+    return "fp32";
+  }
+  llvm_unreachable("unknown Precision");
+}
+
+StringRef toString(OptimizerKind optimizer) {
+  switch (optimizer) {
+  case OptimizerKind::Adam:
+    return "adam";
+  case OptimizerKind::Sgd:
+    return "sgd";
+  case OptimizerKind::SgdMomentum:
+    return "sgd(momentum = true)";
+  }
+  llvm_unreachable("unknown OptimizerKind");
+}
+
+//===----------------------------------------------------------------------===//
+// Mesh
+//===----------------------------------------------------------------------===//
+
+int64_t Mesh::getNumDevices() const {
+  int64_t devices = 1;
+  for (const Axis &axis : axes)
+    devices = saturatingMul(devices, axis.size);
+  return devices;
+}
+
+int Mesh::findAxis(StringRef name) const {
+  for (unsigned i = 0, e = axes.size(); i != e; ++i)
+    if (axes[i].name == name)
+      return static_cast<int>(i);
+  return -1;
+}
+
+int64_t Mesh::getStride(unsigned axis) const {
+  assert(axis < axes.size() && "axis index out of range");
+  int64_t stride = 1;
+  for (unsigned i = axis + 1, e = axes.size(); i < e; ++i)
+    stride = saturatingMul(stride, axes[i].size);
+  return stride;
+}
+
+int64_t Mesh::getDegree(AxisKind kind) const {
+  int64_t degree = 1;
+  for (const Axis &axis : axes)
+    if (axis.kind == kind)
+      degree = saturatingMul(degree, axis.size);
+  return degree;
+}
+
+int64_t Mesh::getNumGroups(unsigned axis) const {
+  assert(axis < axes.size() && "axis index out of range");
+  int64_t size = axes[axis].size;
+  if (size <= 0)
+    return 0;
+  return getNumDevices() / size;
+}
+
+std::vector<int64_t> Mesh::getGroup(unsigned axis, int64_t index) const {
+  assert(axis < axes.size() && "axis index out of range");
+  int64_t size = axes[axis].size;
+  int64_t stride = getStride(axis);
+  // Group `index` fixes the outer coordinates to index / stride and the inner ones to
+  // index % stride; its ranks step by `stride` from there. Groups come in order of first rank.
+  int64_t first = (index / stride) * stride * size + index % stride;
+  std::vector<int64_t> group;
+  group.reserve(size > 0 ? static_cast<size_t>(size) : 0);
+  for (int64_t k = 0; k < size; ++k)
+    group.push_back(first + k * stride);
+  return group;
+}
+
+std::vector<std::vector<int64_t>> Mesh::getGroups(unsigned axis) const {
+  std::vector<std::vector<int64_t>> groups;
+  int64_t numGroups = getNumGroups(axis);
+  groups.reserve(static_cast<size_t>(numGroups));
+  for (int64_t g = 0; g < numGroups; ++g)
+    groups.push_back(getGroup(axis, g));
+  return groups;
+}
+
+// The groups of an axis of size n and stride s tile each block [q·s·n, (q+1)·s·n) of ranks, and a
+// node boundary strictly inside a block always cuts some group (with n > 1, either a group holds
+// both the rank just after the boundary and the rank s before it, or, when the boundary is less
+// than s into the block, the group starting at the block's first rank jumps over it). So every
+// group is intra-node iff no multiple of devicesPerNode below the device count falls strictly
+// inside a block: iff the mesh fits in one node or devicesPerNode is a multiple of s·n.
+bool Mesh::isIntraNode(unsigned axis, int64_t devicesPerNode) const {
+  assert(axis < axes.size() && "axis index out of range");
+  if (axes[axis].size <= 1)
+    return true;
+  if (devicesPerNode <= 0)
+    return false;
+  if (getNumDevices() <= devicesPerNode)
+    return true;
+  int64_t span = saturatingMul(getStride(axis), axes[axis].size);
+  return span > 0 && devicesPerNode % span == 0;
+}
+
+int64_t StatePlacement::getDegree(const Mesh &mesh, PlacementMode mode) const {
+  int64_t degree = 1;
+  for (size_t i = 0, e = std::min(axes.size(), mesh.axes.size()); i != e; ++i)
+    if (axes[i].mode == mode)
+      degree = saturatingMul(degree, mesh.axes[i].size);
+  return degree;
+}
+
+//===----------------------------------------------------------------------===//
+// Runs and programs
+//===----------------------------------------------------------------------===//
+
+StateBytes getStateBytes(Precision precision, OptimizerKind optimizer) {
+  bool mixed = precision != Precision::FP32;
+  unsigned weightBytes = mixed ? 2 : 4;
+  unsigned optimizerBytes = 0;
+  switch (optimizer) {
+  case OptimizerKind::Adam:
+    // fp32 momentum and variance, plus an fp32 master copy under mixed precision.
+    optimizerBytes = mixed ? 12 : 8;
+    break;
+  case OptimizerKind::SgdMomentum:
+    // fp32 momentum, plus an fp32 master copy under mixed precision.
+    optimizerBytes = mixed ? 8 : 4;
+    break;
+  case OptimizerKind::Sgd:
+    // Only the fp32 master copy under mixed precision.
+    optimizerBytes = mixed ? 4 : 0;
+    break;
+  }
+  return {weightBytes, weightBytes, optimizerBytes};
+}
+
+unsigned getActivationBytes(Precision precision) { return precision == Precision::FP32 ? 4 : 2; }
+
+template <typename T>
+static const T *findByName(const std::vector<std::unique_ptr<T>> &decls, StringRef name) {
+  for (const std::unique_ptr<T> &decl : decls)
+    if (decl && decl->name == name)
+      return decl.get();
+  return nullptr;
+}
+
+const Model *Program::findModel(StringRef name) const { return findByName(models, name); }
+const Cluster *Program::findCluster(StringRef name) const { return findByName(clusters, name); }
+const Run *Program::findRun(StringRef name) const { return findByName(runs, name); }
+
+} // namespace placec::ir

@@ -1,0 +1,406 @@
+// Prints a Program in placec's deterministic textual IR format (docs/ir.md): declaration order,
+// exact numbers, readable units alongside base units, and rank groups of each run's mesh.
+#include "placec/ir/IR.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+using namespace llvm;
+
+namespace placec::ir {
+
+namespace {
+
+/// The groups of an axis printed in full; the rest are counted.
+constexpr int64_t kMaxPrintedGroups = 4;
+/// Groups up to this size print every rank; larger ones print the first few, `…`, and the last.
+constexpr int64_t kMaxPrintedRanks = 8;
+constexpr int64_t kLeadingRanks = 4;
+
+/// Shortest round-trip spelling of a double; integral values below 2^53 print as integers.
+std::string formatNumber(double value) {
+  if (std::isfinite(value) && value == std::trunc(value) && std::fabs(value) < 0x1p53)
+    return std::to_string(static_cast<int64_t>(value));
+  char buffer[64];
+  auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+/// A readable mantissa: at most 12 significant digits, trailing zeros trimmed.
+std::string formatMantissa(double value) {
+  char buffer[64];
+  auto result =
+      std::to_chars(buffer, buffer + sizeof(buffer), value, std::chars_format::general, 12);
+  return std::string(buffer, result.ptr);
+}
+
+struct Unit {
+  double scale;
+  StringRef name;
+};
+
+/// `value` in the largest unit it reaches (the smallest unit when it reaches none).
+std::string formatInUnits(double value, ArrayRef<Unit> units) {
+  const Unit *chosen = &units.front();
+  for (const Unit &unit : units)
+    if (std::fabs(value) >= unit.scale)
+      chosen = &unit;
+  return formatMantissa(value / chosen->scale) + " " + chosen->name.str();
+}
+
+const Unit kDecimalBytes[] = {{1, "B"}, {1e3, "KB"}, {1e6, "MB"}, {1e9, "GB"}, {1e12, "TB"}};
+const Unit kBinaryBytes[] = {
+    {1, "B"}, {0x1p10, "KiB"}, {0x1p20, "MiB"}, {0x1p30, "GiB"}, {0x1p40, "TiB"}};
+const Unit kBandwidth[] = {{1, "B/s"}, {1e3, "KB/s"}, {1e6, "MB/s"}, {1e9, "GB/s"}, {1e12, "TB/s"}};
+const Unit kRate[] = {{1e12, "TFLOPS"}, {1e15, "PFLOPS"}};
+const Unit kTime[] = {{1e-9, "ns"}, {1e-6, "us"}, {1e-3, "ms"}, {1, "s"}};
+
+/// `<base value> <base unit> (<readable>)`, the readable part left out when it says the same.
+std::string formatQuantity(double value, StringRef baseUnit, std::string readable) {
+  std::string base = formatNumber(value) + " " + baseUnit.str();
+  if (value == 0 || readable == base)
+    return base;
+  return base + " (" + readable + ")";
+}
+
+std::string formatBytes(double value) {
+  // Whichever of the decimal and binary spellings is shorter: 80 GiB, 40 GB.
+  std::string decimal = formatInUnits(value, kDecimalBytes);
+  std::string binary = formatInUnits(value, kBinaryBytes);
+  return formatQuantity(value, "B", binary.size() < decimal.size() ? binary : decimal);
+}
+
+std::string formatBandwidth(double value) {
+  return formatQuantity(value, "B/s", formatInUnits(value, kBandwidth));
+}
+
+std::string formatRate(double value) {
+  return formatQuantity(value, "FLOP/s", formatInUnits(value, kRate));
+}
+
+std::string formatTime(double value) {
+  return formatQuantity(value, "s", formatInUnits(value, kTime));
+}
+
+bool isIdentifier(StringRef name) {
+  if (name.empty() || !(isAlpha(name.front()) || name.front() == '_'))
+    return false;
+  return all_of(name, [](char c) { return isAlnum(c) || c == '_'; });
+}
+
+class IRPrinter {
+public:
+  explicit IRPrinter(raw_ostream &os) : os(os) {}
+
+  void print(const Program &program);
+
+private:
+  void print(const Model &model);
+  void print(const Cluster &cluster);
+  void print(const Strategy &strategy);
+  void print(const Run &run);
+  void printState(const Strategy &strategy, State state);
+  void printGroups(const Mesh &mesh, const Cluster &cluster);
+  void printGroup(int64_t first, int64_t stride, int64_t size);
+
+  /// `@name`, or `@"name"` with escapes when the name is not an identifier.
+  void printSymbol(StringRef name) {
+    os << '@';
+    if (isIdentifier(name)) {
+      os << name;
+      return;
+    }
+    os << '"';
+    os.write_escaped(name);
+    os << '"';
+  }
+
+  /// Starts a line at the current indentation.
+  raw_ostream &line() {
+    os.indent(indent * 2);
+    return os;
+  }
+  void open() { ++indent; }
+  void close() {
+    --indent;
+    line() << "}\n";
+  }
+
+  raw_ostream &os;
+  unsigned indent = 0;
+};
+
+} // namespace
+
+void IRPrinter::print(const Program &program) {
+  bool first = true;
+  auto separate = [&] {
+    if (!first)
+      os << '\n';
+    first = false;
+  };
+  for (const std::unique_ptr<Model> &model : program.models) {
+    separate();
+    print(*model);
+  }
+  for (const std::unique_ptr<Cluster> &cluster : program.clusters) {
+    separate();
+    print(*cluster);
+  }
+  for (const std::unique_ptr<Strategy> &strategy : program.strategies) {
+    separate();
+    print(*strategy);
+  }
+  for (const std::unique_ptr<Run> &run : program.runs) {
+    separate();
+    print(*run);
+  }
+}
+
+void IRPrinter::print(const Model &model) {
+  line() << "model ";
+  printSymbol(model.name);
+  os << " : " << toString(model.kind) << " {\n";
+  open();
+
+  if (model.kind == ModelKind::Abstract) {
+    line() << "params = " << model.numParams << '\n';
+    close();
+    return;
+  }
+
+  line() << "config {\n";
+  open();
+  if (model.kind == ModelKind::Transformer) {
+    const TransformerConfig &config = model.transformer;
+    line() << "layers = " << config.layers << '\n';
+    line() << "hidden = " << config.hidden << '\n';
+    line() << "heads = " << config.heads << '\n';
+    line() << "seq = " << config.seq << '\n';
+    line() << "vocab = " << config.vocab << '\n';
+    int64_t ffn = config.ffn;
+    if (ffn <= 0 && __builtin_mul_overflow(config.hidden, int64_t(4), &ffn))
+      ffn = std::numeric_limits<int64_t>::max();
+    line() << "ffn = " << ffn << '\n';
+    line() << "mlp = " << toString(config.mlp) << '\n';
+    line() << "norm = " << toString(config.norm) << '\n';
+    line() << "bias = " << (config.bias ? "true" : "false") << '\n';
+    line() << "positions = " << toString(config.positions) << '\n';
+    line() << "tied_embeddings = " << (config.tiedEmbeddings ? "true" : "false") << '\n';
+  } else {
+    const MlpConfig &config = model.mlp;
+    line() << "layers = " << config.layers << '\n';
+    line() << "width = " << config.width << '\n';
+    line() << "input = " << config.input << '\n';
+    line() << "output = " << config.output << '\n';
+  }
+  close();
+
+  line() << "tensors (" << model.tensors.size() << ") {\n";
+  open();
+  for (const Tensor &tensor : model.tensors) {
+    line() << tensor.name << " : [";
+    interleaveComma(tensor.shape, os);
+    os << "], elements = " << tensor.numElements << ", split = " << toString(tensor.split)
+       << ", layer = " << tensor.layer << '\n';
+  }
+  close();
+
+  line() << "params = " << model.numParams << " {\n";
+  open();
+  int64_t layerParams = model.getLayerParams();
+  int64_t embeddingParams = model.getEmbeddingParams();
+  line() << "layers = " << layerParams << '\n';
+  line() << "embeddings = " << embeddingParams << '\n';
+  line() << "head = " << model.getHeadParams() << '\n';
+  if (model.kind == ModelKind::Transformer) {
+    int64_t narayanan;
+    if (__builtin_add_overflow(layerParams, embeddingParams, &narayanan))
+      narayanan = std::numeric_limits<int64_t>::max();
+    line() << "narayanan = " << narayanan << " (layers + embeddings)\n";
+  }
+  line() << "by_split = {";
+  interleaveComma(ArrayRef<TensorSplit>{TensorSplit::Column, TensorSplit::Row,
+                                        TensorSplit::Vocabulary, TensorSplit::Replicated},
+                  os, [&](TensorSplit split) {
+                    os << toString(split) << " = " << model.getParamsWithSplit(split);
+                  });
+  os << "}\n";
+  close();
+  close();
+}
+
+void IRPrinter::print(const Cluster &cluster) {
+  line() << "cluster ";
+  printSymbol(cluster.name);
+  os << " {\n";
+  open();
+  line() << "nodes = " << cluster.nodes << '\n';
+  line() << "devices_per_node = " << cluster.devicesPerNode << '\n';
+  line() << "devices = " << cluster.getNumDevices() << '\n';
+  line() << "device_memory = " << formatBytes(cluster.deviceMemory) << '\n';
+  line() << "peak = " << formatRate(cluster.peakFlops) << '\n';
+  line() << "intra_bandwidth = " << formatBandwidth(cluster.intraBandwidth) << '\n';
+  line() << "inter_bandwidth = " << formatBandwidth(cluster.interBandwidth) << '\n';
+  line() << "host_bandwidth = "
+         << (cluster.hostBandwidth ? formatBandwidth(*cluster.hostBandwidth) : "none") << '\n';
+  line() << "latency = " << formatTime(cluster.latency) << '\n';
+  line() << "host_memory = " << (cluster.hostMemory ? formatBytes(*cluster.hostMemory) : "none")
+         << '\n';
+  line() << "efficiency = " << formatNumber(cluster.efficiency) << '\n';
+  line() << "nvme_bandwidth = "
+         << (cluster.nvmeBandwidth ? formatBandwidth(*cluster.nvmeBandwidth) : "none") << '\n';
+  line() << "nvme_capacity = "
+         << (cluster.nvmeCapacity ? formatBytes(*cluster.nvmeCapacity) : "none") << '\n';
+  close();
+}
+
+static StringRef explicitness(bool isExplicit) { return isExplicit ? "[explicit]" : "[default]"; }
+
+void IRPrinter::print(const Strategy &strategy) {
+  line() << "strategy ";
+  printSymbol(strategy.name);
+  os << " {\n";
+  open();
+  const Mesh &mesh = strategy.mesh;
+  if (!strategy.hasMesh) {
+    line() << "mesh = none\n";
+  } else {
+    line() << "mesh (devices = " << mesh.getNumDevices() << ") {\n";
+    open();
+    for (unsigned i = 0, e = mesh.axes.size(); i != e; ++i) {
+      const Axis &axis = mesh.axes[i];
+      line() << "axis " << axis.name << " : " << toString(axis.kind) << ", size = " << axis.size
+             << ", stride = " << mesh.getStride(i) << '\n';
+    }
+    close();
+  }
+  for (State state : kAllStates)
+    printState(strategy, state);
+  if (strategy.pipeline) {
+    const Pipeline &pipeline = *strategy.pipeline;
+    line() << "pipeline = " << toString(pipeline.schedule) << "(microbatches = ";
+    if (pipeline.microbatches)
+      os << *pipeline.microbatches;
+    else
+      os << "auto";
+    os << ", chunks = " << pipeline.chunks << ") " << explicitness(pipeline.loc.isValid()) << '\n';
+  } else {
+    line() << "pipeline = none\n";
+  }
+  close();
+}
+
+void IRPrinter::printState(const Strategy &strategy, State state) {
+  const StatePlacement &placement = strategy.getPlacement(state);
+  line() << toString(state) << " {\n";
+  open();
+  if (strategy.hasMesh) {
+    for (unsigned i = 0, e = strategy.mesh.axes.size(); i != e; ++i) {
+      line() << strategy.mesh.axes[i].name << " = ";
+      if (i >= placement.axes.size()) {
+        os << "<missing>\n";
+        continue;
+      }
+      const AxisPlacement &axis = placement.axes[i];
+      os << toString(axis.mode);
+      if (axis.keepAfterForward)
+        os << "(keep_after_forward = true)";
+      os << ' ' << explicitness(axis.isExplicit) << '\n';
+    }
+  }
+  line() << "tier = " << toString(placement.tier) << ' ' << explicitness(placement.tierExplicit)
+         << '\n';
+  if (state == State::Activations) {
+    line() << "mode = " << toString(strategy.activationMode) << ' '
+           << explicitness(strategy.activationModeLoc.isValid()) << '\n';
+    line() << "sequence_parallel = " << (strategy.sequenceParallel ? "true" : "false") << '\n';
+  }
+  close();
+}
+
+void IRPrinter::print(const Run &run) {
+  line() << "run ";
+  printSymbol(run.name);
+  os << " {\n";
+  open();
+  auto printReference = [&](StringRef key, const auto *decl) {
+    line() << key << " = ";
+    if (decl)
+      printSymbol(decl->name);
+    else
+      os << "none";
+    os << '\n';
+  };
+  printReference("model", run.model);
+  printReference("cluster", run.cluster);
+  printReference("strategy", run.strategy);
+  line() << "micro_batch = " << run.microBatch << '\n';
+  line() << "global_batch = " << run.globalBatch << '\n';
+  line() << "precision = " << toString(run.precision) << '\n';
+  line() << "optimizer = " << toString(run.optimizer) << '\n';
+  StateBytes bytes = getStateBytes(run.precision, run.optimizer);
+  line() << "bytes_per_param = {params = " << bytes.params << ", grads = " << bytes.grads
+         << ", optimizer = " << bytes.optimizer << "}\n";
+  line() << "bytes_per_activation = " << getActivationBytes(run.precision) << '\n';
+  line() << "microbatches_per_step = " << run.microbatchesPerStep;
+  if (run.microbatchesPerStep == 0)
+    os << " (not derived)";
+  os << '\n';
+  if (run.strategy && run.cluster) {
+    if (run.strategy->hasMesh)
+      printGroups(run.strategy->mesh, *run.cluster);
+    else
+      line() << "groups = none\n";
+  }
+  close();
+}
+
+void IRPrinter::printGroups(const Mesh &mesh, const Cluster &cluster) {
+  line() << "groups on ";
+  printSymbol(cluster.name);
+  os << " (devices = " << mesh.getNumDevices() << ", devices_per_node = " << cluster.devicesPerNode
+     << ") {\n";
+  open();
+  for (unsigned i = 0, e = mesh.axes.size(); i != e; ++i) {
+    const Axis &axis = mesh.axes[i];
+    int64_t numGroups = mesh.getNumGroups(i);
+    line() << "axis " << axis.name << " : " << toString(axis.kind) << ", size = " << axis.size
+           << ", stride = " << mesh.getStride(i) << ", "
+           << (mesh.isIntraNode(i, cluster.devicesPerNode) ? "intra-node" : "inter-node") << ", "
+           << numGroups << (numGroups == 1 ? " group" : " groups") << '\n';
+    open();
+    int64_t stride = mesh.getStride(i);
+    for (int64_t g = 0; g < std::min(numGroups, kMaxPrintedGroups); ++g) {
+      // As Mesh::getGroup, without building a group that may hold a million ranks.
+      line();
+      printGroup((g / stride) * stride * axis.size + g % stride, stride, axis.size);
+    }
+    if (numGroups > kMaxPrintedGroups) {
+      int64_t rest = numGroups - kMaxPrintedGroups;
+      line() << "… " << rest << (rest == 1 ? " more group" : " more groups") << '\n';
+    }
+    --indent;
+  }
+  close();
+}
+
+void IRPrinter::printGroup(int64_t first, int64_t stride, int64_t size) {
+  os << '[';
+  int64_t printed = size <= kMaxPrintedRanks ? size : kLeadingRanks;
+  for (int64_t k = 0; k < printed; ++k)
+    os << (k == 0 ? "" : ", ") << first + k * stride;
+  if (printed < size)
+    os << ", …, " << first + (size - 1) * stride;
+  os << "]\n";
+}
+
+void printProgram(const Program &program, raw_ostream &os) { IRPrinter(os).print(program); }
+
+} // namespace placec::ir

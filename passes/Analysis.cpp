@@ -1,0 +1,400 @@
+// Memory, communication and time of a run, computed by walking its StepPlan.
+#include "placec/passes/Analysis.h"
+
+#include "llvm/ADT/STLExtras.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+using namespace llvm;
+
+namespace placec::analysis {
+
+StringRef toString(LinkClass link) {
+  switch (link) {
+  case LinkClass::IntraNode:
+    return "intra";
+  case LinkClass::InterNode:
+    return "inter";
+  case LinkClass::Host:
+    return "host";
+  }
+  return "?";
+}
+
+namespace {
+
+using plan::Op;
+using plan::OpKind;
+using plan::Phase;
+
+class Analyzer {
+public:
+  explicit Analyzer(const plan::StepPlan &plan)
+      : plan(plan), run(*plan.run), strategy(*run.strategy), mesh(strategy.mesh),
+        model(*run.model), cluster(*run.cluster) {}
+
+  RunAnalysis analyze();
+
+private:
+  int64_t productOf(const std::vector<unsigned> &axes) const {
+    int64_t result = 1;
+    for (unsigned axis : axes)
+      result *= mesh.axes[axis].size;
+    return result;
+  }
+  int64_t shardDegree(ir::State state) const;
+  /// Activation bytes of one layer for one micro-batch (Korthikanti et al. 2022, Table 2).
+  double layerActivationBytes() const;
+  /// Micro-batches whose activations a stage holds at its peak.
+  double inFlight(int stage) const;
+  StageMemory stageMemory(const plan::StagePlan &stage) const;
+
+  LinkClass linkOf(const Op &op) const;
+  /// α–β time of one call of a collective or transfer.
+  double callSeconds(const Op &op, double bytes) const;
+  /// Bytes one device sends per call (ring algorithms).
+  double sentBytesPerCall(const Op &op, double bytes) const;
+  int64_t groupSize(const Op &op) const;
+
+  const plan::StepPlan &plan;
+  const ir::Run &run;
+  const ir::Strategy &strategy;
+  const ir::Mesh &mesh;
+  const ir::Model &model;
+  const ir::Cluster &cluster;
+};
+
+int64_t Analyzer::shardDegree(ir::State state) const {
+  int64_t degree = 1;
+  const ir::StatePlacement &placement = strategy.getPlacement(state);
+  for (unsigned i = 0; i < mesh.axes.size(); ++i)
+    if (mesh.axes[i].kind == ir::AxisKind::Batch &&
+        (placement.axes[i].mode == ir::PlacementMode::Sharded ||
+         placement.axes[i].mode == ir::PlacementMode::ShardedWithGather))
+      degree *= mesh.axes[i].size;
+  return degree;
+}
+
+double Analyzer::layerActivationBytes() const {
+  double b = static_cast<double>(run.microBatch);
+  double t = static_cast<double>(mesh.getDegree(ir::AxisKind::Tensor));
+  double scale = ir::getActivationBytes(run.precision) / 2.0;
+  if (model.kind == ir::ModelKind::Transformer) {
+    const ir::TransformerConfig &config = model.transformer;
+    double s = config.seq, h = config.hidden, a = config.heads;
+    double sbh = s * b * h;
+    double attention = 5 * a * s / (h * t);
+    bool sp = strategy.sequenceParallel;
+    switch (strategy.activationMode) {
+    case ir::ActivationMode::Keep:
+      return scale * sbh * (sp ? 34 / t + attention : 10 + 24 / t + attention);
+    case ir::ActivationMode::RecomputeSelective:
+      return scale * sbh * (sp ? 34 / t : 10 + 24 / t);
+    case ir::ActivationMode::RecomputeFull:
+      return scale * 2 * sbh / (sp ? t : 1);
+    }
+  }
+  if (model.kind == ir::ModelKind::Mlp) {
+    // A linear layer keeps its input and its pre-activation output for the backward.
+    double bytes = ir::getActivationBytes(run.precision);
+    double width = static_cast<double>(model.mlp.width);
+    if (strategy.activationMode == ir::ActivationMode::RecomputeFull)
+      return bytes * b * width;
+    return bytes * b * 2 * width;
+  }
+  return 0;
+}
+
+double Analyzer::inFlight(int stage) const {
+  double m = static_cast<double>(plan.microbatches);
+  double p = static_cast<double>(plan.stages.size());
+  if (plan.stages.size() <= 1)
+    return 1;
+  // Narayanan et al. 2021 §2.2 and Korthikanti et al. 2022 §4.2.3: with 1F1B stage s holds
+  // min(p − s, m) micro-batches; GPipe holds all m; interleaving multiplies by 1 + (p−1)/(p·v).
+  switch (plan.schedule) {
+  case ir::Schedule::GPipe:
+    return m;
+  case ir::Schedule::OneFOneB:
+    return std::min(p - stage, m);
+  case ir::Schedule::Interleaved: {
+    double v = static_cast<double>(plan.chunks);
+    return std::min(p - stage, m) * (1 + (p - 1) / (p * v));
+  }
+  }
+  return 1;
+}
+
+StageMemory Analyzer::stageMemory(const plan::StagePlan &stage) const {
+  StageMemory result;
+  result.stage = stage.stage;
+  ir::StateBytes bytes = ir::getStateBytes(run.precision, run.optimizer);
+  const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
+  const ir::StatePlacement &grads = strategy.getPlacement(ir::State::Grads);
+  const ir::StatePlacement &optimizer = strategy.getPlacement(ir::State::Optimizer);
+  const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
+  bool optimizerOnHost = optimizer.tier != ir::Tier::Device;
+  // ZeRO-Offload: with the optimizer on the host, the gradients it consumes live there too.
+  bool gradsOnHost = grads.tier != ir::Tier::Device || (optimizerOnHost && !grads.tierExplicit);
+  int64_t paramShard = shardDegree(ir::State::Params);
+  int64_t gradShard = shardDegree(ir::State::Grads);
+  int64_t optimizerShard = shardDegree(ir::State::Optimizer);
+
+  double paramElements = 0, largestUnit = 0;
+  int64_t layersOnStage = 0;
+  for (unsigned index : stage.units) {
+    const plan::Unit &unit = plan.units[index];
+    paramElements += static_cast<double>(unit.params);
+    largestUnit = std::max(largestUnit, static_cast<double>(unit.params));
+    if (unit.layer >= 0 && unit.layer < model.getNumLayers())
+      ++layersOnStage;
+  }
+  double paramBytes = paramElements * bytes.params / static_cast<double>(paramShard);
+  double gradBytes = paramElements * bytes.grads / static_cast<double>(gradShard);
+  double optimizerBytes = paramElements * bytes.optimizer / static_cast<double>(optimizerShard);
+  (params.tier == ir::Tier::Device ? result.device : result.host).params = paramBytes;
+  (gradsOnHost ? result.host : result.device).grads = gradBytes;
+  (optimizerOnHost ? result.host : result.device).optimizer = optimizerBytes;
+
+  double activationBytes =
+      static_cast<double>(layersOnStage) * layerActivationBytes() * inFlight(stage.stage);
+  (activations.tier == ir::Tier::Device ? result.device : result.host).activations =
+      activationBytes;
+
+  // Transient buffers: gathered units (the one in use and the next, prefetched, or every unit
+  // from its forward to its backward with keep_after_forward), a unit's full gradient before it
+  // is reduce-scattered or sent to the host, a unit's parameters brought from the host.
+  double transient = 0;
+  bool gathers = llvm::any_of(stage.forward, [](const Op &op) {
+    return op.kind == OpKind::AllGather && op.state == ir::State::Params;
+  });
+  if (gathers) {
+    bool keep = llvm::any_of(params.axes, [](const ir::AxisPlacement &axis) {
+      return axis.keepAfterForward;
+    });
+    double gathered =
+        keep ? paramElements : std::min<double>(2, stage.units.size()) * largestUnit;
+    transient += gathered * bytes.params;
+  }
+  if (gradShard > 1 || gradsOnHost)
+    transient += largestUnit * bytes.grads;
+  if (params.tier != ir::Tier::Device)
+    transient += largestUnit * bytes.params / static_cast<double>(paramShard);
+  result.device.transient = transient;
+  result.device.peak = result.device.getPersistent() + result.device.activations + transient;
+  result.host.peak = result.host.getPersistent() + result.host.activations;
+  return result;
+}
+
+int64_t Analyzer::groupSize(const Op &op) const {
+  return productOf(op.axes);
+}
+
+LinkClass Analyzer::linkOf(const Op &op) const {
+  if (op.kind == OpKind::HostToDevice || op.kind == OpKind::DeviceToHost)
+    return LinkClass::Host;
+  if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+    // Neighbouring stages are one layers-axis stride apart.
+    if (op.axes.empty())
+      return LinkClass::IntraNode;
+    int64_t stride = mesh.getStride(op.axes[0]);
+    return stride >= cluster.devicesPerNode || cluster.devicesPerNode % (2 * stride) != 0
+               ? LinkClass::InterNode
+               : LinkClass::IntraNode;
+  }
+  // A group lies inside a node when the block spanned by its outermost axis divides the node.
+  unsigned outermost = *std::min_element(op.axes.begin(), op.axes.end());
+  int64_t span = mesh.getStride(outermost) * mesh.axes[outermost].size;
+  if (groupSize(op) == 1 || cluster.devicesPerNode % span == 0)
+    return LinkClass::IntraNode;
+  return LinkClass::InterNode;
+}
+
+double Analyzer::sentBytesPerCall(const Op &op, double bytes) const {
+  double n = static_cast<double>(groupSize(op));
+  switch (op.kind) {
+  case OpKind::AllReduce:
+    return 2 * (n - 1) / n * bytes;
+  case OpKind::AllGather:
+  case OpKind::ReduceScatter:
+    return (n - 1) / n * bytes;
+  case OpKind::Send:
+  case OpKind::DeviceToHost:
+  case OpKind::HostToDevice:
+    return bytes;
+  default:
+    return 0;
+  }
+}
+
+double Analyzer::callSeconds(const Op &op, double bytes) const {
+  // Ring collectives in the α–β model: all-reduce 2(n−1)α + 2(n−1)/n·bytes/β, all-gather and
+  // reduce-scatter (n−1)α + (n−1)/n·bytes/β (REFERENCE-NUMBERS §2).
+  LinkClass link = linkOf(op);
+  double beta = link == LinkClass::Host       ? cluster.hostBandwidth.value_or(0)
+                : link == LinkClass::IntraNode ? cluster.intraBandwidth
+                                               : cluster.interBandwidth;
+  if (beta <= 0)
+    return 0;
+  double n = static_cast<double>(groupSize(op));
+  double alpha = cluster.latency;
+  switch (op.kind) {
+  case OpKind::AllReduce:
+    return 2 * (n - 1) * alpha + sentBytesPerCall(op, bytes) / beta;
+  case OpKind::AllGather:
+  case OpKind::ReduceScatter:
+    return (n - 1) * alpha + sentBytesPerCall(op, bytes) / beta;
+  case OpKind::Send:
+  case OpKind::Recv:
+  case OpKind::DeviceToHost:
+  case OpKind::HostToDevice:
+    return alpha + bytes / beta;
+  default:
+    return 0;
+  }
+}
+
+RunAnalysis Analyzer::analyze() {
+  RunAnalysis result;
+  MemoryReport &memory = result.memory;
+  memory.activationsKnown = model.kind != ir::ModelKind::Abstract;
+  memory.deviceCapacity = cluster.deviceMemory;
+  memory.hostCapacity = cluster.hostMemory;
+  for (const plan::StagePlan &stage : plan.stages) {
+    StageMemory stageResult = stageMemory(stage);
+    if (memory.stages.empty() || stageResult.device.peak > memory.device.peak) {
+      memory.device = stageResult.device;
+      memory.host = stageResult.host;
+    }
+    memory.stages.push_back(stageResult);
+  }
+  memory.fitsDevice = memory.device.peak <= cluster.deviceMemory;
+  if (cluster.hostMemory)
+    memory.fitsHost = memory.host.peak * static_cast<double>(cluster.devicesPerNode) <=
+                      *cluster.hostMemory;
+
+  // Communication: one entry per stage × collective × axis group × state × phase.
+  double m = static_cast<double>(plan.microbatches);
+  double flopRate = cluster.peakFlops * cluster.efficiency;
+  TimeReport &time = result.time;
+  double slowestStage = 0, slowestMicrobatch = 0;
+  double computePerMicrobatchMax = 0, exposedMax = 0;
+  for (const plan::StagePlan &stage : plan.stages) {
+    std::map<std::tuple<int, std::vector<unsigned>, int, int>, size_t> index;
+    auto account = [&](const Op &op) {
+      if (op.kind == OpKind::Compute || op.kind == OpKind::Free ||
+          op.kind == OpKind::OptimizerUpdate || op.kind == OpKind::Recv)
+        return 0.0;
+      double bytes = static_cast<double>(op.elements) * plan::getSize(op.dtype);
+      double calls = op.perMicrobatch ? m : 1;
+      auto key = std::make_tuple(static_cast<int>(op.kind), op.axes, static_cast<int>(op.state),
+                                 static_cast<int>(op.phase));
+      auto [it, inserted] = index.try_emplace(key, result.communication.size());
+      if (inserted) {
+        CommEntry entry;
+        entry.stage = stage.stage;
+        entry.axes = op.axes;
+        for (size_t i = 0; i < op.axes.size(); ++i)
+          entry.axis += (i ? "," : "") + mesh.axes[op.axes[i]].name;
+        if (op.kind == OpKind::HostToDevice || op.kind == OpKind::DeviceToHost)
+          entry.axis = "host";
+        entry.groupSize = groupSize(op);
+        entry.collective = op.kind;
+        entry.state = op.state;
+        entry.phase = op.phase;
+        entry.link = linkOf(op);
+        result.communication.push_back(entry);
+      }
+      CommEntry &entry = result.communication[it->second];
+      double seconds = callSeconds(op, bytes);
+      entry.count += static_cast<int64_t>(calls);
+      entry.totalBytes += bytes * calls;
+      entry.messageBytes = entry.totalBytes / static_cast<double>(entry.count);
+      entry.sentBytes += sentBytesPerCall(op, bytes) * calls;
+      entry.timeSeconds += seconds * calls;
+      return seconds;
+    };
+
+    // Per micro-batch: compute, and communication that overlaps with it (parameter gathers
+    // and gradient reduce-scatters of the batch axes, prefetched or bucketed) or not
+    // (tensor-parallel partial sums, pipeline sends, host transfers).
+    double forwardCompute = 0, backwardCompute = 0;
+    double forwardOverlap = 0, backwardOverlap = 0, critical = 0, stepOverlap = 0,
+           stepExposed = 0;
+    auto overlappable = [](const Op &op) {
+      return (op.state == ir::State::Params && op.kind == OpKind::AllGather) ||
+             (op.state == ir::State::Grads &&
+              (op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllReduce));
+    };
+    for (const Op &op : stage.forward) {
+      if (op.kind == OpKind::Compute) {
+        forwardCompute += op.flops / flopRate;
+        continue;
+      }
+      double seconds = account(op);
+      (overlappable(op) ? forwardOverlap : critical) += seconds;
+    }
+    for (const Op &op : stage.backward) {
+      if (op.kind == OpKind::Compute) {
+        backwardCompute += op.flops / flopRate;
+        continue;
+      }
+      double seconds = account(op);
+      (overlappable(op) ? backwardOverlap : critical) += seconds;
+    }
+    for (const Op &op : stage.step) {
+      double seconds = account(op);
+      // Step-time gradient reductions start as the backward produces each unit's gradients.
+      (overlappable(op) && op.state == ir::State::Grads ? stepOverlap : stepExposed) += seconds;
+    }
+    double exposedPerMicrobatch = critical + std::max(0.0, forwardOverlap - forwardCompute) +
+                                  std::max(0.0, backwardOverlap - backwardCompute);
+    double computePerMicrobatch = forwardCompute + backwardCompute;
+    double exposed = m * exposedPerMicrobatch + std::max(0.0, stepOverlap - backwardCompute) +
+                     stepExposed;
+    double stageSeconds = m * computePerMicrobatch + exposed;
+    if (stageSeconds >= slowestStage) {
+      slowestStage = stageSeconds;
+      computePerMicrobatchMax = computePerMicrobatch;
+      exposedMax = exposed;
+    }
+    slowestMicrobatch = std::max(slowestMicrobatch, computePerMicrobatch + exposedPerMicrobatch);
+  }
+
+  // Time (Narayanan et al. 2021): model FLOPs 72·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) for a
+  // transformer, 6·Ψ per sample for an mlp; bubble (p − 1)/v micro-batch times.
+  double globalBatch = static_cast<double>(run.globalBatch);
+  if (model.kind == ir::ModelKind::Transformer) {
+    const ir::TransformerConfig &config = model.transformer;
+    double s = config.seq, l = static_cast<double>(config.layers), h = config.hidden,
+           v = config.vocab;
+    time.flopsPerStep = 72 * globalBatch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h));
+  } else if (model.kind == ir::ModelKind::Mlp) {
+    time.flopsPerStep = 6 * static_cast<double>(model.numParams) * globalBatch;
+  } else {
+    time.known = false;
+  }
+  double p = static_cast<double>(plan.stages.size());
+  time.computeSeconds = m * computePerMicrobatchMax;
+  time.exposedCommSeconds = exposedMax;
+  time.bubbleSeconds = (p - 1) * slowestMicrobatch / static_cast<double>(plan.chunks);
+  time.stepSeconds = slowestStage + time.bubbleSeconds;
+  if (time.known && time.stepSeconds > 0) {
+    double devices = static_cast<double>(mesh.getNumDevices());
+    time.mfu = time.flopsPerStep / (time.stepSeconds * devices * cluster.peakFlops);
+    double tokens = model.kind == ir::ModelKind::Transformer
+                        ? globalBatch * static_cast<double>(model.transformer.seq)
+                        : globalBatch;
+    time.tokensPerSecond = tokens / time.stepSeconds;
+  }
+  return result;
+}
+
+} // namespace
+
+RunAnalysis analyze(const plan::StepPlan &plan) { return Analyzer(plan).analyze(); }
+
+} // namespace placec::analysis

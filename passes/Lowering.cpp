@@ -1,0 +1,604 @@
+// Lowering: a verified run to its StepPlan. Each op is derived from the placement alone:
+// gathers from `gather` modes, reductions from the gradient and optimizer placements, the
+// parameter all-gather that keeps replicas consistent after a sharded optimizer step, host
+// transfers from tiers, tensor-parallel and pipeline traffic from the mesh.
+#include "placec/passes/StepPlan.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <map>
+
+using namespace llvm;
+
+namespace placec::plan {
+
+StringRef toString(DType dtype) {
+  switch (dtype) {
+  case DType::BF16:
+    return "bf16";
+  case DType::FP16:
+    return "fp16";
+  case DType::FP32:
+    return "fp32";
+  }
+  return "?";
+}
+
+unsigned getSize(DType dtype) { return dtype == DType::FP32 ? 4 : 2; }
+
+StringRef toString(Phase phase) {
+  switch (phase) {
+  case Phase::Forward:
+    return "forward";
+  case Phase::Backward:
+    return "backward";
+  case Phase::Step:
+    return "step";
+  }
+  return "?";
+}
+
+StringRef toString(OpKind kind) {
+  switch (kind) {
+  case OpKind::AllGather:
+    return "all-gather";
+  case OpKind::ReduceScatter:
+    return "reduce-scatter";
+  case OpKind::AllReduce:
+    return "all-reduce";
+  case OpKind::Send:
+    return "send";
+  case OpKind::Recv:
+    return "recv";
+  case OpKind::Compute:
+    return "compute";
+  case OpKind::Free:
+    return "free";
+  case OpKind::OptimizerUpdate:
+    return "optimizer-update";
+  case OpKind::HostToDevice:
+    return "host-to-device";
+  case OpKind::DeviceToHost:
+    return "device-to-host";
+  }
+  return "?";
+}
+
+bool isCollective(OpKind kind) {
+  return kind == OpKind::AllGather || kind == OpKind::ReduceScatter || kind == OpKind::AllReduce;
+}
+
+StringRef toString(ComputeKind kind) {
+  switch (kind) {
+  case ComputeKind::Forward:
+    return "forward";
+  case ComputeKind::Backward:
+    return "backward";
+  case ComputeKind::Recompute:
+    return "recompute";
+  }
+  return "?";
+}
+
+namespace {
+
+/// The batch axes of a mesh whose mode for a state is one of `modes`.
+std::vector<unsigned> axesWithMode(const ir::Strategy &strategy, ir::State state,
+                                   std::initializer_list<ir::PlacementMode> modes) {
+  std::vector<unsigned> result;
+  const ir::StatePlacement &placement = strategy.getPlacement(state);
+  for (unsigned i = 0; i < strategy.mesh.axes.size(); ++i)
+    if (strategy.mesh.axes[i].kind == ir::AxisKind::Batch &&
+        llvm::is_contained(modes, placement.axes[i].mode))
+      result.push_back(i);
+  return result;
+}
+
+int64_t product(const ir::Mesh &mesh, ArrayRef<unsigned> axes) {
+  int64_t result = 1;
+  for (unsigned axis : axes)
+    result *= mesh.axes[axis].size;
+  return result;
+}
+
+std::vector<unsigned> difference(ArrayRef<unsigned> all, ArrayRef<unsigned> remove) {
+  std::vector<unsigned> result;
+  for (unsigned axis : all)
+    if (!llvm::is_contained(remove, axis))
+      result.push_back(axis);
+  return result;
+}
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+class Lowering {
+public:
+  explicit Lowering(const ir::Run &run)
+      : run(run), strategy(*run.strategy), mesh(strategy.mesh), model(*run.model) {}
+
+  std::unique_ptr<StepPlan> lower();
+
+private:
+  void buildUnits();
+  void lowerStage(StagePlan &stage);
+  /// FLOPs of a unit's forward for one micro-batch on one device.
+  double forwardFlops(const Unit &unit) const;
+  /// Extra forward FLOPs that selective recomputation repeats (the attention core).
+  double attentionCoreFlops(const Unit &unit) const;
+  /// Elements of the activation tensor that crosses a stage boundary, per micro-batch.
+  int64_t boundaryElements() const;
+  bool isLayer(const Unit &unit) const {
+    return unit.layer >= 0 && unit.layer < model.getNumLayers();
+  }
+
+  Op collective(OpKind kind, Phase phase, ir::State state, int unit, std::vector<unsigned> axes,
+                int64_t elements, DType dtype, bool perMicrobatch, std::string reason) const {
+    Op op;
+    op.kind = kind;
+    op.phase = phase;
+    op.state = state;
+    op.unit = unit;
+    op.axes = std::move(axes);
+    op.elements = elements;
+    op.dtype = dtype;
+    op.perMicrobatch = perMicrobatch;
+    op.reason = std::move(reason);
+    return op;
+  }
+
+  const ir::Run &run;
+  const ir::Strategy &strategy;
+  const ir::Mesh &mesh;
+  const ir::Model &model;
+  std::unique_ptr<StepPlan> plan;
+
+  int64_t stages = 1, chunks = 1, tensorDegree = 1;
+  std::vector<unsigned> tensorAxes;
+  std::optional<unsigned> layersAxis;
+  // Batch axes by what each state does on them.
+  std::vector<unsigned> gatherAxes;       ///< params gather(ax)
+  std::vector<unsigned> paramShardAxes;   ///< params shard(ax) or gather(ax)
+  std::vector<unsigned> gradShardAxes;    ///< grads shard(ax)
+  std::vector<unsigned> optimizerShardAxes; ///< optimizer shard(ax)
+  std::vector<unsigned> batchAxes;
+};
+
+std::unique_ptr<StepPlan> Lowering::lower() {
+  plan = std::make_unique<StepPlan>();
+  plan->run = &run;
+  plan->microbatches = std::max<int64_t>(1, run.microbatchesPerStep);
+  if (strategy.pipeline) {
+    plan->schedule = strategy.pipeline->schedule;
+    plan->chunks = chunks = strategy.pipeline->chunks;
+  }
+  switch (run.precision) {
+  case ir::Precision::MixedBF16:
+    plan->paramType = plan->gradType = plan->activationType = DType::BF16;
+    break;
+  case ir::Precision::MixedFP16:
+    plan->paramType = plan->gradType = plan->activationType = DType::FP16;
+    break;
+  case ir::Precision::FP32:
+    plan->paramType = plan->gradType = plan->activationType = DType::FP32;
+    break;
+  }
+
+  for (unsigned i = 0; i < mesh.axes.size(); ++i) {
+    switch (mesh.axes[i].kind) {
+    case ir::AxisKind::Tensor:
+      tensorAxes.push_back(i);
+      tensorDegree *= mesh.axes[i].size;
+      break;
+    case ir::AxisKind::Layers:
+      layersAxis = i;
+      stages = mesh.axes[i].size;
+      break;
+    case ir::AxisKind::Batch:
+      batchAxes.push_back(i);
+      break;
+    }
+  }
+  gatherAxes = axesWithMode(strategy, ir::State::Params, {ir::PlacementMode::ShardedWithGather});
+  paramShardAxes = axesWithMode(strategy, ir::State::Params,
+                                {ir::PlacementMode::Sharded, ir::PlacementMode::ShardedWithGather});
+  gradShardAxes = axesWithMode(strategy, ir::State::Grads, {ir::PlacementMode::Sharded});
+  optimizerShardAxes = axesWithMode(strategy, ir::State::Optimizer, {ir::PlacementMode::Sharded});
+
+  buildUnits();
+  plan->stages.resize(stages);
+  for (int64_t s = 0; s < stages; ++s) {
+    plan->stages[s].stage = static_cast<int>(s);
+    for (unsigned u = 0; u < plan->units.size(); ++u)
+      if (plan->units[u].stage == s)
+        plan->stages[s].units.push_back(u);
+    lowerStage(plan->stages[s]);
+  }
+  return std::move(plan);
+}
+
+void Lowering::buildUnits() {
+  int64_t layers = model.getNumLayers();
+  if (model.kind == ir::ModelKind::Abstract) {
+    // One unit per stage, the parameters split evenly (the remainder on the last stage).
+    int64_t per = model.numParams / stages;
+    for (int64_t s = 0; s < stages; ++s) {
+      Unit unit;
+      unit.name = stages == 1 ? "model" : "model.part" + std::to_string(s);
+      unit.layer = static_cast<int>(s);
+      unit.stage = static_cast<int>(s);
+      unit.fullParams = s + 1 == stages ? model.numParams - per * (stages - 1) : per;
+      unit.params = unit.fullParams;
+      plan->units.push_back(unit);
+    }
+    return;
+  }
+  // Units by layer index: -1 embeddings, [0, L) layers, L head.
+  int64_t layersPerChunk = std::max<int64_t>(1, layers / (stages * chunks));
+  auto stageOf = [&](int64_t layer) -> int {
+    if (layer < 0)
+      return 0;
+    if (layer >= layers)
+      return static_cast<int>(stages - 1);
+    int64_t chunk = std::min(layer / layersPerChunk, stages * chunks - 1);
+    return static_cast<int>(chunk % stages);
+  };
+  std::map<int, size_t> unitOfLayer;
+  for (const ir::Tensor &tensor : model.tensors) {
+    auto [it, inserted] = unitOfLayer.try_emplace(tensor.layer, plan->units.size());
+    if (inserted) {
+      Unit unit;
+      unit.layer = tensor.layer;
+      unit.stage = stageOf(tensor.layer);
+      unit.name = tensor.layer < 0         ? std::string("embed")
+                  : tensor.layer >= layers ? std::string("head")
+                                           : "layer." + std::to_string(tensor.layer);
+      plan->units.push_back(unit);
+    }
+    Unit &unit = plan->units[it->second];
+    unit.fullParams += tensor.numElements;
+    unit.params += tensor.split == ir::TensorSplit::Replicated
+                       ? tensor.numElements
+                       : ceilDiv(tensor.numElements, tensorDegree);
+  }
+}
+
+double Lowering::forwardFlops(const Unit &unit) const {
+  double b = static_cast<double>(run.microBatch);
+  if (model.kind == ir::ModelKind::Transformer) {
+    const ir::TransformerConfig &config = model.transformer;
+    double s = config.seq, h = config.hidden, t = static_cast<double>(tensorDegree);
+    if (isLayer(unit)) {
+      // Narayanan et al. 2021, §5.1: 24·b·s·h² for the matrix products of a layer plus
+      // 4·b·s²·h for the attention scores and their use (2 FLOPs per multiply-add).
+      double ffn = config.ffn, matmuls = 2 * b * s * (4 * h * h + (config.mlp == ir::MlpActivation::Swiglu ? 3 : 2) * h * ffn);
+      return (matmuls + 4 * b * s * s * h) / t;
+    }
+    if (unit.layer >= model.getNumLayers()) {
+      // The output layer (logits): 2·b·s·h·V. Narayanan et al. count 6·B·s·h·V per step for
+      // it with recomputation, i.e. 4.5·B·s·h·V in their formula without; placec follows the
+      // published 72·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) closed form (REFERENCE-NUMBERS §3):
+      // the head's forward is counted as 1.5·b·s·h·V.
+      return 1.5 * b * s * h * config.vocab / t;
+    }
+    return 0; // Embedding lookups are not matrix products.
+  }
+  if (model.kind == ir::ModelKind::Mlp)
+    return 2 * b * static_cast<double>(unit.fullParams) / static_cast<double>(tensorDegree);
+  return 0;
+}
+
+double Lowering::attentionCoreFlops(const Unit &unit) const {
+  if (model.kind != ir::ModelKind::Transformer || !isLayer(unit))
+    return 0;
+  double b = static_cast<double>(run.microBatch), s = model.transformer.seq,
+         h = model.transformer.hidden;
+  return 4 * b * s * s * h / static_cast<double>(tensorDegree);
+}
+
+int64_t Lowering::boundaryElements() const {
+  int64_t b = run.microBatch;
+  if (model.kind == ir::ModelKind::Transformer) {
+    int64_t elements = b * model.transformer.seq * model.transformer.hidden;
+    return strategy.sequenceParallel ? elements / tensorDegree : elements;
+  }
+  if (model.kind == ir::ModelKind::Mlp)
+    return b * model.mlp.width;
+  return 0;
+}
+
+void Lowering::lowerStage(StagePlan &stage) {
+  DType pType = plan->paramType, gType = plan->gradType, aType = plan->activationType;
+  const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
+  const ir::StatePlacement &optimizer = strategy.getPlacement(ir::State::Optimizer);
+  bool keepAfterForward =
+      llvm::any_of(gatherAxes, [&](unsigned axis) { return params.axes[axis].keepAfterForward; });
+  bool paramsOnHost = params.tier != ir::Tier::Device;
+  bool optimizerOnHost = optimizer.tier != ir::Tier::Device;
+  bool fullRecompute = strategy.activationMode == ir::ActivationMode::RecomputeFull;
+  bool selectiveRecompute = strategy.activationMode == ir::ActivationMode::RecomputeSelective;
+  int64_t paramShard = product(mesh, paramShardAxes);
+  int64_t gradShard = product(mesh, gradShardAxes);
+  // Gradient reductions (gradient integrity): sharded grads are reduce-scattered every
+  // micro-batch; replicated grads are accumulated and reduced once per step, scattered where the
+  // optimizer is sharded and all-reduced where it is replicated.
+  std::vector<unsigned> stepScatterAxes = difference(optimizerShardAxes, gradShardAxes);
+  std::vector<unsigned> stepReduceAxes =
+      difference(difference(batchAxes, gradShardAxes), stepScatterAxes);
+  // State consistency: where the optimizer is sharded and params are replicated, the updated
+  // shards are all-gathered.
+  std::vector<unsigned> syncAxes = difference(optimizerShardAxes, paramShardAxes);
+  int64_t optimizerShard = product(mesh, optimizerShardAxes);
+
+  bool hasTensorTraffic = tensorDegree > 1 && model.kind != ir::ModelKind::Abstract;
+  int64_t tpElements =
+      model.kind == ir::ModelKind::Transformer
+          ? run.microBatch * model.transformer.seq * model.transformer.hidden
+          : run.microBatch * (model.kind == ir::ModelKind::Mlp ? model.mlp.width : 0);
+  int64_t layers = model.getNumLayers();
+  int64_t layersPerChunk = std::max<int64_t>(1, layers / (stages * chunks));
+  auto chunkStart = [&](const Unit &unit) {
+    return isLayer(unit) && unit.layer % layersPerChunk == 0 && unit.layer != 0;
+  };
+  auto chunkEnd = [&](const Unit &unit) {
+    return isLayer(unit) && (unit.layer + 1) % layersPerChunk == 0 && unit.layer + 1 != layers;
+  };
+  int prevStage = static_cast<int>((stage.stage + stages - 1) % stages);
+  int nextStage = static_cast<int>((stage.stage + 1) % stages);
+
+  // Tensor-parallel traffic of one layer in one direction (Korthikanti et al. 2022, §4.2.2):
+  // two all-reduces of b·s·h, or with sequence parallelism an all-gather and a reduce-scatter
+  // in their place.
+  auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, int unitIndex, const Unit &unit,
+                           StringRef why) {
+    if (!hasTensorTraffic)
+      return;
+    int count = 0;
+    if (model.kind == ir::ModelKind::Transformer)
+      count = isLayer(unit) ? 2 : (phase == Phase::Forward ? unit.layer < 0 : unit.layer >= layers);
+    else if (model.kind == ir::ModelKind::Mlp)
+      // A column/row pair reduces once per direction: after the row layer in the forward, at
+      // the column layer's input in the backward.
+      count = (unit.layer % 2 == 1 && phase == Phase::Forward) ||
+                      (unit.layer % 2 == 0 && unit.layer + 1 < layers && phase == Phase::Backward)
+                  ? 1
+                  : 0;
+    for (int i = 0; i < count; ++i) {
+      if (strategy.sequenceParallel && model.kind == ir::ModelKind::Transformer) {
+        ops.push_back(collective(OpKind::AllGather, phase, ir::State::Activations, unitIndex,
+                                 tensorAxes, tpElements, aType, true,
+                                 (Twine("sequence-parallel gather of the layer input (") + why +
+                                  ")")
+                                     .str()));
+        ops.push_back(collective(OpKind::ReduceScatter, phase, ir::State::Activations, unitIndex,
+                                 tensorAxes, tpElements, aType, true,
+                                 (Twine("sequence-parallel reduce of the layer output (") + why +
+                                  ")")
+                                     .str()));
+      } else {
+        ops.push_back(collective(OpKind::AllReduce, phase, ir::State::Activations, unitIndex,
+                                 tensorAxes, tpElements, aType, true,
+                                 (Twine("tensor-parallel partial sums (") + why + ")").str()));
+      }
+    }
+  };
+
+  // Forward of one micro-batch.
+  for (unsigned index : stage.units) {
+    const Unit &unit = plan->units[index];
+    int u = static_cast<int>(index);
+    if (stages > 1 && chunkStart(unit)) {
+      Op op = collective(OpKind::Recv, Phase::Forward, ir::State::Activations, u, {}, boundaryElements(),
+                         aType, true, "activations from the previous stage");
+      op.peerStage = prevStage;
+      if (layersAxis)
+        op.axes = {*layersAxis};
+      stage.forward.push_back(op);
+    }
+    if (paramsOnHost)
+      stage.forward.push_back(collective(OpKind::HostToDevice, Phase::Forward, ir::State::Params,
+                                         u, {}, ceilDiv(unit.params, paramShard), pType, true,
+                                         "params @ host: bring the unit's shard to the device"));
+    if (!gatherAxes.empty())
+      stage.forward.push_back(collective(OpKind::AllGather, Phase::Forward, ir::State::Params, u,
+                                         gatherAxes, unit.params, pType, true,
+                                         "params gather: the whole unit before its forward"));
+    Op compute;
+    compute.kind = OpKind::Compute;
+    compute.phase = Phase::Forward;
+    compute.state = ir::State::Activations;
+    compute.unit = u;
+    compute.compute = ComputeKind::Forward;
+    compute.flops = forwardFlops(unit);
+    compute.reason = "forward of " + unit.name;
+    stage.forward.push_back(compute);
+    tensorTraffic(stage.forward, Phase::Forward, u, unit, "forward");
+    if (!gatherAxes.empty() && !keepAfterForward)
+      stage.forward.push_back(collective(OpKind::Free, Phase::Forward, ir::State::Params, u, {},
+                                         unit.params, pType, true,
+                                         "free the gathered unit after its forward"));
+    if (stages > 1 && chunkEnd(unit)) {
+      Op op = collective(OpKind::Send, Phase::Forward, ir::State::Activations, u, {}, boundaryElements(),
+                         aType, true, "activations to the next stage");
+      op.peerStage = nextStage;
+      if (layersAxis)
+        op.axes = {*layersAxis};
+      stage.forward.push_back(op);
+    }
+  }
+
+  // Backward of one micro-batch, units in reverse.
+  for (unsigned index : llvm::reverse(stage.units)) {
+    const Unit &unit = plan->units[index];
+    int u = static_cast<int>(index);
+    if (stages > 1 && chunkEnd(unit)) {
+      Op op = collective(OpKind::Recv, Phase::Backward, ir::State::Activations, u, {}, boundaryElements(),
+                         aType, true, "activation gradients from the next stage");
+      op.peerStage = nextStage;
+      if (layersAxis)
+        op.axes = {*layersAxis};
+      stage.backward.push_back(op);
+    }
+    if (paramsOnHost)
+      stage.backward.push_back(collective(OpKind::HostToDevice, Phase::Backward,
+                                          ir::State::Params, u, {},
+                                          ceilDiv(unit.params, paramShard), pType, true,
+                                          "params @ host: bring the unit's shard back"));
+    if (!gatherAxes.empty() && !keepAfterForward)
+      stage.backward.push_back(collective(OpKind::AllGather, Phase::Backward, ir::State::Params,
+                                          u, gatherAxes, unit.params, pType, true,
+                                          "params gather: the whole unit again for its backward"));
+    if ((fullRecompute && isLayer(unit)) || (selectiveRecompute && attentionCoreFlops(unit) > 0)) {
+      Op recompute;
+      recompute.kind = OpKind::Compute;
+      recompute.phase = Phase::Backward;
+      recompute.state = ir::State::Activations;
+      recompute.unit = u;
+      recompute.compute = ComputeKind::Recompute;
+      recompute.flops = fullRecompute ? forwardFlops(unit) : attentionCoreFlops(unit);
+      recompute.reason = fullRecompute ? "recompute the forward from the stored layer input"
+                                       : "recompute the attention scores and softmax";
+      stage.backward.push_back(recompute);
+      if (fullRecompute)
+        tensorTraffic(stage.backward, Phase::Backward, u, unit, "recomputed forward");
+    }
+    Op compute;
+    compute.kind = OpKind::Compute;
+    compute.phase = Phase::Backward;
+    compute.state = ir::State::Grads;
+    compute.unit = u;
+    compute.compute = ComputeKind::Backward;
+    compute.flops = 2 * forwardFlops(unit);
+    compute.reason = "backward of " + unit.name;
+    stage.backward.push_back(compute);
+    tensorTraffic(stage.backward, Phase::Backward, u, unit, "backward");
+    if (!gatherAxes.empty())
+      stage.backward.push_back(collective(OpKind::Free, Phase::Backward, ir::State::Params, u, {},
+                                          unit.params, pType, true,
+                                          "free the gathered unit after its backward"));
+    if (!gradShardAxes.empty())
+      stage.backward.push_back(collective(
+          OpKind::ReduceScatter, Phase::Backward, ir::State::Grads, u, gradShardAxes, unit.params,
+          gType, true, "grads shard: sum this micro-batch's gradients, keep this rank's shard"));
+    if (optimizerOnHost)
+      stage.backward.push_back(collective(OpKind::DeviceToHost, Phase::Backward, ir::State::Grads,
+                                          u, {}, ceilDiv(unit.params, gradShard), gType, true,
+                                          "optimizer @ host: gradients go to the host"));
+    if (stages > 1 && chunkStart(unit)) {
+      Op op = collective(OpKind::Send, Phase::Backward, ir::State::Activations, u, {}, boundaryElements(),
+                         aType, true, "activation gradients to the previous stage");
+      op.peerStage = prevStage;
+      if (layersAxis)
+        op.axes = {*layersAxis};
+      stage.backward.push_back(op);
+    }
+  }
+
+  // Once per step: the remaining gradient reductions, the optimizer, parameter consistency.
+  for (unsigned index : stage.units) {
+    const Unit &unit = plan->units[index];
+    int u = static_cast<int>(index);
+    int64_t gradElements = ceilDiv(unit.params, gradShard);
+    if (!stepScatterAxes.empty()) {
+      stage.step.push_back(collective(
+          OpKind::ReduceScatter, Phase::Step, ir::State::Grads, u, stepScatterAxes, gradElements,
+          gType, false,
+          "grads replicated, optimizer shard: sum the accumulated gradients, keep the shard "
+          "this rank updates"));
+      gradElements = ceilDiv(gradElements, product(mesh, stepScatterAxes));
+    }
+    if (!stepReduceAxes.empty())
+      stage.step.push_back(collective(OpKind::AllReduce, Phase::Step, ir::State::Grads, u,
+                                      stepReduceAxes, gradElements, gType, false,
+                                      "grads and optimizer replicated: sum the accumulated "
+                                      "gradients on every replica"));
+    int64_t owned = ceilDiv(unit.params, optimizerShard);
+    Op update;
+    update.kind = OpKind::OptimizerUpdate;
+    update.phase = Phase::Step;
+    update.state = ir::State::Optimizer;
+    update.unit = u;
+    update.elements = owned;
+    update.dtype = DType::FP32;
+    update.perMicrobatch = false;
+    update.reason = optimizerOnHost ? "optimizer step on the host for this rank's shard"
+                                    : "optimizer step for this rank's shard";
+    stage.step.push_back(update);
+    if (optimizerOnHost || paramsOnHost) {
+      // The updated parameters return to the device (or, with params @ host, stay there).
+      if (!paramsOnHost)
+        stage.step.push_back(collective(OpKind::HostToDevice, Phase::Step, ir::State::Params, u,
+                                        {}, owned, pType, false,
+                                        "optimizer @ host: updated params back to the device"));
+      else if (!optimizerOnHost)
+        stage.step.push_back(collective(OpKind::DeviceToHost, Phase::Step, ir::State::Params, u,
+                                        {}, owned, pType, false,
+                                        "params @ host: updated params back to the host"));
+    }
+    if (!syncAxes.empty())
+      stage.step.push_back(collective(
+          OpKind::AllGather, Phase::Step, ir::State::Params, u, syncAxes,
+          ceilDiv(unit.params, paramShard), pType, false,
+          "optimizer shard, params replicated: all-gather the updated params (state "
+          "consistency)"));
+  }
+}
+
+} // namespace
+
+std::unique_ptr<StepPlan> lowerRun(const ir::Run &run) { return Lowering(run).lower(); }
+
+void printPlan(const StepPlan &plan, raw_ostream &os) {
+  const ir::Run &run = *plan.run;
+  const ir::Mesh &mesh = run.strategy->mesh;
+  os << "plan " << run.name << " {\n";
+  os << "  micro-batches per step: " << plan.microbatches;
+  if (plan.stages.size() > 1)
+    os << ", schedule " << ir::toString(plan.schedule) << " over " << plan.stages.size()
+       << " stages" << (plan.chunks > 1 ? ", " + std::to_string(plan.chunks) + " chunks" : "");
+  os << "\n  dtypes: params " << toString(plan.paramType) << ", grads "
+     << toString(plan.gradType) << ", activations " << toString(plan.activationType)
+     << ", optimizer fp32\n";
+  auto printOp = [&](const Op &op, unsigned indent) {
+    os.indent(indent) << toString(op.kind);
+    if (op.kind == OpKind::Compute)
+      os << " " << toString(op.compute);
+    if (op.unit >= 0)
+      os << " " << plan.units[op.unit].name;
+    os << " " << ir::toString(op.state);
+    if (!op.axes.empty()) {
+      os << " over ";
+      for (size_t i = 0; i < op.axes.size(); ++i)
+        os << (i ? "," : "") << mesh.axes[op.axes[i]].name;
+    }
+    if (op.peerStage >= 0)
+      os << (op.kind == OpKind::Send ? " to stage " : " from stage ") << op.peerStage;
+    if (op.kind == OpKind::Compute)
+      os << " flops=" << format("%.6g", op.flops);
+    else
+      os << " elements=" << op.elements << " " << toString(op.dtype);
+    os << "   // " << op.reason << "\n";
+  };
+  for (const StagePlan &stage : plan.stages) {
+    os << "  stage " << stage.stage << " {\n    units:";
+    for (unsigned unit : stage.units)
+      os << " " << plan.units[unit].name;
+    os << "\n    for each micro-batch: forward {\n";
+    for (const Op &op : stage.forward)
+      printOp(op, 6);
+    os << "    }\n    for each micro-batch: backward {\n";
+    for (const Op &op : stage.backward)
+      printOp(op, 6);
+    os << "    }\n    once per step {\n";
+    for (const Op &op : stage.step)
+      printOp(op, 6);
+    os << "    }\n  }\n";
+  }
+  os << "}\n";
+}
+
+} // namespace placec::plan
