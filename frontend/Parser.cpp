@@ -35,34 +35,6 @@ public:
   }
 };
 
-/// The lexer's ATN simulator without the runtime's per-character lock around the DFA's edge map:
-/// a reader-writer lock taken and released for every character is most of the lexer's time, and
-/// parseBuffer already serializes every use of the shared DFA cache (see parseMutex).
-class UnlockedLexerSimulator : public antlr4::atn::LexerATNSimulator {
-public:
-  using LexerATNSimulator::LexerATNSimulator;
-
-protected:
-  antlr4::dfa::DFAState *getExistingTargetState(antlr4::dfa::DFAState *state,
-                                                size_t symbol) override {
-    if (symbol > MAX_DFA_EDGE)
-      return nullptr;
-    auto it = state->edges.find(symbol - MIN_DFA_EDGE);
-    return it == state->edges.end() ? nullptr : it->second;
-  }
-};
-
-/// The generated lexer with UnlockedLexerSimulator.
-class Lexer : public grammar::PlaceLexer {
-public:
-  explicit Lexer(antlr4::CharStream *input) : PlaceLexer(input) {
-    auto *generated = getInterpreter<antlr4::atn::LexerATNSimulator>();
-    _interpreter = new UnlockedLexerSimulator(this, getATN(), generated->_decisionToDFA,
-                                              generated->getSharedContextCache());
-    delete generated;
-  }
-};
-
 } // namespace
 
 /// Decodes `text` (after a UTF-8 byte order mark, if any) into code points, and records in
@@ -133,7 +105,7 @@ std::unique_ptr<ast::File> parseBuffer(unsigned bufferId, DiagnosticEngine &diag
   try {
     // 2. Lex the whole buffer, and report lexical errors before parsing.
     CodePointStream input(std::move(codePoints), buffer->getBufferIdentifier().str());
-    Lexer lexer(&input);
+    grammar::PlaceLexer lexer(&input);
     lexer.removeErrorListeners();
     lexer.addErrorListener(&builder);
     antlr4::CommonTokenStream tokens(&lexer);
