@@ -1,9 +1,10 @@
 // AstBuilder: placec's messages for lexical and syntax errors, and the walk from ANTLR's parse tree
-// to the AST. The walk calls the generated context accessors directly instead of using the
-// visitor's antlrcpp::Any results; it neither throws nor prints.
+// to the AST. The walk reads the labels that the grammar puts on every part it needs (no visitor
+// returning antlrcpp::Any, no search through a context's children); it neither throws nor prints.
 #include "AstBuilder.h"
 
 #include "antlr4-runtime.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -134,24 +135,29 @@ bool AstBuilder::reportLexicalError(SMLoc loc, const Twine &message) {
 /// empty string when the number is not glued to a unit.
 std::string AstBuilder::describeUnitMistake(const std::vector<antlr4::Token *> &tokens,
                                             size_t numberIndex, size_t &lastIndex) const {
-  auto isGlued = [&](size_t index, size_t type) {
+  // Whether token `index` starts right where the one before it ends, and is a name (or a `/`).
+  auto isGlued = [&](size_t index) {
     return index < tokens.size() &&
-           (type == PlaceParser::SLASH ? tokens[index]->getType() == type
-                                       : isWord(tokens[index]->getType())) &&
            tokens[index]->getStartIndex() == tokens[index - 1]->getStopIndex() + 1;
+  };
+  auto isGluedWord = [&](size_t index) {
+    return isGlued(index) && isWord(tokens[index]->getType());
+  };
+  auto isGluedSlash = [&](size_t index) {
+    return isGlued(index) && tokens[index]->getType() == PlaceParser::SLASH;
   };
   StringRef number = getText(tokens[numberIndex]);
   bool hasMultiplier = !number.empty() && StringRef("KMBT").contains(number.back());
 
   size_t next = numberIndex + 1;
   std::string unit;
-  if (isGlued(next, PlaceParser::ID)) {
+  if (isGluedWord(next)) {
     unit = getText(tokens[next]).str();
     ++next;
-  } else if (!hasMultiplier || !isGlued(next, PlaceParser::SLASH)) {
+  } else if (!hasMultiplier || !isGluedSlash(next)) {
     return "";
   }
-  if (isGlued(next, PlaceParser::SLASH) && isGlued(next + 1, PlaceParser::ID)) {
+  if (isGluedSlash(next) && isGluedWord(next + 1)) {
     unit += "/" + getText(tokens[next + 1]).str();
     next += 2;
   }
@@ -241,12 +247,11 @@ static std::string describeExpected(const antlr4::misc::IntervalSet &expected,
   bool name = expected.contains(size_t(PlaceParser::ID));
   bool number = expected.contains(size_t(PlaceParser::NUMBER));
   bool string = expected.contains(size_t(PlaceParser::STRING));
-  bool declaration = !name && llvm::all_of(std::initializer_list<size_t>{PlaceParser::IMPORT,
-                                                                         PlaceParser::MODEL,
-                                                                         PlaceParser::CLUSTER,
-                                                                         PlaceParser::STRATEGY,
-                                                                         PlaceParser::RUN},
-                                           [&](size_t type) { return expected.contains(type); });
+  bool declaration =
+      !name && llvm::all_of(std::initializer_list<size_t>{PlaceParser::IMPORT, PlaceParser::MODEL,
+                                                          PlaceParser::CLUSTER,
+                                                          PlaceParser::STRATEGY, PlaceParser::RUN},
+                            [&](size_t type) { return expected.contains(type); });
   std::vector<std::string> items;
   if (declaration) {
     items.push_back("a declaration");
@@ -289,19 +294,22 @@ static std::string describeExpected(const antlr4::misc::IntervalSet &expected,
 
 /// What a `;` ends in the rule being parsed, for "expected ';' after the value".
 static const char *describeStatement(antlr4::ParserRuleContext *ctx) {
-  if (dynamic_cast<PlaceParser::FieldContext *>(ctx))
+  if (!ctx)
+    return nullptr;
+  switch (ctx->getRuleIndex()) {
+  case PlaceParser::RuleField:
     return "the value";
-  if (dynamic_cast<PlaceParser::ImportDeclContext *>(ctx))
+  case PlaceParser::RuleImportDecl:
     return "the import path";
-  if (dynamic_cast<PlaceParser::MeshItemContext *>(ctx))
-    return "the mesh";
-  if (dynamic_cast<PlaceParser::PipelineItemContext *>(ctx))
-    return "the pipeline schedule";
-  if (dynamic_cast<PlaceParser::PlacementItemContext *>(ctx))
-    return "the placement";
-  if (dynamic_cast<PlaceParser::StrategyAliasContext *>(ctx))
+  case PlaceParser::RuleStrategyAlias:
     return "the strategy";
-  return nullptr;
+  case PlaceParser::RuleStrategyItem: {
+    auto *item = static_cast<PlaceParser::StrategyItemContext *>(ctx);
+    return item->mesh ? "the mesh" : item->pipeline ? "the pipeline schedule" : "the placement";
+  }
+  default:
+    return nullptr;
+  }
 }
 
 /// The last token before `token` on the default channel, or null.
@@ -436,8 +444,9 @@ static bool parseNumber(StringRef text, double &value) {
   if (error != std::errc() || ptr != end || !std::isfinite(value))
     return false;
   // A literal with a nonzero digit that came out as zero underflowed.
-  if (value == 0 && digits.take_until([](char c) { return c == 'e' || c == 'E'; })
-                        .find_first_of("123456789") != StringRef::npos)
+  if (value == 0 && digits.take_until([](char c) {
+                            return c == 'e' || c == 'E';
+                          }).find_first_of("123456789") != StringRef::npos)
     return false;
   return true;
 }
@@ -465,17 +474,18 @@ std::unique_ptr<ast::File> AstBuilder::build(PlaceParser::ProgramContext *progra
   auto file = std::make_unique<ast::File>();
   file->bufferId = bufferId;
   file->path = diags.getSourceMgr().getMemoryBuffer(bufferId)->getBufferIdentifier().str();
-  for (PlaceParser::TopDeclContext *top : program->topDecl()) {
-    if (auto *ctx = top->importDecl())
-      file->decls.push_back(buildImport(ctx));
-    else if (auto *ctx = top->modelDecl())
-      file->decls.push_back(buildModel(ctx));
-    else if (auto *ctx = top->clusterDecl())
-      file->decls.push_back(buildCluster(ctx));
-    else if (auto *ctx = top->strategyDecl())
-      file->decls.push_back(buildStrategy(ctx));
-    else if (auto *ctx = top->runDecl())
-      file->decls.push_back(buildRun(ctx));
+  file->decls.reserve(program->decls.size());
+  for (PlaceParser::TopDeclContext *top : program->decls) {
+    if (top->importDecl_)
+      file->decls.push_back(buildImport(top->importDecl_));
+    else if (top->modelDecl_)
+      file->decls.push_back(buildModel(top->modelDecl_));
+    else if (top->clusterDecl_)
+      file->decls.push_back(buildCluster(top->clusterDecl_));
+    else if (top->strategyDecl_)
+      file->decls.push_back(buildStrategy(top->strategyDecl_));
+    else if (top->runDecl_)
+      file->decls.push_back(buildRun(top->runDecl_));
   }
   if (numValueErrors != 0)
     return nullptr;
@@ -493,20 +503,20 @@ std::unique_ptr<ast::ModelDecl> AstBuilder::buildModel(PlaceParser::ModelDeclCon
     decl->modelKind = getName(ctx->kind);
     decl->modelKindLoc = getLoc(ctx->kind);
   }
-  buildFields(*decl, ctx->field(), ctx->getStop());
+  buildFields(*decl, ctx->fields, ctx->rbrace);
   return decl;
 }
 
 std::unique_ptr<ast::ClusterDecl> AstBuilder::buildCluster(PlaceParser::ClusterDeclContext *ctx) {
   auto decl =
       std::make_unique<ast::ClusterDecl>(getLoc(ctx), getName(ctx->name), getLoc(ctx->name));
-  buildFields(*decl, ctx->field(), ctx->getStop());
+  buildFields(*decl, ctx->fields, ctx->rbrace);
   return decl;
 }
 
 std::unique_ptr<ast::RunDecl> AstBuilder::buildRun(PlaceParser::RunDeclContext *ctx) {
   auto decl = std::make_unique<ast::RunDecl>(getLoc(ctx), getName(ctx->name), getLoc(ctx->name));
-  buildFields(*decl, ctx->field(), ctx->getStop());
+  buildFields(*decl, ctx->fields, ctx->rbrace);
   return decl;
 }
 
@@ -516,18 +526,17 @@ void AstBuilder::buildFields(ast::FieldsDecl &decl,
   decl.fields.reserve(fields.size());
   for (PlaceParser::FieldContext *field : fields)
     decl.fields.push_back(
-        ast::Field{getName(field->key), getLoc(field->key), buildValue(field->value())});
+        ast::Field{getName(field->key), getLoc(field->key), buildValue(field->val)});
   decl.endLoc = getStartLoc(closingBrace);
 }
 
-void AstBuilder::buildNumber(ast::Value &value, PlaceParser::NumberContext *number,
+void AstBuilder::buildNumber(ast::Value &value, antlr4::Token *number,
                              PlaceParser::UnitContext *unit) {
-  antlr4::Token *token = number->getStart();
-  StringRef text = getText(token);
+  StringRef text = getText(number);
   value.numberText = text.str();
   if (!parseNumber(text, value.number)) {
     ++numValueErrors;
-    diags.error(getStartLoc(token), "number '" + text + "' is out of range");
+    diags.error(getStartLoc(number), "number '" + text + "' is out of range");
     value.number = 0;
   }
   value.isInteger = std::floor(value.number) == value.number;
@@ -537,26 +546,24 @@ void AstBuilder::buildNumber(ast::Value &value, PlaceParser::NumberContext *numb
   }
   value.kind = ast::Value::Kind::Quantity;
   value.unitLoc = getLoc(unit);
-  for (PlaceParser::IdentContext *word : unit->ident()) {
-    if (!value.unit.empty())
-      value.unit += '/';
-    value.unit += getText(word->getStart());
-  }
+  value.unit = getName(unit->first);
+  if (unit->second)
+    value.unit += "/" + getText(unit->second->getStart()).str();
 }
 
 ast::Value AstBuilder::buildValue(PlaceParser::ValueContext *ctx) {
   ast::Value value;
   value.range = getRange(ctx);
-  if (auto *number = dynamic_cast<PlaceParser::NumberValueContext *>(ctx)) {
-    buildNumber(value, number->number(), number->unit());
-  } else if (auto *string = dynamic_cast<PlaceParser::StringValueContext *>(ctx)) {
+  if (ctx->num) {
+    buildNumber(value, ctx->num, ctx->unitWord);
+  } else if (ctx->str) {
     value.kind = ast::Value::Kind::String;
-    value.text = unquote(getText(string->getStart()));
-  } else if (auto *name = dynamic_cast<PlaceParser::NameValueContext *>(ctx)) {
-    value.text = getName(name->ident());
-    if (name->lparen) {
+    value.text = unquote(getText(ctx->str));
+  } else if (ctx->name) {
+    value.text = getName(ctx->name);
+    if (ctx->lparen) {
       value.kind = ast::Value::Kind::Call;
-      value.args = buildArgs(name->argList());
+      value.args = buildArgs(ctx->args);
     } else {
       value.kind = ast::Value::Kind::Name;
     }
@@ -567,14 +574,14 @@ ast::Value AstBuilder::buildValue(PlaceParser::ValueContext *ctx) {
 ast::Value AstBuilder::buildPlainValue(PlaceParser::PlainValueContext *ctx) {
   ast::Value value;
   value.range = getRange(ctx);
-  if (auto *number = dynamic_cast<PlaceParser::PlainNumberContext *>(ctx)) {
-    buildNumber(value, number->number(), number->unit());
-  } else if (auto *string = dynamic_cast<PlaceParser::PlainStringContext *>(ctx)) {
+  if (ctx->num) {
+    buildNumber(value, ctx->num, ctx->unitWord);
+  } else if (ctx->str) {
     value.kind = ast::Value::Kind::String;
-    value.text = unquote(getText(string->getStart()));
-  } else if (auto *name = dynamic_cast<PlaceParser::PlainNameContext *>(ctx)) {
+    value.text = unquote(getText(ctx->str));
+  } else if (ctx->name) {
     value.kind = ast::Value::Kind::Name;
-    value.text = getName(name->ident());
+    value.text = getName(ctx->name);
   }
   return value;
 }
@@ -583,14 +590,15 @@ std::vector<ast::Arg> AstBuilder::buildArgs(PlaceParser::ArgListContext *ctx) {
   std::vector<ast::Arg> args;
   if (!ctx)
     return args;
-  for (PlaceParser::ArgContext *arg : ctx->arg()) {
+  args.reserve(ctx->args.size());
+  for (PlaceParser::ArgContext *arg : ctx->args) {
     ast::Arg result;
     // A positional argument's keyLoc is where the argument starts, so that a message about it
     // still has a place to point at.
     result.keyLoc = getLoc(arg);
     if (arg->key)
       result.key = getName(arg->key);
-    result.value = std::make_unique<ast::Value>(buildPlainValue(arg->plainValue()));
+    result.value = std::make_unique<ast::Value>(buildPlainValue(arg->val));
     args.push_back(std::move(result));
   }
   return args;
@@ -600,44 +608,43 @@ std::unique_ptr<ast::StrategyDecl>
 AstBuilder::buildStrategy(PlaceParser::StrategyDeclContext *ctx) {
   auto decl =
       std::make_unique<ast::StrategyDecl>(getLoc(ctx), getName(ctx->name), getLoc(ctx->name));
-  if (PlaceParser::ParamListContext *params = ctx->paramList()) {
+  if (ctx->params) {
     decl->hasParams = true;
-    for (PlaceParser::ParamContext *param : params->param()) {
+    for (PlaceParser::ParamContext *param : ctx->params->params) {
       ast::Param result;
       result.name = getName(param->name);
       result.nameLoc = getLoc(param->name);
-      if (PlaceParser::PlainValueContext *defaultValue = param->plainValue())
-        result.defaultValue = std::make_unique<ast::Value>(buildPlainValue(defaultValue));
+      if (param->defaultValue)
+        result.defaultValue = std::make_unique<ast::Value>(buildPlainValue(param->defaultValue));
       decl->params.push_back(std::move(result));
     }
   }
-  if (PlaceParser::StrategyBodyContext *body = ctx->strategyBody()) {
-    for (PlaceParser::StrategyItemContext *item : body->strategyItem())
+  if (ctx->body) {
+    for (PlaceParser::StrategyItemContext *item : ctx->body->items)
       buildStrategyItem(*decl, item);
-  } else if (PlaceParser::StrategyAliasContext *alias = ctx->strategyAlias()) {
+  } else if (ctx->alias) {
     decl->isComposition = true;
-    for (PlaceParser::StrategyTermContext *term : alias->strategyExpr()->strategyTerm()) {
+    for (PlaceParser::StrategyTermContext *term : ctx->alias->terms) {
       ast::StrategyRef ref;
-      ref.name = getName(term->ident());
-      ref.nameLoc = getLoc(term->ident());
+      ref.name = getName(term->name);
+      ref.nameLoc = getLoc(term->name);
       ref.hasParens = term->lparen != nullptr;
-      ref.args = buildArgs(term->argList());
+      ref.args = buildArgs(term->args);
       decl->terms.push_back(std::move(ref));
     }
   }
   return decl;
 }
 
-void AstBuilder::buildStrategyItem(ast::StrategyDecl &decl,
-                                   PlaceParser::StrategyItemContext *ctx) {
-  if (auto *meshItem = dynamic_cast<PlaceParser::MeshItemContext *>(ctx)) {
+void AstBuilder::buildStrategyItem(ast::StrategyDecl &decl, PlaceParser::StrategyItemContext *ctx) {
+  if (ctx->mesh) {
     if (decl.mesh) {
       decl.extraMeshLocs.push_back(getLoc(ctx));
       return;
     }
     ast::Mesh mesh;
     mesh.loc = getLoc(ctx);
-    for (PlaceParser::AxisContext *axis : meshItem->axis()) {
+    for (PlaceParser::AxisContext *axis : ctx->axes) {
       ast::MeshAxis result;
       result.name = getName(axis->name);
       result.nameLoc = getLoc(axis->name);
@@ -649,29 +656,28 @@ void AstBuilder::buildStrategyItem(ast::StrategyDecl &decl,
       mesh.axes.push_back(std::move(result));
     }
     decl.mesh = std::move(mesh);
-  } else if (auto *pipelineItem = dynamic_cast<PlaceParser::PipelineItemContext *>(ctx)) {
+  } else if (ctx->pipeline) {
     ast::PipelineSpec pipeline;
     pipeline.loc = getLoc(ctx);
-    pipeline.schedule = getName(pipelineItem->schedule);
-    pipeline.scheduleLoc = getLoc(pipelineItem->schedule);
-    pipeline.args = buildArgs(pipelineItem->argList());
+    pipeline.schedule = getName(ctx->schedule);
+    pipeline.scheduleLoc = getLoc(ctx->schedule);
+    pipeline.args = buildArgs(ctx->args);
     decl.pipelines.push_back(std::move(pipeline));
-  } else if (auto *placementItem = dynamic_cast<PlaceParser::PlacementItemContext *>(ctx)) {
+  } else if (ctx->state) {
     ast::Placement placement;
-    placement.state = getName(placementItem->state);
-    placement.stateLoc = getLoc(placementItem->state);
-    PlaceParser::PlacementExprContext *expr = placementItem->placementExpr();
-    for (PlaceParser::ModeTermContext *term : expr->modeTerm()) {
+    placement.state = getName(ctx->state);
+    placement.stateLoc = getLoc(ctx->state);
+    for (PlaceParser::ModeTermContext *term : ctx->modes) {
       ast::Mode mode;
-      mode.name = getName(term->ident());
-      mode.nameLoc = getLoc(term->ident());
+      mode.name = getName(term->name);
+      mode.nameLoc = getLoc(term->name);
       mode.hasParens = term->lparen != nullptr;
-      mode.args = buildArgs(term->argList());
+      mode.args = buildArgs(term->args);
       placement.modes.push_back(std::move(mode));
     }
-    if (expr->tier) {
-      placement.tier = getName(expr->tier);
-      placement.tierLoc = getLoc(expr->tier);
+    if (ctx->tier) {
+      placement.tier = getName(ctx->tier);
+      placement.tierLoc = getLoc(ctx->tier);
     }
     decl.placements.push_back(std::move(placement));
   }

@@ -3,12 +3,12 @@
 #ifndef PLACEC_FRONTEND_ASTBUILDER_H
 #define PLACEC_FRONTEND_ASTBUILDER_H
 
+#include "BaseErrorListener.h"
+#include "DefaultErrorStrategy.h"
 #include "PlaceParser.h"
 #include "placec/frontend/AST.h"
 #include "placec/ir/Diagnostics.h"
 
-#include "BaseErrorListener.h"
-#include "DefaultErrorStrategy.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/SMLoc.h"
@@ -23,8 +23,8 @@
 namespace placec {
 
 /// Where the characters of the lexer's input lie in the buffer. ANTLR counts code points, the
-/// source manager bytes: `charOffsets[i]` is the byte offset of code point `i` (with one more entry
-/// for the end), or, when the table is empty (ASCII text), the offset is `base + i`.
+/// source manager bytes: `charOffsets[i]` is the byte offset of code point `i` or, when the table
+/// is empty (ASCII text), the offset is `base + i`.
 struct CharOffsets {
   size_t base = 0;      ///< Where the text starts (after a byte order mark).
   size_t numChars = 0;  ///< How many code points the lexer sees.
@@ -48,8 +48,9 @@ public:
   AstBuilder(unsigned bufferId, DiagnosticEngine &diags, CharOffsets offsets);
 
   /// Reports unterminated comments and strings, stray characters and numbers written against a
-  /// unit word (`80GiB`) in the whole token stream, hidden tokens included. Returns true when
-  /// there were none.
+  /// unit word (`80GiB`: no character between the number and the name; the lexer skips
+  /// whitespace and comments, so the check compares positions) in the whole token stream.
+  /// Returns true when there were none.
   bool checkTokens(const std::vector<antlr4::Token *> &tokens);
 
   /// ANTLR's listener entry point. The parser's own errors come through SyntaxErrorStrategy; this
@@ -94,7 +95,7 @@ private:
   void buildStrategyItem(ast::StrategyDecl &decl, Parser::StrategyItemContext *ctx);
   ast::Value buildValue(Parser::ValueContext *ctx);
   ast::Value buildPlainValue(Parser::PlainValueContext *ctx);
-  void buildNumber(ast::Value &value, Parser::NumberContext *number, Parser::UnitContext *unit);
+  void buildNumber(ast::Value &value, antlr4::Token *number, Parser::UnitContext *unit);
   std::vector<ast::Arg> buildArgs(Parser::ArgListContext *ctx);
   std::string getName(antlr4::ParserRuleContext *ident) const;
   llvm::SMLoc getLoc(antlr4::ParserRuleContext *ctx) const;

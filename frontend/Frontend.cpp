@@ -19,9 +19,9 @@ class ImportLoader {
 public:
   explicit ImportLoader(DiagnosticEngine &diags) : diags(diags) {}
 
-  /// Loads the file at `path`; `importLoc` is the import that names it (invalid for the main
-  /// file). Returns false when the file could not be read.
-  bool load(StringRef path, SMLoc importLoc,
+  /// Loads the file at `path`, shown in diagnostics as `displayName`; `importLoc` is the import
+  /// that names it (invalid for the main file). Returns false when the file could not be read.
+  bool load(StringRef path, StringRef displayName, SMLoc importLoc,
             std::unique_ptr<MemoryBuffer> preloaded = nullptr);
 
   std::vector<std::unique_ptr<ast::File>> takeFiles() { return std::move(files); }
@@ -35,13 +35,20 @@ private:
   DiagnosticEngine &diags;
   std::vector<std::unique_ptr<ast::File>> files;
   StringMap<FileState> states;
+  /// A file whose imports are being loaded.
+  struct StackEntry {
+    std::string canonical;
+    std::string displayName;
+    SMLoc importLoc;
+  };
   /// The chain of imports being loaded, for cycle notes.
-  std::vector<std::pair<std::string, SMLoc>> stack;
+  std::vector<StackEntry> stack;
 };
 
 } // namespace
 
-bool ImportLoader::load(StringRef path, SMLoc importLoc, std::unique_ptr<MemoryBuffer> preloaded) {
+bool ImportLoader::load(StringRef path, StringRef displayName, SMLoc importLoc,
+                        std::unique_ptr<MemoryBuffer> preloaded) {
   // Resolve to a canonical name so that a file imported twice under two spellings is read once.
   SmallString<256> canonical;
   bool isStdin = path == "-" || path == "<stdin>";
@@ -53,8 +60,8 @@ bool ImportLoader::load(StringRef path, SMLoc importLoc, std::unique_ptr<MemoryB
   } else if (ec) {
     diags.error(importLoc,
                 importLoc.isValid()
-                    ? Twine("cannot open imported file '") + path + "': " + ec.message()
-                    : Twine("cannot open '") + path + "': " + ec.message());
+                    ? Twine("cannot open imported file '") + displayName + "': " + ec.message()
+                    : Twine("cannot open '") + displayName + "': " + ec.message());
     return false;
   }
 
@@ -62,23 +69,31 @@ bool ImportLoader::load(StringRef path, SMLoc importLoc, std::unique_ptr<MemoryB
   if (it != states.end()) {
     if (it->second == FileState::Loaded)
       return true;
-    diags.error(importLoc, Twine("import cycle: '") + path + "' imports itself");
+    // The files of the cycle, from the one imported again to the one importing it.
+    auto first = llvm::find_if(
+        stack, [&](const StackEntry &entry) { return entry.canonical == canonical.str(); });
+    std::string through;
+    for (auto entry = std::next(first); entry != stack.end(); ++entry)
+      through += (through.empty() ? " through '" : ", '") + entry->displayName + "'";
+    diags.error(importLoc,
+                Twine("import cycle: '") + first->displayName + "' imports itself" + through);
     for (auto entry = stack.rbegin(); entry != stack.rend(); ++entry) {
-      if (entry->second.isValid())
-        diags.note(entry->second, Twine("'") + entry->first + "' is imported here");
-      if (entry->first == canonical.str())
+      if (entry->importLoc.isValid())
+        diags.note(entry->importLoc, Twine("'") + entry->displayName + "' is imported here");
+      if (entry->canonical == canonical.str())
         break;
     }
     return false;
   }
   if (stack.size() >= kMaxImportDepth) {
-    diags.error(importLoc, Twine("imports are nested more than ") + Twine(kMaxImportDepth) +
-                               " deep");
+    diags.error(importLoc,
+                Twine("imports are nested more than ") + Twine(kMaxImportDepth) + " deep");
     return false;
   }
 
   if (!preloaded && !isStdin && sys::fs::is_directory(canonical)) {
-    diags.error(importLoc, Twine("cannot open '") + path + "': it is a directory");
+    diags.error(importLoc, Twine(importLoc.isValid() ? "cannot import '" : "cannot open '") +
+                               displayName + "': it is a directory");
     return false;
   }
   ErrorOr<std::unique_ptr<MemoryBuffer>> buffer =
@@ -86,18 +101,18 @@ bool ImportLoader::load(StringRef path, SMLoc importLoc, std::unique_ptr<MemoryB
       : isStdin ? MemoryBuffer::getSTDIN()
                 : MemoryBuffer::getFile(canonical, /*IsText=*/true);
   if (!buffer) {
-    diags.error(importLoc, Twine("cannot open '") + path + "': " + buffer.getError().message());
+    diags.error(importLoc,
+                Twine("cannot open '") + displayName + "': " + buffer.getError().message());
     return false;
   }
-  // Name the buffer as the user wrote it for the main file, and relative to the importing file's
-  // directory for imports, so diagnostics show familiar paths.
-  std::string displayName = isStdin ? "<stdin>" : path.str();
+  // Name the buffer as the user wrote it for the main file, and as the import wrote it, joined to
+  // the importing file's name, for imports, so diagnostics show familiar paths.
   std::unique_ptr<MemoryBuffer> named =
       MemoryBuffer::getMemBufferCopy((*buffer)->getBuffer(), displayName);
   unsigned bufferId = diags.getSourceMgr().AddNewSourceBuffer(std::move(named), importLoc);
 
   states[canonical] = FileState::Loading;
-  stack.emplace_back(canonical.str().str(), importLoc);
+  stack.push_back({canonical.str().str(), displayName.str(), importLoc});
   std::unique_ptr<ast::File> file = parseBuffer(bufferId, diags);
   bool ok = file != nullptr;
   if (file) {
@@ -113,14 +128,18 @@ bool ImportLoader::load(StringRef path, SMLoc importLoc, std::unique_ptr<MemoryB
         ok = false;
         continue;
       }
-      SmallString<256> target;
+      SmallString<256> target, targetName;
       if (sys::path::is_absolute(import->path)) {
         target = import->path;
+        targetName = import->path;
       } else {
         target = directory;
         sys::path::append(target, import->path);
+        targetName = isStdin ? StringRef() : sys::path::parent_path(displayName);
+        sys::path::append(targetName, import->path);
+        sys::path::remove_dots(targetName, /*remove_dot_dot=*/true);
       }
-      ok &= load(target, import->pathLoc);
+      ok &= load(target, targetName, import->pathLoc);
     }
   }
   stack.pop_back();
@@ -131,8 +150,7 @@ bool ImportLoader::load(StringRef path, SMLoc importLoc, std::unique_ptr<MemoryB
 }
 
 static std::vector<std::unique_ptr<ast::File>>
-parseProgramImpl(StringRef path, std::unique_ptr<MemoryBuffer> preloaded,
-                 DiagnosticEngine &diags) {
+parseProgramImpl(StringRef path, std::unique_ptr<MemoryBuffer> preloaded, DiagnosticEngine &diags) {
   std::vector<std::unique_ptr<ast::File>> result;
   unsigned preludeId = diags.getSourceMgr().AddNewSourceBuffer(
       MemoryBuffer::getMemBuffer(kPreludeText, kPreludeName), SMLoc());
@@ -143,7 +161,8 @@ parseProgramImpl(StringRef path, std::unique_ptr<MemoryBuffer> preloaded,
   result.push_back(std::move(prelude));
 
   ImportLoader loader(diags);
-  bool ok = loader.load(path, SMLoc(), std::move(preloaded));
+  bool isStdin = path == "-" || path == "<stdin>";
+  bool ok = loader.load(path, isStdin ? "<stdin>" : path, SMLoc(), std::move(preloaded));
   if (!ok || diags.hasErrors())
     return {};
   for (std::unique_ptr<ast::File> &file : loader.takeFiles())

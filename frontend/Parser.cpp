@@ -4,18 +4,14 @@
 #include "AstBuilder.h"
 #include "PlaceLexer.h"
 #include "PlaceParser.h"
+#include "antlr4-runtime.h"
 #include "placec/frontend/Frontend.h"
 
-#include "antlr4-runtime.h"
 #include "llvm/Support/ConvertUTF.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <limits>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-static double nowMs(){return std::chrono::duration<double,std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();}
-#define T(name) if(getenv("PT")) fprintf(stderr, "%s %.2f\n", name, nowMs()-t0), t0 = nowMs();
+#include <mutex>
 #include <string>
 
 using namespace llvm;
@@ -34,6 +30,46 @@ public:
     name = std::move(sourceName);
   }
 };
+
+/// The lexer's ATN simulator, reading the DFA's edges without the runtime's reader-writer lock.
+/// That lock is taken and released for every character and costs about a quarter of the lexing
+/// time; parseBuffer runs one lexer at a time (parseMutex), so nothing writes the shared DFA
+/// while it is read.
+class UnlockedLexerSimulator : public antlr4::atn::LexerATNSimulator {
+public:
+  using LexerATNSimulator::LexerATNSimulator;
+
+protected:
+  antlr4::dfa::DFAState *getExistingTargetState(antlr4::dfa::DFAState *state,
+                                                size_t symbol) override {
+    if (symbol > MAX_DFA_EDGE)
+      return nullptr;
+    auto it = state->edges.find(symbol - MIN_DFA_EDGE);
+    return it == state->edges.end() ? nullptr : it->second;
+  }
+};
+
+/// The generated lexer, on UnlockedLexerSimulator (sharing the generated lexer's DFA cache), and
+/// asking it for the line and column without the runtime's dynamic_cast for every token.
+class Lexer : public grammar::PlaceLexer {
+public:
+  explicit Lexer(antlr4::CharStream *input) : PlaceLexer(input) {
+    auto *generated = getInterpreter<antlr4::atn::LexerATNSimulator>();
+    simulator = new UnlockedLexerSimulator(this, getATN(), generated->_decisionToDFA,
+                                           generated->getSharedContextCache());
+    _interpreter = simulator; // Deleted by ~PlaceLexer.
+    delete generated;
+  }
+
+  size_t getLine() const override { return simulator->getLine(); }
+  size_t getCharPositionInLine() override { return simulator->getCharPositionInLine(); }
+
+private:
+  UnlockedLexerSimulator *simulator;
+};
+
+/// Serializes parseBuffer's use of the generated lexer's DFA cache (see UnlockedLexerSimulator).
+std::mutex parseMutex;
 
 } // namespace
 
@@ -64,7 +100,7 @@ static size_t decodeText(StringRef text, std::u32string &codePoints, CharOffsets
     if (length > size - i || !isLegalUTF8Sequence(bytes + i, bytes + i + length))
       return i;
     if (ascii) {
-      // The first non-ASCII character: from here on, offsets are kept in a table.
+      // The first character outside ASCII: from here on, offsets are kept in a table.
       ascii = false;
       table.reserve(size - start);
       for (size_t index = 0; index < codePoints.size(); ++index)
@@ -91,7 +127,6 @@ std::unique_ptr<ast::File> parseBuffer(unsigned bufferId, DiagnosticEngine &diag
   }
 
   // 1. Text only: a NUL byte or invalid UTF-8 means this is not a .place file.
-  double t0 = nowMs();
   std::u32string codePoints;
   CharOffsets offsets;
   size_t badOffset = decodeText(text, codePoints, offsets);
@@ -100,27 +135,29 @@ std::unique_ptr<ast::File> parseBuffer(unsigned bufferId, DiagnosticEngine &diag
     return nullptr;
   }
 
-  T("decode");
   AstBuilder builder(bufferId, diags, std::move(offsets));
+  std::lock_guard<std::mutex> lock(parseMutex);
   try {
     // 2. Lex the whole buffer, and report lexical errors before parsing.
     CodePointStream input(std::move(codePoints), buffer->getBufferIdentifier().str());
-    grammar::PlaceLexer lexer(&input);
+    Lexer lexer(&input);
     lexer.removeErrorListeners();
     lexer.addErrorListener(&builder);
     antlr4::CommonTokenStream tokens(&lexer);
     tokens.fill();
-    T("lex");
     if (!builder.checkTokens(tokens.getTokens()))
       return nullptr;
-    T("check");
 
     // 3. Parse: SLL prediction, bailing out at the first error, is enough for almost every input;
     // only an input it rejects is parsed again with full LL prediction and error recovery, which
     // reports the errors.
+    // BailErrorStrategy still reports a failed prediction to the listeners before it bails out;
+    // the first stage has none, so that only the second stage's errors are shown.
     grammar::PlaceParser parser(&tokens);
     parser.removeErrorListeners();
-    parser.addErrorListener(&builder);
+    // AstBuilder reads the contexts through their labels and start and stop tokens, never their
+    // children, so the parser need not link them into a tree or make a node for every token.
+    parser.setBuildParseTree(false);
     auto *simulator = parser.getInterpreter<antlr4::atn::ParserATNSimulator>();
     simulator->setPredictionMode(antlr4::atn::PredictionMode::SLL);
     parser.setErrorHandler(std::make_shared<antlr4::BailErrorStrategy>());
@@ -130,6 +167,7 @@ std::unique_ptr<ast::File> parseBuffer(unsigned bufferId, DiagnosticEngine &diag
     } catch (const antlr4::ParseCancellationException &) {
       tokens.seek(0);
       parser.reset();
+      parser.addErrorListener(&builder);
       parser.setErrorHandler(std::make_shared<SyntaxErrorStrategy>(builder));
       simulator->setPredictionMode(antlr4::atn::PredictionMode::LL);
       try {
@@ -139,14 +177,11 @@ std::unique_ptr<ast::File> parseBuffer(unsigned bufferId, DiagnosticEngine &diag
         program = nullptr;
       }
     }
-    T("parse");
     if (!program || builder.hasErrors())
       return nullptr;
 
     // 4. The AST.
-    auto f = builder.build(program);
-    T("build");
-    return f;
+    return builder.build(program);
   } catch (const std::exception &e) {
     // Not expected: ANTLR's own exceptions are all handled above. Report rather than crash.
     diags.error(SMLoc::getFromPointer(text.data()),

@@ -8,6 +8,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
@@ -99,7 +100,24 @@ StringRef kindNoun(ast::Value::Kind kind) {
   return "a value";
 }
 
-std::string formatCount(int64_t value) { return std::to_string(value); }
+/// An approximate count for messages, in the style of the limits it is compared with: `2.5e15`.
+/// Takes a double because the estimate may be far beyond int64 (`layers = 1000000` with
+/// `hidden = 16777216`).
+std::string formatEstimate(double value) {
+  std::string text = llvm::formatv("{0:e2}", value).str();
+  // `2.50e+15` -> `2.5e15`.
+  size_t e = text.find('e');
+  std::string mantissa = text.substr(0, e), exponent = text.substr(e + 1);
+  while (mantissa.back() == '0')
+    mantissa.pop_back();
+  if (mantissa.back() == '.')
+    mantissa.pop_back();
+  if (exponent[0] == '+')
+    exponent.erase(0, 1);
+  while (exponent.size() > 1 && exponent[0] == '0')
+    exponent.erase(0, 1);
+  return mantissa + "e" + exponent;
+}
 
 class Sema {
 public:
@@ -369,8 +387,8 @@ std::optional<int64_t> Sema::getCount(const ast::Value &value, StringRef what, i
     return std::nullopt;
   }
   if (!value.isInteger) {
-    diags.error(value.getLoc(), Twine("'") + what + "' must be a whole number, found '" +
-                                    value.numberText + "'");
+    diags.error(value.getLoc(),
+                Twine("'") + what + "' must be a whole number, found '" + value.numberText + "'");
     return std::nullopt;
   }
   if (value.number < static_cast<double>(min)) {
@@ -429,8 +447,8 @@ std::optional<double> Sema::getFraction(const ast::Value &value, StringRef what)
     return std::nullopt;
   }
   if (!(value.number > 0 && value.number <= 1)) {
-    diags.error(value.getLoc(), Twine("'") + what + "' must be in (0, 1], found " +
-                                    value.numberText);
+    diags.error(value.getLoc(),
+                Twine("'") + what + "' must be in (0, 1], found " + value.numberText);
     return std::nullopt;
   }
   return value.number;
@@ -439,8 +457,8 @@ std::optional<double> Sema::getFraction(const ast::Value &value, StringRef what)
 std::optional<bool> Sema::getBool(const ast::Value &value, StringRef what) {
   if (value.kind == ast::Value::Kind::Name && (value.text == "true" || value.text == "false"))
     return value.text == "true";
-  diags.error(value.getLoc(), Twine("'") + what + "' must be true or false, found '" +
-                                  spell(value) + "'");
+  diags.error(value.getLoc(),
+              Twine("'") + what + "' must be true or false, found '" + spell(value) + "'");
   return std::nullopt;
 }
 
@@ -450,8 +468,8 @@ std::optional<std::string> Sema::getChoice(const ast::Value &value, StringRef wh
   for (size_t i = 0; i < choices.size(); ++i)
     options += (i ? (i + 1 == choices.size() ? " or " : ", ") : "") + choices[i];
   if (value.kind != ast::Value::Kind::Name) {
-    diags.error(value.getLoc(), Twine("'") + what + "' must be " + options + ", found '" +
-                                    spell(value) + "'");
+    diags.error(value.getLoc(),
+                Twine("'") + what + "' must be " + options + ", found '" + spell(value) + "'");
     return std::nullopt;
   }
   if (!llvm::is_contained(choices, value.text)) {
@@ -550,15 +568,13 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
         config.mlp = *choice == "gelu" ? ir::MlpActivation::Gelu : ir::MlpActivation::Swiglu;
     }
     if (const ast::Field *field = fields.lookup("norm")) {
-      std::optional<std::string> choice =
-          getChoice(field->value, "norm", {"layernorm", "rmsnorm"});
+      std::optional<std::string> choice = getChoice(field->value, "norm", {"layernorm", "rmsnorm"});
       ok &= choice.has_value();
       if (choice)
         config.norm = *choice == "layernorm" ? ir::NormKind::LayerNorm : ir::NormKind::RmsNorm;
     }
     if (const ast::Field *field = fields.lookup("positions")) {
-      std::optional<std::string> choice =
-          getChoice(field->value, "positions", {"learned", "rope"});
+      std::optional<std::string> choice = getChoice(field->value, "positions", {"learned", "rope"});
       ok &= choice.has_value();
       if (choice)
         config.positions =
@@ -577,17 +593,17 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     if (!ok)
       return;
     if (config.hidden % config.heads != 0) {
-      diags.error(fields["heads"]->value.getLoc(),
-                  Twine("hidden size ") + Twine(config.hidden) + " is not divisible by " +
-                      Twine(config.heads) + " heads");
+      diags.error(fields["heads"]->value.getLoc(), Twine("hidden size ") + Twine(config.hidden) +
+                                                       " is not divisible by " +
+                                                       Twine(config.heads) + " heads");
       return;
     }
     double h = config.hidden, l = config.layers, f = config.ffn;
-    double estimate = l * (4 * h * h + 3 * h * f + 16 * h + 3 * f) +
-                      (2.0 * config.vocab + config.seq + 2) * h;
+    double estimate =
+        l * (4 * h * h + 3 * h * f + 16 * h + 3 * f) + (2.0 * config.vocab + config.seq + 2) * h;
     if (estimate > kMaxParams) {
-      diags.error(decl.nameLoc, Twine("model '") + decl.name +
-                                    "' is too large: about " + formatCount(int64_t(estimate)) +
+      diags.error(decl.nameLoc, Twine("model '") + decl.name + "' is too large: about " +
+                                    formatEstimate(estimate) +
                                     " parameters, placec supports at most 1e15");
       return;
     }
@@ -613,7 +629,7 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     double estimate = (config.layers + 1) * (w * w + w) + (config.input + config.output) * (w + 1);
     if (estimate > kMaxParams) {
       diags.error(decl.nameLoc, Twine("model '") + decl.name + "' is too large: about " +
-                                    formatCount(int64_t(estimate)) +
+                                    formatEstimate(estimate) +
                                     " parameters, placec supports at most 1e15");
       return;
     }
@@ -642,13 +658,13 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
 
 void Sema::buildCluster(const ast::ClusterDecl &decl) {
   static const std::vector<std::string> keys = {
-      "nodes",          "devices_per_node", "device_memory", "peak",
-      "intra_bandwidth", "inter_bandwidth", "host_bandwidth", "latency",
-      "host_memory",    "efficiency",       "nvme_bandwidth", "nvme_capacity"};
+      "nodes",           "devices_per_node", "device_memory",  "peak",
+      "intra_bandwidth", "inter_bandwidth",  "host_bandwidth", "latency",
+      "host_memory",     "efficiency",       "nvme_bandwidth", "nvme_capacity"};
   auto fields = collectFields(decl, "a cluster", keys);
-  bool ok = requireFields(decl, "cluster", fields,
-                          {"nodes", "devices_per_node", "device_memory", "peak",
-                           "intra_bandwidth", "inter_bandwidth"});
+  bool ok = requireFields(
+      decl, "cluster", fields,
+      {"nodes", "devices_per_node", "device_memory", "peak", "intra_bandwidth", "inter_bandwidth"});
   auto cluster = std::make_unique<ir::Cluster>();
   cluster->name = decl.name;
   cluster->loc = decl.nameLoc;
@@ -754,9 +770,8 @@ std::optional<ParamEnv> Sema::bindArguments(const ast::StrategyDecl &decl, SMLoc
         continue;
       }
       if (i >= decl.params.size()) {
-        diags.error(loc, Twine("strategy '") + decl.name + "' takes " +
-                             Twine(decl.params.size()) + " argument" +
-                             (decl.params.size() == 1 ? "" : "s") + ", found " +
+        diags.error(loc, Twine("strategy '") + decl.name + "' takes " + Twine(decl.params.size()) +
+                             " argument" + (decl.params.size() == 1 ? "" : "s") + ", found " +
                              Twine(args.size()));
         diags.note(decl.nameLoc, Twine("'") + decl.name + "' is declared here");
         return std::nullopt;
@@ -765,8 +780,8 @@ std::optional<ParamEnv> Sema::bindArguments(const ast::StrategyDecl &decl, SMLoc
     } else {
       sawKeyword = true;
       if (!llvm::is_contained(paramNames, arg.key)) {
-        diags.error(loc, Twine("strategy '") + decl.name + "' has no parameter '" + arg.key +
-                             "'" + didYouMean(arg.key, paramNames));
+        diags.error(loc, Twine("strategy '") + decl.name + "' has no parameter '" + arg.key + "'" +
+                             didYouMean(arg.key, paramNames));
         diags.note(decl.nameLoc, Twine("'") + decl.name + "' is declared here");
         ok = false;
         continue;
@@ -792,8 +807,8 @@ std::optional<ParamEnv> Sema::bindArguments(const ast::StrategyDecl &decl, SMLoc
       continue;
     if (!param.defaultValue) {
       diags.error(useLoc, Twine("missing argument '") + param.name + "' for strategy '" +
-                              decl.name + "': write '" + decl.name + "(" +
-                              describeParams(decl) + ")'");
+                              decl.name + "': write '" + decl.name + "(" + describeParams(decl) +
+                              ")'");
       diags.note(param.nameLoc, Twine("parameter '") + param.name + "' is declared here");
       ok = false;
       continue;
@@ -824,12 +839,11 @@ const ir::Strategy *Sema::resolveTerm(StringRef name, SMLoc nameLoc, bool hasPar
     }
     return resolveStrategy(*decl, nameLoc);
   }
-  bool allDefaulted = llvm::all_of(decl->params, [](const ast::Param &param) {
-    return param.defaultValue != nullptr;
-  });
+  bool allDefaulted = llvm::all_of(
+      decl->params, [](const ast::Param &param) { return param.defaultValue != nullptr; });
   if (!hasParens && !allDefaulted) {
-    diags.error(nameLoc, Twine("strategy '") + name + "' takes parameters: write '" + name +
-                             "(" + describeParams(*decl) + ")'");
+    diags.error(nameLoc, Twine("strategy '") + name + "' takes parameters: write '" + name + "(" +
+                             describeParams(*decl) + ")'");
     diags.note(decl->nameLoc, Twine("'") + name + "' is declared here");
     return nullptr;
   }
@@ -848,17 +862,22 @@ const ir::Strategy *Sema::resolveTerm(StringRef name, SMLoc nameLoc, bool hasPar
                     (value.isAuto ? std::string("auto") : std::to_string(value.value));
   }
   instanceName += ")";
+  unsigned errorsBefore = diags.getNumErrors();
   strategyStack.push_back(decl);
   std::unique_ptr<ir::Strategy> instance = instantiate(*decl, *bound, instanceName, nameLoc);
   strategyStack.pop_back();
-  if (!instance)
+  if (!instance) {
+    // The error points into the strategy's body (perhaps in the prelude); say which use it came
+    // from.
+    if (diags.getNumErrors() != errorsBefore)
+      diags.note(nameLoc, Twine("in '") + instanceName + "', instantiated here");
     return nullptr;
+  }
   return addStrategy(std::move(instance));
 }
 
-std::unique_ptr<ir::Strategy> Sema::instantiate(const ast::StrategyDecl &decl,
-                                                const ParamEnv &env, std::string name,
-                                                SMLoc loc) {
+std::unique_ptr<ir::Strategy> Sema::instantiate(const ast::StrategyDecl &decl, const ParamEnv &env,
+                                                std::string name, SMLoc loc) {
   // Parameters must be distinct; checked at each instantiation (cheap, and reported once per
   // use at worst).
   StringSet<> seen;
@@ -885,7 +904,6 @@ std::unique_ptr<ir::Strategy> Sema::instantiate(const ast::StrategyDecl &decl,
     return nullptr;
   return compose(operands, operandLocs, std::move(name), loc);
 }
-
 
 std::optional<ir::AxisKind> parseAxisKind(StringRef text) {
   if (text == "batch")
@@ -919,9 +937,10 @@ std::unique_ptr<ir::Strategy> Sema::bindBody(const ast::StrategyDecl &decl, cons
       if (!axisDecl.kind.empty()) {
         std::optional<ir::AxisKind> kind = parseAxisKind(axisDecl.kind);
         if (!kind) {
-          diags.error(axisDecl.kindLoc, Twine("unknown axis kind '") + axisDecl.kind +
-                                            "': expected batch, tensor or layers" +
-                                            didYouMean(axisDecl.kind, {"batch", "tensor", "layers"}),
+          diags.error(axisDecl.kindLoc,
+                      Twine("unknown axis kind '") + axisDecl.kind +
+                          "': expected batch, tensor or layers" +
+                          didYouMean(axisDecl.kind, {"batch", "tensor", "layers"}),
                       "placement");
           ok = false;
           continue;
@@ -934,18 +953,18 @@ std::unique_ptr<ir::Strategy> Sema::bindBody(const ast::StrategyDecl &decl, cons
       } else if (axisDecl.name == "pp") {
         axis.kind = ir::AxisKind::Layers;
       } else {
-        diags.error(axisDecl.nameLoc, Twine("axis '") + axisDecl.name +
-                                          "' needs a kind: write '" + axisDecl.name +
-                                          ": batch = …' (or tensor, or layers); only dp, tp "
-                                          "and pp imply theirs",
+        diags.error(axisDecl.nameLoc,
+                    Twine("axis '") + axisDecl.name + "' needs a kind: write '" + axisDecl.name +
+                        ": batch = …' (or tensor, or layers); only dp, tp "
+                        "and pp imply theirs",
                     "placement");
         ok = false;
         continue;
       }
       auto [it, inserted] = axisNames.try_emplace(axisDecl.name, axisDecl.nameLoc);
       if (!inserted) {
-        diags.error(axisDecl.nameLoc, Twine("axis '") + axisDecl.name + "' appears twice in the mesh",
-                    "mesh-size");
+        diags.error(axisDecl.nameLoc,
+                    Twine("axis '") + axisDecl.name + "' appears twice in the mesh", "mesh-size");
         diags.note(it->second, "first declared here");
         ok = false;
         continue;
@@ -958,6 +977,13 @@ std::unique_ptr<ir::Strategy> Sema::bindBody(const ast::StrategyDecl &decl, cons
       }
       axis.size = size->value;
       strategy->mesh.axes.push_back(std::move(axis));
+    }
+    if (ok && strategy->mesh.getNumDevices() > kMaxDevices) {
+      diags.error(decl.mesh->loc,
+                  Twine("the mesh has more than ") + Twine(kMaxDevices) +
+                      " devices, the most placec supports",
+                  "mesh-size");
+      ok = false;
     }
     unsigned layersAxes = 0;
     for (const ir::Axis &axis : strategy->mesh.axes)
@@ -987,9 +1013,8 @@ std::unique_ptr<ir::Strategy> Sema::bindBody(const ast::StrategyDecl &decl, cons
 
   for (size_t i = 0; i < decl.pipelines.size(); ++i) {
     if (i > 0) {
-      diags.error(decl.pipelines[i].loc, Twine("strategy '") + decl.name +
-                                             "' has a second pipeline",
-                  "composition");
+      diags.error(decl.pipelines[i].loc,
+                  Twine("strategy '") + decl.name + "' has a second pipeline", "composition");
       diags.note(decl.pipelines[0].loc, "the first pipeline is here");
       ok = false;
       continue;
@@ -1069,27 +1094,33 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
       kind = ir::PlacementMode::ShardedWithGather;
     if (!kind) {
       if (mode.name == "keep" || mode.name == "recompute")
-        diags.error(mode.nameLoc, Twine("'") + mode.name + "' applies to activations only; " +
-                                      placement.state + " take replicate, shard or gather",
+        diags.error(mode.nameLoc,
+                    Twine("'") + mode.name + "' applies to activations only; " + placement.state +
+                        " take replicate, shard or gather",
                     "placement");
       else
-        diags.error(mode.nameLoc, Twine("unknown placement mode '") + mode.name +
-                                      "': expected replicate, shard or gather" +
-                                      didYouMean(mode.name, {"replicate", "shard", "gather"}),
+        diags.error(mode.nameLoc,
+                    Twine("unknown placement mode '") + mode.name +
+                        "': expected replicate, shard or gather" +
+                        didYouMean(mode.name, {"replicate", "shard", "gather"}),
                     "placement");
       ok = false;
       continue;
     }
     if (!strategy.hasMesh) {
-      diags.error(mode.nameLoc, "a strategy without a mesh sets only tiers and activation "
-                                "modes: write for example '" + placement.state + " = @ host'",
+      diags.error(mode.nameLoc,
+                  "a strategy without a mesh sets only tiers and activation "
+                  "modes: write for example '" +
+                      placement.state + " = @ host'",
                   "composition");
       ok = false;
       continue;
     }
     if (*kind == ir::PlacementMode::ShardedWithGather && *state != ir::State::Params) {
-      diags.error(mode.nameLoc, Twine("'gather' applies to params only: ") + placement.state +
-                                    " are never gathered for use; write 'shard' instead",
+      diags.error(mode.nameLoc,
+                  Twine("'gather' applies to params only: ") +
+                      (*state == ir::State::Grads ? "gradients are" : "optimizer state is") +
+                      " never gathered for use; write 'shard' instead",
                   "placement");
       ok = false;
       continue;
@@ -1107,19 +1138,18 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
         keepAfterForward = value.value_or(false);
         continue;
       }
-      diags.error(arg.keyLoc, Twine("'") + mode.name + "' has no option '" + arg.key + "'" +
-                                  (*kind == ir::PlacementMode::ShardedWithGather
-                                       ? "; its option is keep_after_forward"
-                                       : ""),
+      diags.error(arg.keyLoc,
+                  Twine("'") + mode.name + "' has no option '" + arg.key + "'" +
+                      (*kind == ir::PlacementMode::ShardedWithGather
+                           ? "; its option is keep_after_forward"
+                           : ""),
                   "placement");
       ok = false;
     }
     if (axisArgs.empty()) {
-      diags.error(mode.nameLoc, Twine("'") + mode.name + "' needs the axes it applies to: write '" +
-                                    mode.name + "(" +
-                                    (strategy.mesh.axes.empty() ? "dp"
-                                                                : strategy.mesh.axes[0].name) +
-                                    ")'",
+      diags.error(mode.nameLoc,
+                  Twine("'") + mode.name + "' needs the axes it applies to: write '" + mode.name +
+                      "(" + (strategy.mesh.axes.empty() ? "dp" : strategy.mesh.axes[0].name) + ")'",
                   "placement");
       ok = false;
       continue;
@@ -1127,8 +1157,9 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
     for (const ast::Arg *arg : axisArgs) {
       const ast::Value &value = *arg->value;
       if (value.kind != ast::Value::Kind::Name) {
-        diags.error(value.getLoc(), Twine("expected an axis name in '") + mode.name +
-                                        "(…)', found '" + spell(value) + "'",
+        diags.error(value.getLoc(),
+                    Twine("expected an axis name in '") + mode.name + "(…)', found '" +
+                        spell(value) + "'",
                     "placement");
         ok = false;
         continue;
@@ -1141,10 +1172,11 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
           names.push_back(axis.name);
           list += (list.empty() ? "" : ", ") + axis.name;
         }
-        diags.error(value.getLoc(), Twine("unknown axis '") + value.text + "' in the placement of " +
-                                        placement.state + "; the mesh has " +
-                                        (list.empty() ? std::string("no axes") : list) +
-                                        didYouMean(value.text, names),
+        diags.error(value.getLoc(),
+                    Twine("unknown axis '") + value.text + "' in the placement of " +
+                        placement.state + "; the mesh has " +
+                        (list.empty() ? std::string("no axes") : list) +
+                        didYouMean(value.text, names),
                     "placement");
         ok = false;
         continue;
@@ -1152,28 +1184,29 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
       const ir::Axis &axis = strategy.mesh.axes[index];
       ir::AxisPlacement &slot = target.axes[index];
       if (slot.isExplicit) {
-        diags.error(value.getLoc(), Twine("axis '") + value.text + "' is placed twice in " +
-                                        placement.state,
+        diags.error(value.getLoc(),
+                    Twine("axis '") + value.text + "' is placed twice in " + placement.state,
                     "placement");
         diags.note(slot.loc, "first placed here");
         ok = false;
         continue;
       }
       if (axis.kind == ir::AxisKind::Layers) {
-        diags.error(value.getLoc(), Twine("'") + axis.name +
-                                        "' is a layers axis: every state is split by pipeline "
-                                        "stage on it, so it takes no mode",
+        diags.error(value.getLoc(),
+                    Twine("'") + axis.name +
+                        "' is a layers axis: every state is split by pipeline "
+                        "stage on it, so it takes no mode",
                     "placement");
         ok = false;
         continue;
       }
       if (axis.kind == ir::AxisKind::Tensor && *kind != ir::PlacementMode::Sharded) {
-        diags.error(value.getLoc(), Twine("'") + mode.name + "(" + axis.name + ")' is not allowed: '" +
-                                        axis.name + "' is a tensor axis, which splits " +
-                                        placement.state +
-                                        " by each tensor's tensor-parallel kind; leave it out or "
-                                        "write 'shard(" +
-                                        axis.name + ")'",
+        diags.error(value.getLoc(),
+                    Twine("'") + mode.name + "(" + axis.name + ")' is not allowed: '" + axis.name +
+                        "' is a tensor axis, which splits " + placement.state +
+                        " by each tensor's tensor-parallel kind; leave it out or "
+                        "write 'shard(" +
+                        axis.name + ")'",
                     "placement");
         ok = false;
         continue;
@@ -1215,8 +1248,9 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
         continue;
       }
       if (modeLoc.isValid()) {
-        diags.error(mode.nameLoc, "activations have two modes; choose one of keep, recompute and "
-                                  "recompute(selective)",
+        diags.error(mode.nameLoc,
+                    "activations have two modes; choose one of keep, recompute and "
+                    "recompute(selective)",
                     "placement");
         diags.note(modeLoc, "the first is here");
         ok = false;
@@ -1228,9 +1262,10 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
       continue;
     }
     if (mode.name != "shard") {
-      diags.error(mode.nameLoc, Twine("'") + mode.name +
-                                    "' does not apply to activations: they take keep, recompute, "
-                                    "recompute(selective) and shard(t) over a tensor axis",
+      diags.error(mode.nameLoc,
+                  Twine("'") + mode.name +
+                      "' does not apply to activations: they take keep, recompute, "
+                      "recompute(selective) and shard(t) over a tensor axis",
                   "placement");
       ok = false;
       continue;
@@ -1253,21 +1288,29 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
                       ? strategy.mesh.findAxis(value.text)
                       : -1;
       if (index < 0) {
-        diags.error(value.getLoc(), Twine("unknown axis '") + spell(value) +
-                                        "' in the placement of activations",
+        std::vector<std::string> names;
+        std::string list;
+        for (const ir::Axis &axis : strategy.mesh.axes) {
+          names.push_back(axis.name);
+          list += (list.empty() ? "" : ", ") + axis.name;
+        }
+        diags.error(value.getLoc(),
+                    Twine("unknown axis '") + spell(value) +
+                        "' in the placement of activations; the mesh has " +
+                        (list.empty() ? std::string("no axes") : list) +
+                        didYouMean(spell(value), names),
                     "placement");
         ok = false;
         continue;
       }
       const ir::Axis &axis = strategy.mesh.axes[index];
       if (axis.kind != ir::AxisKind::Tensor) {
-        diags.error(value.getLoc(), Twine("activations are always split ") +
-                                        (axis.kind == ir::AxisKind::Batch
-                                             ? "by the batch"
-                                             : "by pipeline stage") +
-                                        " over '" + axis.name +
-                                        "', which takes no mode; 'shard' on activations means "
-                                        "sequence parallelism over a tensor axis",
+        diags.error(value.getLoc(),
+                    Twine("activations are always split ") +
+                        (axis.kind == ir::AxisKind::Batch ? "by the batch" : "by pipeline stage") +
+                        " over '" + axis.name +
+                        "', which takes no mode; 'shard' on activations means "
+                        "sequence parallelism over a tensor axis",
                     "placement");
         ok = false;
         continue;
@@ -1384,22 +1427,23 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
     for (const ir::Axis &axis : operand.mesh.axes) {
       auto [it, inserted] = axisOwner.try_emplace(axis.name, i);
       if (!inserted) {
-        diags.error(operandLocs[i], Twine("the operands of '*' overlap: both name axis '") +
-                                        axis.name + "'",
+        diags.error(operandLocs[i],
+                    Twine("the operands of '*' overlap: both name axis '") + axis.name + "'",
                     "composition");
-        diags.note(operandLocs[it->second], Twine("'") + operands[it->second]->name +
-                                                "' has axis '" + axis.name + "'");
+        diags.note(operandLocs[it->second],
+                   Twine("'") + operands[it->second]->name + "' has axis '" + axis.name + "'");
         diags.note(operandLocs[i], Twine("'") + operand.name + "' has axis '" + axis.name + "'");
         ok = false;
         continue;
       }
       if (axis.kind == ir::AxisKind::Layers) {
         if (layersOwner) {
-          diags.error(operandLocs[i], "the composition has two layers axes; a strategy pipelines "
-                                      "over at most one",
+          diags.error(operandLocs[i],
+                      "the composition has two layers axes; a strategy pipelines "
+                      "over at most one",
                       "composition");
-          diags.note(operandLocs[*layersOwner], Twine("'") + operands[*layersOwner]->name +
-                                                    "' has a layers axis");
+          diags.note(operandLocs[*layersOwner],
+                     Twine("'") + operands[*layersOwner]->name + "' has a layers axis");
           diags.note(operandLocs[i], Twine("'") + operand.name + "' has a layers axis");
           ok = false;
           continue;
@@ -1436,15 +1480,15 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
       unsigned index = static_cast<unsigned>(state);
       if (from.tierExplicit) {
         if (tierOwner[index] && to.tier != from.tier) {
-          diags.error(operandLocs[i], Twine("the operands of '*' disagree on the tier of ") +
-                                          ir::toString(state) + ": '" + ir::toString(to.tier) +
-                                          "' and '" + ir::toString(from.tier) + "'",
+          diags.error(operandLocs[i],
+                      Twine("the operands of '*' disagree on the tier of ") + ir::toString(state) +
+                          ": '" + ir::toString(to.tier) + "' and '" + ir::toString(from.tier) + "'",
                       "composition");
           diags.note(operandLocs[*tierOwner[index]],
                      Twine("'") + operands[*tierOwner[index]]->name + "' places " +
                          ir::toString(state) + " @ " + ir::toString(to.tier));
-          diags.note(operandLocs[i], Twine("'") + operand.name + "' places " +
-                                         ir::toString(state) + " @ " + ir::toString(from.tier));
+          diags.note(operandLocs[i], Twine("'") + operand.name + "' places " + ir::toString(state) +
+                                         " @ " + ir::toString(from.tier));
           ok = false;
         } else if (!tierOwner[index]) {
           tierOwner[index] = i;
@@ -1468,6 +1512,13 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
         result->getPlacement(state).axes.push_back(operand->getPlacement(state).axes[a]);
     }
   }
+  if (result->mesh.getNumDevices() > kMaxDevices) {
+    diags.error(loc,
+                Twine("the composed mesh has more than ") + Twine(kMaxDevices) +
+                    " devices, the most placec supports",
+                "mesh-size");
+    return nullptr;
+  }
   if (pipelineOwner)
     result->pipeline = operands[*pipelineOwner]->pipeline;
   applyDefaults(*result);
@@ -1479,9 +1530,8 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
 //===----------------------------------------------------------------------===//
 
 void Sema::buildRun(const ast::RunDecl &decl) {
-  static const std::vector<std::string> keys = {"model",        "cluster",      "strategy",
-                                                "micro_batch",  "global_batch", "precision",
-                                                "optimizer"};
+  static const std::vector<std::string> keys = {
+      "model", "cluster", "strategy", "micro_batch", "global_batch", "precision", "optimizer"};
   auto fields = collectFields(decl, "a run", keys);
   bool ok = requireFields(decl, "run", fields,
                           {"model", "cluster", "strategy", "micro_batch", "global_batch"});
@@ -1523,9 +1573,10 @@ void Sema::buildRun(const ast::RunDecl &decl) {
       run->strategy = resolveTerm(value.text, value.getLoc(), value.kind == ast::Value::Kind::Call,
                                   value.args, ParamEnv());
       if (run->strategy && !run->strategy->hasMesh) {
-        diags.error(value.getLoc(), Twine("strategy '") + run->strategy->name +
-                                        "' has no mesh; compose it with one, for example '" +
-                                        run->strategy->name + " * zero3(dp = 8)'",
+        diags.error(value.getLoc(),
+                    Twine("strategy '") + run->strategy->name +
+                        "' has no mesh; compose it with one, for example '" + run->strategy->name +
+                        " * zero3(dp = 8)'",
                     "composition");
         run->strategy = nullptr;
       }
@@ -1553,8 +1604,8 @@ void Sema::buildRun(const ast::RunDecl &decl) {
                value.args.size() == 1 && value.args[0].key.empty() &&
                value.args[0].value->kind == ast::Value::Kind::Name &&
                (value.args[0].value->text == "bf16" || value.args[0].value->text == "fp16")) {
-      run->precision = value.args[0].value->text == "bf16" ? ir::Precision::MixedBF16
-                                                            : ir::Precision::MixedFP16;
+      run->precision =
+          value.args[0].value->text == "bf16" ? ir::Precision::MixedBF16 : ir::Precision::MixedFP16;
     } else {
       diags.error(value.getLoc(), Twine("unknown precision '") + spell(value) +
                                       "': expected mixed(bf16), mixed(fp16) or fp32");
@@ -1571,8 +1622,8 @@ void Sema::buildRun(const ast::RunDecl &decl) {
                value.args.size() == 1 && value.args[0].key == "momentum") {
       std::optional<bool> momentum = getBool(*value.args[0].value, "momentum");
       ok &= momentum.has_value();
-      run->optimizer = momentum.value_or(false) ? ir::OptimizerKind::SgdMomentum
-                                                : ir::OptimizerKind::Sgd;
+      run->optimizer =
+          momentum.value_or(false) ? ir::OptimizerKind::SgdMomentum : ir::OptimizerKind::Sgd;
     } else {
       diags.error(value.getLoc(), Twine("unknown optimizer '") + spell(value) +
                                       "': expected adam, sgd or sgd(momentum = true)");

@@ -4,78 +4,71 @@
 // wherever a name may stand. The grammar has no recursive rule, so the parser's stack depth does
 // not grow with the input. Shared prefixes are factored so that every decision but one (a call
 // argument's optional `key =`) is made on a single token, which keeps prediction cheap and lets a
-// syntax error name exactly the tokens that were possible.
+// syntax error name exactly the tokens that were possible. Every part the AST needs has a label,
+// so that AstBuilder reads fields instead of searching a context's children.
 grammar Place;
 
-program : topDecl* EOF ;
+program : decls+=topDecl* EOF ;
 
 topDecl
-  : importDecl
-  | modelDecl
-  | clusterDecl
-  | strategyDecl
-  | runDecl
+  : importDecl_=importDecl
+  | modelDecl_=modelDecl
+  | clusterDecl_=clusterDecl
+  | strategyDecl_=strategyDecl
+  | runDecl_=runDecl
   ;
 
 importDecl  : IMPORT path=STRING ';' ;
-modelDecl   : MODEL name=ident (':' kind=ident)? '{' field* '}' ;
-clusterDecl : CLUSTER name=ident '{' field* '}' ;
-runDecl     : RUN name=ident '{' field* '}' ;
+modelDecl   : MODEL name=ident (':' kind=ident)? '{' fields+=field* rbrace='}' ;
+clusterDecl : CLUSTER name=ident '{' fields+=field* rbrace='}' ;
+runDecl     : RUN name=ident '{' fields+=field* rbrace='}' ;
 
-field : key=ident '=' value ';' ;
+field : key=ident '=' val=value ';' ;
 
 // A value: a number, optionally followed by a unit word (a quantity); a string; or a name,
 // optionally followed by arguments (a call such as `mixed(bf16)` or `sgd(momentum = true)`). Call
 // arguments are plain values, never calls.
 value
-  : number unit?                           # numberValue
-  | STRING                                 # stringValue
-  | ident (lparen='(' argList? ')')?       # nameValue
+  : num=NUMBER unitWord=unit?
+  | str=STRING
+  | name=ident (lparen='(' args=argList? ')')?
   ;
 
 plainValue
-  : number unit?                           # plainNumber
-  | STRING                                 # plainString
-  | ident                                  # plainName
+  : num=NUMBER unitWord=unit?
+  | str=STRING
+  | name=ident
   ;
 
-unit : ident ('/' ident)? ;
+unit : first=ident ('/' second=ident)? ;
 
-argList : arg (',' arg)* ;
-arg     : (key=ident '=')? plainValue ;
-
-number : NUMBER ;
+argList : args+=arg (',' args+=arg)* ;
+arg     : (key=ident '=')? val=plainValue ;
 
 // The name and parameters are shared by both forms; the body or the composition is chosen on the
 // token after them (`{` or `=`).
-strategyDecl  : STRATEGY name=ident paramList? (strategyBody | strategyAlias) ;
-strategyBody  : '{' strategyItem* '}' ;
-strategyAlias : '=' strategyExpr ';' ;
+strategyDecl  : STRATEGY name=ident params=paramList? (body=strategyBody | alias=strategyAlias) ;
+strategyBody  : '{' items+=strategyItem* '}' ;
+strategyAlias : '=' terms+=strategyTerm ('*' terms+=strategyTerm)* ';' ;
 
-paramList : '(' (param (',' param)*)? ')' ;
-param     : name=ident ('=' plainValue)? ;
+paramList : '(' (params+=param (',' params+=param)*)? ')' ;
+param     : name=ident ('=' defaultValue=plainValue)? ;
 
 // `mesh` and `pipeline` start their own items; a placement starts with the name of a state, which
-// may be any other word, so each item is chosen on its first token.
+// may be any other word, so each item is chosen on its first token. A placement is a list of
+// modes with an optional memory tier, or a tier alone.
 strategyItem
-  : MESH '[' (axis (',' axis)*)? ']' ';'                          # meshItem
-  | PIPELINE '=' schedule=ident (lparen='(' argList? ')')? ';'    # pipelineItem
-  | state=stateName '=' placementExpr ';'                         # placementItem
+  : mesh=MESH '[' (axes+=axis (',' axes+=axis)*)? ']' ';'
+  | pipeline=PIPELINE '=' schedule=ident (lparen='(' args=argList? ')')? ';'
+  | state=stateName '=' (modes+=modeTerm (',' modes+=modeTerm)* ('@' tier=ident)? | '@' tier=ident) ';'
   ;
 
 stateName : ID | IMPORT | MODEL | CLUSTER | STRATEGY | RUN ;
 
 axis : name=ident (':' kind=ident)? '=' size=plainValue ;
 
-placementExpr
-  : modeTerm (',' modeTerm)* ('@' tier=ident)?
-  | '@' tier=ident
-  ;
-
-modeTerm : ident (lparen='(' argList? ')')? ;
-
-strategyExpr : strategyTerm ('*' strategyTerm)* ;
-strategyTerm : ident (lparen='(' argList? ')')? ;
+modeTerm     : name=ident (lparen='(' args=argList? ')')? ;
+strategyTerm : name=ident (lparen='(' args=argList? ')')? ;
 
 ident
   : ID | IMPORT | MODEL | CLUSTER | STRATEGY | RUN | MESH | PIPELINE

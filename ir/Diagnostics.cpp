@@ -18,18 +18,6 @@ std::string Diagnostic::getFullMessage() const {
 
 DiagnosticEngine::DiagnosticEngine(SourceMgr &sourceMgr) : sourceMgr(sourceMgr), out(&errs()) {}
 
-static SourceMgr::DiagKind toDiagKind(Severity severity) {
-  switch (severity) {
-  case Severity::Error:
-    return SourceMgr::DK_Error;
-  case Severity::Warning:
-    return SourceMgr::DK_Warning;
-  case Severity::Note:
-    return SourceMgr::DK_Note;
-  }
-  return SourceMgr::DK_Error;
-}
-
 void DiagnosticEngine::report(Severity severity, SMLoc loc, const Twine &message, StringRef rule,
                               ArrayRef<SMRange> ranges) {
   if (severity == Severity::Warning && warningsAsErrors)
@@ -60,24 +48,34 @@ void DiagnosticEngine::report(Severity severity, SMLoc loc, const Twine &message
 }
 
 /// Lines longer than this are shown as a window around the column.
-static constexpr unsigned kMaxShownLine = 160;
+static constexpr size_t kMaxShownLine = 160;
+/// Tabs in the shown line expand to the next multiple of this many columns.
+static constexpr unsigned kTabStop = 8;
+
+static StringRef severityLabel(Severity severity) {
+  switch (severity) {
+  case Severity::Error:
+    return "error";
+  case Severity::Warning:
+    return "warning";
+  case Severity::Note:
+    return "note";
+  }
+  return "error";
+}
 
 void DiagnosticEngine::print(const Diagnostic &diag, ArrayRef<SMRange> ranges) {
+  (void)ranges;
   std::string text = diag.getFullMessage();
-  SourceMgr::DiagKind kind = toDiagKind(diag.severity);
-  if (!diag.loc.isValid()) {
-    SMDiagnostic(StringRef(), kind, text).print("placec", *out, /*ShowColors=*/false);
-    return;
-  }
-  unsigned bufferId = sourceMgr.FindBufferContainingLoc(diag.loc);
+  unsigned bufferId = diag.loc.isValid() ? sourceMgr.FindBufferContainingLoc(diag.loc) : 0;
   if (bufferId == 0) {
-    SMDiagnostic(StringRef(), kind, text).print("placec", *out, false);
+    *out << "placec: " << severityLabel(diag.severity) << ": " << text << "\n";
     return;
   }
   const MemoryBuffer *buffer = sourceMgr.getMemoryBuffer(bufferId);
-  auto [line, col] = sourceMgr.getLineAndColumn(diag.loc, bufferId);
+  unsigned line = sourceMgr.getLineAndColumn(diag.loc, bufferId).first;
 
-  // Find the source line around the location.
+  // The source line around the location.
   const char *bufStart = buffer->getBufferStart();
   const char *bufEnd = buffer->getBufferEnd();
   const char *lineStart = diag.loc.getPointer();
@@ -86,36 +84,63 @@ void DiagnosticEngine::print(const Diagnostic &diag, ArrayRef<SMRange> ranges) {
   const char *lineEnd = diag.loc.getPointer();
   while (lineEnd != bufEnd && *lineEnd != '\n' && *lineEnd != '\r')
     ++lineEnd;
+  size_t byteColumn = diag.loc.getPointer() - lineStart;
 
+  // Columns count bytes, from 1.
+  *out << buffer->getBufferIdentifier() << ":" << line << ":" << byteColumn + 1 << ": "
+       << severityLabel(diag.severity) << ": " << text << "\n";
+
+  // Show the line, or a window of it around the column, and a caret under the location. Tabs
+  // expand to tab stops; a UTF-8 sequence takes one column; control characters and bytes that
+  // are not UTF-8 show as '?'.
   StringRef lineText(lineStart, lineEnd - lineStart);
-  unsigned caretCol = diag.loc.getPointer() - lineStart;
-  std::string shown;
+  size_t from = 0, to = lineText.size();
   if (lineText.size() > kMaxShownLine) {
-    size_t from = caretCol > kMaxShownLine / 2 ? caretCol - kMaxShownLine / 2 : 0;
-    size_t length = std::min<size_t>(kMaxShownLine, lineText.size() - from);
-    shown = (from > 0 ? "..." : "") + lineText.substr(from, length).str() +
-            (from + length < lineText.size() ? "..." : "");
-    caretCol = caretCol - from + (from > 0 ? 3 : 0);
-  } else {
-    shown = lineText.str();
+    from = byteColumn > kMaxShownLine / 2 ? byteColumn - kMaxShownLine / 2 : 0;
+    to = std::min(lineText.size(), from + kMaxShownLine);
+    // Do not start or end inside a UTF-8 sequence.
+    while (from > 0 && (static_cast<unsigned char>(lineText[from]) & 0xC0) == 0x80)
+      --from;
+    while (to < lineText.size() && (static_cast<unsigned char>(lineText[to]) & 0xC0) == 0x80)
+      ++to;
   }
-  // Non-printable bytes would garble the terminal; show them as '?'.
-  for (char &c : shown)
-    if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f)
-      c = '?';
-
-  SmallVector<std::pair<unsigned, unsigned>, 2> colRanges;
-  for (SMRange range : ranges) {
-    if (!range.isValid() || range.Start.getPointer() < lineStart ||
-        range.End.getPointer() > lineEnd || lineText.size() > kMaxShownLine)
+  std::string shown = from > 0 ? "..." : "";
+  unsigned column = shown.size(), caretColumn = column;
+  for (size_t i = from; i < to;) {
+    if (i == byteColumn)
+      caretColumn = column;
+    unsigned char c = static_cast<unsigned char>(lineText[i]);
+    if (c == '\t') {
+      unsigned spaces = kTabStop - column % kTabStop;
+      shown.append(spaces, ' ');
+      column += spaces;
+      ++i;
       continue;
-    colRanges.emplace_back(range.Start.getPointer() - lineStart,
-                           range.End.getPointer() - lineStart);
+    }
+    unsigned length = c < 0x80           ? 1
+                      : (c >> 5) == 0x6  ? 2
+                      : (c >> 4) == 0xE  ? 3
+                      : (c >> 3) == 0x1E ? 4
+                                         : 0;
+    bool valid = length != 0 && i + length <= to;
+    for (unsigned k = 1; valid && k < length; ++k)
+      valid = (static_cast<unsigned char>(lineText[i + k]) & 0xC0) == 0x80;
+    if (!valid || c < 0x20 || c == 0x7f) {
+      shown += '?';
+      ++column;
+      ++i;
+      continue;
+    }
+    shown.append(lineText.data() + i, length);
+    ++column;
+    i += length;
   }
-  SMDiagnostic smDiag(sourceMgr, diag.loc, buffer->getBufferIdentifier(), line, caretCol, kind,
-                      text, shown, colRanges);
-  (void)col;
-  smDiag.print(nullptr, *out, /*ShowColors=*/false);
+  if (byteColumn >= to)
+    caretColumn = column;
+  if (to < lineText.size())
+    shown += "...";
+  *out << shown << "\n";
+  out->indent(caretColumn) << "^\n";
 }
 
 namespace {
@@ -130,17 +155,7 @@ struct Expectation {
 };
 } // namespace
 
-static StringRef severityName(Severity severity) {
-  switch (severity) {
-  case Severity::Error:
-    return "error";
-  case Severity::Warning:
-    return "warning";
-  case Severity::Note:
-    return "note";
-  }
-  return "error";
-}
+static StringRef severityName(Severity severity) { return severityLabel(severity); }
 
 bool DiagnosticEngine::verify() {
   std::vector<Expectation> expectations;

@@ -2,6 +2,7 @@
 #include "placec/passes/Analysis.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/Sequence.h"
 
 #include <algorithm>
 #include <cmath>
@@ -33,8 +34,8 @@ using plan::Phase;
 class Analyzer {
 public:
   explicit Analyzer(const plan::StepPlan &plan)
-      : plan(plan), run(*plan.run), strategy(*run.strategy), mesh(strategy.mesh),
-        model(*run.model), cluster(*run.cluster) {}
+      : plan(plan), run(*plan.run), strategy(*run.strategy), mesh(strategy.mesh), model(*run.model),
+        cluster(*run.cluster) {}
 
   RunAnalysis analyze();
 
@@ -52,9 +53,10 @@ private:
   double inFlight(int stage) const;
   StageMemory stageMemory(const plan::StagePlan &stage) const;
 
-  LinkClass linkOf(const Op &op) const;
-  /// α–β time of one call of a collective or transfer.
-  double callSeconds(const Op &op, double bytes) const;
+  /// The link an op of `stage` crosses.
+  LinkClass linkOf(const Op &op, int stage) const;
+  /// α–β time of one call of a collective or transfer made by `stage`.
+  double callSeconds(const Op &op, int stage, double bytes) const;
   /// Bytes one device sends per call (ring algorithms).
   double sentBytesPerCall(const Op &op, double bytes) const;
   int64_t groupSize(const Op &op) const;
@@ -137,21 +139,36 @@ StageMemory Analyzer::stageMemory(const plan::StagePlan &stage) const {
   const ir::StatePlacement &optimizer = strategy.getPlacement(ir::State::Optimizer);
   const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
   bool optimizerOnHost = optimizer.tier != ir::Tier::Device;
-  // ZeRO-Offload: with the optimizer on the host, the gradients it consumes live there too.
-  bool gradsOnHost = grads.tier != ir::Tier::Device || (optimizerOnHost && !grads.tierExplicit);
+  // ZeRO-Offload: with the optimizer on the host, gradients sharded over a batch axis go there
+  // after each micro-batch's reduce-scatter and accumulate there; replicated gradients
+  // accumulate on the device until the step's reduction (the plan's device-to-host ops).
+  bool gradsSharded = llvm::any_of(llvm::seq<unsigned>(0, mesh.axes.size()), [&](unsigned i) {
+    return mesh.axes[i].kind == ir::AxisKind::Batch &&
+           grads.axes[i].mode == ir::PlacementMode::Sharded;
+  });
+  bool gradsOnHost =
+      grads.tier != ir::Tier::Device || (optimizerOnHost && !grads.tierExplicit && gradsSharded);
   int64_t paramShard = shardDegree(ir::State::Params);
   int64_t gradShard = shardDegree(ir::State::Grads);
   int64_t optimizerShard = shardDegree(ir::State::Optimizer);
 
-  double paramElements = 0, largestUnit = 0;
+  double paramElements = 0, largestUnit = 0, embedParams = 0;
   int64_t layersOnStage = 0;
+  bool hasHead = false;
   for (unsigned index : stage.units) {
     const plan::Unit &unit = plan.units[index];
     paramElements += static_cast<double>(unit.params);
     largestUnit = std::max(largestUnit, static_cast<double>(unit.params));
     if (unit.layer >= 0 && unit.layer < model.getNumLayers())
       ++layersOnStage;
+    if (model.kind == ir::ModelKind::Transformer && unit.layer < 0)
+      embedParams = static_cast<double>(unit.params);
+    hasHead |= model.kind == ir::ModelKind::Transformer && unit.layer >= model.getNumLayers();
   }
+  double tiedEmbedParams =
+      model.kind == ir::ModelKind::Transformer && model.transformer.tiedEmbeddings && hasHead
+          ? embedParams
+          : 0;
   double paramBytes = paramElements * bytes.params / static_cast<double>(paramShard);
   double gradBytes = paramElements * bytes.grads / static_cast<double>(gradShard);
   double optimizerBytes = paramElements * bytes.optimizer / static_cast<double>(optimizerShard);
@@ -172,11 +189,13 @@ StageMemory Analyzer::stageMemory(const plan::StagePlan &stage) const {
     return op.kind == OpKind::AllGather && op.state == ir::State::Params;
   });
   if (gathers) {
-    bool keep = llvm::any_of(params.axes, [](const ir::AxisPlacement &axis) {
-      return axis.keepAfterForward;
-    });
-    double gathered =
-        keep ? paramElements : std::min<double>(2, stage.units.size()) * largestUnit;
+    bool keep = llvm::any_of(params.axes,
+                             [](const ir::AxisPlacement &axis) { return axis.keepAfterForward; });
+    double gathered = keep ? paramElements : std::min<double>(2, stage.units.size()) * largestUnit;
+    // Tied embeddings stay gathered from the embedding's forward through the head's (the plan's
+    // Free of the embedding follows the head).
+    if (!keep)
+      gathered += tiedEmbedParams;
     transient += gathered * bytes.params;
   }
   if (gradShard > 1 || gradsOnHost)
@@ -189,21 +208,25 @@ StageMemory Analyzer::stageMemory(const plan::StagePlan &stage) const {
   return result;
 }
 
-int64_t Analyzer::groupSize(const Op &op) const {
-  return productOf(op.axes);
-}
+int64_t Analyzer::groupSize(const Op &op) const { return productOf(op.axes); }
 
-LinkClass Analyzer::linkOf(const Op &op) const {
+LinkClass Analyzer::linkOf(const Op &op, int stage) const {
   if (op.kind == OpKind::HostToDevice || op.kind == OpKind::DeviceToHost)
     return LinkClass::Host;
   if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
-    // Neighbouring stages are one layers-axis stride apart.
-    if (op.axes.empty())
+    // Each device of `stage` exchanges with the device of the peer stage at the same
+    // coordinates on every other axis; the boundary is inter-node when any such pair lies in
+    // two nodes (the boundary between stages 3 and 4 of 8 stages of 2 ranks each on nodes of 8,
+    // say, while the boundary between 2 and 3 stays inside a node).
+    if (op.axes.empty() || op.peerStage < 0)
       return LinkClass::IntraNode;
-    int64_t stride = mesh.getStride(op.axes[0]);
-    return stride >= cluster.devicesPerNode || cluster.devicesPerNode % (2 * stride) != 0
-               ? LinkClass::InterNode
-               : LinkClass::IntraNode;
+    int64_t stride = mesh.getStride(op.axes[0]), size = mesh.axes[op.axes[0]].size;
+    int64_t offset = (op.peerStage - stage) * stride;
+    for (int64_t rank = 0, devices = mesh.getNumDevices(); rank < devices; ++rank)
+      if ((rank / stride) % size == stage &&
+          rank / cluster.devicesPerNode != (rank + offset) / cluster.devicesPerNode)
+        return LinkClass::InterNode;
+    return LinkClass::IntraNode;
   }
   // A group lies inside a node when the block spanned by its outermost axis divides the node.
   unsigned outermost = *std::min_element(op.axes.begin(), op.axes.end());
@@ -230,11 +253,11 @@ double Analyzer::sentBytesPerCall(const Op &op, double bytes) const {
   }
 }
 
-double Analyzer::callSeconds(const Op &op, double bytes) const {
+double Analyzer::callSeconds(const Op &op, int stage, double bytes) const {
   // Ring collectives in the α–β model: all-reduce 2(n−1)α + 2(n−1)/n·bytes/β, all-gather and
   // reduce-scatter (n−1)α + (n−1)/n·bytes/β (REFERENCE-NUMBERS §2).
-  LinkClass link = linkOf(op);
-  double beta = link == LinkClass::Host       ? cluster.hostBandwidth.value_or(0)
+  LinkClass link = linkOf(op, stage);
+  double beta = link == LinkClass::Host        ? cluster.hostBandwidth.value_or(0)
                 : link == LinkClass::IntraNode ? cluster.intraBandwidth
                                                : cluster.interBandwidth;
   if (beta <= 0)
@@ -273,8 +296,8 @@ RunAnalysis Analyzer::analyze() {
   }
   memory.fitsDevice = memory.device.peak <= cluster.deviceMemory;
   if (cluster.hostMemory)
-    memory.fitsHost = memory.host.peak * static_cast<double>(cluster.devicesPerNode) <=
-                      *cluster.hostMemory;
+    memory.fitsHost =
+        memory.host.peak * static_cast<double>(cluster.devicesPerNode) <= *cluster.hostMemory;
 
   // Communication: one entry per stage × collective × axis group × state × phase.
   double m = static_cast<double>(plan.microbatches);
@@ -305,11 +328,11 @@ RunAnalysis Analyzer::analyze() {
         entry.collective = op.kind;
         entry.state = op.state;
         entry.phase = op.phase;
-        entry.link = linkOf(op);
+        entry.link = linkOf(op, stage.stage);
         result.communication.push_back(entry);
       }
       CommEntry &entry = result.communication[it->second];
-      double seconds = callSeconds(op, bytes);
+      double seconds = callSeconds(op, stage.stage, bytes);
       entry.count += static_cast<int64_t>(calls);
       entry.totalBytes += bytes * calls;
       entry.messageBytes = entry.totalBytes / static_cast<double>(entry.count);
@@ -322,8 +345,7 @@ RunAnalysis Analyzer::analyze() {
     // and gradient reduce-scatters of the batch axes, prefetched or bucketed) or not
     // (tensor-parallel partial sums, pipeline sends, host transfers).
     double forwardCompute = 0, backwardCompute = 0;
-    double forwardOverlap = 0, backwardOverlap = 0, critical = 0, stepOverlap = 0,
-           stepExposed = 0;
+    double forwardOverlap = 0, backwardOverlap = 0, critical = 0, stepOverlap = 0, stepExposed = 0;
     auto overlappable = [](const Op &op) {
       return (op.state == ir::State::Params && op.kind == OpKind::AllGather) ||
              (op.state == ir::State::Grads &&
@@ -353,8 +375,8 @@ RunAnalysis Analyzer::analyze() {
     double exposedPerMicrobatch = critical + std::max(0.0, forwardOverlap - forwardCompute) +
                                   std::max(0.0, backwardOverlap - backwardCompute);
     double computePerMicrobatch = forwardCompute + backwardCompute;
-    double exposed = m * exposedPerMicrobatch + std::max(0.0, stepOverlap - backwardCompute) +
-                     stepExposed;
+    double exposed =
+        m * exposedPerMicrobatch + std::max(0.0, stepOverlap - backwardCompute) + stepExposed;
     double stageSeconds = m * computePerMicrobatch + exposed;
     if (stageSeconds >= slowestStage) {
       slowestStage = stageSeconds;

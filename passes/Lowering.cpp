@@ -135,6 +135,10 @@ private:
   bool isLayer(const Unit &unit) const {
     return unit.layer >= 0 && unit.layer < model.getNumLayers();
   }
+  /// The final norm and output layer of a transformer (an abstract model has no head).
+  bool isHead(const Unit &unit) const {
+    return model.kind == ir::ModelKind::Transformer && unit.layer >= model.getNumLayers();
+  }
 
   Op collective(OpKind kind, Phase phase, ir::State state, int unit, std::vector<unsigned> axes,
                 int64_t elements, DType dtype, bool perMicrobatch, std::string reason) const {
@@ -161,9 +165,9 @@ private:
   std::vector<unsigned> tensorAxes;
   std::optional<unsigned> layersAxis;
   // Batch axes by what each state does on them.
-  std::vector<unsigned> gatherAxes;       ///< params gather(ax)
-  std::vector<unsigned> paramShardAxes;   ///< params shard(ax) or gather(ax)
-  std::vector<unsigned> gradShardAxes;    ///< grads shard(ax)
+  std::vector<unsigned> gatherAxes;         ///< params gather(ax)
+  std::vector<unsigned> paramShardAxes;     ///< params shard(ax) or gather(ax)
+  std::vector<unsigned> gradShardAxes;      ///< grads shard(ax)
   std::vector<unsigned> optimizerShardAxes; ///< optimizer shard(ax)
   std::vector<unsigned> batchAxes;
 };
@@ -275,7 +279,9 @@ double Lowering::forwardFlops(const Unit &unit) const {
     if (isLayer(unit)) {
       // Narayanan et al. 2021, §5.1: 24·b·s·h² for the matrix products of a layer plus
       // 4·b·s²·h for the attention scores and their use (2 FLOPs per multiply-add).
-      double ffn = config.ffn, matmuls = 2 * b * s * (4 * h * h + (config.mlp == ir::MlpActivation::Swiglu ? 3 : 2) * h * ffn);
+      double ffn = config.ffn,
+             matmuls = 2 * b * s *
+                       (4 * h * h + (config.mlp == ir::MlpActivation::Swiglu ? 3 : 2) * h * ffn);
       return (matmuls + 4 * b * s * s * h) / t;
     }
     if (unit.layer >= model.getNumLayers()) {
@@ -350,63 +356,117 @@ void Lowering::lowerStage(StagePlan &stage) {
   int prevStage = static_cast<int>((stage.stage + stages - 1) % stages);
   int nextStage = static_cast<int>((stage.stage + 1) % stages);
 
-  // Tensor-parallel traffic of one layer in one direction (Korthikanti et al. 2022, §4.2.2):
-  // two all-reduces of b·s·h, or with sequence parallelism an all-gather and a reduce-scatter
-  // in their place.
-  auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, int unitIndex, const Unit &unit,
-                           StringRef why) {
+  // Tensor-parallel traffic of one unit's forward (`forwardPass`) or backward pass, added to `ops`
+  // in `phase` (a recomputed forward runs in the backward phase and repeats the forward's
+  // traffic). Korthikanti et al. 2022, §4.2.2: a transformer layer all-reduces b·s·h twice in
+  // each direction (after the attention and MLP row-parallel products in the forward, at the
+  // column-parallel inputs in the backward); with sequence parallelism each all-reduce becomes an
+  // all-gather into the tensor-parallel region and a reduce-scatter out of it. The vocabulary-
+  // parallel embedding reduces its output in the forward (a reduce-scatter to the sequence-split
+  // layout under sequence parallelism, whose backward is an all-gather); the head's input is
+  // replicated (all-gathered from the sequence-split layout under sequence parallelism) and its
+  // gradient is reduced in the backward.
+  auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, bool forwardPass, int unitIndex,
+                           const Unit &unit, StringRef why) {
     if (!hasTensorTraffic)
       return;
-    int count = 0;
-    if (model.kind == ir::ModelKind::Transformer)
-      count = isLayer(unit) ? 2 : (phase == Phase::Forward ? unit.layer < 0 : unit.layer >= layers);
-    else if (model.kind == ir::ModelKind::Mlp)
+    bool sp = strategy.sequenceParallel && model.kind == ir::ModelKind::Transformer;
+    std::vector<OpKind> kinds;
+    if (model.kind == ir::ModelKind::Transformer) {
+      if (isLayer(unit)) {
+        for (int i = 0; i < 2; ++i) {
+          if (sp) {
+            kinds.push_back(OpKind::AllGather);
+            kinds.push_back(OpKind::ReduceScatter);
+          } else {
+            kinds.push_back(OpKind::AllReduce);
+          }
+        }
+      } else if (unit.layer < 0) {
+        if (forwardPass)
+          kinds.push_back(sp ? OpKind::ReduceScatter : OpKind::AllReduce);
+        else if (sp)
+          kinds.push_back(OpKind::AllGather);
+      } else {
+        if (!forwardPass)
+          kinds.push_back(sp ? OpKind::ReduceScatter : OpKind::AllReduce);
+        else if (sp)
+          kinds.push_back(OpKind::AllGather);
+      }
+    } else if (model.kind == ir::ModelKind::Mlp) {
       // A column/row pair reduces once per direction: after the row layer in the forward, at
       // the column layer's input in the backward.
-      count = (unit.layer % 2 == 1 && phase == Phase::Forward) ||
-                      (unit.layer % 2 == 0 && unit.layer + 1 < layers && phase == Phase::Backward)
-                  ? 1
-                  : 0;
-    for (int i = 0; i < count; ++i) {
-      if (strategy.sequenceParallel && model.kind == ir::ModelKind::Transformer) {
-        ops.push_back(collective(OpKind::AllGather, phase, ir::State::Activations, unitIndex,
-                                 tensorAxes, tpElements, aType, true,
-                                 (Twine("sequence-parallel gather of the layer input (") + why +
-                                  ")")
-                                     .str()));
-        ops.push_back(collective(OpKind::ReduceScatter, phase, ir::State::Activations, unitIndex,
-                                 tensorAxes, tpElements, aType, true,
-                                 (Twine("sequence-parallel reduce of the layer output (") + why +
-                                  ")")
-                                     .str()));
-      } else {
-        ops.push_back(collective(OpKind::AllReduce, phase, ir::State::Activations, unitIndex,
-                                 tensorAxes, tpElements, aType, true,
-                                 (Twine("tensor-parallel partial sums (") + why + ")").str()));
-      }
+      if ((unit.layer % 2 == 1 && forwardPass) ||
+          (unit.layer % 2 == 0 && unit.layer + 1 < layers && !forwardPass))
+        kinds.push_back(OpKind::AllReduce);
+    }
+    // The mlp's reduced buffer is the layer's own edge: its output in the forward (b·output for
+    // a row-parallel last layer), its input in the backward (b·input for layer 0), which the
+    // runtime moves (codegen/placert: the e2e tests compare these bytes exactly).
+    int64_t elements = tpElements;
+    if (model.kind == ir::ModelKind::Mlp) {
+      const ir::MlpConfig &mlp = model.mlp;
+      elements = run.microBatch *
+                 (forwardPass ? (unit.layer + 1 == layers ? mlp.output : mlp.width)
+                              : (unit.layer == 0 ? mlp.input : mlp.width));
+    }
+    for (OpKind kind : kinds) {
+      StringRef what = kind == OpKind::AllGather       ? "sequence-parallel gather of the input"
+                       : kind == OpKind::ReduceScatter ? "sequence-parallel reduce of the output"
+                                                       : "tensor-parallel partial sums";
+      ops.push_back(collective(kind, phase, ir::State::Activations, unitIndex, tensorAxes,
+                               elements, aType, true, (what + Twine(" (") + why + ")").str()));
     }
   };
+
+  // A unit's parameters are brought in before each use (from the host where params are
+  // offloaded, then gathered where they are sharded with gather) and the gathered buffer is
+  // freed after it.
+  auto bringIn = [&](std::vector<Op> &ops, Phase phase, int unitIndex, const Unit &unit,
+                     StringRef use) {
+    if (paramsOnHost)
+      ops.push_back(collective(OpKind::HostToDevice, phase, ir::State::Params, unitIndex, {},
+                               ceilDiv(unit.params, paramShard), pType, true,
+                               ("params @ host: the unit's shard to the device for " + use).str()));
+    if (!gatherAxes.empty())
+      ops.push_back(collective(OpKind::AllGather, phase, ir::State::Params, unitIndex, gatherAxes,
+                               unit.params, pType, true,
+                               ("params gather: the whole unit for " + use).str()));
+  };
+  auto release = [&](std::vector<Op> &ops, Phase phase, int unitIndex, const Unit &unit,
+                     StringRef what) {
+    if (!gatherAxes.empty())
+      ops.push_back(collective(OpKind::Free, phase, ir::State::Params, unitIndex, {}, unit.params,
+                               pType, true, ("free " + what).str()));
+  };
+  // Tied embeddings: the head's output layer is the embedding matrix, so where both units are on
+  // this stage and parameters are brought in around each use, the embedding stays gathered from
+  // its forward through the head's forward, and is gathered again with the head for the
+  // backward and kept through its own backward (where its accumulated gradient is reduced). The
+  // volume is unchanged: the embedding is still gathered once per direction.
+  int embedUnit = -1, headUnit = -1;
+  for (unsigned index : stage.units) {
+    if (plan->units[index].layer < 0)
+      embedUnit = static_cast<int>(index);
+    else if (isHead(plan->units[index]))
+      headUnit = static_cast<int>(index);
+  }
+  bool tiedHere = model.kind == ir::ModelKind::Transformer && model.transformer.tiedEmbeddings &&
+                  embedUnit >= 0 && headUnit >= 0 && (paramsOnHost || !gatherAxes.empty());
 
   // Forward of one micro-batch.
   for (unsigned index : stage.units) {
     const Unit &unit = plan->units[index];
     int u = static_cast<int>(index);
     if (stages > 1 && chunkStart(unit)) {
-      Op op = collective(OpKind::Recv, Phase::Forward, ir::State::Activations, u, {}, boundaryElements(),
-                         aType, true, "activations from the previous stage");
+      Op op = collective(OpKind::Recv, Phase::Forward, ir::State::Activations, u, {},
+                         boundaryElements(), aType, true, "activations from the previous stage");
       op.peerStage = prevStage;
       if (layersAxis)
         op.axes = {*layersAxis};
       stage.forward.push_back(op);
     }
-    if (paramsOnHost)
-      stage.forward.push_back(collective(OpKind::HostToDevice, Phase::Forward, ir::State::Params,
-                                         u, {}, ceilDiv(unit.params, paramShard), pType, true,
-                                         "params @ host: bring the unit's shard to the device"));
-    if (!gatherAxes.empty())
-      stage.forward.push_back(collective(OpKind::AllGather, Phase::Forward, ir::State::Params, u,
-                                         gatherAxes, unit.params, pType, true,
-                                         "params gather: the whole unit before its forward"));
+    bringIn(stage.forward, Phase::Forward, u, unit, "its forward");
     Op compute;
     compute.kind = OpKind::Compute;
     compute.phase = Phase::Forward;
@@ -416,14 +476,16 @@ void Lowering::lowerStage(StagePlan &stage) {
     compute.flops = forwardFlops(unit);
     compute.reason = "forward of " + unit.name;
     stage.forward.push_back(compute);
-    tensorTraffic(stage.forward, Phase::Forward, u, unit, "forward");
-    if (!gatherAxes.empty() && !keepAfterForward)
-      stage.forward.push_back(collective(OpKind::Free, Phase::Forward, ir::State::Params, u, {},
-                                         unit.params, pType, true,
-                                         "free the gathered unit after its forward"));
+    tensorTraffic(stage.forward, Phase::Forward, /*forwardPass=*/true, u, unit, "forward");
+    if (!keepAfterForward && !(tiedHere && u == embedUnit)) {
+      release(stage.forward, Phase::Forward, u, unit, "the unit after its forward");
+      if (tiedHere && u == headUnit)
+        release(stage.forward, Phase::Forward, embedUnit, plan->units[embedUnit],
+                "the tied embedding after the head's forward");
+    }
     if (stages > 1 && chunkEnd(unit)) {
-      Op op = collective(OpKind::Send, Phase::Forward, ir::State::Activations, u, {}, boundaryElements(),
-                         aType, true, "activations to the next stage");
+      Op op = collective(OpKind::Send, Phase::Forward, ir::State::Activations, u, {},
+                         boundaryElements(), aType, true, "activations to the next stage");
       op.peerStage = nextStage;
       if (layersAxis)
         op.axes = {*layersAxis};
@@ -436,35 +498,42 @@ void Lowering::lowerStage(StagePlan &stage) {
     const Unit &unit = plan->units[index];
     int u = static_cast<int>(index);
     if (stages > 1 && chunkEnd(unit)) {
-      Op op = collective(OpKind::Recv, Phase::Backward, ir::State::Activations, u, {}, boundaryElements(),
-                         aType, true, "activation gradients from the next stage");
+      Op op =
+          collective(OpKind::Recv, Phase::Backward, ir::State::Activations, u, {},
+                     boundaryElements(), aType, true, "activation gradients from the next stage");
       op.peerStage = nextStage;
       if (layersAxis)
         op.axes = {*layersAxis};
       stage.backward.push_back(op);
     }
-    if (paramsOnHost)
-      stage.backward.push_back(collective(OpKind::HostToDevice, Phase::Backward,
-                                          ir::State::Params, u, {},
-                                          ceilDiv(unit.params, paramShard), pType, true,
-                                          "params @ host: bring the unit's shard back"));
-    if (!gatherAxes.empty() && !keepAfterForward)
-      stage.backward.push_back(collective(OpKind::AllGather, Phase::Backward, ir::State::Params,
-                                          u, gatherAxes, unit.params, pType, true,
-                                          "params gather: the whole unit again for its backward"));
-    if ((fullRecompute && isLayer(unit)) || (selectiveRecompute && attentionCoreFlops(unit) > 0)) {
+    if (!keepAfterForward && !(tiedHere && u == embedUnit)) {
+      bringIn(stage.backward, Phase::Backward, u, unit, "its backward");
+      if (tiedHere && u == headUnit)
+        bringIn(stage.backward, Phase::Backward, embedUnit, plan->units[embedUnit],
+                "the head's backward (tied embedding)");
+    }
+    // Full recomputation stores only each unit's input and repeats the unit's forward (and its
+    // tensor-parallel traffic) before the backward; the embedding's output is the first layer's
+    // stored input, so it is not recomputed. The head is recomputed too: Narayanan et al. 2021
+    // (§5.1) count 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) FLOPs with full recomputation, 4/3 of
+    // the 72·… model FLOPs term for term, and the head's 1.5·b·s·h·V forward (see forwardFlops)
+    // repeated is what makes the logit term 6·B·s·h·V. Recomputing the logits from the stored
+    // head input also spares their b·s·V activations.
+    bool recomputeFull = fullRecompute && (isLayer(unit) || isHead(unit)) && forwardFlops(unit) > 0;
+    if (recomputeFull || (selectiveRecompute && attentionCoreFlops(unit) > 0)) {
       Op recompute;
       recompute.kind = OpKind::Compute;
       recompute.phase = Phase::Backward;
       recompute.state = ir::State::Activations;
       recompute.unit = u;
       recompute.compute = ComputeKind::Recompute;
-      recompute.flops = fullRecompute ? forwardFlops(unit) : attentionCoreFlops(unit);
-      recompute.reason = fullRecompute ? "recompute the forward from the stored layer input"
+      recompute.flops = recomputeFull ? forwardFlops(unit) : attentionCoreFlops(unit);
+      recompute.reason = recomputeFull ? "recompute the forward from the stored unit input"
                                        : "recompute the attention scores and softmax";
       stage.backward.push_back(recompute);
-      if (fullRecompute)
-        tensorTraffic(stage.backward, Phase::Backward, u, unit, "recomputed forward");
+      if (recomputeFull)
+        tensorTraffic(stage.backward, Phase::Backward, /*forwardPass=*/true, u, unit,
+                      "recomputed forward");
     }
     Op compute;
     compute.kind = OpKind::Compute;
@@ -475,22 +544,24 @@ void Lowering::lowerStage(StagePlan &stage) {
     compute.flops = 2 * forwardFlops(unit);
     compute.reason = "backward of " + unit.name;
     stage.backward.push_back(compute);
-    tensorTraffic(stage.backward, Phase::Backward, u, unit, "backward");
-    if (!gatherAxes.empty())
-      stage.backward.push_back(collective(OpKind::Free, Phase::Backward, ir::State::Params, u, {},
-                                          unit.params, pType, true,
-                                          "free the gathered unit after its backward"));
+    tensorTraffic(stage.backward, Phase::Backward, /*forwardPass=*/false, u, unit, "backward");
+    release(stage.backward, Phase::Backward, u, unit, "the unit after its backward");
     if (!gradShardAxes.empty())
       stage.backward.push_back(collective(
           OpKind::ReduceScatter, Phase::Backward, ir::State::Grads, u, gradShardAxes, unit.params,
           gType, true, "grads shard: sum this micro-batch's gradients, keep this rank's shard"));
-    if (optimizerOnHost)
+    // ZeRO-Offload (Ren et al. 2021, §4): sharded gradients go to the host as soon as each
+    // micro-batch's reduce-scatter produces them and accumulate there; replicated gradients
+    // accumulate on the device and go once per step, after their reduction.
+    if (optimizerOnHost && !gradShardAxes.empty())
       stage.backward.push_back(collective(OpKind::DeviceToHost, Phase::Backward, ir::State::Grads,
                                           u, {}, ceilDiv(unit.params, gradShard), gType, true,
-                                          "optimizer @ host: gradients go to the host"));
+                                          "optimizer @ host: this rank's gradient shard goes to "
+                                          "the host"));
     if (stages > 1 && chunkStart(unit)) {
-      Op op = collective(OpKind::Send, Phase::Backward, ir::State::Activations, u, {}, boundaryElements(),
-                         aType, true, "activation gradients to the previous stage");
+      Op op =
+          collective(OpKind::Send, Phase::Backward, ir::State::Activations, u, {},
+                     boundaryElements(), aType, true, "activation gradients to the previous stage");
       op.peerStage = prevStage;
       if (layersAxis)
         op.axes = {*layersAxis};
@@ -516,6 +587,10 @@ void Lowering::lowerStage(StagePlan &stage) {
                                       stepReduceAxes, gradElements, gType, false,
                                       "grads and optimizer replicated: sum the accumulated "
                                       "gradients on every replica"));
+    if (optimizerOnHost && gradShardAxes.empty())
+      stage.step.push_back(collective(OpKind::DeviceToHost, Phase::Step, ir::State::Grads, u, {},
+                                      gradElements, gType, false,
+                                      "optimizer @ host: the reduced gradients go to the host"));
     int64_t owned = ceilDiv(unit.params, optimizerShard);
     Op update;
     update.kind = OpKind::OptimizerUpdate;
@@ -531,20 +606,20 @@ void Lowering::lowerStage(StagePlan &stage) {
     if (optimizerOnHost || paramsOnHost) {
       // The updated parameters return to the device (or, with params @ host, stay there).
       if (!paramsOnHost)
-        stage.step.push_back(collective(OpKind::HostToDevice, Phase::Step, ir::State::Params, u,
-                                        {}, owned, pType, false,
+        stage.step.push_back(collective(OpKind::HostToDevice, Phase::Step, ir::State::Params, u, {},
+                                        owned, pType, false,
                                         "optimizer @ host: updated params back to the device"));
       else if (!optimizerOnHost)
-        stage.step.push_back(collective(OpKind::DeviceToHost, Phase::Step, ir::State::Params, u,
-                                        {}, owned, pType, false,
+        stage.step.push_back(collective(OpKind::DeviceToHost, Phase::Step, ir::State::Params, u, {},
+                                        owned, pType, false,
                                         "params @ host: updated params back to the host"));
     }
     if (!syncAxes.empty())
-      stage.step.push_back(collective(
-          OpKind::AllGather, Phase::Step, ir::State::Params, u, syncAxes,
-          ceilDiv(unit.params, paramShard), pType, false,
-          "optimizer shard, params replicated: all-gather the updated params (state "
-          "consistency)"));
+      stage.step.push_back(
+          collective(OpKind::AllGather, Phase::Step, ir::State::Params, u, syncAxes,
+                     ceilDiv(unit.params, paramShard), pType, false,
+                     "optimizer shard, params replicated: all-gather the updated params (state "
+                     "consistency)"));
   }
 }
 
@@ -560,9 +635,8 @@ void printPlan(const StepPlan &plan, raw_ostream &os) {
   if (plan.stages.size() > 1)
     os << ", schedule " << ir::toString(plan.schedule) << " over " << plan.stages.size()
        << " stages" << (plan.chunks > 1 ? ", " + std::to_string(plan.chunks) + " chunks" : "");
-  os << "\n  dtypes: params " << toString(plan.paramType) << ", grads "
-     << toString(plan.gradType) << ", activations " << toString(plan.activationType)
-     << ", optimizer fp32\n";
+  os << "\n  dtypes: params " << toString(plan.paramType) << ", grads " << toString(plan.gradType)
+     << ", activations " << toString(plan.activationType) << ", optimizer fp32\n";
   auto printOp = [&](const Op &op, unsigned indent) {
     os.indent(indent) << toString(op.kind);
     if (op.kind == OpKind::Compute)

@@ -1,14 +1,32 @@
 // The verifier: the composition rules of the language (docs/rules.md) checked on every run.
+#include "placec/passes/Analysis.h"
 #include "placec/passes/Passes.h"
+#include "placec/passes/StepPlan.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
 
 using namespace llvm;
 
 namespace placec {
 
 namespace {
+
+/// The buffer name of the standard prelude (frontend/Frontend.h, kPreludeName). Diagnostics are
+/// not pointed into it: a user cannot edit the prelude, so they point at the user's code instead
+/// and a note shows the prelude line.
+constexpr StringLiteral kPreludeBufferName = "<prelude>";
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kGB = 1e9;
 
 /// Formats a mesh as written: `[pp = 4, dp = 16, tp = 8]`.
 std::string formatMesh(const ir::Mesh &mesh) {
@@ -18,6 +36,107 @@ std::string formatMesh(const ir::Mesh &mesh) {
   return text + "]";
 }
 
+/// Three significant digits at most, without trailing zeros: 93.4, 1.88, 0.117, 1200.
+std::string formatNumber(double value) {
+  std::string text;
+  raw_string_ostream os(text);
+  if (value >= 100)
+    os << format("%.0f", value);
+  else if (value >= 10)
+    os << format("%.1f", value);
+  else if (value >= 1)
+    os << format("%.2f", value);
+  else
+    os << format("%.3g", value);
+  os.flush();
+  if (StringRef(text).contains('.') && !StringRef(text).contains('e')) {
+    text = StringRef(text).rtrim('0').str();
+    text = StringRef(text).rtrim('.').str();
+  }
+  return text;
+}
+
+/// Memory: `93.4 GiB`.
+std::string formatGiB(double bytes) { return formatNumber(bytes / kGiB) + " GiB"; }
+/// Memory with its decimal value for comparison with GB-based figures: `93.4 GiB (100 GB)`.
+std::string formatGiBAndGB(double bytes) {
+  return formatGiB(bytes) + " (" + formatNumber(bytes / kGB) + " GB)";
+}
+/// Traffic, in decimal units like the bandwidths it crosses: `3.2 GB`.
+std::string formatGB(double bytes) { return formatNumber(bytes / kGB) + " GB"; }
+
+/// `'dp'`, `'a' and 'b'`, `'a', 'b' and 'c'`.
+std::string quoteList(ArrayRef<std::string> names) {
+  std::string text;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0)
+      text += i + 1 == names.size() ? " and " : ", ";
+    text += "'" + names[i] + "'";
+  }
+  return text;
+}
+
+/// A set of mesh axes that one rule finds wrong for one state, in mesh order.
+struct AxisSet {
+  const ir::Mesh *mesh = nullptr;
+  std::vector<unsigned> axes;
+
+  bool empty() const { return axes.empty(); }
+  std::vector<std::string> getNames() const {
+    std::vector<std::string> names;
+    for (unsigned axis : axes)
+      names.push_back(mesh->axes[axis].name);
+    return names;
+  }
+  /// `'dp'`, `'node' and 'gpu'`.
+  std::string quoted() const { return quoteList(getNames()); }
+  /// `dp`, `node, gpu`: the arguments of a mode.
+  std::string args() const { return join(getNames(), ", "); }
+  int64_t getDegree() const {
+    int64_t degree = 1;
+    for (unsigned axis : axes)
+      degree *= mesh->axes[axis].size;
+    return degree;
+  }
+};
+
+/// The batch axes on which `state` is placed in one of `modes`. Axes of size 1 are left out: a
+/// mode over one device changes nothing.
+AxisSet batchAxesWith(const ir::Strategy &strategy, ir::State state,
+                      std::initializer_list<ir::PlacementMode> modes) {
+  AxisSet set{&strategy.mesh, {}};
+  const ir::StatePlacement &placement = strategy.getPlacement(state);
+  for (unsigned i = 0; i < strategy.mesh.axes.size(); ++i)
+    if (strategy.mesh.axes[i].kind == ir::AxisKind::Batch && strategy.mesh.axes[i].size > 1 &&
+        llvm::is_contained(modes, placement.axes[i].mode))
+      set.axes.push_back(i);
+  return set;
+}
+
+/// `axes` restricted to those where `other` is placed in one of `modes`.
+AxisSet intersect(const AxisSet &axes, const ir::Strategy &strategy, ir::State other,
+                  std::initializer_list<ir::PlacementMode> modes) {
+  AxisSet set{axes.mesh, {}};
+  const ir::StatePlacement &placement = strategy.getPlacement(other);
+  for (unsigned axis : axes.axes)
+    if (llvm::is_contained(modes, placement.axes[axis].mode))
+      set.axes.push_back(axis);
+  return set;
+}
+
+/// Where a diagnostic goes: a location in the user's files and, when the placement it is about
+/// was written in the prelude, the prelude location for a note.
+struct Where {
+  SMLoc loc;
+  SMLoc preludeLoc;
+};
+
+/// A state's share of memory, with its name, for breakdowns and the tier it lives in.
+struct StateShare {
+  StringRef name;
+  double bytes;
+};
+
 class VerifyPass : public Pass {
 public:
   explicit VerifyPass(VerifyOptions options) : options(options) {}
@@ -26,51 +145,177 @@ public:
 
 private:
   /// `mesh-size`: the mesh's product equals the cluster's device count.
-  bool checkMeshSize(const ir::Run &run, DiagnosticEngine &diags);
+  bool checkMeshSize(const ir::Run &run);
   /// `divisibility`: tensor degree divides the split dimensions, layers divide among stages,
   /// micro-batches are at least one and the global-batch equation holds.
-  bool checkDivisibility(const ir::Run &run, DiagnosticEngine &diags);
+  bool checkDivisibility(const ir::Run &run);
+  /// `gradient-integrity`: the optimizer consumes full gradients (summed over every batch axis
+  /// and micro-batch, once).
+  bool checkGradientIntegrity(const ir::Run &run);
+  /// `state-consistency`: params sharded where the optimizer is replicated (wasteful).
+  void checkStateConsistency(const ir::Run &run);
+  /// `coverage`: params sharded on a batch axis and never gathered.
+  bool checkCoverage(const ir::Run &run);
+  /// `pipeline-sharding`: per-micro-batch collectives of the batch axes under a pipeline.
+  void checkPipelineSharding(const ir::Run &run, const analysis::RunAnalysis *analysis);
+  /// `offload`: the cluster fields an offloaded tier needs.
+  bool checkOffloadLinks(const ir::Run &run);
+  /// `offload`: offloaded params that move the whole per-device model every step.
+  void checkOffloadTraffic(const ir::Run &run, const plan::StepPlan &plan);
+  /// `capacity`: device, host and NVMe memory against the cluster's.
+  bool checkCapacity(const ir::Run &run, const analysis::RunAnalysis &analysis);
 
   /// The location of a run's field, or of the run's name when the field was not written.
   static SMLoc fieldLoc(const ir::Run &run, StringRef key) {
     SMLoc loc = run.fieldLocs.lookup(key);
     return loc.isValid() ? loc : run.loc;
   }
+  bool isInPrelude(SMLoc loc) const;
+  /// Where to report about a placement written at `loc` (invalid: not written).
+  Where locate(const ir::Run &run, SMLoc loc) const;
+  /// The location of a state's mode on one axis: the mode, the state's line, or nothing.
+  static SMLoc axisLoc(const ir::Strategy &strategy, ir::State state, unsigned axis) {
+    const ir::StatePlacement &placement = strategy.getPlacement(state);
+    SMLoc loc = placement.axes[axis].loc;
+    return loc.isValid() ? loc : placement.loc;
+  }
+  static SMLoc tierLoc(const ir::Strategy &strategy, ir::State state) {
+    const ir::StatePlacement &placement = strategy.getPlacement(state);
+    return placement.tierLoc.isValid() ? placement.tierLoc : placement.loc;
+  }
+
+  /// Reports a rule's error or warning at `where`, then the notes `notes` adds, the prelude note
+  /// and the note naming the run when the location is not in the run itself. Reports nothing and
+  /// returns false when the same diagnostic was already reported for another run of the same
+  /// strategy.
+  bool report(Severity severity, const ir::Run &run, const Where &where, const Twine &message,
+              StringRef rule, function_ref<void()> notes = {});
+  /// Says how a state is placed over some axes when the placement is not written (a default).
+  void noteDefault(const ir::Run &run, ir::State state, const AxisSet &axes, StringRef mode);
+
+  /// A suggestion for a run over capacity: the first single change that fits, then all of them
+  /// together, then more devices.
+  std::string suggestForDevice(const ir::Run &run);
+  /// A suggestion for a run whose offloaded states overflow the host or NVMe (`tier`).
+  std::string suggestForOffload(const ir::Run &run, ir::Tier tier, ArrayRef<StateShare> shares);
 
   VerifyOptions options;
+  DiagnosticEngine *diags = nullptr;
+  StringSet<> reported;
 };
 
+bool VerifyPass::isInPrelude(SMLoc loc) const {
+  if (!loc.isValid())
+    return false;
+  SourceMgr &sourceMgr = diags->getSourceMgr();
+  unsigned id = sourceMgr.FindBufferContainingLoc(loc);
+  return id != 0 && sourceMgr.getMemoryBuffer(id)->getBufferIdentifier() == kPreludeBufferName;
+}
+
+Where VerifyPass::locate(const ir::Run &run, SMLoc loc) const {
+  if (loc.isValid() && !isInPrelude(loc))
+    return {loc, SMLoc()};
+  // The strategy's own name (a user declaration or the instantiation as written), else the
+  // run's `strategy` field.
+  SMLoc fallback = run.strategy->loc;
+  if (!fallback.isValid() || isInPrelude(fallback))
+    fallback = fieldLoc(run, "strategy");
+  return {fallback, isInPrelude(loc) ? loc : SMLoc()};
+}
+
+bool VerifyPass::report(Severity severity, const ir::Run &run, const Where &where,
+                        const Twine &message, StringRef rule, function_ref<void()> notes) {
+  std::string text = message.str();
+  std::string key =
+      (Twine(rule) + "@" + Twine(reinterpret_cast<uintptr_t>(where.loc.getPointer())) + ":" + text)
+          .str();
+  if (!reported.insert(key).second)
+    return false;
+  diags->report(severity, where.loc, text, rule);
+  if (notes)
+    notes();
+  if (where.preludeLoc.isValid())
+    diags->note(where.preludeLoc, "the placement is written in the prelude here");
+  SMLoc strategyField = fieldLoc(run, "strategy");
+  if (where.loc != strategyField)
+    diags->note(strategyField,
+                Twine("run '") + run.name + "' uses strategy '" + run.strategy->name + "' here");
+  return true;
+}
+
+void VerifyPass::noteDefault(const ir::Run &run, ir::State state, const AxisSet &axes,
+                             StringRef mode) {
+  const ir::Strategy &strategy = *run.strategy;
+  SMLoc loc = axisLoc(strategy, state, axes.axes.front());
+  bool written = strategy.getPlacement(state).axes[axes.axes.front()].isExplicit;
+  std::string what =
+      (Twine(ir::toString(state)) + (state == ir::State::Optimizer ? " is " : " are ") + mode +
+       " over " + axes.quoted())
+          .str();
+  if (loc.isValid() && !isInPrelude(loc)) {
+    diags->note(loc, written ? what + " here" : what + " (the default on a batch axis)");
+    return;
+  }
+  if (loc.isValid()) {
+    diags->note(loc, what + " in the prelude strategy");
+    return;
+  }
+  diags->note(locate(run, SMLoc()).loc, what + " (the default on a batch axis)");
+}
+
 bool VerifyPass::run(ir::Program &program, DiagnosticEngine &diags) {
+  this->diags = &diags;
+  reported.clear();
   bool ok = true;
   for (const std::unique_ptr<ir::Run> &run : program.runs) {
     // Later rules assume the mesh fits the cluster.
-    if (!checkMeshSize(*run, diags)) {
+    if (!checkMeshSize(*run)) {
       ok = false;
       continue;
     }
-    ok &= checkDivisibility(*run, diags);
+    // Collect every violation of the run; the analyses need a run without errors.
+    bool runOk = checkDivisibility(*run);
+    runOk &= checkGradientIntegrity(*run);
+    checkStateConsistency(*run);
+    runOk &= checkCoverage(*run);
+    runOk &= checkOffloadLinks(*run);
+    if (!runOk) {
+      checkPipelineSharding(*run, nullptr);
+      ok = false;
+      continue;
+    }
+    std::unique_ptr<plan::StepPlan> plan = plan::lowerRun(*run);
+    analysis::RunAnalysis analysis = analysis::analyze(*plan);
+    checkPipelineSharding(*run, &analysis);
+    checkOffloadTraffic(*run, *plan);
+    ok &= checkCapacity(*run, analysis);
   }
+  this->diags = nullptr;
   return ok;
 }
 
-bool VerifyPass::checkMeshSize(const ir::Run &run, DiagnosticEngine &diags) {
+//===----------------------------------------------------------------------===//
+// mesh-size, divisibility
+//===----------------------------------------------------------------------===//
+
+bool VerifyPass::checkMeshSize(const ir::Run &run) {
   const ir::Mesh &mesh = run.strategy->mesh;
   const ir::Cluster &cluster = *run.cluster;
   int64_t meshDevices = mesh.getNumDevices();
   if (meshDevices == cluster.getNumDevices())
     return true;
-  diags.error(fieldLoc(run, "strategy"),
-              Twine("mesh ") + formatMesh(mesh) + " of strategy '" + run.strategy->name +
-                  "' has " + Twine(meshDevices) + " devices, but cluster '" + cluster.name +
-                  "' has " + Twine(cluster.getNumDevices()) + " (" + Twine(cluster.nodes) +
-                  " nodes × " + Twine(cluster.devicesPerNode) + ")",
-              "mesh-size");
-  diags.note(run.strategy->loc, Twine("strategy '") + run.strategy->name + "' is declared here");
-  diags.note(cluster.loc, Twine("cluster '") + cluster.name + "' is declared here");
+  diags->error(fieldLoc(run, "strategy"),
+               Twine("mesh ") + formatMesh(mesh) + " of strategy '" + run.strategy->name +
+                   "' has " + Twine(meshDevices) + " devices, but cluster '" + cluster.name +
+                   "' has " + Twine(cluster.getNumDevices()) + " (" + Twine(cluster.nodes) +
+                   " nodes × " + Twine(cluster.devicesPerNode) + ")",
+               "mesh-size");
+  diags->note(run.strategy->loc, Twine("strategy '") + run.strategy->name + "' is declared here");
+  diags->note(cluster.loc, Twine("cluster '") + cluster.name + "' is declared here");
   return false;
 }
 
-bool VerifyPass::checkDivisibility(const ir::Run &run, DiagnosticEngine &diags) {
+bool VerifyPass::checkDivisibility(const ir::Run &run) {
   const ir::Strategy &strategy = *run.strategy;
   const ir::Mesh &mesh = strategy.mesh;
   const ir::Model &model = *run.model;
@@ -82,11 +327,11 @@ bool VerifyPass::checkDivisibility(const ir::Run &run, DiagnosticEngine &diags) 
     auto requireDivides = [&](StringRef what, int64_t value) {
       if (value % tensorDegree == 0)
         return;
-      diags.error(strategyLoc,
-                  Twine("tensor-parallel degree ") + Twine(tensorDegree) + " does not divide " +
-                      what + " (" + Twine(value) + ") of model '" + model.name + "'",
-                  "divisibility");
-      diags.note(model.loc, Twine("model '") + model.name + "' is declared here");
+      diags->error(strategyLoc,
+                   Twine("tensor-parallel degree ") + Twine(tensorDegree) + " does not divide " +
+                       what + " (" + Twine(value) + ") of model '" + model.name + "'",
+                   "divisibility");
+      diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
       ok = false;
     };
     if (model.kind == ir::ModelKind::Transformer) {
@@ -103,12 +348,12 @@ bool VerifyPass::checkDivisibility(const ir::Run &run, DiagnosticEngine &diags) 
   if (strategy.pipeline && layers > 0) {
     int64_t chunks = strategy.pipeline->chunks;
     if (layers % (stages * chunks) != 0) {
-      diags.error(strategyLoc,
-                  Twine("the ") + Twine(layers) + " layers of model '" + model.name +
-                      "' do not divide evenly among " + Twine(stages) + " pipeline stages" +
-                      (chunks > 1 ? Twine(" × ") + Twine(chunks) + " chunks" : Twine("")),
-                  "divisibility");
-      diags.note(model.loc, Twine("model '") + model.name + "' is declared here");
+      diags->error(strategyLoc,
+                   Twine("the ") + Twine(layers) + " layers of model '" + model.name +
+                       "' do not divide evenly among " + Twine(stages) + " pipeline stages" +
+                       (chunks > 1 ? Twine(" × ") + Twine(chunks) + " chunks" : Twine("")),
+                   "divisibility");
+      diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
       ok = false;
     }
   }
@@ -118,24 +363,551 @@ bool VerifyPass::checkDivisibility(const ir::Run &run, DiagnosticEngine &diags) 
   if (strategy.pipeline && strategy.pipeline->microbatches) {
     int64_t microbatches = *strategy.pipeline->microbatches;
     if (run.globalBatch != perMicrobatch * microbatches) {
-      diags.error(fieldLoc(run, "global_batch"),
-                  Twine("global_batch (") + Twine(run.globalBatch) +
-                      ") must equal micro_batch × batch degree × micro-batches = " +
-                      Twine(run.microBatch) + " × " + Twine(batchDegree) + " × " +
-                      Twine(microbatches) + " = " + Twine(perMicrobatch * microbatches),
-                  "divisibility");
-      diags.note(strategy.pipeline->loc, "the pipeline's micro-batch count is set here");
+      diags->error(fieldLoc(run, "global_batch"),
+                   Twine("global_batch (") + Twine(run.globalBatch) +
+                       ") must equal micro_batch × batch degree × micro-batches = " +
+                       Twine(run.microBatch) + " × " + Twine(batchDegree) + " × " +
+                       Twine(microbatches) + " = " + Twine(perMicrobatch * microbatches),
+                   "divisibility");
+      diags->note(strategy.pipeline->loc, "the pipeline's micro-batch count is set here");
       ok = false;
     }
   } else if (run.globalBatch % perMicrobatch != 0 || run.globalBatch < perMicrobatch) {
-    diags.error(fieldLoc(run, "global_batch"),
-                Twine("global_batch (") + Twine(run.globalBatch) +
-                    ") must be a multiple of micro_batch × batch degree = " +
-                    Twine(run.microBatch) + " × " + Twine(batchDegree) + " = " +
-                    Twine(perMicrobatch) + ", so that every step has a whole number (at least "
-                                           "one) of micro-batches",
-                "divisibility");
+    diags->error(
+        fieldLoc(run, "global_batch"),
+        Twine("global_batch (") + Twine(run.globalBatch) +
+            ") must be a multiple of micro_batch × batch degree = " + Twine(run.microBatch) +
+            " × " + Twine(batchDegree) + " = " + Twine(perMicrobatch) +
+            ", so that every step has a whole number (at least "
+            "one) of micro-batches",
+        "divisibility");
     ok = false;
+  }
+  return ok;
+}
+
+//===----------------------------------------------------------------------===//
+// gradient-integrity, state-consistency, coverage
+//===----------------------------------------------------------------------===//
+
+bool VerifyPass::checkGradientIntegrity(const ir::Run &run) {
+  const ir::Strategy &strategy = *run.strategy;
+  bool ok = true;
+
+  // A replicated optimizer updates every parameter, so it needs the whole summed gradient on
+  // every replica; sharded grads keep only 1/n of the sum on each.
+  AxisSet broken =
+      intersect(batchAxesWith(strategy, ir::State::Grads, {ir::PlacementMode::Sharded}), strategy,
+                ir::State::Optimizer, {ir::PlacementMode::Replicated});
+  if (!broken.empty()) {
+    int64_t n = broken.getDegree();
+    Where where = locate(run, axisLoc(strategy, ir::State::Grads, broken.axes.front()));
+    report(Severity::Error, run, where,
+           Twine("optimizer replicated over ") + broken.quoted() +
+               " needs the full gradient on every replica, but grads are sharded over " +
+               broken.quoted() + ": each replica would update every parameter from 1/" + Twine(n) +
+               " of the summed gradient, breaking gradient integrity",
+           "gradient-integrity", [&] {
+             noteDefault(run, ir::State::Optimizer, broken, "replicated");
+             diags->note(where.loc, Twine("shard the optimizer over ") + broken.quoted() +
+                                        " as well ('optimizer = shard(" + broken.args() +
+                                        ")', ZeRO-2) so that each rank updates the 1/" + Twine(n) +
+                                        " it holds, or replicate grads over " + broken.quoted());
+           });
+    ok = false;
+  }
+
+  // Gradients kept off the device must reach the optimizer: the step plan moves gradients to
+  // the host only for an optimizer there, and never back to the device.
+  const ir::StatePlacement &grads = strategy.getPlacement(ir::State::Grads);
+  const ir::StatePlacement &optimizer = strategy.getPlacement(ir::State::Optimizer);
+  if (grads.tier != ir::Tier::Device && optimizer.tier == ir::Tier::Device) {
+    Where where = locate(run, tierLoc(strategy, ir::State::Grads));
+    report(Severity::Error, run, where,
+           Twine("grads @ ") + ir::toString(grads.tier) +
+               " are out of reach of the optimizer, which runs on the device: no step brings "
+               "the accumulated gradients back, so the optimizer would not consume their full "
+               "sum, breaking gradient integrity",
+           "gradient-integrity", [&] {
+             diags->note(where.loc,
+                         Twine("keep grads on the device, or place the optimizer @ ") +
+                             ir::toString(grads.tier) +
+                             " too so that it runs where the gradients are (ZeRO-Offload)");
+           });
+    ok = false;
+  }
+  return ok;
+}
+
+void VerifyPass::checkStateConsistency(const ir::Run &run) {
+  const ir::Strategy &strategy = *run.strategy;
+  // Replicated params under a sharded optimizer are made consistent by the all-gather the
+  // compiler inserts after the update; nothing to report. Sharded params under a replicated
+  // optimizer stay consistent too (every replica computes the same update), but each replica
+  // updates the whole parameter and keeps 1/n of it.
+  AxisSet wasteful =
+      intersect(batchAxesWith(strategy, ir::State::Params,
+                              {ir::PlacementMode::Sharded, ir::PlacementMode::ShardedWithGather}),
+                strategy, ir::State::Optimizer, {ir::PlacementMode::Replicated});
+  if (wasteful.empty())
+    return;
+  int64_t n = wasteful.getDegree();
+  unsigned first = wasteful.axes.front();
+  StringRef mode = ir::toString(strategy.getPlacement(ir::State::Params).axes[first].mode);
+  Where where = locate(run, axisLoc(strategy, ir::State::Params, first));
+  report(Severity::Warning, run, where,
+         Twine("params are placed '") + mode + "(" + wasteful.args() +
+             ")' but the optimizer is replicated over " + wasteful.quoted() +
+             ": every replica updates the whole parameter and keeps 1/" + Twine(n) +
+             " of it, so the copies stay equal but " + Twine(n - 1) + "/" + Twine(n) +
+             " of the optimizer's memory and update work is wasted",
+         "state-consistency", [&] {
+           noteDefault(run, ir::State::Optimizer, wasteful, "replicated");
+           diags->note(where.loc, Twine("shard the optimizer over ") + wasteful.quoted() +
+                                      " too ('optimizer = shard(" + wasteful.args() +
+                                      ")'): each rank then updates only the 1/" + Twine(n) +
+                                      " it keeps");
+         });
+}
+
+bool VerifyPass::checkCoverage(const ir::Run &run) {
+  const ir::Strategy &strategy = *run.strategy;
+  AxisSet neverGathered = batchAxesWith(strategy, ir::State::Params, {ir::PlacementMode::Sharded});
+  if (neverGathered.empty())
+    return true;
+  int64_t n = neverGathered.getDegree();
+  Where where = locate(run, axisLoc(strategy, ir::State::Params, neverGathered.axes.front()));
+  report(Severity::Error, run, where,
+         Twine("params sharded over batch axis ") + neverGathered.quoted() +
+             " are never gathered, so the forward cannot run: each of the " + Twine(n) +
+             " ranks holds 1/" + Twine(n) +
+             " of every layer but computes whole layers on its own samples",
+         "coverage", [&] {
+           diags->note(where.loc, Twine("write 'gather(") + neverGathered.args() +
+                                      ")' to store 1/" + Twine(n) +
+                                      " and all-gather each layer around its use (ZeRO-3), or "
+                                      "'replicate(" +
+                                      neverGathered.args() + ")'");
+         });
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+// pipeline-sharding
+//===----------------------------------------------------------------------===//
+
+void VerifyPass::checkPipelineSharding(const ir::Run &run, const analysis::RunAnalysis *analysis) {
+  const ir::Strategy &strategy = *run.strategy;
+  int64_t m = run.microbatchesPerStep;
+  if (!strategy.pipeline || m <= 1)
+    return;
+  // The bytes per device per step of one state's per-micro-batch collectives, on the busiest
+  // stage; 0 without an analysis.
+  auto volume = [&](plan::OpKind kind, ir::State state) {
+    double most = 0;
+    if (!analysis)
+      return most;
+    std::map<int, double> byStage;
+    for (const analysis::CommEntry &entry : analysis->communication)
+      if (entry.collective == kind && entry.state == state && entry.phase != plan::Phase::Step)
+        byStage[entry.stage] += entry.totalBytes;
+    for (const auto &[stage, bytes] : byStage)
+      most = std::max(most, bytes);
+    return most;
+  };
+
+  AxisSet gradShards = batchAxesWith(strategy, ir::State::Grads, {ir::PlacementMode::Sharded});
+  if (!gradShards.empty()) {
+    double bytes = volume(plan::OpKind::ReduceScatter, ir::State::Grads);
+    std::string volumeText =
+        bytes > 0 ? " (" + formatGB(bytes) + " per device per step, " + std::to_string(m) +
+                        "× what one reduction of the accumulated gradients moves)"
+                  : std::string();
+    Where where = locate(run, axisLoc(strategy, ir::State::Grads, gradShards.axes.front()));
+    report(Severity::Warning, run, where,
+           Twine("grads sharded over ") + gradShards.quoted() +
+               " are reduce-scattered after the backward of every micro-batch: with the "
+               "pipeline's " +
+               Twine(m) + " micro-batches per step that is " + Twine(m) +
+               " reduce-scatters per step where accumulating first needs one" + volumeText,
+           "pipeline-sharding", [&] {
+             diags->note(where.loc,
+                         Twine("replicate grads over ") + gradShards.quoted() +
+                             " and keep the optimizer sharded (ZeRO-1): the gradients then "
+                             "accumulate over the micro-batches and are reduce-scattered once "
+                             "per step");
+           });
+  }
+
+  AxisSet gathers =
+      batchAxesWith(strategy, ir::State::Params, {ir::PlacementMode::ShardedWithGather});
+  if (!gathers.empty()) {
+    const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
+    bool keep = llvm::any_of(gathers.axes,
+                             [&](unsigned axis) { return params.axes[axis].keepAfterForward; });
+    int64_t perMicrobatch = keep ? 1 : 2;
+    double bytes = volume(plan::OpKind::AllGather, ir::State::Params);
+    std::string volumeText =
+        bytes > 0 ? " (" + formatGB(bytes) + " per device per step)" : std::string();
+    Where where = locate(run, axisLoc(strategy, ir::State::Params, gathers.axes.front()));
+    report(Severity::Warning, run, where,
+           Twine("params gathered over ") + gathers.quoted() + " are all-gathered " +
+               (keep ? "for the forward of every micro-batch"
+                     : "for the forward and again for the backward of every micro-batch") +
+               ": with the pipeline's " + Twine(m) +
+               " micro-batches per step each layer is gathered " + Twine(perMicrobatch * m) +
+               " times per step, " + Twine(m) + "× as often as with one micro-batch" + volumeText,
+           "pipeline-sharding", [&] {
+             diags->note(where.loc, Twine("replicate params over ") + gathers.quoted() +
+                                        " (ZeRO-1 or ZeRO-2 under the pipeline) if they fit, or "
+                                        "use fewer, larger micro-batches");
+           });
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// offload
+//===----------------------------------------------------------------------===//
+
+bool VerifyPass::checkOffloadLinks(const ir::Run &run) {
+  const ir::Strategy &strategy = *run.strategy;
+  const ir::Cluster &cluster = *run.cluster;
+  bool ok = true;
+  for (ir::State state : ir::kAllStates) {
+    const ir::StatePlacement &placement = strategy.getPlacement(state);
+    std::vector<std::string> missing;
+    if (placement.tier == ir::Tier::Host && !cluster.hostBandwidth)
+      missing.push_back("host_bandwidth");
+    if (placement.tier == ir::Tier::Nvme) {
+      if (!cluster.nvmeBandwidth)
+        missing.push_back("nvme_bandwidth");
+      if (!cluster.nvmeCapacity)
+        missing.push_back("nvme_capacity");
+    }
+    if (missing.empty())
+      continue;
+    ok = false;
+    bool host = placement.tier == ir::Tier::Host;
+    Where where = locate(run, tierLoc(strategy, state));
+    report(Severity::Error, run, where,
+           Twine(ir::toString(state)) + " @ " + ir::toString(placement.tier) + " need the " +
+               (host ? "host link's bandwidth" : "NVMe link's bandwidth and capacity") +
+               ", but cluster '" + cluster.name + "' does not set " + quoteList(missing),
+           "offload", [&] {
+             diags->note(cluster.loc,
+                         Twine("cluster '") + cluster.name + "' is declared here; add " +
+                             (host ? "'host_bandwidth = …;' (per device, the PCIe link)"
+                                   : "'nvme_bandwidth = …;' (per device) and 'nvme_capacity = "
+                                     "…;' (per node)") +
+                             ", or keep " + ir::toString(state) + " @ device");
+           });
+  }
+  return ok;
+}
+
+void VerifyPass::checkOffloadTraffic(const ir::Run &run, const plan::StepPlan &plan) {
+  const ir::Strategy &strategy = *run.strategy;
+  const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
+  if (params.tier == ir::Tier::Device)
+    return;
+  // Gathering over a batch axis brings only this rank's shard over the host link. Without a
+  // batch axis there is nothing to gather over, and no cheaper placement to suggest.
+  AxisSet gathers =
+      batchAxesWith(strategy, ir::State::Params, {ir::PlacementMode::ShardedWithGather});
+  AxisSet batchAxes = batchAxesWith(strategy, ir::State::Params,
+                                    {ir::PlacementMode::Replicated, ir::PlacementMode::Sharded,
+                                     ir::PlacementMode::ShardedWithGather});
+  if (!gathers.empty() || batchAxes.empty())
+    return;
+
+  // The bytes over the host link per device per step as the plan moves them, on the busiest
+  // stage: every HostToDevice and DeviceToHost of the params.
+  double most = 0, mostToDevice = 0, mostToHost = 0;
+  for (const plan::StagePlan &stage : plan.stages) {
+    double toDevice = 0, toHost = 0;
+    for (const std::vector<plan::Op> *ops : {&stage.forward, &stage.backward, &stage.step})
+      for (const plan::Op &op : *ops) {
+        if (op.state != ir::State::Params)
+          continue;
+        double bytes = static_cast<double>(op.elements) * plan::getSize(op.dtype) *
+                       static_cast<double>(op.perMicrobatch ? plan.microbatches : 1);
+        if (op.kind == plan::OpKind::HostToDevice)
+          toDevice += bytes;
+        else if (op.kind == plan::OpKind::DeviceToHost)
+          toHost += bytes;
+      }
+    if (toDevice + toHost > most) {
+      most = toDevice + toHost;
+      mostToDevice = toDevice;
+      mostToHost = toHost;
+    }
+  }
+  if (most <= 0)
+    return;
+  std::string seconds;
+  if (run.cluster->hostBandwidth && *run.cluster->hostBandwidth > 0)
+    seconds = ", " + formatNumber(most / *run.cluster->hostBandwidth) + " s at the cluster's " +
+              formatGB(*run.cluster->hostBandwidth) + "/s host_bandwidth";
+  int64_t n = batchAxes.getDegree();
+  Where where = locate(run, tierLoc(strategy, ir::State::Params));
+  report(Severity::Warning, run, where,
+         Twine("params @ ") + ir::toString(params.tier) +
+             " are not gathered over any batch axis, so every device brings its whole copy of "
+             "the model over the host link for the forward and again for the backward of each "
+             "micro-batch: " +
+             formatGB(most) + " per device per step (" + formatGB(mostToDevice) +
+             " to the device, " + formatGB(mostToHost) + " back)" + seconds,
+         "offload", [&] {
+           diags->note(where.loc, Twine("gather params over ") + batchAxes.quoted() +
+                                      " ('params = gather(" + batchAxes.args() + ") @ " +
+                                      ir::toString(params.tier) + "'): each device then moves 1/" +
+                                      Twine(n) +
+                                      " over the host link and all-gathers the rest over the "
+                                      "device links (ZeRO-Infinity)");
+         });
+}
+
+//===----------------------------------------------------------------------===//
+// capacity
+//===----------------------------------------------------------------------===//
+
+/// A copy of a run with a changed strategy, for what-if analyses.
+struct Variant {
+  std::string description;
+  ir::Strategy strategy;
+  double peak = 0;
+};
+
+double analyzePeak(const ir::Run &run, const ir::Strategy &strategy) {
+  ir::Run copy = run;
+  copy.strategy = &strategy;
+  std::unique_ptr<plan::StepPlan> plan = plan::lowerRun(copy);
+  return analysis::analyze(*plan).memory.device.peak;
+}
+
+std::string VerifyPass::suggestForDevice(const ir::Run &run) {
+  const ir::Strategy &strategy = *run.strategy;
+  const ir::Mesh &mesh = strategy.mesh;
+  double capacity = run.cluster->deviceMemory;
+  auto setBatchModes = [&](ir::Strategy &target, ir::State state, ir::PlacementMode from,
+                           ir::PlacementMode to) {
+    bool changed = false;
+    for (unsigned i = 0; i < mesh.axes.size(); ++i) {
+      ir::AxisPlacement &slot = target.getPlacement(state).axes[i];
+      if (mesh.axes[i].kind == ir::AxisKind::Batch && mesh.axes[i].size > 1 && slot.mode == from) {
+        slot.mode = to;
+        changed = true;
+      }
+    }
+    return changed;
+  };
+  AxisSet batch = batchAxesWith(strategy, ir::State::Optimizer,
+                                {ir::PlacementMode::Replicated, ir::PlacementMode::Sharded});
+  std::string over = batch.empty() ? std::string() : " over " + batch.quoted();
+
+  // Single changes in order of their cost: ZeRO stages (no extra traffic up to stage 2),
+  // selective recomputation, ZeRO-3, full recomputation, optimizer offload.
+  std::vector<Variant> variants;
+  ir::Strategy zero = strategy;
+  bool zero1 = setBatchModes(zero, ir::State::Optimizer, ir::PlacementMode::Replicated,
+                             ir::PlacementMode::Sharded);
+  if (zero1)
+    variants.push_back({"shard the optimizer" + over + " (ZeRO-1)", zero, 0});
+  bool zero2 = setBatchModes(zero, ir::State::Grads, ir::PlacementMode::Replicated,
+                             ir::PlacementMode::Sharded);
+  if (zero2)
+    variants.push_back({"shard grads and the optimizer" + over + " (ZeRO-2)", zero, 0});
+  bool model = run.model->kind != ir::ModelKind::Abstract;
+  if (model && run.model->kind == ir::ModelKind::Transformer &&
+      strategy.activationMode == ir::ActivationMode::Keep) {
+    ir::Strategy selective = strategy;
+    selective.activationMode = ir::ActivationMode::RecomputeSelective;
+    variants.push_back(
+        {"recompute the attention core ('activations = recompute(selective)')", selective, 0});
+  }
+  bool zero3 = setBatchModes(zero, ir::State::Params, ir::PlacementMode::Replicated,
+                             ir::PlacementMode::ShardedWithGather);
+  if (zero3)
+    variants.push_back(
+        {"gather params and shard grads and the optimizer" + over + " (ZeRO-3)", zero, 0});
+  if (model && strategy.activationMode != ir::ActivationMode::RecomputeFull) {
+    ir::Strategy full = strategy;
+    full.activationMode = ir::ActivationMode::RecomputeFull;
+    variants.push_back(
+        {"keep only the layer inputs and recompute the rest ('activations = recompute')", full, 0});
+  }
+  if (strategy.getPlacement(ir::State::Optimizer).tier == ir::Tier::Device) {
+    ir::Strategy offload = strategy;
+    offload.getPlacement(ir::State::Optimizer).tier = ir::Tier::Host;
+    variants.push_back({"offload the optimizer ('optimizer = @ host', ZeRO-Offload)", offload, 0});
+  }
+  for (Variant &variant : variants)
+    variant.peak = analyzePeak(run, variant.strategy);
+  for (const Variant &variant : variants)
+    if (variant.peak <= capacity)
+      return "to fit, " + variant.description + ": " + formatGiB(variant.peak) + " per device";
+
+  // Everything on the device together: ZeRO-3 and full recomputation.
+  ir::Strategy all = zero;
+  if (model)
+    all.activationMode = ir::ActivationMode::RecomputeFull;
+  bool changedAny = zero1 || zero2 || zero3 || all.activationMode != strategy.activationMode;
+  std::string together = "gathering params and sharding grads and the optimizer" + over +
+                         (model ? " with full recomputation" : "");
+  if (!changedAny)
+    return "every state is already sharded where it can be: add devices, or split the model "
+           "further with tensor or pipeline parallelism";
+  double allPeak = analyzePeak(run, all);
+  if (allPeak <= capacity)
+    return "no single change fits, but " + together + " needs " + formatGiB(allPeak) +
+           " per device";
+  return "even " + together + " needs " + formatGiB(allPeak) +
+         " per device: add devices, or split the model further with tensor or pipeline "
+         "parallelism";
+}
+
+std::string VerifyPass::suggestForOffload(const ir::Run &run, ir::Tier tier,
+                                          ArrayRef<StateShare> shares) {
+  const ir::Strategy &strategy = *run.strategy;
+  const ir::Cluster &cluster = *run.cluster;
+  // An offloaded optimizer replicated over a batch axis keeps a whole copy per device.
+  AxisSet unsharded =
+      batchAxesWith(strategy, ir::State::Optimizer, {ir::PlacementMode::Replicated});
+  if (strategy.getPlacement(ir::State::Optimizer).tier == tier && !unsharded.empty())
+    return "to fit, shard the offloaded optimizer over " + unsharded.quoted() +
+           " ('optimizer = shard(" + unsharded.args() + ") @ " + ir::toString(tier).str() +
+           "') so that each device keeps 1/" + std::to_string(unsharded.getDegree()) + " of it";
+  // The largest offloaded state back on the device, where it fits there.
+  std::vector<StateShare> sorted(shares.begin(), shares.end());
+  llvm::stable_sort(sorted,
+                    [](const StateShare &a, const StateShare &b) { return a.bytes > b.bytes; });
+  for (const StateShare &share : sorted) {
+    if (share.bytes <= 0)
+      continue;
+    for (ir::State state : ir::kAllStates) {
+      if (ir::toString(state) != share.name)
+        continue;
+      ir::Strategy variant = strategy;
+      ir::StatePlacement &placement = variant.getPlacement(state);
+      if (placement.tier != tier)
+        break;
+      placement.tier = ir::Tier::Device;
+      double peak = analyzePeak(run, variant);
+      if (peak <= cluster.deviceMemory)
+        return "to fit, keep " +
+               (state == ir::State::Optimizer ? "the optimizer" : share.name.str()) +
+               " on the device (drop its '@ " + ir::toString(tier).str() +
+               "'): " + formatGiB(peak) + " per device, within device_memory";
+    }
+  }
+  if (tier == ir::Tier::Host && cluster.nvmeBandwidth && cluster.nvmeCapacity)
+    return "to fit, move the largest offloaded state @ nvme";
+  return "to fit, add nodes: the offloaded states take " +
+         formatGiB(std::accumulate(
+             shares.begin(), shares.end(), 0.0,
+             [](double sum, const StateShare &share) { return sum + share.bytes; })) +
+         " per device";
+}
+
+bool VerifyPass::checkCapacity(const ir::Run &run, const analysis::RunAnalysis &analysis) {
+  const ir::Strategy &strategy = *run.strategy;
+  const ir::Cluster &cluster = *run.cluster;
+  const analysis::MemoryReport &memory = analysis.memory;
+  Severity severity = options.capacityIsError ? Severity::Error : Severity::Warning;
+  bool ok = true;
+  SMLoc where = fieldLoc(run, "strategy");
+  auto capacityNote = [&](StringRef key) {
+    SMLoc loc = cluster.fieldLocs.lookup(key);
+    diags->note(loc.isValid() ? loc : cluster.loc,
+                Twine("the ") + key + " of cluster '" + cluster.name + "' is set here");
+  };
+  auto breakdown = [](ArrayRef<StateShare> shares) {
+    std::string text;
+    for (const StateShare &share : shares) {
+      if (share.bytes <= 0)
+        continue;
+      text += (text.empty() ? "" : ", ") + share.name.str() + " " + formatGiB(share.bytes);
+    }
+    return text.empty() ? std::string("nothing") : text;
+  };
+
+  const analysis::MemoryBreakdown &device = memory.device;
+  if (device.peak > cluster.deviceMemory) {
+    std::string stage;
+    if (memory.stages.size() > 1) {
+      for (const analysis::StageMemory &stageMemory : memory.stages)
+        if (stageMemory.device.peak == device.peak) {
+          stage = " on pipeline stage " + std::to_string(stageMemory.stage) + " of " +
+                  std::to_string(memory.stages.size());
+          break;
+        }
+    }
+    if (severity == Severity::Error)
+      ok = false;
+    report(severity, run, {where, SMLoc()},
+           Twine("run '") + run.name + "' needs " + formatGiBAndGB(device.peak) +
+               " per device at its peak" + stage + ", over the " +
+               formatGiBAndGB(cluster.deviceMemory) + " device_memory of cluster '" + cluster.name +
+               "'",
+           "capacity", [&] {
+             diags->note(where, Twine("per device: ") +
+                                    breakdown({{"params", device.params},
+                                               {"grads", device.grads},
+                                               {"optimizer", device.optimizer},
+                                               {"activations", device.activations},
+                                               {"gather and transfer buffers", device.transient}}));
+             if (!memory.activationsKnown)
+               diags->note(run.model->loc,
+                           Twine("model '") + run.model->name +
+                               "' is abstract, so its activations are unknown: this check "
+                               "covers the model states only");
+             if (options.suggestCapacityFixes)
+               diags->note(where, suggestForDevice(run));
+             capacityNote("device_memory");
+           });
+  }
+
+  // Host and NVMe, per node. The analysis counts every off-device state as host memory; split
+  // it by the tier each state is placed in.
+  const analysis::MemoryBreakdown &host = memory.host;
+  const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
+  const ir::StatePlacement &grads = strategy.getPlacement(ir::State::Grads);
+  const ir::StatePlacement &optimizer = strategy.getPlacement(ir::State::Optimizer);
+  const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
+  // Off-device gradients the analysis counts are in their tier, or on the host where they follow
+  // an offloaded optimizer there (ZeRO-Offload).
+  ir::Tier gradTier = grads.tier != ir::Tier::Device ? grads.tier : ir::Tier::Host;
+  double perNode = static_cast<double>(cluster.devicesPerNode);
+  for (ir::Tier tier : {ir::Tier::Host, ir::Tier::Nvme}) {
+    std::vector<StateShare> shares = {
+        {"params", params.tier == tier ? host.params : 0},
+        {"grads", gradTier == tier ? host.grads : 0},
+        {"optimizer", optimizer.tier == tier ? host.optimizer : 0},
+        {"activations", activations.tier == tier ? host.activations : 0}};
+    double bytes = 0;
+    for (const StateShare &share : shares)
+      bytes += share.bytes;
+    std::optional<double> capacity =
+        tier == ir::Tier::Host ? cluster.hostMemory : cluster.nvmeCapacity;
+    StringRef key = tier == ir::Tier::Host ? "host_memory" : "nvme_capacity";
+    if (!capacity || bytes * perNode <= *capacity)
+      continue;
+    if (severity == Severity::Error)
+      ok = false;
+    std::string fix =
+        options.suggestCapacityFixes ? suggestForOffload(run, tier, shares) : std::string();
+    report(severity, run, {where, SMLoc()},
+           Twine("run '") + run.name + "' needs " + formatGiBAndGB(bytes * perNode) + " of " +
+               (tier == ir::Tier::Host ? "host memory" : "NVMe") + " per node (" +
+               Twine(cluster.devicesPerNode) + " devices × " + formatGiB(bytes) + "), over the " +
+               formatGiBAndGB(*capacity) + " " + key + " of cluster '" + cluster.name + "'",
+           "capacity", [&] {
+             diags->note(where,
+                         Twine("per device @ ") + ir::toString(tier) + ": " + breakdown(shares));
+             if (!fix.empty())
+               diags->note(where, fix);
+             capacityNote(key);
+           });
   }
   return ok;
 }

@@ -1,9 +1,15 @@
 // placec: the driver. Parses the command line, runs the front end and the pass pipeline, and
-// prints what was asked for.
+// prints what was asked for: nothing (check), the syntax tree, the IR or the step plan (--emit),
+// a report of each run (report), or the difference between two runs (diff).
+#include "placec/backends/CppEmitter.h"
+#include "placec/backends/Report.h"
 #include "placec/frontend/Frontend.h"
 #include "placec/passes/Passes.h"
+#include "placec/passes/Search.h"
+#include "placec/passes/StepPlan.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -12,6 +18,8 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
+#include <optional>
 #include <string>
 
 using namespace llvm;
@@ -21,16 +29,36 @@ namespace {
 
 cl::OptionCategory placecCategory("placec options");
 
-enum class EmitKind { None, Ast, Ir };
+enum class EmitKind { None, Ast, Ir, Plan };
 
 cl::list<std::string> inputFiles(cl::Positional, cl::desc("<input .place files>"),
                                  cl::cat(placecCategory));
 
 cl::opt<EmitKind> emitKind(
-    "emit", cl::desc("What to print, in pipeline order:"), cl::init(EmitKind::None),
+    "emit", cl::desc("What to print (check), in pipeline order:"), cl::init(EmitKind::None),
     cl::values(clEnumValN(EmitKind::Ast, "ast", "the syntax tree of each input file"),
-               clEnumValN(EmitKind::Ir, "ir", "the IR after verification (docs/ir.md)")),
+               clEnumValN(EmitKind::Ir, "ir", "the IR after verification (docs/ir.md)"),
+               clEnumValN(EmitKind::Plan, "plan",
+                          "the step plan of each run after verification (docs/plan.md)")),
     cl::cat(placecCategory));
+
+cl::opt<report::Format> outputFormat(
+    "format", cl::desc("Output format of report and diff:"), cl::init(report::Format::Text),
+    cl::values(clEnumValN(report::Format::Text, "text", "aligned tables (the default)"),
+               clEnumValN(report::Format::Json, "json",
+                          "one JSON document (docs/report-json.md)"),
+               clEnumValN(report::Format::Markdown, "md", "GitHub Markdown tables"),
+               clEnumValN(report::Format::Markdown, "markdown", "the same as md")),
+    cl::cat(placecCategory));
+
+cl::list<std::string> runNames("run",
+                               cl::desc("Only this run (repeatable; report, diff, --emit=plan)"),
+                               cl::value_desc("name"), cl::cat(placecCategory));
+
+cl::opt<bool> explain("explain",
+                      cl::desc("report: show the formula behind every memory, communication "
+                               "and time figure, with the numbers put in"),
+                      cl::init(false), cl::cat(placecCategory));
 
 cl::opt<std::string> outputFile("o", cl::desc("Write output to <file> (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(placecCategory));
@@ -56,28 +84,70 @@ cl::opt<unsigned> errorLimit("error-limit",
                              cl::desc("Stop after this many errors (0: no limit; default 50)"),
                              cl::init(50), cl::cat(placecCategory));
 
+cl::opt<int64_t> searchDevices("devices",
+                                cl::desc("search: the device count (default: the cluster's)"),
+                                cl::init(0), cl::cat(placecCategory));
+cl::opt<std::string> searchBudget("memory-budget",
+                                  cl::desc("search: bytes per device, or a quantity such as "
+                                           "'70 GB' (default: device_memory)"),
+                                  cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> compileTarget("target",
+                                   cl::desc("compile: what the generated program runs on (cpu)"),
+                                   cl::init("cpu"), cl::cat(placecCategory));
+cl::opt<unsigned> searchTop("top", cl::desc("search: how many plans to list (default 5)"),
+                            cl::init(5), cl::cat(placecCategory));
+cl::opt<bool> searchMaxParams("max-params",
+                              cl::desc("search: the largest model of the run's shape that each "
+                                       "strategy family (dp, zero1-3, +tp) fits"),
+                              cl::init(false), cl::cat(placecCategory));
+
 constexpr const char *kOverview = R"(placec: the compiler for placement semantics
 
 A .place file declares models, clusters, strategies (a device mesh and where each training state
-lives on it) and runs. placec checks that every run's strategy is correct and fits, and prints
-what it understood.
+- params, grads, optimizer, activations - lives on it) and runs that tie them together. placec
+checks that every run's strategy is correct and fits in memory, and reports what each device
+stores, what each collective moves and how long a training step takes.
 
 USAGE: placec [command] [options] <input.place>...
 
 COMMANDS:
-  check     Parse and verify every input; print nothing on success (the default).
+  check     Parse and verify every input; print nothing on success (the default). Memory over
+            device_memory or host_memory is an error [capacity].
+  report    Lower each run to its step plan and report, per device: memory by state (params,
+            grads, optimizer, activations, transient, peak) on the device and the host against
+            capacity; communication per axis, collective, state and phase (count, message
+            bytes, bytes sent, link, time); time (compute, exposed communication, pipeline
+            bubble, step, MFU, tokens/s). Several runs are shown side by side. Capacity is a
+            warning here, so that strategies that do not fit can still be compared.
+  diff      Compare two runs: memory per state, communication per axis and collective, and
+            time, with signed deltas and ratios (b against a). Name the runs either way:
+              placec diff FILE --run A --run B
+              placec diff A.place:runA B.place:runB
+  compile   Emit a run as a C++ program that trains it over placert (MPI on CPUs):
+            placec compile FILE --run NAME -o DIR [--target=cpu] (docs/running.md).
+  search    Find the fastest correct placement that fits for one run's model, batch and cluster:
+            placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
+            [--format=json] [-o best.place] [--max-params] (docs/search.md).
 
 EXAMPLES:
-  placec check model.place              verify; exit code 1 and file:line:col errors if wrong
-  placec --emit=ir model.place          print the verified IR: tensors, meshes, placements, runs
-  placec --emit=ast model.place         print the syntax tree
-  placec --verify-diagnostics bad.place check expected-error comments (for tests)
+  placec check model.place                      verify; file:line:col errors and exit code 1
+  placec report examples/gpt2-xl.place          tables for every run, side by side
+  placec report model.place --run big --explain the formula behind every figure
+  placec report model.place --format=json -o r.json   machine-readable (docs/report-json.md)
+  placec report model.place --format=md         GitHub Markdown tables
+  placec diff model.place --run dp --run zero3  what changes from dp to zero3
+  placec --emit=plan model.place --run zero3    the step plan: gathers, computes, reductions
+  placec --emit=ir model.place                  the verified IR: tensors, meshes, placements
+  placec --emit=ast model.place                 the syntax tree
+  placec --verify-diagnostics bad.place         check expected-error comments (for tests)
 
-Documentation: docs/language.md (the language), docs/rules.md (the checks), docs/ir.md (the IR).
+Exit code: 0 on success, 1 on any error (including an unknown --run name).
+Documentation: docs/language.md (the language), docs/rules.md (the checks), docs/ir.md (the IR),
+docs/plan.md (the step plan), docs/report-json.md (the JSON report).
 )";
 
 /// The known commands. A first argument that is none of them is an input file.
-enum class Command { Check };
+enum class Command { Check, Report, Diff, Search, Compile };
 
 /// Splits `// -----` chunks, keeping line numbers: each chunk is preceded by as many newlines as
 /// the lines before it in the original file.
@@ -109,10 +179,21 @@ std::vector<std::unique_ptr<MemoryBuffer>> splitBuffer(const MemoryBuffer &buffe
   return chunks;
 }
 
-/// Compiles one program (a file or a chunk) and prints what was asked. Returns true on success.
-bool compileOne(std::unique_ptr<MemoryBuffer> preloaded, StringRef path, raw_ostream &out) {
+/// One program compiled through the verifier, kept alive with its sources and diagnostics.
+struct Compilation {
   SourceMgr sourceMgr;
-  DiagnosticEngine diags(sourceMgr);
+  DiagnosticEngine diags{sourceMgr};
+  std::unique_ptr<ir::Program> program;
+  /// True when the front end and the verifier reported no error.
+  bool ok = false;
+};
+
+/// Parses, builds and verifies one program (a file, or a chunk given as `preloaded`). With
+/// `ast`, prints the main file's syntax tree there.
+std::unique_ptr<Compilation> compile(std::unique_ptr<MemoryBuffer> preloaded, StringRef path,
+                                     VerifyOptions verifyOptions, raw_ostream *ast) {
+  auto compilation = std::make_unique<Compilation>();
+  DiagnosticEngine &diags = compilation->diags;
   diags.setWarningsAsErrors(warningsAsErrors);
   diags.setErrorLimit(verifyDiagnostics ? 0 : errorLimit);
   if (verifyDiagnostics)
@@ -120,24 +201,215 @@ bool compileOne(std::unique_ptr<MemoryBuffer> preloaded, StringRef path, raw_ost
 
   std::vector<std::unique_ptr<ast::File>> files =
       preloaded ? parseProgram(std::move(preloaded), diags) : parseProgram(path, diags);
-  std::unique_ptr<ir::Program> program;
   if (!files.empty()) {
-    if (emitKind == EmitKind::Ast)
-      printAst(*files.back(), out);
-    program = buildProgram(files, diags);
+    if (ast)
+      printAst(*files.back(), *ast);
+    compilation->program = buildProgram(files, diags);
   }
-  if (program) {
+  if (compilation->program) {
     PassManager passes;
-    passes.addPass(createVerifyPass());
+    passes.addPass(createVerifyPass(verifyOptions));
     if (printAfterAll)
       passes.setPrintAfterAll(&errs());
-    bool ok = passes.run(*program, diags);
-    if (ok && emitKind == EmitKind::Ir)
-      ir::printProgram(*program, out);
+    passes.run(*compilation->program, diags);
   }
+  compilation->ok = compilation->program && !diags.hasErrors();
+  return compilation;
+}
+
+/// The runs named by `names` (every run when empty), or an error naming the unknown run.
+Expected<std::vector<const ir::Run *>> selectRuns(const ir::Program &program,
+                                                  ArrayRef<std::string> names, StringRef path) {
+  std::vector<const ir::Run *> runs;
+  if (names.empty()) {
+    for (const std::unique_ptr<ir::Run> &run : program.runs)
+      runs.push_back(run.get());
+    if (runs.empty())
+      return createStringError(inconvertibleErrorCode(), "'%s' declares no run",
+                               path.str().c_str());
+    return runs;
+  }
+  for (const std::string &name : names) {
+    const ir::Run *run = program.findRun(name);
+    if (!run) {
+      std::vector<std::string> known;
+      for (const std::unique_ptr<ir::Run> &candidate : program.runs)
+        known.push_back(candidate->name);
+      return createStringError(inconvertibleErrorCode(), "no run named '%s' in '%s' (%s)",
+                               name.c_str(), path.str().c_str(),
+                               known.empty()
+                                   ? "it declares no run"
+                                   : ("its runs: " + llvm::join(known, ", ")).c_str());
+    }
+    if (!llvm::is_contained(runs, run))
+      runs.push_back(run);
+  }
+  return runs;
+}
+
+void printError(const Twine &message) { errs() << "placec: error: " << message << "\n"; }
+
+/// `placec check` (and --emit): compiles one program and prints what was asked.
+bool checkOne(std::unique_ptr<MemoryBuffer> preloaded, StringRef path, raw_ostream &out) {
+  std::unique_ptr<Compilation> compilation = compile(
+      std::move(preloaded), path, VerifyOptions{}, emitKind == EmitKind::Ast ? &out : nullptr);
   if (verifyDiagnostics)
-    return diags.verify();
-  return !diags.hasErrors();
+    return compilation->diags.verify();
+  if (!compilation->ok)
+    return false;
+  if (emitKind == EmitKind::Ir)
+    ir::printProgram(*compilation->program, out);
+  if (emitKind == EmitKind::Plan) {
+    Expected<std::vector<const ir::Run *>> runs =
+        selectRuns(*compilation->program, runNames, path);
+    if (!runs) {
+      printError(toString(runs.takeError()));
+      return false;
+    }
+    for (const ir::Run *run : *runs)
+      plan::printPlan(*plan::lowerRun(*run), out);
+  }
+  return true;
+}
+
+/// Capacity is reported, not fatal, in report and diff.
+VerifyOptions reportVerifyOptions() {
+  VerifyOptions options;
+  options.capacityIsError = false;
+  return options;
+}
+
+/// `placec report FILE`.
+bool runReport(raw_ostream &out) {
+  if (inputFiles.size() != 1) {
+    printError("report takes one input file; run 'placec --help' for usage");
+    return false;
+  }
+  StringRef path = inputFiles.front();
+  std::unique_ptr<Compilation> compilation =
+      compile(nullptr, path, reportVerifyOptions(), nullptr);
+  if (!compilation->ok)
+    return false;
+  Expected<std::vector<const ir::Run *>> runs = selectRuns(*compilation->program, runNames, path);
+  if (!runs) {
+    printError(toString(runs.takeError()));
+    return false;
+  }
+  std::vector<report::RunReport> reports;
+  for (const ir::Run *run : *runs)
+    reports.push_back(report::analyzeRun(*run));
+  std::vector<report::ReportDiagnostic> diagnostics =
+      report::collectDiagnostics(compilation->diags);
+  report::attachDiagnostics(reports, diagnostics, compilation->diags);
+  report::ReportOptions options;
+  options.format = outputFormat;
+  options.explain = explain;
+  options.inputName = path.str();
+  report::printReport(reports, diagnostics, options, out);
+  return true;
+}
+
+/// `placec diff`: two runs named by `--run` in one file, or as `FILE:RUN` each.
+bool runDiff(raw_ostream &out) {
+  std::vector<std::pair<std::string, std::string>> sides; // (file, run)
+  if (inputFiles.size() == 1 && runNames.size() == 2) {
+    sides = {{inputFiles[0], runNames[0]}, {inputFiles[0], runNames[1]}};
+  } else if (inputFiles.size() == 2 && runNames.size() == 2) {
+    sides = {{inputFiles[0], runNames[0]}, {inputFiles[1], runNames[1]}};
+  } else if (inputFiles.size() == 2 && runNames.empty()) {
+    for (const std::string &spec : inputFiles) {
+      size_t colon = spec.rfind(':');
+      if (colon == std::string::npos || colon == 0 || colon + 1 == spec.size()) {
+        printError("diff: '" + spec + "' names no run; write FILE:RUN, or give one file and "
+                   "--run A --run B");
+        return false;
+      }
+      sides.emplace_back(spec.substr(0, colon), spec.substr(colon + 1));
+    }
+  } else {
+    printError("diff compares two runs: 'placec diff FILE --run A --run B' or 'placec diff "
+               "A.place:runA B.place:runB'");
+    return false;
+  }
+
+  // Each file is compiled once.
+  std::map<std::string, std::unique_ptr<Compilation>> compilations;
+  for (const auto &[file, run] : sides) {
+    std::unique_ptr<Compilation> &compilation = compilations[file];
+    if (!compilation) {
+      compilation = compile(nullptr, file, reportVerifyOptions(), nullptr);
+      if (!compilation->ok)
+        return false;
+    }
+  }
+  std::vector<report::RunReport> reports;
+  for (const auto &[file, name] : sides) {
+    Expected<std::vector<const ir::Run *>> runs =
+        selectRuns(*compilations[file]->program, {name}, file);
+    if (!runs) {
+      printError(toString(runs.takeError()));
+      return false;
+    }
+    reports.push_back(report::analyzeRun(*runs->front()));
+  }
+  report::printDiff({&reports[0], sides[0].first}, {&reports[1], sides[1].first}, outputFormat, out);
+  return true;
+}
+
+/// `placec search FILE --run NAME`: the output goes to stdout, `-o` names the .place file the
+/// best plan is written to.
+int runSearch() {
+  if (inputFiles.size() != 1 || runNames.size() > 1 || outputFormat == report::Format::Markdown) {
+    printError("search takes one input file, at most one --run and --format=text or json");
+    return 1;
+  }
+  // The run's own strategy is not searched from, so it is not verified: only the front end.
+  SourceMgr sourceMgr;
+  DiagnosticEngine diags(sourceMgr);
+  diags.setErrorLimit(errorLimit);
+  std::unique_ptr<ir::Program> program = loadProgram(inputFiles[0], diags);
+  if (!program || diags.hasErrors())
+    return 1;
+  search::SearchCommandOptions options;
+  options.runName = runNames.empty() ? "" : runNames[0];
+  options.devices = searchDevices;
+  options.memoryBudget = searchBudget;
+  options.topK = searchTop;
+  options.json = outputFormat == report::Format::Json;
+  options.maxParams = searchMaxParams;
+  options.outputFile = outputFile == "-" ? std::string() : outputFile.getValue();
+  options.progress = true;
+  return search::runSearchCommand(*program, options, outs(), errs());
+}
+
+/// `placec compile FILE --run NAME -o DIR [--target=cpu]`: the run's step plan as a C++ program
+/// over placert (docs/running.md). A strategy the verifier rejects is not compiled.
+int runCompile() {
+  if (inputFiles.size() != 1 || runNames.size() != 1 || outputFile == "-") {
+    printError("compile takes one input file, one --run NAME and -o DIR (the directory that "
+               "receives main.cpp and CMakeLists.txt)");
+    return 1;
+  }
+  if (compileTarget != "cpu") {
+    printError("compile: unknown --target '" + compileTarget + "' (the targets are: cpu)");
+    return 1;
+  }
+  std::unique_ptr<Compilation> compilation =
+      compile(nullptr, inputFiles[0], VerifyOptions{}, nullptr);
+  if (!compilation->ok)
+    return 1;
+  Expected<std::vector<const ir::Run *>> runs =
+      selectRuns(*compilation->program, runNames, inputFiles[0]);
+  if (!runs) {
+    printError(toString(runs.takeError()));
+    return 1;
+  }
+  std::unique_ptr<plan::StepPlan> stepPlan = plan::lowerRun(*runs->front());
+  if (Error error = codegen::emitCppProject(*stepPlan, inputFiles[0], outputFile)) {
+    printError(toString(std::move(error)));
+    return 1;
+  }
+  return 0;
 }
 
 } // namespace
@@ -149,15 +421,24 @@ int main(int argc, char **argv) {
   std::vector<const char *> args(argv, argv + argc);
   Command command = Command::Check;
   if (args.size() > 1) {
-    std::optional<Command> named =
-        StringSwitch<std::optional<Command>>(args[1]).Case("check", Command::Check).Default(
-            std::nullopt);
+    StringRef first = args[1];
+    std::optional<Command> named = StringSwitch<std::optional<Command>>(first)
+                                       .Case("check", Command::Check)
+                                       .Case("report", Command::Report)
+                                       .Case("diff", Command::Diff)
+                                       .Case("search", Command::Search)
+                                       .Case("compile", Command::Compile)
+                                       .Default(std::nullopt);
     if (named) {
       command = *named;
       args.erase(args.begin() + 1);
+    } else if (!first.starts_with("-") && !first.contains('.') && !first.contains('/') &&
+               !first.contains(':') && !sys::fs::exists(first)) {
+      printError("unknown command '" + first +
+                 "'; the commands are check, report, diff, search and compile (run 'placec --help')");
+      return 1;
     }
   }
-  (void)command;
 
   cl::HideUnrelatedOptions(placecCategory);
   cl::SetVersionPrinter([](raw_ostream &os) { os << "placec version 0.1.0\n"; });
@@ -166,32 +447,66 @@ int main(int argc, char **argv) {
     return 1;
 
   if (inputFiles.empty()) {
-    errs() << "placec: error: no input file; run 'placec --help' for usage\n";
+    printError("no input file; run 'placec --help' for usage");
     return 1;
   }
+  if (command != Command::Check && emitKind != EmitKind::None) {
+    printError("--emit applies to check; 'report' and 'diff' print reports");
+    return 1;
+  }
+  if (command == Command::Check && (outputFormat != report::Format::Text || explain)) {
+    printError("--format and --explain apply to report and diff; did you mean 'placec report'?");
+    return 1;
+  }
+  if (command == Command::Check && !runNames.empty() && emitKind != EmitKind::Plan) {
+    printError("--run selects runs for report, diff and --emit=plan");
+    return 1;
+  }
+  if (command != Command::Check && (splitInputFile || verifyDiagnostics)) {
+    printError("--split-input-file and --verify-diagnostics apply to check");
+    return 1;
+  }
+
+  if (command == Command::Search)
+    return runSearch();
+  if (command == Command::Compile)
+    return runCompile();
 
   std::error_code ec;
   auto output = std::make_unique<ToolOutputFile>(outputFile, ec, sys::fs::OF_None);
   if (ec) {
-    errs() << "placec: error: cannot write '" << outputFile << "': " << ec.message() << "\n";
+    printError("cannot write '" + outputFile + "': " + ec.message());
     return 1;
   }
 
   bool ok = true;
-  for (const std::string &input : inputFiles) {
-    if (!splitInputFile) {
-      ok &= compileOne(nullptr, input, output->os());
-      continue;
+  switch (command) {
+  case Command::Search: // Returned above.
+    break;
+  case Command::Report:
+    ok = runReport(output->os());
+    break;
+  case Command::Diff:
+    ok = runDiff(output->os());
+    break;
+  case Command::Check:
+    for (const std::string &input : inputFiles) {
+      if (!splitInputFile) {
+        ok &= checkOne(nullptr, input, output->os());
+        continue;
+      }
+      ErrorOr<std::unique_ptr<MemoryBuffer>> buffer = MemoryBuffer::getFileOrSTDIN(input);
+      if (!buffer) {
+        printError("cannot open '" + input + "': " + buffer.getError().message());
+        ok = false;
+        continue;
+      }
+      for (std::unique_ptr<MemoryBuffer> &chunk : splitBuffer(**buffer))
+        ok &= checkOne(std::move(chunk), input, output->os());
     }
-    ErrorOr<std::unique_ptr<MemoryBuffer>> buffer = MemoryBuffer::getFileOrSTDIN(input);
-    if (!buffer) {
-      errs() << "placec: error: cannot open '" << input << "': " << buffer.getError().message()
-             << "\n";
-      ok = false;
-      continue;
-    }
-    for (std::unique_ptr<MemoryBuffer> &chunk : splitBuffer(**buffer))
-      ok &= compileOne(std::move(chunk), input, output->os());
+    break;
+  case Command::Compile: // Returned above.
+    break;
   }
   if (!ok)
     return 1;

@@ -31,8 +31,8 @@ struct Value {
   double number = 0;
   /// Number and Quantity: the literal as written, for messages.
   std::string numberText;
-  /// Number and Quantity: true when the literal has no fraction or exponent, or when applying the
-  /// multiplier made it a whole number.
+  /// Number and Quantity: true when the value, multiplier applied, is a whole number: `4096`,
+  /// `7.5B`, `1.5e9` and `4.0` are integers, `0.5` is not.
   bool isInteger = false;
   /// Quantity: the unit word as written (`GiB`, `GB/s`).
   std::string unit;

@@ -27,6 +27,10 @@ struct VerifyOptions {
   /// Per-device and host memory over capacity is an error (`placec check`); otherwise it is left
   /// to the reports.
   bool capacityIsError = true;
+  /// A run over capacity gets a note with the first change that makes it fit, found by lowering
+  /// and analysing variants of its strategy. A caller that needs only the verdict (the search)
+  /// can turn this off.
+  bool suggestCapacityFixes = true;
 };
 
 /// Checks the composition rules of the language (docs/rules.md) on every run.

@@ -1,0 +1,440 @@
+// The C++ backend: emits a run's StepPlan as a readable program over placert's public API — one
+// function per stage and pass (forward, backward, step), one runtime call per plan op with the
+// op's reason as its comment, names taken from the .place file.
+#include "placec/backends/CppEmitter.h"
+
+#include "fmt/format.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <sstream>
+
+using namespace llvm;
+
+namespace placec::codegen {
+
+namespace {
+
+using plan::Op;
+using plan::OpKind;
+
+/// An output stream that indents every line by the current depth; `Scope` opens a brace block
+/// and closes it when it goes out of scope.
+class IndentedStream {
+public:
+  void line(StringRef text = "") {
+    if (!text.empty())
+      out << std::string(depth * 2, ' ') << text.str();
+    out << "\n";
+  }
+  void comment(StringRef text) { line(("// " + text).str()); }
+  std::string str() const { return out.str(); }
+
+  class Scope {
+  public:
+    Scope(IndentedStream &stream, StringRef header, StringRef closing = "}")
+        : stream(stream), closing(closing.str()) {
+      stream.line((header + " {").str());
+      ++stream.depth;
+    }
+    ~Scope() {
+      --stream.depth;
+      stream.line(closing);
+    }
+
+  private:
+    IndentedStream &stream;
+    std::string closing;
+  };
+
+private:
+  std::ostringstream out;
+  unsigned depth = 0;
+};
+
+const char *dtypeName(plan::DType dtype) {
+  switch (dtype) {
+  case plan::DType::BF16:
+    return "DType::BF16";
+  case plan::DType::FP16:
+    return "DType::FP16";
+  case plan::DType::FP32:
+    return "DType::FP32";
+  }
+  return "?";
+}
+
+const char *phaseName(plan::Phase phase) {
+  switch (phase) {
+  case plan::Phase::Forward:
+    return "Phase::Forward";
+  case plan::Phase::Backward:
+    return "Phase::Backward";
+  case plan::Phase::Step:
+    return "Phase::Step";
+  }
+  return "?";
+}
+
+/// A C++ identifier for a unit: `layer.3` → `layer3`.
+std::string unitIdentifier(StringRef name) {
+  std::string result;
+  for (char c : name)
+    if (llvm::isAlnum(c) || c == '_')
+      result += c;
+  return result;
+}
+
+std::string quoted(StringRef text) { return "\"" + text.str() + "\""; }
+
+class Emitter {
+public:
+  Emitter(const plan::StepPlan &plan, StringRef sourceName)
+      : plan(plan), run(*plan.run), strategy(*run.strategy), mesh(strategy.mesh), model(*run.model),
+        sourceName(sourceName) {}
+
+  Expected<std::string> emit();
+
+private:
+  Error checkSupported() const;
+  std::string axisGroup(ArrayRef<unsigned> axes) const {
+    std::string result = "{";
+    for (size_t i = 0; i < axes.size(); ++i)
+      result += (i ? ", " : "") + quoted(mesh.axes[axes[i]].name);
+    return result + "}";
+  }
+  std::string batchAxesWith(ir::State state, std::initializer_list<ir::PlacementMode> modes) const {
+    std::vector<unsigned> axes;
+    const ir::StatePlacement &placement = strategy.getPlacement(state);
+    for (unsigned i = 0; i < mesh.axes.size(); ++i)
+      if (mesh.axes[i].kind == ir::AxisKind::Batch &&
+          llvm::is_contained(modes, placement.axes[i].mode))
+        axes.push_back(i);
+    return axisGroup(axes);
+  }
+  Expected<std::string> call(const Op &op) const;
+  Error emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool perMicrobatch);
+  void emitMain();
+
+  const plan::StepPlan &plan;
+  const ir::Run &run;
+  const ir::Strategy &strategy;
+  const ir::Mesh &mesh;
+  const ir::Model &model;
+  std::string sourceName;
+  IndentedStream os;
+};
+
+Error Emitter::checkSupported() const {
+  auto unsupported = [&](const Twine &what) {
+    return createStringError(inconvertibleErrorCode(),
+                             "run '%s': %s is not supported by the CPU runtime yet",
+                             run.name.c_str(), what.str().c_str());
+  };
+  if (model.kind != ir::ModelKind::Mlp)
+    return unsupported(Twine("model '") + model.name + "' of kind " + ir::toString(model.kind) +
+                       " (only mlp models train)");
+  if (plan.schedule == ir::Schedule::Interleaved && plan.stages.size() > 1)
+    return unsupported("the interleaved pipeline schedule");
+  if (strategy.activationMode != ir::ActivationMode::Keep)
+    return unsupported("activation recomputation");
+  if (strategy.getPlacement(ir::State::Params).tier != ir::Tier::Device)
+    return unsupported("params @ host");
+  return Error::success();
+}
+
+Expected<std::string> Emitter::call(const Op &op) const {
+  std::string unit = op.unit >= 0 ? unitIdentifier(plan.units[op.unit].name) : "";
+  std::string axes = axisGroup(op.axes);
+  const char *dtype = dtypeName(op.dtype), *phase = phaseName(op.phase);
+  switch (op.kind) {
+  case OpKind::Recv:
+    return fmt::format("trainer.recvActivations({}, mb, /*peerStage=*/{}, /*elements=*/{}, {}, {})",
+                       unit, op.peerStage, op.elements, dtype, phase);
+  case OpKind::Send:
+    return fmt::format("trainer.sendActivations({}, mb, /*peerStage=*/{}, /*elements=*/{}, {}, {})",
+                       unit, op.peerStage, op.elements, dtype, phase);
+  case OpKind::Compute:
+    if (op.compute == plan::ComputeKind::Forward)
+      return fmt::format("trainer.forward({}, mb)", unit);
+    if (op.compute == plan::ComputeKind::Backward)
+      return fmt::format("trainer.backward({}, mb)", unit);
+    break;
+  case OpKind::Free:
+    return fmt::format("trainer.freeGathered({}, mb, /*elements=*/{}, {})", unit, op.elements,
+                       phase);
+  case OpKind::AllGather:
+    if (op.state == ir::State::Params && op.phase != plan::Phase::Step)
+      return fmt::format("trainer.gatherParams({}, mb, {}, /*elements=*/{}, {}, {})", unit, axes,
+                         op.elements, dtype, phase);
+    if (op.state == ir::State::Params)
+      return fmt::format("trainer.allGatherParams({}, {}, /*elements=*/{}, {})", unit, axes,
+                         op.elements, dtype);
+    break;
+  case OpKind::AllReduce:
+    if (op.state == ir::State::Activations)
+      return fmt::format("trainer.tensorAllReduce({}, mb, {}, /*elements=*/{}, {}, {})", unit, axes,
+                         op.elements, dtype, phase);
+    if (op.state == ir::State::Grads && op.phase == plan::Phase::Step)
+      return fmt::format("trainer.allReduceGrads({}, {}, /*elements=*/{}, {})", unit, axes,
+                         op.elements, dtype);
+    break;
+  case OpKind::ReduceScatter:
+    if (op.state == ir::State::Grads)
+      return fmt::format("trainer.reduceScatterGrads({}, {}, /*elements=*/{}, {}, {})", unit, axes,
+                         op.elements, dtype, phase);
+    break;
+  case OpKind::DeviceToHost:
+    if (op.state == ir::State::Grads)
+      return fmt::format("trainer.gradsToHost({}, /*elements=*/{}, {}, {})", unit, op.elements,
+                         dtype, phase);
+    break;
+  case OpKind::HostToDevice:
+    if (op.state == ir::State::Params && op.phase == plan::Phase::Step)
+      return fmt::format("trainer.paramsToDevice({}, /*elements=*/{}, {})", unit, op.elements,
+                         dtype);
+    break;
+  case OpKind::OptimizerUpdate:
+    return fmt::format("trainer.optimizerUpdate({}, /*elements=*/{})", unit, op.elements);
+  }
+  return createStringError(inconvertibleErrorCode(),
+                           "run '%s': the plan op '%s' (%s) is not supported by the CPU runtime "
+                           "yet",
+                           run.name.c_str(), plan::toString(op.kind).str().c_str(),
+                           op.reason.c_str());
+}
+
+Error Emitter::emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool perMicrobatch) {
+  std::string signature =
+      perMicrobatch
+          ? fmt::format("Status {}Stage{}(placert::MlpTrainer &trainer, int mb)", pass.str(), stage)
+          : fmt::format("Status {}Stage{}(placert::MlpTrainer &trainer)", pass.str(), stage);
+  IndentedStream::Scope function(os, signature);
+  for (const Op &op : ops) {
+    Expected<std::string> text = call(op);
+    if (!text)
+      return text.takeError();
+    os.comment(op.reason);
+    os.line("PLACERT_TRY(" + *text + ");");
+  }
+  os.line("return Status::success();");
+  return Error::success();
+}
+
+void Emitter::emitMain() {
+  const ir::MlpConfig &mlp = model.mlp;
+  IndentedStream::Scope function(os, "int main(int argc, char **argv)");
+  os.line("placert::Options options;");
+  os.line("bool help = false;");
+  os.line("Status status = placert::parseOptions(argc, argv, options, help);");
+  {
+    IndentedStream::Scope ifBlock(os, "if (!status.isOk())");
+    os.line("std::fprintf(stderr, \"" + run.name +
+            ": error: %s\\n\", status.getMessage().c_str());");
+    os.line("return 2;");
+  }
+  os.line("if (help)");
+  os.line("  return 0;");
+  os.line();
+  os.comment(fmt::format("The mesh of strategy `{}`, outermost axis first: a rank is the row-major",
+                         strategy.name));
+  os.comment("index of its coordinates.");
+  {
+    IndentedStream::Scope meshBlock(os, "std::vector<placert::Axis> mesh =", "};");
+    for (const ir::Axis &axis : mesh.axes) {
+      const char *kind = axis.kind == ir::AxisKind::Batch    ? "Batch"
+                         : axis.kind == ir::AxisKind::Tensor ? "Tensor"
+                                                             : "Layers";
+      os.line(fmt::format("{{\"{}\", placert::AxisKind::{}, {}}},", axis.name, kind, axis.size));
+    }
+  }
+  os.line("std::unique_ptr<placert::Runtime> runtime;");
+  os.line("status = placert::Runtime::create(&argc, &argv, mesh, options, runtime);");
+  {
+    IndentedStream::Scope ifBlock(os, "if (!status.isOk())");
+    os.line("std::fprintf(stderr, \"placert: error: %s\\n\", status.getMessage().c_str());");
+    os.line("return 1;");
+  }
+  os.line();
+  os.comment(fmt::format("model {} : mlp {{ layers = {}; width = {}; input = {}; output = {}; }}",
+                         model.name, mlp.layers, mlp.width, mlp.input, mlp.output));
+  os.line(fmt::format("placert::MlpShape shape{{\"{}\", {}, {}, {}, {}}};", model.name, mlp.layers,
+                      mlp.width, mlp.input, mlp.output));
+  os.comment(fmt::format("run {}: micro_batch = {}; global_batch = {}; precision = {}; "
+                         "optimizer = {};",
+                         run.name, run.microBatch, run.globalBatch,
+                         ir::toString(run.precision).str(), ir::toString(run.optimizer).str()));
+  os.line("placert::TrainingSpec spec;");
+  os.line(fmt::format("spec.run = \"{}\";", run.name));
+  os.line(fmt::format("spec.globalBatch = {};", run.globalBatch));
+  os.line(fmt::format("spec.microBatch = {};", run.microBatch));
+  os.line(fmt::format("spec.microbatches = {}; // per step per batch replica", plan.microbatches));
+  os.line(fmt::format("spec.schedule = placert::Schedule::{};",
+                      plan.schedule == ir::Schedule::GPipe ? "GPipe" : "OneFOneB"));
+  const char *optimizer = run.optimizer == ir::OptimizerKind::Adam  ? "Adam"
+                          : run.optimizer == ir::OptimizerKind::Sgd ? "Sgd"
+                                                                    : "SgdMomentum";
+  os.line(fmt::format("spec.optimizer = placert::OptimizerKind::{};", optimizer));
+  os.line(fmt::format("spec.paramType = placert::{};", dtypeName(plan.paramType)));
+  os.line(fmt::format("spec.gradType = placert::{};", dtypeName(plan.gradType)));
+  os.line(fmt::format("spec.activationType = placert::{};", dtypeName(plan.activationType)));
+  os.line(fmt::format("spec.optimizerBytesPerParam = {};",
+                      ir::getStateBytes(run.precision, run.optimizer).optimizer));
+  os.line();
+  // Tiers as the memory analysis places them: gradients follow an offloaded optimizer to the
+  // host when they are sharded and their tier is not written.
+  const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
+  const ir::StatePlacement &grads = strategy.getPlacement(ir::State::Grads);
+  const ir::StatePlacement &optimizerPlacement = strategy.getPlacement(ir::State::Optimizer);
+  bool optimizerOnHost = optimizerPlacement.tier != ir::Tier::Device;
+  std::string gradShard = batchAxesWith(ir::State::Grads, {ir::PlacementMode::Sharded});
+  bool gradsOnHost = grads.tier != ir::Tier::Device ||
+                     (optimizerOnHost && !grads.tierExplicit && gradShard != "{}");
+  os.comment("Where the states live over the batch axes, and in which memory tier.");
+  os.line("placert::StatePlacement placement;");
+  os.line(fmt::format("placement.paramShard = {};",
+                      batchAxesWith(ir::State::Params, {ir::PlacementMode::Sharded,
+                                                        ir::PlacementMode::ShardedWithGather})));
+  os.line(fmt::format("placement.gradShard = {};", gradShard));
+  os.line(fmt::format("placement.optimizerShard = {};",
+                      batchAxesWith(ir::State::Optimizer, {ir::PlacementMode::Sharded})));
+  auto tier = [](bool host) { return host ? "placert::Tier::Host" : "placert::Tier::Device"; };
+  os.line(fmt::format("placement.paramsTier = {};", tier(params.tier != ir::Tier::Device)));
+  os.line(fmt::format("placement.gradsTier = {};", tier(gradsOnHost)));
+  os.line(fmt::format("placement.optimizerTier = {};", tier(optimizerOnHost)));
+  os.line();
+  os.line("placert::MlpTrainer trainer(*runtime, shape, spec, placement);");
+  os.comment("The units in model order: name, layer, stage, parameters per device after the");
+  os.comment("tensor-parallel split.");
+  for (const plan::Unit &unit : plan.units)
+    os.line(fmt::format("trainer.addUnit({{\"{}\", {}, /*stage=*/{}, /*params=*/{}}});", unit.name,
+                        unit.layer, unit.stage, unit.params));
+  os.line("status = trainer.setup();");
+  os.line("if (!status.isOk())");
+  os.line("  runtime->abort(status);");
+  os.line();
+  os.comment("What each pipeline stage runs; the runtime drives the schedule, the steps, --check");
+  os.comment("and --metrics.");
+  {
+    IndentedStream::Scope stages(os, "std::vector<placert::StageProgram> stages =", "};");
+    for (const plan::StagePlan &stage : plan.stages)
+      os.line(fmt::format("{{[&](int mb) {{ return forwardStage{0}(trainer, mb); }},\n{1}  "
+                          "[&](int mb) {{ return backwardStage{0}(trainer, mb); }},\n{1}  "
+                          "[&] {{ return stepStage{0}(trainer); }}}},",
+                          stage.stage, std::string(4, ' ')));
+  }
+  os.line("return trainer.train(stages);");
+}
+
+Expected<std::string> Emitter::emit() {
+  if (Error error = checkSupported())
+    return error;
+  std::string file = sys::path::filename(sourceName).str();
+  os.comment(fmt::format("Generated by placec from {}: run `{}` (model `{}`, strategy `{}`, {} "
+                         "ranks).",
+                         file, run.name, model.name, strategy.name, mesh.getNumDevices()));
+  os.comment("Do not edit: regenerate with `placec compile`. Each runtime call below is one op of");
+  os.comment("the run's step plan (`placec --emit=plan`), commented with the plan's reason.");
+  os.comment("");
+  os.comment("Build: cmake -S . -B build -Dplacert_DIR=<placert build or install> && cmake --build "
+             "build");
+  os.comment(fmt::format("Run:   mpirun -np {} build/{} --steps 3 --check", mesh.getNumDevices(),
+                         run.name));
+  os.line("#include <placert/placert.h>");
+  os.line();
+  os.line("#include <cstdio>");
+  os.line("#include <memory>");
+  os.line("#include <vector>");
+  os.line();
+  os.line("using placert::DType;");
+  os.line("using placert::Phase;");
+  os.line("using placert::Status;");
+  os.line();
+  {
+    IndentedStream::Scope ns(os, "namespace", "} // namespace");
+    os.line();
+    os.comment("The units of the plan, in model order.");
+    std::string units;
+    for (const plan::Unit &unit : plan.units)
+      units += (units.empty() ? "" : ", ") + unitIdentifier(unit.name);
+    os.line("enum Unit : int { " + units + " };");
+    for (const plan::StagePlan &stage : plan.stages) {
+      std::string names;
+      for (unsigned unit : stage.units)
+        names += " " + plan.units[unit].name;
+      os.line();
+      os.comment(fmt::format("Stage {}:{}. Forward of one micro-batch.", stage.stage, names));
+      if (Error error = emitPass(stage.stage, "forward", stage.forward, true))
+        return error;
+      os.line();
+      os.comment(
+          fmt::format("Stage {}: backward of one micro-batch, units in reverse.", stage.stage));
+      if (Error error = emitPass(stage.stage, "backward", stage.backward, true))
+        return error;
+      os.line();
+      os.comment(fmt::format("Stage {}: once per step, after the last micro-batch's backward.",
+                             stage.stage));
+      if (Error error = emitPass(stage.stage, "step", stage.step, false))
+        return error;
+    }
+    os.line();
+  }
+  os.line();
+  emitMain();
+  return os.str();
+}
+
+} // namespace
+
+Expected<std::string> emitMainCpp(const plan::StepPlan &plan, StringRef sourceName, Target target) {
+  (void)target;
+  return Emitter(plan, sourceName).emit();
+}
+
+std::string emitCMakeLists(const plan::StepPlan &plan, StringRef sourceName) {
+  const std::string &name = plan.run->name;
+  return fmt::format(R"(# Generated by placec from {0}: run `{1}`. Do not edit.
+# Configure against an installed placert (find_package) or its build tree:
+#   cmake -S . -B build -Dplacert_DIR=<placert build tree or <prefix>/lib/cmake/placert>
+cmake_minimum_required(VERSION 3.20)
+project({1} LANGUAGES CXX)
+if(NOT CMAKE_BUILD_TYPE)
+  set(CMAKE_BUILD_TYPE Release)
+endif()
+find_package(placert 0.1 CONFIG REQUIRED)
+add_executable({1} main.cpp)
+target_compile_features({1} PRIVATE cxx_std_17)
+target_link_libraries({1} PRIVATE placert::placert)
+)",
+                     sys::path::filename(sourceName).str(), name);
+}
+
+Error emitCppProject(const plan::StepPlan &plan, StringRef sourceName, StringRef directory,
+                     Target target) {
+  Expected<std::string> main = emitMainCpp(plan, sourceName, target);
+  if (!main)
+    return main.takeError();
+  if (std::error_code ec = sys::fs::create_directories(directory))
+    return createStringError(ec, "cannot create '%s': %s", directory.str().c_str(),
+                             ec.message().c_str());
+  auto write = [&](StringRef name, StringRef text) -> Error {
+    SmallString<256> path(directory);
+    sys::path::append(path, name);
+    std::error_code ec;
+    raw_fd_ostream out(path, ec);
+    if (ec)
+      return createStringError(ec, "cannot write '%s': %s", path.c_str(), ec.message().c_str());
+    out << text;
+    return Error::success();
+  };
+  if (Error error = write("main.cpp", *main))
+    return error;
+  return write("CMakeLists.txt", emitCMakeLists(plan, sourceName));
+}
+
+} // namespace placec::codegen

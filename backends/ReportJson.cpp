@@ -1,0 +1,340 @@
+// The JSON report (docs/report-json.md): per run the configuration, memory per state on the
+// device and the host, communication entries, time and diagnostics, written with llvm::json in a
+// fixed key order so that the output is deterministic.
+#include "ReportSupport.h"
+
+#include "llvm/Support/JSON.h"
+
+#include <cmath>
+
+using namespace llvm;
+
+namespace placec::report {
+
+namespace {
+
+/// Whole numbers (byte counts) as JSON integers, anything else as a double.
+json::Value number(double value) {
+  if (std::isfinite(value) && std::fabs(value) < 9.007199254740992e15 &&
+      value == std::round(value))
+    return static_cast<int64_t>(value);
+  if (!std::isfinite(value))
+    return nullptr;
+  return value;
+}
+
+json::Value optionalNumber(const std::optional<double> &value) {
+  return value ? number(*value) : json::Value(nullptr);
+}
+
+json::Value orNull(StringRef text) { return text.empty() ? json::Value(nullptr) : json::Value(text); }
+
+StringRef modeName(ir::PlacementMode mode) {
+  switch (mode) {
+  case ir::PlacementMode::Replicated:
+    return "replicate";
+  case ir::PlacementMode::Sharded:
+    return "shard";
+  case ir::PlacementMode::ShardedWithGather:
+    return "gather";
+  case ir::PlacementMode::TensorSplit:
+    return "tensor-split";
+  case ir::PlacementMode::StageSplit:
+    return "stage-split";
+  case ir::PlacementMode::BatchSplit:
+    return "batch-split";
+  }
+  return "?";
+}
+
+class JsonWriter {
+public:
+  JsonWriter(raw_ostream &os, const ReportOptions &options) : out(os, 2), options(options) {}
+
+  void write(ArrayRef<RunReport> runs, ArrayRef<ReportDiagnostic> diagnostics) {
+    out.object([&] {
+      out.attribute("schema_version", kJsonSchemaVersion);
+      out.attribute("generator", "placec 0.1.0");
+      out.attribute("file", options.inputName);
+      out.attributeArray("runs", [&] {
+        for (const RunReport &report : runs)
+          writeRun(report);
+      });
+      writeDiagnostics("diagnostics", diagnostics);
+    });
+    out.flush();
+  }
+
+private:
+  void writeRun(const RunReport &report);
+  void writeModel(const ir::Model &model);
+  void writeCluster(const ir::Cluster &cluster);
+  void writeStrategy(const RunReport &report);
+  void writeBreakdown(StringRef key, const analysis::MemoryBreakdown &memory, bool activationsKnown);
+  void writeMemory(const RunReport &report);
+  void writeCommunication(const RunReport &report);
+  void writeTime(const RunReport &report);
+  void writeExplanation(const Explanation &explanation);
+  void writeExplain(const RunReport &report);
+  void writeDiagnostic(const ReportDiagnostic &diag);
+  void writeDiagnostics(StringRef key, ArrayRef<ReportDiagnostic> diagnostics) {
+    out.attributeArray(key, [&] {
+      for (const ReportDiagnostic &diag : diagnostics)
+        writeDiagnostic(diag);
+    });
+  }
+
+  json::OStream out;
+  const ReportOptions &options;
+};
+
+void JsonWriter::writeRun(const RunReport &report) {
+  const ir::Run &run = *report.run;
+  const ir::Mesh &mesh = run.strategy->mesh;
+  out.object([&] {
+    out.attribute("name", run.name);
+    out.attributeObject("model", [&] { writeModel(*run.model); });
+    out.attributeObject("cluster", [&] { writeCluster(*run.cluster); });
+    out.attributeObject("strategy", [&] { writeStrategy(report); });
+    out.attribute("devices", mesh.getNumDevices());
+    out.attributeArray("mesh", [&] {
+      for (unsigned i = 0; i < mesh.axes.size(); ++i)
+        out.object([&] {
+          out.attribute("name", mesh.axes[i].name);
+          out.attribute("kind", ir::toString(mesh.axes[i].kind));
+          out.attribute("size", mesh.axes[i].size);
+          out.attribute("link", axisLink(run, i));
+        });
+    });
+    out.attributeObject("batch", [&] {
+      out.attribute("micro_batch", run.microBatch);
+      out.attribute("global_batch", run.globalBatch);
+      out.attribute("microbatches_per_step", report.plan->microbatches);
+    });
+    out.attribute("precision", describePrecision(run.precision));
+    out.attribute("optimizer", describeOptimizer(run.optimizer));
+    out.attributeObject("memory", [&] { writeMemory(report); });
+    out.attributeArray("communication", [&] { writeCommunication(report); });
+    out.attributeObject("time", [&] { writeTime(report); });
+    writeDiagnostics("diagnostics", report.diagnostics);
+    if (options.explain)
+      out.attributeObject("explain", [&] { writeExplain(report); });
+  });
+}
+
+void JsonWriter::writeModel(const ir::Model &model) {
+  out.attribute("name", model.name);
+  out.attribute("kind", ir::toString(model.kind));
+  out.attribute("params", model.numParams);
+  if (model.kind == ir::ModelKind::Transformer) {
+    const ir::TransformerConfig &config = model.transformer;
+    out.attribute("layers", config.layers);
+    out.attribute("hidden", config.hidden);
+    out.attribute("heads", config.heads);
+    out.attribute("seq", config.seq);
+    out.attribute("vocab", config.vocab);
+    out.attribute("ffn", config.ffn);
+  } else if (model.kind == ir::ModelKind::Mlp) {
+    out.attribute("layers", model.mlp.layers);
+    out.attribute("width", model.mlp.width);
+    out.attribute("input", model.mlp.input);
+    out.attribute("output", model.mlp.output);
+  }
+}
+
+void JsonWriter::writeCluster(const ir::Cluster &cluster) {
+  out.attribute("name", cluster.name);
+  out.attribute("nodes", cluster.nodes);
+  out.attribute("devices_per_node", cluster.devicesPerNode);
+  out.attribute("device_memory", number(cluster.deviceMemory));
+  out.attribute("host_memory", optionalNumber(cluster.hostMemory));
+  out.attribute("peak_flops", number(cluster.peakFlops));
+  out.attribute("efficiency", number(cluster.efficiency));
+  out.attribute("intra_bandwidth", number(cluster.intraBandwidth));
+  out.attribute("inter_bandwidth", number(cluster.interBandwidth));
+  out.attribute("host_bandwidth", optionalNumber(cluster.hostBandwidth));
+  out.attribute("latency_s", number(cluster.latency));
+}
+
+void JsonWriter::writeStrategy(const RunReport &report) {
+  const ir::Strategy &strategy = *report.run->strategy;
+  out.attribute("name", strategy.name);
+  out.attributeObject("placements", [&] {
+    for (ir::State state : ir::kAllStates)
+      out.attributeObject(ir::toString(state), [&] {
+        const ir::StatePlacement &placement = strategy.getPlacement(state);
+        out.attribute("text", describePlacement(strategy, state));
+        out.attribute("tier", ir::toString(placement.tier));
+        out.attributeArray("modes", [&] {
+          for (unsigned i = 0; i < strategy.mesh.axes.size() && i < placement.axes.size(); ++i)
+            out.object([&] {
+              out.attribute("axis", strategy.mesh.axes[i].name);
+              out.attribute("mode", modeName(placement.axes[i].mode));
+              if (placement.axes[i].keepAfterForward)
+                out.attribute("keep_after_forward", true);
+            });
+        });
+      });
+  });
+  out.attribute("activations", describeActivations(strategy));
+  out.attribute("sequence_parallel", strategy.sequenceParallel);
+  if (strategy.pipeline)
+    out.attributeObject("pipeline", [&] {
+      out.attribute("schedule", ir::toString(strategy.pipeline->schedule));
+      out.attribute("microbatches", report.plan->microbatches);
+      out.attribute("chunks", strategy.pipeline->chunks);
+      out.attribute("stages", static_cast<int64_t>(report.plan->stages.size()));
+    });
+  else
+    out.attribute("pipeline", nullptr);
+}
+
+void JsonWriter::writeBreakdown(StringRef key, const analysis::MemoryBreakdown &memory,
+                                bool activationsKnown) {
+  out.attributeObject(key, [&] {
+    out.attribute("params", number(memory.params));
+    out.attribute("grads", number(memory.grads));
+    out.attribute("optimizer", number(memory.optimizer));
+    out.attribute("model_states", number(memory.getPersistent()));
+    out.attribute("activations", activationsKnown ? number(memory.activations) : nullptr);
+    out.attribute("transient", number(memory.transient));
+    out.attribute("peak", number(memory.peak));
+  });
+}
+
+void JsonWriter::writeMemory(const RunReport &report) {
+  const analysis::MemoryReport &memory = report.analysis.memory;
+  double devicesPerNode = static_cast<double>(report.run->cluster->devicesPerNode);
+  writeBreakdown("device", memory.device, memory.activationsKnown);
+  writeBreakdown("host", memory.host, memory.activationsKnown);
+  out.attribute("host_per_node_peak", number(memory.host.peak * devicesPerNode));
+  out.attribute("device_capacity", number(memory.deviceCapacity));
+  out.attribute("host_capacity_per_node", optionalNumber(memory.hostCapacity));
+  out.attribute("device_use", number(memory.deviceCapacity > 0
+                                         ? memory.device.peak / memory.deviceCapacity
+                                         : 0));
+  out.attribute("fits_device", memory.fitsDevice);
+  out.attribute("fits_host", memory.fitsHost);
+  out.attribute("activations_known", memory.activationsKnown);
+  int reported = 0;
+  for (const analysis::StageMemory &stage : memory.stages)
+    if (stage.device.peak == memory.device.peak) {
+      reported = stage.stage;
+      break;
+    }
+  out.attribute("stage", reported);
+  out.attributeArray("stages", [&] {
+    for (const analysis::StageMemory &stage : memory.stages)
+      out.object([&] {
+        out.attribute("stage", stage.stage);
+        writeBreakdown("device", stage.device, memory.activationsKnown);
+        writeBreakdown("host", stage.host, memory.activationsKnown);
+      });
+  });
+}
+
+void JsonWriter::writeCommunication(const RunReport &report) {
+  for (const analysis::CommEntry &entry : report.analysis.communication)
+    out.object([&] {
+      out.attribute("stage", entry.stage);
+      out.attribute("axis", entry.axis);
+      out.attribute("group_size", entry.groupSize);
+      out.attribute("collective", plan::toString(entry.collective));
+      out.attribute("state", ir::toString(entry.state));
+      out.attribute("phase", plan::toString(entry.phase));
+      out.attribute("count", entry.count);
+      out.attribute("message_bytes", number(entry.messageBytes));
+      out.attribute("total_bytes", number(entry.totalBytes));
+      out.attribute("sent_bytes", number(entry.sentBytes));
+      out.attribute("link", analysis::toString(entry.link));
+      out.attribute("time_s", number(entry.timeSeconds));
+    });
+}
+
+void JsonWriter::writeTime(const RunReport &report) {
+  const analysis::TimeReport &time = report.analysis.time;
+  auto known = [&](double value) { return time.known ? number(value) : json::Value(nullptr); };
+  out.attribute("known", time.known);
+  out.attribute("compute_s", known(time.computeSeconds));
+  out.attribute("exposed_comm_s", number(time.exposedCommSeconds));
+  out.attribute("bubble_s", number(time.bubbleSeconds));
+  out.attribute("step_s", number(time.stepSeconds));
+  out.attribute("mfu", known(time.mfu));
+  out.attribute("tokens_per_s", known(time.tokensPerSecond));
+  out.attribute("flops_per_step", known(time.flopsPerStep));
+}
+
+void JsonWriter::writeExplanation(const Explanation &explanation) {
+  out.object([&] {
+    out.attribute("figure", explanation.figure);
+    out.attribute("formula", explanation.formula);
+    out.attribute("value", explanation.unit.empty() ? json::Value(nullptr)
+                                                    : number(explanation.value));
+    out.attribute("unit", orNull(explanation.unit));
+    out.attribute("text", formatExplanation(explanation));
+    if (explanation.analysisValue)
+      out.attribute("analysis_value", number(*explanation.analysisValue));
+  });
+}
+
+void JsonWriter::writeExplain(const RunReport &report) {
+  RunExplanation explanation = explainRun(report);
+  auto list = [&](StringRef key, ArrayRef<Explanation> lines) {
+    out.attributeArray(key, [&] {
+      for (const Explanation &line : lines)
+        writeExplanation(line);
+    });
+  };
+  out.attribute("stage", explanation.stage);
+  list("device_memory", explanation.deviceMemory);
+  list("host_memory", explanation.hostMemory);
+  out.attributeArray("communication", [&] {
+    for (const RunExplanation::Communication &entry : explanation.communication)
+      out.object([&] {
+        out.attribute("figure", entry.figure);
+        out.attributeArray("lines", [&] {
+          for (const Explanation &line : entry.lines)
+            writeExplanation(line);
+        });
+      });
+  });
+  list("time", explanation.time);
+}
+
+void JsonWriter::writeDiagnostic(const ReportDiagnostic &diag) {
+  out.object([&] {
+    out.attribute("severity", toString(diag.severity));
+    out.attribute("rule", orNull(diag.rule));
+    out.attribute("message", diag.message);
+    out.attribute("file", orNull(diag.file));
+    out.attribute("line", diag.line);
+    out.attribute("column", diag.column);
+    if (!diag.notes.empty())
+      writeDiagnostics("notes", diag.notes);
+  });
+}
+
+} // namespace
+
+void printJsonReport(ArrayRef<RunReport> runs, ArrayRef<ReportDiagnostic> diagnostics,
+                     const ReportOptions &options, raw_ostream &os) {
+  JsonWriter(os, options).write(runs, diagnostics);
+  os << "\n";
+}
+
+void printReport(ArrayRef<RunReport> runs, ArrayRef<ReportDiagnostic> diagnostics,
+                 const ReportOptions &options, raw_ostream &os) {
+  switch (options.format) {
+  case Format::Text:
+    printTextReport(runs, diagnostics, options, os);
+    return;
+  case Format::Json:
+    printJsonReport(runs, diagnostics, options, os);
+    return;
+  case Format::Markdown:
+    printMarkdownReport(runs, diagnostics, options, os);
+    return;
+  }
+}
+
+} // namespace placec::report

@@ -1,0 +1,500 @@
+// Shared pieces of the report backends: human units, text and Markdown tables, descriptions of
+// IR objects, and the analysis entry point that every report starts from.
+#include "ReportSupport.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+using namespace llvm;
+
+namespace placec::report {
+
+StringRef toString(Severity severity) {
+  switch (severity) {
+  case Severity::Error:
+    return "error";
+  case Severity::Warning:
+    return "warning";
+  case Severity::Note:
+    return "note";
+  }
+  return "?";
+}
+
+RunReport analyzeRun(const ir::Run &run) {
+  RunReport report;
+  report.run = &run;
+  report.plan = plan::lowerRun(run);
+  report.analysis = analysis::analyze(*report.plan);
+  return report;
+}
+
+//===----------------------------------------------------------------------===//
+// Numbers and units
+//===----------------------------------------------------------------------===//
+
+/// Rounds half away from zero to `decimals` places (printf rounds exact ties to even, which
+/// would print 41.25 as 41.2 where published tables say 41.3).
+static std::string fixed(double value, int decimals) {
+  double scale = std::pow(10.0, decimals);
+  double rounded = std::round(value * scale) / scale;
+  if (rounded == 0)
+    rounded = 0; // No "-0.00".
+  return fmt::format("{:.{}f}", rounded, decimals);
+}
+
+std::string formatSignificant(double value) {
+  if (!std::isfinite(value))
+    return value != value ? "nan" : (value > 0 ? "inf" : "-inf");
+  double magnitude = std::fabs(value);
+  if (magnitude == 0)
+    return "0";
+  // Decide the decimals on the rounded value, so that 99.96 prints as 100, not 100.0.
+  if (std::round(magnitude) >= 100)
+    return fixed(value, 0);
+  if (std::round(magnitude * 10) / 10 >= 10)
+    return fixed(value, 1);
+  if (magnitude >= 0.005)
+    return fixed(value, 2);
+  return fmt::format("{:.3g}", value);
+}
+
+std::string formatBytes(double bytes) {
+  double magnitude = std::fabs(bytes);
+  if (magnitude < 1000)
+    return formatInteger(bytes) + " B";
+  static const char *const units[] = {"KB", "MB", "GB", "TB", "PB"};
+  double scaled = bytes / 1000;
+  unsigned unit = 0;
+  while (std::fabs(scaled) >= 999.5 && unit + 1 < std::size(units)) {
+    scaled /= 1000;
+    ++unit;
+  }
+  return formatSignificant(scaled) + " " + units[unit];
+}
+
+std::string formatGB(double bytes) {
+  if (bytes == 0)
+    return "0";
+  return formatSignificant(bytes / 1e9) + " GB";
+}
+
+std::string formatCapacity(double bytes) {
+  constexpr double gib = 1024.0 * 1024 * 1024;
+  double inGiB = bytes / gib;
+  if (inGiB >= 1 && inGiB == std::round(inGiB))
+    return fmt::format("{:.0f} GiB", inGiB);
+  double tib = inGiB / 1024;
+  if (tib >= 1 && tib == std::round(tib))
+    return fmt::format("{:.0f} TiB", tib);
+  return formatBytes(bytes);
+}
+
+std::string formatSeconds(double seconds) {
+  double magnitude = std::fabs(seconds);
+  if (magnitude == 0)
+    return "0";
+  if (magnitude >= 0.9995)
+    return formatSignificant(seconds) + " s";
+  if (magnitude >= 0.9995e-3)
+    return formatSignificant(seconds * 1e3) + " ms";
+  return formatSignificant(seconds * 1e6) + " us";
+}
+
+std::string formatBandwidth(double bytesPerSecond) {
+  if (bytesPerSecond >= 1e9)
+    return formatSignificant(bytesPerSecond / 1e9) + " GB/s";
+  return formatSignificant(bytesPerSecond / 1e6) + " MB/s";
+}
+
+std::string formatFlopRate(double flops) {
+  if (flops >= 1e15)
+    return formatSignificant(flops / 1e15) + " PFLOPS";
+  return formatSignificant(flops / 1e12) + " TFLOPS";
+}
+
+std::string formatCount(double value) {
+  double magnitude = std::fabs(value);
+  if (magnitude >= 1e12)
+    return formatSignificant(value / 1e12) + "T";
+  if (magnitude >= 1e9)
+    return formatSignificant(value / 1e9) + "B";
+  if (magnitude >= 1e6)
+    return formatSignificant(value / 1e6) + "M";
+  if (magnitude >= 1e4)
+    return formatSignificant(value / 1e3) + "K";
+  return formatSignificant(value);
+}
+
+std::string formatInteger(double value) {
+  if (std::fabs(value) < 9.007199254740992e15 && value == std::round(value))
+    return fmt::format("{}", static_cast<int64_t>(value));
+  return fmt::format("{:.6g}", value);
+}
+
+std::string formatPercent(double fraction) { return fixed(fraction * 100, 1) + " %"; }
+
+std::string formatRatio(double a, double b) {
+  if (a == b)
+    return "=";
+  if (a == 0)
+    return "new";
+  if (b == 0)
+    return "gone";
+  double ratio = b / a;
+  if (ratio < 0)
+    return fmt::format("×{}", formatSignificant(ratio));
+  if (ratio >= 1)
+    return "×" + formatSignificant(ratio);
+  return "÷" + formatSignificant(1 / ratio);
+}
+
+//===----------------------------------------------------------------------===//
+// Tables
+//===----------------------------------------------------------------------===//
+
+size_t displayWidth(StringRef text) {
+  size_t width = 0;
+  for (char c : text)
+    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80)
+      ++width;
+  return width;
+}
+
+static bool isLeft(const Table &table, unsigned column) {
+  return column == 0 || llvm::is_contained(table.leftColumns, column);
+}
+
+void renderText(const Table &table, raw_ostream &os) {
+  size_t columns = table.header.size();
+  for (const std::vector<std::string> &row : table.rows)
+    columns = std::max(columns, row.size());
+  std::vector<size_t> widths(columns, 0);
+  auto measure = [&](const std::vector<std::string> &row) {
+    for (size_t i = 0; i < row.size(); ++i)
+      widths[i] = std::max(widths[i], displayWidth(row[i]));
+  };
+  measure(table.header);
+  for (const std::vector<std::string> &row : table.rows)
+    measure(row);
+
+  auto printRow = [&](const std::vector<std::string> &row) {
+    std::string line;
+    for (size_t i = 0; i < columns; ++i) {
+      StringRef cell = i < row.size() ? StringRef(row[i]) : StringRef();
+      std::string pad(widths[i] - displayWidth(cell), ' ');
+      if (i)
+        line += "  ";
+      if (isLeft(table, static_cast<unsigned>(i)))
+        line += cell.str() + pad;
+      else
+        line += pad + cell.str();
+    }
+    os << StringRef(line).rtrim() << "\n";
+  };
+  if (!table.title.empty())
+    os << table.title << "\n";
+  if (!table.header.empty()) {
+    printRow(table.header);
+    size_t total = 0;
+    for (size_t width : widths)
+      total += width;
+    total += 2 * (columns - 1);
+    os << std::string(total, '-') << "\n";
+  }
+  for (const std::vector<std::string> &row : table.rows)
+    printRow(row);
+  for (const std::string &note : table.notes)
+    os << note << "\n";
+}
+
+/// Escapes the characters that would break a Markdown table cell or start emphasis (an
+/// underscore inside a word starts none in GitHub Markdown), and keeps a cell's indentation.
+static std::string escapeMarkdown(StringRef text) {
+  std::string result;
+  while (text.starts_with("  ")) {
+    result += "&emsp;";
+    text = text.drop_front(2);
+  }
+  for (char c : text) {
+    if (c == '|' || c == '*' || c == '\\')
+      result += '\\';
+    result += c;
+  }
+  return result;
+}
+
+void renderMarkdown(const Table &table, raw_ostream &os) {
+  size_t columns = table.header.size();
+  for (const std::vector<std::string> &row : table.rows)
+    columns = std::max(columns, row.size());
+  if (!table.title.empty())
+    os << "**" << escapeMarkdown(table.title) << "**\n\n";
+  auto printRow = [&](const std::vector<std::string> &row) {
+    os << "|";
+    for (size_t i = 0; i < columns; ++i)
+      os << " " << (i < row.size() ? escapeMarkdown(row[i]) : std::string()) << " |";
+    os << "\n";
+  };
+  std::vector<std::string> header = table.header;
+  header.resize(columns);
+  printRow(header);
+  os << "|";
+  for (size_t i = 0; i < columns; ++i)
+    os << (isLeft(table, static_cast<unsigned>(i)) ? " --- |" : " ---: |");
+  os << "\n";
+  for (const std::vector<std::string> &row : table.rows)
+    printRow(row);
+  if (!table.notes.empty()) {
+    os << "\n";
+    for (const std::string &note : table.notes)
+      os << escapeMarkdown(note) << "\n";
+  }
+  os << "\n";
+}
+
+//===----------------------------------------------------------------------===//
+// Descriptions
+//===----------------------------------------------------------------------===//
+
+std::string describeMesh(const ir::Mesh &mesh) {
+  std::string text = "[";
+  for (size_t i = 0; i < mesh.axes.size(); ++i) {
+    const ir::Axis &axis = mesh.axes[i];
+    text += (i ? ", " : "") + axis.name + " = " + std::to_string(axis.size);
+  }
+  return text + "]";
+}
+
+StringRef axisLink(const ir::Run &run, unsigned axis) {
+  return run.strategy->mesh.isIntraNode(axis, run.cluster->devicesPerNode) ? "intra" : "inter";
+}
+
+std::string describePlacement(const ir::Strategy &strategy, ir::State state) {
+  const ir::StatePlacement &placement = strategy.getPlacement(state);
+  const ir::Mesh &mesh = strategy.mesh;
+  std::vector<std::string> modes;
+  for (unsigned i = 0; i < mesh.axes.size() && i < placement.axes.size(); ++i) {
+    const ir::AxisPlacement &axis = placement.axes[i];
+    const std::string &name = mesh.axes[i].name;
+    switch (axis.mode) {
+    case ir::PlacementMode::Replicated:
+      modes.push_back("replicate(" + name + ")");
+      break;
+    case ir::PlacementMode::Sharded:
+      modes.push_back("shard(" + name + ")");
+      break;
+    case ir::PlacementMode::ShardedWithGather:
+      modes.push_back("gather(" + name + (axis.keepAfterForward ? ", keep_after_forward = true" : "") +
+                      ")");
+      break;
+    case ir::PlacementMode::TensorSplit:
+      if (state != ir::State::Activations)
+        modes.push_back("shard(" + name + ")");
+      break;
+    case ir::PlacementMode::StageSplit:
+      modes.push_back("stages(" + name + ")");
+      break;
+    case ir::PlacementMode::BatchSplit:
+      break;
+    }
+  }
+  std::string text = llvm::join(modes, ", ");
+  if (state == ir::State::Activations) {
+    text = describeActivations(strategy);
+  }
+  if (placement.tier != ir::Tier::Device)
+    text += (text.empty() ? "@ " : " @ ") + ir::toString(placement.tier).str();
+  return text.empty() ? "-" : text;
+}
+
+std::string describeActivations(const ir::Strategy &strategy) {
+  std::string text;
+  switch (strategy.activationMode) {
+  case ir::ActivationMode::Keep:
+    text = "keep";
+    break;
+  case ir::ActivationMode::RecomputeSelective:
+    text = "recompute(selective)";
+    break;
+  case ir::ActivationMode::RecomputeFull:
+    text = "recompute";
+    break;
+  }
+  if (strategy.sequenceParallel) {
+    for (const ir::Axis &axis : strategy.mesh.axes)
+      if (axis.kind == ir::AxisKind::Tensor)
+        text += ", shard(" + axis.name + ")";
+  }
+  return text;
+}
+
+std::string describePipeline(const ir::Strategy &strategy, int64_t microbatches) {
+  if (!strategy.pipeline)
+    return "none";
+  const ir::Pipeline &pipeline = *strategy.pipeline;
+  std::string text = fmt::format("{}(microbatches = {}", ir::toString(pipeline.schedule).str(),
+                                 microbatches);
+  if (pipeline.schedule == ir::Schedule::Interleaved)
+    text += fmt::format(", chunks = {}", pipeline.chunks);
+  return text + ")";
+}
+
+std::string describePrecision(ir::Precision precision) {
+  switch (precision) {
+  case ir::Precision::MixedBF16:
+    return "mixed(bf16)";
+  case ir::Precision::MixedFP16:
+    return "mixed(fp16)";
+  case ir::Precision::FP32:
+    return "fp32";
+  }
+  return "?";
+}
+
+std::string describeOptimizer(ir::OptimizerKind optimizer) {
+  switch (optimizer) {
+  case ir::OptimizerKind::Adam:
+    return "adam";
+  case ir::OptimizerKind::Sgd:
+    return "sgd";
+  case ir::OptimizerKind::SgdMomentum:
+    return "sgd(momentum = true)";
+  }
+  return "?";
+}
+
+std::string describeOptimizerBytes(ir::Precision precision, ir::OptimizerKind optimizer) {
+  ir::StateBytes bytes = ir::getStateBytes(precision, optimizer);
+  bool mixed = precision != ir::Precision::FP32;
+  std::vector<std::string> parts;
+  if (mixed && bytes.optimizer > 0)
+    parts.push_back("fp32 master");
+  if (optimizer == ir::OptimizerKind::Adam) {
+    parts.push_back("momentum");
+    parts.push_back("variance");
+  } else if (optimizer == ir::OptimizerKind::SgdMomentum) {
+    parts.push_back("momentum");
+  }
+  std::string text = fmt::format("{} B", bytes.optimizer);
+  if (!parts.empty())
+    text += " (" + llvm::join(parts, ", ") + ")";
+  return text;
+}
+
+std::string describeModel(const ir::Model &model) {
+  std::string text = fmt::format("{} params", formatCount(static_cast<double>(model.numParams)));
+  if (model.kind == ir::ModelKind::Transformer)
+    text += fmt::format(", {} layers", model.transformer.layers);
+  else if (model.kind == ir::ModelKind::Mlp)
+    text += fmt::format(", {} layers", model.mlp.layers);
+  else
+    text += ", abstract";
+  return text;
+}
+
+std::string describeCluster(const ir::Cluster &cluster) {
+  return fmt::format("{} × {}, {}", cluster.nodes, cluster.devicesPerNode,
+                     formatCapacity(cluster.deviceMemory));
+}
+
+std::string describeBatch(const ir::Run &run) {
+  int64_t batchDegree = run.strategy->mesh.getDegree(ir::AxisKind::Batch);
+  return fmt::format("{} × {} × {} = {}", run.microBatch, batchDegree,
+                     std::max<int64_t>(1, run.microbatchesPerStep), run.globalBatch);
+}
+
+std::string collectiveName(plan::OpKind kind) {
+  switch (kind) {
+  case plan::OpKind::HostToDevice:
+    return "host->device";
+  case plan::OpKind::DeviceToHost:
+    return "device->host";
+  default:
+    return plan::toString(kind).str();
+  }
+}
+
+bool stagesDiffer(const analysis::MemoryReport &memory) {
+  if (memory.stages.size() < 2)
+    return false;
+  const analysis::StageMemory &first = memory.stages.front();
+  return llvm::any_of(memory.stages, [&](const analysis::StageMemory &stage) {
+    return std::fabs(stage.device.peak - first.device.peak) > 0.5 ||
+           std::fabs(stage.host.peak - first.host.peak) > 0.5;
+  });
+}
+
+std::string describeRunCount(size_t count) {
+  return count == 1 ? "1 run" : fmt::format("{} runs", count);
+}
+
+} // namespace placec::report
+
+namespace placec::report {
+
+//===----------------------------------------------------------------------===//
+// Diagnostics
+//===----------------------------------------------------------------------===//
+
+static ReportDiagnostic resolve(const Diagnostic &diag, SourceMgr &sourceMgr) {
+  ReportDiagnostic result;
+  result.severity = diag.severity;
+  result.rule = diag.rule;
+  result.message = diag.message;
+  if (!diag.loc.isValid())
+    return result;
+  unsigned bufferId = sourceMgr.FindBufferContainingLoc(diag.loc);
+  if (bufferId == 0)
+    return result;
+  result.file = sourceMgr.getMemoryBuffer(bufferId)->getBufferIdentifier().str();
+  auto [line, column] = sourceMgr.getLineAndColumn(diag.loc, bufferId);
+  result.line = line;
+  result.column = column;
+  return result;
+}
+
+std::vector<ReportDiagnostic> collectDiagnostics(DiagnosticEngine &diags) {
+  std::vector<ReportDiagnostic> result;
+  for (const Diagnostic &diag : diags.getDiagnostics()) {
+    ReportDiagnostic resolved = resolve(diag, diags.getSourceMgr());
+    if (diag.severity == Severity::Note && !result.empty())
+      result.back().notes.push_back(std::move(resolved));
+    else
+      result.push_back(std::move(resolved));
+  }
+  return result;
+}
+
+void attachDiagnostics(MutableArrayRef<RunReport> reports, ArrayRef<ReportDiagnostic> all,
+                       DiagnosticEngine &diags) {
+  const std::vector<Diagnostic> &raw = diags.getDiagnostics();
+  // The raw diagnostics that are not notes, in the order of `all`.
+  std::vector<const Diagnostic *> heads;
+  for (const Diagnostic &diag : raw)
+    if (diag.severity != Severity::Note || heads.empty())
+      heads.push_back(&diag);
+  for (RunReport &report : reports) {
+    const ir::Run &run = *report.run;
+    // The run's declaration spans from its name to its last field (at least).
+    const char *begin = run.loc.getPointer();
+    const char *end = begin;
+    for (const auto &field : run.fieldLocs)
+      if (field.second.isValid() && field.second.getPointer() > end)
+        end = field.second.getPointer();
+    std::string quoted = "'" + run.name + "'";
+    for (size_t i = 0; i < heads.size() && i < all.size(); ++i) {
+      const char *at = heads[i]->loc.getPointer();
+      bool inside = begin && at && at >= begin && at <= end;
+      if (inside || StringRef(heads[i]->message).contains(quoted))
+        report.diagnostics.push_back(all[i]);
+    }
+  }
+}
+
+} // namespace placec::report

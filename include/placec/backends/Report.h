@@ -1,0 +1,140 @@
+// The report backends: a run's step plan and analyses printed as text tables, JSON
+// (docs/report-json.md) or GitHub Markdown; the difference between two runs (`placec diff`); and
+// the formulas behind every memory and communication figure (`--explain`).
+#ifndef PLACEC_BACKENDS_REPORT_H
+#define PLACEC_BACKENDS_REPORT_H
+
+#include "placec/ir/Diagnostics.h"
+#include "placec/ir/IR.h"
+#include "placec/passes/Analysis.h"
+#include "placec/passes/StepPlan.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace placec::report {
+
+/// The version of the JSON schema (docs/report-json.md); raised on any incompatible change.
+constexpr int kJsonSchemaVersion = 1;
+
+enum class Format { Text, Json, Markdown };
+
+/// A diagnostic resolved to its file, line and column, as the reports show it.
+struct ReportDiagnostic {
+  Severity severity = Severity::Error;
+  std::string rule; ///< Empty when the diagnostic belongs to no named rule.
+  std::string message;
+  std::string file; ///< Empty when the diagnostic has no location.
+  unsigned line = 0, column = 0;
+  /// The notes reported right after the diagnostic.
+  std::vector<ReportDiagnostic> notes;
+};
+
+llvm::StringRef toString(Severity severity);
+
+/// One run, lowered and analyzed.
+struct RunReport {
+  const ir::Run *run = nullptr;
+  std::unique_ptr<plan::StepPlan> plan;
+  analysis::RunAnalysis analysis;
+  /// The diagnostics about this run: located in its declaration, or naming it.
+  std::vector<ReportDiagnostic> diagnostics;
+};
+
+/// Lowers a verified run to its step plan and runs the analyses over it.
+RunReport analyzeRun(const ir::Run &run);
+
+/// The engine's diagnostics with locations resolved; each note is attached to the error or
+/// warning before it.
+std::vector<ReportDiagnostic> collectDiagnostics(DiagnosticEngine &diags);
+
+/// Gives each report the diagnostics of `all` that belong to its run.
+void attachDiagnostics(llvm::MutableArrayRef<RunReport> reports,
+                       llvm::ArrayRef<ReportDiagnostic> all, DiagnosticEngine &diags);
+
+struct ReportOptions {
+  Format format = Format::Text;
+  /// Adds the formula behind every memory, communication and time figure.
+  bool explain = false;
+  /// The input file as the user named it, shown in headings and in the JSON.
+  std::string inputName;
+};
+
+/// Prints the report of the given runs in `options.format`. `diagnostics` are all of the
+/// program's diagnostics (the JSON lists them; text and Markdown list the warnings).
+void printReport(llvm::ArrayRef<RunReport> runs, llvm::ArrayRef<ReportDiagnostic> diagnostics,
+                 const ReportOptions &options, llvm::raw_ostream &os);
+
+void printTextReport(llvm::ArrayRef<RunReport> runs, llvm::ArrayRef<ReportDiagnostic> diagnostics,
+                     const ReportOptions &options, llvm::raw_ostream &os);
+void printJsonReport(llvm::ArrayRef<RunReport> runs, llvm::ArrayRef<ReportDiagnostic> diagnostics,
+                     const ReportOptions &options, llvm::raw_ostream &os);
+void printMarkdownReport(llvm::ArrayRef<RunReport> runs,
+                         llvm::ArrayRef<ReportDiagnostic> diagnostics,
+                         const ReportOptions &options, llvm::raw_ostream &os);
+
+/// One side of a diff: a run and the file it came from.
+struct DiffSide {
+  const RunReport *report = nullptr;
+  std::string file;
+};
+
+/// Prints what changes from run `a` to run `b`: memory per state (device and host),
+/// communication per axis (bytes sent and time) and step time, with signed deltas and ratios.
+void printDiff(const DiffSide &a, const DiffSide &b, Format format, llvm::raw_ostream &os);
+
+//===----------------------------------------------------------------------===//
+// --explain
+//===----------------------------------------------------------------------===//
+
+/// One figure of the report and how it is computed, with the numbers put in.
+struct Explanation {
+  /// What the figure is: `params`, `peak`, `all-gather params over dp (forward)`.
+  std::string figure;
+  /// The formula with its inputs: `1557611200 × 2 B / 64 (gather over dp)`.
+  std::string formula;
+  /// The value the formula gives.
+  double value = 0;
+  /// The unit of `value`: "B" (bytes), "s" (seconds), "%" (a fraction shown as a percentage),
+  /// "calls", "tokens/s"; empty when the figure has no value (an unknown one).
+  std::string unit;
+  /// What the analysis reports for the same figure, when it differs from `value`.
+  std::optional<double> analysisValue;
+};
+
+struct RunExplanation {
+  /// Memory of the stage the report shows (the one with the highest device peak).
+  int stage = 0;
+  std::vector<Explanation> deviceMemory;
+  std::vector<Explanation> hostMemory;
+  /// One per analysis::RunAnalysis::communication entry, in the same order: the entry's count,
+  /// bytes and time.
+  struct Communication {
+    /// The entry: `all-gather params over dp (forward)`, with `, stage 1` under a pipeline.
+    std::string figure;
+    std::vector<Explanation> lines;
+  };
+  std::vector<Communication> communication;
+  std::vector<Explanation> time;
+};
+
+/// Re-derives the run's memory, communication and time from its plan's units and ops and its
+/// placement, recording each formula with its numbers.
+RunExplanation explainRun(const RunReport &report);
+
+/// Formats an explanation as one line: `params = 1557611200 × 2 B / 64 (gather over dp) = 48.7
+/// MB`.
+std::string formatExplanation(const Explanation &explanation);
+
+} // namespace placec::report
+
+#endif // PLACEC_BACKENDS_REPORT_H

@@ -1,0 +1,199 @@
+// Strategy search: enumerates the meshes and placements a run's model and cluster allow, keeps
+// the ones the verifier accepts (capacity included), and ranks them by predicted step time. A
+// closed-form fast path decides and predicts what the verifier and the analyses would, so that
+// the whole space is searched exhaustively; the winners are re-checked by the real pipeline
+// (createVerifyPass, plan::lowerRun, analysis::analyze) before they are reported.
+#ifndef PLACEC_PASSES_SEARCH_H
+#define PLACEC_PASSES_SEARCH_H
+
+#include "placec/ir/IR.h"
+#include "placec/passes/Analysis.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace placec::search {
+
+/// Where parameters live over the batch sub-axes (`inner` is the intra-node `dp_local`).
+enum class ParamChoice : uint8_t {
+  Replicate,
+  GatherInner,
+  GatherInnerKeep, ///< gather(dp_local, keep_after_forward = true)
+  GatherAll,
+  GatherAllKeep,
+  Host,          ///< replicated, @ host
+  HostGatherAll, ///< gather over every batch axis, @ host
+};
+enum class GradChoice : uint8_t { Replicate, ShardInner, ShardAll };
+enum class OptimizerChoice : uint8_t { Replicate, ShardInner, ShardAll, HostShardAll };
+
+llvm::StringRef toString(ParamChoice choice);
+llvm::StringRef toString(GradChoice choice);
+llvm::StringRef toString(OptimizerChoice choice);
+
+/// One point of the space. The mesh is [pp, dp_node, dp_local, tp] with axes of size one left
+/// out; when the batch degree is not split (dpLocal == 1) its one axis is `dp`.
+struct Candidate {
+  int64_t pp = 1, dpNode = 1, dpLocal = 1, tp = 1;
+  ParamChoice params = ParamChoice::Replicate;
+  GradChoice grads = GradChoice::Replicate;
+  OptimizerChoice optimizer = OptimizerChoice::Replicate;
+  ir::ActivationMode activations = ir::ActivationMode::Keep;
+  bool sequenceParallel = false;
+  int64_t microBatch = 1;
+  int64_t microbatches = 1; ///< Per step per batch replica (pipeline or accumulation).
+  ir::Schedule schedule = ir::Schedule::OneFOneB;
+  int64_t chunks = 1;
+
+  // Predictions of the fast path.
+  double stepSeconds = 0;
+  double peakBytes = 0;     ///< Device peak of the fullest stage.
+  double hostPeakBytes = 0; ///< Host bytes per device of that stage.
+
+  int64_t getBatchDegree() const { return dpNode * dpLocal; }
+  bool isSplit() const { return dpNode > 1 && dpLocal > 1; }
+  /// `[pp = 8, dp = 16, tp = 8]`.
+  std::string formatMesh() const;
+  /// A one-line summary: mesh, placements, activations, micro-batching.
+  std::string describe() const;
+};
+
+/// What the fast path decides for one candidate.
+struct FastVerdict {
+  /// Empty when the candidate is accepted; otherwise the first rule that rejects it.
+  std::string rejectedBy;
+  double stepSeconds = 0;
+  double peakBytes = 0;
+  double hostPeakBytes = 0;
+  /// Bytes per step each device of the slowest stage sends over inter-node links.
+  double interNodeBytes = 0;
+};
+
+struct SearchOptions {
+  /// Devices to search for; 0: the cluster's. Must be a multiple of devices_per_node.
+  int64_t devices = 0;
+  /// Per-device memory budget in bytes; 0: the cluster's device_memory.
+  double memoryBudget = 0;
+  unsigned topK = 10;
+  /// Skip the capacity pruning by lower bounds (tests compare both).
+  bool pruneByLowerBound = true;
+  /// Only candidates this accepts are part of the space (tests and --max-params use it).
+  std::function<bool(const Candidate &)> filter;
+  /// Called now and then with the fraction of the space done.
+  std::function<void(double)> progress;
+};
+
+struct SearchResult {
+  /// Candidates in the space (after the filter), and how many of them each rule rejected.
+  uint64_t spaceSize = 0;
+  std::map<std::string, uint64_t> rejectedByRule;
+  uint64_t accepted = 0;
+  /// Candidates rejected by capacity in groups by the closed-form lower bound, unevaluated.
+  uint64_t prunedByLowerBound = 0;
+  uint64_t meshes = 0;
+  /// The best accepted candidates, fastest first (ties: less memory), each re-checked by the
+  /// real pipeline; their analyses in the same order.
+  std::vector<Candidate> top;
+  std::vector<analysis::RunAnalysis> topAnalyses;
+  /// Candidates the fast path accepted but the verifier rejected (should be zero).
+  uint64_t disagreements = 0;
+  /// When nothing fits: the candidate that passes every other rule with the least device peak.
+  std::optional<Candidate> smallest;
+  double seconds = 0;
+  /// The cluster the search ran on (a copy with the searched device count and budget).
+  std::shared_ptr<ir::Cluster> cluster;
+};
+
+/// A copy of the run's cluster with `devices` devices (0: unchanged) and `budget` bytes of
+/// device memory (0: unchanged).
+std::shared_ptr<ir::Cluster> makeSearchCluster(const ir::Cluster &cluster, int64_t devices,
+                                               double budget);
+
+/// Searches the space of the run's model on `options.devices` devices of the run's cluster.
+/// The run's own strategy is ignored; its batch sizes, precision and optimizer are kept.
+SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options = {});
+
+/// A candidate's bound strategy, as Sema would build it from `formatStrategy`'s text.
+std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &candidate, llvm::StringRef name);
+
+/// A run of `base`'s model, batch, precision and optimizer with the candidate's strategy (which
+/// the caller keeps alive) on `cluster`.
+std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluster,
+                                  const ir::Strategy &strategy, const Candidate &candidate);
+
+/// The closed-form fast path: the verifier's decision (rules `gradient-integrity` and
+/// `capacity`) and the analyses' step time and memory, for `run`'s model on `cluster`.
+FastVerdict evaluateFast(const ir::Run &run, const ir::Cluster &cluster,
+                         const Candidate &candidate);
+
+/// The slow path: the verifier (capacity as an error) and the analyses on the built run. Returns
+/// the first rule with an error (empty when accepted) and fills `analysisOut`.
+std::string evaluateExact(const ir::Run &run, const ir::Cluster &cluster,
+                          const Candidate &candidate, analysis::RunAnalysis *analysisOut);
+
+/// Enumerates every candidate of the space (before any rule), in search order.
+void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
+                      const std::function<void(const Candidate &)> &callback);
+
+/// Place text: `strategy NAME { … }` for the candidate.
+std::string formatStrategy(const Candidate &candidate, llvm::StringRef name);
+/// Place text of a model and a cluster declaration (for `-o best.place`).
+std::string formatModel(const ir::Model &model);
+std::string formatCluster(const ir::Cluster &cluster);
+/// Place text of a run using `strategyName`.
+std::string formatRun(const ir::Run &base, const Candidate &candidate, llvm::StringRef name,
+                      llvm::StringRef strategyName, llvm::StringRef clusterName);
+
+/// The strategy families of `--max-params`.
+enum class Family { Dp, Zero1, Zero2, Zero3 };
+llvm::StringRef toString(Family family);
+bool isInFamily(const Candidate &candidate, Family family, bool tensorParallel);
+
+struct MaxParamsRow {
+  Family family = Family::Dp;
+  bool tensorParallel = false;
+  /// The largest fitting model of the shape family; nullopt when not even the smallest fits.
+  std::optional<ir::TransformerConfig> config;
+  int64_t params = 0;
+  std::optional<Candidate> best;
+};
+
+/// For each family, with and without tensor parallelism: the largest transformer of the run's
+/// shape that fits, scaling the hidden size (heads grow with it, the head dimension, the ffn
+/// ratio, seq, vocab and layers kept).
+std::vector<MaxParamsRow> findMaxParams(const ir::Run &run, const SearchOptions &options);
+
+/// Options of `placec search`.
+struct SearchCommandOptions {
+  std::string runName;
+  int64_t devices = 0;
+  std::string memoryBudget; ///< Bytes or a quantity (`80 GiB`, `70GB`); empty: device_memory.
+  unsigned topK = 5;
+  bool json = false;
+  bool maxParams = false;
+  std::string outputFile; ///< `-o`: the best plan as a complete .place file; empty: none.
+  bool progress = false;  ///< Show a progress bar on stderr (when it is a terminal).
+};
+
+/// Parses `80 GiB`, `80GB`, `8.5e10` into bytes.
+std::optional<double> parseBytes(llvm::StringRef text);
+
+/// `placec search`: runs the search on a loaded program and prints the result. Returns the exit
+/// code (1 when nothing fits or on a usage error).
+int runSearchCommand(const ir::Program &program, const SearchCommandOptions &options,
+                     llvm::raw_ostream &out, llvm::raw_ostream &err);
+
+} // namespace placec::search
+
+#endif // PLACEC_PASSES_SEARCH_H

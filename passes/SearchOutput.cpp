@@ -1,0 +1,332 @@
+// `placec search`: runs the strategy search on a loaded program and prints its result as a table
+// and Place text (or JSON), writes the best plan as a complete .place file, and for
+// `--max-params` prints the largest model each strategy family fits.
+#include "placec/passes/Search.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <cmath>
+
+using namespace llvm;
+
+namespace placec::search {
+
+std::optional<double> parseBytes(StringRef text) {
+  text = text.trim();
+  size_t split = text.find_first_not_of("0123456789.eE+-");
+  StringRef number = text.substr(0, split), unit = text.substr(std::min(split, text.size())).trim();
+  // `7.5e9` is all number; `80GB` and `80 GB` split at the unit.
+  double value = 0;
+  if (number.empty() || number.getAsDouble(value) || value < 0)
+    return std::nullopt;
+  static const std::pair<const char *, double> units[] = {
+      {"", 1},      {"B", 1},   {"KB", 1e3},   {"MB", 1e6},    {"GB", 1e9},
+      {"TB", 1e12}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+      {"TiB", 1099511627776.0}};
+  for (auto [name, scale] : units)
+    if (unit == name)
+      return value * scale;
+  return std::nullopt;
+}
+
+namespace {
+
+/// A string literal as a pointer, which llvm::format takes (it refuses arrays).
+const char *text(const char *literal) { return literal; }
+
+std::string formatBytes(double bytes) {
+  std::string text;
+  raw_string_ostream os(text);
+  if (bytes >= 1e9)
+    os << format("%.2f GB", bytes / 1e9);
+  else
+    os << format("%.1f MB", bytes / 1e6);
+  return text;
+}
+
+/// TFLOP/s per device the plan reaches on the model's FLOPs.
+double tflopsPerDevice(const analysis::RunAnalysis &analysis, int64_t devices) {
+  if (analysis.time.stepSeconds <= 0)
+    return 0;
+  return analysis.time.flopsPerStep / analysis.time.stepSeconds / static_cast<double>(devices) /
+         1e12;
+}
+
+double interNodeBytes(const analysis::RunAnalysis &analysis) {
+  double total = 0;
+  for (const analysis::CommEntry &entry : analysis.communication)
+    if (entry.link == analysis::LinkClass::InterNode)
+      total += entry.sentBytes;
+  return total;
+}
+
+/// A progress bar on stderr, shown once the search has run for a second.
+class ProgressBar {
+public:
+  explicit ProgressBar(raw_ostream &err) : err(err), start(std::chrono::steady_clock::now()) {}
+  void update(double fraction) {
+    double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (elapsed < 1 && !shown)
+      return;
+    shown = true;
+    int filled = static_cast<int>(std::lround(std::min(1.0, fraction) * 40));
+    err << "\rsearching [" << std::string(filled, '#') << std::string(40 - filled, ' ') << "] "
+        << format("%3.0f%%", fraction * 100);
+    err.flush();
+  }
+  void finish() {
+    if (shown)
+      err << "\n";
+  }
+
+private:
+  raw_ostream &err;
+  std::chrono::steady_clock::time_point start;
+  bool shown = false;
+};
+
+void printTable(const SearchResult &result, raw_ostream &out) {
+  int64_t devices = result.cluster->getNumDevices();
+  out << format("%-4s %-44s %-18s %-14s %-16s %-22s %4s %5s %-16s %10s %9s %6s %10s\n", text("rank"),
+                text("mesh"), text("params"), text("grads"), text("optimizer"), text("activations"), text("b"), text("m"), text("schedule"),
+                text("step (s)"), text("TFLOP/s"), text("MFU"), text("memory"));
+  for (size_t i = 0; i < result.top.size(); ++i) {
+    const Candidate &c = result.top[i];
+    const analysis::RunAnalysis &analysis = result.topAnalyses[i];
+    std::string activations =
+        ir::toString(c.activations).str() + (c.sequenceParallel ? " + sp" : "");
+    std::string schedule =
+        c.pp > 1 ? ir::toString(c.schedule).str() +
+                       (c.chunks > 1 ? "(" + std::to_string(c.chunks) + ")" : "")
+                 : "-";
+    out << format("%-4zu %-44s %-18s %-14s %-16s %-22s %4lld %5lld %-16s %10.3f %9.1f %5.1f%% "
+                  "%10s\n",
+                  i + 1, c.formatMesh().c_str(), toString(c.params).str().c_str(),
+                  toString(c.grads).str().c_str(), toString(c.optimizer).str().c_str(),
+                  activations.c_str(), static_cast<long long>(c.microBatch),
+                  static_cast<long long>(c.microbatches), schedule.c_str(),
+                  analysis.time.stepSeconds, tflopsPerDevice(analysis, devices),
+                  analysis.time.mfu * 100, formatBytes(analysis.memory.device.peak).c_str());
+  }
+}
+
+json::Object candidateJson(const Candidate &c) {
+  return json::Object{{"mesh", c.formatMesh()},
+                      {"pp", c.pp},
+                      {"dp_node", c.dpNode},
+                      {"dp_local", c.dpLocal},
+                      {"tp", c.tp},
+                      {"params", toString(c.params)},
+                      {"grads", toString(c.grads)},
+                      {"optimizer", toString(c.optimizer)},
+                      {"activations", ir::toString(c.activations)},
+                      {"sequence_parallel", c.sequenceParallel},
+                      {"micro_batch", c.microBatch},
+                      {"microbatches", c.microbatches},
+                      {"schedule", c.pp > 1 ? ir::toString(c.schedule) : StringRef("none")},
+                      {"chunks", c.chunks},
+                      {"step_seconds", c.stepSeconds},
+                      {"peak_bytes", c.peakBytes}};
+}
+
+int printMaxParams(const ir::Run &run, const SearchOptions &options, bool json,
+                   raw_ostream &out) {
+  std::vector<MaxParamsRow> rows = findMaxParams(run, options);
+  if (json) {
+    json::Array array;
+    for (const MaxParamsRow &row : rows) {
+      json::Object object{{"family", toString(row.family)},
+                          {"tensor_parallel", row.tensorParallel},
+                          {"params", row.params}};
+      if (row.config) {
+        object["hidden"] = row.config->hidden;
+        object["heads"] = row.config->heads;
+        object["layers"] = row.config->layers;
+      }
+      if (row.best)
+        object["plan"] = candidateJson(*row.best);
+      array.push_back(std::move(object));
+    }
+    out << formatv("{0:2}", json::Value(std::move(array))) << "\n";
+    return 0;
+  }
+  const ir::TransformerConfig &base = run.model->transformer;
+  out << "largest model of the shape of '" << run.model->name << "' (layers " << base.layers
+      << ", seq " << base.seq << ", vocab " << base.vocab << ", head dim "
+      << base.hidden / base.heads << "; hidden and heads scaled) that fits on "
+      << options.devices << " devices:\n";
+  out << format("%-8s %-4s %10s %8s %6s  %s\n", text("family"), text("tp"), text("params"), text("hidden"), text("heads"),
+                text("best plan"));
+  for (const MaxParamsRow &row : rows) {
+    std::string params = "-", hidden = "-", heads = "-", plan = "nothing fits";
+    if (row.config) {
+      params = formatv("{0:F1}B", static_cast<double>(row.params) / 1e9).str();
+      hidden = std::to_string(row.config->hidden);
+      heads = std::to_string(row.config->heads);
+      plan = row.best ? row.best->describe() : "";
+    }
+    out << format("%-8s %-4s %10s %8s %6s  %s\n", toString(row.family).str().c_str(),
+                  row.tensorParallel ? "yes" : "no", params.c_str(), hidden.c_str(),
+                  heads.c_str(), plan.c_str());
+  }
+  return 0;
+}
+
+} // namespace
+
+int runSearchCommand(const ir::Program &program, const SearchCommandOptions &options,
+                     raw_ostream &out, raw_ostream &err) {
+  const ir::Run *run = nullptr;
+  if (options.runName.empty()) {
+    if (program.runs.size() == 1)
+      run = program.runs.front().get();
+  } else {
+    run = program.findRun(options.runName);
+  }
+  if (!run) {
+    std::string names;
+    for (const std::unique_ptr<ir::Run> &candidate : program.runs)
+      names += (names.empty() ? "" : ", ") + candidate->name;
+    err << "placec: error: "
+        << (options.runName.empty() ? std::string("name the run to search with --run NAME")
+                                    : "no run named '" + options.runName + "'")
+        << "; the runs are " << (names.empty() ? std::string("none") : names) << "\n";
+    return 1;
+  }
+  if (run->model->kind != ir::ModelKind::Transformer) {
+    err << "placec: error: run '" << run->name << "': the search needs a transformer model; '"
+        << run->model->name << "' is " << ir::toString(run->model->kind) << "\n";
+    return 1;
+  }
+  SearchOptions searchOptions;
+  searchOptions.devices = options.devices ? options.devices : run->cluster->getNumDevices();
+  if (searchOptions.devices % run->cluster->devicesPerNode != 0) {
+    err << "placec: error: --devices " << options.devices << " is not a multiple of the "
+        << run->cluster->devicesPerNode << " devices per node of cluster '" << run->cluster->name
+        << "'\n";
+    return 1;
+  }
+  if (!options.memoryBudget.empty()) {
+    std::optional<double> budget = parseBytes(options.memoryBudget);
+    if (!budget || *budget <= 0) {
+      err << "placec: error: --memory-budget '" << options.memoryBudget
+          << "' is not a size: write bytes or a quantity such as '70 GB' or '64GiB'\n";
+      return 1;
+    }
+    searchOptions.memoryBudget = *budget;
+  }
+  searchOptions.topK = std::max(1u, options.topK);
+  if (options.maxParams)
+    return printMaxParams(*run, searchOptions, options.json, out);
+
+  ProgressBar bar(err);
+  if (options.progress && sys::Process::StandardErrIsDisplayed())
+    searchOptions.progress = [&](double fraction) { bar.update(fraction); };
+  SearchResult result = searchStrategies(*run, searchOptions);
+  bar.finish();
+  const ir::Cluster &cluster = *result.cluster;
+  int64_t devices = cluster.getNumDevices();
+
+  std::string strategyName = run->name + "_best";
+  std::string runName = run->name + "_searched";
+  std::string placeText;
+  if (!result.top.empty())
+    placeText = formatStrategy(result.top.front(), strategyName) + "\n" +
+                formatRun(*run, result.top.front(), runName, strategyName, cluster.name);
+
+  if (options.json) {
+    json::Object rejected;
+    for (const auto &[rule, count] : result.rejectedByRule)
+      rejected[rule] = static_cast<int64_t>(count);
+    json::Array top;
+    for (size_t i = 0; i < result.top.size(); ++i) {
+      json::Object object = candidateJson(result.top[i]);
+      object["tflops_per_device"] = tflopsPerDevice(result.topAnalyses[i], devices);
+      object["mfu"] = result.topAnalyses[i].time.mfu;
+      object["inter_node_bytes"] = interNodeBytes(result.topAnalyses[i]);
+      top.push_back(std::move(object));
+    }
+    json::Object root{{"run", run->name},
+                      {"devices", devices},
+                      {"memory_budget", cluster.deviceMemory},
+                      {"space", static_cast<int64_t>(result.spaceSize)},
+                      {"meshes", static_cast<int64_t>(result.meshes)},
+                      {"accepted", static_cast<int64_t>(result.accepted)},
+                      {"pruned_by_lower_bound", static_cast<int64_t>(result.prunedByLowerBound)},
+                      {"rejected", std::move(rejected)},
+                      {"seconds", result.seconds},
+                      {"top", std::move(top)}};
+    if (!placeText.empty())
+      root["place"] = placeText;
+    if (result.smallest) {
+      root["smallest"] = candidateJson(*result.smallest);
+    }
+    out << formatv("{0:2}", json::Value(std::move(root))) << "\n";
+  } else {
+    out << "search for run '" << run->name << "': model '" << run->model->name << "' ("
+        << formatv("{0:F1}B", static_cast<double>(run->model->numParams) / 1e9) << " params) on "
+        << devices << " devices of cluster '" << cluster.name << "', memory budget "
+        << formatBytes(cluster.deviceMemory) << " per device\n";
+    out << "space: " << result.spaceSize << " candidates over " << result.meshes
+        << " meshes, searched in " << format("%.3f", result.seconds) << " s ("
+        << format("%.3g", result.seconds > 0 ? static_cast<double>(result.spaceSize) /
+                                                   result.seconds
+                                             : 0.0)
+        << " candidates/s)\n";
+    out << "accepted: " << result.accepted << "\n";
+    for (const auto &[rule, count] : result.rejectedByRule)
+      out << "rejected by " << rule << ": " << count
+          << (rule == "capacity" && result.prunedByLowerBound
+                  ? " (" + std::to_string(result.prunedByLowerBound) +
+                        " by the closed-form lower bound)"
+                  : std::string())
+          << "\n";
+    if (!result.top.empty()) {
+      out << "\n";
+      printTable(result, out);
+      out << "\n// The best plan, ready to paste:\n" << placeText;
+    }
+  }
+  out.flush();
+  if (result.disagreements)
+    err << "placec: warning: " << result.disagreements
+        << " candidates the search accepted were rejected by the verifier\n";
+
+  if (result.top.empty()) {
+    err << "placec: error: no strategy for run '" << run->name << "' fits " << devices
+        << " devices with " << formatBytes(cluster.deviceMemory) << " each";
+    if (result.smallest)
+      err << ": the smallest per-device memory reachable is "
+          << formatBytes(result.smallest->peakBytes) << ", with "
+          << result.smallest->describe();
+    err << "\n";
+    return 1;
+  }
+
+  if (!options.outputFile.empty()) {
+    std::error_code ec;
+    ToolOutputFile file(options.outputFile, ec, sys::fs::OF_None);
+    if (ec) {
+      err << "placec: error: cannot write '" << options.outputFile << "': " << ec.message()
+          << "\n";
+      return 1;
+    }
+    file.os() << "// The best plan placec search found for run '" << run->name << "' on "
+              << devices << " devices.\n\n"
+              << formatModel(*run->model) << "\n"
+              << formatCluster(*makeSearchCluster(*run->cluster, devices, 0)) << "\n"
+              << placeText;
+    file.keep();
+  }
+  return 0;
+}
+
+} // namespace placec::search

@@ -1,0 +1,37 @@
+// Deterministic data and initial values of the mlp (a hash of the seed, a name and an index, so
+// that any mesh computes the same numbers), and the single-device reference that `--check`
+// compares a distributed run with.
+#ifndef PLACERT_SRC_MLPREFERENCE_H
+#define PLACERT_SRC_MLPREFERENCE_H
+
+#include "placert/placert.h"
+
+namespace placert {
+
+/// Element `index` of tensor `name`: uniform in ±1/√fanIn.
+float initialValue(uint64_t seed, const std::string &name, int64_t index, int64_t fanIn);
+/// Feature `feature` of global sample `sample`: an input, or a target; uniform in ±1.
+float sampleValue(uint64_t seed, int64_t sample, bool target, int64_t feature);
+
+struct ReferenceConfig {
+  int64_t layers, width, input, output, globalBatch;
+  OptimizerKind optimizer;
+  double learningRate;
+  uint64_t seed;
+};
+
+struct CheckResult {
+  double paramsError = 0; ///< ‖p − p_ref‖ / ‖p_ref‖ over every parameter.
+  double lossError = 0;   ///< max over steps of |l − l_ref| / |l_ref|.
+  bool passed = true;
+};
+
+/// Trains the plain mlp on one device for `steps` steps over the whole global batch and compares
+/// the parameters (layer by layer, weight then bias, row-major) and the losses.
+CheckResult checkAgainstReference(const ReferenceConfig &config, int steps,
+                                  const std::vector<float> &params,
+                                  const std::vector<double> &losses, double tolerance);
+
+} // namespace placert
+
+#endif // PLACERT_SRC_MLPREFERENCE_H

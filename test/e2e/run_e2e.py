@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""End-to-end test of one .place run: compile it with placec, build the generated program against
+placert, run it under mpirun, and demand that it trains like one device (--check) and that the
+bytes each collective moved and the persistent memory of each state equal what
+`placec report --format=json` predicts, exactly.
+
+Modes:
+  equivalence     the run above (the default)
+  rejected        placec compile must refuse the run (exit 1, a diagnostic, no main.cpp)
+  skip-reduction  with --skip-grad-reduction the --check must fail
+  rank-dies       with --die-at-step/--die-rank the job must fail, in bounded time, naming it
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+
+def fail(message):
+    print(f"e2e: FAIL: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def run(command, timeout=300, env=None, check=True, echo=True):
+    print("e2e: $ " + " ".join(command), flush=True)
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            timeout=timeout, env=env)
+    if result.stdout and (echo or result.returncode != 0):
+        print(result.stdout, end="" if result.stdout.endswith("\n") else "\n", flush=True)
+    if check and result.returncode != 0:
+        fail(f"exit code {result.returncode}: {' '.join(command)}")
+    return result
+
+
+def mpi_env():
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    return env
+
+
+def compare(metrics, report_run):
+    """Bytes per (stage, axis, collective, state, phase) and persistent bytes per state per rank."""
+    expected_by_stage = {}
+    for entry in report_run["communication"]:
+        key = (entry["axis"], entry["collective"], entry["state"], entry["phase"])
+        expected_by_stage.setdefault(entry["stage"], {})[key] = entry
+    stages = {stage["stage"]: stage for stage in report_run["memory"]["stages"]}
+    problems = []
+    for rank in metrics["per_rank"]:
+        stage = rank["stage"]
+        expected = expected_by_stage.get(stage, {})
+        counted = {(e["axis"], e["collective"], e["state"], e["phase"]): e
+                   for e in rank["communication"]}
+        for key in sorted(set(expected) | set(counted)):
+            want, got = expected.get(key), counted.get(key)
+            if want is None:
+                problems.append(f"rank {rank['rank']} stage {stage}: {key} moved "
+                                f"{got['total_bytes']} bytes that the report does not predict")
+            elif got is None:
+                problems.append(f"rank {rank['rank']} stage {stage}: {key} predicted "
+                                f"{want['total_bytes']} bytes but the run made no such call")
+            elif got["total_bytes"] != want["total_bytes"] or got["count"] != want["count"]:
+                problems.append(f"rank {rank['rank']} stage {stage}: {key} moved "
+                                f"{got['total_bytes']} bytes in {got['count']} calls, the report "
+                                f"predicts {want['total_bytes']} in {want['count']}")
+        for tier in ("device", "host"):
+            for state in ("params", "grads", "optimizer"):
+                want = stages[stage][tier][state]
+                got = rank["memory"][tier][state]
+                if got != want:
+                    problems.append(f"rank {rank['rank']} stage {stage}: {tier} {state} peak "
+                                    f"persistent bytes {got}, the report predicts {want}")
+    return problems
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--placec", required=True)
+    parser.add_argument("--placert-dir", required=True)
+    parser.add_argument("--mpiexec", default="mpirun")
+    parser.add_argument("--place", required=True)
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--np", type=int, required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--mode", default="equivalence",
+                        choices=["equivalence", "rejected", "skip-reduction", "rank-dies"])
+    args = parser.parse_args()
+
+    if os.path.isdir(args.work):
+        shutil.rmtree(args.work)
+    os.makedirs(args.work)
+    source = os.path.join(args.work, "src")
+    compiled = run([args.placec, "compile", args.place, "--run", args.run, "-o", source],
+                   check=args.mode != "rejected")
+    if args.mode == "rejected":
+        if compiled.returncode != 1 or "error:" not in compiled.stdout:
+            fail("placec compile accepted a strategy the verifier rejects")
+        if os.path.exists(os.path.join(source, "main.cpp")):
+            fail("placec compile wrote main.cpp for a rejected strategy")
+        print("e2e: ok: the rejected strategy was not compiled")
+        return
+
+    build = os.path.join(args.work, "build")
+    run(["cmake", "-S", source, "-B", build, f"-Dplacert_DIR={args.placert_dir}",
+         "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CXX_FLAGS_RELEASE=-O1"])
+    run(["cmake", "--build", build])
+    program = os.path.join(build, args.run)
+    metrics_path = os.path.join(args.work, "metrics.json")
+    command = [args.mpiexec, "--oversubscribe", "-np", str(args.np), program, "--steps",
+               str(args.steps), "--check", "--metrics", metrics_path, "--timeout", "20"]
+
+    if args.mode == "skip-reduction":
+        result = run(command + ["--skip-grad-reduction"], env=mpi_env(), check=False)
+        if result.returncode == 0 or "differs from the single-device" not in result.stdout:
+            fail("--check did not catch the skipped gradient reductions")
+        print("e2e: ok: --check caught the broken gradient integrity")
+        return
+    if args.mode == "rank-dies":
+        start = time.monotonic()
+        result = run(command + ["--die-at-step", "1", "--die-rank", "1", "--timeout", "5"],
+                     env=mpi_env(), check=False, timeout=120)
+        elapsed = time.monotonic() - start
+        if result.returncode == 0:
+            fail("the job succeeded although a rank died")
+        if "fault injection: exiting" not in result.stdout:
+            fail("the output does not name the failed rank")
+        if elapsed > 60:
+            fail(f"the job took {elapsed:.1f}s to fail")
+        print(f"e2e: ok: the job failed in {elapsed:.1f}s, naming the dead rank")
+        return
+
+    run(command, env=mpi_env())
+    with open(metrics_path) as file:
+        metrics = json.load(file)
+    report = json.loads(run([args.placec, "report", "--format=json", args.place, "--run",
+                             args.run], echo=False).stdout)
+    report_run = next(r for r in report["runs"] if r["name"] == args.run)
+    if not metrics.get("check", {}).get("passed"):
+        fail("the run differs from the single-device reference")
+    if len(metrics["per_rank"]) != args.np:
+        fail(f"metrics from {len(metrics['per_rank'])} ranks, expected {args.np}")
+    problems = compare(metrics, report_run)
+    for problem in problems:
+        print("e2e: mismatch: " + problem, file=sys.stderr)
+    if problems:
+        fail(f"{len(problems)} differences between the run and the report")
+    entries = sum(len(rank["communication"]) for rank in metrics["per_rank"])
+    print(f"e2e: ok: {args.run} on {args.np} ranks equals one device (params relative error "
+          f"{metrics['check']['params_relative_error']:.2e}); {entries} counted entries and "
+          f"the persistent memory of every rank equal the report")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,602 @@
+// Unit tests for the StepPlan: the order of the ops each placement mode lowers to, the stage
+// assignment of pipelines, and that every pipeline send has its matching receive.
+#include "placec/frontend/Frontend.h"
+#include "placec/passes/Passes.h"
+#include "placec/passes/StepPlan.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include "gtest/gtest.h"
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace placec;
+using plan::OpKind;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+/// A program compiled from text, verified, with the diagnostics it produced.
+struct Compiled {
+  llvm::SourceMgr sourceMgr;
+  DiagnosticEngine diags{sourceMgr};
+  std::string messages;
+  llvm::raw_string_ostream messageStream{messages};
+  std::unique_ptr<ir::Program> program;
+};
+
+std::unique_ptr<Compiled> compile(const std::string &text) {
+  auto result = std::make_unique<Compiled>();
+  result->diags.setOutput(result->messageStream);
+  auto files =
+      parseProgram(llvm::MemoryBuffer::getMemBufferCopy(text, "plan-test.place"), result->diags);
+  if (!files.empty())
+    result->program = buildProgram(files, result->diags);
+  if (result->program) {
+    PassManager passes;
+    VerifyOptions options;
+    options.capacityIsError = false;
+    passes.addPass(createVerifyPass(options));
+    if (!passes.run(*result->program, result->diags))
+      result->program.reset();
+  }
+  return result;
+}
+
+const char *const kCluster = R"(
+cluster node8 {
+  nodes = 1; devices_per_node = 8; device_memory = 80 GiB; peak = 312 TFLOPS;
+  intra_bandwidth = 300 GB/s; inter_bandwidth = 25 GB/s; host_bandwidth = 25 GB/s;
+}
+cluster pod64 {
+  nodes = 8; devices_per_node = 8; device_memory = 80 GiB; peak = 312 TFLOPS;
+  intra_bandwidth = 300 GB/s; inter_bandwidth = 25 GB/s; host_bandwidth = 25 GB/s;
+}
+model gpt : transformer { layers = 8; hidden = 512; heads = 8; seq = 256; vocab = 1024; }
+model big { params = 1B; }
+)";
+
+/// A plan of the run `name` in `program` (the cluster and models above are declared).
+class PlanFixture {
+public:
+  explicit PlanFixture(const std::string &text, const std::string &name = "r")
+      : compiled(compile(std::string(kCluster) + text)) {
+    if (!compiled->program)
+      return;
+    const ir::Run *run = compiled->program->findRun(name);
+    if (run)
+      plan = plan::lowerRun(*run);
+  }
+  std::unique_ptr<Compiled> compiled;
+  std::unique_ptr<plan::StepPlan> plan;
+};
+
+#define ASSERT_PLAN(fixture) ASSERT_TRUE((fixture).plan) << (fixture).compiled->messages
+
+/// The kinds of `ops`, in order, optionally only those of one unit.
+std::vector<OpKind> kinds(const std::vector<plan::Op> &ops, int unit = -2) {
+  std::vector<OpKind> result;
+  for (const plan::Op &op : ops)
+    if (unit == -2 || op.unit == unit)
+      result.push_back(op.kind);
+  return result;
+}
+
+std::string print(const plan::StepPlan &plan) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  plan::printPlan(plan, os);
+  return text;
+}
+
+int findUnit(const plan::StepPlan &plan, const std::string &name) {
+  for (size_t i = 0; i < plan.units.size(); ++i)
+    if (plan.units[i].name == name)
+      return static_cast<int>(i);
+  return -1;
+}
+
+/// The index of mesh axis `name` of the plan's strategy.
+unsigned axisIndex(const plan::StepPlan &plan, const std::string &name) {
+  int index = plan.run->strategy->mesh.findAxis(name);
+  EXPECT_GE(index, 0) << name;
+  return static_cast<unsigned>(index);
+}
+
+std::string runText(const std::string &model, const std::string &cluster,
+                    const std::string &strategy, int64_t microBatch, int64_t globalBatch,
+                    const std::string &precision = "mixed(bf16)") {
+  return "run r { model = " + model + "; cluster = " + cluster + "; strategy = " + strategy +
+         "; micro_batch = " + std::to_string(microBatch) +
+         "; global_batch = " + std::to_string(globalBatch) + "; precision = " + precision +
+         "; optimizer = adam; }\n";
+}
+
+bool isLayerUnit(const plan::StepPlan &plan, int unit) {
+  int layer = plan.units[unit].layer;
+  return layer >= 0 && layer < plan.run->model->getNumLayers();
+}
+
+using Kinds = std::vector<OpKind>;
+constexpr OpKind AG = OpKind::AllGather, RS = OpKind::ReduceScatter, AR = OpKind::AllReduce,
+                 C = OpKind::Compute, F = OpKind::Free, U = OpKind::OptimizerUpdate,
+                 H2D = OpKind::HostToDevice, D2H = OpKind::DeviceToHost;
+
+//===----------------------------------------------------------------------===//
+// Placement modes
+//===----------------------------------------------------------------------===//
+
+TEST(Plan, Zero3GathersAroundEachUse) {
+  PlanFixture f(runText("gpt", "node8", "zero3(dp = 8)", 1, 16));
+  ASSERT_PLAN(f);
+  const plan::StepPlan &plan = *f.plan;
+  ASSERT_EQ(plan.stages.size(), 1u);
+  EXPECT_EQ(plan.microbatches, 2);
+  const plan::StagePlan &stage = plan.stages[0];
+  unsigned dp = axisIndex(plan, "dp");
+  int layers = 0;
+  for (unsigned u : stage.units) {
+    int unit = static_cast<int>(u);
+    EXPECT_EQ(kinds(stage.step, unit), (Kinds{U}));
+    if (!isLayerUnit(plan, unit))
+      continue;
+    ++layers;
+    SCOPED_TRACE(plan.units[u].name);
+    EXPECT_EQ(kinds(stage.forward, unit), (Kinds{AG, C, F}));
+    EXPECT_EQ(kinds(stage.backward, unit), (Kinds{AG, C, F, RS}));
+    for (const auto *ops : {&stage.forward, &stage.backward})
+      for (const plan::Op &op : *ops) {
+        if (op.unit != unit)
+          continue;
+        EXPECT_TRUE(op.perMicrobatch);
+        if (op.kind == C)
+          continue;
+        // The whole unit is gathered, freed and reduce-scattered.
+        EXPECT_EQ(op.elements, plan.units[u].params);
+        EXPECT_EQ(op.axes, op.kind == F ? std::vector<unsigned>{} : std::vector<unsigned>{dp});
+        EXPECT_EQ(op.state, op.kind == RS ? ir::State::Grads : ir::State::Params);
+        EXPECT_EQ(op.dtype, plan::DType::BF16);
+      }
+    for (const plan::Op &op : stage.step) {
+      EXPECT_FALSE(op.perMicrobatch);
+      EXPECT_EQ(op.phase, plan::Phase::Step);
+      if (op.unit == unit) {
+        EXPECT_EQ(op.elements, (plan.units[u].params + 7) / 8);
+      }
+    }
+  }
+  EXPECT_EQ(layers, 8);
+  // Units in model order: embeddings, the layers, the head; the backward in reverse.
+  ASSERT_EQ(stage.units.size(), 10u);
+  EXPECT_EQ(plan.units[stage.units.front()].name, "embed");
+  EXPECT_EQ(plan.units[stage.units.back()].name, "head");
+  for (int l = 0; l < 8; ++l)
+    EXPECT_EQ(plan.units[stage.units[l + 1]].name, "layer." + std::to_string(l));
+  std::vector<int> backwardUnits;
+  for (const plan::Op &op : stage.backward)
+    if (op.kind == C)
+      backwardUnits.push_back(op.unit);
+  EXPECT_EQ(backwardUnits, std::vector<int>(stage.units.rbegin(), stage.units.rend()));
+}
+
+TEST(Plan, Zero3TiedEmbeddingStaysGatheredForTheHead) {
+  // GPT's output layer is the embedding matrix: it stays gathered from the embedding's forward
+  // through the head's, and is gathered with the head for the backward. Each unit is still
+  // gathered exactly once per direction.
+  PlanFixture f(runText("gpt", "node8", "zero3(dp = 8)", 1, 8));
+  ASSERT_PLAN(f);
+  const plan::StepPlan &plan = *f.plan;
+  const plan::StagePlan &stage = plan.stages[0];
+  int embed = findUnit(plan, "embed"), head = findUnit(plan, "head");
+  std::vector<std::pair<OpKind, int>> forward, backward;
+  for (const plan::Op &op : stage.forward)
+    if (op.unit == embed || op.unit == head)
+      forward.push_back({op.kind, op.unit});
+  for (const plan::Op &op : stage.backward)
+    if (op.unit == embed || op.unit == head)
+      backward.push_back({op.kind, op.unit});
+  EXPECT_EQ(forward, (std::vector<std::pair<OpKind, int>>{
+                         {AG, embed}, {C, embed}, {AG, head}, {C, head}, {F, head}, {F, embed}}));
+  EXPECT_EQ(backward, (std::vector<std::pair<OpKind, int>>{{AG, head},
+                                                           {AG, embed},
+                                                           {C, head},
+                                                           {F, head},
+                                                           {RS, head},
+                                                           {C, embed},
+                                                           {F, embed},
+                                                           {RS, embed}}));
+  // The embedding's Free in the forward comes after the head's compute.
+  size_t headCompute = 0, embedFree = 0;
+  for (size_t i = 0; i < stage.forward.size(); ++i) {
+    if (stage.forward[i].kind == C && stage.forward[i].unit == head)
+      headCompute = i;
+    if (stage.forward[i].kind == F && stage.forward[i].unit == embed)
+      embedFree = i;
+  }
+  EXPECT_LT(headCompute, embedFree);
+
+  // Untied: the embedding and head follow the per-unit pattern.
+  PlanFixture untied(
+      "model gpt_untied : transformer { layers = 2; hidden = 512; heads = 8; seq = 256; "
+      "vocab = 1024; tied_embeddings = false; }\n" +
+      runText("gpt_untied", "node8", "zero3(dp = 8)", 1, 8));
+  ASSERT_PLAN(untied);
+  const plan::StagePlan &untiedStage = untied.plan->stages[0];
+  for (unsigned u : untiedStage.units) {
+    SCOPED_TRACE(untied.plan->units[u].name);
+    EXPECT_EQ(kinds(untiedStage.forward, static_cast<int>(u)), (Kinds{AG, C, F}));
+    EXPECT_EQ(kinds(untiedStage.backward, static_cast<int>(u)), (Kinds{AG, C, F, RS}));
+  }
+}
+
+TEST(Plan, KeepAfterForwardSkipsTheSecondGather) {
+  PlanFixture f("strategy s { mesh [dp = 8]; params = gather(dp, keep_after_forward = true); "
+                "grads = shard(dp); optimizer = shard(dp); }\n" +
+                runText("gpt", "node8", "s", 1, 8));
+  ASSERT_PLAN(f);
+  const plan::StagePlan &stage = f.plan->stages[0];
+  for (unsigned u : stage.units) {
+    SCOPED_TRACE(f.plan->units[u].name);
+    EXPECT_EQ(kinds(stage.forward, static_cast<int>(u)), (Kinds{AG, C}));
+    EXPECT_EQ(kinds(stage.backward, static_cast<int>(u)), (Kinds{C, F, RS}));
+  }
+}
+
+TEST(Plan, Zero1ReducesAtTheStepAndGathersUpdatedParams) {
+  PlanFixture f(runText("gpt", "node8", "zero1(dp = 8)", 1, 16));
+  ASSERT_PLAN(f);
+  const plan::StepPlan &plan = *f.plan;
+  const plan::StagePlan &stage = plan.stages[0];
+  unsigned dp = axisIndex(plan, "dp");
+  for (unsigned u : stage.units) {
+    int unit = static_cast<int>(u);
+    SCOPED_TRACE(plan.units[u].name);
+    EXPECT_EQ(kinds(stage.forward, unit), (Kinds{C}));
+    EXPECT_EQ(kinds(stage.backward, unit), (Kinds{C}));
+    EXPECT_EQ(kinds(stage.step, unit), (Kinds{RS, U, AG}));
+    int64_t params = plan.units[u].params;
+    for (const plan::Op &op : stage.step) {
+      if (op.unit != unit)
+        continue;
+      EXPECT_FALSE(op.perMicrobatch);
+      if (op.kind == U) {
+        EXPECT_EQ(op.elements, (params + 7) / 8);
+        EXPECT_EQ(op.dtype, plan::DType::FP32);
+        continue;
+      }
+      EXPECT_EQ(op.axes, std::vector<unsigned>{dp});
+      EXPECT_EQ(op.elements, params);
+      EXPECT_EQ(op.state, op.kind == RS ? ir::State::Grads : ir::State::Params);
+    }
+  }
+}
+
+TEST(Plan, Zero2ReduceScattersEveryMicrobatch) {
+  PlanFixture f(runText("gpt", "node8", "zero2(dp = 8)", 1, 16));
+  ASSERT_PLAN(f);
+  const plan::StagePlan &stage = f.plan->stages[0];
+  for (unsigned u : stage.units) {
+    SCOPED_TRACE(f.plan->units[u].name);
+    EXPECT_EQ(kinds(stage.forward, static_cast<int>(u)), (Kinds{C}));
+    EXPECT_EQ(kinds(stage.backward, static_cast<int>(u)), (Kinds{C, RS}));
+    EXPECT_EQ(kinds(stage.step, static_cast<int>(u)), (Kinds{U, AG}));
+  }
+}
+
+TEST(Plan, DataParallelAllReducesAtTheStep) {
+  PlanFixture f(runText("gpt", "node8", "dp(8)", 2, 64));
+  ASSERT_PLAN(f);
+  const plan::StepPlan &plan = *f.plan;
+  EXPECT_EQ(plan.microbatches, 4);
+  const plan::StagePlan &stage = plan.stages[0];
+  for (unsigned u : stage.units) {
+    int unit = static_cast<int>(u);
+    SCOPED_TRACE(plan.units[u].name);
+    EXPECT_EQ(kinds(stage.forward, unit), (Kinds{C}));
+    EXPECT_EQ(kinds(stage.backward, unit), (Kinds{C}));
+    EXPECT_EQ(kinds(stage.step, unit), (Kinds{AR, U}));
+    EXPECT_EQ(stage.step[2 * u].elements, plan.units[u].params);
+    EXPECT_EQ(stage.step[2 * u].state, ir::State::Grads);
+    EXPECT_EQ(stage.step[2 * u + 1].elements, plan.units[u].params);
+  }
+}
+
+TEST(Plan, HybridShardingGroups) {
+  PlanFixture f(runText("gpt", "pod64", "hsdp(shard = 8, replicate = 8)", 1, 64));
+  ASSERT_PLAN(f);
+  const plan::StepPlan &plan = *f.plan;
+  const plan::StagePlan &stage = plan.stages[0];
+  unsigned shard = axisIndex(plan, "dp_shard"), replicate = axisIndex(plan, "dp_replicate");
+  for (unsigned u : stage.units) {
+    int unit = static_cast<int>(u);
+    if (!isLayerUnit(plan, unit))
+      continue;
+    EXPECT_EQ(kinds(stage.forward, unit), (Kinds{AG, C, F}));
+    EXPECT_EQ(kinds(stage.backward, unit), (Kinds{AG, C, F, RS}));
+    EXPECT_EQ(kinds(stage.step, unit), (Kinds{AR, U}));
+    for (const auto *ops : {&stage.forward, &stage.backward})
+      for (const plan::Op &op : *ops)
+        if (op.unit == unit && plan::isCollective(op.kind)) {
+          EXPECT_EQ(op.axes, std::vector<unsigned>{shard});
+        }
+    const plan::Op &allReduce = stage.step[2 * u];
+    EXPECT_EQ(allReduce.axes, std::vector<unsigned>{replicate});
+    EXPECT_EQ(allReduce.elements, (plan.units[u].params + 7) / 8);
+  }
+}
+
+TEST(Plan, Offload) {
+  // ZeRO-Offload: each micro-batch's reduced gradient shard goes to the host, the host updates,
+  // the updated shard comes back and is all-gathered.
+  PlanFixture zero2("strategy s = zero2(dp = 8) * offload_optimizer;\n" +
+                    runText("gpt", "node8", "s", 1, 8));
+  ASSERT_PLAN(zero2);
+  const plan::StagePlan &stage = zero2.plan->stages[0];
+  for (unsigned u : stage.units) {
+    int unit = static_cast<int>(u);
+    SCOPED_TRACE(zero2.plan->units[u].name);
+    EXPECT_EQ(kinds(stage.backward, unit), (Kinds{C, RS, D2H}));
+    EXPECT_EQ(kinds(stage.step, unit), (Kinds{U, H2D, AG}));
+  }
+  // Replicated gradients are all-reduced on the device before they go to the host.
+  PlanFixture dp("strategy s = dp(8) * offload_optimizer;\n" + runText("gpt", "node8", "s", 1, 8));
+  ASSERT_PLAN(dp);
+  const plan::StagePlan &dpStage = dp.plan->stages[0];
+  for (unsigned u : dpStage.units) {
+    SCOPED_TRACE(dp.plan->units[u].name);
+    EXPECT_EQ(kinds(dpStage.backward, static_cast<int>(u)), (Kinds{C}));
+    EXPECT_EQ(kinds(dpStage.step, static_cast<int>(u)), (Kinds{AR, D2H, U, H2D}));
+  }
+  // Offloaded params with ZeRO-3: the shard comes from the host before each gather, and the
+  // updated shard goes back.
+  PlanFixture params("strategy s = zero3(dp = 8) * offload_params;\n" +
+                     runText("gpt", "node8", "s", 1, 8));
+  ASSERT_PLAN(params);
+  const plan::StepPlan &plan = *params.plan;
+  const plan::StagePlan &paramsStage = plan.stages[0];
+  for (unsigned u : paramsStage.units) {
+    int unit = static_cast<int>(u);
+    if (!isLayerUnit(plan, unit))
+      continue;
+    SCOPED_TRACE(plan.units[u].name);
+    EXPECT_EQ(kinds(paramsStage.forward, unit), (Kinds{H2D, AG, C, F}));
+    EXPECT_EQ(kinds(paramsStage.backward, unit), (Kinds{H2D, AG, C, F, RS}));
+    EXPECT_EQ(kinds(paramsStage.step, unit), (Kinds{U, D2H}));
+  }
+}
+
+TEST(Plan, Recomputation) {
+  PlanFixture full("strategy s = dp(8) * full;\nstrategy full { activations = recompute; }\n" +
+                   runText("gpt", "node8", "s", 1, 8));
+  ASSERT_PLAN(full);
+  const plan::StepPlan &plan = *full.plan;
+  const plan::StagePlan &stage = plan.stages[0];
+  for (unsigned u : stage.units) {
+    int unit = static_cast<int>(u);
+    SCOPED_TRACE(plan.units[u].name);
+    std::vector<plan::ComputeKind> computes;
+    for (const plan::Op &op : stage.backward)
+      if (op.unit == unit && op.kind == C)
+        computes.push_back(op.compute);
+    // Layers and the head recompute their forward before their backward; the embedding's
+    // output is the first layer's stored input.
+    if (plan.units[u].layer < 0)
+      EXPECT_EQ(computes, std::vector<plan::ComputeKind>{plan::ComputeKind::Backward});
+    else
+      EXPECT_EQ(computes, (std::vector<plan::ComputeKind>{plan::ComputeKind::Recompute,
+                                                          plan::ComputeKind::Backward}));
+  }
+
+  PlanFixture selective(
+      "strategy s = dp(8) * sel;\nstrategy sel { activations = recompute(selective); }\n" +
+      runText("gpt", "node8", "s", 1, 8));
+  ASSERT_PLAN(selective);
+  const plan::StagePlan &selectiveStage = selective.plan->stages[0];
+  double b = 1, s = 256, h = 512;
+  for (unsigned u : selectiveStage.units) {
+    int unit = static_cast<int>(u);
+    int recomputes = 0;
+    for (const plan::Op &op : selectiveStage.backward)
+      if (op.unit == unit && op.kind == C && op.compute == plan::ComputeKind::Recompute) {
+        ++recomputes;
+        EXPECT_EQ(op.flops, 4 * b * s * s * h); // QKᵀ and the attention over V
+      }
+    EXPECT_EQ(recomputes, isLayerUnit(*selective.plan, unit) ? 1 : 0);
+  }
+}
+
+TEST(Plan, MlpTensorParallelPairs) {
+  // A column/row pair of linear layers reduces once after the row layer in the forward and once
+  // at the column layer's input in the backward; a recomputed forward repeats the forward's.
+  PlanFixture f("model toy : mlp { layers = 4; width = 256; input = 64; output = 16; }\n"
+                "strategy s = tp(2) * dp(4) * full;\nstrategy full { activations = recompute; }\n" +
+                runText("toy", "node8", "s", 1, 4));
+  ASSERT_PLAN(f);
+  const plan::StagePlan &stage = f.plan->stages[0];
+  for (unsigned u : stage.units) {
+    int layer = f.plan->units[u].layer;
+    SCOPED_TRACE(layer);
+    bool row = layer % 2 == 1;
+    EXPECT_EQ(kinds(stage.forward, static_cast<int>(u)), row ? (Kinds{C, AR}) : (Kinds{C}));
+    Kinds expectedBackward = row ? Kinds{C, AR, C} : Kinds{C, C, AR};
+    EXPECT_EQ(kinds(stage.backward, static_cast<int>(u)), expectedBackward);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Pipelines
+//===----------------------------------------------------------------------===//
+
+TEST(Plan, PipelineStageAssignment) {
+  PlanFixture f("strategy s { mesh [pp = 4, dp = 2]; pipeline = 1f1b(microbatches = 8); }\n" +
+                runText("gpt", "node8", "s", 1, 16));
+  ASSERT_PLAN(f);
+  const plan::StepPlan &plan = *f.plan;
+  ASSERT_EQ(plan.stages.size(), 4u);
+  EXPECT_EQ(plan.microbatches, 8);
+  EXPECT_EQ(plan.schedule, ir::Schedule::OneFOneB);
+  EXPECT_EQ(plan.units[findUnit(plan, "embed")].stage, 0);
+  EXPECT_EQ(plan.units[findUnit(plan, "head")].stage, 3);
+  for (int l = 0; l < 8; ++l)
+    EXPECT_EQ(plan.units[findUnit(plan, "layer." + std::to_string(l))].stage, l / 2);
+  for (const plan::StagePlan &stage : plan.stages) {
+    int layers = 0, previous = -2;
+    for (unsigned u : stage.units) {
+      EXPECT_EQ(plan.units[u].stage, stage.stage);
+      EXPECT_GT(plan.units[u].layer, previous); // model order
+      previous = plan.units[u].layer;
+      layers += isLayerUnit(plan, static_cast<int>(u));
+    }
+    EXPECT_EQ(layers, 2);
+  }
+}
+
+TEST(Plan, InterleavedChunks) {
+  for (auto [p, v] : {std::pair{2, 2}, std::pair{4, 2}, std::pair{2, 4}}) {
+    SCOPED_TRACE("p = " + std::to_string(p) + ", v = " + std::to_string(v));
+    PlanFixture f("strategy s { mesh [pp = " + std::to_string(p) +
+                  ", dp = " + std::to_string(8 / p) +
+                  "]; pipeline = interleaved(microbatches = 8, chunks = " + std::to_string(v) +
+                  "); }\n" + runText("gpt", "node8", "s", 1, 8 * (8 / p)));
+    ASSERT_PLAN(f);
+    const plan::StepPlan &plan = *f.plan;
+    EXPECT_EQ(plan.chunks, v);
+    int perChunk = 8 / (p * v);
+    // Chunk c holds layers [c·8/(p·v), (c + 1)·8/(p·v)) and runs on stage c mod p.
+    for (int l = 0; l < 8; ++l)
+      EXPECT_EQ(plan.units[findUnit(plan, "layer." + std::to_string(l))].stage, (l / perChunk) % p)
+          << "layer " << l;
+    EXPECT_EQ(plan.units[findUnit(plan, "embed")].stage, 0);
+    EXPECT_EQ(plan.units[findUnit(plan, "head")].stage, p - 1);
+  }
+}
+
+/// Every Send on stage s to t has a matching Recv on t from s, in the same phase, with the same
+/// elements, in the same order.
+void expectSendsPairWithRecvs(const plan::StepPlan &plan, int64_t expectedSends) {
+  using Key = std::tuple<int, int, plan::Phase>;
+  std::map<Key, std::vector<std::pair<int64_t, int>>> sends, recvs;
+  int64_t count = 0;
+  for (const plan::StagePlan &stage : plan.stages)
+    for (const auto *ops : {&stage.forward, &stage.backward, &stage.step})
+      for (const plan::Op &op : *ops) {
+        if (op.kind != OpKind::Send && op.kind != OpKind::Recv)
+          continue;
+        EXPECT_GE(op.peerStage, 0);
+        EXPECT_NE(op.peerStage, stage.stage);
+        EXPECT_EQ(op.state, ir::State::Activations);
+        EXPECT_TRUE(op.perMicrobatch);
+        EXPECT_NE(op.phase, plan::Phase::Step);
+        if (op.kind == OpKind::Send) {
+          sends[{stage.stage, op.peerStage, op.phase}].push_back({op.elements, 0});
+          ++count;
+        } else {
+          recvs[{op.peerStage, stage.stage, op.phase}].push_back({op.elements, 0});
+        }
+      }
+  EXPECT_EQ(sends, recvs);
+  EXPECT_EQ(count, expectedSends);
+  // Forward activations go to the next stage (wrapping to stage 0 between interleaved chunks),
+  // their gradients come back.
+  int64_t p = static_cast<int64_t>(plan.stages.size());
+  for (const auto &[key, list] : sends) {
+    auto [from, to, phase] = key;
+    EXPECT_EQ(to, phase == plan::Phase::Forward ? (from + 1) % p : (from + p - 1) % p);
+  }
+}
+
+TEST(Plan, SendsPairWithRecvs) {
+  struct Case {
+    std::string mesh, pipeline, extra;
+    int64_t p, v;
+  };
+  for (const Case &c :
+       {Case{"pp = 4, dp = 2", "1f1b(microbatches = 4)", "", 4, 1},
+        Case{"pp = 8", "gpipe(microbatches = 4)", "", 8, 1},
+        Case{"pp = 2, dp = 4", "interleaved(microbatches = 4, chunks = 2)", "", 2, 2},
+        Case{"pp = 2, tp = 4", "interleaved(microbatches = 4, chunks = 4)",
+             "activations = shard(tp);", 2, 4}}) {
+    SCOPED_TRACE(c.mesh + " " + c.pipeline);
+    int64_t batch = c.mesh == "pp = 4, dp = 2" ? 2 : c.mesh == "pp = 2, dp = 4" ? 4 : 1;
+    PlanFixture f("strategy s { mesh [" + c.mesh + "]; pipeline = " + c.pipeline + "; " + c.extra +
+                  " }\n" + runText("gpt", "node8", "s", 2, 2 * 4 * batch));
+    ASSERT_PLAN(f);
+    // One send per chunk boundary each way: p·v − 1 boundaries.
+    expectSendsPairWithRecvs(*f.plan, 2 * (c.p * c.v - 1));
+    // b·s·h elements, split over tp with sequence parallelism.
+    int64_t elements = c.extra.empty() ? 2 * 256 * 512 : 2 * 256 * 512 / 4;
+    for (const plan::StagePlan &stage : f.plan->stages)
+      for (const plan::Op &op : stage.forward)
+        if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
+          EXPECT_EQ(op.elements, elements);
+        }
+  }
+}
+
+TEST(Plan, RecvPrecedesTheChunkAndSendFollowsIt) {
+  PlanFixture f("strategy s { mesh [pp = 4, dp = 2]; pipeline = 1f1b(microbatches = 4); }\n" +
+                runText("gpt", "node8", "s", 1, 8));
+  ASSERT_PLAN(f);
+  for (const plan::StagePlan &stage : f.plan->stages) {
+    SCOPED_TRACE(stage.stage);
+    bool first = stage.stage == 0, last = stage.stage == 3;
+    // Forward: receive, compute the stage's units, send; backward: the mirror image.
+    Kinds forward = kinds(stage.forward), backward = kinds(stage.backward);
+    EXPECT_EQ(forward.front(), first ? C : OpKind::Recv);
+    EXPECT_EQ(forward.back(), last ? C : OpKind::Send);
+    EXPECT_EQ(backward.front(), last ? C : OpKind::Recv);
+    EXPECT_EQ(backward.back(), first ? C : OpKind::Send);
+  }
+}
+
+TEST(Plan, Dtypes) {
+  for (auto [precision, dtype] :
+       {std::pair{"fp32", plan::DType::FP32}, std::pair{"mixed(fp16)", plan::DType::FP16},
+        std::pair{"mixed(bf16)", plan::DType::BF16}}) {
+    SCOPED_TRACE(precision);
+    PlanFixture f(runText("gpt", "node8", "zero3(dp = 8)", 1, 8, precision));
+    ASSERT_PLAN(f);
+    EXPECT_EQ(f.plan->paramType, dtype);
+    EXPECT_EQ(f.plan->gradType, dtype);
+    EXPECT_EQ(f.plan->activationType, dtype);
+    for (const plan::Op &op : f.plan->stages[0].backward)
+      if (op.kind != C) {
+        EXPECT_EQ(op.dtype, dtype);
+      }
+    for (const plan::Op &op : f.plan->stages[0].step)
+      EXPECT_EQ(op.dtype, plan::DType::FP32); // the optimizer's own state
+  }
+}
+
+TEST(Plan, AbstractModelIsOneUnitPerStage) {
+  PlanFixture f(runText("big", "node8", "zero3(dp = 8)", 1, 8));
+  ASSERT_PLAN(f);
+  ASSERT_EQ(f.plan->units.size(), 1u);
+  EXPECT_EQ(f.plan->units[0].name, "model");
+  EXPECT_EQ(f.plan->units[0].params, 1000000000);
+  const plan::StagePlan &stage = f.plan->stages[0];
+  EXPECT_EQ(kinds(stage.forward), (Kinds{AG, C, F}));
+  EXPECT_EQ(kinds(stage.backward), (Kinds{AG, C, F, RS}));
+  EXPECT_EQ(kinds(stage.step), (Kinds{U}));
+}
+
+TEST(Plan, Printer) {
+  PlanFixture f(runText("gpt", "node8", "zero3(dp = 8)", 1, 8));
+  ASSERT_PLAN(f);
+  std::string text = print(*f.plan);
+  for (const char *line :
+       {"plan r {", "micro-batches per step: 1", "dtypes: params bf16, grads bf16", "  stage 0 {",
+        "units: embed layer.0", "for each micro-batch: forward {",
+        "all-gather layer.0 params over dp elements=3152384 bf16",
+        "compute backward layer.7 grads flops=", "reduce-scatter layer.0 grads over dp",
+        "once per step {", "optimizer-update head optimizer elements=128 fp32"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+}
+
+} // namespace
