@@ -356,7 +356,8 @@ Expected<std::string> Emitter::emit() {
   os.line("using placert::Status;");
   os.line();
   {
-    IndentedStream::Scope ns(os, "namespace", "} // namespace");
+    // Not indented, like the LLVM style.
+    os.line("namespace {");
     os.line();
     os.comment("The units of the plan, in model order.");
     std::string units;
@@ -383,6 +384,7 @@ Expected<std::string> Emitter::emit() {
         return error;
     }
     os.line();
+    os.line("} // namespace");
   }
   os.line();
   emitMain();

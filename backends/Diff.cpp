@@ -6,9 +6,8 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/JSON.h"
 
-#include <fmt/format.h>
-
 #include <cmath>
+#include <fmt/format.h>
 #include <functional>
 
 using namespace llvm;
@@ -70,8 +69,9 @@ std::string linkKey(const analysis::CommEntry &entry) {
 }
 
 /// Sums entries of both runs by key, keys in order of first appearance (a's first).
-std::vector<CommTotals> totalsBy(const RunReport &a, const RunReport &b,
-                                 const std::function<std::string(const analysis::CommEntry &)> &keyOf) {
+std::vector<CommTotals>
+totalsBy(const RunReport &a, const RunReport &b,
+         const std::function<std::string(const analysis::CommEntry &)> &keyOf) {
   std::vector<CommTotals> totals;
   auto find = [&](const std::string &key) -> CommTotals & {
     for (CommTotals &total : totals)
@@ -161,14 +161,12 @@ Table rowTable(StringRef title, StringRef aName, StringRef bName, ArrayRef<Row> 
   return table;
 }
 
-Table commTable(StringRef title, StringRef aName, StringRef bName,
-                ArrayRef<CommTotals> totals) {
+Table commTable(StringRef title, StringRef aName, StringRef bName, ArrayRef<CommTotals> totals) {
   Table table;
   table.title = title.str();
-  table.header = {"",      fmt::format("{} sent", aName.str()), fmt::format("{} sent", bName.str()),
-                  "delta", "ratio",
-                  fmt::format("{} time", aName.str()), fmt::format("{} time", bName.str()),
-                  "ratio"};
+  table.header = {
+      "",      fmt::format("{} sent", aName.str()), fmt::format("{} sent", bName.str()), "delta",
+      "ratio", fmt::format("{} time", aName.str()), fmt::format("{} time", bName.str()), "ratio"};
   for (const CommTotals &total : totals)
     table.addRow({total.key, formatBytes(total.sentA), formatBytes(total.sentB),
                   formatSigned(total.sentB - total.sentA, formatBytes),
@@ -231,21 +229,20 @@ std::vector<Section> buildDiffSections(const DiffSide &a, const DiffSide &b) {
 
   Section memory;
   memory.heading = "Memory";
-  memory.tables.push_back(rowTable("Memory per device", aName, bName,
-                                   memoryRows(ma, mb, activationsKnown, true)));
+  memory.tables.push_back(
+      rowTable("Memory per device", aName, bName, memoryRows(ma, mb, activationsKnown, true)));
   if (usesHost(ra) || usesHost(rb))
-    memory.tables.push_back(rowTable("Host memory per device", aName, bName,
-                                     memoryRows(ra.analysis.memory.host,
-                                                rb.analysis.memory.host, activationsKnown,
-                                                false)));
+    memory.tables.push_back(rowTable(
+        "Host memory per device", aName, bName,
+        memoryRows(ra.analysis.memory.host, rb.analysis.memory.host, activationsKnown, false)));
   sections.push_back(std::move(memory));
 
   Section communication;
   communication.heading = "Communication";
   communication.tables.push_back(commTable("Per axis", aName, bName, axes));
   communication.tables.push_back(commTable("Per link", aName, bName, totalsBy(ra, rb, linkKey)));
-  communication.tables.push_back(commTable("Per collective", aName, bName,
-                                           totalsBy(ra, rb, collectiveKey)));
+  communication.tables.push_back(
+      commTable("Per collective", aName, bName, totalsBy(ra, rb, collectiveKey)));
   communication.tables.back().notes.push_back(
       "sent: bytes each device puts on the wire per step (ring algorithms); time: alpha-beta, "
       "before overlap with compute");
@@ -306,11 +303,10 @@ static void printJsonDiff(const DiffSide &a, const DiffSide &b, raw_ostream &os)
     side("a", a);
     side("b", b);
     out.attributeObject("memory", [&] {
-      rows("device",
-           memoryRows(ra.analysis.memory.device, rb.analysis.memory.device, activationsKnown,
-                      true));
-      rows("host", memoryRows(ra.analysis.memory.host, rb.analysis.memory.host, activationsKnown,
-                              true));
+      rows("device", memoryRows(ra.analysis.memory.device, rb.analysis.memory.device,
+                                activationsKnown, true));
+      rows("host",
+           memoryRows(ra.analysis.memory.host, rb.analysis.memory.host, activationsKnown, true));
     });
     out.attributeObject("communication", [&] {
       comm("per_axis", perAxis(ra, rb));
@@ -324,8 +320,8 @@ static void printJsonDiff(const DiffSide &a, const DiffSide &b, raw_ostream &os)
 }
 
 void printDiff(const DiffSide &a, const DiffSide &b, Format format, raw_ostream &os) {
-  std::string title = fmt::format("placec diff: {} -> {}", a.report->run->name,
-                                  b.report->run->name);
+  std::string title =
+      fmt::format("placec diff: {} -> {}", a.report->run->name, b.report->run->name);
   switch (format) {
   case Format::Text:
     renderSectionsText(title, buildDiffSections(a, b), os);

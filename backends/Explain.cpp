@@ -7,10 +7,9 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
+#include <fmt/format.h>
 #include <map>
 #include <tuple>
 
@@ -29,6 +28,11 @@ std::string num(double value) {
   if (std::fabs(value) < 1e15 && value == std::round(value))
     return formatInteger(value);
   return fmt::format("{:.4g}", value);
+}
+
+/// `1 micro-batch`, `16 micro-batches`.
+std::string microbatches(double count) {
+  return num(count) + (count == 1 ? " micro-batch" : " micro-batches");
 }
 
 /// Formats a value in its unit for the right-hand side of a formula.
@@ -52,8 +56,7 @@ class Explainer {
 public:
   explicit Explainer(const RunReport &report)
       : report(report), plan(*report.plan), run(*report.run), strategy(*run.strategy),
-        mesh(strategy.mesh), model(*run.model), cluster(*run.cluster),
-        analysis(report.analysis) {}
+        mesh(strategy.mesh), model(*run.model), cluster(*run.cluster), analysis(report.analysis) {}
 
   RunExplanation explain();
 
@@ -137,20 +140,20 @@ double Explainer::inFlight(int stage, std::string &why) const {
   }
   switch (plan.schedule) {
   case ir::Schedule::GPipe:
-    why = fmt::format("{} micro-batches in flight (gpipe keeps all m)", num(m));
+    why = fmt::format("{} in flight (gpipe keeps all m)", microbatches(m));
     return m;
   case ir::Schedule::OneFOneB: {
     double value = std::min(p - stage, m);
-    why = fmt::format("{} micro-batches in flight (1f1b: min(p - stage, m) = min({} - {}, {}))",
-                      num(value), num(p), stage, num(m));
+    why = fmt::format("{} in flight (1f1b: min(p - stage, m) = min({} - {}, {}))",
+                      microbatches(value), num(p), stage, num(m));
     return value;
   }
   case ir::Schedule::Interleaved: {
     double v = static_cast<double>(plan.chunks);
     double value = std::min(p - stage, m) * (1 + (p - 1) / (p * v));
-    why = fmt::format("{} micro-batches in flight (interleaved: min(p - stage, m) × (1 + (p - 1)/(p·v)) "
+    why = fmt::format("{} in flight (interleaved: min(p - stage, m) × (1 + (p - 1)/(p·v)) "
                       "= min({} - {}, {}) × (1 + {}/({}·{})))",
-                      num(value), num(p), stage, num(m), num(p - 1), num(p), num(v));
+                      microbatches(value), num(p), stage, num(m), num(p - 1), num(p), num(v));
     return value;
   }
   }
@@ -226,8 +229,8 @@ std::string Explainer::activationFormula(double &perLayer) const {
     perLayer = elementBytes * b * (full ? 1 : 2) * width;
     return full ? fmt::format("{}·{}·{} B per layer [b·width input]", num(b), num(width),
                               elementBytes)
-                : fmt::format("{}·2·{}·{} B per layer [b·(input + pre-activation)·width]",
-                              num(b), num(width), elementBytes);
+                : fmt::format("{}·2·{}·{} B per layer [b·(input + pre-activation)·width]", num(b),
+                              num(width), elementBytes);
   }
   perLayer = 0;
   return "";
@@ -283,9 +286,9 @@ void Explainer::explainMemory(RunExplanation &result) {
   int64_t tensorDegree = mesh.getDegree(ir::AxisKind::Tensor);
   std::string elementsText = num(elements);
   if (plan.stages.size() > 1 && !stage.units.empty())
-    elementsText += fmt::format(" (stage {}: {}..{})", stage.stage,
-                                plan.units[stage.units.front()].name,
-                                plan.units[stage.units.back()].name);
+    elementsText +=
+        fmt::format(" (stage {}: {}..{})", stage.stage, plan.units[stage.units.front()].name,
+                    plan.units[stage.units.back()].name);
   if (tensorDegree > 1)
     elementsText += fmt::format(" (per device after the tensor split over {})", tensorDegree);
 
@@ -299,9 +302,9 @@ void Explainer::explainMemory(RunExplanation &result) {
 
   Shard paramShard = shardOf(ir::State::Params);
   double paramBytes = elements * bytes.params / static_cast<double>(paramShard.degree);
-  add(paramsOnHost, make("params", fmt::format("{} × {} B{}", elementsText, bytes.params,
-                                               paramShard.text),
-                         paramBytes, "B", reportedOf(paramsOnHost).params));
+  add(paramsOnHost,
+      make("params", fmt::format("{} × {} B{}", elementsText, bytes.params, paramShard.text),
+           paramBytes, "B", reportedOf(paramsOnHost).params));
 
   Shard gradShard = shardOf(ir::State::Grads);
   double gradBytes = elements * bytes.grads / static_cast<double>(gradShard.degree);
@@ -346,8 +349,7 @@ void Explainer::explainMemory(RunExplanation &result) {
     double flight = inFlight(stage.stage, why);
     activationBytes = static_cast<double>(layersOnStage) * perLayer * flight;
     add(activationsOnHost,
-        make("activations",
-             fmt::format("{} layers × {} × {}", layersOnStage, perLayerText, why),
+        make("activations", fmt::format("{} layers × {} × {}", layersOnStage, perLayerText, why),
              activationBytes, "B", reportedOf(activationsOnHost).activations));
   }
 
@@ -358,9 +360,8 @@ void Explainer::explainMemory(RunExplanation &result) {
     return op.kind == OpKind::AllGather && op.state == ir::State::Params;
   });
   if (gathers) {
-    bool keep = llvm::any_of(params.axes, [](const ir::AxisPlacement &axis) {
-      return axis.keepAfterForward;
-    });
+    bool keep = llvm::any_of(params.axes,
+                             [](const ir::AxisPlacement &axis) { return axis.keepAfterForward; });
     if (keep) {
       transient += elements * bytes.params;
       parts.push_back(fmt::format("{} × {} B (every gathered unit, kept from its forward to its "
@@ -369,13 +370,14 @@ void Explainer::explainMemory(RunExplanation &result) {
     } else {
       double units = std::min<double>(2, static_cast<double>(stage.units.size()));
       transient += units * largest * bytes.params;
-      parts.push_back(fmt::format("{} × {} ({}, the largest unit) × {} B (gathered params: the unit "
-                                  "in use{})",
-                                  num(units), num(largest), largestName, bytes.params,
-                                  units > 1 ? " and the next, prefetched" : ""));
+      parts.push_back(
+          fmt::format("{} × {} ({}, the largest unit) × {} B (gathered params: the unit "
+                      "in use{})",
+                      num(units), num(largest), largestName, bytes.params,
+                      units > 1 ? " and the next, prefetched" : ""));
       // Tied embeddings stay gathered from the embedding's forward through the head's.
-      if (model.kind == ir::ModelKind::Transformer && model.transformer.tiedEmbeddings &&
-          hasHead && embedParams > 0) {
+      if (model.kind == ir::ModelKind::Transformer && model.transformer.tiedEmbeddings && hasHead &&
+          embedParams > 0) {
         transient += embedParams * bytes.params;
         parts.push_back(fmt::format("{} × {} B (the tied embedding, gathered from its forward "
                                     "through the head's)",
@@ -394,11 +396,12 @@ void Explainer::explainMemory(RunExplanation &result) {
     parts.push_back(fmt::format("{} × {} B / {} (a unit's params brought from the host)",
                                 num(largest), bytes.params, paramShard.degree));
   }
-  result.deviceMemory.push_back(
-      make("transient", parts.empty() ? "none (nothing is gathered, reduced per unit or brought "
-                                        "from the host)"
-                                      : llvm::join(parts, " + "),
-           transient, "B", reported.device.transient));
+  result.deviceMemory.push_back(make("transient",
+                                     parts.empty()
+                                         ? "none (nothing is gathered, reduced per unit or brought "
+                                           "from the host)"
+                                         : llvm::join(parts, " + "),
+                                     transient, "B", reported.device.transient));
 
   double deviceActivations = activationsOnHost ? 0 : activationBytes;
   double peak = deviceStates + deviceActivations + transient;
@@ -418,17 +421,19 @@ void Explainer::explainMemory(RunExplanation &result) {
     double hostActivations = activationsOnHost ? activationBytes : 0;
     double hostPeak = hostStates + hostActivations;
     result.hostMemory.push_back(
-        make("peak", fmt::format("params + grads + optimizer + activations on the host = {} + {} + "
-                                 "{} + {}",
-                                 formatBytes(host[0]), formatBytes(host[1]), formatBytes(host[2]),
-                                 formatBytes(hostActivations)),
+        make("peak",
+             fmt::format("params + grads + optimizer + activations on the host = {} + {} + "
+                         "{} + {}",
+                         formatBytes(host[0]), formatBytes(host[1]), formatBytes(host[2]),
+                         formatBytes(hostActivations)),
              hostPeak, "B", reported.host.peak));
     std::string capacity =
         cluster.hostMemory ? fmt::format(" (host_memory {})", formatCapacity(*cluster.hostMemory))
                            : std::string(" (host_memory not given: not checked)");
     result.hostMemory.push_back(
-        make("per node", fmt::format("peak × devices_per_node = {} × {}{}", formatBytes(hostPeak),
-                                     cluster.devicesPerNode, capacity),
+        make("per node",
+             fmt::format("peak × devices_per_node = {} × {}{}", formatBytes(hostPeak),
+                         cluster.devicesPerNode, capacity),
              hostPeak * static_cast<double>(cluster.devicesPerNode), "B"));
   }
 }
@@ -499,8 +504,7 @@ void Explainer::explainCommunication(RunExplanation &result) {
   double m = static_cast<double>(plan.microbatches);
   for (const analysis::CommEntry &entry : analysis.communication) {
     std::vector<Explanation> lines;
-    double perMicrobatchCalls = 0, perStepCalls = 0, perMicrobatchElements = 0,
-           perStepElements = 0;
+    double perMicrobatchCalls = 0, perStepCalls = 0, perMicrobatchElements = 0, perStepElements = 0;
     unsigned elementSize = 2;
     std::string dtype;
     for (const plan::StagePlan &stage : plan.stages) {
@@ -529,8 +533,8 @@ void Explainer::explainCommunication(RunExplanation &result) {
     double count = perMicrobatchCalls * m + perStepCalls;
     std::vector<std::string> countParts;
     if (perMicrobatchCalls > 0)
-      countParts.push_back(fmt::format("{} per micro-batch × {} micro-batches",
-                                       num(perMicrobatchCalls), num(m)));
+      countParts.push_back(
+          fmt::format("{} per micro-batch × {}", num(perMicrobatchCalls), microbatches(m)));
     if (perStepCalls > 0)
       countParts.push_back(fmt::format("{} once per step", num(perStepCalls)));
     lines.push_back(make("count", llvm::join(countParts, " + "), count, "calls",
@@ -540,15 +544,15 @@ void Explainer::explainCommunication(RunExplanation &result) {
     double total = (perMicrobatchElements * m + perStepElements) * elementSize;
     std::vector<std::string> totalParts;
     if (perMicrobatchCalls > 0)
-      totalParts.push_back(fmt::format("{} elements × {} B ({}) × {} micro-batches",
-                                       num(perMicrobatchElements), elementSize, dtype, num(m)));
+      totalParts.push_back(fmt::format("{} elements × {} B ({}) × {}", num(perMicrobatchElements),
+                                       elementSize, dtype, microbatches(m)));
     if (perStepCalls > 0)
       totalParts.push_back(
           fmt::format("{} elements × {} B ({})", num(perStepElements), elementSize, dtype));
     lines.push_back(make("total", llvm::join(totalParts, " + "), total, "B", entry.totalBytes));
     double message = count > 0 ? total / count : 0;
-    lines.push_back(make("message", fmt::format("total / count = {} / {}", formatBytes(total),
-                                                num(count)),
+    lines.push_back(make("message",
+                         fmt::format("total / count = {} / {}", formatBytes(total), num(count)),
                          message, "B", entry.messageBytes));
 
     double factor = sentFactor(entry.collective, n);
@@ -561,9 +565,9 @@ void Explainer::explainCommunication(RunExplanation &result) {
       break;
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
-      sentFormula = fmt::format("({} - 1)/{} × total (ring {}) = {}/{} × {}", num(n), num(n),
-                                collectiveName(entry.collective), num(n - 1), num(n),
-                                formatBytes(total));
+      sentFormula =
+          fmt::format("({} - 1)/{} × total (ring {}) = {}/{} × {}", num(n), num(n),
+                      collectiveName(entry.collective), num(n - 1), num(n), formatBytes(total));
       break;
     default:
       sentFormula = "total (point to point)";
@@ -584,8 +588,8 @@ void Explainer::explainCommunication(RunExplanation &result) {
     else if (cluster.latency > 0)
       timeFormula = fmt::format("count × {} × latency + sent / {} = {} × {} × {} + {} / {}",
                                 entry.collective == OpKind::AllReduce ? "2(n - 1)"
-                                : isCollective(entry.collective)     ? "(n - 1)"
-                                                                     : "1",
+                                : isCollective(entry.collective)      ? "(n - 1)"
+                                                                      : "1",
                                 linkName, num(count), num(steps), formatSeconds(cluster.latency),
                                 formatBytes(sent), formatBandwidth(bandwidth));
     else
@@ -593,9 +597,9 @@ void Explainer::explainCommunication(RunExplanation &result) {
                                 formatBandwidth(bandwidth));
     lines.push_back(make("time", timeFormula, seconds, "s", entry.timeSeconds));
 
-    std::string figure = fmt::format("{} {}{} ({})", collectiveName(entry.collective),
-                                     ir::toString(entry.state).str(), what,
-                                     plan::toString(entry.phase).str());
+    std::string figure =
+        fmt::format("{} {}{} ({})", collectiveName(entry.collective),
+                    ir::toString(entry.state).str(), what, plan::toString(entry.phase).str());
     if (plan.stages.size() > 1)
       figure += fmt::format(", stage {}", entry.stage);
     result.communication.push_back({std::move(figure), std::move(lines)});
@@ -653,8 +657,8 @@ void Explainer::explainTime(RunExplanation &result) {
     st.computePerMicrobatch = forwardCompute + backwardCompute;
     st.exposedPerMicrobatch = critical + std::max(0.0, forwardOverlap - forwardCompute) +
                               std::max(0.0, backwardOverlap - backwardCompute);
-    st.exposed = m * st.exposedPerMicrobatch + std::max(0.0, stepOverlap - backwardCompute) +
-                 stepExposed;
+    st.exposed =
+        m * st.exposedPerMicrobatch + std::max(0.0, stepOverlap - backwardCompute) + stepExposed;
     st.total = m * st.computePerMicrobatch + st.exposed;
     stages.push_back(st);
   }
@@ -676,34 +680,35 @@ void Explainer::explainTime(RunExplanation &result) {
                                       slowest->backwardFlops);
   if (slowest->recomputeFlops > 0)
     flopsText += fmt::format(" + {:.4g} recompute", slowest->recomputeFlops);
-  result.time.push_back(make("compute",
-                             fmt::format("{} micro-batches × ({}) FLOPs / (peak × efficiency = "
-                                         "{} × {}){}",
-                                         num(m), flopsText, formatFlopRate(cluster.peakFlops),
-                                         num(cluster.efficiency), stageText),
-                             compute, "s", time.computeSeconds));
-  result.time.push_back(make(
-      "exposed comm",
-      fmt::format("{} micro-batches × {} per micro-batch (tensor-parallel, pipeline and host "
-                  "traffic in full; gathers and gradient reductions beyond the compute they "
-                  "overlap) + what the step's reductions and updates add{}",
-                  num(m), formatSeconds(slowest->exposedPerMicrobatch), stageText),
-      slowest->exposed, "s", time.exposedCommSeconds));
+  result.time.push_back(
+      make("compute",
+           fmt::format("{} × ({}) FLOPs / (peak × efficiency = "
+                       "{} × {}){}",
+                       microbatches(m), flopsText, formatFlopRate(cluster.peakFlops),
+                       num(cluster.efficiency), stageText),
+           compute, "s", time.computeSeconds));
+  result.time.push_back(
+      make("exposed comm",
+           fmt::format("{} × {} per micro-batch (tensor-parallel, pipeline and host "
+                       "traffic in full; gathers and gradient reductions beyond the compute they "
+                       "overlap) + what the step's reductions and updates add{}",
+                       microbatches(m), formatSeconds(slowest->exposedPerMicrobatch), stageText),
+           slowest->exposed, "s", time.exposedCommSeconds));
   double p = static_cast<double>(plan.stages.size());
   double v = static_cast<double>(plan.chunks);
   double bubble = (p - 1) * slowestMicrobatch / v;
-  result.time.push_back(make(
-      "bubble",
-      p > 1 ? fmt::format("(p - 1)/v × slowest micro-batch = ({} - 1)/{} × {}", num(p), num(v),
-                          formatSeconds(slowestMicrobatch))
-            : std::string("no pipeline"),
-      bubble, "s", time.bubbleSeconds));
+  result.time.push_back(make("bubble",
+                             p > 1
+                                 ? fmt::format("(p - 1)/v × slowest micro-batch = ({} - 1)/{} × {}",
+                                               num(p), num(v), formatSeconds(slowestMicrobatch))
+                                 : std::string("no pipeline"),
+                             bubble, "s", time.bubbleSeconds));
   double step = slowest->total + bubble;
-  result.time.push_back(make("step",
-                             fmt::format("compute + exposed comm + bubble = {} + {} + {}",
-                                         formatSeconds(compute), formatSeconds(slowest->exposed),
-                                         formatSeconds(bubble)),
-                             step, "s", time.stepSeconds));
+  result.time.push_back(
+      make("step",
+           fmt::format("compute + exposed comm + bubble = {} + {} + {}", formatSeconds(compute),
+                       formatSeconds(slowest->exposed), formatSeconds(bubble)),
+           step, "s", time.stepSeconds));
   if (!time.known)
     return;
   double batch = static_cast<double>(run.globalBatch);
@@ -730,16 +735,16 @@ void Explainer::explainTime(RunExplanation &result) {
                                            flopsFormula, formatSeconds(step), num(devices),
                                            formatFlopRate(cluster.peakFlops)),
                                flops / (step * devices * cluster.peakFlops), "%", time.mfu));
-    double tokens =
-        model.kind == ir::ModelKind::Transformer ? batch * static_cast<double>(model.transformer.seq)
-                                                 : batch;
-    result.time.push_back(make("tokens/s",
-                               model.kind == ir::ModelKind::Transformer
-                                   ? fmt::format("B·s / step = {}·{} / {}", num(batch),
-                                                 model.transformer.seq, formatSeconds(step))
-                                   : fmt::format("B / step = {} / {}", num(batch),
-                                                 formatSeconds(step)),
-                               tokens / step, "tokens/s", time.tokensPerSecond));
+    double tokens = model.kind == ir::ModelKind::Transformer
+                        ? batch * static_cast<double>(model.transformer.seq)
+                        : batch;
+    result.time.push_back(
+        make("tokens/s",
+             model.kind == ir::ModelKind::Transformer
+                 ? fmt::format("B·s / step = {}·{} / {}", num(batch), model.transformer.seq,
+                               formatSeconds(step))
+                 : fmt::format("B / step = {} / {}", num(batch), formatSeconds(step)),
+             tokens / step, "tokens/s", time.tokensPerSecond));
   }
 }
 

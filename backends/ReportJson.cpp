@@ -15,8 +15,7 @@ namespace {
 
 /// Whole numbers (byte counts) as JSON integers, anything else as a double.
 json::Value number(double value) {
-  if (std::isfinite(value) && std::fabs(value) < 9.007199254740992e15 &&
-      value == std::round(value))
+  if (std::isfinite(value) && std::fabs(value) < 9.007199254740992e15 && value == std::round(value))
     return static_cast<int64_t>(value);
   if (!std::isfinite(value))
     return nullptr;
@@ -27,7 +26,9 @@ json::Value optionalNumber(const std::optional<double> &value) {
   return value ? number(*value) : json::Value(nullptr);
 }
 
-json::Value orNull(StringRef text) { return text.empty() ? json::Value(nullptr) : json::Value(text); }
+json::Value orNull(StringRef text) {
+  return text.empty() ? json::Value(nullptr) : json::Value(text);
+}
 
 StringRef modeName(ir::PlacementMode mode) {
   switch (mode) {
@@ -70,7 +71,8 @@ private:
   void writeModel(const ir::Model &model);
   void writeCluster(const ir::Cluster &cluster);
   void writeStrategy(const RunReport &report);
-  void writeBreakdown(StringRef key, const analysis::MemoryBreakdown &memory, bool activationsKnown);
+  void writeBreakdown(StringRef key, const analysis::MemoryBreakdown &memory,
+                      bool activationsKnown);
   void writeMemory(const RunReport &report);
   void writeCommunication(const RunReport &report);
   void writeTime(const RunReport &report);
@@ -210,9 +212,8 @@ void JsonWriter::writeMemory(const RunReport &report) {
   out.attribute("host_per_node_peak", number(memory.host.peak * devicesPerNode));
   out.attribute("device_capacity", number(memory.deviceCapacity));
   out.attribute("host_capacity_per_node", optionalNumber(memory.hostCapacity));
-  out.attribute("device_use", number(memory.deviceCapacity > 0
-                                         ? memory.device.peak / memory.deviceCapacity
-                                         : 0));
+  out.attribute("device_use",
+                number(memory.deviceCapacity > 0 ? memory.device.peak / memory.deviceCapacity : 0));
   out.attribute("fits_device", memory.fitsDevice);
   out.attribute("fits_host", memory.fitsHost);
   out.attribute("activations_known", memory.activationsKnown);
@@ -268,8 +269,8 @@ void JsonWriter::writeExplanation(const Explanation &explanation) {
   out.object([&] {
     out.attribute("figure", explanation.figure);
     out.attribute("formula", explanation.formula);
-    out.attribute("value", explanation.unit.empty() ? json::Value(nullptr)
-                                                    : number(explanation.value));
+    out.attribute("value",
+                  explanation.unit.empty() ? json::Value(nullptr) : number(explanation.value));
     out.attribute("unit", orNull(explanation.unit));
     out.attribute("text", formatExplanation(explanation));
     if (explanation.analysisValue)

@@ -11,8 +11,7 @@ namespace placec::report {
 /// A code span that survives any backticks in the text.
 static std::string codeSpan(StringRef text) {
   std::string fence = text.contains('`') ? "``" : "`";
-  return fence + (fence.size() > 1 ? " " : "") + text.str() + (fence.size() > 1 ? " " : "") +
-         fence;
+  return fence + (fence.size() > 1 ? " " : "") + text.str() + (fence.size() > 1 ? " " : "") + fence;
 }
 
 static void renderBlock(const Block &block, unsigned depth, raw_ostream &os) {

@@ -5,10 +5,9 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
+#include <fmt/format.h>
 
 using namespace llvm;
 
@@ -290,8 +289,8 @@ std::string describePlacement(const ir::Strategy &strategy, ir::State state) {
       modes.push_back("shard(" + name + ")");
       break;
     case ir::PlacementMode::ShardedWithGather:
-      modes.push_back("gather(" + name + (axis.keepAfterForward ? ", keep_after_forward = true" : "") +
-                      ")");
+      modes.push_back("gather(" + name +
+                      (axis.keepAfterForward ? ", keep_after_forward = true" : "") + ")");
       break;
     case ir::PlacementMode::TensorSplit:
       if (state != ir::State::Activations)
@@ -338,8 +337,8 @@ std::string describePipeline(const ir::Strategy &strategy, int64_t microbatches)
   if (!strategy.pipeline)
     return "none";
   const ir::Pipeline &pipeline = *strategy.pipeline;
-  std::string text = fmt::format("{}(microbatches = {}", ir::toString(pipeline.schedule).str(),
-                                 microbatches);
+  std::string text =
+      fmt::format("{}(microbatches = {}", ir::toString(pipeline.schedule).str(), microbatches);
   if (pipeline.schedule == ir::Schedule::Interleaved)
     text += fmt::format(", chunks = {}", pipeline.chunks);
   return text + ")";

@@ -6,10 +6,9 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
+#include <fmt/format.h>
 #include <functional>
 #include <map>
 
@@ -98,8 +97,8 @@ std::string meshKinds(const RunReport &report) {
 
 Table summaryTable(ArrayRef<RunReport> runs) {
   Table table;
-  table.header = {"run",  "devices", "strategy", "mesh", "model states", "peak", "use", "fits",
-                  "step", "MFU"};
+  table.header = {"run",  "devices", "strategy", "mesh", "model states",
+                  "peak", "use",     "fits",     "step", "MFU"};
   table.leftColumns = {2, 3};
   for (const RunReport &report : runs) {
     const analysis::MemoryReport &memory = report.analysis.memory;
@@ -153,15 +152,13 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
          return describePlacement(*r.run->strategy, ir::State::Activations);
        }},
       {"  pipeline",
-       [](const RunReport &r) {
-         return describePipeline(*r.run->strategy, r.plan->microbatches);
-       }},
+       [](const RunReport &r) { return describePipeline(*r.run->strategy, r.plan->microbatches); }},
       {"batch (micro × dp × steps)", [](const RunReport &r) { return describeBatch(*r.run); }},
       {"precision", [](const RunReport &r) { return describePrecision(r.run->precision); }},
       {"optimizer", [](const RunReport &r) { return describeOptimizer(r.run->optimizer); }},
   };
   std::vector<Table> tables = sideBySide("Configuration", runs, rows, /*untitled=*/true,
-                                        /*leftAligned=*/true);
+                                         /*leftAligned=*/true);
   for (Table &table : tables)
     table.notes.push_back("bandwidths per device; peak × efficiency (the fraction of peak that "
                           "compute reaches)");
@@ -229,8 +226,8 @@ std::vector<Table> hostMemoryTables(ArrayRef<RunReport> runs) {
          const std::optional<double> &capacity = r.analysis.memory.hostCapacity;
          if (!capacity || *capacity <= 0)
            return std::string("-");
-         return formatPercent(host(r).peak *
-                              static_cast<double>(r.run->cluster->devicesPerNode) / *capacity);
+         return formatPercent(host(r).peak * static_cast<double>(r.run->cluster->devicesPerNode) /
+                              *capacity);
        }},
       {"fits",
        [&](const RunReport &r) {
@@ -309,15 +306,12 @@ Table communicationTable(const RunReport &report) {
       hidden = true;
       continue;
     }
-    std::vector<std::string> cells = {entry.axis.empty() ? "-" : entry.axis,
-                                      collectiveName(entry.collective),
-                                      ir::toString(entry.state).str(),
-                                      plan::toString(entry.phase).str(),
-                                      std::to_string(entry.count),
-                                      formatBytes(entry.messageBytes),
-                                      formatBytes(entry.sentBytes),
-                                      analysis::toString(entry.link).str(),
-                                      formatSeconds(entry.timeSeconds)};
+    std::vector<std::string> cells = {
+        entry.axis.empty() ? "-" : entry.axis, collectiveName(entry.collective),
+        ir::toString(entry.state).str(),       plan::toString(entry.phase).str(),
+        std::to_string(entry.count),           formatBytes(entry.messageBytes),
+        formatBytes(entry.sentBytes),          analysis::toString(entry.link).str(),
+        formatSeconds(entry.timeSeconds)};
     auto same = llvm::find_if(rows, [&](const Row &row) { return row.cells == cells; });
     if (staged && same != rows.end())
       same->stages.push_back(entry.stage);

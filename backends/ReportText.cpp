@@ -21,8 +21,9 @@ static void renderBlock(const Block &block, IndentedStream &out) {
 void renderSectionsText(StringRef title, ArrayRef<Section> sections, raw_ostream &os) {
   os << title << "\n";
   for (const Section &section : sections) {
-    os << "\n" << section.heading << "\n" << std::string(displayWidth(section.heading), '=')
-       << "\n";
+    os << "\n"
+       << section.heading << "\n"
+       << std::string(displayWidth(section.heading), '=') << "\n";
     for (const std::string &line : section.intro)
       os << line << "\n";
     for (const Table &table : section.tables) {

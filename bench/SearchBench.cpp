@@ -57,9 +57,9 @@ void BM_Search(benchmark::State &state, int nodes, bool prune) {
     benchmark::DoNotOptimize(result.top.data());
   }
   state.counters["space"] = static_cast<double>(candidates);
-  state.counters["candidates/s"] = benchmark::Counter(
-      static_cast<double>(candidates) * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["candidates/s"] =
+      benchmark::Counter(static_cast<double>(candidates) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 } // namespace

@@ -406,16 +406,15 @@ void Lowering::lowerStage(StagePlan &stage) {
     int64_t elements = tpElements;
     if (model.kind == ir::ModelKind::Mlp) {
       const ir::MlpConfig &mlp = model.mlp;
-      elements = run.microBatch *
-                 (forwardPass ? (unit.layer + 1 == layers ? mlp.output : mlp.width)
-                              : (unit.layer == 0 ? mlp.input : mlp.width));
+      elements = run.microBatch * (forwardPass ? (unit.layer + 1 == layers ? mlp.output : mlp.width)
+                                               : (unit.layer == 0 ? mlp.input : mlp.width));
     }
     for (OpKind kind : kinds) {
       StringRef what = kind == OpKind::AllGather       ? "sequence-parallel gather of the input"
                        : kind == OpKind::ReduceScatter ? "sequence-parallel reduce of the output"
                                                        : "tensor-parallel partial sums";
-      ops.push_back(collective(kind, phase, ir::State::Activations, unitIndex, tensorAxes,
-                               elements, aType, true, (what + Twine(" (") + why + ")").str()));
+      ops.push_back(collective(kind, phase, ir::State::Activations, unitIndex, tensorAxes, elements,
+                               aType, true, (what + Twine(" (") + why + ")").str()));
     }
   };
 

@@ -114,10 +114,10 @@ unsigned gradMask(GradChoice choice) {
 }
 
 unsigned optimizerMask(OptimizerChoice choice) {
-  return choice == OptimizerChoice::ShardInner                                            ? kInner
-         : choice == OptimizerChoice::ShardAll || choice == OptimizerChoice::HostShardAll ? kOuter |
-                                                                                               kInner
-                                                                                          : 0;
+  return choice == OptimizerChoice::ShardInner ? kInner
+         : choice == OptimizerChoice::ShardAll || choice == OptimizerChoice::HostShardAll
+             ? kOuter | kInner
+             : 0;
 }
 
 bool keepsAfterForward(ParamChoice choice) {
@@ -487,10 +487,8 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
     int64_t elements = c.microBatch * model.transformer.seq * model.transformer.hidden;
     if (c.sequenceParallel)
       elements /= c.tp;
-    sendIntra =
-        transfer(static_cast<double>(elements) * activationBytes, cluster.intraBandwidth);
-    sendInter =
-        transfer(static_cast<double>(elements) * activationBytes, cluster.interBandwidth);
+    sendIntra = transfer(static_cast<double>(elements) * activationBytes, cluster.intraBandwidth);
+    sendInter = transfer(static_cast<double>(elements) * activationBytes, cluster.interBandwidth);
   }
   double gatherN = static_cast<double>(paramShard), gatherBeta = bandwidth(g, paramAxes);
   double gradN = static_cast<double>(gradShard), gradBeta = bandwidth(g, gradAxes);
@@ -510,10 +508,10 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
   for (const StageShape &shape : stageShapes) {
     double forwardCompute = 0, backwardCompute = 0, forwardOverlap = 0, backwardOverlap = 0,
            critical = 0, stepOverlap = 0, stepExposed = 0;
-    critical += static_cast<double>(shape.sendsForward) *
-                (shape.interForward ? sendInter : sendIntra);
-    critical += static_cast<double>(shape.sendsBackward) *
-                (shape.interBackward ? sendInter : sendIntra);
+    critical +=
+        static_cast<double>(shape.sendsForward) * (shape.interForward ? sendInter : sendIntra);
+    critical +=
+        static_cast<double>(shape.sendsBackward) * (shape.interBackward ? sendInter : sendIntra);
     for (const UnitGroup &group : shape.groups) {
       double count = static_cast<double>(group.count);
       double forward = b * group.forwardFlopsPerSample;
@@ -532,9 +530,9 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
                     transfer(static_cast<double>(ceilDiv(group.params, paramShard)) * bytes.params,
                              hostBeta);
       if (gradsOnHost)
-        critical += count *
-                    transfer(static_cast<double>(ceilDiv(group.params, gradShard)) * bytes.grads,
-                             hostBeta);
+        critical +=
+            count *
+            transfer(static_cast<double>(ceilDiv(group.params, gradShard)) * bytes.grads, hostBeta);
       if (paramAxes) {
         double gather = collective(gatherN, unitParams * bytes.params, gatherBeta, 1);
         forwardOverlap += count * gather;
@@ -545,29 +543,25 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
         backwardOverlap += count * collective(gradN, unitParams * bytes.grads, gradBeta, 1);
       int64_t gradElements = ceilDiv(group.params, gradShard);
       if (scatterAxes) {
-        stepOverlap += count * collective(static_cast<double>(scatterDegree),
-                                          static_cast<double>(gradElements) * bytes.grads,
-                                          scatterBeta, 1);
+        stepOverlap +=
+            count * collective(static_cast<double>(scatterDegree),
+                               static_cast<double>(gradElements) * bytes.grads, scatterBeta, 1);
         gradElements = ceilDiv(gradElements, scatterDegree);
       }
       if (reduceAxes)
-        stepOverlap += count * collective(reduceN,
-                                          static_cast<double>(gradElements) * bytes.grads,
+        stepOverlap += count * collective(reduceN, static_cast<double>(gradElements) * bytes.grads,
                                           reduceBeta, 2);
       if (onHostOptimizer && !gradAxes)
-        stepExposed +=
-            count * transfer(static_cast<double>(gradElements) * bytes.grads, hostBeta);
+        stepExposed += count * transfer(static_cast<double>(gradElements) * bytes.grads, hostBeta);
       if (hostStepTransfer)
-        stepExposed += count * transfer(static_cast<double>(ceilDiv(group.params,
-                                                                    optimizerShard)) *
+        stepExposed += count * transfer(static_cast<double>(ceilDiv(group.params, optimizerShard)) *
                                             bytes.params,
                                         hostBeta);
       if (syncAxes)
         stepExposed +=
-            count * collective(syncN,
-                               static_cast<double>(ceilDiv(group.params, paramShard)) *
-                                   bytes.params,
-                               syncBeta, 1);
+            count *
+            collective(syncN, static_cast<double>(ceilDiv(group.params, paramShard)) * bytes.params,
+                       syncBeta, 1);
     }
     double exposedPerMicrobatch = critical + std::max(0.0, forwardOverlap - forwardCompute) +
                                   std::max(0.0, backwardOverlap - backwardCompute);
@@ -941,8 +935,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
             ++result.spaceSize;
             if (options.progress && ++done >= nextReport) {
               nextReport = done + (1 << 16);
-              options.progress(total ? static_cast<double>(done) / static_cast<double>(total)
-                                     : 0);
+              options.progress(total ? static_cast<double>(done) / static_cast<double>(total) : 0);
             }
           }
           if (verdict.rejectedBy == "capacity" || verdict.rejectedBy.empty()) {
@@ -1001,8 +994,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   }
   if (options.progress)
     options.progress(1);
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 
@@ -1161,13 +1153,15 @@ std::string formatModel(const ir::Model &model) {
 }
 
 std::string formatCluster(const ir::Cluster &cluster) {
-  static const std::pair<double, const char *> memoryUnits[] = {
-      {1099511627776.0, "TiB"}, {1073741824.0, "GiB"}, {1e12, "TB"},
-      {1e9, "GB"},              {1048576.0, "MiB"},    {1, "B"}};
+  static const std::pair<double, const char *> memoryUnits[] = {{1099511627776.0, "TiB"},
+                                                                {1073741824.0, "GiB"},
+                                                                {1e12, "TB"},
+                                                                {1e9, "GB"},
+                                                                {1048576.0, "MiB"},
+                                                                {1, "B"}};
   static const std::pair<double, const char *> bandwidthUnits[] = {
       {1e12, "TB/s"}, {1e9, "GB/s"}, {1e6, "MB/s"}, {1, "B/s"}};
-  static const std::pair<double, const char *> rateUnits[] = {{1e15, "PFLOPS"},
-                                                              {1e12, "TFLOPS"}};
+  static const std::pair<double, const char *> rateUnits[] = {{1e15, "PFLOPS"}, {1e12, "TFLOPS"}};
   std::string text;
   raw_string_ostream os(text);
   os << "cluster " << cluster.name << " {\n"
@@ -1181,8 +1175,7 @@ std::string formatCluster(const ir::Cluster &cluster) {
   if (cluster.hostMemory)
     os << "  host_memory = " << formatQuantity(*cluster.hostMemory, memoryUnits) << ";\n";
   if (cluster.nvmeBandwidth)
-    os << "  nvme_bandwidth = " << formatQuantity(*cluster.nvmeBandwidth, bandwidthUnits)
-       << ";\n";
+    os << "  nvme_bandwidth = " << formatQuantity(*cluster.nvmeBandwidth, bandwidthUnits) << ";\n";
   if (cluster.nvmeCapacity)
     os << "  nvme_capacity = " << formatQuantity(*cluster.nvmeCapacity, memoryUnits) << ";\n";
   if (cluster.latency > 0) {
@@ -1212,8 +1205,8 @@ std::string formatRun(const ir::Run &base, const Candidate &c, StringRef name,
   return "run " + name.str() + " {\n  model = " + base.model->name +
          "; cluster = " + clusterName.str() + "; strategy = " + strategyName.str() +
          ";\n  micro_batch = " + std::to_string(c.microBatch) +
-         "; global_batch = " + std::to_string(base.globalBatch) +
-         ";\n  precision = " + precision + "; optimizer = " + optimizer + ";\n}\n";
+         "; global_batch = " + std::to_string(base.globalBatch) + ";\n  precision = " + precision +
+         "; optimizer = " + optimizer + ";\n}\n";
 }
 
 } // namespace placec::search

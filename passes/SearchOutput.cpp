@@ -26,10 +26,16 @@ std::optional<double> parseBytes(StringRef text) {
   double value = 0;
   if (number.empty() || number.getAsDouble(value) || value < 0)
     return std::nullopt;
-  static const std::pair<const char *, double> units[] = {
-      {"", 1},      {"B", 1},   {"KB", 1e3},   {"MB", 1e6},    {"GB", 1e9},
-      {"TB", 1e12}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-      {"TiB", 1099511627776.0}};
+  static const std::pair<const char *, double> units[] = {{"", 1},
+                                                          {"B", 1},
+                                                          {"KB", 1e3},
+                                                          {"MB", 1e6},
+                                                          {"GB", 1e9},
+                                                          {"TB", 1e12},
+                                                          {"KiB", 1024.0},
+                                                          {"MiB", 1048576.0},
+                                                          {"GiB", 1073741824.0},
+                                                          {"TiB", 1099511627776.0}};
   for (auto [name, scale] : units)
     if (unit == name)
       return value * scale;
@@ -95,18 +101,18 @@ private:
 
 void printTable(const SearchResult &result, raw_ostream &out) {
   int64_t devices = result.cluster->getNumDevices();
-  out << format("%-4s %-44s %-18s %-14s %-16s %-22s %4s %5s %-16s %10s %9s %6s %10s\n", text("rank"),
-                text("mesh"), text("params"), text("grads"), text("optimizer"), text("activations"), text("b"), text("m"), text("schedule"),
-                text("step (s)"), text("TFLOP/s"), text("MFU"), text("memory"));
+  out << format("%-4s %-44s %-18s %-14s %-16s %-22s %4s %5s %-16s %10s %9s %6s %10s\n",
+                text("rank"), text("mesh"), text("params"), text("grads"), text("optimizer"),
+                text("activations"), text("b"), text("m"), text("schedule"), text("step (s)"),
+                text("TFLOP/s"), text("MFU"), text("memory"));
   for (size_t i = 0; i < result.top.size(); ++i) {
     const Candidate &c = result.top[i];
     const analysis::RunAnalysis &analysis = result.topAnalyses[i];
     std::string activations =
         ir::toString(c.activations).str() + (c.sequenceParallel ? " + sp" : "");
-    std::string schedule =
-        c.pp > 1 ? ir::toString(c.schedule).str() +
-                       (c.chunks > 1 ? "(" + std::to_string(c.chunks) + ")" : "")
-                 : "-";
+    std::string schedule = c.pp > 1 ? ir::toString(c.schedule).str() +
+                                          (c.chunks > 1 ? "(" + std::to_string(c.chunks) + ")" : "")
+                                    : "-";
     out << format("%-4zu %-44s %-18s %-14s %-16s %-22s %4lld %5lld %-16s %10.3f %9.1f %5.1f%% "
                   "%10s\n",
                   i + 1, c.formatMesh().c_str(), toString(c.params).str().c_str(),
@@ -137,8 +143,7 @@ json::Object candidateJson(const Candidate &c) {
                       {"peak_bytes", c.peakBytes}};
 }
 
-int printMaxParams(const ir::Run &run, const SearchOptions &options, bool json,
-                   raw_ostream &out) {
+int printMaxParams(const ir::Run &run, const SearchOptions &options, bool json, raw_ostream &out) {
   std::vector<MaxParamsRow> rows = findMaxParams(run, options);
   if (json) {
     json::Array array;
@@ -161,10 +166,10 @@ int printMaxParams(const ir::Run &run, const SearchOptions &options, bool json,
   const ir::TransformerConfig &base = run.model->transformer;
   out << "largest model of the shape of '" << run.model->name << "' (layers " << base.layers
       << ", seq " << base.seq << ", vocab " << base.vocab << ", head dim "
-      << base.hidden / base.heads << "; hidden and heads scaled) that fits on "
-      << options.devices << " devices:\n";
-  out << format("%-8s %-4s %10s %8s %6s  %s\n", text("family"), text("tp"), text("params"), text("hidden"), text("heads"),
-                text("best plan"));
+      << base.hidden / base.heads << "; hidden and heads scaled) that fits on " << options.devices
+      << " devices:\n";
+  out << format("%-8s %-4s %10s %8s %6s  %s\n", text("family"), text("tp"), text("params"),
+                text("hidden"), text("heads"), text("best plan"));
   for (const MaxParamsRow &row : rows) {
     std::string params = "-", hidden = "-", heads = "-", plan = "nothing fits";
     if (row.config) {
@@ -174,8 +179,8 @@ int printMaxParams(const ir::Run &run, const SearchOptions &options, bool json,
       plan = row.best ? row.best->describe() : "";
     }
     out << format("%-8s %-4s %10s %8s %6s  %s\n", toString(row.family).str().c_str(),
-                  row.tensorParallel ? "yes" : "no", params.c_str(), hidden.c_str(),
-                  heads.c_str(), plan.c_str());
+                  row.tensorParallel ? "yes" : "no", params.c_str(), hidden.c_str(), heads.c_str(),
+                  plan.c_str());
   }
   return 0;
 }
@@ -277,9 +282,8 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
         << formatBytes(cluster.deviceMemory) << " per device\n";
     out << "space: " << result.spaceSize << " candidates over " << result.meshes
         << " meshes, searched in " << format("%.3f", result.seconds) << " s ("
-        << format("%.3g", result.seconds > 0 ? static_cast<double>(result.spaceSize) /
-                                                   result.seconds
-                                             : 0.0)
+        << format("%.3g",
+                  result.seconds > 0 ? static_cast<double>(result.spaceSize) / result.seconds : 0.0)
         << " candidates/s)\n";
     out << "accepted: " << result.accepted << "\n";
     for (const auto &[rule, count] : result.rejectedByRule)
@@ -305,8 +309,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
         << " devices with " << formatBytes(cluster.deviceMemory) << " each";
     if (result.smallest)
       err << ": the smallest per-device memory reachable is "
-          << formatBytes(result.smallest->peakBytes) << ", with "
-          << result.smallest->describe();
+          << formatBytes(result.smallest->peakBytes) << ", with " << result.smallest->describe();
     err << "\n";
     return 1;
   }
@@ -315,12 +318,11 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     std::error_code ec;
     ToolOutputFile file(options.outputFile, ec, sys::fs::OF_None);
     if (ec) {
-      err << "placec: error: cannot write '" << options.outputFile << "': " << ec.message()
-          << "\n";
+      err << "placec: error: cannot write '" << options.outputFile << "': " << ec.message() << "\n";
       return 1;
     }
-    file.os() << "// The best plan placec search found for run '" << run->name << "' on "
-              << devices << " devices.\n\n"
+    file.os() << "// The best plan placec search found for run '" << run->name << "' on " << devices
+              << " devices.\n\n"
               << formatModel(*run->model) << "\n"
               << formatCluster(*makeSearchCluster(*run->cluster, devices, 0)) << "\n"
               << placeText;

@@ -590,7 +590,8 @@ bool VerifyPass::checkOffloadLinks(const ir::Run &run) {
     bool host = placement.tier == ir::Tier::Host;
     Where where = locate(run, tierLoc(strategy, state));
     report(Severity::Error, run, where,
-           Twine(ir::toString(state)) + " @ " + ir::toString(placement.tier) + " need the " +
+           Twine(ir::toString(state)) + " @ " + ir::toString(placement.tier) +
+               (state == ir::State::Optimizer ? " needs the " : " need the ") +
                (host ? "host link's bandwidth" : "NVMe link's bandwidth and capacity") +
                ", but cluster '" + cluster.name + "' does not set " + quoteList(missing),
            "offload", [&] {

@@ -2,7 +2,9 @@
 // prints what was asked for: nothing (check), the syntax tree, the IR or the step plan (--emit),
 // a report of each run (report), or the difference between two runs (diff).
 #include "placec/backends/CppEmitter.h"
+#include "placec/backends/Export.h"
 #include "placec/backends/Report.h"
+#include "placec/frontend/Formatter.h"
 #include "placec/frontend/Frontend.h"
 #include "placec/passes/Passes.h"
 #include "placec/passes/Search.h"
@@ -15,6 +17,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -85,8 +88,8 @@ cl::opt<unsigned> errorLimit("error-limit",
                              cl::init(50), cl::cat(placecCategory));
 
 cl::opt<int64_t> searchDevices("devices",
-                                cl::desc("search: the device count (default: the cluster's)"),
-                                cl::init(0), cl::cat(placecCategory));
+                               cl::desc("search: the device count (default: the cluster's)"),
+                               cl::init(0), cl::cat(placecCategory));
 cl::opt<std::string> searchBudget("memory-budget",
                                   cl::desc("search: bytes per device, or a quantity such as "
                                            "'70 GB' (default: device_memory)"),
@@ -100,6 +103,23 @@ cl::opt<bool> searchMaxParams("max-params",
                               cl::desc("search: the largest model of the run's shape that each "
                                        "strategy family (dp, zero1-3, +tp) fits"),
                               cl::init(false), cl::cat(placecCategory));
+
+// Bridges (docs/bridges.md) and the formatter (docs/format.md).
+cl::opt<std::string> importModel("model", cl::desc("import: the run's model (declared in --from)"),
+                                 cl::value_desc("name"), cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> importCluster("cluster",
+                                   cl::desc("import: the run's cluster (declared in --from)"),
+                                   cl::value_desc("name"), cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> importFrom("from",
+                                cl::desc("import: the .place file that declares the model and "
+                                         "cluster"),
+                                cl::value_desc("file"), cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> importMegatronFlags("megatron",
+                                         cl::desc("import: Megatron-LM flags, or a file of them"),
+                                         cl::value_desc("flags"), cl::init(""),
+                                         cl::cat(placecCategory));
+cl::opt<bool> formatInPlace("i", cl::desc("format: rewrite the file in place"), cl::init(false),
+                            cl::cat(placecCategory));
 
 constexpr const char *kOverview = R"(placec: the compiler for placement semantics
 
@@ -125,6 +145,13 @@ COMMANDS:
               placec diff A.place:runA B.place:runB
   compile   Emit a run as a C++ program that trains it over placert (MPI on CPUs):
             placec compile FILE --run NAME -o DIR [--target=cpu] (docs/running.md).
+            --target=deepspeed|megatron|torchtitan writes that framework's configuration
+            instead (-o FILE, default stdout; docs/bridges.md).
+  import    Write a DeepSpeed config or Megatron-LM flags as a .place strategy and run:
+            placec import ds_config.json --model M --cluster C --from models.place [-o F]
+            placec import --megatron "FLAGS" (or a file of flags) --cluster C --from F
+  format    Print a .place file in canonical layout, comments kept; -i rewrites it
+            (docs/format.md).
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
             [--format=json] [-o best.place] [--max-params] (docs/search.md).
@@ -147,7 +174,7 @@ docs/plan.md (the step plan), docs/report-json.md (the JSON report).
 )";
 
 /// The known commands. A first argument that is none of them is an input file.
-enum class Command { Check, Report, Diff, Search, Compile };
+enum class Command { Check, Report, Diff, Search, Compile, Import, Format };
 
 /// Splits `// -----` chunks, keeping line numbers: each chunk is preceded by as many newlines as
 /// the lines before it in the original file.
@@ -382,16 +409,162 @@ int runSearch() {
   return search::runSearchCommand(*program, options, outs(), errs());
 }
 
+/// Writes `text` to -o (a file, kept only on success) or stdout.
+int writeOutput(StringRef text) {
+  std::error_code ec;
+  ToolOutputFile output(outputFile, ec, sys::fs::OF_Text);
+  if (ec) {
+    printError("cannot write '" + outputFile + "': " + ec.message());
+    return 1;
+  }
+  output.os() << text;
+  output.keep();
+  return 0;
+}
+
+/// `placec compile FILE --run NAME --target=deepspeed|megatron|torchtitan [-o FILE]`.
+int runExport(bridge::Target target) {
+  if (inputFiles.size() != 1 || runNames.size() != 1) {
+    printError("compile --target=" + bridge::toString(target) +
+               " takes one input file and one --run NAME");
+    return 1;
+  }
+  std::unique_ptr<Compilation> compilation =
+      compile(nullptr, inputFiles[0], VerifyOptions{}, nullptr);
+  if (!compilation->ok)
+    return 1;
+  Expected<std::vector<const ir::Run *>> runs =
+      selectRuns(*compilation->program, runNames, inputFiles[0]);
+  if (!runs) {
+    printError(toString(runs.takeError()));
+    return 1;
+  }
+  std::string text;
+  raw_string_ostream os(text);
+  if (!bridge::exportRun(*runs->front(), target, compilation->diags, os))
+    return 1;
+  return writeOutput(text);
+}
+
+/// `placec import CONFIG.json --model M --cluster C [--from F] [-o OUT]` and
+/// `placec import --megatron FLAGS --cluster C [--from F] [-o OUT]`.
+int runImport() {
+  bool megatron = !importMegatronFlags.empty();
+  if ((megatron && !inputFiles.empty()) || (!megatron && inputFiles.size() != 1) ||
+      importCluster.empty() || (!megatron && importModel.empty())) {
+    printError("import takes a DeepSpeed config with --model and --cluster, or --megatron FLAGS "
+               "with --cluster, and --from FILE declaring them");
+    return 1;
+  }
+  SourceMgr sourceMgr;
+  DiagnosticEngine diags(sourceMgr);
+  diags.setErrorLimit(errorLimit);
+  bridge::ImportOptions options;
+  options.modelName = importModel;
+  options.clusterName = importCluster;
+  options.fromPath = importFrom;
+  if (!importFrom.empty()) {
+    // The model and cluster must exist; the cluster gives the device count.
+    std::unique_ptr<ir::Program> program = loadProgram(importFrom, diags);
+    if (!program || diags.hasErrors())
+      return 1;
+    const ir::Cluster *cluster = program->findCluster(importCluster);
+    if (!cluster) {
+      printError("no cluster named '" + importCluster + "' in '" + importFrom + "'");
+      return 1;
+    }
+    options.devices = cluster->getNumDevices();
+    if (!importModel.empty()) {
+      const ir::Model *model = program->findModel(importModel);
+      if (!model) {
+        printError("no model named '" + importModel + "' in '" + importFrom + "'");
+        return 1;
+      }
+      options.layers = model->getNumLayers();
+    }
+    // The import line is relative to the output file's folder.
+    if (outputFile != "-" && !sys::path::is_absolute(importFrom)) {
+      SmallString<256> from(importFrom), out(outputFile);
+      sys::fs::make_absolute(from);
+      sys::fs::make_absolute(out);
+      StringRef outDir = sys::path::parent_path(out);
+      if (StringRef(from).starts_with(outDir) && from.size() > outDir.size() + 1)
+        options.fromPath = StringRef(from).drop_front(outDir.size() + 1).str();
+      else
+        options.fromPath = std::string(from);
+    }
+  }
+  std::unique_ptr<MemoryBuffer> buffer;
+  if (megatron) {
+    ErrorOr<std::unique_ptr<MemoryBuffer>> file =
+        sys::fs::is_regular_file(importMegatronFlags.getValue())
+            ? MemoryBuffer::getFile(importMegatronFlags)
+            : ErrorOr<std::unique_ptr<MemoryBuffer>>(
+                  MemoryBuffer::getMemBufferCopy(importMegatronFlags, "<megatron flags>"));
+    if (!file) {
+      printError("cannot open '" + importMegatronFlags + "': " + file.getError().message());
+      return 1;
+    }
+    buffer = std::move(*file);
+  } else {
+    ErrorOr<std::unique_ptr<MemoryBuffer>> file = MemoryBuffer::getFileOrSTDIN(inputFiles[0]);
+    if (!file) {
+      printError("cannot open '" + inputFiles[0] + "': " + file.getError().message());
+      return 1;
+    }
+    buffer = std::move(*file);
+  }
+  options.inputName = buffer->getBufferIdentifier().str();
+  if (outputFile != "-")
+    options.name = sys::path::stem(outputFile).str();
+  unsigned bufferId = sourceMgr.AddNewSourceBuffer(std::move(buffer), SMLoc());
+  std::string text;
+  raw_string_ostream os(text);
+  bool ok = megatron ? bridge::importMegatron(bufferId, options, diags, os)
+                     : bridge::importDeepSpeed(bufferId, options, diags, os);
+  if (!ok || diags.hasErrors())
+    return 1;
+  return writeOutput(text);
+}
+
+/// `placec format FILE [-i]`.
+int runFormat() {
+  if (inputFiles.size() != 1 || (formatInPlace && outputFile != "-")) {
+    printError("format takes one input file, and either -i or -o FILE");
+    return 1;
+  }
+  SourceMgr sourceMgr;
+  DiagnosticEngine diags(sourceMgr);
+  diags.setErrorLimit(errorLimit);
+  ErrorOr<std::unique_ptr<MemoryBuffer>> file = MemoryBuffer::getFileOrSTDIN(inputFiles[0]);
+  if (!file) {
+    printError("cannot open '" + inputFiles[0] + "': " + file.getError().message());
+    return 1;
+  }
+  unsigned bufferId = sourceMgr.AddNewSourceBuffer(std::move(*file), SMLoc());
+  std::optional<std::string> formatted = formatBuffer(bufferId, diags);
+  if (!formatted)
+    return 1;
+  if (formatInPlace) {
+    if (sourceMgr.getMemoryBuffer(bufferId)->getBuffer() == *formatted)
+      return 0;
+    outputFile = inputFiles[0];
+  }
+  return writeOutput(*formatted);
+}
+
 /// `placec compile FILE --run NAME -o DIR [--target=cpu]`: the run's step plan as a C++ program
 /// over placert (docs/running.md). A strategy the verifier rejects is not compiled.
 int runCompile() {
+  if (std::optional<bridge::Target> target = bridge::parseTarget(compileTarget))
+    return runExport(*target);
   if (inputFiles.size() != 1 || runNames.size() != 1 || outputFile == "-") {
     printError("compile takes one input file, one --run NAME and -o DIR (the directory that "
                "receives main.cpp and CMakeLists.txt)");
     return 1;
   }
   if (compileTarget != "cpu") {
-    printError("compile: unknown --target '" + compileTarget + "' (the targets are: cpu)");
+    printError("compile: unknown --target '" + compileTarget + "' (the targets are: cpu, deepspeed, megatron, torchtitan)");
     return 1;
   }
   std::unique_ptr<Compilation> compilation =
@@ -428,14 +601,17 @@ int main(int argc, char **argv) {
                                        .Case("diff", Command::Diff)
                                        .Case("search", Command::Search)
                                        .Case("compile", Command::Compile)
+                                       .Case("import", Command::Import)
+                                       .Case("format", Command::Format)
                                        .Default(std::nullopt);
     if (named) {
       command = *named;
       args.erase(args.begin() + 1);
     } else if (!first.starts_with("-") && !first.contains('.') && !first.contains('/') &&
                !first.contains(':') && !sys::fs::exists(first)) {
-      printError("unknown command '" + first +
-                 "'; the commands are check, report, diff, search and compile (run 'placec --help')");
+      printError(
+          "unknown command '" + first +
+          "'; the commands are check, report, diff, search, compile, import and format (run 'placec --help')");
       return 1;
     }
   }
@@ -446,6 +622,10 @@ int main(int argc, char **argv) {
                                    &errs()))
     return 1;
 
+  if (command == Command::Import)
+    return runImport();
+  if (command == Command::Format)
+    return runFormat();
   if (inputFiles.empty()) {
     printError("no input file; run 'placec --help' for usage");
     return 1;
@@ -506,6 +686,8 @@ int main(int argc, char **argv) {
     }
     break;
   case Command::Compile: // Returned above.
+  case Command::Import:
+  case Command::Format:
     break;
   }
   if (!ok)

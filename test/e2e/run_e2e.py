@@ -9,6 +9,7 @@ Modes:
   rejected        placec compile must refuse the run (exit 1, a diagnostic, no main.cpp)
   skip-reduction  with --skip-grad-reduction the --check must fail
   rank-dies       with --die-at-step/--die-rank the job must fail, in bounded time, naming it
+  demo            equivalence, printing the predicted and counted bytes side by side
 """
 import argparse
 import json
@@ -77,6 +78,30 @@ def compare(metrics, report_run):
     return problems
 
 
+def print_table(metrics, report_run):
+    """Rank 0's counted bytes per step next to the report's prediction."""
+    rank = metrics["per_rank"][0]
+    counted = {(e["stage"], e["axis"], e["collective"], e["state"], e["phase"]): e
+               for e in rank["communication"]}
+    print(f"\nbytes per step on rank 0 (stage {rank['stage']}): predicted by placec report, "
+          f"counted by placert")
+    print(f"  {'axis':<10} {'collective':<15} {'state':<12} {'phase':<9} {'calls':>6} "
+          f"{'predicted':>12} {'counted':>12}")
+    for entry in report_run["communication"]:
+        if entry["stage"] != rank["stage"]:
+            continue
+        key = (entry["stage"], entry["axis"], entry["collective"], entry["state"], entry["phase"])
+        got = counted.get(key, {}).get("total_bytes", 0)
+        print(f"  {entry['axis']:<10} {entry['collective']:<15} {entry['state']:<12} "
+              f"{entry['phase']:<9} {entry['count']:>6} {entry['total_bytes']:>12.0f} "
+              f"{got:>12.0f}")
+    stage = next(s for s in report_run["memory"]["stages"] if s["stage"] == rank["stage"])
+    for state in ("params", "grads", "optimizer"):
+        print(f"  memory {state:<10} predicted {stage['device'][state]:>10.0f} B   counted "
+              f"{rank['memory']['device'][state]:>10} B")
+    print()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--placec", required=True)
@@ -88,7 +113,7 @@ def main():
     parser.add_argument("--work", required=True)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--mode", default="equivalence",
-                        choices=["equivalence", "rejected", "skip-reduction", "rank-dies"])
+                        choices=["equivalence", "rejected", "skip-reduction", "rank-dies", "demo"])
     args = parser.parse_args()
 
     if os.path.isdir(args.work):
@@ -111,8 +136,10 @@ def main():
     run(["cmake", "--build", build])
     program = os.path.join(build, args.run)
     metrics_path = os.path.join(args.work, "metrics.json")
-    command = [args.mpiexec, "--oversubscribe", "-np", str(args.np), program, "--steps",
-               str(args.steps), "--check", "--metrics", metrics_path, "--timeout", "20"]
+    # One rank runs without mpirun (MPI starts as a singleton).
+    launcher = [] if args.np == 1 else [args.mpiexec, "--oversubscribe", "-np", str(args.np)]
+    command = launcher + [program, "--steps", str(args.steps), "--check", "--metrics",
+                          metrics_path, "--timeout", "20"]
 
     if args.mode == "skip-reduction":
         result = run(command + ["--skip-grad-reduction"], env=mpi_env(), check=False)
@@ -144,6 +171,8 @@ def main():
         fail("the run differs from the single-device reference")
     if len(metrics["per_rank"]) != args.np:
         fail(f"metrics from {len(metrics['per_rank'])} ranks, expected {args.np}")
+    if args.mode == "demo":
+        print_table(metrics, report_run)
     problems = compare(metrics, report_run)
     for problem in problems:
         print("e2e: mismatch: " + problem, file=sys.stderr)

@@ -2,9 +2,11 @@
 // analyses on random samples of the space, pruning by lower bounds changes nothing, and the
 // searches of the published configurations find what the papers found (GPT-3 on 1,536 GPUs,
 // AMSP/MiCS partial sharding of a LLaMA-7B on 1,024), or say that nothing fits.
+#include "placec/passes/Search.h"
+
 #include "placec/frontend/Frontend.h"
 #include "placec/passes/Passes.h"
-#include "placec/passes/Search.h"
+#include "placec/passes/StepPlan.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
@@ -209,8 +211,8 @@ TEST(SearchTest, Gpt3On1536GpusUsesTensorParallelismAndBeatsZero3) {
   ASSERT_FALSE(zero3Best.top.empty());
   double winnerRate = tflopsPerDevice(best.topAnalyses.front(), 1536);
   double zero3Rate = tflopsPerDevice(zero3Best.topAnalyses.front(), 1536);
-  EXPECT_GE(winnerRate / zero3Rate, 2.0) << winner.describe() << " against "
-                                         << zero3Best.top.front().describe();
+  EXPECT_GE(winnerRate / zero3Rate, 2.0)
+      << winner.describe() << " against " << zero3Best.top.front().describe();
 
   // The best plan with a pipeline (PTD-P) beats pure ZeRO-3 by the same margin.
   SearchOptions ptd;
@@ -298,4 +300,87 @@ TEST(SearchTest, NothingFitsSaysWhy) {
   EXPECT_GT(result.smallest->peakBytes, 80e9);
   // At least the model states sharded 16 ways: 16 bytes per parameter / 16.
   EXPECT_GT(result.smallest->peakBytes, static_cast<double>(run.model->numParams));
+}
+
+TEST(SearchTest, PlaceTextMeansWhatWasSearched) {
+  // The printed strategy and run, compiled by the front end, bind to the strategy the search
+  // evaluated, and predict the same step time.
+  auto compiled = compile(kSmall);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  for (const char *name : {"gpt", "llama"}) {
+    const ir::Run &base = runOf(*compiled, name);
+    std::vector<Candidate> space;
+    forEachCandidate(base, *base.cluster, [&](const Candidate &c) {
+      if (evaluateFast(base, *base.cluster, c).rejectedBy != "gradient-integrity")
+        space.push_back(c);
+    });
+    ASSERT_FALSE(space.empty());
+    std::mt19937_64 random(3);
+    for (unsigned i = 0; i < 40; ++i) {
+      const Candidate &c = space[random() % space.size()];
+      std::string text = formatModel(*base.model) + formatCluster(*base.cluster) +
+                         formatStrategy(c, "best") +
+                         formatRun(base, c, "searched", "best", base.cluster->name);
+      auto reparsed = compile(text);
+      ASSERT_TRUE(reparsed->program) << reparsed->messages << "\n" << text;
+      const ir::Run &run = runOf(*reparsed, "searched");
+      std::unique_ptr<ir::Strategy> expected = buildStrategy(c, "best");
+      const ir::Strategy &actual = *run.strategy;
+      ASSERT_EQ(actual.mesh.axes.size(), expected->mesh.axes.size()) << text;
+      for (size_t a = 0; a < actual.mesh.axes.size(); ++a) {
+        EXPECT_EQ(actual.mesh.axes[a].name, expected->mesh.axes[a].name);
+        EXPECT_EQ(actual.mesh.axes[a].kind, expected->mesh.axes[a].kind);
+        EXPECT_EQ(actual.mesh.axes[a].size, expected->mesh.axes[a].size);
+      }
+      for (ir::State state : ir::kAllStates) {
+        const ir::StatePlacement &x = actual.getPlacement(state);
+        const ir::StatePlacement &y = expected->getPlacement(state);
+        EXPECT_EQ(x.tier, y.tier) << text;
+        for (size_t a = 0; a < actual.mesh.axes.size(); ++a) {
+          EXPECT_EQ(x.axes[a].mode, y.axes[a].mode) << ir::toString(state).str() << "\n" << text;
+          EXPECT_EQ(x.axes[a].keepAfterForward, y.axes[a].keepAfterForward) << text;
+        }
+      }
+      EXPECT_EQ(actual.activationMode, expected->activationMode) << text;
+      EXPECT_EQ(actual.sequenceParallel, expected->sequenceParallel) << text;
+      ASSERT_EQ(actual.pipeline.has_value(), expected->pipeline.has_value()) << text;
+      if (actual.pipeline) {
+        EXPECT_EQ(actual.pipeline->schedule, expected->pipeline->schedule);
+        EXPECT_EQ(actual.pipeline->microbatches, expected->pipeline->microbatches);
+        EXPECT_EQ(actual.pipeline->chunks, expected->pipeline->chunks);
+      }
+      EXPECT_EQ(run.microBatch, c.microBatch);
+      EXPECT_EQ(run.microbatchesPerStep, c.microbatches);
+      analysis::RunAnalysis searched;
+      evaluateExact(base, *base.cluster, c, &searched);
+      analysis::RunAnalysis parsed = analysis::analyze(*plan::lowerRun(run));
+      EXPECT_LT(relativeDifference(searched.time.stepSeconds, parsed.time.stepSeconds), 1e-12)
+          << text;
+      EXPECT_LT(relativeDifference(searched.memory.device.peak, parsed.memory.device.peak), 1e-12)
+          << text;
+    }
+  }
+}
+
+TEST(SearchTest, MaxParamsGrowsWithSharding) {
+  auto compiled = compile(kLlama);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "llama");
+  SearchOptions options;
+  options.devices = 64;
+  std::vector<MaxParamsRow> rows = findMaxParams(run, options);
+  ASSERT_EQ(rows.size(), 8u);
+  for (const MaxParamsRow &row : rows) {
+    ASSERT_TRUE(row.config.has_value()) << toString(row.family).str();
+    ASSERT_TRUE(row.best.has_value());
+    EXPECT_TRUE(isInFamily(*row.best, row.family, row.tensorParallel));
+    EXPECT_EQ(row.config->layers, 32);
+    EXPECT_EQ(row.config->hidden / row.config->heads, 128);
+  }
+  // dp < zero1 < zero2 < zero3, without and with tensor parallelism.
+  for (unsigned tp = 0; tp < 2; ++tp)
+    for (unsigned family = 0; family + 1 < 4; ++family)
+      EXPECT_LT(rows[family * 2 + tp].params, rows[(family + 1) * 2 + tp].params);
+  // ZeRO-3 on 64 devices holds about 16 bytes per parameter over 64: far beyond LLaMA-7B.
+  EXPECT_GT(rows[6].params, 100'000'000'000);
 }

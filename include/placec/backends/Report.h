@@ -79,8 +79,8 @@ void printTextReport(llvm::ArrayRef<RunReport> runs, llvm::ArrayRef<ReportDiagno
 void printJsonReport(llvm::ArrayRef<RunReport> runs, llvm::ArrayRef<ReportDiagnostic> diagnostics,
                      const ReportOptions &options, llvm::raw_ostream &os);
 void printMarkdownReport(llvm::ArrayRef<RunReport> runs,
-                         llvm::ArrayRef<ReportDiagnostic> diagnostics,
-                         const ReportOptions &options, llvm::raw_ostream &os);
+                         llvm::ArrayRef<ReportDiagnostic> diagnostics, const ReportOptions &options,
+                         llvm::raw_ostream &os);
 
 /// One side of a diff: a run and the file it came from.
 struct DiffSide {

@@ -1,0 +1,909 @@
+// Imports a DeepSpeed JSON config or Megatron-LM flags as a Place strategy and run, so that the
+// configuration a user already has can be checked and reported on. Unknown keys and flags are
+// errors at their line and column, with the closest known spelling.
+#include "placec/backends/Export.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+using namespace llvm;
+
+namespace placec::bridge {
+
+namespace {
+
+/// The names of the prelude's strategies, which no declaration may reuse.
+bool isPreludeName(StringRef name) {
+  return StringSwitch<bool>(name)
+      .Cases("dp", "zero1", "zero2", "zero3", "fsdp", "hsdp", true)
+      .Cases("tp", "sp", "pp", "offload_optimizer", "offload_params", true)
+      .Default(false);
+}
+
+/// A Place name from a file name or a user's choice.
+std::string makeName(StringRef wanted, StringRef inputName, StringRef fallback) {
+  std::string name = wanted.str();
+  if (name.empty())
+    name = sys::path::stem(inputName).str();
+  for (char &c : name)
+    if (!isAlnum(c) && c != '_')
+      c = '_';
+  if (name.empty() || name == "-" || isDigit(name[0]))
+    name = fallback.str() + (name.empty() || name == "-" ? "" : "_" + name);
+  if (isPreludeName(name))
+    name += "_imported";
+  return name;
+}
+
+/// The closest of `candidates` to `word`, when close enough to be a likely misspelling.
+std::string closest(StringRef word, ArrayRef<StringRef> candidates) {
+  unsigned best = std::max<unsigned>(3, word.size() / 3) + 1;
+  std::string found;
+  for (StringRef candidate : candidates) {
+    unsigned distance = word.edit_distance(candidate, true, best);
+    if (distance < best) {
+      best = distance;
+      found = candidate.str();
+    }
+  }
+  return found;
+}
+
+/// What an import found, written out as Place.
+struct Imported {
+  std::vector<std::pair<std::string, int64_t>> axes; ///< Mesh, outermost first (name: kind = size).
+  std::vector<std::string> axisKinds;                ///< Written kind, or empty when implied.
+  std::string params, grads, optimizer, activations; ///< Placement right-hand sides, or empty.
+  std::string pipeline;
+  int64_t microBatch = 0, globalBatch = 0;
+  std::string precision = "mixed(bf16)";
+  std::string optimizerKind = "adam";
+};
+
+void writePlace(const Imported &imported, const ImportOptions &options, StringRef source,
+                StringRef name, StringRef modelText, StringRef modelName, raw_ostream &os) {
+  os << "// Imported by placec from " << options.inputName << " (" << source << ").\n";
+  if (!options.fromPath.empty())
+    os << "import \"" << options.fromPath << "\";\n";
+  os << "\n";
+  if (!modelText.empty())
+    os << modelText << "\n";
+  os << "strategy " << name << " {\n  mesh [";
+  for (size_t i = 0; i < imported.axes.size(); ++i) {
+    if (i)
+      os << ", ";
+    os << imported.axes[i].first;
+    if (!imported.axisKinds[i].empty())
+      os << ": " << imported.axisKinds[i];
+    os << " = " << imported.axes[i].second;
+  }
+  os << "];\n";
+  if (!imported.pipeline.empty())
+    os << "  pipeline = " << imported.pipeline << ";\n";
+  auto line = [&](StringRef state, StringRef value) {
+    if (!value.empty())
+      os << "  " << state << " = " << value << ";\n";
+  };
+  line("params", imported.params);
+  line("grads", imported.grads);
+  line("optimizer", imported.optimizer);
+  line("activations", imported.activations);
+  os << "}\n\nrun " << name << " {\n";
+  os << "  model = " << modelName << ";\n";
+  os << "  cluster = " << options.clusterName << ";\n";
+  os << "  strategy = " << name << ";\n";
+  os << "  micro_batch = " << imported.microBatch << ";\n";
+  os << "  global_batch = " << imported.globalBatch << ";\n";
+  os << "  precision = " << imported.precision << ";\n";
+  os << "  optimizer = " << imported.optimizerKind << ";\n";
+  os << "}\n";
+}
+
+//===----------------------------------------------------------------------===//
+// DeepSpeed
+//===----------------------------------------------------------------------===//
+
+/// The keys placec knows in a DeepSpeed config, by path. `*` after a path means its contents are
+/// free-form (optimizer parameters, monitoring settings) and not checked.
+constexpr const char *kDeepSpeedKeys[] = {
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "gradient_clipping",
+    "steps_per_print",
+    "wall_clock_breakdown",
+    "dump_state",
+    "prescale_gradients",
+    "gradient_predivide_factor",
+    "communication_data_type",
+    "sparse_gradients",
+    "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer",
+    "memory_breakdown",
+    "seed",
+    "optimizer",
+    "optimizer.type",
+    "optimizer.params*",
+    "scheduler*",
+    "fp16",
+    "fp16.enabled",
+    "fp16.auto_cast",
+    "fp16.loss_scale",
+    "fp16.initial_scale_power",
+    "fp16.loss_scale_window",
+    "fp16.hysteresis",
+    "fp16.consecutive_hysteresis",
+    "fp16.min_loss_scale",
+    "bf16",
+    "bf16.enabled",
+    "bf16.immediate_grad_update",
+    "amp*",
+    "zero_optimization",
+    "zero_optimization.stage",
+    "zero_optimization.offload_optimizer",
+    "zero_optimization.offload_optimizer.device",
+    "zero_optimization.offload_optimizer.nvme_path",
+    "zero_optimization.offload_optimizer.pin_memory",
+    "zero_optimization.offload_optimizer.buffer_count",
+    "zero_optimization.offload_optimizer.fast_init",
+    "zero_optimization.offload_optimizer.ratio",
+    "zero_optimization.offload_param",
+    "zero_optimization.offload_param.device",
+    "zero_optimization.offload_param.nvme_path",
+    "zero_optimization.offload_param.pin_memory",
+    "zero_optimization.offload_param.buffer_count",
+    "zero_optimization.offload_param.buffer_size",
+    "zero_optimization.offload_param.max_in_cpu",
+    "zero_optimization.overlap_comm",
+    "zero_optimization.contiguous_gradients",
+    "zero_optimization.reduce_scatter",
+    "zero_optimization.reduce_bucket_size",
+    "zero_optimization.allgather_partitions",
+    "zero_optimization.allgather_bucket_size",
+    "zero_optimization.round_robin_gradients",
+    "zero_optimization.sub_group_size",
+    "zero_optimization.elastic_checkpoint",
+    "zero_optimization.ignore_unused_parameters",
+    "zero_optimization.load_from_fp32_weights",
+    "zero_optimization.stage3_prefetch_bucket_size",
+    "zero_optimization.stage3_param_persistence_threshold",
+    "zero_optimization.stage3_max_live_parameters",
+    "zero_optimization.stage3_max_reuse_distance",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+    "zero_optimization.stage3_gather_fp16_weights_on_model_save",
+    "zero_optimization.zero_hpz_partition_size",
+    "zero_optimization.zero_quantized_weights",
+    "zero_optimization.zero_quantized_gradients",
+    "zero_optimization.mics_shard_size",
+    "zero_optimization.mics_hierarchical_params_gather",
+    "zero_optimization.memory_efficient_linear",
+    "activation_checkpointing",
+    "activation_checkpointing.partition_activations",
+    "activation_checkpointing.cpu_checkpointing",
+    "activation_checkpointing.contiguous_memory_optimization",
+    "activation_checkpointing.number_checkpoints",
+    "activation_checkpointing.synchronize_checkpoint_boundary",
+    "activation_checkpointing.profile",
+    "aio*",
+    "flops_profiler*",
+    "tensorboard*",
+    "wandb*",
+    "csv_monitor*",
+    "comms_logger*",
+    "checkpoint*",
+    "data_types*",
+};
+
+/// A small scan of JSON text that records where each object key is, by its path (`a.b.c`).
+/// llvm::json::parse checks the syntax and gives the values; it keeps no positions.
+class KeyLocator {
+public:
+  explicit KeyLocator(StringRef text) : text(text) {
+    std::vector<std::string> stack; // Object paths; arrays push their parent's path.
+    std::vector<bool> isObject;
+    std::string pendingKey;
+    size_t i = 0;
+    while (i < text.size()) {
+      char c = text[i];
+      if (c == '"') {
+        size_t start = i++;
+        std::string value;
+        while (i < text.size() && text[i] != '"') {
+          if (text[i] == '\\' && i + 1 < text.size())
+            ++i;
+          value += text[i++];
+        }
+        ++i;
+        size_t after = i;
+        while (after < text.size() && isSpace(text[after]))
+          ++after;
+        if (after < text.size() && text[after] == ':' && !isObject.empty() && isObject.back()) {
+          std::string path = stack.back().empty() ? value : stack.back() + "." + value;
+          locations.try_emplace(path, start);
+          pendingKey = path;
+        }
+        continue;
+      }
+      if (c == '{' || c == '[') {
+        std::string parent = stack.empty() ? "" : stack.back();
+        stack.push_back(c == '{' && !pendingKey.empty() ? pendingKey : parent);
+        isObject.push_back(c == '{');
+        pendingKey.clear();
+      } else if (c == '}' || c == ']') {
+        if (!stack.empty()) {
+          stack.pop_back();
+          isObject.pop_back();
+        }
+      } else if (c == ',') {
+        pendingKey.clear();
+      }
+      ++i;
+    }
+  }
+
+  /// The key's offset in the text, or npos.
+  size_t find(StringRef path) const {
+    auto it = locations.find(path);
+    return it == locations.end() ? StringRef::npos : it->second;
+  }
+
+private:
+  StringRef text;
+  StringMap<size_t> locations;
+};
+
+class DeepSpeedImporter {
+public:
+  DeepSpeedImporter(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags)
+      : options(options), diags(diags),
+        text(diags.getSourceMgr().getMemoryBuffer(bufferId)->getBuffer()), keys(text) {
+    for (const char *key : kDeepSpeedKeys) {
+      StringRef path(key);
+      if (path.consume_back("*"))
+        freeForm.insert(path);
+      known.insert(path);
+    }
+  }
+
+  bool run(raw_ostream &os) {
+    Expected<json::Value> parsed = json::parse(text);
+    if (!parsed) {
+      diags.error(SMLoc::getFromPointer(text.data()),
+                  "not a JSON document: " + toString(parsed.takeError()));
+      return false;
+    }
+    const json::Object *root = parsed->getAsObject();
+    if (!root) {
+      diags.error(SMLoc::getFromPointer(text.data()), "a DeepSpeed config is a JSON object");
+      return false;
+    }
+    checkKeys(*root, "");
+    if (diags.hasErrors())
+      return false;
+    Imported imported;
+    if (!translate(*root, imported))
+      return false;
+    std::string name = makeName(options.name, options.inputName, "deepspeed");
+    writePlace(imported, options, "DeepSpeed", name, "", options.modelName, os);
+    return true;
+  }
+
+private:
+  SMLoc locOf(StringRef path) const {
+    size_t offset = keys.find(path);
+    return SMLoc::getFromPointer(text.data() + (offset == StringRef::npos ? 0 : offset));
+  }
+
+  /// Unknown keys are errors: DeepSpeed ignores them silently, so a misspelled key would switch a
+  /// setting off without a word.
+  void checkKeys(const json::Object &object, const std::string &prefix) {
+    std::vector<std::string> names;
+    for (const auto &entry : object)
+      names.push_back(entry.first.str());
+    llvm::sort(names);
+    for (const std::string &key : names) {
+      std::string path = prefix.empty() ? key : prefix + "." + key;
+      if (!known.contains(path)) {
+        std::vector<StringRef> siblings;
+        for (const StringRef candidate : known.keys()) {
+          StringRef parent = candidate.rsplit('.').first;
+          if ((prefix.empty() && !candidate.contains('.')) ||
+              (!prefix.empty() && candidate.contains('.') && parent == prefix))
+            siblings.push_back(candidate.rsplit('.').second.empty() ? candidate
+                                                                    : candidate.rsplit('.').second);
+        }
+        llvm::sort(siblings);
+        std::string suggestion = closest(key, siblings);
+        diags.error(locOf(path),
+                    "unknown DeepSpeed key '" + path + "'" +
+                        (suggestion.empty() ? std::string("; DeepSpeed would ignore it silently")
+                                            : "; did you mean '" + suggestion + "'?"));
+        continue;
+      }
+      if (freeForm.contains(path))
+        continue;
+      if (const json::Object *child = object.get(key)->getAsObject())
+        checkKeys(*child, path);
+    }
+  }
+
+  const json::Value *lookup(const json::Object &root, StringRef path) const {
+    const json::Object *object = &root;
+    SmallVector<StringRef> parts;
+    path.split(parts, '.');
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      const json::Value *value = object->get(parts[i]);
+      if (!value || !(object = value->getAsObject()))
+        return nullptr;
+    }
+    return object->get(parts.back());
+  }
+
+  /// A whole number at `path`; nullopt when absent. Reports `"auto"` and other non-numbers.
+  std::optional<int64_t> getInt(const json::Object &root, StringRef path, int64_t min = 1) {
+    const json::Value *value = lookup(root, path);
+    if (!value || value->kind() == json::Value::Null)
+      return std::nullopt;
+    if (std::optional<int64_t> number = value->getAsInteger()) {
+      if (*number >= min)
+        return number;
+    } else if (std::optional<double> real = value->getAsNumber()) {
+      if (*real == std::floor(*real) && *real >= double(min) && *real < 9e15)
+        return static_cast<int64_t>(*real);
+    } else if (value->getAsString() == std::optional<StringRef>("auto")) {
+      diags.error(locOf(path), "'" + path + "' is \"auto\", which the Hugging Face Trainer "
+                                            "fills in; write the number it takes");
+      return std::nullopt;
+    }
+    diags.error(locOf(path), "'" + path + "' must be a whole number of at least " + Twine(min));
+    return std::nullopt;
+  }
+
+  bool getBool(const json::Object &root, StringRef path) {
+    const json::Value *value = lookup(root, path);
+    if (!value)
+      return false;
+    if (std::optional<bool> flag = value->getAsBoolean())
+      return *flag;
+    if (value->getAsString() == std::optional<StringRef>("auto")) {
+      diags.error(locOf(path), "'" + path + "' is \"auto\"; write true or false");
+      return false;
+    }
+    diags.error(locOf(path), "'" + path + "' must be true or false");
+    return false;
+  }
+
+  /// `offload_*.device`: the Place tier, or empty for none.
+  std::string getTier(const json::Object &root, StringRef path) {
+    const json::Value *value = lookup(root, path);
+    if (!value)
+      return "";
+    std::optional<StringRef> device = value->getAsString();
+    if (device == std::optional<StringRef>("cpu"))
+      return "host";
+    if (device == std::optional<StringRef>("nvme"))
+      return "nvme";
+    if (device == std::optional<StringRef>("none"))
+      return "";
+    diags.error(locOf(path), "'" + path + "' must be \"cpu\", \"nvme\" or \"none\"");
+    return "";
+  }
+
+  bool translate(const json::Object &root, Imported &imported) {
+    std::optional<int64_t> train = getInt(root, "train_batch_size");
+    std::optional<int64_t> micro = getInt(root, "train_micro_batch_size_per_gpu");
+    std::optional<int64_t> accumulation = getInt(root, "gradient_accumulation_steps");
+    std::optional<int64_t> stageValue = getInt(root, "zero_optimization.stage", 0);
+    std::optional<int64_t> hpz = getInt(root, "zero_optimization.zero_hpz_partition_size");
+    std::optional<int64_t> mics = getInt(root, "zero_optimization.mics_shard_size");
+    std::string optimizerTier = getTier(root, "zero_optimization.offload_optimizer.device");
+    std::string paramsTier = getTier(root, "zero_optimization.offload_param.device");
+    bool bf16 = getBool(root, "bf16.enabled"), fp16 = getBool(root, "fp16.enabled");
+    bool cpuCheckpointing = getBool(root, "activation_checkpointing.cpu_checkpointing");
+    if (diags.hasErrors())
+      return false;
+    SMLoc start = SMLoc::getFromPointer(text.data());
+
+    // Batch: train = micro × accumulation × data-parallel ranks; DeepSpeed derives a missing one.
+    int64_t devices = options.devices;
+    if (devices <= 0) {
+      if (!train || !micro) {
+        diags.error(start, "the data-parallel size is unknown: give the cluster (--cluster with "
+                           "--from) or both train_batch_size and train_micro_batch_size_per_gpu");
+        return false;
+      }
+      int64_t steps = accumulation.value_or(1);
+      if (*train % (*micro * steps) != 0) {
+        diags.error(locOf("train_batch_size"),
+                    "train_batch_size " + Twine(*train) + " is not a multiple of " +
+                        "train_micro_batch_size_per_gpu × gradient_accumulation_steps = " +
+                        Twine(*micro * steps));
+        return false;
+      }
+      devices = *train / (*micro * steps);
+    }
+    if (!micro && !train) {
+      diags.error(start, "give train_micro_batch_size_per_gpu or train_batch_size");
+      return false;
+    }
+    int64_t steps = accumulation.value_or(0);
+    if (!micro) {
+      if (!steps)
+        steps = 1;
+      micro = *train / (steps * devices);
+      if (*micro < 1 || *micro * steps * devices != *train) {
+        diags.error(locOf("train_batch_size"),
+                    "train_batch_size " + Twine(*train) + " is not a multiple of " +
+                        Twine(steps * devices) + " (accumulation steps × " + Twine(devices) +
+                        " data-parallel ranks)");
+        return false;
+      }
+    } else if (!steps) {
+      steps = train ? *train / (*micro * devices) : 1;
+    }
+    int64_t global = *micro * steps * devices;
+    if (train && *train != global) {
+      diags.error(locOf("train_batch_size"),
+                  "train_batch_size " + Twine(*train) + " is not train_micro_batch_size_per_gpu " +
+                      Twine(*micro) + " × gradient_accumulation_steps " + Twine(steps) + " × " +
+                      Twine(devices) + " data-parallel ranks = " + Twine(global));
+      return false;
+    }
+    imported.microBatch = *micro;
+    imported.globalBatch = global;
+
+    // Precision and optimizer.
+    if (bf16 && fp16) {
+      diags.error(locOf("fp16"), "bf16 and fp16 are both enabled");
+      return false;
+    }
+    imported.precision = bf16 ? "mixed(bf16)" : fp16 ? "mixed(fp16)" : "fp32";
+    if (const json::Value *type = lookup(root, "optimizer.type")) {
+      std::string name = type->getAsString().value_or("").lower();
+      if (name == "adam" || name == "adamw" || name == "fusedadam" || name == "cpuadam" ||
+          name == "onebitadam" || name == "zerooneadam")
+        imported.optimizerKind = "adam";
+      else if (name == "sgd") {
+        const json::Value *momentum = lookup(root, "optimizer.params.momentum");
+        imported.optimizerKind = momentum && momentum->getAsNumber().value_or(0) != 0
+                                     ? "sgd(momentum = true)"
+                                     : "sgd";
+      } else {
+        diags.error(locOf("optimizer.type"),
+                    "optimizer type '" + name +
+                        "' has no Place equivalent; Place knows adam (Adam, AdamW, FusedAdam, "
+                        "CPUAdam) and sgd (SGD)");
+        return false;
+      }
+    }
+
+    // The ZeRO stage and its variants.
+    int64_t stage = stageValue.value_or(0);
+    if (stage > 3) {
+      diags.error(locOf("zero_optimization.stage"), "ZeRO stage " + Twine(stage) +
+                                                        " does not exist; stages are 0 to 3");
+      return false;
+    }
+    int64_t inner = 0;
+    std::string variant;
+    if (hpz && *hpz > 1 && *hpz < devices) {
+      inner = *hpz;
+      variant = "zero_optimization.zero_hpz_partition_size";
+    }
+    if (mics && *mics > 1 && *mics < devices) {
+      if (inner) {
+        diags.error(locOf("zero_optimization.mics_shard_size"),
+                    "mics_shard_size and zero_hpz_partition_size cannot be combined");
+        return false;
+      }
+      inner = *mics;
+      variant = "zero_optimization.mics_shard_size";
+    }
+    if (inner) {
+      if (stage != 3) {
+        diags.error(locOf(variant), "'" + variant + "' needs ZeRO stage 3");
+        return false;
+      }
+      if (devices % inner != 0) {
+        diags.error(locOf(variant), "'" + variant + "' " + Twine(inner) +
+                                        " does not divide the " + Twine(devices) +
+                                        " data-parallel ranks");
+        return false;
+      }
+      imported.axes = {{"dp_replicate", devices / inner}, {"dp_shard", inner}};
+      imported.axisKinds = {"batch", "batch"};
+      imported.params = "gather(dp_shard)";
+      bool isMics = StringRef(variant).ends_with("mics_shard_size");
+      imported.grads = isMics ? "shard(dp_shard)" : "shard(dp_replicate, dp_shard)";
+      imported.optimizer = imported.grads;
+    } else {
+      imported.axes = {{"dp", devices}};
+      imported.axisKinds = {""};
+      if (stage >= 1)
+        imported.optimizer = "shard(dp)";
+      if (stage >= 2)
+        imported.grads = "shard(dp)";
+      if (stage >= 3)
+        imported.params = "gather(dp)";
+    }
+    auto withTier = [](std::string &placement, StringRef tier) {
+      if (tier.empty())
+        return;
+      placement = placement.empty() ? ("@ " + tier).str() : placement + " @ " + tier.str();
+    };
+    if (!paramsTier.empty() && stage != 3) {
+      diags.error(locOf("zero_optimization.offload_param"),
+                  "offload_param needs ZeRO stage 3 (DeepSpeed ignores it otherwise)");
+      return false;
+    }
+    if (!optimizerTier.empty() && stage == 0) {
+      diags.error(locOf("zero_optimization.offload_optimizer"),
+                  "offload_optimizer needs ZeRO stage 1 to 3 (DeepSpeed ignores it otherwise)");
+      return false;
+    }
+    withTier(imported.params, paramsTier);
+    withTier(imported.optimizer, optimizerTier);
+    if (lookup(root, "activation_checkpointing"))
+      imported.activations = cpuCheckpointing ? "recompute @ host" : "recompute";
+    return true;
+  }
+
+  const ImportOptions &options;
+  DiagnosticEngine &diags;
+  StringRef text;
+  KeyLocator keys;
+  StringSet<> known, freeForm;
+};
+
+//===----------------------------------------------------------------------===//
+// Megatron-LM
+//===----------------------------------------------------------------------===//
+
+/// Megatron-LM flags that placec reads; `=` marks those that take a value.
+constexpr const char *kMegatronFlags[] = {
+    "--tensor-model-parallel-size=",
+    "--pipeline-model-parallel-size=",
+    "--num-layers-per-virtual-pipeline-stage=",
+    "--sequence-parallel",
+    "--use-distributed-optimizer",
+    "--micro-batch-size=",
+    "--global-batch-size=",
+    "--bf16",
+    "--fp16",
+    "--optimizer=",
+    "--sgd-momentum=",
+    "--recompute-granularity=",
+    "--recompute-method=",
+    "--recompute-num-layers=",
+    "--recompute-activations",
+    "--num-layers=",
+    "--hidden-size=",
+    "--num-attention-heads=",
+    "--ffn-hidden-size=",
+    "--seq-length=",
+    "--max-position-embeddings=",
+    "--vocab-size=",
+    "--swiglu",
+    "--normalization=",
+    "--disable-bias-linear",
+    "--position-embedding-type=",
+    "--untie-embeddings-and-output-weights",
+};
+
+class MegatronImporter {
+public:
+  MegatronImporter(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags)
+      : options(options), diags(diags),
+        text(diags.getSourceMgr().getMemoryBuffer(bufferId)->getBuffer()) {}
+
+  bool run(raw_ostream &os) {
+    tokenize();
+    readFlags();
+    if (diags.hasErrors())
+      return false;
+    return translate(os);
+  }
+
+private:
+  struct Word {
+    std::string text;
+    size_t offset;
+  };
+
+  SMLoc locAt(size_t offset) const { return SMLoc::getFromPointer(text.data() + offset); }
+
+  /// Shell-like words: whitespace separated, single and double quotes, backslash line
+  /// continuations, `#` comments to the end of the line.
+  void tokenize() {
+    size_t i = 0;
+    while (i < text.size()) {
+      char c = text[i];
+      if (isSpace(c) || (c == '\\' && i + 1 < text.size() && isSpace(text[i + 1]))) {
+        ++i;
+        continue;
+      }
+      if (c == '#') {
+        while (i < text.size() && text[i] != '\n')
+          ++i;
+        continue;
+      }
+      Word word{"", i};
+      while (i < text.size() && !isSpace(text[i])) {
+        char ch = text[i];
+        if (ch == '"' || ch == '\'') {
+          size_t close = text.find(ch, i + 1);
+          if (close == StringRef::npos)
+            close = text.size();
+          word.text += text.slice(i + 1, close).str();
+          i = close + 1;
+          continue;
+        }
+        word.text += ch;
+        ++i;
+      }
+      words.push_back(std::move(word));
+    }
+  }
+
+  void readFlags() {
+    std::vector<StringRef> names;
+    StringSet<> takesValue;
+    for (const char *flag : kMegatronFlags) {
+      StringRef name(flag);
+      if (name.consume_back("="))
+        takesValue.insert(name);
+      names.push_back(name);
+    }
+    for (size_t i = 0; i < words.size(); ++i) {
+      StringRef word = words[i].text;
+      if (!word.starts_with("--")) {
+        diags.error(locAt(words[i].offset), "expected a flag starting with '--', found '" + word +
+                                                "'");
+        continue;
+      }
+      std::string value;
+      bool hasValue = false;
+      if (size_t eq = word.find('='); eq != StringRef::npos) {
+        value = word.substr(eq + 1).str();
+        word = word.take_front(eq);
+        hasValue = true;
+      }
+      if (!llvm::is_contained(names, word)) {
+        std::string suggestion = closest(word, names);
+        if (!suggestion.empty()) {
+          diags.error(locAt(words[i].offset),
+                      "unknown Megatron-LM flag '" + word + "'; did you mean '" + suggestion +
+                          "'?");
+        } else {
+          diags.warning(locAt(words[i].offset),
+                        "flag '" + word + "' does not change the placement; ignored");
+        }
+        if (!hasValue && i + 1 < words.size() && !StringRef(words[i + 1].text).starts_with("--"))
+          ++i;
+        continue;
+      }
+      if (takesValue.contains(word) && !hasValue) {
+        if (i + 1 >= words.size() || StringRef(words[i + 1].text).starts_with("--")) {
+          diags.error(locAt(words[i].offset), "flag '" + word + "' needs a value");
+          continue;
+        }
+        value = words[++i].text;
+      }
+      flags[word.str()] = {value, words[i].offset};
+    }
+  }
+
+  bool has(StringRef flag) const { return flags.count(flag); }
+
+  std::optional<int64_t> getInt(StringRef flag) {
+    auto it = flags.find(flag);
+    if (it == flags.end())
+      return std::nullopt;
+    int64_t number = 0;
+    if (StringRef(it->second.first).getAsInteger(10, number) || number < 1) {
+      diags.error(locAt(it->second.second),
+                  "'" + flag + "' takes a whole number of at least 1, not '" + it->second.first +
+                      "'");
+      return std::nullopt;
+    }
+    return number;
+  }
+
+  std::string getString(StringRef flag, StringRef otherwise) const {
+    auto it = flags.find(flag);
+    return it == flags.end() ? otherwise.str() : it->second.first;
+  }
+
+  SMLoc locOf(StringRef flag) const {
+    auto it = flags.find(flag);
+    return locAt(it == flags.end() ? 0 : it->second.second);
+  }
+
+  bool translate(raw_ostream &os) {
+    int64_t t = getInt("--tensor-model-parallel-size").value_or(1);
+    int64_t p = getInt("--pipeline-model-parallel-size").value_or(1);
+    std::optional<int64_t> micro = getInt("--micro-batch-size");
+    std::optional<int64_t> global = getInt("--global-batch-size");
+    std::optional<int64_t> virtualLayers = getInt("--num-layers-per-virtual-pipeline-stage");
+    std::optional<int64_t> layers = getInt("--num-layers");
+    std::optional<int64_t> hidden = getInt("--hidden-size");
+    std::optional<int64_t> heads = getInt("--num-attention-heads");
+    std::optional<int64_t> ffn = getInt("--ffn-hidden-size");
+    std::optional<int64_t> seq = getInt("--seq-length");
+    std::optional<int64_t> vocab = getInt("--vocab-size");
+    if (diags.hasErrors())
+      return false;
+    SMLoc start = locAt(0);
+    if (!micro) {
+      diags.error(start, "missing --micro-batch-size");
+      return false;
+    }
+    int64_t devices = options.devices;
+    if (devices <= 0) {
+      diags.error(start, "the data-parallel size is unknown: give the cluster (--cluster with "
+                         "--from), whose device count is divided by tensor and pipeline sizes");
+      return false;
+    }
+    if (devices % (t * p) != 0) {
+      diags.error(locOf("--tensor-model-parallel-size"),
+                  "tensor " + Twine(t) + " × pipeline " + Twine(p) + " does not divide the " +
+                      Twine(devices) + " devices of cluster '" + options.clusterName + "'");
+      return false;
+    }
+    int64_t d = devices / (t * p);
+    int64_t globalBatch = global.value_or(*micro * d);
+    if (globalBatch % (*micro * d) != 0) {
+      diags.error(locOf("--global-batch-size"),
+                  "--global-batch-size " + Twine(globalBatch) + " is not a multiple of " +
+                      "--micro-batch-size × data-parallel size " + Twine(d) + " = " +
+                      Twine(*micro * d));
+      return false;
+    }
+    int64_t microbatches = globalBatch / (*micro * d);
+
+    // The model: declared from the flags unless one was named.
+    std::string name = makeName(options.name, options.inputName, "megatron");
+    std::string modelName = options.modelName, modelText;
+    int64_t numLayers = layers.value_or(options.layers);
+    if (modelName.empty()) {
+      std::vector<StringRef> missing;
+      if (!layers)
+        missing.push_back("--num-layers");
+      if (!hidden)
+        missing.push_back("--hidden-size");
+      if (!heads)
+        missing.push_back("--num-attention-heads");
+      if (!seq)
+        missing.push_back("--seq-length");
+      if (!vocab)
+        missing.push_back("--vocab-size");
+      if (!missing.empty()) {
+        diags.error(start, "the model needs " + join(missing, ", ") +
+                               " (or name a declared model with --model)");
+        return false;
+      }
+      modelName = name + "_model";
+      std::string body;
+      raw_string_ostream m(body);
+      m << "model " << modelName << " : transformer {\n";
+      m << "  layers = " << *layers << ";\n  hidden = " << *hidden << ";\n  heads = " << *heads
+        << ";\n  seq = " << *seq << ";\n  vocab = " << *vocab << ";\n";
+      if (ffn)
+        m << "  ffn = " << *ffn << ";\n";
+      if (has("--swiglu"))
+        m << "  mlp = swiglu;\n";
+      std::string norm = getString("--normalization", "LayerNorm");
+      if (norm == "RMSNorm")
+        m << "  norm = rmsnorm;\n";
+      else if (norm != "LayerNorm")
+        diags.error(locOf("--normalization"), "normalization '" + norm +
+                                                  "' has no Place equivalent (LayerNorm, RMSNorm)");
+      if (has("--disable-bias-linear"))
+        m << "  bias = false;\n";
+      std::string positions = getString("--position-embedding-type", "learned_absolute");
+      if (positions == "rope")
+        m << "  positions = rope;\n";
+      else if (positions != "learned_absolute")
+        diags.error(locOf("--position-embedding-type"),
+                    "position embedding '" + positions +
+                        "' has no Place equivalent (learned_absolute, rope)");
+      if (has("--untie-embeddings-and-output-weights"))
+        m << "  tied_embeddings = false;\n";
+      m << "}\n";
+      modelText = body;
+    }
+
+    Imported imported;
+    if (p > 1)
+      imported.axes.push_back({"pp", p});
+    imported.axes.push_back({"dp", d});
+    if (t > 1)
+      imported.axes.push_back({"tp", t});
+    imported.axisKinds.assign(imported.axes.size(), "");
+    if (p > 1) {
+      if (virtualLayers) {
+        if (numLayers <= 0 || numLayers % (p * *virtualLayers) != 0) {
+          diags.error(locOf("--num-layers-per-virtual-pipeline-stage"),
+                      "the layers do not divide into " + Twine(p) + " stages of chunks of " +
+                          Twine(*virtualLayers) + " layers");
+          return false;
+        }
+        imported.pipeline = "interleaved(microbatches = " + std::to_string(microbatches) +
+                            ", chunks = " + std::to_string(numLayers / (p * *virtualLayers)) + ")";
+      } else {
+        imported.pipeline = "1f1b(microbatches = " + std::to_string(microbatches) + ")";
+      }
+    }
+    if (has("--use-distributed-optimizer"))
+      imported.optimizer = "shard(dp)";
+    std::string granularity = getString("--recompute-granularity", "");
+    if (has("--recompute-activations"))
+      granularity = "selective";
+    std::string recompute;
+    if (granularity == "full")
+      recompute = "recompute";
+    else if (granularity == "selective")
+      recompute = "recompute(selective)";
+    else if (!granularity.empty())
+      diags.error(locOf("--recompute-granularity"),
+                  "--recompute-granularity is 'full' or 'selective', not '" + granularity + "'");
+    if (granularity == "full" && (getString("--recompute-method", "uniform") != "uniform" ||
+                                  getString("--recompute-num-layers", "1") != "1"))
+      diags.error(locOf("--recompute-method"),
+                  "Place's full recomputation keeps each layer's input (--recompute-method "
+                  "uniform --recompute-num-layers 1)");
+    if (has("--sequence-parallel") && t > 1)
+      imported.activations = recompute.empty() ? "shard(tp)" : "shard(tp), " + recompute;
+    else
+      imported.activations = recompute;
+    imported.microBatch = *micro;
+    imported.globalBatch = globalBatch;
+    if (has("--bf16") && has("--fp16"))
+      diags.error(locOf("--fp16"), "--bf16 and --fp16 are both given");
+    imported.precision = has("--bf16") ? "mixed(bf16)" : has("--fp16") ? "mixed(fp16)" : "fp32";
+    std::string optimizer = getString("--optimizer", "adam");
+    if (optimizer == "adam")
+      imported.optimizerKind = "adam";
+    else if (optimizer == "sgd")
+      imported.optimizerKind =
+          getString("--sgd-momentum", "0.9") == "0" ? "sgd" : "sgd(momentum = true)";
+    else
+      diags.error(locOf("--optimizer"), "--optimizer is 'adam' or 'sgd', not '" + optimizer + "'");
+    if (diags.hasErrors())
+      return false;
+    writePlace(imported, options, "Megatron-LM flags", name, modelText, modelName, os);
+    return true;
+  }
+
+  const ImportOptions &options;
+  DiagnosticEngine &diags;
+  StringRef text;
+  std::vector<Word> words;
+  std::map<std::string, std::pair<std::string, size_t>, std::less<>> flags;
+};
+
+} // namespace
+
+bool importDeepSpeed(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags,
+                     raw_ostream &os) {
+  return DeepSpeedImporter(bufferId, options, diags).run(os);
+}
+
+bool importMegatron(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags,
+                    raw_ostream &os) {
+  return MegatronImporter(bufferId, options, diags).run(os);
+}
+
+} // namespace placec::bridge

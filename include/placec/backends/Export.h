@@ -1,0 +1,61 @@
+// Bridges to other training frameworks: a verified run exported as a DeepSpeed JSON config,
+// Megatron-LM command-line flags or a torchtitan TOML job config, and DeepSpeed configs and
+// Megatron-LM flags imported back as Place strategies and runs (docs/bridges.md).
+#ifndef PLACEC_BACKENDS_EXPORT_H
+#define PLACEC_BACKENDS_EXPORT_H
+
+#include "placec/ir/Diagnostics.h"
+#include "placec/ir/IR.h"
+
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
+#include <string>
+
+namespace llvm {
+class raw_ostream;
+}
+
+namespace placec::bridge {
+
+enum class Target { DeepSpeed, Megatron, Torchtitan };
+
+/// `deepspeed`, `megatron`, `torchtitan`; nullopt for anything else.
+std::optional<Target> parseTarget(llvm::StringRef name);
+llvm::StringRef toString(Target target);
+
+/// Writes the run's configuration for `target` to `os`. When the placement has no equivalent in
+/// the target, reports an error (rule `export`) at the run's `strategy` field for each part that
+/// cannot be expressed, writes nothing and returns false.
+bool exportRun(const ir::Run &run, Target target, DiagnosticEngine &diags, llvm::raw_ostream &os);
+
+/// What an import needs besides the configuration itself.
+struct ImportOptions {
+  std::string modelName;   ///< The run's model; empty for Megatron-LM (declared from its flags).
+  std::string clusterName; ///< The run's cluster.
+  /// `import "..."` written at the top of the output (the file declaring model and cluster).
+  std::string fromPath;
+  /// The device count (the cluster's, when known); 0 when unknown, then derived from the batch.
+  int64_t devices = 0;
+  /// The model's layer count, for interleaved pipelines; 0 when unknown.
+  int64_t layers = 0;
+  /// The names given to the strategy and the run (default: from the input file's name).
+  std::string name;
+  /// The input, for the header comment.
+  std::string inputName;
+};
+
+/// Reads a DeepSpeed JSON config from buffer `bufferId` of the diagnostic engine's source manager
+/// and writes the equivalent Place strategy and run. Unknown keys are errors with the key's
+/// location and the closest known key. Returns false after errors.
+bool importDeepSpeed(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags,
+                     llvm::raw_ostream &os);
+
+/// Reads Megatron-LM command-line flags (whitespace separated, shell quotes and `#` comments
+/// allowed) from buffer `bufferId` and writes the equivalent Place model, strategy and run.
+bool importMegatron(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags,
+                    llvm::raw_ostream &os);
+
+} // namespace placec::bridge
+
+#endif // PLACEC_BACKENDS_EXPORT_H
