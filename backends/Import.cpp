@@ -48,8 +48,8 @@ std::string makeName(StringRef wanted, StringRef inputName, StringRef fallback) 
 }
 
 /// The closest of `candidates` to `word`, when close enough to be a likely misspelling.
-std::string closest(StringRef word, ArrayRef<StringRef> candidates) {
-  unsigned best = std::max<unsigned>(3, word.size() / 3) + 1;
+std::string closest(StringRef word, ArrayRef<StringRef> candidates, unsigned maxDistance) {
+  unsigned best = maxDistance + 1;
   std::string found;
   for (StringRef candidate : candidates) {
     unsigned distance = word.edit_distance(candidate, true, best);
@@ -312,7 +312,11 @@ private:
     std::vector<std::string> names;
     for (const auto &entry : object)
       names.push_back(entry.first.str());
-    llvm::sort(names);
+    // In the order they are written.
+    llvm::sort(names, [&](const std::string &a, const std::string &b) {
+      return keys.find(prefix.empty() ? a : prefix + "." + a) <
+             keys.find(prefix.empty() ? b : prefix + "." + b);
+    });
     for (const std::string &key : names) {
       std::string path = prefix.empty() ? key : prefix + "." + key;
       if (!known.contains(path)) {
@@ -325,7 +329,8 @@ private:
                                                                     : candidate.rsplit('.').second);
         }
         llvm::sort(siblings);
-        std::string suggestion = closest(key, siblings);
+        std::string suggestion =
+            closest(key, siblings, std::max<unsigned>(3, key.size() / 3));
         diags.error(locOf(path),
                     "unknown DeepSpeed key '" + path + "'" +
                         (suggestion.empty() ? std::string("; DeepSpeed would ignore it silently")
@@ -681,15 +686,15 @@ private:
         hasValue = true;
       }
       if (!llvm::is_contained(names, word)) {
-        std::string suggestion = closest(word, names);
-        if (!suggestion.empty()) {
+        // Megatron-LM has hundreds of flags; only near misses of the ones read here are
+        // reported as misspellings, the others are listed once as ignored.
+        std::string suggestion = closest(word, names, word.size() >= 10 ? 2 : 1);
+        if (!suggestion.empty())
           diags.error(locAt(words[i].offset),
                       "unknown Megatron-LM flag '" + word + "'; did you mean '" + suggestion +
                           "'?");
-        } else {
-          diags.warning(locAt(words[i].offset),
-                        "flag '" + word + "' does not change the placement; ignored");
-        }
+        else
+          ignored.push_back(words[i]);
         if (!hasValue && i + 1 < words.size() && !StringRef(words[i + 1].text).starts_with("--"))
           ++i;
         continue;
@@ -702,6 +707,15 @@ private:
         value = words[++i].text;
       }
       flags[word.str()] = {value, words[i].offset};
+    }
+    if (!ignored.empty()) {
+      std::vector<std::string> names;
+      for (const Word &word : ignored)
+        names.push_back(StringRef(word.text).split('=').first.str());
+      diags.warning(locAt(ignored.front().offset),
+                    "ignored " + Twine(ignored.size()) +
+                        (ignored.size() == 1 ? " flag that does" : " flags that do") +
+                        " not change the placement: " + join(names, ", "));
     }
   }
 
@@ -891,6 +905,7 @@ private:
   DiagnosticEngine &diags;
   StringRef text;
   std::vector<Word> words;
+  std::vector<Word> ignored;
   std::map<std::string, std::pair<std::string, size_t>, std::less<>> flags;
 };
 

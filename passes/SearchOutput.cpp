@@ -101,8 +101,11 @@ private:
 
 void printTable(const SearchResult &result, raw_ostream &out) {
   int64_t devices = result.cluster->getNumDevices();
-  out << format("%-4s %-44s %-18s %-14s %-16s %-22s %4s %5s %-16s %10s %9s %6s %10s\n",
-                text("rank"), text("mesh"), text("params"), text("grads"), text("optimizer"),
+  int meshWidth = 4;
+  for (const Candidate &c : result.top)
+    meshWidth = std::max(meshWidth, static_cast<int>(c.formatMesh().size()));
+  out << format("%-4s %-*s %-18s %-14s %-16s %-25s %4s %5s %-16s %10s %9s %6s %10s\n", text("rank"),
+                meshWidth, text("mesh"), text("params"), text("grads"), text("optimizer"),
                 text("activations"), text("b"), text("m"), text("schedule"), text("step (s)"),
                 text("TFLOP/s"), text("MFU"), text("memory"));
   for (size_t i = 0; i < result.top.size(); ++i) {
@@ -113,9 +116,9 @@ void printTable(const SearchResult &result, raw_ostream &out) {
     std::string schedule = c.pp > 1 ? ir::toString(c.schedule).str() +
                                           (c.chunks > 1 ? "(" + std::to_string(c.chunks) + ")" : "")
                                     : "-";
-    out << format("%-4zu %-44s %-18s %-14s %-16s %-22s %4lld %5lld %-16s %10.3f %9.1f %5.1f%% "
+    out << format("%-4zu %-*s %-18s %-14s %-16s %-25s %4lld %5lld %-16s %10.3f %9.1f %5.1f%% "
                   "%10s\n",
-                  i + 1, c.formatMesh().c_str(), toString(c.params).str().c_str(),
+                  i + 1, meshWidth, c.formatMesh().c_str(), toString(c.params).str().c_str(),
                   toString(c.grads).str().c_str(), toString(c.optimizer).str().c_str(),
                   activations.c_str(), static_cast<long long>(c.microBatch),
                   static_cast<long long>(c.microbatches), schedule.c_str(),
