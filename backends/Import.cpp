@@ -35,7 +35,7 @@ bool isPreludeName(StringRef name) {
 /// A Place name from a file name or a user's choice.
 std::string makeName(StringRef wanted, StringRef inputName, StringRef fallback) {
   std::string name = wanted.str();
-  if (name.empty())
+  if (name.empty() && !inputName.starts_with("<"))
     name = sys::path::stem(inputName).str();
   for (char &c : name)
     if (!isAlnum(c) && c != '_')
@@ -329,8 +329,7 @@ private:
                                                                     : candidate.rsplit('.').second);
         }
         llvm::sort(siblings);
-        std::string suggestion =
-            closest(key, siblings, std::max<unsigned>(3, key.size() / 3));
+        std::string suggestion = closest(key, siblings, std::max<unsigned>(3, key.size() / 3));
         diags.error(locOf(path),
                     "unknown DeepSpeed key '" + path + "'" +
                         (suggestion.empty() ? std::string("; DeepSpeed would ignore it silently")
@@ -368,8 +367,9 @@ private:
       if (*real == std::floor(*real) && *real >= double(min) && *real < 9e15)
         return static_cast<int64_t>(*real);
     } else if (value->getAsString() == std::optional<StringRef>("auto")) {
-      diags.error(locOf(path), "'" + path + "' is \"auto\", which the Hugging Face Trainer "
-                                            "fills in; write the number it takes");
+      diags.error(locOf(path), "'" + path +
+                                   "' is \"auto\", which the Hugging Face Trainer "
+                                   "fills in; write the number it takes");
       return std::nullopt;
     }
     diags.error(locOf(path), "'" + path + "' must be a whole number of at least " + Twine(min));
@@ -482,9 +482,8 @@ private:
         imported.optimizerKind = "adam";
       else if (name == "sgd") {
         const json::Value *momentum = lookup(root, "optimizer.params.momentum");
-        imported.optimizerKind = momentum && momentum->getAsNumber().value_or(0) != 0
-                                     ? "sgd(momentum = true)"
-                                     : "sgd";
+        imported.optimizerKind =
+            momentum && momentum->getAsNumber().value_or(0) != 0 ? "sgd(momentum = true)" : "sgd";
       } else {
         diags.error(locOf("optimizer.type"),
                     "optimizer type '" + name +
@@ -497,8 +496,8 @@ private:
     // The ZeRO stage and its variants.
     int64_t stage = stageValue.value_or(0);
     if (stage > 3) {
-      diags.error(locOf("zero_optimization.stage"), "ZeRO stage " + Twine(stage) +
-                                                        " does not exist; stages are 0 to 3");
+      diags.error(locOf("zero_optimization.stage"),
+                  "ZeRO stage " + Twine(stage) + " does not exist; stages are 0 to 3");
       return false;
     }
     int64_t inner = 0;
@@ -522,9 +521,8 @@ private:
         return false;
       }
       if (devices % inner != 0) {
-        diags.error(locOf(variant), "'" + variant + "' " + Twine(inner) +
-                                        " does not divide the " + Twine(devices) +
-                                        " data-parallel ranks");
+        diags.error(locOf(variant), "'" + variant + "' " + Twine(inner) + " does not divide the " +
+                                        Twine(devices) + " data-parallel ranks");
         return false;
       }
       imported.axes = {{"dp_replicate", devices / inner}, {"dp_shard", inner}};
@@ -674,8 +672,8 @@ private:
     for (size_t i = 0; i < words.size(); ++i) {
       StringRef word = words[i].text;
       if (!word.starts_with("--")) {
-        diags.error(locAt(words[i].offset), "expected a flag starting with '--', found '" + word +
-                                                "'");
+        diags.error(locAt(words[i].offset),
+                    "expected a flag starting with '--', found '" + word + "'");
         continue;
       }
       std::string value;
@@ -690,9 +688,8 @@ private:
         // reported as misspellings, the others are listed once as ignored.
         std::string suggestion = closest(word, names, word.size() >= 10 ? 2 : 1);
         if (!suggestion.empty())
-          diags.error(locAt(words[i].offset),
-                      "unknown Megatron-LM flag '" + word + "'; did you mean '" + suggestion +
-                          "'?");
+          diags.error(locAt(words[i].offset), "unknown Megatron-LM flag '" + word +
+                                                  "'; did you mean '" + suggestion + "'?");
         else
           ignored.push_back(words[i]);
         if (!hasValue && i + 1 < words.size() && !StringRef(words[i + 1].text).starts_with("--"))
@@ -727,9 +724,9 @@ private:
       return std::nullopt;
     int64_t number = 0;
     if (StringRef(it->second.first).getAsInteger(10, number) || number < 1) {
-      diags.error(locAt(it->second.second),
-                  "'" + flag + "' takes a whole number of at least 1, not '" + it->second.first +
-                      "'");
+      diags.error(locAt(it->second.second), "'" + flag +
+                                                "' takes a whole number of at least 1, not '" +
+                                                it->second.first + "'");
       return std::nullopt;
     }
     return number;
@@ -779,10 +776,10 @@ private:
     int64_t d = devices / (t * p);
     int64_t globalBatch = global.value_or(*micro * d);
     if (globalBatch % (*micro * d) != 0) {
-      diags.error(locOf("--global-batch-size"),
-                  "--global-batch-size " + Twine(globalBatch) + " is not a multiple of " +
-                      "--micro-batch-size × data-parallel size " + Twine(d) + " = " +
-                      Twine(*micro * d));
+      diags.error(locOf("--global-batch-size"), "--global-batch-size " + Twine(globalBatch) +
+                                                    " is not a multiple of " +
+                                                    "--micro-batch-size × data-parallel size " +
+                                                    Twine(d) + " = " + Twine(*micro * d));
       return false;
     }
     int64_t microbatches = globalBatch / (*micro * d);
@@ -822,8 +819,8 @@ private:
       if (norm == "RMSNorm")
         m << "  norm = rmsnorm;\n";
       else if (norm != "LayerNorm")
-        diags.error(locOf("--normalization"), "normalization '" + norm +
-                                                  "' has no Place equivalent (LayerNorm, RMSNorm)");
+        diags.error(locOf("--normalization"),
+                    "normalization '" + norm + "' has no Place equivalent (LayerNorm, RMSNorm)");
       if (has("--disable-bias-linear"))
         m << "  bias = false;\n";
       std::string positions = getString("--position-embedding-type", "learned_absolute");

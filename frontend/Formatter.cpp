@@ -55,8 +55,7 @@ std::vector<Token> lex(StringRef text) {
       ++i;
     } else if (text.substr(i).starts_with("//")) {
       i = std::min(text.find('\n', i), text.size());
-      tokens.push_back(
-          {TokenKind::LineComment, text.slice(start, i).rtrim(" \t\r\f\v"), newlines});
+      tokens.push_back({TokenKind::LineComment, text.slice(start, i).rtrim(" \t\r\f\v"), newlines});
       newlines = 0;
     } else if (text.substr(i).starts_with("/*")) {
       size_t close = text.find("*/", i + 2);
@@ -238,8 +237,7 @@ private:
       auto inRun = [&](size_t index) {
         const Line &line = lines[index];
         return !line.comment.empty() && !line.code.empty() &&
-               line.code.find('\n') == std::string::npos &&
-               (index == i || !line.blankBefore);
+               line.code.find('\n') == std::string::npos && (index == i || !line.blankBefore);
       };
       while (end < lines.size() && inRun(end)) {
         column = std::max(column, lines[end].indent + lines[end].code.size());

@@ -194,8 +194,10 @@ public:
 
 private:
   struct Geometry {
-    int64_t sizes[3] = {1, 1, 1}; ///< outer, inner batch sub-axes (index by bit), unused
-    int64_t spanOuter = 1, spanInner = 1, ppStride = 1;
+    /// The sizes of the batch sub-axes, indexed by their bit (kOuter, kInner); [0] unused.
+    int64_t sizes[3] = {1, 1, 1};
+    /// The rank span of a group whose outermost axis is the outer or the inner sub-axis.
+    int64_t spanOuter = 1, spanInner = 1;
     unsigned present = 0;
   };
   Geometry geometry(const Candidate &c) const {
@@ -205,7 +207,6 @@ private:
     g.present = (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0);
     g.spanInner = c.dpLocal * c.tp;
     g.spanOuter = c.dpNode * c.dpLocal * c.tp;
-    g.ppStride = c.dpNode * c.dpLocal * c.tp;
     return g;
   }
   int64_t degree(const Geometry &g, unsigned mask) const {

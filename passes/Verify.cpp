@@ -131,10 +131,12 @@ struct Where {
   SMLoc preludeLoc;
 };
 
-/// A state's share of memory, with its name, for breakdowns and the tier it lives in.
+/// Bytes of one state (or of the transient buffers, which belong to none), for the breakdown
+/// notes of `capacity`.
 struct StateShare {
   StringRef name;
   double bytes;
+  std::optional<ir::State> state;
 };
 
 class VerifyPass : public Pass {
@@ -190,7 +192,8 @@ private:
   /// strategy.
   bool report(Severity severity, const ir::Run &run, const Where &where, const Twine &message,
               StringRef rule, function_ref<void()> notes = {});
-  /// Says how a state is placed over some axes when the placement is not written (a default).
+  /// A note saying where a state's mode over `axes` comes from: the mode as written, or the
+  /// default of a batch axis.
   void noteDefault(const ir::Run &run, ir::State state, const AxisSet &axes, StringRef mode);
 
   /// A suggestion for a run over capacity: the first single change that fits, then all of them
@@ -783,23 +786,20 @@ std::string VerifyPass::suggestForOffload(const ir::Run &run, ir::Tier tier,
   llvm::stable_sort(sorted,
                     [](const StateShare &a, const StateShare &b) { return a.bytes > b.bytes; });
   for (const StateShare &share : sorted) {
-    if (share.bytes <= 0)
+    // Gradients that follow the optimizer have no tier of their own to drop; an optimizer
+    // brought back to the device would leave offloaded gradients out of its reach.
+    if (share.bytes <= 0 || !share.state || strategy.getPlacement(*share.state).tier != tier ||
+        (*share.state == ir::State::Optimizer &&
+         strategy.getPlacement(ir::State::Grads).tier != ir::Tier::Device))
       continue;
-    for (ir::State state : ir::kAllStates) {
-      if (ir::toString(state) != share.name)
-        continue;
-      ir::Strategy variant = strategy;
-      ir::StatePlacement &placement = variant.getPlacement(state);
-      if (placement.tier != tier)
-        break;
-      placement.tier = ir::Tier::Device;
-      double peak = analyzePeak(run, variant);
-      if (peak <= cluster.deviceMemory)
-        return "to fit, keep " +
-               (state == ir::State::Optimizer ? "the optimizer" : share.name.str()) +
-               " on the device (drop its '@ " + ir::toString(tier).str() +
-               "'): " + formatGiB(peak) + " per device, within device_memory";
-    }
+    ir::Strategy variant = strategy;
+    variant.getPlacement(*share.state).tier = ir::Tier::Device;
+    double peak = analyzePeak(run, variant);
+    if (peak <= cluster.deviceMemory)
+      return "to fit, keep " +
+             (*share.state == ir::State::Optimizer ? "the optimizer" : share.name.str()) +
+             " on the device (drop its '@ " + ir::toString(tier).str() + "'): " + formatGiB(peak) +
+             " per device, within device_memory";
   }
   if (tier == ir::Tier::Host && cluster.nvmeBandwidth && cluster.nvmeCapacity)
     return "to fit, move the largest offloaded state @ nvme";
@@ -851,12 +851,14 @@ bool VerifyPass::checkCapacity(const ir::Run &run, const analysis::RunAnalysis &
                formatGiBAndGB(cluster.deviceMemory) + " device_memory of cluster '" + cluster.name +
                "'",
            "capacity", [&] {
-             diags->note(where, Twine("per device: ") +
-                                    breakdown({{"params", device.params},
-                                               {"grads", device.grads},
-                                               {"optimizer", device.optimizer},
-                                               {"activations", device.activations},
-                                               {"gather and transfer buffers", device.transient}}));
+             diags->note(
+                 where,
+                 Twine("per device: ") +
+                     breakdown({{"params", device.params, ir::State::Params},
+                                {"grads", device.grads, ir::State::Grads},
+                                {"optimizer", device.optimizer, ir::State::Optimizer},
+                                {"activations", device.activations, ir::State::Activations},
+                                {"gather and transfer buffers", device.transient, std::nullopt}}));
              if (!memory.activationsKnown)
                diags->note(run.model->loc,
                            Twine("model '") + run.model->name +
@@ -881,10 +883,10 @@ bool VerifyPass::checkCapacity(const ir::Run &run, const analysis::RunAnalysis &
   double perNode = static_cast<double>(cluster.devicesPerNode);
   for (ir::Tier tier : {ir::Tier::Host, ir::Tier::Nvme}) {
     std::vector<StateShare> shares = {
-        {"params", params.tier == tier ? host.params : 0},
-        {"grads", gradTier == tier ? host.grads : 0},
-        {"optimizer", optimizer.tier == tier ? host.optimizer : 0},
-        {"activations", activations.tier == tier ? host.activations : 0}};
+        {"params", params.tier == tier ? host.params : 0, ir::State::Params},
+        {"grads", gradTier == tier ? host.grads : 0, ir::State::Grads},
+        {"optimizer", optimizer.tier == tier ? host.optimizer : 0, ir::State::Optimizer},
+        {"activations", activations.tier == tier ? host.activations : 0, ir::State::Activations}};
     double bytes = 0;
     for (const StateShare &share : shares)
       bytes += share.bytes;

@@ -564,7 +564,8 @@ int runCompile() {
     return 1;
   }
   if (compileTarget != "cpu") {
-    printError("compile: unknown --target '" + compileTarget + "' (the targets are: cpu, deepspeed, megatron, torchtitan)");
+    printError("compile: unknown --target '" + compileTarget +
+               "' (the targets are: cpu, deepspeed, megatron, torchtitan)");
     return 1;
   }
   std::unique_ptr<Compilation> compilation =
@@ -609,9 +610,9 @@ int main(int argc, char **argv) {
       args.erase(args.begin() + 1);
     } else if (!first.starts_with("-") && !first.contains('.') && !first.contains('/') &&
                !first.contains(':') && !sys::fs::exists(first)) {
-      printError(
-          "unknown command '" + first +
-          "'; the commands are check, report, diff, search, compile, import and format (run 'placec --help')");
+      printError("unknown command '" + first +
+                 "'; the commands are check, report, diff, search, compile, import and format (run "
+                 "'placec --help')");
       return 1;
     }
   }
