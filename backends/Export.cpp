@@ -41,6 +41,9 @@ namespace {
 /// change nothing in any target.
 struct MeshView {
   std::vector<unsigned> batchAxes; ///< Batch axes, outermost first.
+  /// Batch axes including those of size 1, which still say which ZeRO stage a single-rank run
+  /// means (`zero2(dp = 1) * offload_optimizer` is ZeRO-Offload on one GPU).
+  std::vector<unsigned> allBatchAxes;
   std::vector<unsigned> tensorAxes;
   std::vector<unsigned> layersAxes;
   std::vector<unsigned> order; ///< Every axis of size > 1, outermost first.
@@ -51,6 +54,8 @@ MeshView viewMesh(const ir::Mesh &mesh) {
   MeshView view;
   for (unsigned index = 0; index < mesh.axes.size(); ++index) {
     const ir::Axis &axis = mesh.axes[index];
+    if (axis.kind == ir::AxisKind::Batch)
+      view.allBatchAxes.push_back(index);
     if (axis.size <= 1)
       continue;
     view.order.push_back(index);
@@ -72,21 +77,21 @@ MeshView viewMesh(const ir::Mesh &mesh) {
   return view;
 }
 
-/// The batch axes on which a state has `mode`.
+/// The batch axes on which a state has `mode` (with `all`, those of size 1 too).
 std::vector<unsigned> axesWithMode(const MeshView &view, const ir::StatePlacement &placement,
-                                   ir::PlacementMode mode) {
+                                   ir::PlacementMode mode, bool all = false) {
   std::vector<unsigned> axes;
-  for (unsigned index : view.batchAxes)
+  for (unsigned index : all ? view.allBatchAxes : view.batchAxes)
     if (index < placement.axes.size() && placement.axes[index].mode == mode)
       axes.push_back(index);
   return axes;
 }
 
 /// True when `axes` are the innermost batch axes (a suffix of the batch axes, in rank order).
-bool isInnerSuffix(const MeshView &view, ArrayRef<unsigned> axes) {
-  if (axes.size() > view.batchAxes.size())
+bool isInnerSuffix(ArrayRef<unsigned> batchAxes, ArrayRef<unsigned> axes) {
+  if (axes.size() > batchAxes.size())
     return false;
-  return ArrayRef<unsigned>(view.batchAxes).take_back(axes.size()) == axes;
+  return batchAxes.take_back(axes.size()) == axes;
 }
 
 int64_t productOf(const ir::Mesh &mesh, ArrayRef<unsigned> axes) {
@@ -204,11 +209,14 @@ private:
     const ir::StatePlacement &params = placement(ir::State::Params);
     const ir::StatePlacement &grads = placement(ir::State::Grads);
     const ir::StatePlacement &optimizer = placement(ir::State::Optimizer);
-    std::vector<unsigned> optShard = axesWithMode(view, optimizer, ir::PlacementMode::Sharded);
-    std::vector<unsigned> gradShard = axesWithMode(view, grads, ir::PlacementMode::Sharded);
+    // Axes of size 1 are left out, unless every batch axis has size 1 (a single rank).
+    bool single = view.batchAxes.empty();
+    std::vector<unsigned> optShard =
+        axesWithMode(view, optimizer, ir::PlacementMode::Sharded, single);
+    std::vector<unsigned> gradShard = axesWithMode(view, grads, ir::PlacementMode::Sharded, single);
     std::vector<unsigned> paramGather =
-        axesWithMode(view, params, ir::PlacementMode::ShardedWithGather);
-    const std::vector<unsigned> &all = view.batchAxes;
+        axesWithMode(view, params, ir::PlacementMode::ShardedWithGather, single);
+    const std::vector<unsigned> &all = single ? view.allBatchAxes : view.batchAxes;
 
     int stage = -1;
     int64_t hpzSize = 0, micsSize = 0;
@@ -220,11 +228,11 @@ private:
       stage = 2;
     else if (optShard == all && gradShard == all && paramGather == all)
       stage = 3;
-    else if (optShard == all && gradShard == all && isInnerSuffix(view, paramGather)) {
+    else if (optShard == all && gradShard == all && isInnerSuffix(all, paramGather)) {
       stage = 3; // ZeRO++ hpZ: a secondary copy of the params sharded inside the inner group.
       hpzSize = productOf(mesh, paramGather);
     } else if (!optShard.empty() && optShard == gradShard && optShard == paramGather &&
-               isInnerSuffix(view, optShard)) {
+               isInnerSuffix(all, optShard)) {
       stage = 3; // MiCS: every state sharded inside the inner group, replicated across groups.
       micsSize = productOf(mesh, optShard);
     } else {
@@ -290,9 +298,9 @@ private:
         if (params.tier != ir::Tier::Device)
           json.attributeObject("offload_param",
                                [&] { json.attribute("device", tierWord(params.tier)); });
-        if (hpzSize)
+        if (hpzSize > 1)
           json.attribute("zero_hpz_partition_size", hpzSize);
-        if (micsSize)
+        if (micsSize > 1)
           json.attribute("mics_shard_size", micsSize);
       });
       if (strategy.activationMode == ir::ActivationMode::RecomputeFull)

@@ -231,13 +231,15 @@ private:
     std::string out;
     size_t i = 0;
     while (i < lines.size()) {
-      // A run of consecutive lines with code and a trailing comment shares one comment column.
+      // A run of consecutive lines at one indentation, each with code and a trailing comment,
+      // shares one comment column.
       size_t end = i;
       size_t column = 0;
       auto inRun = [&](size_t index) {
         const Line &line = lines[index];
         return !line.comment.empty() && !line.code.empty() &&
-               line.code.find('\n') == std::string::npos && (index == i || !line.blankBefore);
+               line.code.find('\n') == std::string::npos &&
+               (index == i || (!line.blankBefore && line.indent == lines[i].indent));
       };
       while (end < lines.size() && inRun(end)) {
         column = std::max(column, lines[end].indent + lines[end].code.size());
