@@ -429,8 +429,10 @@ int runExport(bridge::Target target) {
                " takes one input file and one --run NAME");
     return 1;
   }
+  // As in report, capacity is a warning: the memory figures are estimates, and another run of
+  // the file that does not fit should not stop this one's export.
   std::unique_ptr<Compilation> compilation =
-      compile(nullptr, inputFiles[0], VerifyOptions{}, nullptr);
+      compile(nullptr, inputFiles[0], reportVerifyOptions(), nullptr);
   if (!compilation->ok)
     return 1;
   Expected<std::vector<const ir::Run *>> runs =

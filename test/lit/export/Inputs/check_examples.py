@@ -33,7 +33,7 @@ for path in sys.argv[2:]:
             elif errors and all(line.endswith("[export]") for line in errors):
                 refused += 1
             else:
-                print(f"PROBLEM {path} {run} {target}: rc {result.returncode}: {result.stderr}")
+                print(f"PROBLEM {path} {run} {target}: rc {result.returncode}: {result.stderr[:500]}")
                 problems += 1
 print(f"exported {exported}, refused {refused}, problems {problems}")
 sys.exit(1 if problems else 0)
