@@ -527,7 +527,9 @@ void Explainer::explainCommunication(RunExplanation &result) {
         }
     }
     double n = static_cast<double>(entry.groupSize);
-    std::string what = entry.axis.empty() ? "" : " over " + entry.axis;
+    std::string what = entry.link == analysis::LinkClass::Host ? " over the host link"
+                       : entry.axis.empty()                    ? ""
+                                                               : " over " + entry.axis;
 
     // Count.
     double count = perMicrobatchCalls * m + perStepCalls;

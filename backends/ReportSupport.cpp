@@ -80,17 +80,20 @@ std::string formatBytes(double bytes) {
 std::string formatGB(double bytes) {
   if (bytes == 0)
     return "0";
+  // Below 10 MB, GB would need more digits than the column is worth: use the size's own unit.
+  if (std::fabs(bytes) < 1e7)
+    return formatBytes(bytes);
   return formatSignificant(bytes / 1e9) + " GB";
 }
 
 std::string formatCapacity(double bytes) {
   constexpr double gib = 1024.0 * 1024 * 1024;
   double inGiB = bytes / gib;
-  if (inGiB >= 1 && inGiB == std::round(inGiB))
-    return fmt::format("{:.0f} GiB", inGiB);
   double tib = inGiB / 1024;
   if (tib >= 1 && tib == std::round(tib))
     return fmt::format("{:.0f} TiB", tib);
+  if (inGiB >= 1 && inGiB == std::round(inGiB))
+    return fmt::format("{:.0f} GiB", inGiB);
   return formatBytes(bytes);
 }
 

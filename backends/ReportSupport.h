@@ -21,7 +21,8 @@ namespace placec::report {
 std::string formatSignificant(double value);
 /// Bytes in decimal units chosen by size: `512 B`, `48.7 MB`, `3.12 GB`, `1.20 TB`.
 std::string formatBytes(double bytes);
-/// Bytes in GB (10^9) whatever the size: memory tables, comparable with published tables.
+/// Bytes in GB (10^9) for memory tables, comparable with published tables (below 10 MB, in the
+/// size's own unit).
 std::string formatGB(double bytes);
 /// A capacity as written: `80 GiB` when a whole number of GiB, else in GB.
 std::string formatCapacity(double bytes);

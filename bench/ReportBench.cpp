@@ -14,7 +14,6 @@
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
-
 #include <memory>
 #include <string>
 #include <vector>

@@ -37,19 +37,19 @@ enum class EmitKind { None, Ast, Ir, Plan };
 cl::list<std::string> inputFiles(cl::Positional, cl::desc("<input .place files>"),
                                  cl::cat(placecCategory));
 
-cl::opt<EmitKind> emitKind(
-    "emit", cl::desc("What to print (check), in pipeline order:"), cl::init(EmitKind::None),
-    cl::values(clEnumValN(EmitKind::Ast, "ast", "the syntax tree of each input file"),
-               clEnumValN(EmitKind::Ir, "ir", "the IR after verification (docs/ir.md)"),
-               clEnumValN(EmitKind::Plan, "plan",
-                          "the step plan of each run after verification (docs/plan.md)")),
-    cl::cat(placecCategory));
+cl::opt<EmitKind>
+    emitKind("emit", cl::desc("What to print (check), in pipeline order:"),
+             cl::init(EmitKind::None),
+             cl::values(clEnumValN(EmitKind::Ast, "ast", "the syntax tree of each input file"),
+                        clEnumValN(EmitKind::Ir, "ir", "the IR after verification (docs/ir.md)"),
+                        clEnumValN(EmitKind::Plan, "plan",
+                                   "the step plan of each run after verification (docs/plan.md)")),
+             cl::cat(placecCategory));
 
 cl::opt<report::Format> outputFormat(
     "format", cl::desc("Output format of report and diff:"), cl::init(report::Format::Text),
     cl::values(clEnumValN(report::Format::Text, "text", "aligned tables (the default)"),
-               clEnumValN(report::Format::Json, "json",
-                          "one JSON document (docs/report-json.md)"),
+               clEnumValN(report::Format::Json, "json", "one JSON document (docs/report-json.md)"),
                clEnumValN(report::Format::Markdown, "md", "GitHub Markdown tables"),
                clEnumValN(report::Format::Markdown, "markdown", "the same as md")),
     cl::cat(placecCategory));
@@ -264,9 +264,8 @@ Expected<std::vector<const ir::Run *>> selectRuns(const ir::Program &program,
         known.push_back(candidate->name);
       return createStringError(inconvertibleErrorCode(), "no run named '%s' in '%s' (%s)",
                                name.c_str(), path.str().c_str(),
-                               known.empty()
-                                   ? "it declares no run"
-                                   : ("its runs: " + llvm::join(known, ", ")).c_str());
+                               known.empty() ? "it declares no run"
+                                             : ("its runs: " + llvm::join(known, ", ")).c_str());
     }
     if (!llvm::is_contained(runs, run))
       runs.push_back(run);
@@ -278,8 +277,8 @@ void printError(const Twine &message) { errs() << "placec: error: " << message <
 
 /// `placec check` (and --emit): compiles one program and prints what was asked.
 bool checkOne(std::unique_ptr<MemoryBuffer> preloaded, StringRef path, raw_ostream &out) {
-  std::unique_ptr<Compilation> compilation = compile(
-      std::move(preloaded), path, VerifyOptions{}, emitKind == EmitKind::Ast ? &out : nullptr);
+  std::unique_ptr<Compilation> compilation = compile(std::move(preloaded), path, VerifyOptions{},
+                                                     emitKind == EmitKind::Ast ? &out : nullptr);
   if (verifyDiagnostics)
     return compilation->diags.verify();
   if (!compilation->ok)
@@ -287,8 +286,7 @@ bool checkOne(std::unique_ptr<MemoryBuffer> preloaded, StringRef path, raw_ostre
   if (emitKind == EmitKind::Ir)
     ir::printProgram(*compilation->program, out);
   if (emitKind == EmitKind::Plan) {
-    Expected<std::vector<const ir::Run *>> runs =
-        selectRuns(*compilation->program, runNames, path);
+    Expected<std::vector<const ir::Run *>> runs = selectRuns(*compilation->program, runNames, path);
     if (!runs) {
       printError(toString(runs.takeError()));
       return false;
@@ -313,8 +311,7 @@ bool runReport(raw_ostream &out) {
     return false;
   }
   StringRef path = inputFiles.front();
-  std::unique_ptr<Compilation> compilation =
-      compile(nullptr, path, reportVerifyOptions(), nullptr);
+  std::unique_ptr<Compilation> compilation = compile(nullptr, path, reportVerifyOptions(), nullptr);
   if (!compilation->ok)
     return false;
   Expected<std::vector<const ir::Run *>> runs = selectRuns(*compilation->program, runNames, path);
@@ -347,7 +344,8 @@ bool runDiff(raw_ostream &out) {
     for (const std::string &spec : inputFiles) {
       size_t colon = spec.rfind(':');
       if (colon == std::string::npos || colon == 0 || colon + 1 == spec.size()) {
-        printError("diff: '" + spec + "' names no run; write FILE:RUN, or give one file and "
+        printError("diff: '" + spec +
+                   "' names no run; write FILE:RUN, or give one file and "
                    "--run A --run B");
         return false;
       }
@@ -379,7 +377,8 @@ bool runDiff(raw_ostream &out) {
     }
     reports.push_back(report::analyzeRun(*runs->front()));
   }
-  report::printDiff({&reports[0], sides[0].first}, {&reports[1], sides[1].first}, outputFormat, out);
+  report::printDiff({&reports[0], sides[0].first}, {&reports[1], sides[1].first}, outputFormat,
+                    out);
   return true;
 }
 
@@ -621,8 +620,7 @@ int main(int argc, char **argv) {
 
   cl::HideUnrelatedOptions(placecCategory);
   cl::SetVersionPrinter([](raw_ostream &os) { os << "placec version 0.1.0\n"; });
-  if (!cl::ParseCommandLineOptions(static_cast<int>(args.size()), args.data(), kOverview,
-                                   &errs()))
+  if (!cl::ParseCommandLineOptions(static_cast<int>(args.size()), args.data(), kOverview, &errs()))
     return 1;
 
   if (command == Command::Import)
