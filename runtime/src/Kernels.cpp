@@ -3,6 +3,7 @@
 
 #include <cblas.h>
 #include <cmath>
+#include <cstring>
 
 namespace placert {
 
@@ -97,6 +98,41 @@ void sgdDelta(const float *grad, float *momentum, float *delta, int64_t n, doubl
     }
     delta[i] = static_cast<float>(-learningRate * direction);
   }
+}
+
+float roundTo(DType dtype, float value) {
+  if (dtype == DType::FP32 || std::isnan(value) || std::isinf(value))
+    return value;
+  if (dtype == DType::BF16) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    bits += 0x7fffu + ((bits >> 16) & 1u); // ties to even; the carry may reach the exponent (inf)
+    bits &= 0xffff0000u;
+    float result;
+    std::memcpy(&result, &bits, sizeof result);
+    return result;
+  }
+  // fp16: 10 fraction bits, normal from 2^-14, largest 65504; from 65520 (halfway to 2^16) on,
+  // ties to even rounds to 2^16, which overflows to infinity.
+  double magnitude = std::fabs(static_cast<double>(value));
+  double rounded;
+  if (magnitude >= 65520.0) {
+    rounded = INFINITY;
+  } else if (magnitude < 0x1.0p-14) {
+    rounded = std::nearbyint(magnitude * 0x1.0p24) * 0x1.0p-24; // subnormal: steps of 2^-24
+  } else {
+    int exponent; // magnitude = f · 2^exponent, f in [0.5, 1): steps of 2^(exponent − 11)
+    std::frexp(magnitude, &exponent);
+    rounded = std::ldexp(std::nearbyint(std::ldexp(magnitude, 11 - exponent)), exponent - 11);
+  }
+  return static_cast<float>(std::copysign(rounded, static_cast<double>(value)));
+}
+
+void roundTo(DType dtype, float *values, int64_t n) {
+  if (dtype == DType::FP32)
+    return;
+  for (int64_t i = 0; i < n; ++i)
+    values[i] = roundTo(dtype, values[i]);
 }
 
 } // namespace placert

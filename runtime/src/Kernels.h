@@ -3,6 +3,8 @@
 #ifndef PLACERT_SRC_KERNELS_H
 #define PLACERT_SRC_KERNELS_H
 
+#include "placert/placert.h"
+
 #include <cstdint>
 #include <memory>
 
@@ -37,6 +39,13 @@ void adamDelta(const float *grad, float *m, float *v, float *delta, int64_t n, i
                double learningRate);
 /// SGD, with momentum 0.9 when `momentum` is not null.
 void sgdDelta(const float *grad, float *momentum, float *delta, int64_t n, double learningRate);
+
+/// `value` rounded to the nearest `dtype` value (ties to even), as a float: bf16 keeps the top 16
+/// bits of the fp32 pattern; fp16 is IEEE half (overflow to ±inf, subnormals below 2^-14); fp32
+/// is the identity. NaN stays NaN.
+float roundTo(DType dtype, float value);
+/// Rounds `n` values in place (nothing for fp32).
+void roundTo(DType dtype, float *values, int64_t n);
 
 } // namespace placert
 

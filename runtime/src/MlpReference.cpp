@@ -55,8 +55,9 @@ CheckResult checkAgainstReference(const ReferenceConfig &config, int steps,
     offset[i] = total;
     total += out[i] * in[i] + out[i];
   }
-  std::vector<float> p(static_cast<size_t>(total)), m(p.size()), v(p.size()), g(p.size()),
-      delta(p.size());
+  // p: the fp32 master copy; w: the working params, p rounded to the param dtype.
+  std::vector<float> p(static_cast<size_t>(total)), w(p.size()), m(p.size()), v(p.size()),
+      g(p.size()), delta(p.size());
   for (int64_t i = 0; i < L; ++i) {
     std::string weight = "layers." + std::to_string(i) + ".weight";
     std::string bias = "layers." + std::to_string(i) + ".bias";
@@ -67,6 +68,8 @@ CheckResult checkAgainstReference(const ReferenceConfig &config, int steps,
   }
   std::vector<double> referenceLosses;
   for (int step = 0; step < steps; ++step) {
+    w = p;
+    roundTo(config.paramType, w.data(), total);
     // inputs[i]: the layer's input after the activation; pre[i]: its output before it.
     std::vector<std::vector<float>> inputs(L), pre(L);
     inputs[0].resize(static_cast<size_t>(B * config.input));
@@ -80,9 +83,9 @@ CheckResult checkAgainstReference(const ReferenceConfig &config, int steps,
                              static_cast<int64_t>(pre[i - 1].size()));
       }
       pre[i].resize(static_cast<size_t>(B * out[i]));
-      const float *w = &p[offset[i]];
-      kernels->linearForward(inputs[i].data(), w, w + out[i] * in[i], pre[i].data(), B, in[i],
-                             out[i]);
+      const float *weights = &w[offset[i]];
+      kernels->linearForward(inputs[i].data(), weights, weights + out[i] * in[i], pre[i].data(), B,
+                             in[i], out[i]);
     }
     std::vector<float> targets(static_cast<size_t>(B * config.output));
     for (int64_t s = 0; s < B; ++s)
@@ -100,10 +103,11 @@ CheckResult checkAgainstReference(const ReferenceConfig &config, int steps,
       if (i == 0)
         break;
       std::vector<float> dx(static_cast<size_t>(B * in[i]));
-      kernels->linearInputGrad(dy.data(), &p[offset[i]], dx.data(), B, in[i], out[i]);
+      kernels->linearInputGrad(dy.data(), &w[offset[i]], dx.data(), B, in[i], out[i]);
       kernels->geluBackward(pre[i - 1].data(), dx.data(), dx.data(), B * in[i]);
       dy = std::move(dx);
     }
+    roundTo(config.gradType, g.data(), total);
     switch (config.optimizer) {
     case OptimizerKind::Adam:
       adamDelta(g.data(), m.data(), v.data(), delta.data(), total, step + 1, config.learningRate);
@@ -118,6 +122,10 @@ CheckResult checkAgainstReference(const ReferenceConfig &config, int steps,
     for (int64_t k = 0; k < total; ++k)
       p[k] += delta[k];
   }
+
+  w = p;
+  roundTo(config.paramType, w.data(), total);
+  p = std::move(w);
 
   CheckResult result;
   double diff = 0, norm = 0;

@@ -18,6 +18,9 @@ struct ReferenceConfig {
   OptimizerKind optimizer;
   double learningRate;
   uint64_t seed;
+  /// Mixed precision: forward and backward use the fp32 master params rounded to `paramType`;
+  /// the summed gradient is rounded to `gradType` before the optimizer updates the master.
+  DType paramType, gradType;
 };
 
 struct CheckResult {
@@ -27,7 +30,8 @@ struct CheckResult {
 };
 
 /// Trains the plain mlp on one device for `steps` steps over the whole global batch and compares
-/// the parameters (layer by layer, weight then bias, row-major) and the losses.
+/// the parameters (layer by layer, weight then bias, row-major; the working params, i.e. the
+/// master rounded to the param dtype) and the losses.
 CheckResult checkAgainstReference(const ReferenceConfig &config, int steps,
                                   const std::vector<float> &params,
                                   const std::vector<double> &losses, double tolerance);

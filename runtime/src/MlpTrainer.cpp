@@ -71,7 +71,9 @@ struct UnitState {
   Buffer hostGrad;         ///< The step's reduced gradients copied to the host optimizer.
   Buffer optimizerState;   ///< Accounting for the optimizer state (m, v, master copy).
   std::vector<float> m, v;
-  Buffer update; ///< Host-computed update on its way to the device.
+  std::vector<float> master; ///< The fp32 master copy of the owned elements; the stored params
+                             ///< hold it rounded to the param dtype.
+  Buffer update;             ///< The owned params, updated on the host, on their way to the device.
   std::vector<Stash> stash;
 };
 
@@ -315,6 +317,10 @@ Status MlpTrainer::Impl::setup() {
     int64_t shardIndex = runtime.getGroupIndex(P);
     std::copy(local.begin() + shardIndex * stored, local.begin() + (shardIndex + 1) * stored,
               unit.params.get());
+    // Mixed precision: the optimizer keeps the fp32 values; the working params are rounded.
+    unit.master.assign(unit.params.get() + unit.ownedOffset,
+                       unit.params.get() + unit.ownedOffset + unit.owned);
+    roundTo(spec.paramType, unit.params.get(), stored);
   }
   return Status::success();
 }
@@ -578,31 +584,40 @@ Status MlpTrainer::optimizerUpdate(int index, int64_t elements) {
                                                  : unit->grads;
   if (elements != unit->owned || grads.getElements() != unit->owned)
     return t.mismatch(*unit, "optimizer-update", elements, unit->owned);
+  // Mixed precision: the fully reduced gradient is rounded to the grad dtype (as the reference
+  // does; rounding each rank's partial sum would depend on the summation order), and the update
+  // applies to the fp32 master copy.
+  std::vector<float> grad(grads.get(), grads.get() + elements);
+  roundTo(t.spec.gradType, grad.data(), elements);
   std::vector<float> delta(static_cast<size_t>(elements));
   switch (t.spec.optimizer) {
   case OptimizerKind::Adam:
-    adamDelta(grads.get(), unit->m.data(), unit->v.data(), delta.data(), elements, t.step + 1,
+    adamDelta(grad.data(), unit->m.data(), unit->v.data(), delta.data(), elements, t.step + 1,
               t.spec.learningRate);
     break;
   case OptimizerKind::Sgd:
-    sgdDelta(grads.get(), nullptr, delta.data(), elements, t.spec.learningRate);
+    sgdDelta(grad.data(), nullptr, delta.data(), elements, t.spec.learningRate);
     break;
   case OptimizerKind::SgdMomentum:
-    sgdDelta(grads.get(), unit->m.data(), delta.data(), elements, t.spec.learningRate);
+    sgdDelta(grad.data(), unit->m.data(), delta.data(), elements, t.spec.learningRate);
     break;
   }
+  for (int64_t i = 0; i < elements; ++i)
+    unit->master[static_cast<size_t>(i)] += delta[static_cast<size_t>(i)];
   std::fill(unit->grads.get(), unit->grads.get() + unit->grads.getElements(), 0.0f);
   unit->stepGrad.release();
   unit->hostGrad.release();
   if (t.placement.optimizerTier == Tier::Host) {
-    // The update is computed on the host and travels to the device with paramsToDevice.
+    // The master copy is updated on the host; its rounding travels to the device with
+    // paramsToDevice.
     unit->update = t.transient(Tier::Host, State::Params, elements, t.spec.paramType);
-    std::copy(delta.begin(), delta.end(), unit->update.get());
+    std::copy(unit->master.begin(), unit->master.end(), unit->update.get());
+    roundTo(t.spec.paramType, unit->update.get(), elements);
     return Status::success();
   }
   float *params = unit->params.get() + unit->ownedOffset;
-  for (int64_t i = 0; i < elements; ++i)
-    params[i] += delta[static_cast<size_t>(i)];
+  std::copy(unit->master.begin(), unit->master.end(), params);
+  roundTo(t.spec.paramType, params, elements);
   return Status::success();
 }
 
@@ -612,9 +627,8 @@ Status MlpTrainer::paramsToDevice(int index, int64_t elements, DType dtype) {
   PLACERT_TRY(t.unitOf(index, unit));
   if (elements != unit->update.getElements())
     return t.mismatch(*unit, "host-to-device", elements, unit->update.getElements());
-  float *params = unit->params.get() + unit->ownedOffset;
-  for (int64_t i = 0; i < elements; ++i)
-    params[i] += unit->update.get()[i];
+  std::copy(unit->update.get(), unit->update.get() + elements,
+            unit->params.get() + unit->ownedOffset);
   t.runtime.countTransfer(Collective::HostToDevice, elements,
                           t.info(State::Params, Phase::Step, dtype));
   unit->update.release();
@@ -854,7 +868,8 @@ int MlpTrainer::train(const std::vector<StageProgram> &programs) {
     if (runtime.getRank() == 0) {
       ReferenceConfig config{t.shape.layers,      t.shape.width,      t.shape.input,
                              t.shape.output,      t.spec.globalBatch, t.spec.optimizer,
-                             t.spec.learningRate, options.seed};
+                             t.spec.learningRate, options.seed,       t.spec.paramType,
+                             t.spec.gradType};
       check = checkAgainstReference(config, options.steps, full, losses, options.tolerance);
       std::printf("check against one device: params relative error %.3g, losses relative error "
                   "%.3g (tolerance %.0e): %s\n",
