@@ -1,5 +1,6 @@
 // Unit tests for the StepPlan: the order of the ops each placement mode lowers to, the stage
 // assignment of pipelines, and that every pipeline send has its matching receive.
+#include "TestSupport.h"
 #include "placec/frontend/Frontend.h"
 #include "placec/passes/Passes.h"
 #include "placec/passes/StepPlan.h"
@@ -22,31 +23,10 @@ namespace {
 // Helpers
 //===----------------------------------------------------------------------===//
 
-/// A program compiled from text, verified, with the diagnostics it produced.
-struct Compiled {
-  llvm::SourceMgr sourceMgr;
-  DiagnosticEngine diags{sourceMgr};
-  std::string messages;
-  llvm::raw_string_ostream messageStream{messages};
-  std::unique_ptr<ir::Program> program;
-};
+using unittest::Compiled;
 
 std::unique_ptr<Compiled> compile(const std::string &text) {
-  auto result = std::make_unique<Compiled>();
-  result->diags.setOutput(result->messageStream);
-  auto files =
-      parseProgram(llvm::MemoryBuffer::getMemBufferCopy(text, "plan-test.place"), result->diags);
-  if (!files.empty())
-    result->program = buildProgram(files, result->diags);
-  if (result->program) {
-    PassManager passes;
-    VerifyOptions options;
-    options.capacityIsError = false;
-    passes.addPass(createVerifyPass(options));
-    if (!passes.run(*result->program, result->diags))
-      result->program.reset();
-  }
-  return result;
+  return unittest::compile(text, "plan-test.place");
 }
 
 const char *const kCluster = R"(

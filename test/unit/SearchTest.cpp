@@ -4,6 +4,7 @@
 // AMSP/MiCS partial sharding of a LLaMA-7B on 1,024), or say that nothing fits.
 #include "placec/passes/Search.h"
 
+#include "TestSupport.h"
 #include "placec/frontend/Frontend.h"
 #include "placec/passes/Passes.h"
 #include "placec/passes/StepPlan.h"
@@ -23,30 +24,10 @@ using namespace placec::search;
 
 namespace {
 
-struct Compiled {
-  llvm::SourceMgr sourceMgr;
-  DiagnosticEngine diags{sourceMgr};
-  std::string messages;
-  llvm::raw_string_ostream messageStream{messages};
-  std::unique_ptr<ir::Program> program;
-};
+using unittest::Compiled;
 
 std::unique_ptr<Compiled> compile(const std::string &text) {
-  auto result = std::make_unique<Compiled>();
-  result->diags.setOutput(result->messageStream);
-  auto files =
-      parseProgram(llvm::MemoryBuffer::getMemBufferCopy(text, "search-test.place"), result->diags);
-  if (!files.empty())
-    result->program = buildProgram(files, result->diags);
-  if (result->program) {
-    PassManager passes;
-    VerifyOptions options;
-    options.capacityIsError = false;
-    passes.addPass(createVerifyPass(options));
-    if (!passes.run(*result->program, result->diags))
-      result->program.reset();
-  }
-  return result;
+  return unittest::compile(text, "search-test.place");
 }
 
 const ir::Run &runOf(const Compiled &compiled, llvm::StringRef name) {
