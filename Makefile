@@ -3,7 +3,7 @@
 #   make demo          set up, build, check every example and print the flagship's IR
 #   make test          set up, format check, build + ctest, sanitizer build + ctest
 #   make build         set up and build in build/
-#   make bench         build and run the front-end benchmarks
+#   make bench         build and run the benchmarks
 #   make fuzz          build the libFuzzer target with clang-19 and fuzz for FUZZ_SECONDS
 #   make format        reformat our sources in place
 #   make format-check  fail when a source file is not formatted
@@ -54,10 +54,11 @@ build: setup
 
 demo: build
 	@if [ -z "$(EXAMPLES)" ]; then echo "make: no examples/*.place to check" >&2; exit 1; fi
-	@set -e; for file in $(EXAMPLES); do \
-	  echo "+ $(PLACEC) check $$file"; $(PLACEC) check $$file; \
-	done
-	$(PLACEC) --emit=ir $(FLAGSHIP)
+	@failed=""; for file in $(EXAMPLES); do \
+	  echo "+ $(PLACEC) check $$file"; $(PLACEC) check $$file || failed="$$failed $$file"; \
+	done; \
+	echo "+ $(PLACEC) --emit=ir $(FLAGSHIP)"; $(PLACEC) --emit=ir $(FLAGSHIP) || exit 1; \
+	if [ -n "$$failed" ]; then echo "make: placec check failed on:$$failed" >&2; exit 1; fi
 
 test: setup format-check test-build test-asan
 
@@ -69,9 +70,12 @@ test-asan: setup
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	cd $(ASAN_BUILD_DIR) && $(SANITIZER_ENV) ctest --output-on-failure --no-tests=error -j $(JOBS)
 
+# Every benchmark executable in bench/ (Google Benchmark), one after the other.
 bench: build
-	cmake --build $(BUILD_DIR) -j $(JOBS) --target placec-frontend-bench
-	$(BUILD_DIR)/bench/placec-frontend-bench
+	@set -e; for bench in $(BUILD_DIR)/bench/placec-*-bench; do \
+	  [ -x "$$bench" ] || { echo "make: no benchmarks built (is libbenchmark-dev installed?)" >&2; exit 1; }; \
+	  echo "+ $$bench"; $$bench; \
+	done
 
 # The whole fuzz build uses clang-19 with sanitizers, so the libraries are instrumented too; its
 # warnings are not errors (it hunts crashes; the gcc builds keep the code warning-clean).

@@ -52,16 +52,18 @@ common=(-timeout=5 -rss_limit_mb=2048 -dict="$root/fuzz/place.dict"
 short=$((seconds * 3 / 4))
 long=$((seconds - short))
 status=0
-"$fuzzer" "${common[@]}" -max_len=4096 -max_total_time="$short" "$corpus" \
-  >"$work/short.log" 2>&1 || status=$?
+log=$work/short.log
+"$fuzzer" "${common[@]}" -max_len=4096 -max_total_time="$short" "$corpus" >"$log" 2>&1 ||
+  status=$?
 if [[ $status -eq 0 ]]; then
-  "$fuzzer" "${common[@]}" -max_len=65536 -max_total_time="$long" "$corpus" \
-    >"$work/long.log" 2>&1 || status=$?
+  log=$work/long.log
+  "$fuzzer" "${common[@]}" -max_len=65536 -max_total_time="$long" "$corpus" >"$log" 2>&1 ||
+    status=$?
 fi
 
 if [[ $status -ne 0 ]]; then
   echo "run-fuzzer.sh: the fuzzer failed (exit $status); the end of its log:" >&2
-  tail -n 40 "$(ls -t "$work"/*.log | head -n 1)" >&2
+  tail -n 40 "$log" >&2
   found=0
   for input in "$artifacts"/*; do
     [[ -e "$input" ]] || continue
