@@ -1,6 +1,7 @@
 # Entry points for building, testing, benchmarking, fuzzing and formatting placec (docs/building.md).
 #
-#   make demo          set up, build, check every example and print the flagship's IR
+#   make demo          set up, build, check the examples, report on the flagship and the ZeRO
+#                      study, and train the compiled mlp run on 4 MPI ranks
 #   make test          set up, format check, build + ctest, sanitizer build + ctest
 #   make build         set up and build in build/
 #   make bench         build and run the benchmarks
@@ -14,7 +15,10 @@ BUILD_DIR ?= build
 ASAN_BUILD_DIR ?= build-asan
 FUZZ_BUILD_DIR ?= build-fuzz
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-FLAGSHIP ?= examples/gpt2-zero3.place
+FLAGSHIP ?= examples/gpt3-175b-ptdp.place
+# The ZeRO 7.5B study reproduces ZeRO's Table 1, whose small-N runs do not fit a 32 GB device:
+# `placec check` rejects them by design, so the demo reports on it instead of checking it.
+OVER_CAPACITY_EXAMPLES = examples/zero-7.5b.place
 FUZZ_SECONDS ?= 60
 CMAKE_ARGS ?=
 
@@ -54,11 +58,16 @@ build: setup
 
 demo: build
 	@if [ -z "$(EXAMPLES)" ]; then echo "make: no examples/*.place to check" >&2; exit 1; fi
-	@failed=""; for file in $(EXAMPLES); do \
-	  echo "+ $(PLACEC) check $$file"; $(PLACEC) check $$file || failed="$$failed $$file"; \
-	done; \
-	echo "+ $(PLACEC) --emit=ir $(FLAGSHIP)"; $(PLACEC) --emit=ir $(FLAGSHIP) || exit 1; \
-	if [ -n "$$failed" ]; then echo "make: placec check failed on:$$failed" >&2; exit 1; fi
+	@set -e; for file in $(filter-out $(OVER_CAPACITY_EXAMPLES),$(EXAMPLES)); do \
+	  echo "+ $(PLACEC) check $$file"; $(PLACEC) check $$file; \
+	done
+	@mkdir -p $(BUILD_DIR)/demo
+	$(PLACEC) --emit=ir examples/gpt2-xl.place -o $(BUILD_DIR)/demo/gpt2-xl.ir
+	@echo "(the IR of examples/gpt2-xl.place is in $(BUILD_DIR)/demo/gpt2-xl.ir; its parameter count:)"
+	@grep -A5 '^  params = ' $(BUILD_DIR)/demo/gpt2-xl.ir
+	$(PLACEC) report $(FLAGSHIP)
+	$(PLACEC) report examples/zero-7.5b.place 2>/dev/null
+	scripts/demo-train.sh $(BUILD_DIR)
 
 test: setup format-check test-build test-asan
 

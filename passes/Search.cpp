@@ -173,7 +173,7 @@ struct StageShape {
 class Evaluator {
 public:
   Evaluator(const ir::Run &run, const ir::Cluster &cluster)
-      : run(run), model(*run.model), cluster(cluster) {
+      : model(*run.model), cluster(cluster) {
     const ir::TransformerConfig &config = model.transformer;
     s = static_cast<double>(config.seq);
     h = static_cast<double>(config.hidden);
@@ -230,7 +230,6 @@ private:
   double layerActivationBytes(const Candidate &c) const;
   double inFlight(const Candidate &c, int stage) const;
 
-  const ir::Run &run;
   const ir::Model &model;
   const ir::Cluster &cluster;
   double s = 0, h = 0, a = 0, vocab = 0, flopRate = 0;

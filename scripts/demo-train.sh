@@ -5,6 +5,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
+[[ -d "$build" ]] && build="$(cd "$build" && pwd)"
 if [[ ! -x "$build/tools/placec" || ! -f "$build/runtime/placertConfig.cmake" ]]; then
   echo "demo-train: build placec first: cmake -S $root -B $build && cmake --build $build -j2" >&2
   exit 1

@@ -34,8 +34,8 @@ std::vector<std::unique_ptr<ast::File>> parseProgram(llvm::StringRef path, Diagn
 /// Like parseProgram, with the main file's text given: `buffer` is named by the main file's path
 /// (imports resolve relative to it). Used for `--split-input-file`, where each chunk of a file is
 /// compiled on its own.
-std::vector<std::unique_ptr<ast::File>>
-parseProgram(std::unique_ptr<llvm::MemoryBuffer> buffer, DiagnosticEngine &diags);
+std::vector<std::unique_ptr<ast::File>> parseProgram(std::unique_ptr<llvm::MemoryBuffer> buffer,
+                                                     DiagnosticEngine &diags);
 
 /// Resolves names and builds the IR from parsed files (the prelude first). Returns null after
 /// errors, which have been reported.

@@ -21,7 +21,8 @@ namespace placec {
 
 enum class Severity { Error, Warning, Note };
 
-/// One reported diagnostic, kept so that --verify-diagnostics can match it and tests can inspect it.
+/// One reported diagnostic, kept so that --verify-diagnostics can match it and tests can inspect
+/// it.
 struct Diagnostic {
   Severity severity;
   llvm::SMLoc loc;
@@ -68,9 +69,9 @@ public:
   const std::vector<Diagnostic> &getDiagnostics() const { return diagnostics; }
 
   /// Verify mode: diagnostics are collected, not printed, and `verify()` compares them with the
-  /// `// expected-error@+N {{text}}`, `expected-warning` and `expected-note` comments found in every
-  /// buffer of the source manager. Returns true when they match one for one; otherwise prints what
-  /// differs to the output stream.
+  /// `// expected-error@+N {{text}}`, `expected-warning` and `expected-note` comments found in
+  /// every buffer of the source manager. Returns true when they match one for one; otherwise prints
+  /// what differs to the output stream.
   void enableVerifyMode() { verifyMode = true; }
   bool isVerifyMode() const { return verifyMode; }
   bool verify();

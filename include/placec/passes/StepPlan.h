@@ -27,23 +27,23 @@ unsigned getSize(DType dtype);
 
 /// Where in the step an op runs.
 enum class Phase {
-  Forward,   ///< In the forward of a micro-batch.
-  Backward,  ///< In the backward of a micro-batch (recomputation included).
-  Step,      ///< Once per step, after the last micro-batch's backward.
+  Forward,  ///< In the forward of a micro-batch.
+  Backward, ///< In the backward of a micro-batch (recomputation included).
+  Step,     ///< Once per step, after the last micro-batch's backward.
 };
 llvm::StringRef toString(Phase phase);
 
 enum class OpKind {
-  AllGather,     ///< Collective: each rank contributes 1/n, all receive the whole buffer.
-  ReduceScatter, ///< Collective: the sum of the whole buffer, each rank keeps 1/n.
-  AllReduce,     ///< Collective: the sum of the whole buffer on every rank.
-  Send,          ///< Pipeline: activations (forward) or their gradients (backward) to a stage.
-  Recv,          ///< Pipeline: the matching receive.
-  Compute,       ///< Forward, backward or recomputation of a unit.
-  Free,          ///< Releases a transient buffer (gathered parameters).
+  AllGather,       ///< Collective: each rank contributes 1/n, all receive the whole buffer.
+  ReduceScatter,   ///< Collective: the sum of the whole buffer, each rank keeps 1/n.
+  AllReduce,       ///< Collective: the sum of the whole buffer on every rank.
+  Send,            ///< Pipeline: activations (forward) or their gradients (backward) to a stage.
+  Recv,            ///< Pipeline: the matching receive.
+  Compute,         ///< Forward, backward or recomputation of a unit.
+  Free,            ///< Releases a transient buffer (gathered parameters).
   OptimizerUpdate, ///< The optimizer step on the parameters a rank owns.
-  HostToDevice,  ///< Transfer over the host link.
-  DeviceToHost,  ///< Transfer over the host link.
+  HostToDevice,    ///< Transfer over the host link.
+  DeviceToHost,    ///< Transfer over the host link.
 };
 llvm::StringRef toString(OpKind kind);
 bool isCollective(OpKind kind);
