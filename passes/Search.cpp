@@ -172,8 +172,7 @@ struct StageShape {
 /// Precomputed facts of a run's model on a cluster, shared by every candidate.
 class Evaluator {
 public:
-  Evaluator(const ir::Run &run, const ir::Cluster &cluster)
-      : model(*run.model), cluster(cluster) {
+  Evaluator(const ir::Run &run, const ir::Cluster &cluster) : model(*run.model), cluster(cluster) {
     const ir::TransformerConfig &config = model.transformer;
     s = static_cast<double>(config.seq);
     h = static_cast<double>(config.hidden);
