@@ -268,6 +268,8 @@ void Lowering::buildUnits() {
     unit.params += tensor.split == ir::TensorSplit::Replicated
                        ? tensor.numElements
                        : ceilDiv(tensor.numElements, tensorDegree);
+    if (tensor.split == ir::TensorSplit::Replicated && tensor.layer >= 0)
+      unit.sequenceParallelParams += tensor.numElements;
   }
 }
 
@@ -545,6 +547,16 @@ void Lowering::lowerStage(StagePlan &stage) {
     stage.backward.push_back(compute);
     tensorTraffic(stage.backward, Phase::Backward, /*forwardPass=*/false, u, unit, "backward");
     release(stage.backward, Phase::Backward, u, unit, "the unit after its backward");
+    // Sequence parallelism (Korthikanti et al. 2022, §4.2.2): the norms and row-parallel biases
+    // run on each rank's slice of the sequence, so their gradients are partial sums over the
+    // tensor axes; gradient integrity needs them summed before any batch-axis reduction.
+    if (strategy.sequenceParallel && hasTensorTraffic && model.kind == ir::ModelKind::Transformer &&
+        unit.sequenceParallelParams > 0)
+      stage.backward.push_back(collective(
+          OpKind::AllReduce, Phase::Backward, ir::State::Grads, u, tensorAxes,
+          unit.sequenceParallelParams, gType, true,
+          "sequence parallelism: sum the norm and row-parallel bias gradients over the tensor "
+          "axes"));
     if (!gradShardAxes.empty())
       stage.backward.push_back(collective(
           OpKind::ReduceScatter, Phase::Backward, ir::State::Grads, u, gradShardAxes, unit.params,

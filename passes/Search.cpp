@@ -145,6 +145,8 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /// A kind of unit on a stage and how many of them there are.
 struct UnitGroup {
   int64_t params = 0; ///< After the tensor-parallel split.
+  /// Plan::Unit::sequenceParallelParams: replicated tensors of layers and the head.
+  int64_t sequenceParallelParams = 0;
   int64_t count = 0;
   double forwardFlopsPerSample = 0;
   double recomputeFullPerSample = 0, recomputeSelectivePerSample = 0;
@@ -244,11 +246,14 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
   if (it != shapes.end())
     return it->second;
   // The units of the model after the tensor-parallel split, as Lowering::buildUnits builds them.
-  std::map<int, int64_t> unitParams;
-  for (const ir::Tensor &tensor : model.tensors)
+  std::map<int, int64_t> unitParams, sequenceParallelParams;
+  for (const ir::Tensor &tensor : model.tensors) {
     unitParams[tensor.layer] += tensor.split == ir::TensorSplit::Replicated
                                     ? tensor.numElements
                                     : ceilDiv(tensor.numElements, tp);
+    if (tensor.split == ir::TensorSplit::Replicated && tensor.layer >= 0)
+      sequenceParallelParams[tensor.layer] += tensor.numElements;
+  }
   const ir::TransformerConfig &config = model.transformer;
   double t = static_cast<double>(tp);
   double matmuls =
@@ -266,11 +271,12 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
   for (int stage : classes) {
     StageShape shape;
     shape.stage = stage;
-    auto addGroup = [&](int64_t params, int64_t count, int kind) {
+    auto addGroup = [&](int64_t params, int64_t count, int kind, int layer) {
       if (count == 0)
         return;
       UnitGroup group;
       group.params = params;
+      group.sequenceParallelParams = sequenceParallelParams[layer];
       group.count = count;
       // Lowering's tensorTraffic: a layer all-reduces twice per pass (sequence parallelism:
       // an all-gather and a reduce-scatter each time); the embedding reduces its output in the
@@ -301,10 +307,10 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
       shape.maxParams = std::max(shape.maxParams, params);
     };
     if (stage == 0 && unitParams.count(-1))
-      addGroup(unitParams[-1], 1, 0);
-    addGroup(unitParams[0], layers / pp, 1);
+      addGroup(unitParams[-1], 1, 0, -1);
+    addGroup(unitParams[0], layers / pp, 1, 0);
     if (stage == pp - 1 && unitParams.count(static_cast<int>(layers)))
-      addGroup(unitParams[static_cast<int>(layers)], 1, 2);
+      addGroup(unitParams[static_cast<int>(layers)], 1, 2, static_cast<int>(layers));
     if (config.tiedEmbeddings && pp == 1 && unitParams.count(-1) &&
         unitParams.count(static_cast<int>(layers)))
       shape.tiedEmbedParams = unitParams[-1];
@@ -475,11 +481,11 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
   double hostBeta = cluster.hostBandwidth.value_or(0);
   double t = static_cast<double>(c.tp);
   double tensorCall = 0;
+  double tensorBeta =
+      cluster.devicesPerNode % c.tp == 0 ? cluster.intraBandwidth : cluster.interBandwidth;
   if (c.tp > 1) {
     double tpBytes = b * s * h * activationBytes;
-    double beta =
-        cluster.devicesPerNode % c.tp == 0 ? cluster.intraBandwidth : cluster.interBandwidth;
-    tensorCall = collective(t, tpBytes, beta, 1);
+    tensorCall = collective(t, tpBytes, tensorBeta, 1);
   }
   double sendIntra = 0, sendInter = 0;
   if (c.pp > 1) {
@@ -538,6 +544,10 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
         if (!keep)
           backwardOverlap += count * gather;
       }
+      if (c.sequenceParallel && c.tp > 1 && group.sequenceParallelParams > 0)
+        backwardOverlap +=
+            count * collective(t, static_cast<double>(group.sequenceParallelParams) * bytes.grads,
+                               tensorBeta, 2);
       if (gradAxes)
         backwardOverlap += count * collective(gradN, unitParams * bytes.grads, gradBeta, 1);
       int64_t gradElements = ceilDiv(group.params, gradShard);

@@ -942,8 +942,8 @@ std::map<std::pair<OpKind, Phase>, int> layerCollectives(const plan::StepPlan &p
   for (const plan::StagePlan &stage : plan.stages)
     for (const auto *ops : {&stage.forward, &stage.backward})
       for (const plan::Op &op : *ops)
-        if (op.unit == unit && plan::isCollective(op.kind)) {
-          EXPECT_EQ(op.state, ir::State::Activations);
+        // Tensor-parallel traffic moves activations; gradient reductions are counted apart.
+        if (op.unit == unit && plan::isCollective(op.kind) && op.state == ir::State::Activations) {
           EXPECT_EQ(op.elements, 2 * 512 * 1024); // b·s·h
           EXPECT_TRUE(op.perMicrobatch);
           ++result[{op.kind, op.phase}];
@@ -1010,6 +1010,40 @@ TEST(AnalysisTensorParallel, SequenceParallelSameVolume) {
     double reductions = full ? 6 * 4 + 2 : 4 * 4 + 2;
     EXPECT_REL(activationBytes(tp, Phase::Forward) + activationBytes(tp, Phase::Backward),
                m * reductions * 2 * ring * message, kExact);
+  }
+}
+
+// Under sequence parallelism the norms and row-parallel biases of a layer see only a slice of
+// the sequence on each tensor-parallel rank, so gradient integrity needs their gradients summed
+// over the tensor axis: per GPT layer ln1 and ln2 (weight and bias, 4h) and the two row-parallel
+// biases (2h), 6h elements; the head's final norm 2h. Without sequence parallelism each rank sees
+// the whole sequence and no such reduction exists.
+TEST(AnalysisTensorParallel, SequenceParallelReducesReplicatedGradients) {
+  Session session(tensorProgram());
+  ASSERT_SESSION(session);
+  const int64_t h = 1024;
+  for (const char *name : {"tp", "sp"}) {
+    SCOPED_TRACE(name);
+    bool sp = std::string(name) == "sp";
+    const plan::StepPlan &plan = *session.get(name)->plan;
+    const ir::Mesh &mesh = plan.run->strategy->mesh;
+    for (unsigned u = 0; u < plan.units.size(); ++u) {
+      int reductions = 0;
+      for (const plan::StagePlan &stage : plan.stages)
+        for (const plan::Op &op : stage.backward) {
+          if (op.unit != static_cast<int>(u) || op.kind != OpKind::AllReduce ||
+              op.state != ir::State::Grads)
+            continue;
+          ++reductions;
+          ASSERT_EQ(op.axes.size(), 1u);
+          EXPECT_EQ(mesh.axes[op.axes[0]].kind, ir::AxisKind::Tensor);
+          EXPECT_TRUE(op.perMicrobatch);
+          int layer = plan.units[u].layer;
+          EXPECT_EQ(op.elements, layer < 4 ? 6 * h : 2 * h) << plan.units[u].name;
+        }
+      bool expected = sp && plan.units[u].layer >= 0;
+      EXPECT_EQ(reductions, expected ? 1 : 0) << plan.units[u].name;
+    }
   }
 }
 

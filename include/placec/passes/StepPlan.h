@@ -90,6 +90,10 @@ struct Unit {
   int64_t params = 0;
   /// The unit's parameters before any split.
   int64_t fullParams = 0;
+  /// Parameters of tensors that tensor parallelism replicates inside the layers and the head
+  /// (norms, row-parallel biases). Under sequence parallelism each tensor-parallel rank sees only
+  /// its slice of the sequence, so their gradients must be summed over the tensor axes.
+  int64_t sequenceParallelParams = 0;
 };
 
 /// What one pipeline stage does in a step. Without a pipeline there is one stage.

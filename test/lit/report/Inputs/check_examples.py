@@ -55,8 +55,19 @@ def check_gpt3(report):
         assert sends and all(e["message_bytes"] == per_call for e in sends), name
         # Tensor parallelism: two all-reduces of b·s·h per layer forward, two backward, two more
         # in the recomputed forward (Korthikanti et al.); stage 1 has L/p layers, m micro-batches.
-        tp = [e for e in run["communication"] if e["axis"] == "tp" and e["stage"] == 1]
+        tp = [e for e in run["communication"]
+              if e["axis"] == "tp" and e["stage"] == 1 and e["state"] == "activations"]
         calls = sum(e["count"] for e in tp)
+        # Sequence parallelism also sums the gradients of the replicated norms and row-parallel
+        # biases (6h per layer) over tp, once per layer per micro-batch; without it, nothing.
+        grads = [e for e in run["communication"]
+                 if e["axis"] == "tp" and e["stage"] == 1 and e["state"] == "grads"]
+        if name == "gpt3_sp_selective":
+            assert [e["collective"] for e in grads] == ["all-reduce"], grads
+            assert grads[0]["count"] == (L // p) * m, grads
+            assert grads[0]["message_bytes"] == 2 * 6 * h, grads
+        else:
+            assert not grads, grads
         if name == "gpt3_sp_selective":
             # An all-gather and a reduce-scatter replace each all-reduce; no recomputed forward.
             assert calls == (L // p) * 2 * 2 * 2 * m, calls
