@@ -83,22 +83,10 @@ int64_t Analyzer::shardDegree(ir::State state) const {
 double Analyzer::layerActivationBytes() const {
   double b = static_cast<double>(run.microBatch);
   double t = static_cast<double>(mesh.getDegree(ir::AxisKind::Tensor));
-  double scale = ir::getActivationBytes(run.precision) / 2.0;
-  if (model.kind == ir::ModelKind::Transformer) {
-    const ir::TransformerConfig &config = model.transformer;
-    double s = config.seq, h = config.hidden, a = config.heads;
-    double sbh = s * b * h;
-    double attention = 5 * a * s / (h * t);
-    bool sp = strategy.sequenceParallel;
-    switch (strategy.activationMode) {
-    case ir::ActivationMode::Keep:
-      return scale * sbh * (sp ? 34 / t + attention : 10 + 24 / t + attention);
-    case ir::ActivationMode::RecomputeSelective:
-      return scale * sbh * (sp ? 34 / t : 10 + 24 / t);
-    case ir::ActivationMode::RecomputeFull:
-      return scale * 2 * sbh / (sp ? t : 1);
-    }
-  }
+  if (model.kind == ir::ModelKind::Transformer)
+    return getTransformerLayerActivationBytes(model.transformer, b, t, strategy.sequenceParallel,
+                                              strategy.activationMode,
+                                              ir::getActivationBytes(run.precision));
   if (model.kind == ir::ModelKind::Mlp) {
     // A linear layer keeps its input and its pre-activation output for the backward.
     double bytes = ir::getActivationBytes(run.precision);
@@ -111,23 +99,8 @@ double Analyzer::layerActivationBytes() const {
 }
 
 double Analyzer::inFlight(int stage) const {
-  double m = static_cast<double>(plan.microbatches);
-  double p = static_cast<double>(plan.stages.size());
-  if (plan.stages.size() <= 1)
-    return 1;
-  // Narayanan et al. 2021 §2.2 and Korthikanti et al. 2022 §4.2.3: with 1F1B stage s holds
-  // min(p − s, m) micro-batches; GPipe holds all m; interleaving multiplies by 1 + (p−1)/(p·v).
-  switch (plan.schedule) {
-  case ir::Schedule::GPipe:
-    return m;
-  case ir::Schedule::OneFOneB:
-    return std::min(p - stage, m);
-  case ir::Schedule::Interleaved: {
-    double v = static_cast<double>(plan.chunks);
-    return std::min(p - stage, m) * (1 + (p - 1) / (p * v));
-  }
-  }
-  return 1;
+  return getInFlightMicrobatches(plan.schedule, static_cast<int64_t>(plan.stages.size()),
+                                 plan.microbatches, plan.chunks, stage);
 }
 
 StageMemory Analyzer::stageMemory(const plan::StagePlan &stage) const {
@@ -416,6 +389,46 @@ RunAnalysis Analyzer::analyze() {
 }
 
 } // namespace
+
+double getTransformerLayerActivationBytes(const ir::TransformerConfig &config, double microBatch,
+                                          double tensorDegree, bool sequenceParallel,
+                                          ir::ActivationMode mode, unsigned activationBytes) {
+  double s = static_cast<double>(config.seq), h = static_cast<double>(config.hidden),
+         a = static_cast<double>(config.heads), t = tensorDegree;
+  double scale = activationBytes / 2.0;
+  double sbh = s * microBatch * h;
+  double attention = 5 * a * s / (h * t);
+  bool sp = sequenceParallel;
+  switch (mode) {
+  case ir::ActivationMode::Keep:
+    return scale * sbh * (sp ? 34 / t + attention : 10 + 24 / t + attention);
+  case ir::ActivationMode::RecomputeSelective:
+    return scale * sbh * (sp ? 34 / t : 10 + 24 / t);
+  case ir::ActivationMode::RecomputeFull:
+    return scale * 2 * sbh / (sp ? t : 1);
+  }
+  return 0;
+}
+
+double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
+                               int64_t chunks, int stage) {
+  double m = static_cast<double>(microbatches), p = static_cast<double>(stages);
+  if (stages <= 1)
+    return 1;
+  // Narayanan et al. 2021 §2.2 and Korthikanti et al. 2022 §4.2.3: with 1F1B stage s holds
+  // min(p − s, m) micro-batches; GPipe holds all m; interleaving multiplies by 1 + (p−1)/(p·v).
+  switch (schedule) {
+  case ir::Schedule::GPipe:
+    return m;
+  case ir::Schedule::OneFOneB:
+    return std::min(p - stage, m);
+  case ir::Schedule::Interleaved: {
+    double v = static_cast<double>(chunks);
+    return std::min(p - stage, m) * (1 + (p - 1) / (p * v));
+  }
+  }
+  return 1;
+}
 
 RunAnalysis analyze(const plan::StepPlan &plan) { return Analyzer(plan).analyze(); }
 

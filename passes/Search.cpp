@@ -178,7 +178,6 @@ public:
     const ir::TransformerConfig &config = model.transformer;
     s = static_cast<double>(config.seq);
     h = static_cast<double>(config.hidden);
-    a = static_cast<double>(config.heads);
     vocab = static_cast<double>(config.vocab);
     layers = model.getNumLayers();
     bytes = ir::getStateBytes(run.precision, run.optimizer);
@@ -233,7 +232,7 @@ private:
 
   const ir::Model &model;
   const ir::Cluster &cluster;
-  double s = 0, h = 0, a = 0, vocab = 0, flopRate = 0;
+  double s = 0, h = 0, vocab = 0, flopRate = 0;
   int64_t layers = 0;
   ir::StateBytes bytes{};
   unsigned activationBytes = 2;
@@ -345,37 +344,13 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
 }
 
 double Evaluator::layerActivationBytes(const Candidate &c) const {
-  double b = static_cast<double>(c.microBatch), t = static_cast<double>(c.tp);
-  double scale = activationBytes / 2.0;
-  double sbh = s * b * h;
-  double attention = 5 * a * s / (h * t);
-  bool sp = c.sequenceParallel;
-  switch (c.activations) {
-  case ir::ActivationMode::Keep:
-    return scale * sbh * (sp ? 34 / t + attention : 10 + 24 / t + attention);
-  case ir::ActivationMode::RecomputeSelective:
-    return scale * sbh * (sp ? 34 / t : 10 + 24 / t);
-  case ir::ActivationMode::RecomputeFull:
-    return scale * 2 * sbh / (sp ? t : 1);
-  }
-  return 0;
+  return analysis::getTransformerLayerActivationBytes(
+      model.transformer, static_cast<double>(c.microBatch), static_cast<double>(c.tp),
+      c.sequenceParallel, c.activations, activationBytes);
 }
 
 double Evaluator::inFlight(const Candidate &c, int stage) const {
-  double m = static_cast<double>(c.microbatches), p = static_cast<double>(c.pp);
-  if (c.pp <= 1)
-    return 1;
-  switch (c.schedule) {
-  case ir::Schedule::GPipe:
-    return m;
-  case ir::Schedule::OneFOneB:
-    return std::min(p - stage, m);
-  case ir::Schedule::Interleaved: {
-    double v = static_cast<double>(c.chunks);
-    return std::min(p - stage, m) * (1 + (p - 1) / (p * v));
-  }
-  }
-  return 1;
+  return analysis::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks, stage);
 }
 
 double Evaluator::lowerBound(const Candidate &c) {

@@ -92,6 +92,16 @@ struct RunAnalysis {
   TimeReport time;
 };
 
+/// Activation bytes of one transformer layer for one micro-batch of `microBatch` sequences, with
+/// 16-bit activations scaled by `activationBytes / 2` (Korthikanti et al. 2022, Table 2).
+double getTransformerLayerActivationBytes(const ir::TransformerConfig &config, double microBatch,
+                                          double tensorDegree, bool sequenceParallel,
+                                          ir::ActivationMode mode, unsigned activationBytes);
+
+/// Micro-batches whose activations pipeline stage `stage` of `stages` holds at its peak.
+double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
+                               int64_t chunks, int stage);
+
 /// Runs the three analyses over a plan.
 RunAnalysis analyze(const plan::StepPlan &plan);
 
