@@ -329,6 +329,9 @@ void printDiff(const DiffSide &a, const DiffSide &b, Format format, raw_ostream 
   case Format::Markdown:
     renderSectionsMarkdown(title, buildDiffSections(a, b), os);
     return;
+  case Format::Html:
+    renderSectionsHtml(title, buildDiffSections(a, b), os);
+    return;
   case Format::Json:
     printJsonDiff(a, b, os);
     return;

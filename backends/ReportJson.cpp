@@ -335,6 +335,9 @@ void printReport(ArrayRef<RunReport> runs, ArrayRef<ReportDiagnostic> diagnostic
   case Format::Markdown:
     printMarkdownReport(runs, diagnostics, options, os);
     return;
+  case Format::Html:
+    printHtmlReport(runs, diagnostics, options, os);
+    return;
   }
 }
 

@@ -98,6 +98,12 @@ void renderSectionsText(llvm::StringRef title, llvm::ArrayRef<Section> sections,
                         llvm::raw_ostream &os);
 void renderSectionsMarkdown(llvm::StringRef title, llvm::ArrayRef<Section> sections,
                             llvm::raw_ostream &os);
+/// Renders sections as one HTML page of tables (ReportHtml.cpp).
+void renderSectionsHtml(llvm::StringRef title, llvm::ArrayRef<Section> sections,
+                        llvm::raw_ostream &os);
+
+/// Text with `&`, `<`, `>`, `"` and `'` escaped for HTML content and attribute values.
+std::string escapeHtml(llvm::StringRef text);
 
 /// `file:line:col: warning: message [rule]`.
 std::string formatDiagnostic(const ReportDiagnostic &diag);

@@ -942,6 +942,8 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
           copy.stepSeconds = verdict.stepSeconds;
           copy.peakBytes = verdict.peakBytes;
           copy.hostPeakBytes = verdict.hostPeakBytes;
+          if (options.onAccepted)
+            options.onAccepted(copy);
           if (best.size() == keep && !isBetter(copy, best.back()))
             return;
           best.insert(std::upper_bound(best.begin(), best.end(), copy, isBetter), copy);

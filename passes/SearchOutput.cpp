@@ -232,6 +232,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     searchOptions.memoryBudget = *budget;
   }
   searchOptions.topK = std::max(1u, options.topK);
+  searchOptions.onAccepted = options.onAccepted;
   if (options.maxParams)
     return printMaxParams(*run, searchOptions, options.json, out);
 
@@ -250,7 +251,9 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     placeText = formatStrategy(result.top.front(), strategyName) + "\n" +
                 formatRun(*run, result.top.front(), runName, strategyName, cluster.name);
 
-  if (options.json) {
+  if (options.print) {
+    options.print(*run, result, placeText, out);
+  } else if (options.json) {
     json::Object rejected;
     for (const auto &[rule, count] : result.rejectedByRule)
       rejected[rule] = static_cast<int64_t>(count);

@@ -51,7 +51,9 @@ cl::opt<report::Format> outputFormat(
     cl::values(clEnumValN(report::Format::Text, "text", "aligned tables (the default)"),
                clEnumValN(report::Format::Json, "json", "one JSON document (docs/report-json.md)"),
                clEnumValN(report::Format::Markdown, "md", "GitHub Markdown tables"),
-               clEnumValN(report::Format::Markdown, "markdown", "the same as md")),
+               clEnumValN(report::Format::Markdown, "markdown", "the same as md"),
+               clEnumValN(report::Format::Html, "html",
+                          "one self-contained HTML page with charts (docs/report-html.md)")),
     cl::cat(placecCategory));
 
 cl::list<std::string> runNames("run",
@@ -154,7 +156,7 @@ COMMANDS:
             (docs/format.md).
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
-            [--format=json] [-o best.place] [--max-params] (docs/search.md).
+            [--format=json|html] [-o best.place] [--max-params] (docs/search.md).
 
 EXAMPLES:
   placec check model.place                      verify; file:line:col errors and exit code 1
@@ -162,6 +164,7 @@ EXAMPLES:
   placec report model.place --run big --explain the formula behind every figure
   placec report model.place --format=json -o r.json   machine-readable (docs/report-json.md)
   placec report model.place --format=md         GitHub Markdown tables
+  placec report model.place --format=html -o r.html   one page with charts (docs/report-html.md)
   placec diff model.place --run dp --run zero3  what changes from dp to zero3
   placec --emit=plan model.place --run zero3    the step plan: gathers, computes, reductions
   placec --emit=ir model.place                  the verified IR: tensors, meshes, placements
@@ -385,8 +388,10 @@ bool runDiff(raw_ostream &out) {
 /// `placec search FILE --run NAME`: the output goes to stdout, `-o` names the .place file the
 /// best plan is written to.
 int runSearch() {
-  if (inputFiles.size() != 1 || runNames.size() > 1 || outputFormat == report::Format::Markdown) {
-    printError("search takes one input file, at most one --run and --format=text or json");
+  if (inputFiles.size() != 1 || runNames.size() > 1 || outputFormat == report::Format::Markdown ||
+      (outputFormat == report::Format::Html && searchMaxParams)) {
+    printError("search takes one input file, at most one --run and --format=text, json or html "
+               "(--max-params: text or json)");
     return 1;
   }
   // The run's own strategy is not searched from, so it is not verified: only the front end.
@@ -405,6 +410,14 @@ int runSearch() {
   options.maxParams = searchMaxParams;
   options.outputFile = outputFile == "-" ? std::string() : outputFile.getValue();
   options.progress = true;
+  report::CandidateSample sample;
+  if (outputFormat == report::Format::Html) {
+    options.onAccepted = [&](const search::Candidate &candidate) { sample.add(candidate); };
+    options.print = [&](const ir::Run &run, const search::SearchResult &result, StringRef placeText,
+                        raw_ostream &os) {
+      report::printSearchHtml(run, result, sample, inputFiles[0], placeText, os);
+    };
+  }
   return search::runSearchCommand(*program, options, outs(), errs());
 }
 

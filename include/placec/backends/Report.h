@@ -1,5 +1,6 @@
 // The report backends: a run's step plan and analyses printed as text tables, JSON
-// (docs/report-json.md) or GitHub Markdown; the difference between two runs (`placec diff`); and
+// (docs/report-json.md), GitHub Markdown or a self-contained HTML page with charts
+// (docs/report-html.md); the difference between two runs (`placec diff`); and
 // the formulas behind every memory and communication figure (`--explain`).
 #ifndef PLACEC_BACKENDS_REPORT_H
 #define PLACEC_BACKENDS_REPORT_H
@@ -7,6 +8,7 @@
 #include "placec/ir/Diagnostics.h"
 #include "placec/ir/IR.h"
 #include "placec/passes/Analysis.h"
+#include "placec/passes/Search.h"
 #include "placec/passes/StepPlan.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -26,7 +28,7 @@ namespace placec::report {
 /// The version of the JSON schema (docs/report-json.md); raised on any incompatible change.
 constexpr int kJsonSchemaVersion = 1;
 
-enum class Format { Text, Json, Markdown };
+enum class Format { Text, Json, Markdown, Html };
 
 /// A diagnostic resolved to its file, line and column, as the reports show it.
 struct ReportDiagnostic {
@@ -81,6 +83,33 @@ void printJsonReport(llvm::ArrayRef<RunReport> runs, llvm::ArrayRef<ReportDiagno
 void printMarkdownReport(llvm::ArrayRef<RunReport> runs,
                          llvm::ArrayRef<ReportDiagnostic> diagnostics, const ReportOptions &options,
                          llvm::raw_ostream &os);
+/// One HTML page with no external resources: inline SVG charts of memory, communication and
+/// time with the runs side by side, each with a table of its numbers, then the text report's
+/// tables.
+void printHtmlReport(llvm::ArrayRef<RunReport> runs, llvm::ArrayRef<ReportDiagnostic> diagnostics,
+                     const ReportOptions &options, llvm::raw_ostream &os);
+
+/// A deterministic, evenly spread sample of the candidates a search accepts, in search order: at
+/// most `capacity` of them, every `getStride()`-th.
+class CandidateSample {
+public:
+  explicit CandidateSample(size_t capacity = 400) : capacity(capacity) {}
+  void add(const search::Candidate &candidate);
+  const std::vector<search::Candidate> &getCandidates() const { return kept; }
+  uint64_t getStride() const { return stride; }
+
+private:
+  size_t capacity;
+  uint64_t stride = 1, seen = 0;
+  std::vector<search::Candidate> kept;
+};
+
+/// The HTML page of `placec search --format=html`: the search's numbers, a scatter of the
+/// sampled and the fastest candidates (device memory against step time) with the chosen plan
+/// and the memory budget marked, the fastest plans as a table, and the chosen plan's Place text.
+void printSearchHtml(const ir::Run &run, const search::SearchResult &result,
+                     const CandidateSample &sample, llvm::StringRef inputName,
+                     llvm::StringRef placeText, llvm::raw_ostream &os);
 
 /// One side of a diff: a run and the file it came from.
 struct DiffSide {

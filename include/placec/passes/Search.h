@@ -92,6 +92,8 @@ struct SearchOptions {
   std::function<bool(const Candidate &)> filter;
   /// Called now and then with the fraction of the space done.
   std::function<void(double)> progress;
+  /// Called with each accepted candidate and its predictions, in search order.
+  std::function<void(const Candidate &)> onAccepted;
 };
 
 struct SearchResult {
@@ -184,6 +186,13 @@ struct SearchCommandOptions {
   bool maxParams = false;
   std::string outputFile; ///< `-o`: the best plan as a complete .place file; empty: none.
   bool progress = false;  ///< Show a progress bar on stderr (when it is a terminal).
+  /// Passed on to SearchOptions::onAccepted.
+  std::function<void(const Candidate &)> onAccepted;
+  /// When set, prints the result in place of the table or JSON (`--format=html`); `placeText`
+  /// is the best plan's Place text (empty when nothing fits).
+  std::function<void(const ir::Run &, const SearchResult &, llvm::StringRef placeText,
+                     llvm::raw_ostream &)>
+      print;
 };
 
 /// Parses `80 GiB`, `80GB`, `8.5e10` into bytes.
