@@ -55,7 +55,7 @@ std::string coord(double value) {
 
 /// The page's style: system fonts only, nothing fetched.
 constexpr const char *kStyle =
-    R"(body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1200px; }
+    R"(body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1320px; }
 h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; } h3 { font-size: 15px; }
 div.chart-row { display: flex; flex-wrap: wrap; gap: 8px 32px; align-items: flex-start; }
 figure.chart { margin: 8px 0; overflow-x: auto; max-width: 100%; }
@@ -97,8 +97,16 @@ void renderHtmlTable(const Table &table, raw_ostream &os, StringRef cssClass = "
   os << "<tbody>\n";
   for (const std::vector<std::string> &row : table.rows) {
     os << "<tr>";
-    for (unsigned i = 0; i < row.size(); ++i)
-      os << (isLeft(i) ? "<td class=\"left\">" : "<td>") << escapeHtml(row[i]) << "</td>";
+    for (unsigned i = 0; i < row.size(); ++i) {
+      // Indented labels (`  size` under `model`) keep their indentation.
+      StringRef cell = row[i];
+      size_t indent = i == 0 ? cell.size() - cell.ltrim(' ').size() : 0;
+      if (indent)
+        os << "<td class=\"left\" style=\"padding-left: " << indent << "em\">";
+      else
+        os << (isLeft(i) ? "<td class=\"left\">" : "<td>");
+      os << escapeHtml(cell.drop_front(indent)) << "</td>";
+    }
     os << "</tr>\n";
   }
   os << "</tbody>\n</table>\n";

@@ -16,6 +16,8 @@ packages=(
   libopenmpi-dev openmpi-bin libopenblas-dev
   # clang for the fuzzer build, its sanitizer and libFuzzer runtimes, and a pinned clang-format.
   clang-19 libclang-rt-19-dev clang-format-19
+  # Headless browser for the HTML report's test (ctest -L browser).
+  chromium
 )
 
 die() {
@@ -57,7 +59,7 @@ echo "setup.sh: installing ${missing[*]}"
 
 # Check that what the build looks for is really there now.
 for tool in /usr/bin/antlr4 /usr/lib/llvm-19/bin/FileCheck /usr/lib/llvm-19/build/utils/lit/lit.py \
-  /usr/bin/clang++-19 /usr/bin/clang-format-19; do
+  /usr/bin/clang++-19 /usr/bin/clang-format-19 /usr/bin/chromium; do
   [[ -e "$tool" ]] || die "$tool is missing after the install"
 done
 echo "setup.sh: done"
