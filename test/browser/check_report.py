@@ -10,6 +10,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -77,16 +78,27 @@ def chromium_command(browser, profile, extra):
 
 
 def run_browser(browser, work, extra, timeout):
+    """Runs Chromium in its own process group with a fresh profile and HOME; on a timeout the
+    whole group (the browser and its helper processes) is killed."""
     profile = tempfile.mkdtemp(prefix="profile-", dir=work)
     env = dict(os.environ, HOME=work, XDG_CONFIG_HOME=work, XDG_CACHE_HOME=work)
+    process = subprocess.Popen(chromium_command(browser, profile, extra), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)
     try:
-        result = subprocess.run(chromium_command(browser, profile, extra), capture_output=True,
-                                text=True, timeout=timeout, env=env)
+        stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
         sys.exit(f"FAIL: chromium did not finish within {timeout} s: {' '.join(extra)}")
     finally:
+        # Helpers that outlive the browser would hold the profile open.
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         shutil.rmtree(profile, ignore_errors=True)
-    return result
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def console_errors(stderr):
