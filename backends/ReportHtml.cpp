@@ -639,8 +639,6 @@ void renderScatter(const search::SearchResult &result, const CandidateSample &sa
     all.push_back(&c);
   for (const search::Candidate &c : result.top)
     all.push_back(&c);
-  if (result.top.empty() && result.smallest)
-    all.push_back(&*result.smallest);
   double minTime = 0, maxTime = 1, maxMemory = budget;
   if (!all.empty()) {
     minTime = maxTime = all.front()->stepSeconds;
@@ -749,9 +747,6 @@ void renderScatter(const search::SearchResult &result, const CandidateSample &sa
        << coord(cy - 8) << "\" font-size=\"12\" font-weight=\"bold\" text-anchor=\""
        << (right ? "start" : "end") << "\">chosen: " << escapeHtml(chosen.formatMesh())
        << "</text>\n";
-  } else if (result.smallest) {
-    point(*result.smallest, "smallest", "r=\"6\" fill=\"none\" stroke=\"#d62728\"",
-          "smallest (does not fit): ");
   }
   os << "</svg>\n";
 }
@@ -785,10 +780,13 @@ void printSearchHtml(const ir::Run &run, const search::SearchResult &result,
   renderHtmlTable(summary, os);
   os << "</section>\n";
 
-  os << "<section class=\"chart-section\" id=\"candidates-chart\">\n<h2>Candidates</h2>\n"
-     << "<figure class=\"chart\">\n";
-  renderScatter(result, sample, os);
-  os << "</figure>\n";
+  os << "<section class=\"chart-section\" id=\"candidates-chart\">\n<h2>Candidates</h2>\n";
+  // With nothing accepted there is nothing to plot: the table's notes say what comes closest.
+  if (!result.top.empty()) {
+    os << "<figure class=\"chart\">\n";
+    renderScatter(result, sample, os);
+    os << "</figure>\n";
+  }
   Table top;
   top.header = {"rank", "mesh", "plan", "step", "memory", "MFU"};
   top.leftColumns = {1, 2};
