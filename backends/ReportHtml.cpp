@@ -55,7 +55,7 @@ std::string coord(double value) {
 
 /// The page's style: system fonts only, nothing fetched.
 constexpr const char *kStyle =
-    R"(body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1320px; }
+    R"(body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1400px; }
 h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; } h3 { font-size: 15px; }
 div.chart-row { display: flex; flex-wrap: wrap; gap: 8px 32px; align-items: flex-start; }
 figure.chart { margin: 8px 0; overflow-x: auto; max-width: 100%; }
@@ -159,7 +159,7 @@ constexpr const char *kPalette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", 
 
 /// Approximate width of sans-serif text at `size` px: enough to lay out labels and legends.
 double textWidth(StringRef text, double size) {
-  return static_cast<double>(displayWidth(text)) * size * 0.58;
+  return static_cast<double>(displayWidth(text)) * size * 0.55;
 }
 
 /// A round step for about `target` ticks up to `max`: 1, 2 or 5 times a power of ten.
@@ -217,13 +217,26 @@ void renderBarChart(const BarChart &chart, raw_ostream &os) {
   for (const Bar &bar : chart.bars)
     longest = std::max(longest, displayWidth(bar.label));
   double slot = std::clamp(textWidth(std::string(longest, 'x'), 12) + 16, 76.0, 180.0);
-  // Few bars spread over a plot at least 440 px wide.
+  // Few bars spread over a plot at least 380 px wide.
   slot = std::max(
-      slot, std::min(200.0, 440.0 / static_cast<double>(std::max<size_t>(1, chart.bars.size()))));
+      slot, std::min(200.0, 380.0 / static_cast<double>(std::max<size_t>(1, chart.bars.size()))));
+  bool sharedCapacity = !chart.bars.empty() && llvm::all_of(chart.bars, [&](const Bar &bar) {
+    return bar.capacity && *bar.capacity == *chart.bars.front().capacity;
+  });
+  // Many runs: narrow slots, with the names written at 45 degrees under the bars.
+  bool rotated = slot * static_cast<double>(chart.bars.size()) > 1100;
+  if (rotated)
+    slot = 50;
   double barWidth = std::min(52.0, slot * 0.6);
+  double labelDepth = rotated ? textWidth(std::string(longest, 'x'), 12) * 0.71 + 24 : 36;
   double plotLeft = 80, plotHeight = 260;
   double plotWidth = slot * static_cast<double>(chart.bars.size());
-  double width = std::max(plotLeft + plotWidth + 24, 560.0);
+  // Room right of the plot for a shared capacity line's label.
+  std::string sharedLabel =
+      sharedCapacity ? chart.capacityName + " " + capacityText(*chart.bars.front().capacity)
+                     : std::string();
+  double width = std::max(
+      plotLeft + plotWidth + (sharedCapacity ? textWidth(sharedLabel, 11) + 16 : 24), 560.0);
 
   // The legend: series, then the capacity line and the marker when some bar has them.
   struct LegendEntry {
@@ -239,9 +252,6 @@ void renderBarChart(const BarChart &chart, raw_ostream &os) {
   }
   bool anyCapacity = llvm::any_of(chart.bars, [](const Bar &bar) { return bar.capacity; });
   bool anyMarker = llvm::any_of(chart.bars, [](const Bar &bar) { return bar.marker; });
-  bool sharedCapacity = !chart.bars.empty() && llvm::all_of(chart.bars, [&](const Bar &bar) {
-    return bar.capacity && *bar.capacity == *chart.bars.front().capacity;
-  });
   if (anyCapacity)
     legend.push_back({"<line x1=\"0\" y1=\"6\" x2=\"14\" y2=\"6\" stroke=\"#d62728\" "
                       "stroke-width=\"2\" stroke-dasharray=\"4 2\"/>",
@@ -262,7 +272,7 @@ void renderBarChart(const BarChart &chart, raw_ostream &os) {
     legendX += itemWidth;
   }
   double plotTop = legendY + 34;
-  double height = plotTop + plotHeight + 36;
+  double height = plotTop + plotHeight + labelDepth;
 
   double top = 0;
   for (const Bar &bar : chart.bars) {
@@ -345,7 +355,8 @@ void renderBarChart(const BarChart &chart, raw_ostream &os) {
       labelTop = std::max(labelTop, *bar.marker);
     }
     os << "<text class=\"total\" x=\"" << coord(x + barWidth / 2) << "\" y=\""
-       << coord(y(labelTop) - 5) << "\" font-size=\"11\" text-anchor=\"middle\">"
+       << coord(y(labelTop) - 5) << "\" font-size=\"" << (rotated ? 9 : 11)
+       << "\" text-anchor=\"middle\">"
        << escapeHtml(base > 0 ? chart.format(bar.marker.value_or(base)) : "none") << "</text>\n";
     if (bar.capacity && !sharedCapacity)
       os << "<line class=\"capacity\" x1=\"" << coord(slotLeft + 4) << "\" y1=\""
@@ -357,11 +368,14 @@ void renderBarChart(const BarChart &chart, raw_ostream &os) {
     // The run's name under its bar, shortened to the slot (the full name is in its title).
     std::string label = bar.label;
     size_t fits = static_cast<size_t>((slot - 4) / (12 * 0.58));
-    if (displayWidth(label) > fits && fits > 1)
+    if (!rotated && displayWidth(label) > fits && fits > 1)
       label = label.substr(0, fits - 1) + "\u2026";
-    os << "<text class=\"label\" x=\"" << coord(slotLeft + slot / 2) << "\" y=\""
-       << coord(plotTop + plotHeight + 18) << "\" font-size=\"12\" text-anchor=\"middle\">"
-       << "<title>" << escapeHtml(bar.label) << "</title>" << escapeHtml(label) << "</text>\n";
+    double labelX = slotLeft + slot / 2, labelY = plotTop + plotHeight + (rotated ? 12 : 18);
+    os << "<text class=\"label\" x=\"" << coord(labelX) << "\" y=\"" << coord(labelY)
+       << "\" font-size=\"12\" text-anchor=\"" << (rotated ? "end" : "middle") << "\"";
+    if (rotated)
+      os << " transform=\"rotate(-45 " << coord(labelX) << " " << coord(labelY) << ")\"";
+    os << "><title>" << escapeHtml(bar.label) << "</title>" << escapeHtml(label) << "</text>\n";
     os << "</g>\n";
   }
   // One capacity for every bar: one line across the plot, labelled at its right end.
@@ -372,10 +386,9 @@ void renderBarChart(const BarChart &chart, raw_ostream &os) {
        << "\" stroke=\"#d62728\" stroke-width=\"2\" stroke-dasharray=\"6 3\"><title>"
        << escapeHtml(chart.capacityName) << " "
        << escapeHtml(capacityText(*chart.bars.front().capacity)) << "</title></line>\n";
-    os << "<text class=\"capacity-label\" x=\"" << coord(plotLeft + plotWidth) << "\" y=\""
-       << coord(level - 5) << "\" font-size=\"11\" text-anchor=\"end\" style=\"fill: #d62728\">"
-       << escapeHtml(chart.capacityName) << " "
-       << escapeHtml(capacityText(*chart.bars.front().capacity)) << "</text>\n";
+    os << "<text class=\"capacity-label\" x=\"" << coord(plotLeft + plotWidth + 6) << "\" y=\""
+       << coord(level + 4) << "\" font-size=\"11\" style=\"fill: #d62728\">"
+       << escapeHtml(sharedLabel) << "</text>\n";
   }
   os << "</svg>\n";
 }
