@@ -186,7 +186,7 @@ struct Bar {
   std::string label;
   std::vector<double> values; ///< One per series.
   std::optional<double> capacity;
-  /// A level marked across the bar (memory: the peak, when it differs from the stack's top).
+  /// A level marked across the bar and written above it (memory: the peak).
   std::optional<double> marker;
 };
 
