@@ -657,10 +657,16 @@ void Explainer::explainTime(RunExplanation &result) {
         (overlappable(op) && op.state == ir::State::Grads ? stepOverlap : stepExposed) +=
             seconds(op);
     st.computePerMicrobatch = forwardCompute + backwardCompute;
-    st.exposedPerMicrobatch = critical + std::max(0.0, forwardOverlap - forwardCompute) +
-                              std::max(0.0, backwardOverlap - backwardCompute);
+    // Overlapped communication slows the compute it runs beside by κ (Lee et al. 2025): a
+    // window exposes max(comm − compute, comm · κ/(1 + κ)).
+    auto overlapExposed = [](double comm, double computeSeconds) {
+      double kappa = analysis::kOverlapComputeSlowdown;
+      return comm <= 0 ? 0.0 : std::max(comm - computeSeconds, comm * kappa / (1 + kappa));
+    };
+    st.exposedPerMicrobatch = critical + overlapExposed(forwardOverlap, forwardCompute) +
+                              overlapExposed(backwardOverlap, backwardCompute);
     st.exposed =
-        m * st.exposedPerMicrobatch + std::max(0.0, stepOverlap - backwardCompute) + stepExposed;
+        m * st.exposedPerMicrobatch + overlapExposed(stepOverlap, backwardCompute) + stepExposed;
     st.total = m * st.computePerMicrobatch + st.exposed;
     stages.push_back(st);
   }
@@ -692,9 +698,11 @@ void Explainer::explainTime(RunExplanation &result) {
   result.time.push_back(
       make("exposed comm",
            fmt::format("{} × {} per micro-batch (tensor-parallel, pipeline and host "
-                       "traffic in full; gathers and gradient reductions beyond the compute they "
-                       "overlap) + what the step's reductions and updates add{}",
-                       microbatches(m), formatSeconds(slowest->exposedPerMicrobatch), stageText),
+                       "traffic in full; gathers and gradient reductions overlapped with compute: "
+                       "max(comm - compute, comm × κ/(1 + κ)) with κ = {}, the compute's slowdown "
+                       "beside communication) + what the step's reductions and updates add{}",
+                       microbatches(m), formatSeconds(slowest->exposedPerMicrobatch),
+                       num(analysis::kOverlapComputeSlowdown), stageText),
            slowest->exposed, "s", time.exposedCommSeconds));
   double p = static_cast<double>(plan.stages.size());
   double v = static_cast<double>(plan.chunks);

@@ -345,11 +345,12 @@ RunAnalysis Analyzer::analyze() {
       // Step-time gradient reductions start as the backward produces each unit's gradients.
       (overlappable(op) && op.state == ir::State::Grads ? stepOverlap : stepExposed) += seconds;
     }
-    double exposedPerMicrobatch = critical + std::max(0.0, forwardOverlap - forwardCompute) +
-                                  std::max(0.0, backwardOverlap - backwardCompute);
+    double exposedPerMicrobatch = critical +
+                                  getOverlapExposedSeconds(forwardOverlap, forwardCompute) +
+                                  getOverlapExposedSeconds(backwardOverlap, backwardCompute);
     double computePerMicrobatch = forwardCompute + backwardCompute;
-    double exposed =
-        m * exposedPerMicrobatch + std::max(0.0, stepOverlap - backwardCompute) + stepExposed;
+    double exposed = m * exposedPerMicrobatch +
+                     getOverlapExposedSeconds(stepOverlap, backwardCompute) + stepExposed;
     double stageSeconds = m * computePerMicrobatch + exposed;
     if (stageSeconds >= slowestStage) {
       slowestStage = stageSeconds;
@@ -428,6 +429,13 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
   }
   }
   return 1;
+}
+
+double getOverlapExposedSeconds(double commSeconds, double computeSeconds) {
+  if (commSeconds <= 0)
+    return 0;
+  double kappa = kOverlapComputeSlowdown;
+  return std::max(commSeconds - computeSeconds, commSeconds * kappa / (1 + kappa));
 }
 
 RunAnalysis analyze(const plan::StepPlan &plan) { return Analyzer(plan).analyze(); }

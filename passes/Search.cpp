@@ -547,11 +547,12 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
             collective(syncN, static_cast<double>(ceilDiv(group.params, paramShard)) * bytes.params,
                        syncBeta, 1);
     }
-    double exposedPerMicrobatch = critical + std::max(0.0, forwardOverlap - forwardCompute) +
-                                  std::max(0.0, backwardOverlap - backwardCompute);
+    double exposedPerMicrobatch =
+        critical + analysis::getOverlapExposedSeconds(forwardOverlap, forwardCompute) +
+        analysis::getOverlapExposedSeconds(backwardOverlap, backwardCompute);
     double computePerMicrobatch = forwardCompute + backwardCompute;
-    double exposed =
-        m * exposedPerMicrobatch + std::max(0.0, stepOverlap - backwardCompute) + stepExposed;
+    double exposed = m * exposedPerMicrobatch +
+                     analysis::getOverlapExposedSeconds(stepOverlap, backwardCompute) + stepExposed;
     slowestStage = std::max(slowestStage, m * computePerMicrobatch + exposed);
     slowestMicrobatch = std::max(slowestMicrobatch, computePerMicrobatch + exposedPerMicrobatch);
   }

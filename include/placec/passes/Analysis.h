@@ -102,6 +102,18 @@ double getTransformerLayerActivationBytes(const ir::TransformerConfig &config, d
 double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
                                int64_t chunks, int stage);
 
+/// Compute slowdown while communication kernels run alongside it: the average of Lee et al. 2025
+/// ("Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
+/// arXiv:2507.03114, §1: overlapped compute is 18.9% slower on average, 40% at most, on A100,
+/// H100, MI210 and MI250; the collectives take SMs and memory bandwidth from the kernels).
+inline constexpr double kOverlapComputeSlowdown = 0.189;
+
+/// Seconds that `commSeconds` of communication overlapped with `computeSeconds` of compute add
+/// to the compute: the compute runs `1 + κ` times slower while the communication lasts (κ =
+/// kOverlapComputeSlowdown), so the window takes max(comm, compute + comm · κ/(1 + κ)) and
+/// exposes max(comm − compute, comm · κ/(1 + κ)).
+double getOverlapExposedSeconds(double commSeconds, double computeSeconds);
+
 /// Runs the three analyses over a plan.
 RunAnalysis analyze(const plan::StepPlan &plan);
 
