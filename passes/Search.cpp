@@ -1011,11 +1011,17 @@ std::vector<MaxParamsRow> findMaxParams(const ir::Run &run, const SearchOptions 
   int64_t headDim = base.hidden / base.heads;
   // The ffn per head, kept (four times hidden for GPT, 11008/32 per head for LLaMA-7B).
   double ffnPerHead = static_cast<double>(base.ffn) / static_cast<double>(base.heads);
+  // The aspect ratio hidden / layers, kept (128 for GPT-3 175B and LLaMA-7B): Kaplan et al.
+  // 2020 (§3.1, Figure 5) found the loss nearly independent of the shape at a fixed parameter
+  // count over a wide range of aspect ratios, so one ratio spans the family.
+  double layersPerHidden = static_cast<double>(base.layers) / static_cast<double>(base.hidden);
   auto configFor = [&](int64_t heads) {
     ir::TransformerConfig config = base;
     config.heads = heads;
     config.hidden = heads * headDim;
     config.ffn = static_cast<int64_t>(std::llround(ffnPerHead * static_cast<double>(heads)));
+    config.layers =
+        std::max<int64_t>(1, std::llround(layersPerHidden * static_cast<double>(config.hidden)));
     return config;
   };
   for (Family family : {Family::Dp, Family::Zero1, Family::Zero2, Family::Zero3})

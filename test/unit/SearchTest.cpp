@@ -363,8 +363,15 @@ TEST(SearchTest, MaxParamsGrowsWithSharding) {
     ASSERT_TRUE(row.config.has_value()) << toString(row.family).str();
     ASSERT_TRUE(row.best.has_value());
     EXPECT_TRUE(isInFamily(*row.best, row.family, row.tensorParallel));
-    EXPECT_EQ(row.config->layers, 32);
+    // The head dimension and the aspect ratio hidden / layers of LLaMA-7B (4096 / 32) kept.
     EXPECT_EQ(row.config->hidden / row.config->heads, 128);
+    EXPECT_EQ(row.config->hidden, 128 * row.config->layers);
+    // LLaMA's parameters: per layer q, k, v, o (4h²), gate, up, down (3·h·ffn), two RMSNorms
+    // (2h); untied input and output embeddings (2·V·h) and the final norm (h).
+    double h = static_cast<double>(row.config->hidden), l = static_cast<double>(row.config->layers),
+           ffn = static_cast<double>(row.config->ffn), v = 32000;
+    EXPECT_EQ(static_cast<double>(row.params),
+              l * (4 * h * h + 3 * h * ffn + 2 * h) + 2 * v * h + h);
   }
   // dp < zero1 < zero2 < zero3, without and with tensor parallelism.
   for (unsigned tp = 0; tp < 2; ++tp)
