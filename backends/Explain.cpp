@@ -629,38 +629,47 @@ void Explainer::explainTime(RunExplanation &result) {
              (op.state == ir::State::Grads &&
               (op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllReduce));
     };
-    double forwardCompute = 0, backwardCompute = 0, forwardOverlap = 0, backwardOverlap = 0,
-           critical = 0, stepOverlap = 0, stepExposed = 0;
+    double forwardCompute = 0, backwardCompute = 0, critical = 0, stepOverlap = 0, stepExposed = 0;
     auto seconds = [&](const Op &op) {
       return callSeconds(op, static_cast<double>(op.elements) * plan::getSize(op.dtype),
                          stage.stage);
     };
-    for (const Op &op : stage.forward) {
-      if (op.kind == OpKind::Compute) {
-        st.forwardFlops += op.flops;
-        forwardCompute += op.flops / flopRate;
-      } else if (isTraffic(op)) {
-        (overlappable(op) ? forwardOverlap : critical) += seconds(op);
+    // Each pass unit by unit: gathers before a unit's compute, reductions after it.
+    std::vector<size_t> positions;
+    auto passUnits = [&](const std::vector<Op> &ops, bool backward, double &compute) {
+      std::vector<analysis::PassUnit> units(analysis::getPassPositions(ops, positions));
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const Op &op = ops[i];
+        analysis::PassUnit &unit = units[positions[i]];
+        if (op.kind == OpKind::Compute) {
+          if (!backward)
+            st.forwardFlops += op.flops;
+          else
+            (op.compute == plan::ComputeKind::Recompute ? st.recomputeFlops : st.backwardFlops) +=
+                op.flops;
+          unit.compute += op.flops / flopRate;
+          compute += op.flops / flopRate;
+        } else if (isTraffic(op)) {
+          if (!overlappable(op))
+            critical += seconds(op);
+          else
+            (op.kind == OpKind::AllGather ? unit.gather : unit.reduce) += seconds(op);
+        }
       }
-    }
-    for (const Op &op : stage.backward) {
-      if (op.kind == OpKind::Compute) {
-        (op.compute == plan::ComputeKind::Recompute ? st.recomputeFlops : st.backwardFlops) +=
-            op.flops;
-        backwardCompute += op.flops / flopRate;
-      } else if (isTraffic(op)) {
-        (overlappable(op) ? backwardOverlap : critical) += seconds(op);
-      }
-    }
+      return units;
+    };
+    std::vector<analysis::PassUnit> forwardUnits = passUnits(stage.forward, false, forwardCompute);
+    std::vector<analysis::PassUnit> backwardUnits =
+        passUnits(stage.backward, true, backwardCompute);
     for (const Op &op : stage.step)
       if (isTraffic(op))
         (overlappable(op) && op.state == ir::State::Grads ? stepOverlap : stepExposed) +=
             seconds(op);
     st.computePerMicrobatch = forwardCompute + backwardCompute;
-    st.exposedPerMicrobatch = critical + std::max(0.0, forwardOverlap - forwardCompute) +
-                              std::max(0.0, backwardOverlap - backwardCompute);
-    st.exposed =
-        m * st.exposedPerMicrobatch + std::max(0.0, stepOverlap - backwardCompute) + stepExposed;
+    st.exposedPerMicrobatch = critical + analysis::getPassExposedSeconds(forwardUnits) +
+                              analysis::getPassExposedSeconds(backwardUnits);
+    st.exposed = m * st.exposedPerMicrobatch +
+                 analysis::getOverlapExposedSeconds(stepOverlap, backwardCompute) + stepExposed;
     st.total = m * st.computePerMicrobatch + st.exposed;
     stages.push_back(st);
   }
@@ -689,13 +698,16 @@ void Explainer::explainTime(RunExplanation &result) {
                        microbatches(m), flopsText, formatFlopRate(cluster.peakFlops),
                        num(cluster.efficiency), stageText),
            compute, "s", time.computeSeconds));
-  result.time.push_back(
-      make("exposed comm",
-           fmt::format("{} × {} per micro-batch (tensor-parallel, pipeline and host "
-                       "traffic in full; gathers and gradient reductions beyond the compute they "
-                       "overlap) + what the step's reductions and updates add{}",
-                       microbatches(m), formatSeconds(slowest->exposedPerMicrobatch), stageText),
-           slowest->exposed, "s", time.exposedCommSeconds));
+  result.time.push_back(make(
+      "exposed comm",
+      fmt::format("{} × {} per micro-batch (tensor-parallel, pipeline and host "
+                  "traffic in full; a pass's first gather and last gradient reduction in full; "
+                  "the others beside the neighbouring unit's compute, max(comm - compute, "
+                  "comm × κ/(1 + κ)) with κ = {}, the compute's slowdown beside "
+                  "communication) + what the step's reductions and updates add{}",
+                  microbatches(m), formatSeconds(slowest->exposedPerMicrobatch),
+                  num(analysis::kOverlapComputeSlowdown), stageText),
+      slowest->exposed, "s", time.exposedCommSeconds));
   double p = static_cast<double>(plan.stages.size());
   double v = static_cast<double>(plan.chunks);
   double bubble = (p - 1) * slowestMicrobatch / v;

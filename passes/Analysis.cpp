@@ -315,41 +315,46 @@ RunAnalysis Analyzer::analyze() {
     };
 
     // Per micro-batch: compute, and communication that overlaps with it (parameter gathers
-    // and gradient reduce-scatters of the batch axes, prefetched or bucketed) or not
-    // (tensor-parallel partial sums, pipeline sends, host transfers).
+    // and gradient reductions of the batch axes, prefetched one unit ahead or started as a
+    // unit's backward ends) or not (tensor-parallel partial sums, pipeline sends, host
+    // transfers). The passes are timed unit by unit (getPassExposedSeconds).
     double forwardCompute = 0, backwardCompute = 0;
-    double forwardOverlap = 0, backwardOverlap = 0, critical = 0, stepOverlap = 0, stepExposed = 0;
+    double critical = 0, stepOverlap = 0, stepExposed = 0;
     auto overlappable = [](const Op &op) {
       return (op.state == ir::State::Params && op.kind == OpKind::AllGather) ||
              (op.state == ir::State::Grads &&
               (op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllReduce));
     };
-    for (const Op &op : stage.forward) {
-      if (op.kind == OpKind::Compute) {
-        forwardCompute += op.flops / flopRate;
-        continue;
+    std::vector<size_t> positions;
+    auto timePass = [&](const std::vector<Op> &ops, double &compute) {
+      std::vector<PassUnit> units(getPassPositions(ops, positions));
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const Op &op = ops[i];
+        PassUnit &unit = units[positions[i]];
+        if (op.kind == OpKind::Compute) {
+          unit.compute += op.flops / flopRate;
+          compute += op.flops / flopRate;
+          continue;
+        }
+        double seconds = account(op);
+        if (!overlappable(op))
+          critical += seconds;
+        else
+          (op.kind == OpKind::AllGather ? unit.gather : unit.reduce) += seconds;
       }
-      double seconds = account(op);
-      (overlappable(op) ? forwardOverlap : critical) += seconds;
-    }
-    for (const Op &op : stage.backward) {
-      if (op.kind == OpKind::Compute) {
-        backwardCompute += op.flops / flopRate;
-        continue;
-      }
-      double seconds = account(op);
-      (overlappable(op) ? backwardOverlap : critical) += seconds;
-    }
+      return getPassExposedSeconds(units);
+    };
+    double forwardExposed = timePass(stage.forward, forwardCompute);
+    double backwardExposed = timePass(stage.backward, backwardCompute);
     for (const Op &op : stage.step) {
       double seconds = account(op);
       // Step-time gradient reductions start as the backward produces each unit's gradients.
       (overlappable(op) && op.state == ir::State::Grads ? stepOverlap : stepExposed) += seconds;
     }
-    double exposedPerMicrobatch = critical + std::max(0.0, forwardOverlap - forwardCompute) +
-                                  std::max(0.0, backwardOverlap - backwardCompute);
+    double exposedPerMicrobatch = critical + forwardExposed + backwardExposed;
     double computePerMicrobatch = forwardCompute + backwardCompute;
-    double exposed =
-        m * exposedPerMicrobatch + std::max(0.0, stepOverlap - backwardCompute) + stepExposed;
+    double exposed = m * exposedPerMicrobatch +
+                     getOverlapExposedSeconds(stepOverlap, backwardCompute) + stepExposed;
     double stageSeconds = m * computePerMicrobatch + exposed;
     if (stageSeconds >= slowestStage) {
       slowestStage = stageSeconds;
@@ -428,6 +433,67 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
   }
   }
   return 1;
+}
+
+double getOverlapExposedSeconds(double commSeconds, double computeSeconds) {
+  if (commSeconds <= 0)
+    return 0;
+  double kappa = kOverlapComputeSlowdown;
+  return std::max(commSeconds - computeSeconds, commSeconds * kappa / (1 + kappa));
+}
+
+size_t getPassPositions(const std::vector<plan::Op> &ops, std::vector<size_t> &positions) {
+  positions.assign(ops.size(), 0);
+  // Forward scan: the position of each compute op (consecutive computes of one unit, such as a
+  // recomputation and its backward, share one), and of the ops after it.
+  size_t count = 0;
+  int lastUnit = -2;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind == OpKind::Compute && (count == 0 || ops[i].unit != lastUnit)) {
+      ++count;
+      lastUnit = ops[i].unit;
+    }
+    positions[i] = count == 0 ? 0 : count - 1;
+  }
+  // Backward scan: a parameter gather belongs to the next compute.
+  size_t next = count == 0 ? 0 : count - 1;
+  for (size_t i = ops.size(); i-- > 0;) {
+    if (ops[i].kind == OpKind::Compute)
+      next = positions[i];
+    else if (ops[i].kind == OpKind::AllGather && ops[i].state == ir::State::Params)
+      positions[i] = next;
+  }
+  return std::max<size_t>(count, 1);
+}
+
+double getPassExposedSeconds(ArrayRef<PassUnit> units) {
+  double exposed = 0, previousReduce = 0;
+  bool first = true;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const PassUnit &unit = units[i];
+    if (unit.count <= 0)
+      continue;
+    size_t next = i + 1;
+    while (next < units.size() && units[next].count <= 0)
+      ++next;
+    double nextGather = next < units.size() ? units[next].gather : 0;
+    if (first)
+      exposed += unit.gather;
+    first = false;
+    if (unit.count == 1) {
+      exposed += getOverlapExposedSeconds(nextGather + previousReduce, unit.compute);
+    } else {
+      // A run of identical units: the first overlaps the previous unit's reduction, the middle
+      // ones their neighbours', the last the next unit's gather.
+      exposed += getOverlapExposedSeconds(unit.gather + previousReduce, unit.compute) +
+                 static_cast<double>(unit.count - 2) *
+                     getOverlapExposedSeconds(unit.gather + unit.reduce, unit.compute) +
+                 getOverlapExposedSeconds(nextGather + unit.reduce, unit.compute);
+    }
+    previousReduce = unit.reduce;
+  }
+  // The last unit's reduction ends the pass.
+  return exposed + previousReduce;
 }
 
 RunAnalysis analyze(const plan::StepPlan &plan) { return Analyzer(plan).analyze(); }

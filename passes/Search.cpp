@@ -19,6 +19,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -485,19 +486,27 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
   bool selectiveRecompute = c.activations == ir::ActivationMode::RecomputeSelective;
 
   double slowestStage = 0, slowestMicrobatch = 0;
+  analysis::PassUnit forwardPass[3], backwardPass[3];
   for (const StageShape &shape : stageShapes) {
-    double forwardCompute = 0, backwardCompute = 0, forwardOverlap = 0, backwardOverlap = 0,
-           critical = 0, stepOverlap = 0, stepExposed = 0;
+    double forwardCompute = 0, backwardCompute = 0, critical = 0, stepOverlap = 0, stepExposed = 0;
+    size_t numGroups = shape.groups.size();
+    assert(numGroups <= 3 && "a stage holds the embedding, layers and the head at most");
     critical +=
         static_cast<double>(shape.sendsForward) * (shape.interForward ? sendInter : sendIntra);
     critical +=
         static_cast<double>(shape.sendsBackward) * (shape.interBackward ? sendInter : sendIntra);
-    for (const UnitGroup &group : shape.groups) {
+    for (size_t index = 0; index < numGroups; ++index) {
+      const UnitGroup &group = shape.groups[index];
+      // The backward pass visits the groups in reverse order.
+      analysis::PassUnit &forwardUnit = forwardPass[index];
+      analysis::PassUnit &backwardUnit = backwardPass[numGroups - 1 - index];
       double count = static_cast<double>(group.count);
       double forward = b * group.forwardFlopsPerSample;
       double recompute = fullRecompute        ? b * group.recomputeFullPerSample
                          : selectiveRecompute ? b * group.recomputeSelectivePerSample
                                               : 0;
+      forwardUnit = analysis::PassUnit{0, 0, forward / flopRate, group.count};
+      backwardUnit = analysis::PassUnit{0, 0, (recompute + 2 * forward) / flopRate, group.count};
       forwardCompute += count * forward / flopRate;
       backwardCompute += count * (recompute + 2 * forward) / flopRate;
       int sp = c.sequenceParallel ? 1 : 0;
@@ -515,16 +524,22 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
             transfer(static_cast<double>(ceilDiv(group.params, gradShard)) * bytes.grads, hostBeta);
       if (paramAxes) {
         double gather = collective(gatherN, unitParams * bytes.params, gatherBeta, 1);
-        forwardOverlap += count * gather;
-        if (!keep)
-          backwardOverlap += count * gather;
+        forwardUnit.gather = gather;
+        // Tied embeddings without a pipeline: the head's backward gathers the embedding again
+        // (Lowering), before the head's compute.
+        bool tiedEmbedding = shape.tiedEmbedParams > 0 && index == 0;
+        bool tiedHead = shape.tiedEmbedParams > 0 && index + 1 == numGroups;
+        if (!keep && !tiedEmbedding)
+          backwardUnit.gather += gather;
+        if (!keep && tiedHead)
+          backwardUnit.gather += collective(
+              gatherN, static_cast<double>(shape.tiedEmbedParams) * bytes.params, gatherBeta, 1);
       }
       if (c.sequenceParallel && c.tp > 1 && group.sequenceParallelParams > 0)
-        backwardOverlap +=
-            count * collective(t, static_cast<double>(group.sequenceParallelParams) * bytes.grads,
-                               tensorBeta, 2);
+        backwardUnit.reduce += collective(
+            t, static_cast<double>(group.sequenceParallelParams) * bytes.grads, tensorBeta, 2);
       if (gradAxes)
-        backwardOverlap += count * collective(gradN, unitParams * bytes.grads, gradBeta, 1);
+        backwardUnit.reduce += collective(gradN, unitParams * bytes.grads, gradBeta, 1);
       int64_t gradElements = ceilDiv(group.params, gradShard);
       if (scatterAxes) {
         stepOverlap +=
@@ -547,11 +562,12 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
             collective(syncN, static_cast<double>(ceilDiv(group.params, paramShard)) * bytes.params,
                        syncBeta, 1);
     }
-    double exposedPerMicrobatch = critical + std::max(0.0, forwardOverlap - forwardCompute) +
-                                  std::max(0.0, backwardOverlap - backwardCompute);
+    double exposedPerMicrobatch =
+        critical + analysis::getPassExposedSeconds(ArrayRef(forwardPass, numGroups)) +
+        analysis::getPassExposedSeconds(ArrayRef(backwardPass, numGroups));
     double computePerMicrobatch = forwardCompute + backwardCompute;
-    double exposed =
-        m * exposedPerMicrobatch + std::max(0.0, stepOverlap - backwardCompute) + stepExposed;
+    double exposed = m * exposedPerMicrobatch +
+                     analysis::getOverlapExposedSeconds(stepOverlap, backwardCompute) + stepExposed;
     slowestStage = std::max(slowestStage, m * computePerMicrobatch + exposed);
     slowestMicrobatch = std::max(slowestMicrobatch, computePerMicrobatch + exposedPerMicrobatch);
   }
@@ -1012,11 +1028,17 @@ std::vector<MaxParamsRow> findMaxParams(const ir::Run &run, const SearchOptions 
   int64_t headDim = base.hidden / base.heads;
   // The ffn per head, kept (four times hidden for GPT, 11008/32 per head for LLaMA-7B).
   double ffnPerHead = static_cast<double>(base.ffn) / static_cast<double>(base.heads);
+  // The aspect ratio hidden / layers, kept (128 for GPT-3 175B and LLaMA-7B): Kaplan et al.
+  // 2020 (§3.1, Figure 5) found the loss nearly independent of the shape at a fixed parameter
+  // count over a wide range of aspect ratios, so one ratio spans the family.
+  double layersPerHidden = static_cast<double>(base.layers) / static_cast<double>(base.hidden);
   auto configFor = [&](int64_t heads) {
     ir::TransformerConfig config = base;
     config.heads = heads;
     config.hidden = heads * headDim;
     config.ffn = static_cast<int64_t>(std::llround(ffnPerHead * static_cast<double>(heads)));
+    config.layers =
+        std::max<int64_t>(1, std::llround(layersPerHidden * static_cast<double>(config.hidden)));
     return config;
   };
   for (Family family : {Family::Dp, Family::Zero1, Family::Zero2, Family::Zero3})

@@ -167,23 +167,25 @@ int printMaxParams(const ir::Run &run, const SearchOptions &options, bool json, 
     return 0;
   }
   const ir::TransformerConfig &base = run.model->transformer;
-  out << "largest model of the shape of '" << run.model->name << "' (layers " << base.layers
+  out << "largest model of the shape of '" << run.model->name << "' (hidden / layers "
+      << format("%g", static_cast<double>(base.hidden) / static_cast<double>(base.layers))
       << ", seq " << base.seq << ", vocab " << base.vocab << ", head dim "
-      << base.hidden / base.heads << "; hidden and heads scaled) that fits on " << options.devices
-      << " devices:\n";
-  out << format("%-8s %-4s %10s %8s %6s  %s\n", text("family"), text("tp"), text("params"),
-                text("hidden"), text("heads"), text("best plan"));
+      << base.hidden / base.heads << "; hidden, heads and layers scaled) that fits on "
+      << options.devices << " devices:\n";
+  out << format("%-8s %-4s %10s %8s %6s %6s  %s\n", text("family"), text("tp"), text("params"),
+                text("hidden"), text("heads"), text("layers"), text("best plan"));
   for (const MaxParamsRow &row : rows) {
-    std::string params = "-", hidden = "-", heads = "-", plan = "nothing fits";
+    std::string params = "-", hidden = "-", heads = "-", layers = "-", plan = "nothing fits";
     if (row.config) {
       params = formatv("{0:F1}B", static_cast<double>(row.params) / 1e9).str();
       hidden = std::to_string(row.config->hidden);
       heads = std::to_string(row.config->heads);
+      layers = std::to_string(row.config->layers);
       plan = row.best ? row.best->describe() : "";
     }
-    out << format("%-8s %-4s %10s %8s %6s  %s\n", toString(row.family).str().c_str(),
+    out << format("%-8s %-4s %10s %8s %6s %6s  %s\n", toString(row.family).str().c_str(),
                   row.tensorParallel ? "yes" : "no", params.c_str(), hidden.c_str(), heads.c_str(),
-                  plan.c_str());
+                  layers.c_str(), plan.c_str());
   }
   return 0;
 }

@@ -180,9 +180,11 @@ TEST(SearchTest, Gpt3On1536GpusUsesTensorParallelismAndBeatsZero3) {
   ASSERT_FALSE(best.top.empty());
   EXPECT_EQ(best.disagreements, 0u);
   const Candidate &winner = best.top.front();
-  // Tensor parallelism inside a node.
+  // Narayanan et al. 2021 §5.1 and Table 2 (PTD-P): tensor parallelism inside a node, pipeline
+  // parallelism across nodes.
   EXPECT_GT(winner.tp, 1) << winner.describe();
   EXPECT_EQ(8 % winner.tp, 0) << winner.describe();
+  EXPECT_GT(winner.pp, 1) << winner.describe();
 
   // Every pure ZeRO-3 plan (no tensor or pipeline parallelism) is slower by a wide margin:
   // Narayanan et al. 2021 measured 141 against 44 TFLOP/s per GPU.
@@ -194,6 +196,12 @@ TEST(SearchTest, Gpt3On1536GpusUsesTensorParallelismAndBeatsZero3) {
   double zero3Rate = tflopsPerDevice(zero3Best.topAnalyses.front(), 1536);
   EXPECT_GE(winnerRate / zero3Rate, 2.0)
       << winner.describe() << " against " << zero3Best.top.front().describe();
+  // The predictions against the measurements, PTD-P 141 and ZeRO-3 44 TFLOP/s per GPU, within
+  // 25%: the cluster's efficiency is the default 0.5, not a calibration to Selene, placec counts
+  // model FLOPs where the paper counts the recomputed forward too (its eq. 3), and pure ZeRO-3
+  // is bound by the full 25 GB/s link here.
+  EXPECT_NEAR(winnerRate / 141, 1.0, 0.25) << winner.describe();
+  EXPECT_NEAR(zero3Rate / 44, 1.0, 0.25) << zero3Best.top.front().describe();
 
   // The best plan with a pipeline (PTD-P) beats pure ZeRO-3 by the same margin.
   SearchOptions ptd;
@@ -355,8 +363,15 @@ TEST(SearchTest, MaxParamsGrowsWithSharding) {
     ASSERT_TRUE(row.config.has_value()) << toString(row.family).str();
     ASSERT_TRUE(row.best.has_value());
     EXPECT_TRUE(isInFamily(*row.best, row.family, row.tensorParallel));
-    EXPECT_EQ(row.config->layers, 32);
+    // The head dimension and the aspect ratio hidden / layers of LLaMA-7B (4096 / 32) kept.
     EXPECT_EQ(row.config->hidden / row.config->heads, 128);
+    EXPECT_EQ(row.config->hidden, 128 * row.config->layers);
+    // LLaMA's parameters: per layer q, k, v, o (4h²), gate, up, down (3·h·ffn), two RMSNorms
+    // (2h); untied input and output embeddings (2·V·h) and the final norm (h).
+    double h = static_cast<double>(row.config->hidden), l = static_cast<double>(row.config->layers),
+           ffn = static_cast<double>(row.config->ffn), v = 32000;
+    EXPECT_EQ(static_cast<double>(row.params),
+              l * (4 * h * h + 3 * h * ffn + 2 * h) + 2 * v * h + h);
   }
   // dp < zero1 < zero2 < zero3, without and with tensor parallelism.
   for (unsigned tp = 0; tp < 2; ++tp)

@@ -5,6 +5,8 @@
 
 #include "placec/passes/StepPlan.h"
 
+#include "llvm/ADT/ArrayRef.h"
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -101,6 +103,44 @@ double getTransformerLayerActivationBytes(const ir::TransformerConfig &config, d
 /// Micro-batches whose activations pipeline stage `stage` of `stages` holds at its peak.
 double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
                                int64_t chunks, int stage);
+
+/// Compute slowdown while communication kernels run alongside it: the average of Lee et al. 2025
+/// ("Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
+/// arXiv:2507.03114, §1: overlapped compute is 18.9% slower on average, 40% at most, on A100,
+/// H100, MI210 and MI250; the collectives take SMs and memory bandwidth from the kernels).
+inline constexpr double kOverlapComputeSlowdown = 0.189;
+
+/// Seconds that `commSeconds` of communication overlapped with `computeSeconds` of compute add
+/// to the compute: the compute runs `1 + κ` times slower while the communication lasts (κ =
+/// kOverlapComputeSlowdown), so the window takes max(comm, compute + comm · κ/(1 + κ)) and
+/// exposes max(comm − compute, comm · κ/(1 + κ)).
+double getOverlapExposedSeconds(double commSeconds, double computeSeconds);
+
+/// One unit of a forward or backward pass, or `count` identical units in a row: the overlappable
+/// communication it needs before its compute (parameter gathers) and after it (gradient
+/// reductions), and its compute, in seconds.
+struct PassUnit {
+  double gather = 0;
+  double reduce = 0;
+  double compute = 0;
+  int64_t count = 1;
+};
+
+/// Seconds that the overlappable communication of one pass over `units` (in pass order) adds to
+/// its compute, when gathered parameters are prefetched one unit ahead (the two gathered units
+/// the memory analysis budgets) and gradients are reduced as soon as a unit's backward ends: the
+/// first unit's gather has no compute beside it, unit j's compute overlaps the gather of unit
+/// j + 1 and the reduction of unit j − 1 (each window as getOverlapExposedSeconds), and the last
+/// unit's reduction ends the pass:
+/// `G_1 + Σ_j max(G_{j+1} + R_{j−1} − C_j, (G_{j+1} + R_{j−1})·κ/(1 + κ)) + R_k`.
+double getPassExposedSeconds(llvm::ArrayRef<PassUnit> units);
+
+/// The position in the pass of each op of `ops` (a stage's forward or backward list): positions
+/// are the units in the order the pass computes them; a parameter gather belongs to the unit
+/// computed next (the one that needs it: the head's backward also gathers a tied embedding), any
+/// other op to the unit computed last (its gradient reductions follow its backward). Ops before
+/// the first compute belong to position 0. Returns the number of positions.
+size_t getPassPositions(const std::vector<plan::Op> &ops, std::vector<size_t> &positions);
 
 /// Runs the three analyses over a plan.
 RunAnalysis analyze(const plan::StepPlan &plan);

@@ -172,8 +172,9 @@ struct MaxParamsRow {
 };
 
 /// For each family, with and without tensor parallelism: the largest transformer of the run's
-/// shape that fits, scaling the hidden size (heads grow with it, the head dimension, the ffn
-/// ratio, seq, vocab and layers kept).
+/// shape that fits, scaling the hidden size with the layers (the aspect ratio hidden / layers
+/// kept, rounded to whole layers; heads grow with the hidden size; the head dimension, the ffn
+/// ratio, seq and vocab kept).
 std::vector<MaxParamsRow> findMaxParams(const ir::Run &run, const SearchOptions &options);
 
 /// Options of `placec search`.
