@@ -1059,7 +1059,9 @@ Status MlpTrainer::Impl::resume() {
   CheckpointContents contents;
   PLACERT_TRY(checkpointContents(false, contents));
   std::string loaded;
+  auto start = std::chrono::steady_clock::now();
   PLACERT_TRY(loadCheckpoint(runtime, runtime.getOptions().resumePath, contents, loaded));
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (const char *name : {"step", "data_position", "seed"})
     if (!contents.scalars.count(name))
       return invalid("checkpoint '" + loaded + "' has no scalar '" + name + "'");
@@ -1081,9 +1083,10 @@ Status MlpTrainer::Impl::resume() {
                    " samples after " + std::to_string(firstStep) + " steps of " +
                    std::to_string(spec.globalBatch) + ")");
   if (runtime.getRank() == 0 && !options.quiet)
-    std::printf("resumed from %s: step %lld, data position %lld, seed %llu\n", loaded.c_str(),
-                static_cast<long long>(firstStep), static_cast<long long>(dataPosition),
-                static_cast<unsigned long long>(seed));
+    std::printf("resumed from %s: step %lld, data position %lld, seed %llu (%.3f ms)\n",
+                loaded.c_str(), static_cast<long long>(firstStep),
+                static_cast<long long>(dataPosition), static_cast<unsigned long long>(seed),
+                seconds * 1e3);
   return Status::success();
 }
 
