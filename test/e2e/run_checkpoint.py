@@ -4,7 +4,8 @@ configs/checkpoint.place save, resume and reshard, and refuse bad checkpoints.
 
 Modes:
   resume   a run stopped at step 2 and resumed equals the uninterrupted run bit for bit: the
-           losses, and every byte of the step-4 checkpoint (params and optimizer state)
+           losses, and every byte of the step-4 checkpoint (params and optimizer state), under
+           zero3, pp x zero1, tp x dp, zero1 with bf16, and SGD with momentum on one rank
   reshard  a checkpoint of zero3 on 4 ranks continues under other placements and rank counts
            (and their checkpoints under yet others) like one device (--check) and like the
            uninterrupted run
@@ -25,7 +26,7 @@ import time
 from run_e2e import fail, mpi_env, run
 
 RANKS = {"ck_zero3": 4, "ck_tp_dp": 4, "ck_pp_zero1": 4, "ck_tp_zero3": 4, "ck_hsdp": 4,
-         "ck_single": 1, "ck_zero1_bf16": 4, "ck_other": 1}
+         "ck_single": 1, "ck_zero1_bf16": 4, "ck_sgd": 1, "ck_other": 1}
 STEP2, STEP3, STEP4 = "step-00000002", "step-00000003", "step-00000004"
 
 
@@ -87,7 +88,7 @@ def latest(directory):
 
 
 def mode_resume(ctx):
-    for name in ["ck_zero3", "ck_pp_zero1", "ck_tp_dp", "ck_zero1_bf16"]:
+    for name in ["ck_zero3", "ck_pp_zero1", "ck_tp_dp", "ck_zero1_bf16", "ck_sgd"]:
         whole, split = ctx.path(name, "whole"), ctx.path(name, "split")
         m_whole, m_resumed = ctx.path(name, "whole.json"), ctx.path(name, "resumed.json")
         ctx.train(name, "--steps", "4", "--save", whole, "--save-every", "2", "--metrics", m_whole)
@@ -124,42 +125,40 @@ def mode_reshard(ctx):
     ctx.train("ck_zero3", "--steps", "2", "--save", source)
     reference = load_metrics(uninterrupted)
 
-    def resume(target, checkpoint, first, save=None, steps=4):
+    def resume(target, checkpoint, first, save=None):
         metrics = ctx.path(f"{target}-from-{os.path.basename(checkpoint)}.json")
-        options = ["--steps", str(steps), "--resume", checkpoint, "--check", "--metrics", metrics]
+        options = ["--steps", "4", "--resume", checkpoint, "--check", "--metrics", metrics]
         if save:
-            options += ["--save", save]
+            options += ["--save", save, "--save-every", "3"]
         result, _ = ctx.train(target, *options)
         if "resumed from" not in result.stdout:
             fail(f"{target} did not resume from {checkpoint}")
         got = load_metrics(metrics)
         if not got["check"]["passed"]:
             fail(f"{target} resumed from {checkpoint} differs from one device")
-        want = reference["losses"][first:steps]
+        want = reference["losses"][first:4]
         for mine, theirs in zip(got["losses"], want):
             if abs(mine - theirs) > 1e-5 * abs(theirs):
                 fail(f"{target} resumed from {checkpoint}: losses {got['losses']}, the "
                      f"uninterrupted run's {want}")
         if len(got["losses"]) != len(want):
             fail(f"{target}: ran {len(got['losses'])} steps, expected {len(want)}")
-        if steps == 4:
-            for key in ("sum", "sum_squares"):
-                mine, theirs = got["checksum"][key], reference["checksum"][key]
-                if abs(mine - theirs) > 1e-5 * max(1.0, abs(theirs)):
-                    fail(f"{target}: parameter {key} {mine}, uninterrupted {theirs}")
-        print(f"e2e: ok: {os.path.basename(checkpoint)} continues under {target} "
+        for key in ("sum", "sum_squares"):
+            mine, theirs = got["checksum"][key], reference["checksum"][key]
+            if abs(mine - theirs) > 1e-5 * max(1.0, abs(theirs)):
+                fail(f"{target}: parameter {key} {mine}, uninterrupted {theirs}")
+        print(f"e2e: ok: {checkpoint} continues under {target} "
               f"({RANKS[target]} ranks) like the uninterrupted zero3 run")
 
-    # zero3 on 4 ranks to tp 2 x dp 2, pp 2 x zero1 2, one rank, tp 2 x zero3 2 and hsdp.
+    # zero3 on 4 ranks to tp 2 x dp 2, pp 2 x zero1 2, one rank, tp 2 x zero3 2 and hsdp; the
+    # first three also save at step 3, which continues under another placement: tp x dp ->
+    # pp x zero1, one rank -> zero3 on 4 ranks, hsdp -> tp x zero3.
+    chains = {"ck_tp_dp": "ck_pp_zero1", "ck_single": "ck_zero3", "ck_hsdp": "ck_tp_zero3"}
     for target in ["ck_tp_dp", "ck_pp_zero1", "ck_single", "ck_tp_zero3", "ck_hsdp"]:
-        resume(target, source, 2)
-    # Then from those placements to others: tp x dp -> pp x zero1, one rank -> zero3 on 4
-    # ranks, hsdp -> tp x zero3 (each saves at step 3 and the other continues).
-    for first, second in [("ck_tp_dp", "ck_pp_zero1"), ("ck_single", "ck_zero3"),
-                          ("ck_hsdp", "ck_tp_zero3")]:
-        saved = ctx.path(f"{first}-3")
-        resume(first, source, 2, save=saved, steps=3)
-        resume(second, saved, 3)
+        saved = ctx.path(f"{target}-saves") if target in chains else None
+        resume(target, source, 2, save=saved)
+        if saved:
+            resume(chains[target], os.path.join(saved, STEP3), 3)
 
 
 def expect_refusal(ctx, name, checkpoint, message, what):
