@@ -5,6 +5,7 @@
 #include "Crc32.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -545,6 +546,10 @@ std::string parseManifest(const std::string &text, Manifest &manifest) {
           crc->kind != Json::Kind::String)
         return "manifest.json: a shard of tensor '" + name->string +
                "' lacks its offset, elements, rank, file_offset or crc32";
+      if (entry.elements > kMaxShardElements)
+        return "manifest.json: a shard of tensor '" + name->string + "' has " +
+               std::to_string(entry.elements) + " elements, more than the " +
+               std::to_string(kMaxShardElements) + " placert writes";
       entry.rank = static_cast<int>(rank);
       entry.crc = static_cast<uint32_t>(std::strtoul(crc->string.c_str(), nullptr, 16));
       auto file = manifest.files.find(entry.rank);
