@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from run_e2e import fail, mpi_env, run
+from run_e2e import compare, fail, mpi_env, run
 
 RANKS = {"ck_zero3": 4, "ck_tp_dp": 4, "ck_pp_zero1": 4, "ck_tp_zero3": 4, "ck_hsdp": 4,
          "ck_single": 1, "ck_zero1_bf16": 4, "ck_sgd": 1, "ck_other": 1}
@@ -108,6 +108,13 @@ def mode_resume(ctx):
             fail(f"{name}: parameter checksums differ: {a['checksum']} vs {b['checksum']}")
         for step in (STEP2, STEP4):
             same_bytes(os.path.join(whole, step), os.path.join(split, step))
+        # Saving and loading move no counted bytes: the resumed run's collectives per step are
+        # still exactly the report's.
+        report = json.loads(run([ctx.args.placec, "report", "--format=json", ctx.args.place,
+                                 "--run", name], echo=False).stdout)
+        problems = compare(b, next(r for r in report["runs"] if r["name"] == name))
+        if problems:
+            fail(f"{name}: the resumed run's counters differ from the report: {problems[:3]}")
         if latest(whole) != STEP4 or latest(split) != STEP4:
             fail(f"{name}: 'latest' does not name {STEP4}")
         listing = ctx.inspect(whole)
