@@ -245,6 +245,16 @@ def mode_bad(ctx):
                    "a path that does not exist")
     if ctx.inspect(empty).returncode != 1:
         fail("placec inspect accepts a directory that is not a checkpoint")
+    # `latest` names a checkpoint that is gone (a crash while a rerun replaced it): the newest
+    # complete one is loaded instead.
+    fallback = ctx.path("cases", "fallback")
+    shutil.copytree(good_root, fallback)
+    with open(os.path.join(fallback, "latest"), "w") as file:
+        file.write("step-00000009\n")
+    result, _ = ctx.train("ck_zero3", "--steps", "3", "--resume", fallback)
+    if f"resumed from {os.path.join(fallback, STEP2)}" not in result.stdout:
+        fail("with 'latest' naming a missing checkpoint, the newest complete one was not loaded")
+    print("e2e: ok: 'latest' naming a missing checkpoint falls back to the newest complete one")
     # Another model's program: shapes differ.
     expect_refusal(ctx, "ck_other", good_root, "tensor 'layers.0.bias' has shape [64] but the model's is [32]",
                    "a checkpoint of another model")
