@@ -137,25 +137,37 @@ Expected<Manifest> readManifest(StringRef path) {
       std::optional<int64_t> offset = getInt(*shard, "offset"),
                              elements = getInt(*shard, "elements"), rank = getInt(*shard, "rank"),
                              fileOffset = getInt(*shard, "file_offset");
+      std::optional<int64_t> blocks = getInt(*shard, "blocks").value_or(1),
+                             stride = getInt(*shard, "stride").value_or(0);
       std::string crc = getString(*shard, "crc32");
       uint32_t checksum = 0;
       if (!offset || !elements || !rank || !fileOffset || crc.empty() ||
-          StringRef(crc).getAsInteger(16, checksum))
+          StringRef(crc).getAsInteger(16, checksum) || *elements <= 0 || *blocks < 1 ||
+          *blocks > (int64_t(1) << 32) || *elements > (int64_t(1) << 32) ||
+          (*blocks > 1 && *stride < *elements))
         return failure("'" + manifestPath + "': a shard of '" + tensor.name +
-                       "' lacks its offset, elements, rank, file_offset or crc32");
+                       "' lacks a valid offset, elements, blocks, stride, rank, file_offset or "
+                       "crc32");
       auto file = fileBytes.find(static_cast<int>(*rank));
-      if (file == fileBytes.end() || *fileOffset < 0 || *fileOffset + *elements * 4 > file->second)
+      if (file == fileBytes.end() || *fileOffset < 0 ||
+          *fileOffset + *blocks * *elements * 4 > file->second)
         return failure("'" + manifestPath + "': a shard of '" + tensor.name +
                        "' lies outside the file of rank " + std::to_string(*rank));
-      tensor.shards.push_back({*offset, *elements, static_cast<int>(*rank), *fileOffset, checksum});
+      tensor.shards.push_back(
+          {*offset, *elements, *blocks, *stride, static_cast<int>(*rank), *fileOffset, checksum});
     }
-    llvm::sort(tensor.shards, [](const Shard &a, const Shard &b) { return a.offset < b.offset; });
+    // Every block of every shard, in order, must tile the tensor.
+    std::vector<std::pair<int64_t, int64_t>> blocks;
+    for (const Shard &shard : tensor.shards)
+      for (int64_t b = 0; b < shard.blocks; ++b)
+        blocks.push_back({shard.offset + b * shard.stride, shard.elements});
+    llvm::sort(blocks);
     int64_t next = 0;
-    for (const Shard &shard : tensor.shards) {
-      if (shard.offset != next || shard.elements <= 0)
+    for (const auto &[offset, elements] : blocks) {
+      if (offset != next)
         return failure("'" + manifestPath + "': the shards of '" + tensor.name +
                        "' do not cover it exactly once (at element " + std::to_string(next) + ")");
-      next += shard.elements;
+      next += elements;
     }
     if (next != tensor.getElements())
       return failure("'" + manifestPath + "': the shards of '" + tensor.name + "' hold " +
@@ -233,8 +245,9 @@ Error verifyChecksums(const Manifest &manifest, int64_t &checked, int64_t &bytes
       for (const Shard &shard : tensor.shards) {
         if (shard.rank != file.rank)
           continue;
-        ArrayRef<uint8_t> piece = data.slice(static_cast<size_t>(shard.fileOffset),
-                                             static_cast<size_t>(shard.elements * 4));
+        ArrayRef<uint8_t> piece =
+            data.slice(static_cast<size_t>(shard.fileOffset),
+                       static_cast<size_t>(shard.blocks * shard.elements * 4));
         uint32_t crc = llvm::crc32(piece);
         if (crc != shard.crc)
           return failure(formatv("checksum mismatch: '{0}', shard of '{1}' at elements [{2}, "
@@ -243,7 +256,7 @@ Error verifyChecksums(const Manifest &manifest, int64_t &checked, int64_t &bytes
                                  shard.fileOffset, crc, shard.crc)
                              .str());
         ++checked;
-        bytes += shard.elements * 4;
+        bytes += shard.blocks * shard.elements * 4;
       }
   }
   return Error::success();

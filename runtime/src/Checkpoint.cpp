@@ -429,17 +429,40 @@ Status agree(Runtime &runtime, const std::string &what, const std::string &mine,
 // The manifest
 //===----------------------------------------------------------------------===//
 
+/// A shard: `blocks` blocks of `elements` (block i at `offset + i * stride`), stored back to back
+/// at `fileOffset` in the file of `rank`, with one CRC over them.
 struct ManifestShard {
   int64_t offset = 0, elements = 0;
+  int64_t blocks = 1, stride = 0;
   int rank = 0;
   int64_t fileOffset = 0;
   uint32_t crc = 0;
+  int64_t getTotal() const { return blocks * elements; }
 };
+
+/// One block of a shard, for tiling and overlaps.
+struct Block {
+  int64_t offset = 0, elements = 0;
+  const ManifestShard *shard = nullptr;
+  int64_t index = 0; ///< Within its shard.
+};
+
+/// The blocks of `shards`, sorted by offset.
+std::vector<Block> blocksOf(const std::vector<ManifestShard> &shards) {
+  std::vector<Block> blocks;
+  for (const ManifestShard &shard : shards)
+    for (int64_t i = 0; i < shard.blocks; ++i)
+      blocks.push_back({shard.offset + i * shard.stride, shard.elements, &shard, i});
+  std::sort(blocks.begin(), blocks.end(),
+            [](const Block &a, const Block &b) { return a.offset < b.offset; });
+  return blocks;
+}
 
 struct Manifest {
   std::map<std::string, std::vector<int64_t>> shapes;
-  std::map<std::string, std::vector<ManifestShard>> shards; ///< Sorted by offset.
-  std::map<int, std::pair<std::string, int64_t>> files;     ///< rank → (file, bytes)
+  std::map<std::string, std::vector<ManifestShard>> shards;
+  std::map<std::string, std::vector<Block>> blocks;     ///< Sorted by offset.
+  std::map<int, std::pair<std::string, int64_t>> files; ///< rank → (file, bytes)
   std::map<std::string, int64_t> scalars;
 };
 
@@ -457,11 +480,12 @@ std::string shapeText(const std::vector<int64_t> &shape) {
   return text + "]";
 }
 
-/// Checks that `shards` (sorted by offset) cover [0, elements) once; returns what is wrong.
-std::string checkTiling(const std::string &tensor, const std::vector<ManifestShard> &shards,
+/// Checks that `shards` (blocks sorted by offset) cover [0, elements) once; returns what is
+/// wrong.
+std::string checkTiling(const std::string &tensor, const std::vector<Block> &shards,
                         int64_t elements) {
   int64_t next = 0;
-  for (const ManifestShard &shard : shards) {
+  for (const Block &shard : shards) {
     if (shard.elements <= 0)
       return "tensor '" + tensor + "' has an empty shard";
     if (shard.offset > next)
@@ -546,25 +570,31 @@ std::string parseManifest(const std::string &text, Manifest &manifest) {
           crc->kind != Json::Kind::String)
         return "manifest.json: a shard of tensor '" + name->string +
                "' lacks its offset, elements, rank, file_offset or crc32";
-      if (entry.elements > kMaxShardElements)
+      const Json *blocks = shard.get("blocks");
+      if (blocks &&
+          (!getInt(shard, "blocks", entry.blocks) || !getInt(shard, "stride", entry.stride) ||
+           entry.blocks < 1 || (entry.blocks > 1 && entry.stride < entry.elements)))
+        return "manifest.json: a shard of tensor '" + name->string +
+               "' has invalid blocks or stride";
+      if (entry.elements < 0 || entry.elements > kMaxShardElements ||
+          entry.blocks > kMaxShardElements || entry.getTotal() > kMaxShardElements)
         return "manifest.json: a shard of tensor '" + name->string + "' has " +
-               std::to_string(entry.elements) + " elements, more than the " +
-               std::to_string(kMaxShardElements) + " placert writes";
+               std::to_string(entry.elements) + " x " + std::to_string(entry.blocks) +
+               " elements, more than the " + std::to_string(kMaxShardElements) + " placert writes";
       entry.rank = static_cast<int>(rank);
       entry.crc = static_cast<uint32_t>(std::strtoul(crc->string.c_str(), nullptr, 16));
       auto file = manifest.files.find(entry.rank);
       if (file == manifest.files.end())
         return "manifest.json: a shard of tensor '" + name->string + "' is in the file of rank " +
                std::to_string(rank) + ", which \"files\" does not list";
-      if (entry.fileOffset < 0 || entry.elements < 0 ||
-          entry.fileOffset + entry.elements * 4 > file->second.second)
+      if (entry.fileOffset < 0 || entry.fileOffset + entry.getTotal() * 4 > file->second.second)
         return "manifest.json: a shard of tensor '" + name->string + "' lies outside " +
                file->second.first;
       list.push_back(entry);
     }
-    std::sort(list.begin(), list.end(),
-              [](const ManifestShard &a, const ManifestShard &b) { return a.offset < b.offset; });
-    std::string tiling = checkTiling(name->string, list, product(dims));
+    std::vector<Block> &sorted = manifest.blocks[name->string];
+    sorted = blocksOf(list);
+    std::string tiling = checkTiling(name->string, sorted, product(dims));
     if (!tiling.empty())
       return "manifest.json: " + tiling;
   }
@@ -673,28 +703,48 @@ Status saveCheckpoint(Runtime &runtime, const std::string &directory, int64_t st
     if (fd < 0) {
       error = "cannot create '" + path + "': " + errnoText();
     } else {
-      int64_t fileOffset = 0;
+      // The pieces written, each at most kMaxShardElements: whole blocks of a strided run
+      // grouped, or a contiguous run (or a block too long to group) cut.
+      struct Piece {
+        const CheckpointShard *shard;
+        int64_t offset, elements, blocks, stride;
+        const float *data;
+      };
+      std::vector<Piece> pieces;
       for (const CheckpointShard &shard : contents.shards) {
-        for (int64_t first = 0; first < shard.elements && error.empty();
-             first += kMaxShardElements) {
-          if (dies) {
-            writeAll(fd, shard.data, static_cast<size_t>(shard.elements) * sizeof(float) / 2);
-            ::fsync(fd);
-            die();
+        int64_t blocks = std::max<int64_t>(shard.blocks, 1);
+        if (blocks > 1 && shard.elements <= kMaxShardElements) {
+          int64_t group = kMaxShardElements / shard.elements;
+          for (int64_t b = 0; b < blocks; b += group) {
+            int64_t n = std::min(group, blocks - b);
+            pieces.push_back({&shard, shard.offset + b * shard.stride, shard.elements, n,
+                              n > 1 ? shard.stride : 0, shard.data + b * shard.elements});
           }
-          int64_t elements = std::min(kMaxShardElements, shard.elements - first);
-          size_t bytes = static_cast<size_t>(elements) * sizeof(float);
-          const float *data = shard.data + first;
-          if (!writeAll(fd, data, bytes)) {
-            error = "cannot write '" + path + "': " + errnoText();
-            break;
-          }
-          char crc[16];
-          std::snprintf(crc, sizeof crc, "%08" PRIx32, crc32(0, data, bytes));
-          mine << shard.tensor << ' ' << shard.offset + first << ' ' << elements << ' '
-               << fileOffset << ' ' << crc << '\n';
-          fileOffset += static_cast<int64_t>(bytes);
+          continue;
         }
+        for (int64_t b = 0; b < blocks; ++b)
+          for (int64_t first = 0; first < shard.elements; first += kMaxShardElements)
+            pieces.push_back({&shard, shard.offset + b * shard.stride + first,
+                              std::min(kMaxShardElements, shard.elements - first), 1, 0,
+                              shard.data + b * shard.elements + first});
+      }
+      int64_t fileOffset = 0;
+      for (const Piece &piece : pieces) {
+        size_t bytes = static_cast<size_t>(piece.elements * piece.blocks) * sizeof(float);
+        if (dies) {
+          writeAll(fd, piece.data, bytes / 2);
+          ::fsync(fd);
+          die();
+        }
+        if (!writeAll(fd, piece.data, bytes)) {
+          error = "cannot write '" + path + "': " + errnoText();
+          break;
+        }
+        char crc[16];
+        std::snprintf(crc, sizeof crc, "%08" PRIx32, crc32(0, piece.data, bytes));
+        mine << piece.shard->tensor << ' ' << piece.offset << ' ' << piece.elements << ' '
+             << fileOffset << ' ' << crc << ' ' << piece.blocks << ' ' << piece.stride << '\n';
+        fileOffset += static_cast<int64_t>(bytes);
       }
       if (error.empty() && ::fsync(fd) != 0)
         error = "cannot sync '" + path + "': " + errnoText();
@@ -731,7 +781,8 @@ Status saveCheckpoint(Runtime &runtime, const std::string &directory, int64_t st
         }
         std::string tensor, crc;
         ManifestShard shard;
-        fields >> tensor >> shard.offset >> shard.elements >> shard.fileOffset >> crc;
+        fields >> tensor >> shard.offset >> shard.elements >> shard.fileOffset >> crc >>
+            shard.blocks >> shard.stride;
         shard.rank = static_cast<int>(r);
         shard.crc = static_cast<uint32_t>(std::strtoul(crc.c_str(), nullptr, 16));
         if (!contents.tensors.count(tensor))
@@ -745,7 +796,7 @@ Status saveCheckpoint(Runtime &runtime, const std::string &directory, int64_t st
       std::vector<ManifestShard> &list = shards[tensor];
       std::sort(list.begin(), list.end(),
                 [](const ManifestShard &a, const ManifestShard &b) { return a.offset < b.offset; });
-      result = checkTiling(tensor, list, product(shape));
+      result = checkTiling(tensor, blocksOf(list), product(shape));
       if (!result.empty())
         result = "the trainer's shards are inconsistent: " + result;
     }
@@ -776,8 +827,11 @@ Status saveCheckpoint(Runtime &runtime, const std::string &directory, int64_t st
           char crc[16];
           std::snprintf(crc, sizeof crc, "%08" PRIx32, list[i].crc);
           json << (i ? ",\n" : "\n") << "      {\"offset\": " << list[i].offset
-               << ", \"elements\": " << list[i].elements << ", \"rank\": " << list[i].rank
-               << ", \"file_offset\": " << list[i].fileOffset << ", \"crc32\": \"" << crc << "\"}";
+               << ", \"elements\": " << list[i].elements;
+          if (list[i].blocks > 1)
+            json << ", \"blocks\": " << list[i].blocks << ", \"stride\": " << list[i].stride;
+          json << ", \"rank\": " << list[i].rank << ", \"file_offset\": " << list[i].fileOffset
+               << ", \"crc32\": \"" << crc << "\"}";
         }
         json << "]}";
       }
@@ -834,12 +888,17 @@ Status saveCheckpoint(Runtime &runtime, const std::string &directory, int64_t st
 
 namespace {
 
-/// The shards a rank reads and, for each, the requests it fills.
+/// The shards a rank reads and, for each, the copies out of it into the requests.
 struct ReadPlan {
+  struct Copy {
+    int64_t from; ///< Elements into the shard's data.
+    float *to;
+    int64_t count;
+  };
   struct Read {
     const ManifestShard *shard;
     std::string tensor;
-    std::vector<size_t> requests;
+    std::vector<Copy> copies;
   };
   std::vector<Read> reads;
 };
@@ -860,23 +919,30 @@ std::string planReads(const Manifest &manifest, const CheckpointContents &conten
       return "it holds tensor '" + tensor + "' " + shapeText(shape) +
              ", which the model does not have (a checkpoint of another model or optimizer?)";
   std::map<const ManifestShard *, size_t> index;
-  for (size_t r = 0; r < contents.shards.size(); ++r) {
-    const CheckpointShard &request = contents.shards[r];
-    const std::vector<ManifestShard> &list = manifest.shards.at(request.tensor);
-    int64_t end = request.offset + request.elements;
-    // The first shard that ends after the request's start.
-    auto it = std::upper_bound(
-        list.begin(), list.end(), request.offset,
-        [](int64_t offset, const ManifestShard &shard) { return offset < shard.offset; });
-    if (it != list.begin())
-      --it;
-    for (; it != list.end() && it->offset < end; ++it) {
-      if (it->offset + it->elements <= request.offset)
-        continue;
-      auto [entry, added] = index.emplace(&*it, plan.reads.size());
-      if (added)
-        plan.reads.push_back({&*it, request.tensor, {}});
-      plan.reads[entry->second].requests.push_back(r);
+  for (const CheckpointShard &request : contents.shards) {
+    const std::vector<Block> &list = manifest.blocks.at(request.tensor);
+    for (int64_t b = 0; b < std::max<int64_t>(request.blocks, 1); ++b) {
+      int64_t begin = request.offset + b * request.stride, end = begin + request.elements;
+      float *to = request.data + b * request.elements;
+      // The blocks of the checkpoint that overlap [begin, end): from the last one starting at
+      // or before `begin`.
+      auto it =
+          std::upper_bound(list.begin(), list.end(), begin, [](int64_t offset, const Block &block) {
+            return offset < block.offset;
+          });
+      if (it != list.begin())
+        --it;
+      for (; it != list.end() && it->offset < end; ++it) {
+        int64_t first = std::max(begin, it->offset);
+        int64_t last = std::min(end, it->offset + it->elements);
+        if (first >= last)
+          continue;
+        auto [entry, added] = index.emplace(it->shard, plan.reads.size());
+        if (added)
+          plan.reads.push_back({it->shard, request.tensor, {}});
+        plan.reads[entry->second].copies.push_back(
+            {it->index * it->elements + (first - it->offset), to + (first - begin), last - first});
+      }
     }
   }
   // Read each file front to back.
@@ -941,8 +1007,8 @@ Status loadCheckpoint(Runtime &runtime, const std::string &path, CheckpointConte
   std::vector<float> buffer;
   auto readShard = [&](const ReadPlan::Read &read) -> std::string {
     const ManifestShard &shard = *read.shard;
-    buffer.resize(static_cast<size_t>(shard.elements));
-    size_t bytes = static_cast<size_t>(shard.elements) * sizeof(float);
+    buffer.resize(static_cast<size_t>(shard.getTotal()));
+    size_t bytes = static_cast<size_t>(shard.getTotal()) * sizeof(float);
     const std::string &file = manifest.files.at(shard.rank).first;
     if (!readAt(descriptors.at(shard.rank), buffer.data(), bytes, shard.fileOffset))
       return "cannot read '" + file + "' at byte " + std::to_string(shard.fileOffset) + ": " +
@@ -952,8 +1018,11 @@ Status loadCheckpoint(Runtime &runtime, const std::string &path, CheckpointConte
       std::snprintf(expected, sizeof expected, "%08" PRIx32, shard.crc);
       return "checksum mismatch in '" + (fs::path(loaded) / file).string() + "': the shard of '" +
              read.tensor + "' at elements [" + std::to_string(shard.offset) + ", " +
-             std::to_string(shard.offset + shard.elements) + ") (byte " +
-             std::to_string(shard.fileOffset) + ") does not have CRC-32 " + expected;
+             std::to_string(shard.offset + shard.elements) + ")" +
+             (shard.blocks > 1 ? " x " + std::to_string(shard.blocks) + " blocks, stride " +
+                                     std::to_string(shard.stride)
+                               : "") +
+             " (byte " + std::to_string(shard.fileOffset) + ") does not have CRC-32 " + expected;
     }
     return "";
   };
@@ -980,14 +1049,8 @@ Status loadCheckpoint(Runtime &runtime, const std::string &path, CheckpointConte
       return Status(StatusCode::Io, "rank " + std::to_string(runtime.getRank()) +
                                         ": checkpoint changed while it was loaded: " + error);
     }
-    const ManifestShard &shard = *read.shard;
-    for (size_t r : read.requests) {
-      CheckpointShard &request = contents.shards[r];
-      int64_t begin = std::max(request.offset, shard.offset);
-      int64_t end = std::min(request.offset + request.elements, shard.offset + shard.elements);
-      std::copy(buffer.begin() + (begin - shard.offset), buffer.begin() + (end - shard.offset),
-                request.data + (begin - request.offset));
-    }
+    for (const ReadPlan::Copy &copy : read.copies)
+      std::copy(buffer.begin() + copy.from, buffer.begin() + copy.from + copy.count, copy.to);
   }
   closeAll();
   contents.scalars = manifest.scalars;

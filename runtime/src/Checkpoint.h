@@ -16,13 +16,16 @@
 
 namespace placert {
 
-/// A contiguous run of a logical tensor (row-major flat elements [offset, offset + elements)) and
-/// where its fp32 values are in this rank's memory.
+/// A run of a logical tensor (row-major flat elements [offset, offset + elements)) and where its
+/// fp32 values are in this rank's memory. A strided run has `blocks` such runs, block i at
+/// `offset + i * stride` (a column slice of consecutive rows), back to back in memory.
 struct CheckpointShard {
   std::string tensor;
   int64_t offset = 0;
   int64_t elements = 0;
   float *data = nullptr;
+  int64_t blocks = 1;
+  int64_t stride = 0;
 };
 
 /// What a trainer saves or loads.

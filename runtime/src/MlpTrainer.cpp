@@ -923,30 +923,41 @@ int MlpTrainer::train(const std::vector<StageProgram> &programs) {
 
 namespace {
 
-/// A run of a unit's local (tensor-parallel) flat range in a logical tensor.
+/// A run of a unit's local (tensor-parallel) flat range in a logical tensor: `blocks` blocks of
+/// `elements`, `stride` apart in the tensor, back to back in the local unit.
 struct Run {
   bool bias = false;
   int64_t logical = 0, elements = 0;
   int64_t local = 0; ///< Where it starts in the local unit (weight slice, then bias slice).
+  int64_t blocks = 1, stride = 0;
 };
 
 /// The runs of the local flat range [begin, end) of `unit` in `layers.<l>.weight` ([out, in],
-/// row-major) and `layers.<l>.bias`, merged where both are contiguous.
+/// row-major) and `layers.<l>.bias`: contiguous runs merged, and the whole rows of a
+/// row-parallel slice (a column slice of each row) as one strided run.
 std::vector<Run> logicalRuns(const UnitState &unit, int64_t begin, int64_t end) {
   std::vector<Run> runs;
   auto add = [&](bool bias, int64_t logical, int64_t elements, int64_t local) {
-    if (!runs.empty() && runs.back().bias == bias &&
+    if (!runs.empty() && runs.back().bias == bias && runs.back().blocks == 1 &&
         runs.back().logical + runs.back().elements == logical &&
         runs.back().local + runs.back().elements == local) {
       runs.back().elements += elements;
       return;
     }
-    runs.push_back({bias, logical, elements, local});
+    runs.push_back({bias, logical, elements, local, 1, 0});
   };
-  for (int64_t i = begin; i < std::min(end, unit.weightElements);) {
+  int64_t weightEnd = std::min(end, unit.weightElements);
+  for (int64_t i = begin; i < weightEnd;) {
     int64_t r = i / unit.localIn, c = i % unit.localIn;
-    int64_t length = std::min(unit.localIn - c, std::min(end, unit.weightElements) - i);
-    add(false, (r + unit.rowOffset) * unit.in + c + unit.columnOffset, length, i);
+    int64_t logical = (r + unit.rowOffset) * unit.in + c + unit.columnOffset;
+    int64_t rows = c == 0 ? (weightEnd - i) / unit.localIn : 0;
+    if (rows > 1 && unit.localIn < unit.in) {
+      runs.push_back({false, logical, unit.localIn, i, rows, unit.in});
+      i += rows * unit.localIn;
+      continue;
+    }
+    int64_t length = std::min(unit.localIn - c, weightEnd - i);
+    add(false, logical, length, i);
     i += length;
   }
   int64_t biasBegin = std::max(begin, unit.weightElements);
@@ -998,17 +1009,17 @@ Status MlpTrainer::Impl::checkpointContents(bool save, CheckpointContents &conte
       if (save && (!writer || (replicated && tensorIndex != 0)))
         continue;
       for (size_t s = 0; s < suffixes.size(); ++s)
-        contents.shards.push_back({layer + (run.bias ? ".bias" : ".weight") + suffixes[s],
-                                   run.logical, run.elements,
-                                   states[s]->data() + (run.local - ownedStart)});
+        contents.shards.push_back(
+            {layer + (run.bias ? ".bias" : ".weight") + suffixes[s], run.logical, run.elements,
+             states[s]->data() + (run.local - ownedStart), run.blocks, run.stride});
     }
     if (save)
       continue;
     // The stored params shard: the master values, rounded to the param dtype after the load.
     for (const Run &run : logicalRuns(unit, shardIndex * stored, (shardIndex + 1) * stored))
-      contents.shards.push_back({layer + (run.bias ? ".bias" : ".weight"), run.logical,
-                                 run.elements,
-                                 unit.params.get() + (run.local - shardIndex * stored)});
+      contents.shards.push_back(
+          {layer + (run.bias ? ".bias" : ".weight"), run.logical, run.elements,
+           unit.params.get() + (run.local - shardIndex * stored), run.blocks, run.stride});
   }
   return Status::success();
 }

@@ -20,6 +20,7 @@ namespace placec::checkpoint {
 
 struct Shard {
   int64_t offset = 0, elements = 0; ///< Flat elements of the logical tensor.
+  int64_t blocks = 1, stride = 0;   ///< Strided: `blocks` runs of `elements`, `stride` apart.
   int rank = 0;                     ///< The rank that wrote it, in whose file it is.
   int64_t fileOffset = 0;           ///< Bytes.
   uint32_t crc = 0;                 ///< CRC-32 of its fp32 bytes.
