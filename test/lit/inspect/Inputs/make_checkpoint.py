@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a checkpoint in placert's format (docs/checkpoints.md) by hand, with zlib's CRC-32, so
 that `placec inspect` is tested against an independent writer. Usage: make_checkpoint.py DIR
-[good|flip|truncate|missing|gap|no-manifest]."""
+[good|flip|truncate|missing|gap|stride|no-manifest]."""
 import json
 import os
 import struct
@@ -17,7 +17,14 @@ b = [-1.0, -2.0, -3.0, -4.0]
 rank0 = struct.pack("<7f", *w[:7])
 rank1_w = struct.pack("<5f", *w[7:])
 rank1_b = struct.pack("<4f", *b)
-rank1 = rank1_w + rank1_b
+# Tensor "s" [3, 4] split by columns: rank 0 has columns 0-1 of every row, rank 1 columns 2-3,
+# each as one strided shard (3 blocks of 2 elements, stride 4).
+s = [100.0 + i for i in range(12)]
+rank0_s = struct.pack("<6f", *[s[r * 4 + c] for r in range(3) for c in (0, 1)])
+rank1_s = struct.pack("<6f", *[s[r * 4 + c] for r in range(3) for c in (2, 3)])
+rank1 = rank1_w + rank1_b + rank1_s
+rank0_w = rank0
+rank0 = rank0_w + rank0_s
 crc = lambda data: "%08x" % zlib.crc32(data)
 manifest = {
     "format": "placert-checkpoint", "version": 1,
@@ -30,14 +37,21 @@ manifest = {
         {"name": "b", "shape": [4], "shards": [
             {"offset": 0, "elements": 4, "rank": 1, "file_offset": 20, "crc32": crc(rank1_b)}]},
         {"name": "w", "shape": [4, 3], "shards": [
-            {"offset": 0, "elements": 7, "rank": 0, "file_offset": 0, "crc32": crc(rank0)},
+            {"offset": 0, "elements": 7, "rank": 0, "file_offset": 0, "crc32": crc(rank0_w)},
             {"offset": 7, "elements": 5, "rank": 1, "file_offset": 0, "crc32": crc(rank1_w)}]},
+        {"name": "s", "shape": [3, 4], "shards": [
+            {"offset": 0, "elements": 2, "blocks": 3, "stride": 4, "rank": 0, "file_offset": 28,
+             "crc32": crc(rank0_s)},
+            {"offset": 2, "elements": 2, "blocks": 3, "stride": 4, "rank": 1, "file_offset": 36,
+             "crc32": crc(rank1_s)}]},
     ],
 }
 if damage == "flip":
     rank1 = rank1[:21] + bytes([rank1[21] ^ 1]) + rank1[22:]
 if damage == "truncate":
     rank1 = rank1[:30]
+if damage == "stride":
+    manifest["tensors"][2]["shards"][1]["stride"] = 5
 if damage == "gap":
     manifest["tensors"][1]["shards"][1]["offset"] = 8
 with open(os.path.join(step, "rank-00000.bin"), "wb") as file:
