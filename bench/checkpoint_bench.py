@@ -87,6 +87,16 @@ def main():
             for target in programs:
                 out = sh(programs[target] + ["--steps", "2", "--resume", directory], env)
                 loads.setdefault((run, target), []).append(milliseconds("resumed from", out))
+    # Peak resident memory per rank (the largest of the 4), a fresh run against a resumed one:
+    # the difference is what loading holds beyond the trainer's own state.
+    rss = {}
+    for run in programs:
+        directory = os.path.join(args.work, "ckpt-" + run)
+        for label, extra in (("fresh", []), ("resumed", ["--resume", directory])):
+            command = programs[run][:4] + ["/usr/bin/time", "-f", "maxrss %M"] + \
+                programs[run][4:] + ["--steps", "2"] + extra
+            out = sh(command, env)
+            rss[(run, label)] = max(int(k) for k in re.findall(r"maxrss (\d+)", out)) / 1024
     mib = size / 2**20
     print(f"checkpoint: mlp width {args.width}, {args.layers} layers, fp32 params + Adam m and v: "
           f"{mib:.1f} MiB in shard files; median of {args.repeat}")
@@ -98,6 +108,9 @@ def main():
         t = statistics.median(times)
         label = f"load {run} -> {target}"
         print(f"{label:<40} {t:>9.1f} {mib / (t / 1e3):>9.0f}")
+    for run in programs:
+        print(f"peak RSS per rank, {run}: fresh {rss[(run, 'fresh')]:.1f} MiB, resumed "
+              f"{rss[(run, 'resumed')]:.1f} MiB")
 
 
 if __name__ == "__main__":
