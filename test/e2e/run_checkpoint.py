@@ -340,6 +340,10 @@ def mode_faults(ctx):
         fail("the output does not name the rank that died during the save")
     if seconds > 60:
         fail(f"the job took {seconds:.1f}s to fail")
+    # The other ranks end too: mpirun ends the job when a rank exits non-zero, and says so, or
+    # their watchdog names the collective of the save that did not complete.
+    if "non-zero status" not in result.stdout and "did not complete within" not in result.stdout:
+        fail("the output does not say how the other ranks ended")
     if latest(in_save) != STEP2 or os.path.exists(os.path.join(in_save, STEP3)):
         fail(f"after the failed save, 'latest' is {latest(in_save)} and {STEP3} "
              f"{'exists' if os.path.exists(os.path.join(in_save, STEP3)) else 'does not exist'}")
