@@ -271,6 +271,7 @@ void Emitter::emitMain() {
                          ir::toString(run.precision).str(), ir::toString(run.optimizer).str()));
   os.line("placert::TrainingSpec spec;");
   os.line(fmt::format("spec.run = \"{}\";", run.name));
+  os.line(fmt::format("spec.strategy = \"{}\";", strategy.name));
   os.line(fmt::format("spec.globalBatch = {};", run.globalBatch));
   os.line(fmt::format("spec.microBatch = {};", run.microBatch));
   os.line(fmt::format("spec.microbatches = {}; // per step per batch replica", plan.microbatches));

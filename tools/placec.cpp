@@ -1,6 +1,7 @@
 // placec: the driver. Parses the command line, runs the front end and the pass pipeline, and
 // prints what was asked for: nothing (check), the syntax tree, the IR or the step plan (--emit),
 // a report of each run (report), or the difference between two runs (diff).
+#include "placec/backends/Checkpoint.h"
 #include "placec/backends/CppEmitter.h"
 #include "placec/backends/Export.h"
 #include "placec/backends/Report.h"
@@ -154,6 +155,8 @@ COMMANDS:
             placec import --megatron "FLAGS" (or a file of flags) --cluster C --from F
   format    Print a .place file in canonical layout, comments kept; -i rewrites it
             (docs/format.md).
+  inspect   Print a checkpoint of a compiled program (docs/checkpoints.md) as tables and verify
+            the CRC-32 of every shard: placec inspect DIR (exit code 1 on a bad one).
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
             [--format=json|html] [-o best.place] [--max-params] (docs/search.md).
@@ -177,7 +180,7 @@ docs/plan.md (the step plan), docs/report-json.md (the JSON report).
 )";
 
 /// The known commands. A first argument that is none of them is an input file.
-enum class Command { Check, Report, Diff, Search, Compile, Import, Format };
+enum class Command { Check, Report, Diff, Search, Compile, Import, Format, Inspect };
 
 /// Splits `// -----` chunks, keeping line numbers: each chunk is preceded by as many newlines as
 /// the lines before it in the original file.
@@ -277,6 +280,28 @@ Expected<std::vector<const ir::Run *>> selectRuns(const ir::Program &program,
 }
 
 void printError(const Twine &message) { errs() << "placec: error: " << message << "\n"; }
+
+/// `placec inspect DIR`: the checkpoint's manifest as tables, then every shard's checksum.
+int runInspect() {
+  if (inputFiles.size() != 1) {
+    printError("inspect takes one checkpoint directory: placec inspect DIR");
+    return 1;
+  }
+  Expected<checkpoint::Manifest> manifest = checkpoint::readManifest(inputFiles[0]);
+  if (!manifest) {
+    printError(toString(manifest.takeError()));
+    return 1;
+  }
+  checkpoint::printManifest(*manifest, outs());
+  int64_t shards = 0, bytes = 0;
+  if (Error error = checkpoint::verifyChecksums(*manifest, shards, bytes)) {
+    outs().flush();
+    printError(toString(std::move(error)));
+    return 1;
+  }
+  outs() << "\nchecksums: " << shards << " shards, " << bytes << " bytes: ok\n";
+  return 0;
+}
 
 /// `placec check` (and --emit): compiles one program and prints what was asked.
 bool checkOne(std::unique_ptr<MemoryBuffer> preloaded, StringRef path, raw_ostream &out) {
@@ -618,6 +643,7 @@ int main(int argc, char **argv) {
                                        .Case("compile", Command::Compile)
                                        .Case("import", Command::Import)
                                        .Case("format", Command::Format)
+                                       .Case("inspect", Command::Inspect)
                                        .Default(std::nullopt);
     if (named) {
       command = *named;
@@ -625,8 +651,8 @@ int main(int argc, char **argv) {
     } else if (!first.starts_with("-") && !first.contains('.') && !first.contains('/') &&
                !first.contains(':') && !sys::fs::exists(first)) {
       printError("unknown command '" + first +
-                 "'; the commands are check, report, diff, search, compile, import and format (run "
-                 "'placec --help')");
+                 "'; the commands are check, report, diff, search, compile, import, format and "
+                 "inspect (run 'placec --help')");
       return 1;
     }
   }
@@ -640,6 +666,8 @@ int main(int argc, char **argv) {
     return runImport();
   if (command == Command::Format)
     return runFormat();
+  if (command == Command::Inspect)
+    return runInspect();
   if (inputFiles.empty()) {
     printError("no input file; run 'placec --help' for usage");
     return 1;
@@ -702,6 +730,7 @@ int main(int argc, char **argv) {
   case Command::Compile: // Returned above.
   case Command::Import:
   case Command::Format:
+  case Command::Inspect:
     break;
   }
   if (!ok)

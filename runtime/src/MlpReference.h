@@ -31,10 +31,12 @@ struct CheckResult {
 
 /// Trains the plain mlp on one device for `steps` steps over the whole global batch and compares
 /// the parameters (layer by layer, weight then bias, row-major; the working params, i.e. the
-/// master rounded to the param dtype) and the losses.
+/// master rounded to the param dtype) and the losses, which are those of steps `firstStep`,
+/// `firstStep` + 1, ... (a run resumed from a checkpoint).
 CheckResult checkAgainstReference(const ReferenceConfig &config, int steps,
                                   const std::vector<float> &params,
-                                  const std::vector<double> &losses, double tolerance);
+                                  const std::vector<double> &losses, double tolerance,
+                                  int firstStep = 0);
 
 } // namespace placert
 

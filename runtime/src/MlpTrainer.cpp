@@ -1,5 +1,6 @@
 // The mlp trainer: the layout of each unit's states over the mesh, the ops of a StepPlan as
 // methods, the pipeline schedule, and the end-of-run check against a single device and metrics.
+#include "Checkpoint.h"
 #include "Kernels.h"
 #include "MlpReference.h"
 #include "placert/placert.h"
@@ -90,7 +91,10 @@ struct MlpTrainer::Impl {
   AxisGroup batchAxes, tensorAxes, stepScatter, stepReduce;
   std::string layersAxis;
   int stage = 0, stages = 1, tensorIndex = 0, tensorDegree = 1, batchIndex = 0, batchDegree = 1;
-  int64_t step = 0; ///< The current step, from 0.
+  int64_t step = 0;         ///< The current step, from 0.
+  int64_t firstStep = 0;    ///< The first step this process runs (after a resume).
+  int64_t dataPosition = 0; ///< The global sample index where the current step's batch starts.
+  uint64_t seed = 0;        ///< Of the initial values and the data (a checkpoint's on resume).
   double stepLoss = 0;
   bool died = false;
 
@@ -151,16 +155,20 @@ struct MlpTrainer::Impl {
   /// Fills `rows` samples of micro-batch `mb` (inputs, or targets when `targets`).
   void sampleData(int mb, bool targets, float *out) const {
     int64_t b = spec.microBatch;
-    int64_t first = step * spec.globalBatch + (mb * batchDegree + batchIndex) * b;
+    int64_t first = dataPosition + (mb * batchDegree + batchIndex) * b;
     int64_t width = targets ? shape.output : shape.input;
     for (int64_t r = 0; r < b; ++r)
       for (int64_t e = 0; e < width; ++e)
-        out[r * width + e] = sampleValue(runtime.getOptions().seed, first + r, targets, e);
+        out[r * width + e] = sampleValue(seed, first + r, targets, e);
   }
 
   Status setup();
   Status runStep(const StageProgram &program);
   Status gatherFullParams(std::vector<float> &full);
+  // Checkpoints (the end of this file).
+  Status checkpointContents(bool save, CheckpointContents &contents);
+  Status save();
+  Status resume();
   Status writeMetrics(const std::vector<double> &losses, const std::vector<double> &seconds,
                       double sum, double sumSquares, const CheckResult *check);
 };
@@ -182,6 +190,7 @@ int MlpTrainer::getStage() const { return impl->stage; }
 int MlpTrainer::getNumStages() const { return impl->stages; }
 
 Status MlpTrainer::Impl::setup() {
+  seed = runtime.getOptions().seed;
   for (const Axis &axis : runtime.getMesh()) {
     if (axis.kind == AxisKind::Batch)
       batchAxes.push_back(axis.name);
@@ -765,7 +774,7 @@ std::string jsonNumber(double value) {
 Status MlpTrainer::Impl::writeMetrics(const std::vector<double> &losses,
                                       const std::vector<double> &seconds, double sum,
                                       double sumSquares, const CheckResult *check) {
-  int steps = runtime.getOptions().steps;
+  int64_t steps = runtime.getOptions().steps - firstStep;
   // This rank's part: counters per step and persistent peak bytes per tier and state.
   std::ostringstream mine;
   mine << "    {\"rank\": " << runtime.getRank() << ", \"stage\": " << stage
@@ -802,7 +811,7 @@ Status MlpTrainer::Impl::writeMetrics(const std::vector<double> &losses,
   std::ostringstream json;
   json << "{\n  \"run\": \"" << spec.run << "\",\n  \"model\": \"" << shape.name
        << "\",\n  \"ranks\": " << runtime.getWorldSize() << ",\n  \"steps\": " << steps
-       << ",\n  \"seed\": " << runtime.getOptions().seed << ",\n  \"losses\": [";
+       << ",\n  \"first_step\": " << firstStep << ",\n  \"seed\": " << seed << ",\n  \"losses\": [";
   for (size_t i = 0; i < losses.size(); ++i)
     json << (i ? ", " : "") << jsonNumber(losses[i]);
   json << "],\n  \"step_seconds\": [";
@@ -835,7 +844,12 @@ int MlpTrainer::train(const std::vector<StageProgram> &programs) {
     runtime.abort(t.invalid("the program has " + std::to_string(programs.size()) +
                             " stage programs for " + std::to_string(t.stages) + " stages"));
   std::vector<double> losses, seconds;
-  for (t.step = 0; t.step < options.steps; ++t.step) {
+  if (!options.resumePath.empty()) {
+    Status status = t.resume();
+    if (!status.isOk())
+      runtime.abort(status);
+  }
+  for (t.step = t.firstStep; t.step < options.steps; ++t.step) {
     auto start = std::chrono::steady_clock::now();
     t.stepLoss = 0;
     Status status = t.runStep(programs[static_cast<size_t>(t.stage)]);
@@ -851,6 +865,14 @@ int MlpTrainer::train(const std::vector<StageProgram> &programs) {
     if (verbose)
       std::printf("step %lld: loss %.9g (%.3f ms)\n", static_cast<long long>(t.step + 1), loss,
                   seconds.back() * 1e3);
+    t.dataPosition += t.spec.globalBatch;
+    bool last = t.step + 1 == options.steps;
+    if (!options.savePath.empty() &&
+        (last || (options.saveEvery > 0 && (t.step + 1) % options.saveEvery == 0))) {
+      status = t.save();
+      if (!status.isOk())
+        runtime.abort(status);
+    }
   }
 
   std::vector<float> full;
@@ -866,11 +888,12 @@ int MlpTrainer::train(const std::vector<StageProgram> &programs) {
   CheckResult check;
   if (options.check) {
     if (runtime.getRank() == 0) {
-      ReferenceConfig config{t.shape.layers,      t.shape.width,      t.shape.input,
-                             t.shape.output,      t.spec.globalBatch, t.spec.optimizer,
-                             t.spec.learningRate, options.seed,       t.spec.paramType,
-                             t.spec.gradType};
-      check = checkAgainstReference(config, options.steps, full, losses, options.tolerance);
+      ReferenceConfig config{
+          t.shape.layers,     t.shape.width,    t.shape.input,       t.shape.output,
+          t.spec.globalBatch, t.spec.optimizer, t.spec.learningRate, t.seed,
+          t.spec.paramType,   t.spec.gradType};
+      check = checkAgainstReference(config, options.steps, full, losses, options.tolerance,
+                                    static_cast<int>(t.firstStep));
       std::printf("check against one device: params relative error %.3g, losses relative error "
                   "%.3g (tolerance %.0e): %s\n",
                   check.paramsError, check.lossError, options.tolerance,
@@ -892,6 +915,190 @@ int MlpTrainer::train(const std::vector<StageProgram> &programs) {
       runtime.abort(status);
   }
   return exitCode;
+}
+
+//===----------------------------------------------------------------------===//
+// Checkpoints
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A run of a unit's local (tensor-parallel) flat range in a logical tensor: `blocks` blocks of
+/// `elements`, `stride` apart in the tensor, back to back in the local unit.
+struct Run {
+  bool bias = false;
+  int64_t logical = 0, elements = 0;
+  int64_t local = 0; ///< Where it starts in the local unit (weight slice, then bias slice).
+  int64_t blocks = 1, stride = 0;
+};
+
+/// The runs of the local flat range [begin, end) of `unit` in `layers.<l>.weight` ([out, in],
+/// row-major) and `layers.<l>.bias`: contiguous runs merged, and the whole rows of a
+/// row-parallel slice (a column slice of each row) as one strided run.
+std::vector<Run> logicalRuns(const UnitState &unit, int64_t begin, int64_t end) {
+  std::vector<Run> runs;
+  auto add = [&](bool bias, int64_t logical, int64_t elements, int64_t local) {
+    if (!runs.empty() && runs.back().bias == bias && runs.back().blocks == 1 &&
+        runs.back().logical + runs.back().elements == logical &&
+        runs.back().local + runs.back().elements == local) {
+      runs.back().elements += elements;
+      return;
+    }
+    runs.push_back({bias, logical, elements, local, 1, 0});
+  };
+  int64_t weightEnd = std::min(end, unit.weightElements);
+  for (int64_t i = begin; i < weightEnd;) {
+    int64_t r = i / unit.localIn, c = i % unit.localIn;
+    int64_t logical = (r + unit.rowOffset) * unit.in + c + unit.columnOffset;
+    int64_t rows = c == 0 ? (weightEnd - i) / unit.localIn : 0;
+    if (rows > 1 && unit.localIn < unit.in) {
+      runs.push_back({false, logical, unit.localIn, i, rows, unit.in});
+      i += rows * unit.localIn;
+      continue;
+    }
+    int64_t length = std::min(unit.localIn - c, weightEnd - i);
+    add(false, logical, length, i);
+    i += length;
+  }
+  int64_t biasBegin = std::max(begin, unit.weightElements);
+  if (end > biasBegin)
+    add(true, biasBegin - unit.weightElements + (unit.split == Split::Column ? unit.rowOffset : 0),
+        end - biasBegin, biasBegin);
+  return runs;
+}
+
+std::string jsonAxes(const AxisGroup &axes) {
+  std::string text = "[";
+  for (size_t i = 0; i < axes.size(); ++i)
+    text += (i ? ", \"" : "\"") + axes[i] + "\"";
+  return text + "]";
+}
+
+} // namespace
+
+Status MlpTrainer::Impl::checkpointContents(bool save, CheckpointContents &contents) {
+  // The logical tensors: fp32 master params and the optimizer's moments, whatever the placement.
+  std::vector<std::string> suffixes = {""};
+  if (spec.optimizer != OptimizerKind::Sgd)
+    suffixes.push_back(".exp_avg");
+  if (spec.optimizer == OptimizerKind::Adam)
+    suffixes.push_back(".exp_avg_sq");
+  for (const UnitState &unit : units)
+    for (const std::string &suffix : suffixes) {
+      std::string layer = "layers." + std::to_string(unit.spec.layer);
+      contents.tensors[layer + ".weight" + suffix] = {unit.out, unit.in};
+      contents.tensors[layer + ".bias" + suffix] = {unit.out};
+    }
+
+  // This rank owns `owned` elements of its local unit; replicas of them (other coordinates on
+  // the batch axes the optimizer is not sharded over, other tensor ranks for what tensor
+  // parallelism replicates) do not write them.
+  bool writer = true;
+  for (const std::string &axis : stepReduce)
+    writer &= runtime.getCoordinate(axis) == 0;
+  int64_t shardIndex = runtime.getGroupIndex(placement.paramShard);
+  for (UnitState &unit : units) {
+    if (!unit.local)
+      continue;
+    std::string layer = "layers." + std::to_string(unit.spec.layer);
+    int64_t stored = unit.params.getElements();
+    int64_t ownedStart = shardIndex * stored + unit.ownedOffset;
+    std::vector<float> *states[] = {&unit.master, &unit.m, &unit.v};
+    for (const Run &run : logicalRuns(unit, ownedStart, ownedStart + unit.owned)) {
+      bool replicated = unit.split == Split::Replicated || (run.bias && unit.split == Split::Row);
+      if (save && (!writer || (replicated && tensorIndex != 0)))
+        continue;
+      for (size_t s = 0; s < suffixes.size(); ++s)
+        contents.shards.push_back(
+            {layer + (run.bias ? ".bias" : ".weight") + suffixes[s], run.logical, run.elements,
+             states[s]->data() + (run.local - ownedStart), run.blocks, run.stride});
+    }
+    if (save)
+      continue;
+    // The stored params shard: the master values, rounded to the param dtype after the load.
+    for (const Run &run : logicalRuns(unit, shardIndex * stored, (shardIndex + 1) * stored))
+      contents.shards.push_back(
+          {layer + (run.bias ? ".bias" : ".weight"), run.logical, run.elements,
+           unit.params.get() + (run.local - shardIndex * stored), run.blocks, run.stride});
+  }
+  return Status::success();
+}
+
+Status MlpTrainer::Impl::save() {
+  CheckpointContents contents;
+  PLACERT_TRY(checkpointContents(true, contents));
+  int64_t completed = step + 1;
+  contents.scalars = {{"step", completed},
+                      {"data_position", dataPosition},
+                      {"seed", static_cast<int64_t>(seed)},
+                      {"global_batch", spec.globalBatch}};
+  std::string mesh = "[";
+  for (const Axis &axis : runtime.getMesh())
+    mesh += std::string(mesh.size() > 1 ? ", " : "") + "{\"name\": \"" + axis.name +
+            "\", \"kind\": \"" +
+            (axis.kind == AxisKind::Batch    ? "batch"
+             : axis.kind == AxisKind::Tensor ? "tensor"
+                                             : "layers") +
+            "\", \"size\": " + std::to_string(axis.size) + "}";
+  const char *optimizer = spec.optimizer == OptimizerKind::Adam  ? "adam"
+                          : spec.optimizer == OptimizerKind::Sgd ? "sgd"
+                                                                 : "sgd-momentum";
+  contents.description = {
+      {"model", "{\"name\": \"" + shape.name + "\", \"kind\": \"mlp\", \"layers\": " +
+                    std::to_string(shape.layers) + ", \"width\": " + std::to_string(shape.width) +
+                    ", \"input\": " + std::to_string(shape.input) +
+                    ", \"output\": " + std::to_string(shape.output) + "}"},
+      {"run", "\"" + spec.run + "\""},
+      {"strategy", "\"" + spec.strategy + "\""},
+      {"mesh", mesh + "]"},
+      {"placement", "{\"params\": " + jsonAxes(placement.paramShard) +
+                        ", \"grads\": " + jsonAxes(placement.gradShard) +
+                        ", \"optimizer\": " + jsonAxes(placement.optimizerShard) + "}"},
+      {"optimizer", std::string("\"") + optimizer + "\""},
+      {"param_dtype", std::string("\"") + toString(spec.paramType) + "\""}};
+  auto start = std::chrono::steady_clock::now();
+  PLACERT_TRY(saveCheckpoint(runtime, runtime.getOptions().savePath, completed, contents));
+  if (runtime.getRank() == 0 && !runtime.getOptions().quiet)
+    std::printf("saved checkpoint %s/%s (%.3f ms)\n", runtime.getOptions().savePath.c_str(),
+                checkpointName(completed).c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() *
+                    1e3);
+  return Status::success();
+}
+
+Status MlpTrainer::Impl::resume() {
+  CheckpointContents contents;
+  PLACERT_TRY(checkpointContents(false, contents));
+  std::string loaded;
+  auto start = std::chrono::steady_clock::now();
+  PLACERT_TRY(loadCheckpoint(runtime, runtime.getOptions().resumePath, contents, loaded));
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const char *name : {"step", "data_position", "seed"})
+    if (!contents.scalars.count(name))
+      return invalid("checkpoint '" + loaded + "' has no scalar '" + name + "'");
+  firstStep = contents.scalars["step"];
+  dataPosition = contents.scalars["data_position"];
+  seed = static_cast<uint64_t>(contents.scalars["seed"]);
+  // The stored params are the master rounded to the param dtype, as after an update.
+  for (UnitState &unit : units)
+    if (unit.local)
+      roundTo(spec.paramType, unit.params.get(), unit.params.getElements());
+  const Options &options = runtime.getOptions();
+  if (firstStep >= options.steps)
+    return invalid("checkpoint '" + loaded + "' is at step " + std::to_string(firstStep) +
+                   ": --steps " + std::to_string(options.steps) +
+                   " leaves nothing to run (--steps counts from the start of training)");
+  if (options.check && dataPosition != firstStep * spec.globalBatch)
+    return invalid("--check needs the data position of checkpoint '" + loaded +
+                   "' to be its step x the global batch (" + std::to_string(dataPosition) +
+                   " samples after " + std::to_string(firstStep) + " steps of " +
+                   std::to_string(spec.globalBatch) + ")");
+  if (runtime.getRank() == 0 && !options.quiet)
+    std::printf("resumed from %s: step %lld, data position %lld, seed %llu (%.3f ms)\n",
+                loaded.c_str(), static_cast<long long>(firstStep),
+                static_cast<long long>(dataPosition), static_cast<unsigned long long>(seed),
+                seconds * 1e3);
+  return Status::success();
 }
 
 } // namespace placert

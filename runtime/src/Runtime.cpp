@@ -91,10 +91,15 @@ static const char *const kUsage =
     "  --metrics FILE         write bytes per collective, peak state memory, losses and step\n"
     "                         times as JSON\n"
     "  --timeout SECONDS      deadline of one collective or receive (default 60)\n"
+    "  --save DIR             save sharded checkpoints into DIR (after the last step)\n"
+    "  --save-every N         ... and after every N steps\n"
+    "  --resume DIR           continue from a checkpoint (DIR/latest when DIR holds several);\n"
+    "                         --steps counts from the start of training\n"
     "  --quiet                print nothing but errors\n"
     "fault injection, for tests:\n"
     "  --skip-grad-reduction  skip every gradient reduction (breaks gradient integrity)\n"
-    "  --die-at-step K --die-rank R   rank R exits in the middle of step K\n";
+    "  --die-at-step K --die-rank R   rank R exits in the middle of step K\n"
+    "  --die-in-save K --die-rank R   rank R exits while writing the checkpoint of step K\n";
 
 Status parseOptions(int argc, char **argv, Options &options, bool &help) {
   help = false;
@@ -150,6 +155,20 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
     } else if (arg == "--die-at-step") {
       PLACERT_TRY(number("--die-at-step", number_));
       options.dieAtStep = static_cast<int>(number_);
+    } else if (arg == "--save") {
+      if (!value("--save", options.savePath))
+        return bad("option --save needs a directory");
+    } else if (arg == "--save-every") {
+      PLACERT_TRY(number("--save-every", number_));
+      if (number_ < 1)
+        return bad("--save-every must be at least 1");
+      options.saveEvery = static_cast<int>(number_);
+    } else if (arg == "--resume") {
+      if (!value("--resume", options.resumePath))
+        return bad("option --resume needs a directory");
+    } else if (arg == "--die-in-save") {
+      PLACERT_TRY(number("--die-in-save", number_));
+      options.dieInSave = static_cast<int>(number_);
     } else if (arg == "--die-rank") {
       PLACERT_TRY(number("--die-rank", number_));
       options.dieRank = static_cast<int>(number_);
@@ -157,6 +176,8 @@ Status parseOptions(int argc, char **argv, Options &options, bool &help) {
       return bad("unknown option '" + arg + "'");
     }
   }
+  if (options.saveEvery > 0 && options.savePath.empty())
+    return bad("--save-every needs --save DIR");
   return Status::success();
 }
 
@@ -500,6 +521,11 @@ Status Runtime::gatherStrings(const std::string &mine, std::vector<std::string> 
 int Runtime::worldBroadcastInt(int value) {
   Armed armed(*impl->watchdog, "broadcast over the world (check)");
   return worldBroadcast(value);
+}
+
+Status Runtime::guarded(const std::string &what, const std::function<Status()> &call) {
+  Armed armed(*impl->watchdog, what);
+  return call();
 }
 
 void Runtime::abort(const Status &status) {

@@ -120,11 +120,19 @@ struct Options {
   /// Fault injection for tests: rank `dieRank` exits in the middle of step `dieAtStep`.
   int dieAtStep = -1;
   int dieRank = -1;
+  /// Checkpoints (docs/checkpoints.md): save into `savePath` every `saveEvery` steps (0: only
+  /// after the last step), resume from `resumePath`. Fault injection: rank `dieRank` exits in the
+  /// middle of writing the checkpoint of step `dieInSave`.
+  std::string savePath;
+  int saveEvery = 0;
+  std::string resumePath;
+  int dieInSave = -1;
   bool quiet = false;
 };
 
-/// Parses `--steps N --seed S --check --metrics FILE --timeout SECONDS --skip-grad-reduction
-/// --die-at-step K --die-rank R --quiet --help`. `help` is set when usage was printed.
+/// Parses `--steps N --seed S --check --metrics FILE --timeout SECONDS --save DIR --save-every N
+/// --resume DIR --skip-grad-reduction --die-at-step K --die-in-save K --die-rank R --quiet
+/// --help`. `help` is set when usage was printed.
 Status parseOptions(int argc, char **argv, Options &options, bool &help);
 
 //===----------------------------------------------------------------------===//
@@ -283,6 +291,9 @@ public:
   /// Gathers each rank's string to rank 0 (empty vector elsewhere).
   Status gatherStrings(const std::string &mine, std::vector<std::string> &all);
   int worldBroadcastInt(int value);
+  /// Runs `call` (a collective outside the plan, such as a checkpoint's) under the watchdog,
+  /// which names it `what` if it does not complete.
+  Status guarded(const std::string &what, const std::function<Status()> &call);
 
   /// Prints "placert: rank R: message" and ends the whole job (MPI_Abort).
   [[noreturn]] void abort(const Status &status);
@@ -306,6 +317,7 @@ struct MlpShape {
 /// What the run says about the step.
 struct TrainingSpec {
   std::string run;
+  std::string strategy; ///< The strategy's name, recorded in checkpoints.
   int64_t globalBatch = 0, microBatch = 0;
   int64_t microbatches = 1; ///< Per step per batch replica.
   Schedule schedule = Schedule::OneFOneB;

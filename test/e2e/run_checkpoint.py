@@ -1,0 +1,394 @@
+#!/usr/bin/env python3
+"""End-to-end tests of checkpoints (docs/checkpoints.md): programs compiled from
+configs/checkpoint.place save, resume and reshard, and refuse bad checkpoints.
+
+Modes:
+  resume   a run stopped at step 2 and resumed equals the uninterrupted run bit for bit: the
+           losses, and every byte of the step-4 checkpoint (params and optimizer state), under
+           zero3, pp x zero1, tp x dp, zero1 with bf16, and SGD with momentum on one rank
+  reshard  a checkpoint of zero3 on 4 ranks continues under other placements and rank counts
+           (and their checkpoints under yet others) like one device (--check) and like the
+           uninterrupted run
+  bad      missing, truncated or corrupted shards, another model's checkpoint, unfinished saves
+           and directories that are no checkpoint: a clear error, no training, and `placec
+           inspect` agrees; and, as controls, a checkpoint rewritten in another layout by an
+           independent writer loads to the same bytes, and a `latest` naming a missing
+           checkpoint falls back to the newest complete one
+  faults   a rank dies in the middle of a save, or of a step: the job fails in bounded time
+           naming it, and the next run resumes from the last complete checkpoint
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+
+from run_e2e import compare, fail, mpi_env, run
+
+RANKS = {"ck_zero3": 4, "ck_tp_dp": 4, "ck_pp_zero1": 4, "ck_tp_zero3": 4, "ck_hsdp": 4,
+         "ck_single": 1, "ck_zero1_bf16": 4, "ck_sgd": 1, "ck_other": 1}
+STEP2, STEP3, STEP4 = "step-00000002", "step-00000003", "step-00000004"
+
+
+class Context:
+    def __init__(self, args):
+        self.args = args
+        self.work = args.work
+        self.programs = {}
+
+    def path(self, *parts):
+        return os.path.join(self.work, *parts)
+
+    def build(self, name):
+        if name in self.programs:
+            return
+        source, build = self.path(name, "src"), self.path(name, "build")
+        run([self.args.placec, "compile", self.args.place, "--run", name, "-o", source])
+        run(["cmake", "-S", source, "-B", build, f"-Dplacert_DIR={self.args.placert_dir}",
+             "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CXX_FLAGS_RELEASE=-O1"], echo=False)
+        run(["cmake", "--build", build], echo=False)
+        self.programs[name] = os.path.join(build, name)
+
+    def train(self, name, *options, expect_ok=True, timeout=120):
+        """Runs program `name` on its ranks; returns the result and the seconds it took."""
+        self.build(name)
+        ranks = RANKS[name]
+        launcher = [] if ranks == 1 else [self.args.mpiexec, "--oversubscribe", "-np", str(ranks)]
+        start = time.monotonic()
+        result = run(launcher + [self.programs[name], "--timeout", "20"] + list(options),
+                     env=mpi_env(), check=expect_ok, timeout=timeout)
+        return result, time.monotonic() - start
+
+    def inspect(self, directory):
+        return run([self.args.placec, "inspect", directory], check=False)
+
+
+def load_metrics(path):
+    with open(path) as file:
+        return json.load(file)
+
+
+def files_of(directory):
+    return sorted(name for name in os.listdir(directory) if not name.startswith("."))
+
+
+def same_bytes(a, b):
+    """Every file of checkpoint directory a equals the one of b."""
+    if files_of(a) != files_of(b):
+        fail(f"{a} and {b} hold different files: {files_of(a)} vs {files_of(b)}")
+    for name in files_of(a):
+        with open(os.path.join(a, name), "rb") as fa, open(os.path.join(b, name), "rb") as fb:
+            if fa.read() != fb.read():
+                fail(f"{name} differs between {a} and {b}")
+
+
+def latest(directory):
+    with open(os.path.join(directory, "latest")) as file:
+        return file.read().strip()
+
+
+def rewrite(source, target):
+    """Rewrites checkpoint `source` into another layout with an independent writer: every tensor
+    assembled from its shards (each CRC checked with zlib), then written to one file, a matrix as
+    two strided shards (its left and right column halves), anything else as one shard."""
+    with open(os.path.join(source, "manifest.json")) as file:
+        manifest = json.load(file)
+    data = {}
+    for entry in manifest["files"]:
+        with open(os.path.join(source, entry["path"]), "rb") as file:
+            data[entry["rank"]] = file.read()
+    out = bytearray()
+    for tensor in manifest["tensors"]:
+        count = 1
+        for size in tensor["shape"]:
+            count *= size
+        full = bytearray(4 * count)
+        for shard in tensor["shards"]:
+            blocks, stride = shard.get("blocks", 1), shard.get("stride", 0)
+            length = 4 * shard["elements"]
+            piece = data[shard["rank"]][shard["file_offset"]:shard["file_offset"] + blocks * length]
+            if "%08x" % zlib.crc32(piece) != shard["crc32"]:
+                fail(f"rewrite: a shard of {tensor['name']} fails its CRC")
+            for b in range(blocks):
+                at = 4 * (shard["offset"] + b * stride)
+                full[at:at + length] = piece[b * length:(b + 1) * length]
+        shards = []
+        if len(tensor["shape"]) == 2 and tensor["shape"][1] % 2 == 0:
+            rows, columns = tensor["shape"]
+            half = columns // 2
+            for first in (0, half):
+                piece = b"".join(full[4 * (r * columns + first):4 * (r * columns + first + half)]
+                                 for r in range(rows))
+                shards.append({"offset": first, "elements": half, "blocks": rows,
+                               "stride": columns, "rank": 0, "file_offset": len(out),
+                               "crc32": "%08x" % zlib.crc32(piece)})
+                out += piece
+        else:
+            shards.append({"offset": 0, "elements": count, "rank": 0, "file_offset": len(out),
+                           "crc32": "%08x" % zlib.crc32(full)})
+            out += full
+        tensor["shards"] = shards
+    manifest["files"] = [{"rank": 0, "path": "everything.bin", "bytes": len(out)}]
+    os.makedirs(target)
+    with open(os.path.join(target, "everything.bin"), "wb") as file:
+        file.write(out)
+    with open(os.path.join(target, "manifest.json"), "w") as file:
+        json.dump(manifest, file, indent=1)
+
+
+def mode_resume(ctx):
+    for name in ["ck_zero3", "ck_pp_zero1", "ck_tp_dp", "ck_zero1_bf16", "ck_sgd"]:
+        whole, split = ctx.path(name, "whole"), ctx.path(name, "split")
+        m_whole, m_resumed = ctx.path(name, "whole.json"), ctx.path(name, "resumed.json")
+        ctx.train(name, "--steps", "4", "--save", whole, "--save-every", "2", "--metrics", m_whole)
+        ctx.train(name, "--steps", "2", "--save", split)
+        result, _ = ctx.train(name, "--steps", "4", "--resume", split, "--save", split, "--check",
+                              "--metrics", m_resumed)
+        if f"resumed from {os.path.join(split, STEP2)}" not in result.stdout:
+            fail(f"{name}: the resumed run does not say it resumed from {STEP2}")
+        a, b = load_metrics(m_whole), load_metrics(m_resumed)
+        if b["first_step"] != 2 or len(b["losses"]) != 2:
+            fail(f"{name}: the resumed run ran steps from {b['first_step']}: {b['losses']}")
+        # The JSON holds each loss with 17 significant digits: equal text is equal doubles.
+        if b["losses"] != a["losses"][2:]:
+            fail(f"{name}: losses after resuming {b['losses']} differ from the uninterrupted "
+                 f"run's {a['losses'][2:]}")
+        if b["checksum"] != a["checksum"]:
+            fail(f"{name}: parameter checksums differ: {a['checksum']} vs {b['checksum']}")
+        for step in (STEP2, STEP4):
+            same_bytes(os.path.join(whole, step), os.path.join(split, step))
+        # Saving and loading move no counted bytes: the resumed run's collectives per step are
+        # still exactly the report's.
+        report = json.loads(run([ctx.args.placec, "report", "--format=json", ctx.args.place,
+                                 "--run", name], echo=False).stdout)
+        problems = compare(b, next(r for r in report["runs"] if r["name"] == name))
+        if problems:
+            fail(f"{name}: the resumed run's counters differ from the report: {problems[:3]}")
+        if latest(whole) != STEP4 or latest(split) != STEP4:
+            fail(f"{name}: 'latest' does not name {STEP4}")
+        listing = ctx.inspect(whole)
+        if listing.returncode != 0 or "step 4" not in listing.stdout or \
+                "checksums:" not in listing.stdout or ": ok" not in listing.stdout:
+            fail(f"{name}: placec inspect did not verify the checkpoint")
+        print(f"e2e: ok: {name} stopped at step 2 and resumed equals the uninterrupted run bit "
+              f"for bit (losses, params, optimizer state)")
+
+
+def mode_reshard(ctx):
+    source = ctx.path("zero3")
+    uninterrupted = ctx.path("uninterrupted.json")
+    ctx.train("ck_zero3", "--steps", "4", "--metrics", uninterrupted)
+    ctx.train("ck_zero3", "--steps", "2", "--save", source)
+    reference = load_metrics(uninterrupted)
+
+    def resume(target, checkpoint, first, save=None):
+        metrics = ctx.path(f"{target}-from-{os.path.basename(checkpoint)}.json")
+        options = ["--steps", "4", "--resume", checkpoint, "--check", "--metrics", metrics]
+        if save:
+            options += ["--save", save, "--save-every", "3"]
+        result, _ = ctx.train(target, *options)
+        if "resumed from" not in result.stdout:
+            fail(f"{target} did not resume from {checkpoint}")
+        got = load_metrics(metrics)
+        if not got["check"]["passed"]:
+            fail(f"{target} resumed from {checkpoint} differs from one device")
+        want = reference["losses"][first:4]
+        for mine, theirs in zip(got["losses"], want):
+            if abs(mine - theirs) > 1e-5 * abs(theirs):
+                fail(f"{target} resumed from {checkpoint}: losses {got['losses']}, the "
+                     f"uninterrupted run's {want}")
+        if len(got["losses"]) != len(want):
+            fail(f"{target}: ran {len(got['losses'])} steps, expected {len(want)}")
+        for key in ("sum", "sum_squares"):
+            mine, theirs = got["checksum"][key], reference["checksum"][key]
+            if abs(mine - theirs) > 1e-5 * max(1.0, abs(theirs)):
+                fail(f"{target}: parameter {key} {mine}, uninterrupted {theirs}")
+        print(f"e2e: ok: {checkpoint} continues under {target} "
+              f"({RANKS[target]} ranks) like the uninterrupted zero3 run")
+
+    # zero3 on 4 ranks to tp 2 x dp 2, pp 2 x zero1 2, one rank, tp 2 x zero3 2 and hsdp; the
+    # first three also save at step 3, which continues under another placement: tp x dp ->
+    # pp x zero1, one rank -> zero3 on 4 ranks, hsdp -> tp x zero3.
+    chains = {"ck_tp_dp": "ck_pp_zero1", "ck_single": "ck_zero3", "ck_hsdp": "ck_tp_zero3"}
+    for target in ["ck_tp_dp", "ck_pp_zero1", "ck_single", "ck_tp_zero3", "ck_hsdp"]:
+        saved = ctx.path(f"{target}-saves") if target in chains else None
+        resume(target, source, 2, save=saved)
+        if saved:
+            resume(chains[target], os.path.join(saved, STEP3), 3)
+
+
+def expect_refusal(ctx, name, checkpoint, message, what):
+    result, seconds = ctx.train(name, "--steps", "4", "--resume", checkpoint, expect_ok=False)
+    if result.returncode == 0:
+        fail(f"{what}: the program resumed from a bad checkpoint")
+    if message not in result.stdout:
+        fail(f"{what}: the error does not say '{message}'")
+    if "step 3:" in result.stdout or "step 1:" in result.stdout:
+        fail(f"{what}: the program trained after a failed load")
+    print(f"e2e: ok: {what}: refused in {seconds:.1f}s, saying '{message}'")
+
+
+def mode_bad(ctx):
+    good_root = ctx.path("good")
+    ctx.train("ck_zero3", "--steps", "2", "--save", good_root)
+    good = os.path.join(good_root, STEP2)
+    if ctx.inspect(good).returncode != 0:
+        fail("placec inspect rejects a good checkpoint")
+
+    def damaged(case, damage):
+        directory = ctx.path("cases", case)
+        shutil.copytree(good, directory)
+        damage(directory)
+        return directory
+
+    def remove(file):
+        return lambda d: os.remove(os.path.join(d, file))
+
+    def truncate(d):
+        path = os.path.join(d, "rank-00001.bin")
+        os.truncate(path, os.path.getsize(path) // 2)
+
+    def flip(d):
+        path = os.path.join(d, "rank-00003.bin")
+        with open(path, "r+b") as file:
+            file.seek(1000)
+            byte = file.read(1)
+            file.seek(1000)
+            file.write(bytes([byte[0] ^ 0x10]))
+
+    def garble(d):
+        with open(os.path.join(d, "manifest.json"), "w") as file:
+            file.write('{"format": "placert-checkpoint", "version": 1, "tensors": [')
+
+    cases = [
+        ("missing shard file", damaged("missing", remove("rank-00002.bin")), "is missing",
+         "is missing"),
+        ("truncated shard", damaged("truncated", truncate), "is truncated", "truncated"),
+        ("checksum mismatch", damaged("corrupt", flip), "checksum mismatch", "checksum mismatch"),
+        ("unfinished save", damaged("unfinished", remove("manifest.json")), "unfinished save",
+         "unfinished save"),
+        ("manifest that is not JSON", damaged("garbled", garble), "not valid JSON",
+         "not valid JSON"),
+    ]
+    for what, directory, message, inspect_message in cases:
+        expect_refusal(ctx, "ck_zero3", directory, message, what)
+        listing = ctx.inspect(directory)
+        if listing.returncode != 1 or inspect_message not in listing.stdout:
+            fail(f"{what}: placec inspect did not fail with '{inspect_message}'")
+        print(f"e2e: ok: {what}: placec inspect exits 1 saying '{inspect_message}'")
+
+    # The same state in another layout, written by an independent writer (one file, strided
+    # halves): resuming from it ends byte-identical to resuming from the original.
+    foreign = ctx.path("cases", "foreign")
+    rewrite(good, foreign)
+    ctx.train("ck_zero3", "--steps", "4", "--resume", good, "--save", ctx.path("from-good"))
+    ctx.train("ck_zero3", "--steps", "4", "--resume", foreign, "--save", ctx.path("from-foreign"))
+    same_bytes(os.path.join(ctx.path("from-good"), STEP4),
+               os.path.join(ctx.path("from-foreign"), STEP4))
+    if ctx.inspect(foreign).returncode != 0:
+        fail("placec inspect rejects the rewritten checkpoint")
+    print("e2e: ok: a checkpoint rewritten by an independent writer (one file, strided shards) "
+          "resumes to the same bytes")
+
+    # A directory of checkpoints whose only save did not finish.
+    only_tmp = ctx.path("cases", "only-tmp")
+    shutil.copytree(good, os.path.join(only_tmp, STEP3 + ".tmp"))
+    os.remove(os.path.join(only_tmp, STEP3 + ".tmp", "manifest.json"))
+    expect_refusal(ctx, "ck_zero3", only_tmp, "holds only an unfinished save",
+                   "a directory with an unfinished save")
+    # Directories that are no checkpoint.
+    empty = ctx.path("cases", "empty")
+    os.makedirs(empty)
+    with open(os.path.join(empty, "notes.txt"), "w") as file:
+        file.write("not a checkpoint\n")
+    expect_refusal(ctx, "ck_zero3", empty, "is not a checkpoint", "a directory that is not a "
+                   "checkpoint")
+    expect_refusal(ctx, "ck_zero3", ctx.path("cases", "nowhere"), "does not exist",
+                   "a path that does not exist")
+    if ctx.inspect(empty).returncode != 1:
+        fail("placec inspect accepts a directory that is not a checkpoint")
+    # `latest` names a checkpoint that is gone (a crash while a rerun replaced it): the newest
+    # complete one is loaded instead.
+    fallback = ctx.path("cases", "fallback")
+    shutil.copytree(good_root, fallback)
+    with open(os.path.join(fallback, "latest"), "w") as file:
+        file.write("step-00000009\n")
+    result, _ = ctx.train("ck_zero3", "--steps", "3", "--resume", fallback)
+    if f"resumed from {os.path.join(fallback, STEP2)}" not in result.stdout:
+        fail("with 'latest' naming a missing checkpoint, the newest complete one was not loaded")
+    print("e2e: ok: 'latest' naming a missing checkpoint falls back to the newest complete one")
+    # Another model's program: shapes differ.
+    expect_refusal(ctx, "ck_other", good_root, "tensor 'layers.0.bias' has shape [64] but the model's is [32]",
+                   "a checkpoint of another model")
+
+
+def mode_faults(ctx):
+    whole = ctx.path("whole")
+    ctx.train("ck_zero3", "--steps", "4", "--save", whole)
+
+    # A rank dies while writing the checkpoint of step 3.
+    in_save = ctx.path("in-save")
+    result, seconds = ctx.train("ck_zero3", "--steps", "4", "--save", in_save, "--save-every",
+                                "1", "--die-in-save", "3", "--die-rank", "1", "--timeout", "5",
+                                expect_ok=False)
+    if result.returncode == 0:
+        fail("the job succeeded although a rank died during a save")
+    if f"fault injection: exiting in the middle of saving checkpoint {STEP3}" not in result.stdout:
+        fail("the output does not name the rank that died during the save")
+    if seconds > 60:
+        fail(f"the job took {seconds:.1f}s to fail")
+    # The other ranks end too: mpirun ends the job when a rank exits non-zero, and says so, or
+    # their watchdog names the collective of the save that did not complete.
+    if "non-zero status" not in result.stdout and "did not complete within" not in result.stdout:
+        fail("the output does not say how the other ranks ended")
+    if latest(in_save) != STEP2 or os.path.exists(os.path.join(in_save, STEP3)):
+        fail(f"after the failed save, 'latest' is {latest(in_save)} and {STEP3} "
+             f"{'exists' if os.path.exists(os.path.join(in_save, STEP3)) else 'does not exist'}")
+    print(f"e2e: ok: a rank died saving {STEP3}: the job failed in {seconds:.1f}s, "
+          f"{STEP2} is the latest checkpoint")
+    result, _ = ctx.train("ck_zero3", "--steps", "4", "--resume", in_save, "--save", in_save,
+                          "--check")
+    if f"resumed from {os.path.join(in_save, STEP2)}" not in result.stdout:
+        fail("the next run did not resume from the last complete checkpoint")
+    same_bytes(os.path.join(whole, STEP4), os.path.join(in_save, STEP4))
+    print("e2e: ok: the next run resumed from step 2 and ends equal to the uninterrupted run")
+
+    # A rank dies in the middle of step 3 (index 2): steps 1 and 2 were saved.
+    in_step = ctx.path("in-step")
+    result, seconds = ctx.train("ck_zero3", "--steps", "4", "--save", in_step, "--save-every",
+                                "1", "--die-at-step", "2", "--die-rank", "2", "--timeout", "5",
+                                expect_ok=False)
+    if result.returncode == 0 or "fault injection: exiting in the middle of step 2" not in \
+            result.stdout or seconds > 60:
+        fail(f"a rank died mid-step: exit code {result.returncode} after {seconds:.1f}s")
+    if latest(in_step) != STEP2:
+        fail(f"after a rank died in step 3, 'latest' is {latest(in_step)}")
+    result, _ = ctx.train("ck_zero3", "--steps", "4", "--resume", in_step, "--save", in_step,
+                          "--check")
+    same_bytes(os.path.join(whole, STEP4), os.path.join(in_step, STEP4))
+    print(f"e2e: ok: a rank died in step 3: the job failed in {seconds:.1f}s and the next run "
+          f"resumed from {STEP2}, ending equal to the uninterrupted run")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--placec", required=True)
+    parser.add_argument("--placert-dir", required=True)
+    parser.add_argument("--mpiexec", default="mpirun")
+    parser.add_argument("--place", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--mode", required=True, choices=["resume", "reshard", "bad", "faults"])
+    args = parser.parse_args()
+    if os.path.isdir(args.work):
+        shutil.rmtree(args.work)
+    os.makedirs(args.work)
+    ctx = Context(args)
+    {"resume": mode_resume, "reshard": mode_reshard, "bad": mode_bad,
+     "faults": mode_faults}[args.mode](ctx)
+
+
+if __name__ == "__main__":
+    main()

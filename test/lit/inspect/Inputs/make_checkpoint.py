@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Writes a checkpoint in placert's format (docs/checkpoints.md) by hand, with zlib's CRC-32, so
+that `placec inspect` is tested against an independent writer. Usage: make_checkpoint.py DIR
+[good|flip|truncate|missing|gap|stride|no-manifest]."""
+import json
+import os
+import struct
+import sys
+import zlib
+
+directory, damage = sys.argv[1], sys.argv[2]
+step = os.path.join(directory, "step-00000005")
+os.makedirs(step, exist_ok=True)
+# Tensor "w" [4, 3] split over two ranks (7 and 5 elements), tensor "b" [4] on rank 1.
+w = [float(i) / 8 for i in range(12)]
+b = [-1.0, -2.0, -3.0, -4.0]
+rank0 = struct.pack("<7f", *w[:7])
+rank1_w = struct.pack("<5f", *w[7:])
+rank1_b = struct.pack("<4f", *b)
+# Tensor "s" [3, 4] split by columns: rank 0 has columns 0-1 of every row, rank 1 columns 2-3,
+# each as one strided shard (3 blocks of 2 elements, stride 4).
+s = [100.0 + i for i in range(12)]
+rank0_s = struct.pack("<6f", *[s[r * 4 + c] for r in range(3) for c in (0, 1)])
+rank1_s = struct.pack("<6f", *[s[r * 4 + c] for r in range(3) for c in (2, 3)])
+rank1 = rank1_w + rank1_b + rank1_s
+rank0_w = rank0
+rank0 = rank0_w + rank0_s
+crc = lambda data: "%08x" % zlib.crc32(data)
+manifest = {
+    "format": "placert-checkpoint", "version": 1,
+    "model": {"name": "toy", "kind": "mlp"}, "run": "train_toy", "strategy": "zero1(dp = 2)",
+    "mesh": [{"name": "dp", "kind": "batch", "size": 2}], "optimizer": "sgd", "ranks": 2,
+    "scalars": {"step": 5, "data_position": 80, "seed": 3},
+    "files": [{"rank": 0, "path": "rank-00000.bin", "bytes": len(rank0)},
+              {"rank": 1, "path": "rank-00001.bin", "bytes": len(rank1)}],
+    "tensors": [
+        {"name": "b", "shape": [4], "shards": [
+            {"offset": 0, "elements": 4, "rank": 1, "file_offset": 20, "crc32": crc(rank1_b)}]},
+        {"name": "w", "shape": [4, 3], "shards": [
+            {"offset": 0, "elements": 7, "rank": 0, "file_offset": 0, "crc32": crc(rank0_w)},
+            {"offset": 7, "elements": 5, "rank": 1, "file_offset": 0, "crc32": crc(rank1_w)}]},
+        {"name": "s", "shape": [3, 4], "shards": [
+            {"offset": 0, "elements": 2, "blocks": 3, "stride": 4, "rank": 0, "file_offset": 28,
+             "crc32": crc(rank0_s)},
+            {"offset": 2, "elements": 2, "blocks": 3, "stride": 4, "rank": 1, "file_offset": 36,
+             "crc32": crc(rank1_s)}]},
+    ],
+}
+if damage == "flip":
+    rank1 = rank1[:21] + bytes([rank1[21] ^ 1]) + rank1[22:]
+if damage == "truncate":
+    rank1 = rank1[:30]
+if damage == "stride":
+    manifest["tensors"][2]["shards"][1]["stride"] = 5
+if damage == "gap":
+    manifest["tensors"][1]["shards"][1]["offset"] = 8
+with open(os.path.join(step, "rank-00000.bin"), "wb") as file:
+    file.write(rank0)
+if damage != "missing":
+    with open(os.path.join(step, "rank-00001.bin"), "wb") as file:
+        file.write(rank1)
+if damage != "no-manifest":
+    with open(os.path.join(step, "manifest.json"), "w") as file:
+        json.dump(manifest, file, indent=1)
+    with open(os.path.join(directory, "latest"), "w") as file:
+        file.write("step-00000005\n")
