@@ -92,6 +92,59 @@ std::string unitIdentifier(StringRef name) {
 
 std::string quoted(StringRef text) { return "\"" + text.str() + "\""; }
 
+SMLoc fieldLoc(const ir::Run &run, StringRef field) {
+  auto it = run.fieldLocs.find(field);
+  return it != run.fieldLocs.end() ? it->second : run.loc;
+}
+
+using RefuseFn = llvm::function_ref<void(SMLoc loc, const Twine &part, const Twine &why)>;
+
+/// Calls `refuse` for each part of the run that the CPU runtime cannot train, with where it is
+/// written and why (docs/running.md lists them).
+void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
+  const ir::Model &model = *run.model;
+  const ir::Strategy &strategy = *run.strategy;
+  SMLoc strategyLoc = fieldLoc(run, "strategy");
+  if (model.kind == ir::ModelKind::Abstract) {
+    refuse(fieldLoc(run, "model"), "model '" + model.name + "' of kind abstract",
+           "an abstract model has a parameter count but no layers to compute");
+    return;
+  }
+  if (model.kind == ir::ModelKind::Transformer) {
+    const ir::TransformerConfig &config = model.transformer;
+    if (config.mlp != ir::MlpActivation::Gelu)
+      refuse(model.loc, "mlp = " + ir::toString(config.mlp),
+             "the CPU trainer implements the GPT-2 MLP (gelu, two matrices)");
+    if (config.norm != ir::NormKind::LayerNorm)
+      refuse(model.loc, "norm = " + ir::toString(config.norm),
+             "the CPU trainer implements LayerNorm");
+    if (config.positions != ir::PositionKind::Learned)
+      refuse(model.loc, "positions = " + ir::toString(config.positions),
+             "the CPU trainer implements learned position embeddings");
+    if (!config.bias)
+      refuse(model.loc, "bias = false", "the CPU trainer's linear layers have biases");
+    if (config.tiedEmbeddings && stages > 1)
+      refuse(strategy.pipeline ? strategy.pipeline->loc : strategyLoc,
+             "tied embeddings across " + Twine(stages) + " pipeline stages",
+             "the step plan keeps no copy of the embedding on the last stage and no exchange of "
+             "its gradient; declare the model with tied_embeddings = false");
+  } else if (strategy.activationMode != ir::ActivationMode::Keep) {
+    refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
+           "activation recomputation of an mlp", "the mlp trainer keeps its activations");
+  }
+  if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::Interleaved && stages > 1)
+    refuse(strategy.pipeline->loc, "the interleaved pipeline schedule",
+           "the runtime runs GPipe and 1F1B");
+  const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
+  if (params.tier != ir::Tier::Device)
+    refuse(params.tierLoc.isValid() ? params.tierLoc : strategyLoc, "params @ host",
+           "the runtime keeps the parameters on the device");
+  const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
+  if (activations.tier != ir::Tier::Device)
+    refuse(activations.tierLoc.isValid() ? activations.tierLoc : strategyLoc, "activations @ host",
+           "the runtime keeps the activations on the device");
+}
+
 class Emitter {
 public:
   Emitter(const plan::StepPlan &plan, StringRef sourceName)
@@ -131,21 +184,16 @@ private:
 };
 
 Error Emitter::checkSupported() const {
-  auto unsupported = [&](const Twine &what) {
-    return createStringError(inconvertibleErrorCode(),
-                             "run '%s': %s is not supported by the CPU runtime yet",
-                             run.name.c_str(), what.str().c_str());
-  };
-  if (model.kind != ir::ModelKind::Mlp)
-    return unsupported(Twine("model '") + model.name + "' of kind " + ir::toString(model.kind) +
-                       " (only mlp models train)");
-  if (plan.schedule == ir::Schedule::Interleaved && plan.stages.size() > 1)
-    return unsupported("the interleaved pipeline schedule");
-  if (strategy.activationMode != ir::ActivationMode::Keep)
-    return unsupported("activation recomputation");
-  if (strategy.getPlacement(ir::State::Params).tier != ir::Tier::Device)
-    return unsupported("params @ host");
-  return Error::success();
+  std::string messages;
+  forEachUnsupported(run, plan.stages.size(), [&](SMLoc, const Twine &part, const Twine &why) {
+    if (messages.empty())
+      messages =
+          ("run '" + run.name + "': " + part + " is not supported by the CPU runtime: " + why)
+              .str();
+  });
+  if (messages.empty())
+    return Error::success();
+  return createStringError(inconvertibleErrorCode(), "%s", messages.c_str());
 }
 
 Expected<std::string> Emitter::call(const Op &op) const {
@@ -183,6 +231,9 @@ Expected<std::string> Emitter::call(const Op &op) const {
     if (op.state == ir::State::Grads && op.phase == plan::Phase::Step)
       return fmt::format("trainer.allReduceGrads({}, {}, /*elements=*/{}, {})", unit, axes,
                          op.elements, dtype);
+    if (op.state == ir::State::Grads && model.kind == ir::ModelKind::Transformer)
+      return fmt::format("trainer.allReduceReplicatedGrads({}, mb, {}, /*elements=*/{}, {})", unit,
+                         axes, op.elements, dtype);
     break;
   case OpKind::ReduceScatter:
     if (op.state == ir::State::Grads)
@@ -209,13 +260,61 @@ Expected<std::string> Emitter::call(const Op &op) const {
                            op.reason.c_str());
 }
 
+/// A collective of the plan that runs inside a unit's computation: tensor- and sequence-parallel
+/// traffic of activations (and the vocabulary-parallel cross-entropy's exchange).
+bool isUnitCollective(const Op &op, int unit) {
+  return op.unit == unit && op.state == ir::State::Activations &&
+         (op.kind == OpKind::AllReduce || op.kind == OpKind::AllGather ||
+          op.kind == OpKind::ReduceScatter);
+}
+
+const char *collectiveName(OpKind kind) {
+  switch (kind) {
+  case OpKind::AllGather:
+    return "placert::Collective::AllGather";
+  case OpKind::ReduceScatter:
+    return "placert::Collective::ReduceScatter";
+  default:
+    return "placert::Collective::AllReduce";
+  }
+}
+
 Error Emitter::emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool perMicrobatch) {
+  bool transformer = model.kind == ir::ModelKind::Transformer;
+  std::string trainer = transformer ? "placert::GptTrainer" : "placert::MlpTrainer";
   std::string signature =
       perMicrobatch
-          ? fmt::format("Status {}Stage{}(placert::MlpTrainer &trainer, int mb)", pass.str(), stage)
-          : fmt::format("Status {}Stage{}(placert::MlpTrainer &trainer)", pass.str(), stage);
+          ? fmt::format("Status {}Stage{}({} &trainer, int mb)", pass.str(), stage, trainer)
+          : fmt::format("Status {}Stage{}({} &trainer)", pass.str(), stage, trainer);
   IndentedStream::Scope function(os, signature);
-  for (const Op &op : ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op &op = ops[i];
+    if (transformer && op.kind == OpKind::Compute) {
+      // The unit's computation with the collectives the plan lists after it, which the trainer
+      // runs in this order when its math reaches them.
+      const char *method = op.compute == plan::ComputeKind::Forward    ? "forward"
+                           : op.compute == plan::ComputeKind::Backward ? "backward"
+                                                                       : "recompute";
+      os.comment(op.reason);
+      size_t end = i + 1;
+      while (end < ops.size() && isUnitCollective(ops[end], op.unit))
+        ++end;
+      std::string unit = unitIdentifier(plan.units[op.unit].name);
+      if (end == i + 1) {
+        os.line(fmt::format("PLACERT_TRY(trainer.{}({}, mb, {{}}));", method, unit));
+        continue;
+      }
+      os.line(fmt::format("PLACERT_TRY(trainer.{}({}, mb, {{", method, unit));
+      for (size_t k = i + 1; k < end; ++k) {
+        const Op &inner = ops[k];
+        os.line("    // " + inner.reason);
+        os.line(fmt::format("    {{{}, {}, /*elements=*/{}, {}}},", collectiveName(inner.kind),
+                            axisGroup(inner.axes), inner.elements, dtypeName(inner.dtype)));
+      }
+      os.line("}));");
+      i = end - 1;
+      continue;
+    }
     Expected<std::string> text = call(op);
     if (!text)
       return text.takeError();
@@ -227,7 +326,6 @@ Error Emitter::emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool p
 }
 
 void Emitter::emitMain() {
-  const ir::MlpConfig &mlp = model.mlp;
   IndentedStream::Scope function(os, "int main(int argc, char **argv)");
   os.line("placert::Options options;");
   os.line("bool help = false;");
@@ -261,10 +359,23 @@ void Emitter::emitMain() {
     os.line("return 1;");
   }
   os.line();
-  os.comment(fmt::format("model {} : mlp {{ layers = {}; width = {}; input = {}; output = {}; }}",
-                         model.name, mlp.layers, mlp.width, mlp.input, mlp.output));
-  os.line(fmt::format("placert::MlpShape shape{{\"{}\", {}, {}, {}, {}}};", model.name, mlp.layers,
-                      mlp.width, mlp.input, mlp.output));
+  if (model.kind == ir::ModelKind::Transformer) {
+    const ir::TransformerConfig &gpt = model.transformer;
+    int64_t ffn = gpt.ffn > 0 ? gpt.ffn : 4 * gpt.hidden;
+    os.comment(fmt::format("model {} : transformer {{ layers = {}; hidden = {}; heads = {}; seq = "
+                           "{}; vocab = {}; ffn = {}; tied_embeddings = {}; }}",
+                           model.name, gpt.layers, gpt.hidden, gpt.heads, gpt.seq, gpt.vocab, ffn,
+                           gpt.tiedEmbeddings ? "true" : "false"));
+    os.line(fmt::format("placert::GptShape shape{{\"{}\", {}, {}, {}, {}, {}, {}, {}}};",
+                        model.name, gpt.layers, gpt.hidden, gpt.heads, gpt.seq, gpt.vocab, ffn,
+                        gpt.tiedEmbeddings ? "true" : "false"));
+  } else {
+    const ir::MlpConfig &mlp = model.mlp;
+    os.comment(fmt::format("model {} : mlp {{ layers = {}; width = {}; input = {}; output = {}; }}",
+                           model.name, mlp.layers, mlp.width, mlp.input, mlp.output));
+    os.line(fmt::format("placert::MlpShape shape{{\"{}\", {}, {}, {}, {}}};", model.name,
+                        mlp.layers, mlp.width, mlp.input, mlp.output));
+  }
   os.comment(fmt::format("run {}: micro_batch = {}; global_batch = {}; precision = {}; "
                          "optimizer = {};",
                          run.name, run.microBatch, run.globalBatch,
@@ -308,7 +419,19 @@ void Emitter::emitMain() {
   os.line(fmt::format("placement.gradsTier = {};", tier(gradsOnHost)));
   os.line(fmt::format("placement.optimizerTier = {};", tier(optimizerOnHost)));
   os.line();
-  os.line("placert::MlpTrainer trainer(*runtime, shape, spec, placement);");
+  if (model.kind == ir::ModelKind::Transformer) {
+    const char *recompute = strategy.activationMode == ir::ActivationMode::RecomputeFull ? "Full"
+                            : strategy.activationMode == ir::ActivationMode::RecomputeSelective
+                                ? "Selective"
+                                : "None";
+    os.comment(fmt::format("activations = {}{}", ir::toString(strategy.activationMode).str(),
+                           strategy.sequenceParallel ? ", shard (sequence parallelism)" : ""));
+    os.line(fmt::format("placert::GptTrainer trainer(*runtime, shape, spec, placement, "
+                        "placert::Recompute::{}, /*sequenceParallel=*/{});",
+                        recompute, strategy.sequenceParallel ? "true" : "false"));
+  } else {
+    os.line("placert::MlpTrainer trainer(*runtime, shape, spec, placement);");
+  }
   os.comment("The units in model order: name, layer, stage, parameters per device after the");
   os.comment("tensor-parallel split.");
   for (const plan::Unit &unit : plan.units)
@@ -392,6 +515,19 @@ Expected<std::string> Emitter::emit() {
 }
 
 } // namespace
+
+bool checkCpuSupported(const ir::Run &run, DiagnosticEngine &diags) {
+  bool ok = true;
+  forEachUnsupported(
+      run, plan::lowerRun(run)->stages.size(), [&](SMLoc loc, const Twine &part, const Twine &why) {
+        diags.error(loc,
+                    "cannot compile run '" + run.name + "' for the CPU runtime: " + part + ": " +
+                        why + " (see docs/running.md)",
+                    "cpu");
+        ok = false;
+      });
+  return ok;
+}
 
 Expected<std::string> emitMainCpp(const plan::StepPlan &plan, StringRef sourceName, Target target) {
   (void)target;

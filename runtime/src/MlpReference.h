@@ -36,6 +36,13 @@ CheckResult checkAgainstReference(const ReferenceConfig &config, int steps,
                                   const std::vector<float> &params,
                                   const std::vector<double> &losses, double tolerance);
 
+/// Compares the run's parameters and per-step losses with the reference's: ‖p − p_ref‖ / ‖p_ref‖
+/// and the largest relative loss difference, both within `tolerance`.
+CheckResult compareWithReference(const std::vector<float> &params,
+                                 const std::vector<float> &reference,
+                                 const std::vector<double> &losses,
+                                 const std::vector<double> &referenceLosses, double tolerance);
+
 } // namespace placert
 
 #endif // PLACERT_SRC_MLPREFERENCE_H
