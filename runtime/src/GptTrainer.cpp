@@ -15,6 +15,12 @@ namespace {
 
 using gpt::UnitKind;
 
+/// "an all-gather", "a reduce-scatter".
+std::string withArticle(Collective collective) {
+  std::string name = toString(collective);
+  return (name[0] == 'a' ? "an " : "a ") + name;
+}
+
 /// One micro-batch's activations of a unit.
 struct GptStash {
   Buffer received;     ///< The unit's input from the previous stage.
@@ -133,14 +139,14 @@ Status PlannedCollectives::next(Collective collective, int64_t elements,
                                 const PlannedCollective *&op, Communicator *&group) {
   auto fail = [&](const std::string &why) {
     return core.invalid(std::string("plan mismatch in the ") + what + " of " + unit.spec.name +
-                        ": the computation needs a " + toString(collective) + " of " +
+                        ": the computation needs " + withArticle(collective) + " of " +
                         std::to_string(elements) + " elements over the tensor axes, " + why);
   };
   if (position >= planned.size())
     return fail("but the plan lists no more collectives for it");
   op = &planned[position++];
   if (op->collective != collective || op->elements != elements)
-    return fail(std::string("but the plan's next one is a ") + toString(op->collective) + " of " +
+    return fail("but the plan's next one is " + withArticle(op->collective) + " of " +
                 std::to_string(op->elements) + " elements");
   if (!sameSet(op->axes, core.tensorAxes))
     return fail("but the plan's runs over '" + join(op->axes) + "'");
