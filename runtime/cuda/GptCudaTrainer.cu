@@ -432,6 +432,9 @@ Status GptCudaTrainer::Impl::initializeUnit(Unit &unit) {
 Status GptCudaTrainer::Impl::setup() {
   if (shape.layers < 1 || shape.hidden < 1 || shape.heads < 1 || shape.seq < 1 || shape.vocab < 2)
     return {StatusCode::InvalidArgument, "model '" + shape.name + "': incomplete shape"};
+  if (!shape.tiedEmbeddings)
+    return {StatusCode::InvalidArgument,
+            "model '" + shape.name + "': the GPU trainer ties the output layer to the embedding"};
   if (shape.hidden % shape.heads != 0)
     return {StatusCode::InvalidArgument,
             "model '" + shape.name + "': hidden " + std::to_string(shape.hidden) +
@@ -543,6 +546,8 @@ Status GptCudaTrainer::Impl::beginGrads(int index) {
 /// The unit's gradients of this micro-batch are complete on the compute stream: reduce them on the
 /// communicator's stream (all-reduce under stage 0 and reduce-scatter under stage 1 once per
 /// step, after the last micro-batch; reduce-scatter and accumulate every micro-batch under 2-3).
+/// Counted under the plan's keys (the once-per-step reductions are phase step, as in the report,
+/// although they overlap the backward here) with the bytes moved: fp32 gradients.
 Status GptCudaTrainer::Impl::finishGrads(int index, bool lastMicrobatch) {
   Unit &unit = units[index];
   if (spec.zeroStage <= 1 && !lastMicrobatch)
@@ -554,11 +559,11 @@ Status GptCudaTrainer::Impl::finishGrads(int index, bool lastMicrobatch) {
   Status status;
   if (spec.zeroStage == 0) {
     status = comm->allReduceAsync(unit.grads, unit.padded, ElementType::Float32, done);
-    count(Collective::AllReduce, State::Grads, Phase::Backward, unit.padded * 4);
+    count(Collective::AllReduce, State::Grads, Phase::Step, unit.padded * 4);
   } else if (spec.zeroStage == 1) {
     status = comm->reduceScatterAsync(unit.grads, unit.gradShard, unit.padded, ElementType::Float32,
                                       done);
-    count(Collective::ReduceScatter, State::Grads, Phase::Backward, unit.padded * 4);
+    count(Collective::ReduceScatter, State::Grads, Phase::Step, unit.padded * 4);
   } else {
     float *piece = nullptr;
     status = allocate(piece, unit.shard, commStream);

@@ -85,12 +85,9 @@ private:
 // The GPT trainer
 //===----------------------------------------------------------------------===//
 
-/// `model m : transformer { ... }` in the GPT-2 layout (learned positions, pre-LayerNorm, GELU,
-/// tied output embedding, biases).
-struct GptShape {
-  std::string name;
-  int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;
-};
+/// The transformer's shape (placert.h's, shared with the CPU trainer); the GPU trainer runs the
+/// GPT-2 layout (learned positions, pre-LayerNorm, GELU, biases) with tied embeddings.
+using GptShape = ::placert::GptShape;
 
 /// What the run and its strategy ask for. Data parallelism over every rank; ZeRO stage 0 (plain
 /// data parallel: all-reduce), 1 (optimizer sharded), 2 (+ gradients), 3 (+ parameters, gathered
