@@ -54,8 +54,7 @@ void crossEntropyPartials(const float *logits, const int32_t *targets, const flo
 ///    dlogits = (softmax − onehot(target)) · scale for the local columns.
 double crossEntropyLossAndGrad(const float *logits, const int32_t *targets, const float *rowMax,
                                const float *sumExp, const float *targetLogit, float *dlogits,
-                               int64_t rows, int64_t vocabLocal, int64_t vocabOffset,
-                               double scale);
+                               int64_t rows, int64_t vocabLocal, int64_t vocabOffset, double scale);
 
 /// Fused Adam on fp32 master weights (β1 0.9, β2 0.999, ε 1e-8, bias correction at step t ≥ 1):
 /// updates master, m and v in place from grad.
