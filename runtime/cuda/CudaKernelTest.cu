@@ -286,10 +286,11 @@ void testAttention(Random &random, cublasHandle_t handle) {
   Device<float> scores(square);
   Device<bf16> p(square), ds(square);
   AttentionWorkspace workspace{scores.data, p.data, ds.data};
-  bool ok = attentionForward(handle, dQ->data, dK->data, dV->data, width, dOut.data, width, batch,
-                             seq, heads, headDim, workspace, nullptr) == CUBLAS_STATUS_SUCCESS;
-  ok &= attentionBackward(handle, dQ->data, dK->data, dV->data, width, dDout->data, width, dDq.data,
-                          dDk.data, dDv.data, batch, seq, heads, headDim, workspace,
+  bool ok =
+      attentionForward(handle, dQ->data, dK->data, dV->data, width, headDim, dOut.data, width,
+                       batch, seq, heads, headDim, workspace, nullptr) == CUBLAS_STATUS_SUCCESS;
+  ok &= attentionBackward(handle, dQ->data, dK->data, dV->data, width, headDim, dDout->data, width,
+                          dDq.data, dDk.data, dDv.data, batch, seq, heads, headDim, workspace,
                           nullptr) == CUBLAS_STATUS_SUCCESS;
   if (!ok)
     std::printf("attention: a cuBLAS call failed\n");
@@ -298,6 +299,45 @@ void testAttention(Random &random, cublasHandle_t handle) {
   compare("attentionBackward dk", fromDevice(dDk), dk, kBf16Tolerance);
   compare("attentionBackward dv", fromDevice(dDv), dv, kBf16Tolerance);
   delete dQ, delete dK, delete dV, delete dDout;
+
+  // The trainer's layout: one [rows, 3·width] array, columns ordered [head][q, k, v][headDim].
+  const int64_t rows = batch * seq, packedWidth = 3 * width;
+  std::vector<float> packed(rows * packedWidth);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t d = 0; d < headDim; ++d) {
+        float *at = &packed[r * packedWidth + h * 3 * headDim + d];
+        at[0] = q[r * width + h * headDim + d];
+        at[headDim] = k[r * width + h * headDim + d];
+        at[2 * headDim] = v[r * width + h * headDim + d];
+      }
+  auto dPacked = toBf16(packed);
+  auto dDout2 = toBf16(dout);
+  Device<bf16> dOut2(n), dGrad(rows * packedWidth);
+  const bf16 *base = dPacked->data;
+  ok = attentionForward(handle, base, base + headDim, base + 2 * headDim, packedWidth, 3 * headDim,
+                        dOut2.data, width, batch, seq, heads, headDim, workspace,
+                        nullptr) == CUBLAS_STATUS_SUCCESS;
+  ok &= attentionBackward(handle, base, base + headDim, base + 2 * headDim, packedWidth,
+                          3 * headDim, dDout2->data, width, dGrad.data, dGrad.data + headDim,
+                          dGrad.data + 2 * headDim, batch, seq, heads, headDim, workspace,
+                          nullptr) == CUBLAS_STATUS_SUCCESS;
+  if (!ok)
+    std::printf("attention (packed qkv): a cuBLAS call failed\n");
+  std::vector<float> grad = fromDevice(dGrad), dqPacked(n), dkPacked(n), dvPacked(n);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t d = 0; d < headDim; ++d) {
+        const float *at = &grad[r * packedWidth + h * 3 * headDim + d];
+        dqPacked[r * width + h * headDim + d] = at[0];
+        dkPacked[r * width + h * headDim + d] = at[headDim];
+        dvPacked[r * width + h * headDim + d] = at[2 * headDim];
+      }
+  compare("attentionForward out (packed qkv)", fromDevice(dOut2), out, kBf16Tolerance);
+  compare("attentionBackward dq (packed qkv)", dqPacked, dq, kBf16Tolerance);
+  compare("attentionBackward dk (packed qkv)", dkPacked, dk, kBf16Tolerance);
+  compare("attentionBackward dv (packed qkv)", dvPacked, dv, kBf16Tolerance);
+  delete dPacked, delete dDout2;
 }
 
 void testEmbedding(Random &random) {

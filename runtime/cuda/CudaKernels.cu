@@ -483,23 +483,24 @@ void layerNormBackward(const bf16 *x, const bf16 *gamma, const float *mean, cons
 //   dK = dSᵀ Q  ⇔ dKᵀ = Qᵀ dS:   gemm(N, T, Q, dS)
 // each strided over the heads (stride headDim in the activations, seq² in the scratch).
 cublasStatus_t attentionForward(cublasHandle_t handle, const bf16 *q, const bf16 *k, const bf16 *v,
-                                int64_t ldIn, bf16 *out, int64_t ldOut, int64_t batch, int64_t seq,
-                                int64_t heads, int64_t headDim, AttentionWorkspace workspace,
-                                cudaStream_t stream) {
+                                int64_t ldIn, int64_t headStride, bf16 *out, int64_t ldOut,
+                                int64_t batch, int64_t seq, int64_t heads, int64_t headDim,
+                                AttentionWorkspace workspace, cudaStream_t stream) {
   cublasSetStream(handle, stream);
   float scale = 1.0f / std::sqrt(static_cast<float>(headDim));
   int64_t square = seq * seq;
   for (int64_t b = 0; b < batch; ++b) {
     int64_t in = b * seq * ldIn, o = b * seq * ldOut;
     cublasStatus_t status =
-        gemmStrided(handle, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, headDim, k + in, ldIn, headDim,
-                    q + in, ldIn, headDim, workspace.scores, CUDA_R_32F, seq, square, heads);
+        gemmStrided(handle, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, headDim, k + in, ldIn, headStride,
+                    q + in, ldIn, headStride, workspace.scores, CUDA_R_32F, seq, square, heads);
     if (status != CUBLAS_STATUS_SUCCESS)
       return status;
     causalSoftmaxKernel<<<static_cast<unsigned>(heads * seq), kThreads, 0, stream>>>(
         workspace.scores, workspace.probs, seq, scale);
-    status = gemmStrided(handle, CUBLAS_OP_N, CUBLAS_OP_N, headDim, seq, seq, v + in, ldIn, headDim,
-                         workspace.probs, seq, square, out + o, CUDA_R_16BF, ldOut, headDim, heads);
+    status =
+        gemmStrided(handle, CUBLAS_OP_N, CUBLAS_OP_N, headDim, seq, seq, v + in, ldIn, headStride,
+                    workspace.probs, seq, square, out + o, CUDA_R_16BF, ldOut, headDim, heads);
     if (status != CUBLAS_STATUS_SUCCESS)
       return status;
   }
@@ -507,9 +508,9 @@ cublasStatus_t attentionForward(cublasHandle_t handle, const bf16 *q, const bf16
 }
 
 cublasStatus_t attentionBackward(cublasHandle_t handle, const bf16 *q, const bf16 *k, const bf16 *v,
-                                 int64_t ldIn, const bf16 *dout, int64_t ldOut, bf16 *dq, bf16 *dk,
-                                 bf16 *dv, int64_t batch, int64_t seq, int64_t heads,
-                                 int64_t headDim, AttentionWorkspace workspace,
+                                 int64_t ldIn, int64_t headStride, const bf16 *dout, int64_t ldOut,
+                                 bf16 *dq, bf16 *dk, bf16 *dv, int64_t batch, int64_t seq,
+                                 int64_t heads, int64_t headDim, AttentionWorkspace workspace,
                                  cudaStream_t stream) {
   cublasSetStream(handle, stream);
   float scale = 1.0f / std::sqrt(static_cast<float>(headDim));
@@ -518,33 +519,33 @@ cublasStatus_t attentionBackward(cublasHandle_t handle, const bf16 *q, const bf1
     int64_t in = b * seq * ldIn, o = b * seq * ldOut;
     // Recompute the probabilities.
     cublasStatus_t status =
-        gemmStrided(handle, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, headDim, k + in, ldIn, headDim,
-                    q + in, ldIn, headDim, workspace.scores, CUDA_R_32F, seq, square, heads);
+        gemmStrided(handle, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, headDim, k + in, ldIn, headStride,
+                    q + in, ldIn, headStride, workspace.scores, CUDA_R_32F, seq, square, heads);
     if (status != CUBLAS_STATUS_SUCCESS)
       return status;
     causalSoftmaxKernel<<<static_cast<unsigned>(heads * seq), kThreads, 0, stream>>>(
         workspace.scores, workspace.probs, seq, scale);
     // dP into the scores buffer, then dS.
     status =
-        gemmStrided(handle, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, headDim, v + in, ldIn, headDim,
+        gemmStrided(handle, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, headDim, v + in, ldIn, headStride,
                     dout + o, ldOut, headDim, workspace.scores, CUDA_R_32F, seq, square, heads);
     if (status != CUBLAS_STATUS_SUCCESS)
       return status;
     status =
         gemmStrided(handle, CUBLAS_OP_N, CUBLAS_OP_T, headDim, seq, seq, dout + o, ldOut, headDim,
-                    workspace.probs, seq, square, dv + in, CUDA_R_16BF, ldIn, headDim, heads);
+                    workspace.probs, seq, square, dv + in, CUDA_R_16BF, ldIn, headStride, heads);
     if (status != CUBLAS_STATUS_SUCCESS)
       return status;
     causalSoftmaxBackwardKernel<<<static_cast<unsigned>(heads * seq), kThreads, 0, stream>>>(
         workspace.probs, workspace.scores, workspace.dscores, seq, scale);
     status =
-        gemmStrided(handle, CUBLAS_OP_N, CUBLAS_OP_N, headDim, seq, seq, k + in, ldIn, headDim,
-                    workspace.dscores, seq, square, dq + in, CUDA_R_16BF, ldIn, headDim, heads);
+        gemmStrided(handle, CUBLAS_OP_N, CUBLAS_OP_N, headDim, seq, seq, k + in, ldIn, headStride,
+                    workspace.dscores, seq, square, dq + in, CUDA_R_16BF, ldIn, headStride, heads);
     if (status != CUBLAS_STATUS_SUCCESS)
       return status;
     status =
-        gemmStrided(handle, CUBLAS_OP_N, CUBLAS_OP_T, headDim, seq, seq, q + in, ldIn, headDim,
-                    workspace.dscores, seq, square, dk + in, CUDA_R_16BF, ldIn, headDim, heads);
+        gemmStrided(handle, CUBLAS_OP_N, CUBLAS_OP_T, headDim, seq, seq, q + in, ldIn, headStride,
+                    workspace.dscores, seq, square, dk + in, CUDA_R_16BF, ldIn, headStride, heads);
     if (status != CUBLAS_STATUS_SUCCESS)
       return status;
   }

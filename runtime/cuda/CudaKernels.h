@@ -62,18 +62,20 @@ struct AttentionWorkspace {
   static int64_t getElements(int64_t seq, int64_t heads) { return heads * seq * seq; }
 };
 
-/// Causal attention (GptKernels.h). q, k, v rows have leading dimension `ldIn` (head h in
-/// columns h·headDim ..), out has `ldOut`. The probabilities are not kept: the backward
-/// recomputes them from q and k, one sequence at a time.
+/// Causal attention (GptKernels.h). Head h of q, k and v starts at column h·headStride of rows
+/// with leading dimension `ldIn` (headStride = headDim for separate [rows, heads·headDim] arrays;
+/// 3·headDim for the trainer's qkv rows ordered [head][q, k, v][headDim]); out is [rows, ldOut]
+/// with head h in columns h·headDim. The probabilities are not kept: the backward recomputes them
+/// from q and k, one sequence at a time.
 cublasStatus_t attentionForward(cublasHandle_t handle, const bf16 *q, const bf16 *k, const bf16 *v,
-                                int64_t ldIn, bf16 *out, int64_t ldOut, int64_t batch, int64_t seq,
-                                int64_t heads, int64_t headDim, AttentionWorkspace workspace,
-                                cudaStream_t stream);
-/// dq, dk, dv (overwritten; leading dimension `ldIn`) from dout (`ldOut`).
+                                int64_t ldIn, int64_t headStride, bf16 *out, int64_t ldOut,
+                                int64_t batch, int64_t seq, int64_t heads, int64_t headDim,
+                                AttentionWorkspace workspace, cudaStream_t stream);
+/// dq, dk, dv (overwritten; laid out like q, k, v) from dout (laid out like out).
 cublasStatus_t attentionBackward(cublasHandle_t handle, const bf16 *q, const bf16 *k, const bf16 *v,
-                                 int64_t ldIn, const bf16 *dout, int64_t ldOut, bf16 *dq, bf16 *dk,
-                                 bf16 *dv, int64_t batch, int64_t seq, int64_t heads,
-                                 int64_t headDim, AttentionWorkspace workspace,
+                                 int64_t ldIn, int64_t headStride, const bf16 *dout, int64_t ldOut,
+                                 bf16 *dq, bf16 *dk, bf16 *dv, int64_t batch, int64_t seq,
+                                 int64_t heads, int64_t headDim, AttentionWorkspace workspace,
                                  cudaStream_t stream);
 
 /// Token + position embedding (vocabulary-parallel; `positions` may be null).

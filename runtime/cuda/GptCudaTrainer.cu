@@ -167,6 +167,7 @@ struct TensorSlot {
 struct Unit {
   std::vector<TensorSlot> tensors;
   int64_t elements = 0, padded = 0, shard = 0;
+  int64_t flatOffset = 0; ///< Where the unit starts in the whole-model parameter order.
   // Persistent state (stage dependent; see allocate()).
   bf16 *working = nullptr;                             ///< Full (stage < 3) or the shard (stage 3).
   float *master = nullptr, *m = nullptr, *v = nullptr; ///< Full (stage 0) or the shard.
@@ -204,7 +205,9 @@ struct BlockLayout {
   }
 };
 
-/// The saved activations of one block for one micro-batch (bf16 [rows, ·], stats fp32 [rows]).
+/// The saved activations of one block for one micro-batch (qkv rows ordered [head][q, k, v]
+/// [headDim] like the CPU trainer's attn.qkv.weight, so that a column split keeps whole heads)
+/// (bf16 [rows, ·], stats fp32 [rows]).
 struct BlockActivations {
   bf16 *x = nullptr, *ln1 = nullptr, *qkv = nullptr, *att = nullptr, *x2 = nullptr, *ln2 = nullptr,
        *h = nullptr, *g = nullptr;
@@ -289,6 +292,7 @@ struct GptCudaTrainer::Impl {
   double *loss = nullptr;
   kernels::AttentionWorkspace attention;
   std::map<CommKey, CommCount> counters;
+  std::vector<int32_t> hostTokens, hostTargets;
   int64_t step = 0;
 
   ~Impl() {
@@ -386,10 +390,18 @@ Status GptCudaTrainer::Impl::buildUnits() {
   last.elements = 2 * c;
   units.push_back(std::move(last));
   int64_t align = 8 * static_cast<int64_t>(world());
+  int64_t flat = 0;
   for (Unit &unit : units) {
     unit.padded = (unit.elements + align - 1) / align * align;
     unit.shard = unit.padded / world();
+    unit.flatOffset = flat;
+    flat += unit.elements;
   }
+  if (!options.initialParameters.empty() &&
+      static_cast<int64_t>(options.initialParameters.size()) != flat)
+    return {StatusCode::InvalidArgument,
+            "initial parameters: " + std::to_string(options.initialParameters.size()) +
+                " values for a model of " + std::to_string(flat)};
   return Status::success();
 }
 
@@ -403,12 +415,22 @@ Status GptCudaTrainer::Impl::initializeUnit(Unit &unit) {
   CUDA_TRY(cudaMemsetAsync(master, 0, static_cast<size_t>(end - begin) * sizeof(float), stream),
            "cudaMemsetAsync");
   for (const TensorSlot &tensor : unit.tensors) {
+    if (!options.initialParameters.empty())
+      break;
     int64_t from = std::max(begin, tensor.offset);
     int64_t to = std::min(end, tensor.offset + tensor.elements);
     if (from >= to)
       continue;
     initTensorKernel<<<blocksFor(to - from), 256, 0, stream>>>(
         master + (from - begin), to - from, from, seed, tensor.std, tensor.constant);
+  }
+  if (!options.initialParameters.empty()) {
+    int64_t from = begin, to = std::min(end, unit.elements);
+    if (from < to)
+      CUDA_TRY(cudaMemcpyAsync(master, options.initialParameters.data() + unit.flatOffset + from,
+                               static_cast<size_t>(to - from) * sizeof(float),
+                               cudaMemcpyHostToDevice, stream),
+               "copy of the initial parameters");
   }
   LAUNCH_TRY("parameter initialization");
   // Working copy: the full unit below stage 3 (all-gathered from the master shards under stages
@@ -591,9 +613,9 @@ Status GptCudaTrainer::Impl::forwardBlock(int layer, BlockActivations &a, bf16 *
   CUBLAS_TRY(kernels::linearForward(cublas, a.ln1, p + layout.wqkv, p + layout.bqkv, a.qkv, n, c,
                                     3 * c, false, stream),
              "qkv projection");
-  CUBLAS_TRY(kernels::attentionForward(cublas, a.qkv, a.qkv + c, a.qkv + 2 * c, 3 * c, a.att, c,
-                                       spec.microBatch, shape.seq, shape.heads, headDim, attention,
-                                       stream),
+  CUBLAS_TRY(kernels::attentionForward(cublas, a.qkv, a.qkv + headDim, a.qkv + 2 * headDim, 3 * c,
+                                       3 * headDim, a.att, c, spec.microBatch, shape.seq,
+                                       shape.heads, headDim, attention, stream),
              "attention");
   copyBf16Kernel<<<blocksFor(n * c), 256, 0, stream>>>(a.x, a.x2, n * c);
   CUBLAS_TRY(kernels::linearForward(cublas, a.att, p + layout.wproj, p + layout.bproj, a.x2, n, c,
@@ -646,8 +668,9 @@ Status GptCudaTrainer::Impl::backwardBlock(int layer, BlockActivations &a, bf16 
   CUBLAS_TRY(kernels::linearWeightGrad(cublas, a.att, dres, gr + layout.wproj, gr + layout.bproj, n,
                                        c, c, stream),
              "attention output projection weight gradient");
-  CUBLAS_TRY(kernels::attentionBackward(cublas, a.qkv, a.qkv + c, a.qkv + 2 * c, 3 * c, dnarrow, c,
-                                        dwide, dwide + c, dwide + 2 * c, spec.microBatch, shape.seq,
+  CUBLAS_TRY(kernels::attentionBackward(cublas, a.qkv, a.qkv + headDim, a.qkv + 2 * headDim, 3 * c,
+                                        3 * headDim, dnarrow, c, dwide, dwide + headDim,
+                                        dwide + 2 * headDim, spec.microBatch, shape.seq,
                                         shape.heads, headDim, attention, stream),
              "attention backward");
   CUBLAS_TRY(
@@ -667,8 +690,24 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
   const int64_t c = hidden(), n = rows, v = shape.vocab, layers = shape.layers;
   const int64_t firstSample =
       step * spec.globalBatch + (rank() * microbatches + index) * spec.microBatch;
-  tokensKernel<<<blocksFor(n), 256, 0, stream>>>(tokens, targets, n, shape.seq, firstSample, v,
-                                                 options.seed);
+  if (options.tokenSource) {
+    hostTokens.resize(static_cast<size_t>(n));
+    hostTargets.resize(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) {
+      hostTokens[r] = options.tokenSource(firstSample + r / shape.seq, r % shape.seq);
+      hostTargets[r] = options.tokenSource(firstSample + r / shape.seq, r % shape.seq + 1);
+    }
+    // From pageable memory: each copy returns once the host vector is staged.
+    CUDA_TRY(cudaMemcpyAsync(tokens, hostTokens.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                             stream),
+             "token copy");
+    CUDA_TRY(cudaMemcpyAsync(targets, hostTargets.data(), n * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, stream),
+             "token copy");
+  } else {
+    tokensKernel<<<blocksFor(n), 256, 0, stream>>>(tokens, targets, n, shape.seq, firstSample, v,
+                                                   options.seed);
+  }
   // Activations of every block (inputs chained: block l's output is block l+1's input).
   std::vector<BlockActivations> acts(static_cast<size_t>(layers));
   bf16 *finalInput = nullptr, *finalOut = nullptr, *logits = nullptr;
@@ -904,6 +943,31 @@ Status GptCudaTrainer::train(GptMetrics &metrics) {
   metrics.peakDeviceBytes = static_cast<int64_t>(high);
   metrics.parameters = getParameterCount(i.shape);
   metrics.counters = i.counters;
+  return Status::success();
+}
+
+Status GptCudaTrainer::getParameters(std::vector<float> &parameters) {
+  Impl &i = *impl;
+  CUDA_TRY(cudaStreamSynchronize(i.stream), "getParameters");
+  parameters.clear();
+  for (Unit &unit : i.units) {
+    std::vector<float> host(static_cast<size_t>(unit.padded));
+    if (i.spec.zeroStage == 0) {
+      CUDA_TRY(
+          cudaMemcpy(host.data(), unit.master, unit.padded * sizeof(float), cudaMemcpyDeviceToHost),
+          "parameter copy");
+    } else {
+      float *full = nullptr;
+      PLACERT_TRY(i.allocate(full, unit.padded, i.stream));
+      CUDA_TRY(cudaStreamSynchronize(i.stream), "getParameters");
+      PLACERT_TRY(i.comm->allGather(unit.master, full, unit.padded));
+      CUDA_TRY(cudaMemcpy(host.data(), full, unit.padded * sizeof(float), cudaMemcpyDeviceToHost),
+               "parameter copy");
+      PLACERT_TRY(i.release(full, i.stream));
+      CUDA_TRY(cudaStreamSynchronize(i.stream), "getParameters");
+    }
+    parameters.insert(parameters.end(), host.begin(), host.begin() + unit.elements);
+  }
   return Status::success();
 }
 

@@ -7,6 +7,7 @@
 #include "placert/placert.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -111,6 +112,12 @@ struct GptOptions {
   double timeoutSeconds = 300;
   double peakFlops = 0; ///< Overrides GptRunSpec::peakFlops when > 0.
   bool quiet = false;
+  /// Tests: the initial parameters, every unit whole in order (embed.tokens, embed.positions,
+  /// layers.i.*, final_norm.*; the CPU trainer's tensors and order), instead of the seeded init.
+  std::vector<float> initialParameters;
+  /// Tests: token `position` (0 … seq; the last one only a target) of global sample `sample`,
+  /// instead of the synthetic sequences.
+  std::function<int32_t(int64_t sample, int64_t position)> tokenSource;
 };
 
 /// Parses `--steps N --warmup N --seed S --metrics FILE --timeout SECONDS --peak-tflops X --quiet
@@ -139,6 +146,9 @@ public:
 
   /// Runs the warm-up and timed steps.
   Status train(GptMetrics &metrics);
+  /// The fp32 master weights, every unit whole in the order of GptOptions::initialParameters
+  /// (all-gathered when sharded; collective over the ranks).
+  Status getParameters(std::vector<float> &parameters);
   /// Prints the summary (rank 0) and writes the metrics JSON when asked.
   Status report(const GptMetrics &metrics) const;
 
