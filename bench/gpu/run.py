@@ -3,7 +3,8 @@
 CUDA (nvcc), cuBLAS, NCCL, CMake and PyTorch, and none of placec's Debian packages:
 
   1. builds placert_cuda from source (cmake -S runtime/cuda: no MPI, OpenBLAS or LLVM needed),
-  2. runs placert-cuda-kernel-test (every CUDA kernel against the CPU reference),
+  2. runs placert-cuda-kernel-test (every CUDA kernel against the CPU reference) and, where MPI
+     and OpenBLAS let the CPU placert build, placert-cuda-gpt-test (the trainer end to end),
   3. builds each generated program (bench/gpu/generated/<run>: `placec compile --target=cuda`
      output and `placec report --format=json`, made on a CPU machine; regenerated when --placec is
      given) and runs it,
@@ -80,6 +81,20 @@ def main():
     kernel_summary = open(kernel_log).read().strip().splitlines()[-1:] or ["(no output)"]
     print("kernel test:", kernel_summary[0], f"(exit {kernel_rc})")
 
+    # 2b. The trainer end to end against the CPU reference: needs the CPU placert (MPI and
+    # OpenBLAS), so only where they are installed.
+    full = os.path.join(args.out, "placert_full")
+    gpt_summary = "skipped (the CPU placert does not configure here: no MPI or OpenBLAS?)"
+    if run(["cmake", "-S", os.path.join(ROOT, "runtime"), "-B", full] + cmake_args(),
+           os.path.join(logs, "configure-full.log"), check=False) == 0:
+        run(["cmake", "--build", full, "-j", str(os.cpu_count() or 4), "--target",
+             "placert-cuda-gpt-test"], os.path.join(logs, "build-full.log"))
+        gpt_log = os.path.join(logs, "gpt-test.log")
+        gpt_rc = run([os.path.join(full, "cuda", "placert-cuda-gpt-test")], gpt_log, check=False)
+        gpt_summary = (open(gpt_log).read().strip().splitlines() or ["(no output)"])[-1]
+        gpt_summary += f" (exit {gpt_rc})"
+    print("trainer against the CPU reference:", gpt_summary)
+
     rows = []
     for name in [r for r in args.runs.split(",") if r]:
         # 3. The generated program.
@@ -150,11 +165,14 @@ def main():
             + " |")
     table = "\n".join(lines)
     print("\nkernel test: " + kernel_summary[0])
+    print("trainer against the CPU reference: " + gpt_summary)
     print(table)
     with open(os.path.join(args.out, "results.md"), "w") as out:
-        out.write("kernel test: " + kernel_summary[0] + "\n\n" + table + "\n")
+        out.write("kernel test: " + kernel_summary[0] + "\n\ntrainer against the CPU reference: "
+                  + gpt_summary + "\n\n" + table + "\n")
     with open(os.path.join(args.out, "results.json"), "w") as out:
         json.dump({"kernel_test": {"exit": kernel_rc, "summary": kernel_summary[0]},
+                   "gpt_test": gpt_summary,
                    "runs": rows}, out, indent=2)
     print("written: " + os.path.join(args.out, "results.md") + ", results.json")
     return 0 if kernel_rc == 0 else 1
