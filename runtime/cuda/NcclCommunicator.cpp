@@ -10,6 +10,9 @@
 #endif
 
 #include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 namespace placert {
@@ -153,11 +156,36 @@ Status NcclCommunicator::create(const Job &job, std::string name, int color, int
   cudaError_t error = cudaStreamCreateWithFlags(&impl.stream, cudaStreamNonBlocking);
   if (error != cudaSuccess)
     return impl.failCuda("cudaStreamCreate", error);
-  ncclResult_t init = ncclCommInitRank(&impl.comm, impl.size, id, impl.rank);
-  if (init != ncclSuccess) {
-    impl.comm = nullptr;
-    return impl.fail("ncclCommInitRank", init);
-  }
+  // ncclCommInitRank blocks until every rank of the group has called it: run it on a helper
+  // thread and give up after the deadline (the thread is left behind; the caller exits).
+  struct InitState {
+    std::mutex mutex;
+    std::condition_variable done;
+    bool finished = false;
+    ncclResult_t result = ncclSuccess;
+    ncclComm_t comm = nullptr;
+  };
+  auto state = std::make_shared<InitState>();
+  int device = job.device, size = impl.size, rank = impl.rank;
+  std::thread([state, device, size, rank, id]() mutable {
+    cudaSetDevice(device);
+    ncclComm_t comm = nullptr;
+    ncclResult_t result = ncclCommInitRank(&comm, size, id, rank);
+    std::lock_guard<std::mutex> lock(state->mutex);
+    state->comm = comm;
+    state->result = result;
+    state->finished = true;
+    state->done.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(state->mutex);
+  if (!state->done.wait_for(lock, std::chrono::duration<double>(timeoutSeconds),
+                            [&] { return state->finished; }))
+    return {StatusCode::Timeout,
+            rankPrefix(job) + "ncclCommInitRank over '" + impl.name + "' did not complete within " +
+                std::to_string(static_cast<int>(timeoutSeconds)) + "s (a peer rank may have died)"};
+  if (state->result != ncclSuccess)
+    return impl.fail("ncclCommInitRank", state->result);
+  impl.comm = state->comm;
   result = std::move(communicator);
   return Status::success();
 }
