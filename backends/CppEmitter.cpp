@@ -135,10 +135,6 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
   if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::Interleaved && stages > 1)
     refuse(strategy.pipeline->loc, "the interleaved pipeline schedule",
            "the runtime runs GPipe and 1F1B");
-  const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
-  if (params.tier != ir::Tier::Device)
-    refuse(params.tierLoc.isValid() ? params.tierLoc : strategyLoc, "params @ host",
-           "the runtime keeps the parameters on the device");
   const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
   if (activations.tier != ir::Tier::Device)
     refuse(activations.tierLoc.isValid() ? activations.tierLoc : strategyLoc, "activations @ host",
@@ -244,11 +240,16 @@ Expected<std::string> Emitter::call(const Op &op) const {
     if (op.state == ir::State::Grads)
       return fmt::format("trainer.gradsToHost({}, /*elements=*/{}, {}, {})", unit, op.elements,
                          dtype, phase);
+    if (op.state == ir::State::Params && op.phase == plan::Phase::Step)
+      return fmt::format("trainer.paramsToHost({}, /*elements=*/{}, {})", unit, op.elements, dtype);
     break;
   case OpKind::HostToDevice:
     if (op.state == ir::State::Params && op.phase == plan::Phase::Step)
       return fmt::format("trainer.paramsToDevice({}, /*elements=*/{}, {})", unit, op.elements,
                          dtype);
+    if (op.state == ir::State::Params)
+      return fmt::format("trainer.bringParams({}, mb, /*elements=*/{}, {}, {})", unit, op.elements,
+                         dtype, phase);
     break;
   case OpKind::OptimizerUpdate:
     return fmt::format("trainer.optimizerUpdate({}, /*elements=*/{})", unit, op.elements);

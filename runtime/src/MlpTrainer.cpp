@@ -237,7 +237,7 @@ Status MlpCore::forward(int index, int mb) {
   UnitState *unit;
   PLACERT_TRY(t.unitOf(index, unit));
   MlpUnit *lay = &t.of(*unit);
-  if (!t.placement.paramShard.empty() && !unit->gathered.isAllocated())
+  if (!t.hasWeights(*unit))
     return t.invalid("forward of " + unit->spec.name + " before its params were gathered");
   int64_t b = t.spec.microBatch;
   Stash &stash = lay->stash[mb];
@@ -274,7 +274,7 @@ Status MlpCore::backward(int index, int mb) {
     std::fflush(stderr);
     std::_Exit(2);
   }
-  if (!t.placement.paramShard.empty() && !unit->gathered.isAllocated())
+  if (!t.hasWeights(*unit))
     return t.invalid("backward of " + unit->spec.name + " before its params were gathered");
   int64_t b = t.spec.microBatch;
   Stash &stash = lay->stash[mb];

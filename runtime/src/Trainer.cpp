@@ -79,8 +79,6 @@ Status Trainer::Core::setup() {
   if (!P.empty() && !sameSet(P, G))
     return invalid("params sharded over '" + join(P) + "' with grads sharded over '" + join(G) +
                    "': the runtime supports params sharded like the grads, or not at all");
-  if (placement.paramsTier != Tier::Device)
-    return invalid("params @ host is not supported by the CPU runtime yet");
   if (spec.globalBatch != spec.microBatch * batchDegree * spec.microbatches)
     return invalid("global batch " + std::to_string(spec.globalBatch) + " is not micro-batch " +
                    std::to_string(spec.microBatch) + " x batch degree " +
@@ -187,11 +185,19 @@ Status Trainer::gatherParams(int index, int mb, const AxisGroup &axes, int64_t e
                          "'");
   if (elements != unit->spec.params)
     return core->mismatch(*unit, "all-gather", elements, unit->spec.params);
+  // params @ host: the shard brought to the device just before is what is gathered.
+  bool fromHost = core->placement.paramsTier == Tier::Host;
+  if (fromHost && !unit->deviceParams.isAllocated())
+    return core->invalid("params gather of " + unit->spec.name +
+                         " before its shard was brought from the host");
   unit->gathered = core->transient(Tier::Device, State::Params, elements, core->spec.paramType);
   Communicator *group;
   PLACERT_TRY(core->runtime.getGroup(axes, group));
-  return core->runtime.allGather(*group, join(axes), unit->params.get(), unit->gathered.get(),
-                                 elements, core->info(State::Params, phase, dtype));
+  PLACERT_TRY(core->runtime.allGather(
+      *group, join(axes), fromHost ? unit->deviceParams.get() : unit->params.get(),
+      unit->gathered.get(), elements, core->info(State::Params, phase, dtype)));
+  unit->deviceParams.release();
+  return Status::success();
 }
 
 Status Trainer::freeGathered(int index, int mb, int64_t elements, Phase phase) {
@@ -202,6 +208,35 @@ Status Trainer::freeGathered(int index, int mb, int64_t elements, Phase phase) {
   if (elements != unit->gathered.getElements())
     return core->mismatch(*unit, "free", elements, unit->gathered.getElements());
   unit->gathered.release();
+  return Status::success();
+}
+
+Status Trainer::bringParams(int index, int mb, int64_t elements, DType dtype, Phase phase) {
+  (void)mb;
+  UnitState *unit;
+  PLACERT_TRY(core->unitOf(index, unit));
+  if (core->placement.paramsTier != Tier::Host)
+    return core->invalid("host-to-device of " + unit->spec.name + "'s params, which live on the " +
+                         "device");
+  if (elements != unit->params.getElements())
+    return core->mismatch(*unit, "host-to-device", elements, unit->params.getElements());
+  unit->deviceParams = core->transient(Tier::Device, State::Params, elements, core->spec.paramType);
+  std::copy(unit->params.get(), unit->params.get() + elements, unit->deviceParams.get());
+  core->runtime.countTransfer(Collective::HostToDevice, elements,
+                              core->info(State::Params, phase, dtype));
+  return Status::success();
+}
+
+Status Trainer::paramsToHost(int index, int64_t elements, DType dtype) {
+  UnitState *unit;
+  PLACERT_TRY(core->unitOf(index, unit));
+  if (elements != unit->update.getElements())
+    return core->mismatch(*unit, "device-to-host", elements, unit->update.getElements());
+  std::copy(unit->update.get(), unit->update.get() + elements,
+            unit->params.get() + unit->ownedOffset);
+  core->runtime.countTransfer(Collective::DeviceToHost, elements,
+                              core->info(State::Params, Phase::Step, dtype));
+  unit->update.release();
   return Status::success();
 }
 
@@ -322,10 +357,18 @@ Status Trainer::optimizerUpdate(int index, int64_t elements) {
   std::fill(unit->grads.get(), unit->grads.get() + unit->grads.getElements(), 0.0f);
   unit->stepGrad.release();
   unit->hostGrad.release();
-  if (t.placement.optimizerTier == Tier::Host) {
+  bool paramsOnHost = t.placement.paramsTier == Tier::Host;
+  if (t.placement.optimizerTier == Tier::Host && !paramsOnHost) {
     // The master copy is updated on the host; its rounding travels to the device with
     // paramsToDevice.
     unit->update = t.transient(Tier::Host, State::Params, elements, t.spec.paramType);
+    std::copy(unit->master.begin(), unit->master.end(), unit->update.get());
+    roundTo(t.spec.paramType, unit->update.get(), elements);
+    return Status::success();
+  }
+  if (t.placement.optimizerTier == Tier::Device && paramsOnHost) {
+    // Updated on the device; paramsToHost takes the rounded params to the stored shard.
+    unit->update = t.transient(Tier::Device, State::Params, elements, t.spec.paramType);
     std::copy(unit->master.begin(), unit->master.end(), unit->update.get());
     roundTo(t.spec.paramType, unit->update.get(), elements);
     return Status::success();
@@ -419,6 +462,8 @@ Status Trainer::Core::runStep(const StageProgram &program) {
     PLACERT_TRY(group->waitSends());
   }
   clearActivations();
+  for (UnitState &unit : units)
+    unit.deviceParams.release();
   return Status::success();
 }
 

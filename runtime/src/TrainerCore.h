@@ -28,6 +28,7 @@ struct UnitState {
   int64_t ownedOffset = 0; ///< Where they are in the stored parameter shard.
   Buffer params;           ///< Stored shard over P.
   Buffer gathered;         ///< The whole unit around a use (P not empty).
+  Buffer deviceParams;     ///< params @ host: the stored shard brought to the device for a use.
   Buffer grads;            ///< Accumulated gradients, shard over G.
   Buffer gradScratch;      ///< One micro-batch's full gradients.
   Buffer gradChunk;        ///< Reduce-scattered gradients on their way to the host.
@@ -109,12 +110,17 @@ struct Trainer::Core {
     return Buffer(&runtime.getMemory(), tier, state, false, elements, elements * getSize(dtype));
   }
   int64_t parameterBytes(int64_t elements) const { return elements * getSize(spec.paramType); }
-  /// The unit's whole tensor-parallel piece: the stored params, or the gathered copy.
+  /// The unit's whole tensor-parallel piece: the gathered copy, the shard brought from the host,
+  /// or the stored params.
   const float *weights(UnitState &unit) {
-    return placement.paramShard.empty() ? unit.params.get() : unit.gathered.get();
+    if (!placement.paramShard.empty())
+      return unit.gathered.get();
+    return placement.paramsTier == Tier::Host ? unit.deviceParams.get() : unit.params.get();
   }
   bool hasWeights(UnitState &unit) {
-    return placement.paramShard.empty() || unit.gathered.isAllocated();
+    if (!placement.paramShard.empty())
+      return unit.gathered.isAllocated();
+    return placement.paramsTier != Tier::Host || unit.deviceParams.isAllocated();
   }
   /// Where one micro-batch's gradients of the unit go: the accumulated grads when they are whole
   /// and on the device (and `separate` is false), else a zeroed scratch buffer, allocated on

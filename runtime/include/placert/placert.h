@@ -372,6 +372,8 @@ public:
   Status gatherParams(int unit, int microbatch, const AxisGroup &axes, int64_t elements,
                       DType dtype, Phase phase);
   Status freeGathered(int unit, int microbatch, int64_t elements, Phase phase);
+  /// params @ host: the stored shard to the device before a use (then gathered, if sharded).
+  Status bringParams(int unit, int microbatch, int64_t elements, DType dtype, Phase phase);
   /// Gradient reduce-scatter: per micro-batch (phase Backward) over the grads shard axes, or at
   /// the step over the optimizer shard axes the grads are not sharded over.
   Status reduceScatterGrads(int unit, const AxisGroup &axes, int64_t elements, DType dtype,
@@ -382,6 +384,8 @@ public:
   Status gradsToHost(int unit, int64_t elements, DType dtype, Phase phase);
   Status optimizerUpdate(int unit, int64_t elements);
   Status paramsToDevice(int unit, int64_t elements, DType dtype);
+  /// params @ host with the optimizer on the device: the updated owned params to the host.
+  Status paramsToHost(int unit, int64_t elements, DType dtype);
   /// State consistency: all-gathers the updated pieces into the stored parameter shard.
   Status allGatherParams(int unit, const AxisGroup &axes, int64_t elements, DType dtype);
 
