@@ -123,6 +123,21 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "the CPU trainer implements learned position embeddings");
     if (!config.bias)
       refuse(model.loc, "bias = false", "the CPU trainer's linear layers have biases");
+    int64_t tensorDegree = 1;
+    for (const ir::Axis &axis : strategy.mesh.axes)
+      if (axis.kind == ir::AxisKind::Tensor)
+        tensorDegree *= axis.size;
+    if (tensorDegree > 1 && config.vocab % tensorDegree != 0)
+      refuse(model.loc, "vocab = " + Twine(config.vocab),
+             "the vocabulary-parallel embedding and cross-entropy need a vocabulary that divides "
+             "among the " +
+                 Twine(tensorDegree) + " tensor-parallel ranks");
+    if (tensorDegree > 1 && strategy.sequenceParallel &&
+        (run.microBatch * config.seq) % tensorDegree != 0)
+      refuse(fieldLoc(run, "micro_batch"),
+             "micro_batch = " + Twine(run.microBatch) + " with seq = " + Twine(config.seq),
+             "sequence parallelism splits the micro-batch's tokens among the " +
+                 Twine(tensorDegree) + " tensor-parallel ranks");
     if (config.tiedEmbeddings && stages > 1)
       refuse(strategy.pipeline ? strategy.pipeline->loc : strategyLoc,
              "tied embeddings across " + Twine(stages) + " pipeline stages",

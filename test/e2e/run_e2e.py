@@ -2,7 +2,9 @@
 """End-to-end test of one .place run: compile it with placec, build the generated program against
 placert, run it under mpirun, and demand that it trains like one device (--check) and that the
 bytes each collective moved and the persistent memory of each state equal what
-`placec report --format=json` predicts, exactly.
+`placec report --format=json` predicts, exactly. Activation memory is not compared: the report
+uses Korthikanti et al.'s per-layer formula, the CPU runtime keeps other buffers
+(docs/runtime.md).
 
 Modes:
   equivalence     the run above (the default)
