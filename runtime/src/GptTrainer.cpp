@@ -298,12 +298,12 @@ int64_t GptCore::getFullIndex(const UnitState &state, int64_t localIndex) const 
 Status GptCore::forward(int index, int mb, const std::vector<PlannedCollective> &planned) {
   UnitState *unit;
   PLACERT_TRY(unitOf(index, unit));
-  GptUnit &shapeOf = of(*unit);
-  GptStash &stash = shapeOf.stash[mb];
+  GptUnit &piece = of(*unit);
+  GptStash &stash = piece.stash[mb];
   if (!hasWeights(*unit))
     return invalid("forward of " + unit->spec.name + " before its params were gathered");
   const float *tiedTable = nullptr;
-  if (shapeOf.kind == UnitKind::Head && shape.tiedEmbeddings) {
+  if (piece.kind == UnitKind::Head && shape.tiedEmbeddings) {
     UnitState *embed = embedUnit();
     if (!embed || !hasWeights(*embed))
       return invalid("forward of " + unit->spec.name +
@@ -311,14 +311,14 @@ Status GptCore::forward(int index, int mb, const std::vector<PlannedCollective> 
     tiedTable = weights(*embed);
   }
   const float *in = nullptr;
-  if (shapeOf.kind != UnitKind::Embed) {
+  if (piece.kind != UnitKind::Embed) {
     Buffer &buffer = input(*unit, mb);
     if (buffer.getElements() != boundaryElements())
       return invalid("forward of " + unit->spec.name + ": its input has not arrived");
     in = buffer.get();
   }
   float *out = nullptr;
-  if (shapeOf.kind != UnitKind::Head) {
+  if (piece.kind != UnitKind::Head) {
     stash.output =
         transient(Tier::Device, State::Activations, boundaryElements(), spec.activationType);
     out = stash.output.get();
@@ -327,7 +327,7 @@ Status GptCore::forward(int index, int mb, const std::vector<PlannedCollective> 
   sampleTokens(mb, tokens, targets);
   PlannedCollectives collectives(*this, *unit, Phase::Forward, "forward", planned);
   double loss = 0;
-  PLACERT_TRY(model->forward(shapeOf.kind, shapeOf.layer, weights(*unit), tiedTable, tokens.data(),
+  PLACERT_TRY(model->forward(piece.kind, piece.layer, weights(*unit), tiedTable, tokens.data(),
                              targets.data(), in, out, stash.saved, collectives, loss,
                              /*recomputing=*/false));
   PLACERT_TRY(collectives.finish());
@@ -339,11 +339,11 @@ Status GptCore::forward(int index, int mb, const std::vector<PlannedCollective> 
 Status GptCore::recomputeUnit(int index, int mb, const std::vector<PlannedCollective> &planned) {
   UnitState *unit;
   PLACERT_TRY(unitOf(index, unit));
-  GptUnit &shapeOf = of(*unit);
-  GptStash &stash = shapeOf.stash[mb];
+  GptUnit &piece = of(*unit);
+  GptStash &stash = piece.stash[mb];
   PlannedCollectives collectives(*this, *unit, Phase::Backward, "recomputed forward", planned);
   if (recompute == Recompute::Selective) {
-    if (shapeOf.kind != UnitKind::Layer)
+    if (piece.kind != UnitKind::Layer)
       return invalid("selective recomputation of " + unit->spec.name + ", which has no attention");
     model->recomputeAttention(stash.saved);
     return collectives.finish();
@@ -353,7 +353,7 @@ Status GptCore::recomputeUnit(int index, int mb, const std::vector<PlannedCollec
   if (!hasWeights(*unit))
     return invalid("recompute of " + unit->spec.name + " before its params were gathered");
   const float *tiedTable = nullptr;
-  if (shapeOf.kind == UnitKind::Head && shape.tiedEmbeddings) {
+  if (piece.kind == UnitKind::Head && shape.tiedEmbeddings) {
     UnitState *embed = embedUnit();
     if (!embed || !hasWeights(*embed))
       return invalid("recompute of " + unit->spec.name +
@@ -367,7 +367,7 @@ Status GptCore::recomputeUnit(int index, int mb, const std::vector<PlannedCollec
   std::vector<int32_t> tokens, targets;
   sampleTokens(mb, tokens, targets);
   double loss = 0;
-  PLACERT_TRY(model->forward(shapeOf.kind, shapeOf.layer, weights(*unit), tiedTable, tokens.data(),
+  PLACERT_TRY(model->forward(piece.kind, piece.layer, weights(*unit), tiedTable, tokens.data(),
                              targets.data(), buffer.get(), scratch.data(), stash.saved, collectives,
                              loss, /*recomputing=*/true));
   return collectives.finish();
@@ -383,13 +383,13 @@ Status GptCore::backward(int index, int mb, const std::vector<PlannedCollective>
     std::fflush(stderr);
     std::_Exit(2);
   }
-  GptUnit &shapeOf = of(*unit);
-  GptStash &stash = shapeOf.stash[mb];
+  GptUnit &piece = of(*unit);
+  GptStash &stash = piece.stash[mb];
   if (!hasWeights(*unit))
     return invalid("backward of " + unit->spec.name + " before its params were gathered");
   const float *tiedTable = nullptr;
   float *tiedGrads = nullptr;
-  if (shapeOf.kind == UnitKind::Head && shape.tiedEmbeddings) {
+  if (piece.kind == UnitKind::Head && shape.tiedEmbeddings) {
     UnitState *embed = embedUnit();
     if (!embed || !hasWeights(*embed))
       return invalid("backward of " + unit->spec.name +
@@ -399,7 +399,7 @@ Status GptCore::backward(int index, int mb, const std::vector<PlannedCollective>
   }
   const float *in = nullptr;
   float *inGrad = nullptr;
-  if (shapeOf.kind != UnitKind::Embed) {
+  if (piece.kind != UnitKind::Embed) {
     Buffer &buffer = input(*unit, mb);
     if (buffer.getElements() != boundaryElements())
       return invalid("backward of " + unit->spec.name + ": its stored input is missing");
@@ -409,7 +409,7 @@ Status GptCore::backward(int index, int mb, const std::vector<PlannedCollective>
     inGrad = stash.inputGrad.get();
   }
   const float *outGrad = nullptr;
-  if (shapeOf.kind != UnitKind::Head) {
+  if (piece.kind != UnitKind::Head) {
     Buffer &buffer = outputGrad(*unit, mb);
     if (buffer.getElements() != boundaryElements())
       return invalid("backward of " + unit->spec.name + ": its output gradient has not arrived");
@@ -417,14 +417,13 @@ Status GptCore::backward(int index, int mb, const std::vector<PlannedCollective>
   }
   // Under sequence parallelism the replicated tensors' gradients of one micro-batch are partial
   // sums until allReduceReplicatedGrads; they are kept apart from the accumulated ones.
-  bool separate = sequenceParallel && tensorDegree > 1 && shapeOf.kind != UnitKind::Embed;
+  bool separate = sequenceParallel && tensorDegree > 1 && piece.kind != UnitKind::Embed;
   float *grads = gradTarget(*unit, separate);
   std::vector<int32_t> tokens, targets;
   sampleTokens(mb, tokens, targets);
   PlannedCollectives collectives(*this, *unit, Phase::Backward, "backward", planned);
-  Status status =
-      model->backward(shapeOf.kind, shapeOf.layer, weights(*unit), tiedTable, tokens.data(), in,
-                      outGrad, inGrad, grads, tiedGrads, stash.saved, collectives);
+  Status status = model->backward(piece.kind, piece.layer, weights(*unit), tiedTable, tokens.data(),
+                                  in, outGrad, inGrad, grads, tiedGrads, stash.saved, collectives);
   if (!status.isOk())
     return invalid("backward of " + unit->spec.name + ": " + status.getMessage());
   PLACERT_TRY(collectives.finish());
@@ -437,12 +436,12 @@ Status GptCore::allReduceReplicatedGrads(int index, int mb, const AxisGroup &axe
   (void)mb;
   UnitState *unit;
   PLACERT_TRY(unitOf(index, unit));
-  GptUnit &shapeOf = of(*unit);
+  GptUnit &piece = of(*unit);
   if (!sameSet(axes, tensorAxes))
     return invalid("replicated-gradient all-reduce of " + unit->spec.name + " over '" + join(axes) +
                    "', which are not the tensor axes");
   std::vector<std::pair<int64_t, int64_t>> ranges =
-      model->getReplicatedRanges(shapeOf.kind, shapeOf.layer);
+      model->getReplicatedRanges(piece.kind, piece.layer);
   int64_t total = 0;
   for (const auto &range : ranges)
     total += range.second;

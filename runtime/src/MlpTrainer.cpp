@@ -236,29 +236,29 @@ Status MlpCore::forward(int index, int mb) {
   MlpCore &t = *this;
   UnitState *unit;
   PLACERT_TRY(t.unitOf(index, unit));
-  MlpUnit *lay = &t.of(*unit);
+  MlpUnit *dims = &t.of(*unit);
   if (!t.hasWeights(*unit))
     return t.invalid("forward of " + unit->spec.name + " before its params were gathered");
   int64_t b = t.spec.microBatch;
-  Stash &stash = lay->stash[mb];
+  Stash &stash = dims->stash[mb];
   stash.input =
-      t.transient(Tier::Device, State::Activations, b * lay->localIn, t.spec.activationType);
+      t.transient(Tier::Device, State::Activations, b * dims->localIn, t.spec.activationType);
   if (unit->spec.layer == 0) {
     t.sampleData(mb, false, stash.input.get());
   } else {
     Buffer &pre = t.inputPre(*unit, mb);
-    if (pre.getElements() != b * lay->localIn)
+    if (pre.getElements() != b * dims->localIn)
       return t.invalid("forward of " + unit->spec.name + ": its input has not arrived");
-    t.kernels->geluForward(pre.get(), stash.input.get(), b * lay->localIn);
+    t.kernels->geluForward(pre.get(), stash.input.get(), b * dims->localIn);
   }
   stash.output =
-      t.transient(Tier::Device, State::Activations, b * lay->localOut, t.spec.activationType);
+      t.transient(Tier::Device, State::Activations, b * dims->localOut, t.spec.activationType);
   const float *w = t.weights(*unit);
   // A row-parallel layer's output is a partial sum; one rank of the group adds the bias.
   const float *bias =
-      lay->split == Split::Row && t.tensorIndex != 0 ? nullptr : w + lay->weightElements;
-  t.kernels->linearForward(stash.input.get(), w, bias, stash.output.get(), b, lay->localIn,
-                           lay->localOut);
+      dims->split == Split::Row && t.tensorIndex != 0 ? nullptr : w + dims->weightElements;
+  t.kernels->linearForward(stash.input.get(), w, bias, stash.output.get(), b, dims->localIn,
+                           dims->localOut);
   return Status::success();
 }
 
@@ -266,7 +266,7 @@ Status MlpCore::backward(int index, int mb) {
   MlpCore &t = *this;
   UnitState *unit;
   PLACERT_TRY(t.unitOf(index, unit));
-  MlpUnit *lay = &t.of(*unit);
+  MlpUnit *dims = &t.of(*unit);
   const Options &options = t.runtime.getOptions();
   if (options.dieAtStep == t.step && options.dieRank == t.runtime.getRank() && !t.died) {
     std::fprintf(stderr, "placert: rank %d: fault injection: exiting in the middle of step %lld\n",
@@ -277,36 +277,37 @@ Status MlpCore::backward(int index, int mb) {
   if (!t.hasWeights(*unit))
     return t.invalid("backward of " + unit->spec.name + " before its params were gathered");
   int64_t b = t.spec.microBatch;
-  Stash &stash = lay->stash[mb];
+  Stash &stash = dims->stash[mb];
   if (unit->spec.layer + 1 == t.shape.layers) {
     // The loss: mean squared error over the global batch and the outputs, so that the summed
     // gradients of every rank and micro-batch equal the single-device gradient.
     std::vector<float> targets(static_cast<size_t>(b * t.shape.output));
     t.sampleData(mb, true, targets.data());
     stash.outputGrad =
-        t.transient(Tier::Device, State::Activations, b * lay->localOut, t.spec.activationType);
+        t.transient(Tier::Device, State::Activations, b * dims->localOut, t.spec.activationType);
     double loss = t.kernels->mseLoss(
         stash.output.get(), targets.data(), stash.outputGrad.get(), b * t.shape.output,
         1.0 / static_cast<double>(t.spec.globalBatch * t.shape.output));
     if (t.tensorIndex == 0)
       t.stepLoss += loss;
   }
-  if (stash.outputGrad.getElements() != b * lay->localOut)
+  if (stash.outputGrad.getElements() != b * dims->localOut)
     return t.invalid("backward of " + unit->spec.name + ": its output gradient has not arrived");
 
   float *grads = t.gradTarget(*unit);
   t.kernels->linearWeightGrad(stash.input.get(), stash.outputGrad.get(), grads,
-                              grads + lay->weightElements, b, lay->localIn, lay->localOut);
+                              grads + dims->weightElements, b, dims->localIn, dims->localOut);
 
-  bool needsInputGrad = unit->spec.layer > 0 || (lay->split == Split::Column && t.tensorDegree > 1);
+  bool needsInputGrad =
+      unit->spec.layer > 0 || (dims->split == Split::Column && t.tensorDegree > 1);
   if (needsInputGrad) {
     Buffer &dx = t.inputGrad(*unit, mb);
-    dx = t.transient(Tier::Device, State::Activations, b * lay->localIn, t.spec.activationType);
-    t.kernels->linearInputGrad(stash.outputGrad.get(), t.weights(*unit), dx.get(), b, lay->localIn,
-                               lay->localOut);
+    dx = t.transient(Tier::Device, State::Activations, b * dims->localIn, t.spec.activationType);
+    t.kernels->linearInputGrad(stash.outputGrad.get(), t.weights(*unit), dx.get(), b, dims->localIn,
+                               dims->localOut);
     // gelu' scales each element, so it commutes with the tensor-parallel sum that follows.
     if (unit->spec.layer > 0)
-      t.kernels->geluBackward(t.inputPre(*unit, mb).get(), dx.get(), dx.get(), b * lay->localIn);
+      t.kernels->geluBackward(t.inputPre(*unit, mb).get(), dx.get(), dx.get(), b * dims->localIn);
   }
   return Status::success();
 }
@@ -316,11 +317,11 @@ Status MlpCore::tensorAllReduce(int index, int mb, const AxisGroup &axes, int64_
   MlpCore &t = *this;
   UnitState *unit;
   PLACERT_TRY(t.unitOf(index, unit));
-  MlpUnit *lay = &t.of(*unit);
+  MlpUnit *dims = &t.of(*unit);
   if (!sameSet(axes, t.tensorAxes))
     return t.invalid("tensor-parallel all-reduce over '" + join(axes) +
                      "', which are not the tensor axes");
-  Buffer &buffer = phase == Phase::Forward ? lay->stash[mb].output : t.inputGrad(*unit, mb);
+  Buffer &buffer = phase == Phase::Forward ? dims->stash[mb].output : t.inputGrad(*unit, mb);
   if (elements != buffer.getElements())
     return t.mismatch(*unit, "all-reduce", elements, buffer.getElements());
   Communicator *group;
