@@ -62,6 +62,8 @@ def main():
     parser.add_argument("--peak-tflops", type=float, default=989.0,
                         help="dense bf16 peak per GPU (H100/H200 SXM: 989 TFLOPS)")
     parser.add_argument("--skip-torch", action="store_true")
+    parser.add_argument("--build-only", action="store_true",
+                        help="build placert_cuda, the tests and the programs; run nothing")
     parser.add_argument("--torch-attention", default="sdpa", choices=["sdpa", "math"])
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -77,8 +79,11 @@ def main():
 
     # 2. The kernels against the CPU reference.
     kernel_log = os.path.join(logs, "kernel-test.log")
-    kernel_rc = run([os.path.join(build, "placert-cuda-kernel-test")], kernel_log, check=False)
-    kernel_summary = open(kernel_log).read().strip().splitlines()[-1:] or ["(no output)"]
+    if args.build_only:
+        kernel_rc, kernel_summary = 0, ["not run (--build-only)"]
+    else:
+        kernel_rc = run([os.path.join(build, "placert-cuda-kernel-test")], kernel_log, check=False)
+        kernel_summary = open(kernel_log).read().strip().splitlines()[-1:] or ["(no output)"]
     print("kernel test:", kernel_summary[0], f"(exit {kernel_rc})")
 
     # 2b. The trainer end to end against the CPU reference: needs the CPU placert (MPI and
@@ -87,12 +92,18 @@ def main():
     gpt_summary = "skipped (the CPU placert does not configure here: no MPI or OpenBLAS?)"
     if run(["cmake", "-S", os.path.join(ROOT, "runtime"), "-B", full] + cmake_args(),
            os.path.join(logs, "configure-full.log"), check=False) == 0:
-        run(["cmake", "--build", full, "-j", str(os.cpu_count() or 4), "--target",
-             "placert-cuda-gpt-test"], os.path.join(logs, "build-full.log"))
+        built = run(["cmake", "--build", full, "-j", str(os.cpu_count() or 4), "--target",
+                     "placert-cuda-gpt-test"], os.path.join(logs, "build-full.log"), check=False)
         gpt_log = os.path.join(logs, "gpt-test.log")
-        gpt_rc = run([os.path.join(full, "cuda", "placert-cuda-gpt-test")], gpt_log, check=False)
-        gpt_summary = (open(gpt_log).read().strip().splitlines() or ["(no output)"])[-1]
-        gpt_summary += f" (exit {gpt_rc})"
+        if built != 0:
+            gpt_summary = "skipped (the CPU placert did not build; see logs/build-full.log)"
+        elif args.build_only:
+            gpt_summary = "built, not run (--build-only)"
+        else:
+            gpt_rc = run([os.path.join(full, "cuda", "placert-cuda-gpt-test")], gpt_log,
+                         check=False)
+            gpt_summary = (open(gpt_log).read().strip().splitlines() or ["(no output)"])[-1]
+            gpt_summary += f" (exit {gpt_rc})"
     print("trainer against the CPU reference:", gpt_summary)
 
     rows = []
@@ -114,6 +125,9 @@ def main():
             os.path.join(logs, name + "-configure.log"))
         run(["cmake", "--build", os.path.join(project, "build")],
             os.path.join(logs, name + "-build.log"))
+        if args.build_only:
+            print(f"{name}: built {os.path.join(project, 'build', name)}")
+            continue
         metrics = os.path.join(args.out, name + "-placert.json")
         run([os.path.join(project, "build", name), "--steps", str(args.steps), "--warmup",
              str(args.warmup), "--metrics", metrics, "--peak-tflops", str(args.peak_tflops)],
@@ -143,6 +157,9 @@ def main():
                 rc = run(command, os.path.join(logs, f"{name}-torch-{mode}.log"), check=False)
                 row["torch_" + mode] = json.load(open(out)) if rc == 0 else {"error": rc}
         rows.append(row)
+
+    if args.build_only:
+        return 0
 
     # 5. The table.
     gib = float(1 << 30)
