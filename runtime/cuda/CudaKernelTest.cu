@@ -427,6 +427,24 @@ void testAdam(Random &random) {
   delete dMaster, delete dM, delete dV;
 }
 
+void testConversions(Random &random) {
+  const int64_t n = 3001;
+  auto values = random.uniform(n, -100, 100), other = random.uniform(n, -1, 1);
+  auto dValues = toDevice(values), dOther = toDevice(other);
+  Device<bf16> halves(n);
+  Device<float> back(n);
+  floatToBf16(dValues->data, halves.data, n, nullptr);
+  bf16ToFloat(halves.data, back.data, n, nullptr);
+  // Round to nearest even on both sides: the same bf16 values.
+  compare("floatToBf16 + bf16ToFloat", fromDevice(back), rounded(values), kFp32Tolerance);
+  std::vector<float> sum(n);
+  for (int64_t i = 0; i < n; ++i)
+    sum[i] = values[i] + other[i];
+  accumulate(dValues->data, dOther->data, n, nullptr);
+  compare("accumulate (+=)", fromDevice(*dValues), sum, kFp32Tolerance);
+  delete dValues, delete dOther;
+}
+
 } // namespace
 
 int main() {
@@ -450,6 +468,7 @@ int main() {
   testEmbedding(random);
   testCrossEntropy(random);
   testAdam(random);
+  testConversions(random);
   cublasDestroy(handle);
   check(cudaGetLastError(), "kernels");
   std::printf("%d passed, %d failed\n", passed, failed);
