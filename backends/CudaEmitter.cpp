@@ -105,6 +105,14 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
   const ir::Strategy &strategy = *run.strategy;
   const ir::Mesh &mesh = strategy.mesh;
   SMLoc modelLoc = fieldLoc(run, "model");
+  // Parts of the strategy are reported at the run's `strategy = …` (the strategy may come from
+  // the prelude), with a note where the part is written.
+  SMLoc strategyLoc = fieldLoc(run, "strategy");
+  auto refuseStrategy = [&](SMLoc partLoc, const Twine &part, const Twine &why) {
+    refuse(strategyLoc, part, why);
+    if (partLoc.isValid() && partLoc != strategyLoc)
+      diags.note(partLoc, part + " is written here");
+  };
   if (model.kind != ir::ModelKind::Transformer) {
     refuse(modelLoc, "model '" + model.name + "' of kind " + ir::toString(model.kind),
            "the GPU trainer runs transformers only");
@@ -139,30 +147,32 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
       continue;
     SMLoc loc = axis.loc.isValid() ? axis.loc : strategy.loc;
     if (axis.kind == ir::AxisKind::Tensor)
-      refuse(loc, "tensor axis '" + axis.name + "' of size " + Twine(axis.size),
-             "tensor parallelism is not implemented on CUDA yet");
+      refuseStrategy(loc, "tensor axis '" + axis.name + "' of size " + Twine(axis.size),
+                     "tensor parallelism is not implemented on CUDA yet");
     else
-      refuse(loc, "layers axis '" + axis.name + "' of size " + Twine(axis.size),
-             "pipeline parallelism is not implemented on CUDA yet");
+      refuseStrategy(loc, "layers axis '" + axis.name + "' of size " + Twine(axis.size),
+                     "pipeline parallelism is not implemented on CUDA yet");
   }
   if (strategy.activationMode == ir::ActivationMode::RecomputeFull)
-    refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategy.loc,
-           "full activation recomputation",
-           "the GPU trainer keeps the layer activations (it always recomputes the attention "
-           "probabilities, i.e. selective recomputation)");
+    refuseStrategy(
+        strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategy.loc,
+        "full activation recomputation",
+        "the GPU trainer keeps the layer activations (it always recomputes the attention "
+        "probabilities, i.e. selective recomputation)");
   for (ir::State state : {ir::State::Params, ir::State::Grads, ir::State::Optimizer}) {
     const ir::StatePlacement &placement = strategy.getPlacement(state);
     if (placement.tier != ir::Tier::Device)
-      refuse(placement.tierLoc.isValid() ? placement.tierLoc : placementLoc(strategy, state),
-             ir::toString(state) + " @ " + ir::toString(placement.tier),
-             "the GPU trainer keeps every state in device memory");
+      refuseStrategy(placement.tierLoc.isValid() ? placement.tierLoc
+                                                 : placementLoc(strategy, state),
+                     ir::toString(state) + " @ " + ir::toString(placement.tier),
+                     "the GPU trainer keeps every state in device memory");
     std::optional<ir::PlacementMode> mode = uniformMode(strategy, state);
     if (!mode)
-      refuse(placementLoc(strategy, state), ir::toString(state) + " placement",
-             "sharded over some batch axes and replicated over others (hybrid sharding)");
+      refuseStrategy(placementLoc(strategy, state), ir::toString(state) + " placement",
+                     "sharded over some batch axes and replicated over others (hybrid sharding)");
     else if (state == ir::State::Params && *mode == ir::PlacementMode::Sharded)
-      refuse(placementLoc(strategy, state), "params sharded without gather",
-             "the GPU trainer gathers sharded parameters around each use (gather(...))");
+      refuseStrategy(placementLoc(strategy, state), "params sharded without gather",
+                     "the GPU trainer gathers sharded parameters around each use (gather(...))");
   }
   if (ok) {
     // ZeRO stages nest: what a stage shards, the stages below shard too.
@@ -173,9 +183,10 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
     };
     if ((stage >= 2 && !isSharded(ir::State::Optimizer)) ||
         (stage >= 3 && !isSharded(ir::State::Grads)))
-      refuse(strategy.loc, "this placement",
-             "the GPU trainer runs ZeRO stages: sharded params need sharded grads and optimizer "
-             "state, sharded grads need a sharded optimizer state");
+      refuseStrategy(
+          strategy.loc, "this placement",
+          "the GPU trainer runs ZeRO stages: sharded params need sharded grads and optimizer "
+          "state, sharded grads need a sharded optimizer state");
   }
   return ok;
 }
