@@ -1,6 +1,6 @@
 // The CUDA backend: checks that placert's GPU trainer can run a run (GPT-2-layout transformer,
-// mixed bf16, Adam, devices only, data parallelism with ZeRO 0-3) and writes its main.cpp and
-// CMakeLists.txt. Everything else is refused at the source location that asks for it.
+// mixed bf16, Adam, devices only, data parallelism with ZeRO 0-3, any recomputation) and writes its
+// main.cpp and CMakeLists.txt. Everything else is refused at the source location that asks for it.
 #include "placec/backends/CudaEmitter.h"
 
 #include "fmt/format.h"
@@ -153,12 +153,6 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
       refuseStrategy(loc, "layers axis '" + axis.name + "' of size " + Twine(axis.size),
                      "pipeline parallelism is not implemented on CUDA yet");
   }
-  if (strategy.activationMode == ir::ActivationMode::RecomputeFull)
-    refuseStrategy(
-        strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategy.loc,
-        "full activation recomputation",
-        "the GPU trainer keeps the layer activations (it always recomputes the attention "
-        "probabilities, i.e. selective recomputation)");
   for (ir::State state : {ir::State::Params, ir::State::Grads, ir::State::Optimizer}) {
     const ir::StatePlacement &placement = strategy.getPlacement(state);
     if (placement.tier != ir::Tier::Device)
@@ -222,6 +216,7 @@ int main(int argc, char **argv) {{
   spec.microBatch = {17};
   spec.dataParallel = {10};
   spec.zeroStage = {11};
+  spec.recomputeFull = {20};
   // The cluster's peak FLOP/s per device (MFU) and the report's per-device peak memory.
   spec.peakFlops = {18};
   spec.predictedPeakBytes = {19};
@@ -232,7 +227,8 @@ int main(int argc, char **argv) {{
       config.heads, config.seq, config.vocab, strategy.name, batchLabel(strategy.mesh),
       dataParallel, stage, quoted(model.name), ffn, quoted(run.name),
       quoted(batchLabel(strategy.mesh)), run.globalBatch, run.microBatch,
-      number(run.cluster ? run.cluster->peakFlops : 0), number(predictedPeakBytes));
+      number(run.cluster ? run.cluster->peakFlops : 0), number(predictedPeakBytes),
+      strategy.activationMode == ir::ActivationMode::RecomputeFull ? "true" : "false");
 }
 
 std::string emitCudaCMakeLists(const ir::Run &run, StringRef sourceName) {

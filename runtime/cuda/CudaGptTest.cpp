@@ -1,8 +1,9 @@
 // placert-cuda-gpt-test: the GPU trainer end to end against the CPU reference trainer
 // (runtime/src/GptReference.h, fp32): a small GPT, the CPU's initial parameters and tokens, three
-// Adam steps with two micro-batches each, under ZeRO stages 0-3 on one GPU; the losses and the
-// final parameters (rounded to bf16 on both sides) must agree within 2e-2 (bf16 activations and
-// GEMM operands against fp32). Exits 77 (skipped) without a CUDA device.
+// Adam steps with two micro-batches each, under ZeRO stages 0-3 on one GPU (and 0 and 3 with full
+// recomputation); the losses and the final parameters (rounded to bf16 on both sides) must agree
+// within 2e-2 (bf16 activations and GEMM operands against fp32). Exits 77 (skipped) without a
+// CUDA device.
 #include "GptModel.h"
 #include "GptReference.h"
 #include "Kernels.h"
@@ -51,9 +52,14 @@ int main(int argc, char **argv) {
   reference.learningRate = 1e-3;
 
   int failures = 0;
-  for (int stage = 0; stage <= 3; ++stage) {
+  // Stages 0-3, then stages 0 and 3 with full recomputation.
+  const int cases = 6;
+  for (int index = 0; index < cases; ++index) {
+    int stage = index < 4 ? index : (index - 4) * 3;
+    bool recomputeFull = index >= 4;
     cuda::GptRunSpec spec;
-    spec.run = "tiny_zero" + std::to_string(stage);
+    spec.run = "tiny_zero" + std::to_string(stage) + (recomputeFull ? "_full" : "");
+    spec.recomputeFull = recomputeFull;
     spec.globalBatch = reference.globalBatch;
     spec.microBatch = reference.microBatch;
     spec.zeroStage = stage;
@@ -76,24 +82,24 @@ int main(int argc, char **argv) {
     if (status.isOk())
       status = trainer->getParameters(params);
     if (!status.isOk()) {
-      std::printf("ZeRO-%d: FAIL %s\n", stage, status.getMessage().c_str());
+      std::printf("%s: FAIL %s\n", spec.run.c_str(), status.getMessage().c_str());
       ++failures;
       continue;
     }
     roundTo(DType::BF16, params.data(), static_cast<int64_t>(params.size()));
     CheckResult result =
         checkGptAgainstReference(shape, reference, seed, steps, params, metrics.losses, tolerance);
-    std::printf("ZeRO-%d: %s  params rel.err %.3e, losses max rel.err %.3e (tolerance %.0e); "
+    std::printf("%s: %s  params rel.err %.3e, losses max rel.err %.3e (tolerance %.0e); "
                 "losses",
-                stage, result.passed ? "PASS" : "FAIL", result.paramsError, result.lossError,
-                tolerance);
+                spec.run.c_str(), result.passed ? "PASS" : "FAIL", result.paramsError,
+                result.lossError, tolerance);
     for (double loss : metrics.losses)
       std::printf(" %.5f", loss);
     std::printf("\n");
     if (!result.passed)
       ++failures;
   }
-  std::printf("%d passed, %d failed\n", 4 - failures, failures);
+  std::printf("%d passed, %d failed\n", cases - failures, failures);
   cuda::finalizeJob();
   return failures == 0 ? 0 : 1;
 }

@@ -712,8 +712,9 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
   std::vector<BlockActivations> acts(static_cast<size_t>(layers));
   bf16 *finalInput = nullptr, *finalOut = nullptr, *logits = nullptr;
   float *finalMean = nullptr, *finalRstd = nullptr;
-  for (auto &a : acts) {
-    PLACERT_TRY(allocate(a.x, n * c, stream));
+  // Everything but the block input: kept from the forward to the backward, or under full
+  // recomputation allocated around the block's forward and again around its backward.
+  auto allocateInner = [&](BlockActivations &a) -> Status {
     PLACERT_TRY(allocate(a.ln1, n * c, stream));
     PLACERT_TRY(allocate(a.qkv, n * 3 * c, stream));
     PLACERT_TRY(allocate(a.att, n * c, stream));
@@ -724,7 +725,20 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
     PLACERT_TRY(allocate(a.mean1, n, stream));
     PLACERT_TRY(allocate(a.rstd1, n, stream));
     PLACERT_TRY(allocate(a.mean2, n, stream));
-    PLACERT_TRY(allocate(a.rstd2, n, stream));
+    return allocate(a.rstd2, n, stream);
+  };
+  auto releaseInner = [&](BlockActivations &a) -> Status {
+    for (bf16 **p : {&a.ln1, &a.qkv, &a.att, &a.x2, &a.ln2, &a.h, &a.g})
+      PLACERT_TRY(release(*p, stream));
+    for (float **p : {&a.mean1, &a.rstd1, &a.mean2, &a.rstd2})
+      PLACERT_TRY(release(*p, stream));
+    return Status::success();
+  };
+  const bool recompute = spec.recomputeFull;
+  for (auto &a : acts) {
+    PLACERT_TRY(allocate(a.x, n * c, stream));
+    if (!recompute)
+      PLACERT_TRY(allocateInner(a));
   }
   PLACERT_TRY(allocate(finalInput, n * c, stream));
   PLACERT_TRY(allocate(finalOut, n * c, stream));
@@ -746,7 +760,11 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
     PLACERT_TRY(gather(static_cast<int>(l) + 2, Phase::Forward));
     PLACERT_TRY(waitGathered(static_cast<int>(l) + 1));
     bf16 *out = l + 1 < layers ? acts[l + 1].x : finalInput;
+    if (recompute)
+      PLACERT_TRY(allocateInner(acts[l]));
     PLACERT_TRY(forwardBlock(static_cast<int>(l), acts[l], out));
+    if (recompute)
+      PLACERT_TRY(releaseInner(acts[l]));
     if (spec.zeroStage == 3 && l + 1 <= layers)
       PLACERT_TRY(release(units[l + 1].gathered, stream));
   }
@@ -791,7 +809,16 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
       PLACERT_TRY(gather(unit - 1, Phase::Backward));
     PLACERT_TRY(waitGathered(unit));
     PLACERT_TRY(beginGrads(unit));
+    if (recompute) {
+      // The block's forward again from its saved input; its output is written over the next
+      // block's input (or the final norm's), which the backward no longer needs.
+      PLACERT_TRY(allocateInner(acts[l]));
+      PLACERT_TRY(
+          forwardBlock(static_cast<int>(l), acts[l], l + 1 < layers ? acts[l + 1].x : finalInput));
+    }
     PLACERT_TRY(backwardBlock(static_cast<int>(l), acts[l], dres, scratch));
+    if (recompute)
+      PLACERT_TRY(releaseInner(acts[l]));
     PLACERT_TRY(finishGrads(unit, last));
     if (spec.zeroStage == 3)
       PLACERT_TRY(release(units[unit].gathered, stream));
@@ -805,10 +832,8 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
   PLACERT_TRY(release(dres, stream));
   PLACERT_TRY(release(scratch, stream));
   for (auto &a : acts) {
-    for (bf16 **p : {&a.x, &a.ln1, &a.qkv, &a.att, &a.x2, &a.ln2, &a.h, &a.g})
-      PLACERT_TRY(release(*p, stream));
-    for (float **p : {&a.mean1, &a.rstd1, &a.mean2, &a.rstd2})
-      PLACERT_TRY(release(*p, stream));
+    PLACERT_TRY(release(a.x, stream));
+    PLACERT_TRY(releaseInner(a));
   }
   PLACERT_TRY(release(finalInput, stream));
   PLACERT_TRY(release(finalOut, stream));

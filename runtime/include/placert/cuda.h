@@ -99,6 +99,9 @@ struct GptRunSpec {
   int64_t globalBatch = 0, microBatch = 0;
   int dataParallel = 1;
   int zeroStage = 0;
+  /// Full recomputation: keep only each block's input and run its forward again before its
+  /// backward (the attention probabilities are recomputed in the backward either way).
+  bool recomputeFull = false;
   double learningRate = 3e-4;
   double peakFlops = 0;          ///< Per device, bf16 dense, for MFU (the .place cluster's).
   double predictedPeakBytes = 0; ///< The report's per-device peak, for the comparison (0: none).

@@ -21,6 +21,7 @@ int main(int argc, char **argv) {
   spec.microBatch = 4;
   spec.dataParallel = 1;
   spec.zeroStage = 0;
+  spec.recomputeFull = false;
   // The cluster's peak FLOP/s per device (MFU) and the report's per-device peak memory.
   spec.peakFlops = 989000000000000;
   spec.predictedPeakBytes = 34743320576;
