@@ -210,6 +210,70 @@ double crossEntropyLossAndGrad(const float *logits, const int32_t *targets, cons
   return loss;
 }
 
+void rmsNormForward(const float *x, const float *gamma, float *y, float *rstd, int64_t rows,
+                    int64_t cols, float epsilon) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * cols;
+    double sq = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      sq += static_cast<double>(xr[c]) * xr[c];
+    double s = 1.0 / std::sqrt(sq / static_cast<double>(cols) + epsilon);
+    rstd[r] = static_cast<float>(s);
+    for (int64_t c = 0; c < cols; ++c)
+      y[r * cols + c] = static_cast<float>(xr[c] * s * gamma[c]);
+  }
+}
+
+void rmsNormBackward(const float *x, const float *gamma, const float *rstd, const float *dy,
+                     float *dx, float *dgamma, int64_t rows, int64_t cols) {
+  // With g = dy·γ: dx = s · (g − x · s² · mean(g · x)).
+  for (int64_t r = 0; r < rows; ++r) {
+    const float *xr = x + r * cols;
+    const float *dyr = dy + r * cols;
+    double s = rstd[r], sumGX = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      sumGX += static_cast<double>(dyr[c]) * gamma[c] * xr[c];
+      dgamma[c] += static_cast<float>(dyr[c] * xr[c] * s);
+    }
+    double meanGX = sumGX / static_cast<double>(cols);
+    for (int64_t c = 0; c < cols; ++c)
+      dx[r * cols + c] =
+          static_cast<float>(s * (static_cast<double>(dyr[c]) * gamma[c] - xr[c] * s * s * meanGX));
+  }
+}
+
+void swigluForward(const float *gate, const float *up, float *out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    double a = gate[i], sigmoid = 1.0 / (1.0 + std::exp(-a));
+    out[i] = static_cast<float>(a * sigmoid * up[i]);
+  }
+}
+
+void swigluBackward(const float *gate, const float *up, const float *dout, float *dgate, float *dup,
+                    int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    double a = gate[i], sigmoid = 1.0 / (1.0 + std::exp(-a));
+    dup[i] = static_cast<float>(dout[i] * a * sigmoid);
+    dgate[i] = static_cast<float>(dout[i] * up[i] * sigmoid * (1.0 + a * (1.0 - sigmoid)));
+  }
+}
+
+void ropeApply(float *x, int64_t rows, int64_t seq, int64_t heads, int64_t headDim, bool inverse) {
+  for (int64_t r = 0; r < rows; ++r) {
+    double position = static_cast<double>(r % seq);
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i + 1 < headDim; i += 2) {
+        double angle =
+            position * std::pow(10000.0, -static_cast<double>(i) / static_cast<double>(headDim));
+        double c = std::cos(angle), s = inverse ? -std::sin(angle) : std::sin(angle);
+        float *pair = x + r * heads * headDim + h * headDim + i;
+        double x0 = pair[0], x1 = pair[1];
+        pair[0] = static_cast<float>(x0 * c - x1 * s);
+        pair[1] = static_cast<float>(x0 * s + x1 * c);
+      }
+  }
+}
+
 void adamUpdate(float *master, const float *grad, float *m, float *v, int64_t n, int64_t t,
                 float learningRate) {
   const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;

@@ -56,6 +56,25 @@ double crossEntropyLossAndGrad(const float *logits, const int32_t *targets, cons
                                const float *sumExp, const float *targetLogit, float *dlogits,
                                int64_t rows, int64_t vocabLocal, int64_t vocabOffset, double scale);
 
+/// RMSNorm (Zhang & Sennrich 2019): y[r, :] = x[r, :] · rstd · gamma with rstd = 1/√(mean(x²) +
+/// epsilon); saves rstd[r].
+void rmsNormForward(const float *x, const float *gamma, float *y, float *rstd, int64_t rows,
+                    int64_t cols, float epsilon);
+/// dx = ∂L/∂x (overwritten); dgamma is accumulated (+=).
+void rmsNormBackward(const float *x, const float *gamma, const float *rstd, const float *dy,
+                     float *dx, float *dgamma, int64_t rows, int64_t cols);
+
+/// SwiGLU (Shazeer 2020): out = silu(gate) · up, element by element.
+void swigluForward(const float *gate, const float *up, float *out, int64_t n);
+/// dgate and dup (overwritten) from dout.
+void swigluBackward(const float *gate, const float *up, const float *dout, float *dgate, float *dup,
+                    int64_t n);
+
+/// Rotary position embedding (Su et al. 2021) in place on x [rows, heads · headDim], rows ordered
+/// [batch, seq]: each pair (2i, 2i + 1) of a head at position p = row mod seq is rotated by
+/// p · 10000^(−2i/headDim). `inverse` rotates back (the backward of the forward rotation).
+void ropeApply(float *x, int64_t rows, int64_t seq, int64_t heads, int64_t headDim, bool inverse);
+
 /// Fused Adam on fp32 master weights (β1 0.9, β2 0.999, ε 1e-8, bias correction at step t ≥ 1):
 /// updates master, m and v in place from grad.
 void adamUpdate(float *master, const float *grad, float *m, float *v, int64_t n, int64_t t,

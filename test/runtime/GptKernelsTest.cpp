@@ -270,6 +270,76 @@ TEST(GptKernels, CrossEntropySplitInTwoEqualsUnsplit) {
     EXPECT_NEAR(split[i], whole[i], 1e-7);
 }
 
+TEST(GptKernels, RmsNormBackwardMatchesFiniteDifferences) {
+  const int64_t rows = 3, cols = 6;
+  std::vector<float> x = randomVector(rows * cols, 30, 2.0f), gamma = randomVector(cols, 31);
+  std::vector<float> weight = randomVector(rows * cols, 32);
+  std::vector<float> y(rows * cols), rstd(rows);
+  auto loss = [&] {
+    rmsNormForward(x.data(), gamma.data(), y.data(), rstd.data(), rows, cols, 1e-5f);
+    return dot(weight, y);
+  };
+  loss();
+  // The forward: mean of y² / γ² is 1 (up to ε) for each row.
+  for (int64_t r = 0; r < rows; ++r) {
+    double sq = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      sq += std::pow(y[r * cols + c] / gamma[c], 2);
+    EXPECT_NEAR(sq / cols, 1.0, 1e-3);
+  }
+  std::vector<float> dx(rows * cols), dgamma(cols, 0.0f);
+  rmsNormBackward(x.data(), gamma.data(), rstd.data(), weight.data(), dx.data(), dgamma.data(),
+                  rows, cols);
+  expectGradient(x, dx, loss, "dx");
+  expectGradient(gamma, dgamma, loss, "dgamma");
+}
+
+TEST(GptKernels, SwigluBackwardMatchesFiniteDifferences) {
+  const int64_t n = 10;
+  std::vector<float> gate = randomVector(n, 33, 3.0f), up = randomVector(n, 34, 2.0f);
+  std::vector<float> weight = randomVector(n, 35), out(n);
+  auto loss = [&] {
+    swigluForward(gate.data(), up.data(), out.data(), n);
+    return dot(weight, out);
+  };
+  loss();
+  // silu(a) = a / (1 + e^−a): silu(0) = 0, silu(a) → a for large a.
+  std::vector<float> a = {0.0f, 20.0f}, one = {1.0f, 1.0f}, silu(2);
+  swigluForward(a.data(), one.data(), silu.data(), 2);
+  EXPECT_EQ(silu[0], 0.0f);
+  EXPECT_NEAR(silu[1], 20.0f, 1e-6);
+  std::vector<float> dgate(n), dup(n);
+  swigluBackward(gate.data(), up.data(), weight.data(), dgate.data(), dup.data(), n);
+  expectGradient(gate, dgate, loss, "dgate");
+  expectGradient(up, dup, loss, "dup");
+}
+
+TEST(GptKernels, RopeRotatesPairsAndInvertsItself) {
+  const int64_t rows = 6, seq = 3, heads = 2, headDim = 4, n = rows * heads * headDim;
+  std::vector<float> x = randomVector(n, 36), rotated = x;
+  ropeApply(rotated.data(), rows, seq, heads, headDim, false);
+  // Position 0 (rows 0 and 3) is not rotated; other rows keep each pair's length.
+  for (int64_t c = 0; c < heads * headDim; ++c) {
+    EXPECT_EQ(rotated[c], x[c]);
+    EXPECT_EQ(rotated[3 * heads * headDim + c], x[3 * heads * headDim + c]);
+  }
+  for (int64_t i = 0; i < n; i += 2)
+    EXPECT_NEAR(std::hypot(rotated[i], rotated[i + 1]), std::hypot(x[i], x[i + 1]), 1e-6);
+  // Row 1 (position 1), head 0, pair 0: the angle is 1 radian.
+  const float *before = x.data() + heads * headDim, *after = rotated.data() + heads * headDim;
+  EXPECT_NEAR(after[0], before[0] * std::cos(1.0) - before[1] * std::sin(1.0), 1e-6);
+  EXPECT_NEAR(after[1], before[0] * std::sin(1.0) + before[1] * std::cos(1.0), 1e-6);
+  // The inverse rotation is the transpose: applied after the forward it gives x back, and it is
+  // the backward (⟨w, R x⟩ = ⟨Rᵀ w, x⟩).
+  std::vector<float> back = rotated;
+  ropeApply(back.data(), rows, seq, heads, headDim, true);
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_NEAR(back[i], x[i], 1e-6);
+  std::vector<float> w = randomVector(n, 37), wBack = w;
+  ropeApply(wBack.data(), rows, seq, heads, headDim, true);
+  EXPECT_NEAR(dot(w, rotated), dot(wBack, x), 1e-5);
+}
+
 TEST(GptKernels, AdamFollowsItsFormula) {
   const int64_t n = 5;
   std::vector<float> master = randomVector(n, 18), m = randomVector(n, 19, 0.1f);
