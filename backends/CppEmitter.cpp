@@ -112,17 +112,6 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
   }
   if (model.kind == ir::ModelKind::Transformer) {
     const ir::TransformerConfig &config = model.transformer;
-    if (config.mlp != ir::MlpActivation::Gelu)
-      refuse(model.loc, "mlp = " + ir::toString(config.mlp),
-             "the CPU trainer implements the GPT-2 MLP (gelu, two matrices)");
-    if (config.norm != ir::NormKind::LayerNorm)
-      refuse(model.loc, "norm = " + ir::toString(config.norm),
-             "the CPU trainer implements LayerNorm");
-    if (config.positions != ir::PositionKind::Learned)
-      refuse(model.loc, "positions = " + ir::toString(config.positions),
-             "the CPU trainer implements learned position embeddings");
-    if (!config.bias)
-      refuse(model.loc, "bias = false", "the CPU trainer's linear layers have biases");
     int64_t tensorDegree = 1;
     for (const ir::Axis &axis : strategy.mesh.axes)
       if (axis.kind == ir::AxisKind::Tensor)
@@ -382,9 +371,16 @@ void Emitter::emitMain() {
                            "{}; vocab = {}; ffn = {}; tied_embeddings = {}; }}",
                            model.name, gpt.layers, gpt.hidden, gpt.heads, gpt.seq, gpt.vocab, ffn,
                            gpt.tiedEmbeddings ? "true" : "false"));
-    os.line(fmt::format("placert::GptShape shape{{\"{}\", {}, {}, {}, {}, {}, {}, {}}};",
+    auto flag = [](bool value) { return value ? "true" : "false"; };
+    os.comment(fmt::format("mlp = {}; norm = {}; bias = {}; positions = {};",
+                           ir::toString(gpt.mlp).str(), ir::toString(gpt.norm).str(),
+                           flag(gpt.bias), ir::toString(gpt.positions).str()));
+    os.line(fmt::format("placert::GptShape shape{{\"{}\", {}, {}, {}, {}, {}, {}, {}, "
+                        "/*swiglu=*/{}, /*rmsNorm=*/{}, /*bias=*/{}, /*rope=*/{}}};",
                         model.name, gpt.layers, gpt.hidden, gpt.heads, gpt.seq, gpt.vocab, ffn,
-                        gpt.tiedEmbeddings ? "true" : "false"));
+                        flag(gpt.tiedEmbeddings), flag(gpt.mlp == ir::MlpActivation::Swiglu),
+                        flag(gpt.norm == ir::NormKind::RmsNorm), flag(gpt.bias),
+                        flag(gpt.positions == ir::PositionKind::Rope)));
   } else {
     const ir::MlpConfig &mlp = model.mlp;
     os.comment(fmt::format("model {} : mlp {{ layers = {}; width = {}; input = {}; output = {}; }}",

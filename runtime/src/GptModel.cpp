@@ -51,26 +51,47 @@ std::vector<TensorInfo> GptModel::getTensors(UnitKind kind, int64_t layer) const
     tensors.push_back(tensor);
   };
   using Init = TensorInfo::Init;
+  bool norm = !m.rmsNorm, bias = m.bias;
   if (kind == UnitKind::Embed) {
     add("embed.tokens", m.vocab, h, Split::Vocabulary, Init::Weight, h);
-    add("embed.positions", m.seq, h, Split::Replicated, Init::Weight, h);
+    if (!m.rope)
+      add("embed.positions", m.seq, h, Split::Replicated, Init::Weight, h);
   } else if (kind == UnitKind::Layer) {
     std::string p = "layers." + std::to_string(layer) + ".";
     add(p + "ln1.weight", h, 1, Split::Replicated, Init::NormWeight, 1);
-    add(p + "ln1.bias", h, 1, Split::Replicated, Init::Bias, h);
+    if (norm)
+      add(p + "ln1.bias", h, 1, Split::Replicated, Init::Bias, h);
     add(p + "attn.qkv.weight", 3 * h, h, Split::Column, Init::Weight, h);
-    add(p + "attn.qkv.bias", 3 * h, 1, Split::Column, Init::Bias, h);
+    if (bias)
+      add(p + "attn.qkv.bias", 3 * h, 1, Split::Column, Init::Bias, h);
     add(p + "attn.proj.weight", h, h, Split::Row, Init::Weight, h);
-    add(p + "attn.proj.bias", h, 1, Split::Replicated, Init::Bias, h);
+    if (bias)
+      add(p + "attn.proj.bias", h, 1, Split::Replicated, Init::Bias, h);
     add(p + "ln2.weight", h, 1, Split::Replicated, Init::NormWeight, 1);
-    add(p + "ln2.bias", h, 1, Split::Replicated, Init::Bias, h);
-    add(p + "mlp.fc.weight", m.ffn, h, Split::Column, Init::Weight, h);
-    add(p + "mlp.fc.bias", m.ffn, 1, Split::Column, Init::Bias, h);
-    add(p + "mlp.proj.weight", h, m.ffn, Split::Row, Init::Weight, m.ffn);
-    add(p + "mlp.proj.bias", h, 1, Split::Replicated, Init::Bias, m.ffn);
+    if (norm)
+      add(p + "ln2.bias", h, 1, Split::Replicated, Init::Bias, h);
+    if (m.swiglu) {
+      add(p + "mlp.gate.weight", m.ffn, h, Split::Column, Init::Weight, h);
+      if (bias)
+        add(p + "mlp.gate.bias", m.ffn, 1, Split::Column, Init::Bias, h);
+      add(p + "mlp.up.weight", m.ffn, h, Split::Column, Init::Weight, h);
+      if (bias)
+        add(p + "mlp.up.bias", m.ffn, 1, Split::Column, Init::Bias, h);
+      add(p + "mlp.down.weight", h, m.ffn, Split::Row, Init::Weight, m.ffn);
+      if (bias)
+        add(p + "mlp.down.bias", h, 1, Split::Replicated, Init::Bias, m.ffn);
+    } else {
+      add(p + "mlp.fc.weight", m.ffn, h, Split::Column, Init::Weight, h);
+      if (bias)
+        add(p + "mlp.fc.bias", m.ffn, 1, Split::Column, Init::Bias, h);
+      add(p + "mlp.proj.weight", h, m.ffn, Split::Row, Init::Weight, m.ffn);
+      if (bias)
+        add(p + "mlp.proj.bias", h, 1, Split::Replicated, Init::Bias, m.ffn);
+    }
   } else {
     add("final_norm.weight", h, 1, Split::Replicated, Init::NormWeight, 1);
-    add("final_norm.bias", h, 1, Split::Replicated, Init::Bias, h);
+    if (norm)
+      add("final_norm.bias", h, 1, Split::Replicated, Init::Bias, h);
     if (!m.tiedEmbeddings)
       add("output.weight", m.vocab, h, Split::Vocabulary, Init::Weight, h);
   }
@@ -142,6 +163,58 @@ void GptModel::recomputeAttention(UnitActivations &saved) {
                    b, m.seq, localHeads, headDim);
 }
 
+namespace {
+
+/// Where each tensor of a unit starts in its local piece, by name without the `layers.<l>.`
+/// prefix; -1 for a tensor the model does not have (biases with `bias = false`, ...).
+class Offsets {
+public:
+  explicit Offsets(const std::vector<TensorInfo> &tensors) {
+    for (const TensorInfo &tensor : tensors) {
+      std::string name = tensor.name;
+      if (name.rfind("layers.", 0) == 0)
+        name = name.substr(name.find('.', 7) + 1);
+      offsets.emplace_back(name, tensor.localOffset);
+    }
+  }
+  int64_t operator()(const char *name) const {
+    for (const auto &[key, offset] : offsets)
+      if (key == name)
+        return offset;
+    return -1;
+  }
+  template <class T> T *at(T *base, const char *name) const {
+    int64_t offset = (*this)(name);
+    return offset < 0 ? nullptr : base + offset;
+  }
+
+private:
+  std::vector<std::pair<std::string, int64_t>> offsets;
+};
+
+} // namespace
+
+void GptModel::normForward(const float *x, const float *weight, const float *bias, float *y,
+                           std::vector<float> &mean, std::vector<float> &rstd, int64_t rows) const {
+  int64_t h = config.shape.hidden;
+  mean.resize(static_cast<size_t>(rows));
+  rstd.resize(static_cast<size_t>(rows));
+  if (config.shape.rmsNorm)
+    rmsNormForward(x, weight, y, rstd.data(), rows, h, kEpsilon);
+  else
+    layerNormForward(x, weight, bias, y, mean.data(), rstd.data(), rows, h, kEpsilon);
+}
+
+void GptModel::normBackward(const float *x, const float *weight, const std::vector<float> &mean,
+                            const std::vector<float> &rstd, const float *dy, float *dx,
+                            float *dweight, float *dbias, int64_t rows) const {
+  int64_t h = config.shape.hidden;
+  if (config.shape.rmsNorm)
+    rmsNormBackward(x, weight, rstd.data(), dy, dx, dweight, rows, h);
+  else
+    layerNormBackward(x, weight, mean.data(), rstd.data(), dy, dx, dweight, dbias, rows, h);
+}
+
 Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
                          const int32_t *tokens, const int32_t *targets, const float *input,
                          float *output, UnitActivations &saved, TensorCollectives &comm,
@@ -151,7 +224,8 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
   const int64_t t = config.tensorDegree, Rl = getLocalRows();
   const bool sp = config.sequenceParallel, parallel = t > 1;
   std::vector<TensorInfo> T = getTensors(kind, layer);
-  auto W = [&](size_t i) { return weights + T[i].localOffset; };
+  Offsets offsets(T);
+  auto W = [&](const char *name) { return offsets.at(weights, name); };
   // The tensor-parallel reduction of a partial [R, h] product into the [Rl, h] layout.
   auto reduce = [&](std::vector<float> &partial, std::vector<float> &result) -> Status {
     if (parallel && sp) {
@@ -172,11 +246,18 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
     whole = std::move(local);
     return Status::success();
   };
+  // out[r, :] = a[r, :] + b[r, :] + bias (when there is one).
+  auto residual = [&](const float *a, const float *bRows, const float *bias, float *out) {
+    for (int64_t r = 0; r < Rl; ++r)
+      for (int64_t c = 0; c < h; ++c)
+        out[r * h + c] = a[r * h + c] + bRows[r * h + c] + (bias ? bias[c] : 0.0f);
+  };
   loss = 0;
 
   if (kind == UnitKind::Embed) {
     std::vector<float> partial(static_cast<size_t>(R * h)), result;
-    embeddingForward(tokens, W(0), config.tensorIndex == 0 ? W(1) : nullptr, partial.data(), R, s,
+    embeddingForward(tokens, W("embed.tokens"),
+                     config.tensorIndex == 0 ? W("embed.positions") : nullptr, partial.data(), R, s,
                      h, T[0].rowOffset, T[0].localRows);
     PLACERT_TRY(reduce(partial, result));
     std::copy(result.begin(), result.end(), output);
@@ -186,14 +267,12 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
 
   if (kind == UnitKind::Layer) {
     const int64_t localHeads = m.heads / t, headDim = h / m.heads, hl = h / t, fl = m.ffn / t;
-    saved.mean1.resize(static_cast<size_t>(Rl));
-    saved.rstd1.resize(static_cast<size_t>(Rl));
     std::vector<float> y1l(static_cast<size_t>(Rl * h));
-    layerNormForward(input, W(0), W(1), y1l.data(), saved.mean1.data(), saved.rstd1.data(), Rl, h,
-                     kEpsilon);
+    normForward(input, W("ln1.weight"), W("ln1.bias"), y1l.data(), saved.mean1, saved.rstd1, Rl);
     PLACERT_TRY(gather(y1l, saved.y1));
     std::vector<float> qkv(static_cast<size_t>(R * 3 * hl));
-    kernels->linearForward(saved.y1.data(), W(2), W(3), qkv.data(), R, h, 3 * hl);
+    kernels->linearForward(saved.y1.data(), W("attn.qkv.weight"), W("attn.qkv.bias"), qkv.data(), R,
+                           h, 3 * hl);
     // The qkv rows are ordered [head][q, k, v][headDim], so a column split keeps whole heads.
     for (std::vector<float> *part : {&saved.q, &saved.k, &saved.v})
       part->resize(static_cast<size_t>(R * hl));
@@ -205,33 +284,47 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
           saved.k[r * hl + head * headDim + d] = row[headDim + d];
           saved.v[r * hl + head * headDim + d] = row[2 * headDim + d];
         }
+    if (m.rope) {
+      ropeApply(saved.q.data(), R, s, localHeads, headDim, false);
+      ropeApply(saved.k.data(), R, s, localHeads, headDim, false);
+    }
     saved.attn.resize(static_cast<size_t>(R * hl));
     saved.probs.assign(static_cast<size_t>(b * localHeads * s * s), 0.0f);
     attentionForward(saved.q.data(), saved.k.data(), saved.v.data(), saved.attn.data(),
                      saved.probs.data(), b, s, localHeads, headDim);
     std::vector<float> o(static_cast<size_t>(R * h)), oReduced;
-    kernels->linearForward(saved.attn.data(), W(4), nullptr, o.data(), R, hl, h);
+    kernels->linearForward(saved.attn.data(), W("attn.proj.weight"), nullptr, o.data(), R, hl, h);
     PLACERT_TRY(reduce(o, oReduced));
     saved.x1.resize(static_cast<size_t>(Rl * h));
-    for (int64_t r = 0; r < Rl; ++r)
-      for (int64_t c = 0; c < h; ++c)
-        saved.x1[r * h + c] = input[r * h + c] + oReduced[r * h + c] + W(5)[c];
-    saved.mean2.resize(static_cast<size_t>(Rl));
-    saved.rstd2.resize(static_cast<size_t>(Rl));
+    residual(input, oReduced.data(), W("attn.proj.bias"), saved.x1.data());
     std::vector<float> y2l(static_cast<size_t>(Rl * h));
-    layerNormForward(saved.x1.data(), W(6), W(7), y2l.data(), saved.mean2.data(),
-                     saved.rstd2.data(), Rl, h, kEpsilon);
+    normForward(saved.x1.data(), W("ln2.weight"), W("ln2.bias"), y2l.data(), saved.mean2,
+                saved.rstd2, Rl);
     PLACERT_TRY(gather(y2l, saved.y2));
     saved.f.resize(static_cast<size_t>(R * fl));
     saved.g.resize(static_cast<size_t>(R * fl));
-    kernels->linearForward(saved.y2.data(), W(8), W(9), saved.f.data(), R, h, fl);
-    kernels->geluForward(saved.f.data(), saved.g.data(), R * fl);
+    const float *down;
+    const float *downBias;
+    if (m.swiglu) {
+      saved.u.resize(static_cast<size_t>(R * fl));
+      kernels->linearForward(saved.y2.data(), W("mlp.gate.weight"), W("mlp.gate.bias"),
+                             saved.f.data(), R, h, fl);
+      kernels->linearForward(saved.y2.data(), W("mlp.up.weight"), W("mlp.up.bias"), saved.u.data(),
+                             R, h, fl);
+      swigluForward(saved.f.data(), saved.u.data(), saved.g.data(), R * fl);
+      down = W("mlp.down.weight");
+      downBias = W("mlp.down.bias");
+    } else {
+      kernels->linearForward(saved.y2.data(), W("mlp.fc.weight"), W("mlp.fc.bias"), saved.f.data(),
+                             R, h, fl);
+      kernels->geluForward(saved.f.data(), saved.g.data(), R * fl);
+      down = W("mlp.proj.weight");
+      downBias = W("mlp.proj.bias");
+    }
     std::vector<float> o2(static_cast<size_t>(R * h)), o2Reduced;
-    kernels->linearForward(saved.g.data(), W(10), nullptr, o2.data(), R, fl, h);
+    kernels->linearForward(saved.g.data(), down, nullptr, o2.data(), R, fl, h);
     PLACERT_TRY(reduce(o2, o2Reduced));
-    for (int64_t r = 0; r < Rl; ++r)
-      for (int64_t c = 0; c < h; ++c)
-        output[r * h + c] = saved.x1[r * h + c] + o2Reduced[r * h + c] + W(11)[c];
+    residual(saved.x1.data(), o2Reduced.data(), downBias, output);
     saved.complete = true;
     if (config.recompute == Recompute::Selective && !recomputing)
       saved.probs = std::vector<float>(); // recomputed before the backward
@@ -244,12 +337,10 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
   // cross-entropy (Megatron-LM): local row maxima, sums of exponentials and target logits are
   // exchanged over the tensor axes, then each rank has the loss and its logits' gradient.
   const int64_t Vl = m.vocab / t, vocabOffset = config.tensorIndex * Vl;
-  const float *table = m.tiedEmbeddings ? tiedTable : W(2);
-  saved.mean1.resize(static_cast<size_t>(Rl));
-  saved.rstd1.resize(static_cast<size_t>(Rl));
+  const float *table = m.tiedEmbeddings ? tiedTable : W("output.weight");
   std::vector<float> yl(static_cast<size_t>(Rl * h));
-  layerNormForward(input, W(0), W(1), yl.data(), saved.mean1.data(), saved.rstd1.data(), Rl, h,
-                   kEpsilon);
+  normForward(input, W("final_norm.weight"), W("final_norm.bias"), yl.data(), saved.mean1,
+              saved.rstd1, Rl);
   PLACERT_TRY(gather(yl, saved.y1));
   std::vector<float> logits(static_cast<size_t>(R * Vl));
   kernels->linearForward(saved.y1.data(), table, nullptr, logits.data(), R, h, Vl);
@@ -318,8 +409,9 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
   const int64_t t = config.tensorDegree, Rl = getLocalRows();
   const bool sp = config.sequenceParallel, parallel = t > 1;
   std::vector<TensorInfo> T = getTensors(kind, layer);
-  auto W = [&](size_t i) { return weights + T[i].localOffset; };
-  auto G = [&](size_t i) { return grads + T[i].localOffset; };
+  Offsets offsets(T);
+  auto W = [&](const char *name) { return offsets.at(weights, name); };
+  auto G = [&](const char *name) { return offsets.at(grads, name); };
   auto reduce = [&](std::vector<float> &partial, std::vector<float> &result) -> Status {
     if (parallel && sp) {
       result.assign(static_cast<size_t>(Rl * h), 0.0f);
@@ -337,6 +429,10 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
     std::copy(local, local + R * h, whole.begin());
     return Status::success();
   };
+  auto addBiasGrad = [&](const float *rows, float *bias) {
+    if (bias)
+      addColumnSums(rows, bias, Rl, h);
+  };
   if (!saved.complete)
     return Status(StatusCode::InvalidArgument,
                   "backward before the unit's activations were computed (or recomputed)");
@@ -344,37 +440,58 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
   if (kind == UnitKind::Embed) {
     std::vector<float> whole;
     PLACERT_TRY(gather(outputGrad, whole));
-    embeddingBackward(tokens, whole.data(), G(0), G(1), R, s, h, T[0].rowOffset, T[0].localRows);
+    embeddingBackward(tokens, whole.data(), G("embed.tokens"), G("embed.positions"), R, s, h,
+                      T[0].rowOffset, T[0].localRows);
     return Status::success();
   }
 
   if (kind == UnitKind::Layer) {
     const int64_t localHeads = m.heads / t, headDim = h / m.heads, hl = h / t, fl = m.ffn / t;
-    addColumnSums(outputGrad, G(11), Rl, h);
+    const char *downName = m.swiglu ? "mlp.down.weight" : "mlp.proj.weight";
+    addBiasGrad(outputGrad, G(m.swiglu ? "mlp.down.bias" : "mlp.proj.bias"));
     std::vector<float> dout;
     PLACERT_TRY(gather(outputGrad, dout));
-    kernels->linearWeightGrad(saved.g.data(), dout.data(), G(10), nullptr, R, fl, h);
+    kernels->linearWeightGrad(saved.g.data(), dout.data(), G(downName), nullptr, R, fl, h);
     std::vector<float> dg(static_cast<size_t>(R * fl));
-    kernels->linearInputGrad(dout.data(), W(10), dg.data(), R, fl, h);
-    kernels->geluBackward(saved.f.data(), dg.data(), dg.data(), R * fl);
-    kernels->linearWeightGrad(saved.y2.data(), dg.data(), G(8), G(9), R, h, fl);
+    kernels->linearInputGrad(dout.data(), W(downName), dg.data(), R, fl, h);
     std::vector<float> dy2(static_cast<size_t>(R * h)), dy2Reduced;
-    kernels->linearInputGrad(dg.data(), W(8), dy2.data(), R, h, fl);
+    if (m.swiglu) {
+      std::vector<float> dgate(dg.size()), dup(dg.size()), dy2Up(dy2.size());
+      swigluBackward(saved.f.data(), saved.u.data(), dg.data(), dgate.data(), dup.data(), R * fl);
+      kernels->linearWeightGrad(saved.y2.data(), dgate.data(), G("mlp.gate.weight"),
+                                G("mlp.gate.bias"), R, h, fl);
+      kernels->linearWeightGrad(saved.y2.data(), dup.data(), G("mlp.up.weight"), G("mlp.up.bias"),
+                                R, h, fl);
+      kernels->linearInputGrad(dgate.data(), W("mlp.gate.weight"), dy2.data(), R, h, fl);
+      kernels->linearInputGrad(dup.data(), W("mlp.up.weight"), dy2Up.data(), R, h, fl);
+      for (size_t i = 0; i < dy2.size(); ++i)
+        dy2[i] += dy2Up[i];
+    } else {
+      kernels->geluBackward(saved.f.data(), dg.data(), dg.data(), R * fl);
+      kernels->linearWeightGrad(saved.y2.data(), dg.data(), G("mlp.fc.weight"), G("mlp.fc.bias"), R,
+                                h, fl);
+      kernels->linearInputGrad(dg.data(), W("mlp.fc.weight"), dy2.data(), R, h, fl);
+    }
     PLACERT_TRY(reduce(dy2, dy2Reduced));
     std::vector<float> dx1(static_cast<size_t>(Rl * h));
-    layerNormBackward(saved.x1.data(), W(6), saved.mean2.data(), saved.rstd2.data(),
-                      dy2Reduced.data(), dx1.data(), G(6), G(7), Rl, h);
+    normBackward(saved.x1.data(), W("ln2.weight"), saved.mean2, saved.rstd2, dy2Reduced.data(),
+                 dx1.data(), G("ln2.weight"), G("ln2.bias"), Rl);
     for (int64_t i = 0; i < Rl * h; ++i)
       dx1[i] += outputGrad[i];
-    addColumnSums(dx1.data(), G(5), Rl, h);
+    addBiasGrad(dx1.data(), G("attn.proj.bias"));
     std::vector<float> dx1Whole;
     PLACERT_TRY(gather(dx1.data(), dx1Whole));
-    kernels->linearWeightGrad(saved.attn.data(), dx1Whole.data(), G(4), nullptr, R, hl, h);
+    kernels->linearWeightGrad(saved.attn.data(), dx1Whole.data(), G("attn.proj.weight"), nullptr, R,
+                              hl, h);
     std::vector<float> da(static_cast<size_t>(R * hl));
-    kernels->linearInputGrad(dx1Whole.data(), W(4), da.data(), R, hl, h);
+    kernels->linearInputGrad(dx1Whole.data(), W("attn.proj.weight"), da.data(), R, hl, h);
     std::vector<float> dq(da.size()), dk(da.size()), dv(da.size());
     attentionBackward(saved.q.data(), saved.k.data(), saved.v.data(), saved.probs.data(), da.data(),
                       dq.data(), dk.data(), dv.data(), b, s, localHeads, headDim);
+    if (m.rope) {
+      ropeApply(dq.data(), R, s, localHeads, headDim, true);
+      ropeApply(dk.data(), R, s, localHeads, headDim, true);
+    }
     std::vector<float> dqkv(static_cast<size_t>(R * 3 * hl));
     for (int64_t r = 0; r < R; ++r)
       for (int64_t head = 0; head < localHeads; ++head)
@@ -384,26 +501,27 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
           row[headDim + d] = dk[r * hl + head * headDim + d];
           row[2 * headDim + d] = dv[r * hl + head * headDim + d];
         }
-    kernels->linearWeightGrad(saved.y1.data(), dqkv.data(), G(2), G(3), R, h, 3 * hl);
+    kernels->linearWeightGrad(saved.y1.data(), dqkv.data(), G("attn.qkv.weight"),
+                              G("attn.qkv.bias"), R, h, 3 * hl);
     std::vector<float> dy1(static_cast<size_t>(R * h)), dy1Reduced;
-    kernels->linearInputGrad(dqkv.data(), W(2), dy1.data(), R, h, 3 * hl);
+    kernels->linearInputGrad(dqkv.data(), W("attn.qkv.weight"), dy1.data(), R, h, 3 * hl);
     PLACERT_TRY(reduce(dy1, dy1Reduced));
-    layerNormBackward(input, W(0), saved.mean1.data(), saved.rstd1.data(), dy1Reduced.data(),
-                      inputGrad, G(0), G(1), Rl, h);
+    normBackward(input, W("ln1.weight"), saved.mean1, saved.rstd1, dy1Reduced.data(), inputGrad,
+                 G("ln1.weight"), G("ln1.bias"), Rl);
     for (int64_t i = 0; i < Rl * h; ++i)
       inputGrad[i] += dx1[i];
     return Status::success();
   }
 
   const int64_t Vl = m.vocab / t;
-  const float *table = m.tiedEmbeddings ? tiedTable : W(2);
-  float *tableGrad = m.tiedEmbeddings ? tiedGrads : G(2);
+  const float *table = m.tiedEmbeddings ? tiedTable : W("output.weight");
+  float *tableGrad = m.tiedEmbeddings ? tiedGrads : G("output.weight");
   kernels->linearWeightGrad(saved.y1.data(), saved.dlogits.data(), tableGrad, nullptr, R, h, Vl);
   std::vector<float> dy(static_cast<size_t>(R * h)), dyReduced;
   kernels->linearInputGrad(saved.dlogits.data(), table, dy.data(), R, h, Vl);
   PLACERT_TRY(reduce(dy, dyReduced));
-  layerNormBackward(input, W(0), saved.mean1.data(), saved.rstd1.data(), dyReduced.data(),
-                    inputGrad, G(0), G(1), Rl, h);
+  normBackward(input, W("final_norm.weight"), saved.mean1, saved.rstd1, dyReduced.data(), inputGrad,
+               G("final_norm.weight"), G("final_norm.bias"), Rl);
   return Status::success();
 }
 

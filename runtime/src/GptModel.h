@@ -41,7 +41,8 @@ public:
 
 /// What a unit keeps of one micro-batch between its forward and backward.
 struct UnitActivations {
-  std::vector<float> y1, mean1, rstd1, q, k, v, probs, attn, x1, y2, mean2, rstd2, f, g;
+  /// f: the gelu input or the swiglu gate; u: the swiglu up projection.
+  std::vector<float> y1, mean1, rstd1, q, k, v, probs, attn, x1, y2, mean2, rstd2, f, u, g;
   std::vector<float> dlogits;   ///< The head: the loss gradient of its logits.
   std::vector<float> lossStats; ///< The head: per row max, sum of exponentials, target.
   bool complete = false;        ///< Every tensor above present (else recompute first).
@@ -92,6 +93,13 @@ public:
   std::vector<std::pair<int64_t, int64_t>> getReplicatedRanges(UnitKind kind, int64_t layer) const;
 
 private:
+  /// LayerNorm or RMSNorm (then `bias` and `mean` are unused) over the hidden width.
+  void normForward(const float *x, const float *weight, const float *bias, float *y,
+                   std::vector<float> &mean, std::vector<float> &rstd, int64_t rows) const;
+  void normBackward(const float *x, const float *weight, const std::vector<float> &mean,
+                    const std::vector<float> &rstd, const float *dy, float *dx, float *dweight,
+                    float *dbias, int64_t rows) const;
+
   GptConfig config;
   std::unique_ptr<Kernels> kernels;
 };

@@ -303,12 +303,14 @@ struct MlpShape {
   int64_t layers = 0, width = 0, input = 0, output = 0;
 };
 
-/// `model g : transformer { layers; hidden; heads; seq; vocab; ffn; tied_embeddings; }` with the
-/// GPT-2 options (gelu MLP, layernorm, biases, learned positions).
+/// `model g : transformer { layers; hidden; heads; seq; vocab; ffn; tied_embeddings; mlp; norm;
+/// bias; positions; }`; the defaults are GPT-2's (gelu MLP, layernorm, biases, learned positions),
+/// the options LLaMA's (swiglu, rmsnorm, no biases, rotary positions).
 struct GptShape {
   std::string name;
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;
   bool tiedEmbeddings = true;
+  bool swiglu = false, rmsNorm = false, bias = true, rope = false;
 };
 
 /// What the run says about the step.
