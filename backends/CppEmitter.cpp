@@ -136,9 +136,6 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
     refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
            "activation recomputation of an mlp", "the mlp trainer keeps its activations");
   }
-  if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::Interleaved && stages > 1)
-    refuse(strategy.pipeline->loc, "the interleaved pipeline schedule",
-           "the runtime runs GPipe and 1F1B");
   const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
   if (activations.tier != ir::Tier::Device)
     refuse(activations.tierLoc.isValid() ? activations.tierLoc : strategyLoc, "activations @ host",
@@ -171,7 +168,18 @@ private:
     return axisGroup(axes);
   }
   Expected<std::string> call(const Op &op) const;
-  Error emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool perMicrobatch);
+  Error emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool perMicrobatch,
+                 StringRef suffix = "");
+  bool isInterleaved() const { return plan.chunks > 1 && plan.stages.size() > 1; }
+  /// The stage-local model chunk of a unit under an interleaved schedule (chunk g of the model
+  /// runs on stage g mod p as that stage's chunk g / p).
+  unsigned localChunk(int unit) const {
+    int64_t layers = model.getNumLayers(), p = static_cast<int64_t>(plan.stages.size());
+    int64_t chunks = p * plan.chunks, perChunk = std::max<int64_t>(1, layers / chunks);
+    int64_t layer = plan.units[unit].layer;
+    int64_t global = layer < 0 ? 0 : layer >= layers ? chunks - 1 : layer / perChunk;
+    return static_cast<unsigned>(global / p);
+  }
   void emitMain();
 
   const plan::StepPlan &plan;
@@ -284,13 +292,14 @@ const char *collectiveName(OpKind kind) {
   }
 }
 
-Error Emitter::emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool perMicrobatch) {
+Error Emitter::emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool perMicrobatch,
+                        StringRef suffix) {
   bool transformer = model.kind == ir::ModelKind::Transformer;
   std::string trainer = transformer ? "placert::GptTrainer" : "placert::MlpTrainer";
-  std::string signature =
-      perMicrobatch
-          ? fmt::format("Status {}Stage{}({} &trainer, int mb)", pass.str(), stage, trainer)
-          : fmt::format("Status {}Stage{}({} &trainer)", pass.str(), stage, trainer);
+  std::string signature = perMicrobatch ? fmt::format("Status {}Stage{}{}({} &trainer, int mb)",
+                                                      pass.str(), stage, suffix.str(), trainer)
+                                        : fmt::format("Status {}Stage{}{}({} &trainer)", pass.str(),
+                                                      stage, suffix.str(), trainer);
   IndentedStream::Scope function(os, signature);
   for (size_t i = 0; i < ops.size(); ++i) {
     const Op &op = ops[i];
@@ -397,8 +406,10 @@ void Emitter::emitMain() {
   os.line(fmt::format("spec.globalBatch = {};", run.globalBatch));
   os.line(fmt::format("spec.microBatch = {};", run.microBatch));
   os.line(fmt::format("spec.microbatches = {}; // per step per batch replica", plan.microbatches));
-  os.line(fmt::format("spec.schedule = placert::Schedule::{};",
-                      plan.schedule == ir::Schedule::GPipe ? "GPipe" : "OneFOneB"));
+  os.line(fmt::format("spec.schedule = placert::Schedule::{};", plan.schedule == ir::Schedule::GPipe
+                                                                    ? "GPipe"
+                                                                : isInterleaved() ? "Interleaved"
+                                                                                  : "OneFOneB"));
   const char *optimizer = run.optimizer == ir::OptimizerKind::Adam  ? "Adam"
                           : run.optimizer == ir::OptimizerKind::Sgd ? "Sgd"
                                                                     : "SgdMomentum";
@@ -457,11 +468,25 @@ void Emitter::emitMain() {
   os.comment("and --metrics.");
   {
     IndentedStream::Scope stages(os, "std::vector<placert::StageProgram> stages =", "};");
-    for (const plan::StagePlan &stage : plan.stages)
-      os.line(fmt::format("{{[&](int mb) {{ return forwardStage{0}(trainer, mb); }},\n{1}  "
-                          "[&](int mb) {{ return backwardStage{0}(trainer, mb); }},\n{1}  "
-                          "[&] {{ return stepStage{0}(trainer); }}}},",
-                          stage.stage, std::string(4, ' ')));
+    for (const plan::StagePlan &stage : plan.stages) {
+      if (!isInterleaved()) {
+        os.line(fmt::format("{{[&](int mb) {{ return forwardStage{0}(trainer, mb); }},\n{1}  "
+                            "[&](int mb) {{ return backwardStage{0}(trainer, mb); }},\n{1}  "
+                            "[&] {{ return stepStage{0}(trainer); }}}},",
+                            stage.stage, std::string(4, ' ')));
+        continue;
+      }
+      std::string forward, backward;
+      for (unsigned chunk = 0; chunk < plan.chunks; ++chunk) {
+        forward += fmt::format("{}[&](int mb) {{ return forwardStage{}Chunk{}(trainer, mb); }}",
+                               chunk ? ", " : "", stage.stage, chunk);
+        backward += fmt::format("{}[&](int mb) {{ return backwardStage{}Chunk{}(trainer, mb); }}",
+                                chunk ? ", " : "", stage.stage, chunk);
+      }
+      os.line(fmt::format("{{nullptr, nullptr, [&] {{ return stepStage{0}(trainer); }},\n{1}  "
+                          "{{{2}}},\n{1}  {{{3}}}}},",
+                          stage.stage, std::string(4, ' '), forward, backward));
+    }
   }
   os.line("return trainer.train(stages);");
 }
@@ -503,15 +528,40 @@ Expected<std::string> Emitter::emit() {
       std::string names;
       for (unsigned unit : stage.units)
         names += " " + plan.units[unit].name;
-      os.line();
-      os.comment(fmt::format("Stage {}:{}. Forward of one micro-batch.", stage.stage, names));
-      if (Error error = emitPass(stage.stage, "forward", stage.forward, true))
-        return error;
-      os.line();
-      os.comment(
-          fmt::format("Stage {}: backward of one micro-batch, units in reverse.", stage.stage));
-      if (Error error = emitPass(stage.stage, "backward", stage.backward, true))
-        return error;
+      if (isInterleaved()) {
+        // Interleaved: each of the stage's model chunks is a function of its own, which the
+        // runtime's schedule calls.
+        for (unsigned chunk = 0; chunk < plan.chunks; ++chunk) {
+          std::vector<Op> forward, backward;
+          for (const Op &op : stage.forward)
+            if (op.unit >= 0 && localChunk(op.unit) == chunk)
+              forward.push_back(op);
+          for (const Op &op : stage.backward)
+            if (op.unit >= 0 && localChunk(op.unit) == chunk)
+              backward.push_back(op);
+          std::string suffix = "Chunk" + std::to_string(chunk);
+          os.line();
+          os.comment(fmt::format("Stage {}:{}. Forward of chunk {} for one micro-batch.",
+                                 stage.stage, names, chunk));
+          if (Error error = emitPass(stage.stage, "forward", forward, true, suffix))
+            return error;
+          os.line();
+          os.comment(fmt::format("Stage {}: backward of chunk {} for one micro-batch.", stage.stage,
+                                 chunk));
+          if (Error error = emitPass(stage.stage, "backward", backward, true, suffix))
+            return error;
+        }
+      } else {
+        os.line();
+        os.comment(fmt::format("Stage {}:{}. Forward of one micro-batch.", stage.stage, names));
+        if (Error error = emitPass(stage.stage, "forward", stage.forward, true))
+          return error;
+        os.line();
+        os.comment(
+            fmt::format("Stage {}: backward of one micro-batch, units in reverse.", stage.stage));
+        if (Error error = emitPass(stage.stage, "backward", stage.backward, true))
+          return error;
+      }
       os.line();
       os.comment(fmt::format("Stage {}: once per step, after the last micro-batch's backward.",
                              stage.stage));

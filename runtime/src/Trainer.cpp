@@ -428,7 +428,37 @@ Status Trainer::allGatherParams(int index, const AxisGroup &axes, int64_t elemen
 
 Status Trainer::Core::runStep(const StageProgram &program) {
   int m = static_cast<int>(spec.microbatches);
-  if (spec.schedule == Schedule::GPipe || stages == 1) {
+  if (!program.forwardChunks.empty()) {
+    // Interleaved 1F1B (Narayanan et al. 2021, §2.2; Megatron-LM's schedule): virtual
+    // micro-batch k runs chunk (k mod p·v) / p of micro-batch (k / p·v)·p + k mod p, backwards
+    // through the chunks in reverse; (p − s − 1)·2 + (v − 1)·p warm-up forwards, then one forward
+    // and one backward alternating, then the cool-down.
+    int v = static_cast<int>(program.forwardChunks.size()), p = stages;
+    if (static_cast<int>(program.backwardChunks.size()) != v)
+      return invalid("the stage program has " + std::to_string(v) + " forward and " +
+                     std::to_string(program.backwardChunks.size()) + " backward chunks");
+    if (m % p != 0)
+      return invalid("the interleaved schedule needs the micro-batches (" + std::to_string(m) +
+                     ") to be a multiple of the pipeline stages (" + std::to_string(p) + ")");
+    int total = m * v;
+    auto microbatch = [&](int k) { return (k / (p * v)) * p + k % p; };
+    auto forwardChunk = [&](int k) { return (k % (p * v)) / p; };
+    auto runForward = [&](int k) {
+      return program.forwardChunks[static_cast<size_t>(forwardChunk(k))](microbatch(k));
+    };
+    auto runBackward = [&](int k) {
+      return program.backwardChunks[static_cast<size_t>(v - 1 - forwardChunk(k))](microbatch(k));
+    };
+    int warmup = m == p ? total : std::min(total, (p - stage - 1) * 2 + (v - 1) * p);
+    for (int k = 0; k < warmup; ++k)
+      PLACERT_TRY(runForward(k));
+    for (int k = warmup; k < total; ++k) {
+      PLACERT_TRY(runForward(k));
+      PLACERT_TRY(runBackward(k - warmup));
+    }
+    for (int k = total - warmup; k < total; ++k)
+      PLACERT_TRY(runBackward(k));
+  } else if (spec.schedule == Schedule::GPipe || stages == 1) {
     // GPipe (and no pipeline): every forward, then every backward. Without a pipeline this is
     // plain gradient accumulation; 1F1B with one stage is the same order micro-batch by
     // micro-batch.

@@ -21,7 +21,7 @@ enum class Target { Cpu };
 
 /// Reports, at its source location, each part of the run the CPU runtime cannot train (an abstract
 /// model, a vocabulary or token count the tensor degree does not divide, tied embeddings across
-/// pipeline stages, interleaved pipelines, an mlp with recomputation, activations on the host).
+/// pipeline stages, an mlp with recomputation, activations on the host).
 /// Returns true when there is none.
 bool checkCpuSupported(const ir::Run &run, DiagnosticEngine &diags);
 /// The generated program's main.cpp. Fails for plans the runtime cannot execute, naming what.

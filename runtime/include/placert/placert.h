@@ -79,7 +79,7 @@ enum class Collective {
   DeviceToHost
 };
 enum class AxisKind { Batch, Tensor, Layers };
-enum class Schedule { GPipe, OneFOneB };
+enum class Schedule { GPipe, OneFOneB, Interleaved };
 enum class OptimizerKind { Adam, Sgd, SgdMomentum };
 
 unsigned getSize(DType dtype);
@@ -343,11 +343,15 @@ struct UnitSpec {
   int64_t params = 0;
 };
 
-/// What one stage does: the per-micro-batch forward and backward, and the once-per-step ops.
+/// What one stage does: the per-micro-batch forward and backward, and the once-per-step ops. With
+/// an interleaved schedule the forward and backward of each of the stage's model chunks come
+/// apart, in chunk order (`forward` and `backward` are then unused).
 struct StageProgram {
   std::function<Status(int microbatch)> forward;
   std::function<Status(int microbatch)> backward;
   std::function<Status()> step;
+  std::vector<std::function<Status(int microbatch)>> forwardChunks = {};
+  std::vector<std::function<Status(int microbatch)>> backwardChunks = {};
 };
 
 /// The state layout shared by every model: each unit's parameters, gradients and optimizer state
