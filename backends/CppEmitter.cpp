@@ -139,7 +139,8 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
   const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
   if (activations.tier != ir::Tier::Device)
     refuse(activations.tierLoc.isValid() ? activations.tierLoc : strategyLoc, "activations @ host",
-           "the runtime keeps the activations on the device");
+           "the step plan lowers no transfers of offloaded activations (only their memory), so the "
+           "runtime keeps them on the device");
 }
 
 class Emitter {
