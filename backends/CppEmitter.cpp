@@ -92,6 +92,57 @@ std::string unitIdentifier(StringRef name) {
 
 std::string quoted(StringRef text) { return "\"" + text.str() + "\""; }
 
+SMLoc fieldLoc(const ir::Run &run, StringRef field) {
+  auto it = run.fieldLocs.find(field);
+  return it != run.fieldLocs.end() ? it->second : run.loc;
+}
+
+using RefuseFn = llvm::function_ref<void(SMLoc loc, const Twine &part, const Twine &why)>;
+
+/// Calls `refuse` for each part of the run that the CPU runtime cannot train, with where it is
+/// written and why (docs/running.md lists them).
+void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
+  const ir::Model &model = *run.model;
+  const ir::Strategy &strategy = *run.strategy;
+  SMLoc strategyLoc = fieldLoc(run, "strategy");
+  if (model.kind == ir::ModelKind::Abstract) {
+    refuse(fieldLoc(run, "model"), "model '" + model.name + "' of kind abstract",
+           "an abstract model has a parameter count but no layers to compute");
+    return;
+  }
+  if (model.kind == ir::ModelKind::Transformer) {
+    const ir::TransformerConfig &config = model.transformer;
+    int64_t tensorDegree = 1;
+    for (const ir::Axis &axis : strategy.mesh.axes)
+      if (axis.kind == ir::AxisKind::Tensor)
+        tensorDegree *= axis.size;
+    if (tensorDegree > 1 && config.vocab % tensorDegree != 0)
+      refuse(model.loc, "vocab = " + Twine(config.vocab),
+             "the vocabulary-parallel embedding and cross-entropy need a vocabulary that divides "
+             "among the " +
+                 Twine(tensorDegree) + " tensor-parallel ranks");
+    if (tensorDegree > 1 && strategy.sequenceParallel &&
+        (run.microBatch * config.seq) % tensorDegree != 0)
+      refuse(fieldLoc(run, "micro_batch"),
+             "micro_batch = " + Twine(run.microBatch) + " with seq = " + Twine(config.seq),
+             "sequence parallelism splits the micro-batch's tokens among the " +
+                 Twine(tensorDegree) + " tensor-parallel ranks");
+    if (config.tiedEmbeddings && stages > 1)
+      refuse(strategy.pipeline ? strategy.pipeline->loc : strategyLoc,
+             "tied embeddings across " + Twine(stages) + " pipeline stages",
+             "the step plan keeps no copy of the embedding on the last stage and no exchange of "
+             "its gradient; declare the model with tied_embeddings = false");
+  } else if (strategy.activationMode != ir::ActivationMode::Keep) {
+    refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
+           "activation recomputation of an mlp", "the mlp trainer keeps its activations");
+  }
+  const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
+  if (activations.tier != ir::Tier::Device)
+    refuse(activations.tierLoc.isValid() ? activations.tierLoc : strategyLoc, "activations @ host",
+           "the step plan lowers no transfers of offloaded activations (only their memory), so the "
+           "runtime keeps them on the device");
+}
+
 class Emitter {
 public:
   Emitter(const plan::StepPlan &plan, StringRef sourceName)
@@ -118,7 +169,18 @@ private:
     return axisGroup(axes);
   }
   Expected<std::string> call(const Op &op) const;
-  Error emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool perMicrobatch);
+  Error emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool perMicrobatch,
+                 StringRef suffix = "");
+  bool isInterleaved() const { return plan.chunks > 1 && plan.stages.size() > 1; }
+  /// The stage-local model chunk of a unit under an interleaved schedule (chunk g of the model
+  /// runs on stage g mod p as that stage's chunk g / p).
+  unsigned localChunk(int unit) const {
+    int64_t layers = model.getNumLayers(), p = static_cast<int64_t>(plan.stages.size());
+    int64_t chunks = p * plan.chunks, perChunk = std::max<int64_t>(1, layers / chunks);
+    int64_t layer = plan.units[unit].layer;
+    int64_t global = layer < 0 ? 0 : layer >= layers ? chunks - 1 : layer / perChunk;
+    return static_cast<unsigned>(global / p);
+  }
   void emitMain();
 
   const plan::StepPlan &plan;
@@ -131,21 +193,16 @@ private:
 };
 
 Error Emitter::checkSupported() const {
-  auto unsupported = [&](const Twine &what) {
-    return createStringError(inconvertibleErrorCode(),
-                             "run '%s': %s is not supported by the CPU runtime yet",
-                             run.name.c_str(), what.str().c_str());
-  };
-  if (model.kind != ir::ModelKind::Mlp)
-    return unsupported(Twine("model '") + model.name + "' of kind " + ir::toString(model.kind) +
-                       " (only mlp models train)");
-  if (plan.schedule == ir::Schedule::Interleaved && plan.stages.size() > 1)
-    return unsupported("the interleaved pipeline schedule");
-  if (strategy.activationMode != ir::ActivationMode::Keep)
-    return unsupported("activation recomputation");
-  if (strategy.getPlacement(ir::State::Params).tier != ir::Tier::Device)
-    return unsupported("params @ host");
-  return Error::success();
+  std::string messages;
+  forEachUnsupported(run, plan.stages.size(), [&](SMLoc, const Twine &part, const Twine &why) {
+    if (messages.empty())
+      messages =
+          ("run '" + run.name + "': " + part + " is not supported by the CPU runtime: " + why)
+              .str();
+  });
+  if (messages.empty())
+    return Error::success();
+  return createStringError(inconvertibleErrorCode(), "%s", messages.c_str());
 }
 
 Expected<std::string> Emitter::call(const Op &op) const {
@@ -183,6 +240,9 @@ Expected<std::string> Emitter::call(const Op &op) const {
     if (op.state == ir::State::Grads && op.phase == plan::Phase::Step)
       return fmt::format("trainer.allReduceGrads({}, {}, /*elements=*/{}, {})", unit, axes,
                          op.elements, dtype);
+    if (op.state == ir::State::Grads && model.kind == ir::ModelKind::Transformer)
+      return fmt::format("trainer.allReduceReplicatedGrads({}, mb, {}, /*elements=*/{}, {})", unit,
+                         axes, op.elements, dtype);
     break;
   case OpKind::ReduceScatter:
     if (op.state == ir::State::Grads)
@@ -193,11 +253,16 @@ Expected<std::string> Emitter::call(const Op &op) const {
     if (op.state == ir::State::Grads)
       return fmt::format("trainer.gradsToHost({}, /*elements=*/{}, {}, {})", unit, op.elements,
                          dtype, phase);
+    if (op.state == ir::State::Params && op.phase == plan::Phase::Step)
+      return fmt::format("trainer.paramsToHost({}, /*elements=*/{}, {})", unit, op.elements, dtype);
     break;
   case OpKind::HostToDevice:
     if (op.state == ir::State::Params && op.phase == plan::Phase::Step)
       return fmt::format("trainer.paramsToDevice({}, /*elements=*/{}, {})", unit, op.elements,
                          dtype);
+    if (op.state == ir::State::Params)
+      return fmt::format("trainer.bringParams({}, mb, /*elements=*/{}, {}, {})", unit, op.elements,
+                         dtype, phase);
     break;
   case OpKind::OptimizerUpdate:
     return fmt::format("trainer.optimizerUpdate({}, /*elements=*/{})", unit, op.elements);
@@ -209,13 +274,62 @@ Expected<std::string> Emitter::call(const Op &op) const {
                            op.reason.c_str());
 }
 
-Error Emitter::emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool perMicrobatch) {
-  std::string signature =
-      perMicrobatch
-          ? fmt::format("Status {}Stage{}(placert::MlpTrainer &trainer, int mb)", pass.str(), stage)
-          : fmt::format("Status {}Stage{}(placert::MlpTrainer &trainer)", pass.str(), stage);
+/// A collective of the plan that runs inside a unit's computation: tensor- and sequence-parallel
+/// traffic of activations (and the vocabulary-parallel cross-entropy's exchange).
+bool isUnitCollective(const Op &op, int unit) {
+  return op.unit == unit && op.state == ir::State::Activations &&
+         (op.kind == OpKind::AllReduce || op.kind == OpKind::AllGather ||
+          op.kind == OpKind::ReduceScatter);
+}
+
+const char *collectiveName(OpKind kind) {
+  switch (kind) {
+  case OpKind::AllGather:
+    return "placert::Collective::AllGather";
+  case OpKind::ReduceScatter:
+    return "placert::Collective::ReduceScatter";
+  default:
+    return "placert::Collective::AllReduce";
+  }
+}
+
+Error Emitter::emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool perMicrobatch,
+                        StringRef suffix) {
+  bool transformer = model.kind == ir::ModelKind::Transformer;
+  std::string trainer = transformer ? "placert::GptTrainer" : "placert::MlpTrainer";
+  std::string signature = perMicrobatch ? fmt::format("Status {}Stage{}{}({} &trainer, int mb)",
+                                                      pass.str(), stage, suffix.str(), trainer)
+                                        : fmt::format("Status {}Stage{}{}({} &trainer)", pass.str(),
+                                                      stage, suffix.str(), trainer);
   IndentedStream::Scope function(os, signature);
-  for (const Op &op : ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op &op = ops[i];
+    if (transformer && op.kind == OpKind::Compute) {
+      // The unit's computation with the collectives the plan lists after it, which the trainer
+      // runs in this order when its math reaches them.
+      const char *method = op.compute == plan::ComputeKind::Forward    ? "forward"
+                           : op.compute == plan::ComputeKind::Backward ? "backward"
+                                                                       : "recompute";
+      os.comment(op.reason);
+      size_t end = i + 1;
+      while (end < ops.size() && isUnitCollective(ops[end], op.unit))
+        ++end;
+      std::string unit = unitIdentifier(plan.units[op.unit].name);
+      if (end == i + 1) {
+        os.line(fmt::format("PLACERT_TRY(trainer.{}({}, mb, {{}}));", method, unit));
+        continue;
+      }
+      os.line(fmt::format("PLACERT_TRY(trainer.{}({}, mb, {{", method, unit));
+      for (size_t k = i + 1; k < end; ++k) {
+        const Op &inner = ops[k];
+        os.line("    // " + inner.reason);
+        os.line(fmt::format("    {{{}, {}, /*elements=*/{}, {}}},", collectiveName(inner.kind),
+                            axisGroup(inner.axes), inner.elements, dtypeName(inner.dtype)));
+      }
+      os.line("}));");
+      i = end - 1;
+      continue;
+    }
     Expected<std::string> text = call(op);
     if (!text)
       return text.takeError();
@@ -227,7 +341,6 @@ Error Emitter::emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool p
 }
 
 void Emitter::emitMain() {
-  const ir::MlpConfig &mlp = model.mlp;
   IndentedStream::Scope function(os, "int main(int argc, char **argv)");
   os.line("placert::Options options;");
   os.line("bool help = false;");
@@ -261,10 +374,30 @@ void Emitter::emitMain() {
     os.line("return 1;");
   }
   os.line();
-  os.comment(fmt::format("model {} : mlp {{ layers = {}; width = {}; input = {}; output = {}; }}",
-                         model.name, mlp.layers, mlp.width, mlp.input, mlp.output));
-  os.line(fmt::format("placert::MlpShape shape{{\"{}\", {}, {}, {}, {}}};", model.name, mlp.layers,
-                      mlp.width, mlp.input, mlp.output));
+  if (model.kind == ir::ModelKind::Transformer) {
+    const ir::TransformerConfig &gpt = model.transformer;
+    int64_t ffn = gpt.ffn > 0 ? gpt.ffn : 4 * gpt.hidden;
+    os.comment(fmt::format("model {} : transformer {{ layers = {}; hidden = {}; heads = {}; seq = "
+                           "{}; vocab = {}; ffn = {}; tied_embeddings = {}; }}",
+                           model.name, gpt.layers, gpt.hidden, gpt.heads, gpt.seq, gpt.vocab, ffn,
+                           gpt.tiedEmbeddings ? "true" : "false"));
+    auto flag = [](bool value) { return value ? "true" : "false"; };
+    os.comment(fmt::format("mlp = {}; norm = {}; bias = {}; positions = {};",
+                           ir::toString(gpt.mlp).str(), ir::toString(gpt.norm).str(),
+                           flag(gpt.bias), ir::toString(gpt.positions).str()));
+    os.line(fmt::format("placert::GptShape shape{{\"{}\", {}, {}, {}, {}, {}, {}, {}, "
+                        "/*swiglu=*/{}, /*rmsNorm=*/{}, /*bias=*/{}, /*rope=*/{}}};",
+                        model.name, gpt.layers, gpt.hidden, gpt.heads, gpt.seq, gpt.vocab, ffn,
+                        flag(gpt.tiedEmbeddings), flag(gpt.mlp == ir::MlpActivation::Swiglu),
+                        flag(gpt.norm == ir::NormKind::RmsNorm), flag(gpt.bias),
+                        flag(gpt.positions == ir::PositionKind::Rope)));
+  } else {
+    const ir::MlpConfig &mlp = model.mlp;
+    os.comment(fmt::format("model {} : mlp {{ layers = {}; width = {}; input = {}; output = {}; }}",
+                           model.name, mlp.layers, mlp.width, mlp.input, mlp.output));
+    os.line(fmt::format("placert::MlpShape shape{{\"{}\", {}, {}, {}, {}}};", model.name,
+                        mlp.layers, mlp.width, mlp.input, mlp.output));
+  }
   os.comment(fmt::format("run {}: micro_batch = {}; global_batch = {}; precision = {}; "
                          "optimizer = {};",
                          run.name, run.microBatch, run.globalBatch,
@@ -275,8 +408,10 @@ void Emitter::emitMain() {
   os.line(fmt::format("spec.globalBatch = {};", run.globalBatch));
   os.line(fmt::format("spec.microBatch = {};", run.microBatch));
   os.line(fmt::format("spec.microbatches = {}; // per step per batch replica", plan.microbatches));
-  os.line(fmt::format("spec.schedule = placert::Schedule::{};",
-                      plan.schedule == ir::Schedule::GPipe ? "GPipe" : "OneFOneB"));
+  os.line(fmt::format("spec.schedule = placert::Schedule::{};", plan.schedule == ir::Schedule::GPipe
+                                                                    ? "GPipe"
+                                                                : isInterleaved() ? "Interleaved"
+                                                                                  : "OneFOneB"));
   const char *optimizer = run.optimizer == ir::OptimizerKind::Adam  ? "Adam"
                           : run.optimizer == ir::OptimizerKind::Sgd ? "Sgd"
                                                                     : "SgdMomentum";
@@ -309,7 +444,19 @@ void Emitter::emitMain() {
   os.line(fmt::format("placement.gradsTier = {};", tier(gradsOnHost)));
   os.line(fmt::format("placement.optimizerTier = {};", tier(optimizerOnHost)));
   os.line();
-  os.line("placert::MlpTrainer trainer(*runtime, shape, spec, placement);");
+  if (model.kind == ir::ModelKind::Transformer) {
+    const char *recompute = strategy.activationMode == ir::ActivationMode::RecomputeFull ? "Full"
+                            : strategy.activationMode == ir::ActivationMode::RecomputeSelective
+                                ? "Selective"
+                                : "None";
+    os.comment(fmt::format("activations = {}{}", ir::toString(strategy.activationMode).str(),
+                           strategy.sequenceParallel ? ", shard (sequence parallelism)" : ""));
+    os.line(fmt::format("placert::GptTrainer trainer(*runtime, shape, spec, placement, "
+                        "placert::Recompute::{}, /*sequenceParallel=*/{});",
+                        recompute, strategy.sequenceParallel ? "true" : "false"));
+  } else {
+    os.line("placert::MlpTrainer trainer(*runtime, shape, spec, placement);");
+  }
   os.comment("The units in model order: name, layer, stage, parameters per device after the");
   os.comment("tensor-parallel split.");
   for (const plan::Unit &unit : plan.units)
@@ -323,11 +470,25 @@ void Emitter::emitMain() {
   os.comment("and --metrics.");
   {
     IndentedStream::Scope stages(os, "std::vector<placert::StageProgram> stages =", "};");
-    for (const plan::StagePlan &stage : plan.stages)
-      os.line(fmt::format("{{[&](int mb) {{ return forwardStage{0}(trainer, mb); }},\n{1}  "
-                          "[&](int mb) {{ return backwardStage{0}(trainer, mb); }},\n{1}  "
-                          "[&] {{ return stepStage{0}(trainer); }}}},",
-                          stage.stage, std::string(4, ' ')));
+    for (const plan::StagePlan &stage : plan.stages) {
+      if (!isInterleaved()) {
+        os.line(fmt::format("{{[&](int mb) {{ return forwardStage{0}(trainer, mb); }},\n{1}  "
+                            "[&](int mb) {{ return backwardStage{0}(trainer, mb); }},\n{1}  "
+                            "[&] {{ return stepStage{0}(trainer); }}}},",
+                            stage.stage, std::string(4, ' ')));
+        continue;
+      }
+      std::string forward, backward;
+      for (unsigned chunk = 0; chunk < plan.chunks; ++chunk) {
+        forward += fmt::format("{}[&](int mb) {{ return forwardStage{}Chunk{}(trainer, mb); }}",
+                               chunk ? ", " : "", stage.stage, chunk);
+        backward += fmt::format("{}[&](int mb) {{ return backwardStage{}Chunk{}(trainer, mb); }}",
+                                chunk ? ", " : "", stage.stage, chunk);
+      }
+      os.line(fmt::format("{{nullptr, nullptr, [&] {{ return stepStage{0}(trainer); }},\n{1}  "
+                          "{{{2}}},\n{1}  {{{3}}}}},",
+                          stage.stage, std::string(4, ' '), forward, backward));
+    }
   }
   os.line("return trainer.train(stages);");
 }
@@ -369,15 +530,40 @@ Expected<std::string> Emitter::emit() {
       std::string names;
       for (unsigned unit : stage.units)
         names += " " + plan.units[unit].name;
-      os.line();
-      os.comment(fmt::format("Stage {}:{}. Forward of one micro-batch.", stage.stage, names));
-      if (Error error = emitPass(stage.stage, "forward", stage.forward, true))
-        return error;
-      os.line();
-      os.comment(
-          fmt::format("Stage {}: backward of one micro-batch, units in reverse.", stage.stage));
-      if (Error error = emitPass(stage.stage, "backward", stage.backward, true))
-        return error;
+      if (isInterleaved()) {
+        // Interleaved: each of the stage's model chunks is a function of its own, which the
+        // runtime's schedule calls.
+        for (unsigned chunk = 0; chunk < plan.chunks; ++chunk) {
+          std::vector<Op> forward, backward;
+          for (const Op &op : stage.forward)
+            if (op.unit >= 0 && localChunk(op.unit) == chunk)
+              forward.push_back(op);
+          for (const Op &op : stage.backward)
+            if (op.unit >= 0 && localChunk(op.unit) == chunk)
+              backward.push_back(op);
+          std::string suffix = "Chunk" + std::to_string(chunk);
+          os.line();
+          os.comment(fmt::format("Stage {}:{}. Forward of chunk {} for one micro-batch.",
+                                 stage.stage, names, chunk));
+          if (Error error = emitPass(stage.stage, "forward", forward, true, suffix))
+            return error;
+          os.line();
+          os.comment(fmt::format("Stage {}: backward of chunk {} for one micro-batch.", stage.stage,
+                                 chunk));
+          if (Error error = emitPass(stage.stage, "backward", backward, true, suffix))
+            return error;
+        }
+      } else {
+        os.line();
+        os.comment(fmt::format("Stage {}:{}. Forward of one micro-batch.", stage.stage, names));
+        if (Error error = emitPass(stage.stage, "forward", stage.forward, true))
+          return error;
+        os.line();
+        os.comment(
+            fmt::format("Stage {}: backward of one micro-batch, units in reverse.", stage.stage));
+        if (Error error = emitPass(stage.stage, "backward", stage.backward, true))
+          return error;
+      }
       os.line();
       os.comment(fmt::format("Stage {}: once per step, after the last micro-batch's backward.",
                              stage.stage));
@@ -393,6 +579,19 @@ Expected<std::string> Emitter::emit() {
 }
 
 } // namespace
+
+bool checkCpuSupported(const ir::Run &run, DiagnosticEngine &diags) {
+  bool ok = true;
+  forEachUnsupported(
+      run, plan::lowerRun(run)->stages.size(), [&](SMLoc loc, const Twine &part, const Twine &why) {
+        diags.error(loc,
+                    "cannot compile run '" + run.name + "' for the CPU runtime: " + part + ": " +
+                        why + " (see docs/running.md)",
+                    "cpu");
+        ok = false;
+      });
+  return ok;
+}
 
 Expected<std::string> emitMainCpp(const plan::StepPlan &plan, StringRef sourceName, Target target) {
   (void)target;

@@ -478,6 +478,16 @@ void Lowering::lowerStage(StagePlan &stage) {
     compute.reason = "forward of " + unit.name;
     stage.forward.push_back(compute);
     tensorTraffic(stage.forward, Phase::Forward, /*forwardPass=*/true, u, unit, "forward");
+    // Vocabulary-parallel cross-entropy (Megatron-LM, Shoeybi et al. 2019 §3): each tensor rank
+    // holds the logits of V/t words, so the per-token maximum, sum of exponentials and target
+    // logit of every rank (3·b·s values each, in the activation dtype) are all-gathered before
+    // the loss. A recomputed head reuses them.
+    if (hasTensorTraffic && model.kind == ir::ModelKind::Transformer && isHead(unit))
+      stage.forward.push_back(collective(
+          OpKind::AllGather, Phase::Forward, ir::State::Activations, u, tensorAxes,
+          3 * run.microBatch * model.transformer.seq * tensorDegree, aType, true,
+          "vocabulary-parallel cross-entropy: every rank's row maxima, sums of exponentials and "
+          "target logits"));
     if (!keepAfterForward && !(tiedHere && u == embedUnit)) {
       release(stage.forward, Phase::Forward, u, unit, "the unit after its forward");
       if (tiedHere && u == headUnit)

@@ -156,6 +156,9 @@ struct UnitGroup {
   /// of an all-gather and a reduce-scatter of the same buffer), without and with sequence
   /// parallelism.
   int tensorForward[2] = {0, 0}, tensorBackward[2] = {0, 0}, tensorRecompute[2] = {0, 0};
+  /// The head: the vocabulary-parallel cross-entropy's all-gather of 3·b·s activation values
+  /// per tensor rank in the forward (Lowering).
+  bool crossEntropy = false;
 };
 
 /// One stage class of a (tp, pp, chunks) layout.
@@ -299,6 +302,7 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
         group.recomputeFullPerSample = headFlops;
         group.tensorForward[1] = group.tensorRecompute[1] = 1;
         group.tensorBackward[0] = 2;
+        group.crossEntropy = true;
         group.tensorBackward[1] = 1;
       }
       shape.groups.push_back(group);
@@ -513,6 +517,8 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
       int tensorCalls = group.tensorForward[sp] + group.tensorBackward[sp] +
                         (fullRecompute ? group.tensorRecompute[sp] : 0);
       critical += count * tensorCalls * tensorCall;
+      if (group.crossEntropy && c.tp > 1)
+        critical += count * collective(t, 3 * b * s * t * activationBytes, tensorBeta, 1);
       double unitParams = static_cast<double>(group.params);
       if (onHostParams)
         critical += count * 2 *

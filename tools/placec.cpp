@@ -3,6 +3,7 @@
 // a report of each run (report), or the difference between two runs (diff).
 #include "placec/backends/Checkpoint.h"
 #include "placec/backends/CppEmitter.h"
+#include "placec/backends/CudaEmitter.h"
 #include "placec/backends/Export.h"
 #include "placec/backends/Report.h"
 #include "placec/frontend/Formatter.h"
@@ -97,9 +98,9 @@ cl::opt<std::string> searchBudget("memory-budget",
                                   cl::desc("search: bytes per device, or a quantity such as "
                                            "'70 GB' (default: device_memory)"),
                                   cl::init(""), cl::cat(placecCategory));
-cl::opt<std::string> compileTarget("target",
-                                   cl::desc("compile: what the generated program runs on (cpu)"),
-                                   cl::init("cpu"), cl::cat(placecCategory));
+cl::opt<std::string>
+    compileTarget("target", cl::desc("compile: what the generated program runs on (cpu, cuda)"),
+                  cl::init("cpu"), cl::cat(placecCategory));
 cl::opt<unsigned> searchTop("top", cl::desc("search: how many plans to list (default 5)"),
                             cl::init(5), cl::cat(placecCategory));
 cl::opt<bool> searchMaxParams("max-params",
@@ -148,6 +149,7 @@ COMMANDS:
               placec diff A.place:runA B.place:runB
   compile   Emit a run as a C++ program that trains it over placert (MPI on CPUs):
             placec compile FILE --run NAME -o DIR [--target=cpu] (docs/running.md).
+            --target=cuda emits a GPT trainer for CUDA GPUs instead (docs/gpu.md).
             --target=deepspeed|megatron|torchtitan writes that framework's configuration
             instead (-o FILE, default stdout; docs/bridges.md).
   import    Write a DeepSpeed config or Megatron-LM flags as a .place strategy and run:
@@ -592,6 +594,29 @@ int runFormat() {
   return writeOutput(*formatted);
 }
 
+/// `placec compile FILE --run NAME -o DIR --target=cuda`: the run as a program over placert's
+/// GPU trainer (docs/gpu.md); what the trainer cannot run is refused at its source location.
+int runCompileCuda() {
+  std::unique_ptr<Compilation> compilation =
+      compile(nullptr, inputFiles[0], VerifyOptions{}, nullptr);
+  if (!compilation->ok)
+    return 1;
+  Expected<std::vector<const ir::Run *>> runs =
+      selectRuns(*compilation->program, runNames, inputFiles[0]);
+  if (!runs) {
+    printError(toString(runs.takeError()));
+    return 1;
+  }
+  std::string error;
+  if (!codegen::emitCudaProject(*runs->front(), inputFiles[0], outputFile, compilation->diags,
+                                error)) {
+    if (!error.empty())
+      printError(error);
+    return 1;
+  }
+  return 0;
+}
+
 /// `placec compile FILE --run NAME -o DIR [--target=cpu]`: the run's step plan as a C++ program
 /// over placert (docs/running.md). A strategy the verifier rejects is not compiled.
 int runCompile() {
@@ -602,9 +627,11 @@ int runCompile() {
                "receives main.cpp and CMakeLists.txt)");
     return 1;
   }
+  if (compileTarget == "cuda")
+    return runCompileCuda();
   if (compileTarget != "cpu") {
     printError("compile: unknown --target '" + compileTarget +
-               "' (the targets are: cpu, deepspeed, megatron, torchtitan)");
+               "' (the targets are: cpu, cuda, deepspeed, megatron, torchtitan)");
     return 1;
   }
   std::unique_ptr<Compilation> compilation =
@@ -617,6 +644,8 @@ int runCompile() {
     printError(toString(runs.takeError()));
     return 1;
   }
+  if (!codegen::checkCpuSupported(*runs->front(), compilation->diags))
+    return 1;
   std::unique_ptr<plan::StepPlan> stepPlan = plan::lowerRun(*runs->front());
   if (Error error = codegen::emitCppProject(*stepPlan, inputFiles[0], outputFile)) {
     printError(toString(std::move(error)));

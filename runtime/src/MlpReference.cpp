@@ -3,6 +3,7 @@
 
 #include "Kernels.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace placert {
@@ -40,6 +41,35 @@ float sampleValue(uint64_t seed, int64_t sample, bool target, int64_t feature) {
   uint64_t stream = target ? 0x7461726765747321ULL : 0x696e707574732121ULL;
   return static_cast<float>(
       uniform(seed ^ stream, static_cast<uint64_t>(sample), static_cast<uint64_t>(feature)));
+}
+
+CheckResult compareWithReference(const std::vector<float> &params,
+                                 const std::vector<float> &reference,
+                                 const std::vector<double> &losses,
+                                 const std::vector<double> &referenceLosses, double tolerance,
+                                 int firstStep) {
+  CheckResult result;
+  if (params.size() != reference.size()) {
+    result.paramsError = INFINITY;
+    result.passed = false;
+    return result;
+  }
+  double diff = 0, norm = 0;
+  for (size_t k = 0; k < reference.size(); ++k) {
+    double d = static_cast<double>(params[k]) - reference[k];
+    diff += d * d;
+    norm += static_cast<double>(reference[k]) * reference[k];
+  }
+  result.paramsError = std::sqrt(diff / norm);
+  for (size_t s = static_cast<size_t>(firstStep); s < referenceLosses.size(); ++s) {
+    size_t mine = s - static_cast<size_t>(firstStep);
+    double error = mine < losses.size() ? std::fabs(losses[mine] - referenceLosses[s]) /
+                                              std::fabs(referenceLosses[s])
+                                        : INFINITY;
+    result.lossError = std::max(result.lossError, error);
+  }
+  result.passed = result.paramsError <= tolerance && result.lossError <= tolerance;
+  return result;
 }
 
 CheckResult checkAgainstReference(const ReferenceConfig &config, int steps,
@@ -128,23 +158,7 @@ CheckResult checkAgainstReference(const ReferenceConfig &config, int steps,
   roundTo(config.paramType, w.data(), total);
   p = std::move(w);
 
-  CheckResult result;
-  double diff = 0, norm = 0;
-  for (int64_t k = 0; k < total; ++k) {
-    double d = static_cast<double>(params[k]) - p[k];
-    diff += d * d;
-    norm += static_cast<double>(p[k]) * p[k];
-  }
-  result.paramsError = params.size() == p.size() ? std::sqrt(diff / norm) : INFINITY;
-  for (size_t s = static_cast<size_t>(firstStep); s < referenceLosses.size(); ++s) {
-    size_t mine = s - static_cast<size_t>(firstStep);
-    double error = mine < losses.size() ? std::fabs(losses[mine] - referenceLosses[s]) /
-                                              std::fabs(referenceLosses[s])
-                                        : INFINITY;
-    result.lossError = std::max(result.lossError, error);
-  }
-  result.passed = result.paramsError <= tolerance && result.lossError <= tolerance;
-  return result;
+  return compareWithReference(params, p, losses, referenceLosses, tolerance, firstStep);
 }
 
 } // namespace placert

@@ -38,6 +38,15 @@ CheckResult checkAgainstReference(const ReferenceConfig &config, int steps,
                                   const std::vector<double> &losses, double tolerance,
                                   int firstStep = 0);
 
+/// Compares the run's parameters and per-step losses with the reference's: ‖p − p_ref‖ / ‖p_ref‖
+/// and the largest relative loss difference, both within `tolerance`. `losses` are those of steps
+/// `firstStep`, `firstStep` + 1, ... (a run resumed from a checkpoint).
+CheckResult compareWithReference(const std::vector<float> &params,
+                                 const std::vector<float> &reference,
+                                 const std::vector<double> &losses,
+                                 const std::vector<double> &referenceLosses, double tolerance,
+                                 int firstStep = 0);
+
 } // namespace placert
 
 #endif // PLACERT_SRC_MLPREFERENCE_H

@@ -3,6 +3,7 @@
 #ifndef PLACEC_BACKENDS_CPPEMITTER_H
 #define PLACEC_BACKENDS_CPPEMITTER_H
 
+#include "placec/ir/Diagnostics.h"
 #include "placec/passes/StepPlan.h"
 
 #include "llvm/ADT/StringRef.h"
@@ -18,8 +19,12 @@ namespace placec::codegen {
 
 enum class Target { Cpu };
 
-/// The generated program's main.cpp. Fails for plans the runtime cannot execute yet (a model that
-/// is not an mlp, interleaved pipelines, recomputation, params on the host), naming what.
+/// Reports, at its source location, each part of the run the CPU runtime cannot train (an abstract
+/// model, a vocabulary or token count the tensor degree does not divide, tied embeddings across
+/// pipeline stages, an mlp with recomputation, activations on the host).
+/// Returns true when there is none.
+bool checkCpuSupported(const ir::Run &run, DiagnosticEngine &diags);
+/// The generated program's main.cpp. Fails for plans the runtime cannot execute, naming what.
 llvm::Expected<std::string> emitMainCpp(const plan::StepPlan &plan, llvm::StringRef sourceName,
                                         Target target = Target::Cpu);
 /// The generated program's CMakeLists.txt.

@@ -1,0 +1,113 @@
+// The GPT transformer's units as math over one device's tensor-parallel pieces: the parameter
+// tensors of `embed`, `layer.i` and `head` with their splits, and each unit's forward, recompute
+// and backward on a micro-batch, calling the tensor-parallel collectives through an interface.
+// The distributed trainer (GptTrainer.cpp) and the single-device reference (degree 1) both use it.
+#ifndef PLACERT_SRC_GPTMODEL_H
+#define PLACERT_SRC_GPTMODEL_H
+
+#include "Kernels.h"
+#include "placert/placert.h"
+
+#include <string>
+#include <vector>
+
+namespace placert {
+namespace gpt {
+
+enum class UnitKind { Embed, Layer, Head };
+enum class Split { Column, Row, Vocabulary, Replicated };
+
+/// One parameter tensor: [rows, cols] (a vector has cols 1), as in docs/ir.md.
+struct TensorInfo {
+  std::string name;
+  int64_t rows = 0, cols = 1;
+  Split split = Split::Replicated;
+  enum class Init { Weight, NormWeight, Bias } init = Init::Weight;
+  int64_t fanIn = 1;
+  // After the tensor-parallel split.
+  int64_t localRows = 0, localCols = 0, rowOffset = 0, colOffset = 0;
+  int64_t localOffset = 0; ///< In the unit's local piece.
+  bool isVector() const { return cols == 1; }
+};
+
+/// The tensor-parallel collectives as the math calls them (only with degree > 1).
+class TensorCollectives {
+public:
+  virtual ~TensorCollectives() = default;
+  virtual Status allReduce(float *buffer, int64_t elements) = 0;
+  virtual Status allGather(const float *input, float *output, int64_t outputElements) = 0;
+  virtual Status reduceScatter(const float *input, float *output, int64_t inputElements) = 0;
+};
+
+/// What a unit keeps of one micro-batch between its forward and backward.
+struct UnitActivations {
+  /// f: the gelu input or the swiglu gate; u: the swiglu up projection.
+  std::vector<float> y1, mean1, rstd1, q, k, v, probs, attn, x1, y2, mean2, rstd2, f, u, g;
+  std::vector<float> dlogits;   ///< The head: the loss gradient of its logits.
+  std::vector<float> lossStats; ///< The head: per row max, sum of exponentials, target.
+  bool complete = false;        ///< Every tensor above present (else recompute first).
+};
+
+struct GptConfig {
+  GptShape shape;
+  int64_t microBatch = 1;
+  int64_t globalBatch = 1; ///< The loss is the mean over globalBatch · seq tokens.
+  int tensorDegree = 1, tensorIndex = 0;
+  bool sequenceParallel = false;
+  Recompute recompute = Recompute::None;
+};
+
+class GptModel {
+public:
+  explicit GptModel(GptConfig config);
+
+  const GptConfig &getConfig() const { return config; }
+  /// The unit's tensors with their local shapes and offsets; `layer` for layers.
+  std::vector<TensorInfo> getTensors(UnitKind kind, int64_t layer) const;
+  int64_t getLocalParams(UnitKind kind, int64_t layer) const;
+  int64_t getFullParams(UnitKind kind, int64_t layer) const;
+  /// Rows of the token matrix this rank holds between units: b·s, or b·s/t under sequence
+  /// parallelism.
+  int64_t getLocalRows() const;
+  /// The initial value of element `index` of a whole tensor.
+  float initialValue(uint64_t seed, const TensorInfo &tensor, int64_t index) const;
+
+  /// Forward of a unit on one micro-batch. `tokens` and `targets` are the micro-batch's b·s ids
+  /// (embed and head); `input` is the unit's input (layers and head), `output` receives its output
+  /// (embed and layers). `tied` is the embedding table the head uses when embeddings are tied.
+  /// Returns the head's loss contribution in `loss`.
+  Status forward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
+                 const int32_t *tokens, const int32_t *targets, const float *input, float *output,
+                 UnitActivations &saved, TensorCollectives &collectives, double &loss,
+                 bool recomputing);
+  /// Backward: accumulates into `grads` (the unit's local piece; `tiedGrads` the embedding's for
+  /// a tied head) and writes the input gradient (layers and head) to `inputGrad`.
+  Status backward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
+                  const int32_t *tokens, const float *input, const float *outputGrad,
+                  float *inputGrad, float *grads, float *tiedGrads, UnitActivations &saved,
+                  TensorCollectives &collectives);
+  /// Selective recomputation: the attention probabilities again from the saved q, k, v.
+  void recomputeAttention(UnitActivations &saved);
+  /// The local indices of the tensors tensor parallelism replicates inside layers and the head
+  /// (norms, row-parallel biases): what sequence parallelism all-reduces.
+  std::vector<std::pair<int64_t, int64_t>> getReplicatedRanges(UnitKind kind, int64_t layer) const;
+
+private:
+  /// LayerNorm or RMSNorm (then `bias` and `mean` are unused) over the hidden width.
+  void normForward(const float *x, const float *weight, const float *bias, float *y,
+                   std::vector<float> &mean, std::vector<float> &rstd, int64_t rows) const;
+  void normBackward(const float *x, const float *weight, const std::vector<float> &mean,
+                    const std::vector<float> &rstd, const float *dy, float *dx, float *dweight,
+                    float *dbias, int64_t rows) const;
+
+  GptConfig config;
+  std::unique_ptr<Kernels> kernels;
+};
+
+/// Token `position` of global sample `sample` (positions 0 … seq, the last one only a target).
+int32_t sampleToken(uint64_t seed, int64_t sample, int64_t position, int64_t vocab);
+
+} // namespace gpt
+} // namespace placert
+
+#endif // PLACERT_SRC_GPTMODEL_H

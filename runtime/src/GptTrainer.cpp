@@ -1,0 +1,511 @@
+// The GPT trainer: the units `embed`, `layer.i` and `head` of a transformer over the shared state
+// layout (TrainerCore.h). Each unit's forward, recompute and backward runs the math of GptModel and
+// performs the tensor- and sequence-parallel collectives the plan lists after the computation, in
+// the plan's order, failing with "plan mismatch" where the math needs another one.
+#include "GptModel.h"
+#include "GptReference.h"
+#include "TrainerCore.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace placert {
+
+namespace {
+
+using gpt::UnitKind;
+
+/// "an all-gather", "a reduce-scatter".
+std::string withArticle(Collective collective) {
+  std::string name = toString(collective);
+  return (name[0] == 'a' ? "an " : "a ") + name;
+}
+
+/// One micro-batch's activations of a unit.
+struct GptStash {
+  Buffer received;     ///< The unit's input from the previous stage.
+  Buffer output;       ///< embed, layers: the unit's output (the next unit's input).
+  Buffer receivedGrad; ///< The output's gradient from the next stage.
+  Buffer inputGrad;    ///< layers, head: the input's gradient.
+  gpt::UnitActivations saved;
+};
+
+struct GptUnit {
+  UnitKind kind = UnitKind::Layer;
+  int64_t layer = 0;
+  std::vector<GptStash> stash;
+};
+
+struct GptCore;
+
+/// The collectives of one unit's computation, checked against the plan's list as they come.
+class PlannedCollectives : public gpt::TensorCollectives {
+public:
+  PlannedCollectives(GptCore &core, const UnitState &unit, Phase phase, const char *what,
+                     const std::vector<PlannedCollective> &planned)
+      : core(core), unit(unit), phase(phase), what(what), planned(planned) {}
+  Status allReduce(float *buffer, int64_t elements) override;
+  Status allGather(const float *input, float *output, int64_t outputElements) override;
+  Status reduceScatter(const float *input, float *output, int64_t inputElements) override;
+  /// Fails when planned collectives were left over.
+  Status finish();
+
+private:
+  Status next(Collective collective, int64_t elements, const PlannedCollective *&op,
+              Communicator *&group);
+  GptCore &core;
+  const UnitState &unit;
+  Phase phase;
+  const char *what;
+  const std::vector<PlannedCollective> &planned;
+  size_t position = 0;
+};
+
+struct GptCore : Trainer::Core {
+  GptShape shape;
+  Recompute recompute;
+  bool sequenceParallel;
+  std::unique_ptr<gpt::GptModel> model;
+  std::vector<GptUnit> layout; ///< Parallel to `units`.
+
+  GptCore(Runtime &runtime, GptShape shape, TrainingSpec spec, StatePlacement placement,
+          Recompute recompute, bool sequenceParallel)
+      : Core(runtime, std::move(spec), std::move(placement), shape.name), shape(std::move(shape)),
+        recompute(recompute), sequenceParallel(sequenceParallel) {}
+
+  GptUnit &of(const UnitState &unit) { return layout[static_cast<size_t>(&unit - units.data())]; }
+  const GptUnit &of(const UnitState &unit) const {
+    return layout[static_cast<size_t>(&unit - units.data())];
+  }
+  int64_t boundaryElements() const { return model->getLocalRows() * shape.hidden; }
+  /// The unit's input: the previous unit's output on this stage, or what the previous stage sent.
+  Buffer &input(UnitState &unit, int mb) {
+    size_t index = static_cast<size_t>(&unit - units.data());
+    if (index > 0 && units[index - 1].local)
+      return layout[index - 1].stash[mb].output;
+    return of(unit).stash[mb].received;
+  }
+  Buffer &outputGrad(UnitState &unit, int mb) {
+    size_t index = static_cast<size_t>(&unit - units.data());
+    if (index + 1 < units.size() && units[index + 1].local)
+      return layout[index + 1].stash[mb].inputGrad;
+    return of(unit).stash[mb].receivedGrad;
+  }
+  /// The micro-batch's token ids and next-token targets, b · seq each.
+  void sampleTokens(int mb, std::vector<int32_t> &tokens, std::vector<int32_t> &targets) const {
+    int64_t b = spec.microBatch, s = shape.seq;
+    int64_t first = dataPosition + (mb * batchDegree + batchIndex) * b;
+    tokens.resize(static_cast<size_t>(b * s));
+    targets.resize(static_cast<size_t>(b * s));
+    for (int64_t r = 0; r < b; ++r)
+      for (int64_t p = 0; p < s; ++p) {
+        tokens[r * s + p] = gpt::sampleToken(seed, first + r, p, shape.vocab);
+        targets[r * s + p] = gpt::sampleToken(seed, first + r, p + 1, shape.vocab);
+      }
+  }
+  UnitState *embedUnit() { return units.empty() || !units[0].local ? nullptr : &units[0]; }
+
+  Status layoutUnits() override;
+  void allocateActivations(int64_t microbatches) override {
+    for (GptUnit &unit : layout)
+      unit.stash.resize(static_cast<size_t>(microbatches));
+  }
+  void initialValues(const UnitState &unit, std::vector<float> &local) override;
+  Status activationBuffer(UnitState &unit, int mb, Phase phase, bool receiving, int64_t elements,
+                          Buffer *&buffer) override;
+  int64_t getFullParams() const override;
+  int64_t getFullIndex(const UnitState &unit, int64_t localIndex) const override;
+  CheckResult checkReference(const std::vector<float> &full,
+                             const std::vector<double> &losses) override {
+    return checkGptAgainstReference(shape, spec, seed, runtime.getOptions().steps, full, losses,
+                                    runtime.getOptions().tolerance, static_cast<int>(firstStep));
+  }
+  std::string describeModel() const override {
+    auto flag = [](bool value) { return value ? "true" : "false"; };
+    return "{\"name\": \"" + shape.name +
+           "\", \"kind\": \"transformer\", \"layers\": " + std::to_string(shape.layers) +
+           ", \"hidden\": " + std::to_string(shape.hidden) +
+           ", \"heads\": " + std::to_string(shape.heads) +
+           ", \"seq\": " + std::to_string(shape.seq) +
+           ", \"vocab\": " + std::to_string(shape.vocab) +
+           ", \"ffn\": " + std::to_string(shape.ffn) +
+           ", \"tied_embeddings\": " + flag(shape.tiedEmbeddings) +
+           ", \"swiglu\": " + flag(shape.swiglu) + ", \"rmsnorm\": " + flag(shape.rmsNorm) +
+           ", \"bias\": " + flag(shape.bias) + ", \"rope\": " + flag(shape.rope) + "}";
+  }
+  void clearActivations() override {
+    for (GptUnit &unit : layout)
+      for (GptStash &stash : unit.stash)
+        stash = GptStash();
+  }
+
+  Status forward(int index, int mb, const std::vector<PlannedCollective> &planned);
+  Status recomputeUnit(int index, int mb, const std::vector<PlannedCollective> &planned);
+  Status backward(int index, int mb, const std::vector<PlannedCollective> &planned);
+  Status allReduceReplicatedGrads(int index, int mb, const AxisGroup &axes, int64_t elements,
+                                  DType dtype);
+};
+
+Status PlannedCollectives::next(Collective collective, int64_t elements,
+                                const PlannedCollective *&op, Communicator *&group) {
+  auto fail = [&](const std::string &why) {
+    return core.invalid(std::string("plan mismatch in the ") + what + " of " + unit.spec.name +
+                        ": the computation needs " + withArticle(collective) + " of " +
+                        std::to_string(elements) + " elements over the tensor axes, " + why);
+  };
+  if (position >= planned.size())
+    return fail("but the plan lists no more collectives for it");
+  op = &planned[position++];
+  if (op->collective != collective || op->elements != elements)
+    return fail("but the plan's next one is " + withArticle(op->collective) + " of " +
+                std::to_string(op->elements) + " elements");
+  if (!sameSet(op->axes, core.tensorAxes))
+    return fail("but the plan's runs over '" + join(op->axes) + "'");
+  return core.runtime.getGroup(op->axes, group);
+}
+
+Status PlannedCollectives::allReduce(float *buffer, int64_t elements) {
+  const PlannedCollective *op;
+  Communicator *group;
+  PLACERT_TRY(next(Collective::AllReduce, elements, op, group));
+  return core.runtime.allReduce(*group, join(op->axes), buffer, elements,
+                                core.info(State::Activations, phase, op->dtype));
+}
+
+Status PlannedCollectives::allGather(const float *input, float *output, int64_t outputElements) {
+  const PlannedCollective *op;
+  Communicator *group;
+  PLACERT_TRY(next(Collective::AllGather, outputElements, op, group));
+  return core.runtime.allGather(*group, join(op->axes), input, output, outputElements,
+                                core.info(State::Activations, phase, op->dtype));
+}
+
+Status PlannedCollectives::reduceScatter(const float *input, float *output, int64_t inputElements) {
+  const PlannedCollective *op;
+  Communicator *group;
+  PLACERT_TRY(next(Collective::ReduceScatter, inputElements, op, group));
+  return core.runtime.reduceScatter(*group, join(op->axes), input, output, inputElements,
+                                    core.info(State::Activations, phase, op->dtype));
+}
+
+Status PlannedCollectives::finish() {
+  if (position == planned.size())
+    return Status::success();
+  return core.invalid(std::string("plan mismatch in the ") + what + " of " + unit.spec.name +
+                      ": the plan lists " + std::to_string(planned.size() - position) +
+                      " more collective(s) (next: " + toString(planned[position].collective) +
+                      " of " + std::to_string(planned[position].elements) +
+                      " elements) that the computation does not perform");
+}
+
+Status GptCore::layoutUnits() {
+  int64_t t = tensorDegree;
+  if (static_cast<int64_t>(units.size()) != shape.layers + 2)
+    return invalid("the program declares " + std::to_string(units.size()) + " units for a " +
+                   "transformer of " + std::to_string(shape.layers) +
+                   " layers (embed, the layers, head)");
+  auto divides = [&](int64_t value, const char *what) -> Status {
+    if (value % t != 0)
+      return invalid(std::string(what) + " " + std::to_string(value) + " does not divide among " +
+                     std::to_string(t) + " tensor-parallel ranks");
+    return Status::success();
+  };
+  PLACERT_TRY(divides(shape.heads, "heads"));
+  PLACERT_TRY(divides(shape.ffn, "ffn"));
+  PLACERT_TRY(divides(shape.vocab, "vocab"));
+  if (shape.hidden % shape.heads != 0)
+    return invalid("hidden " + std::to_string(shape.hidden) + " is not a multiple of heads " +
+                   std::to_string(shape.heads));
+  if (sequenceParallel)
+    PLACERT_TRY(divides(spec.microBatch * shape.seq, "micro-batch x seq (sequence parallelism)"));
+  if (shape.tiedEmbeddings && units.front().spec.stage != units.back().spec.stage)
+    return invalid("tied embeddings with the embedding on stage " +
+                   std::to_string(units.front().spec.stage) + " and the head on stage " +
+                   std::to_string(units.back().spec.stage) + " are not supported");
+  gpt::GptConfig config;
+  config.shape = shape;
+  config.microBatch = spec.microBatch;
+  config.globalBatch = spec.globalBatch;
+  config.tensorDegree = tensorDegree;
+  config.tensorIndex = tensorIndex;
+  config.sequenceParallel = sequenceParallel && tensorDegree > 1;
+  config.recompute = recompute;
+  model = std::make_unique<gpt::GptModel>(config);
+  layout.clear();
+  layout.resize(units.size());
+  for (size_t index = 0; index < units.size(); ++index) {
+    GptUnit &unit = layout[index];
+    unit.kind = index == 0                  ? UnitKind::Embed
+                : index + 1 == units.size() ? UnitKind::Head
+                                            : UnitKind::Layer;
+    unit.layer = static_cast<int64_t>(index) - 1;
+    if (units[index].spec.layer != unit.layer)
+      return invalid(units[index].spec.name + ": unit " + std::to_string(index) +
+                     " of a transformer is layer " + std::to_string(unit.layer) +
+                     ", the program says " + std::to_string(units[index].spec.layer));
+    int64_t params = model->getLocalParams(unit.kind, unit.layer);
+    if (params != units[index].spec.params)
+      return invalid(
+          units[index].spec.name + ": the plan says " + std::to_string(units[index].spec.params) +
+          " parameters per device but the tensor-parallel split gives " + std::to_string(params));
+  }
+  return Status::success();
+}
+
+void GptCore::initialValues(const UnitState &state, std::vector<float> &local) {
+  const GptUnit &unit = of(state);
+  for (const gpt::TensorInfo &tensor : model->getTensors(unit.kind, unit.layer))
+    for (int64_t r = 0; r < tensor.localRows; ++r)
+      for (int64_t c = 0; c < tensor.localCols; ++c)
+        local[static_cast<size_t>(tensor.localOffset + r * tensor.localCols + c)] =
+            model->initialValue(seed, tensor,
+                                (r + tensor.rowOffset) * tensor.cols + c + tensor.colOffset);
+}
+
+Status GptCore::activationBuffer(UnitState &state, int mb, Phase phase, bool receiving,
+                                 int64_t elements, Buffer *&buffer) {
+  GptStash &stash = of(state).stash[mb];
+  if (receiving) {
+    buffer = phase == Phase::Forward ? &stash.received : &stash.receivedGrad;
+    if (elements != boundaryElements())
+      return mismatch(state, "recv", elements, boundaryElements());
+    *buffer = transient(Tier::Device, State::Activations, elements, spec.activationType);
+    return Status::success();
+  }
+  buffer = phase == Phase::Forward ? &stash.output : &stash.inputGrad;
+  return Status::success();
+}
+
+int64_t GptCore::getFullParams() const {
+  int64_t total = 0;
+  for (const GptUnit &unit : layout)
+    total += model->getFullParams(unit.kind, unit.layer);
+  return total;
+}
+
+int64_t GptCore::getFullIndex(const UnitState &state, int64_t localIndex) const {
+  const GptUnit &unit = of(state);
+  int64_t offset = 0;
+  for (const GptUnit &previous : layout) {
+    if (&previous == &unit)
+      break;
+    offset += model->getFullParams(previous.kind, previous.layer);
+  }
+  for (const gpt::TensorInfo &tensor : model->getTensors(unit.kind, unit.layer)) {
+    int64_t size = tensor.localRows * tensor.localCols;
+    if (localIndex < tensor.localOffset + size) {
+      if (tensor.split == gpt::Split::Replicated && tensorIndex != 0)
+        return -1;
+      int64_t k = localIndex - tensor.localOffset;
+      int64_t r = k / tensor.localCols, c = k % tensor.localCols;
+      return offset + (r + tensor.rowOffset) * tensor.cols + c + tensor.colOffset;
+    }
+    offset += tensor.rows * tensor.cols;
+  }
+  return -1;
+}
+
+Status GptCore::forward(int index, int mb, const std::vector<PlannedCollective> &planned) {
+  UnitState *unit;
+  PLACERT_TRY(unitOf(index, unit));
+  GptUnit &piece = of(*unit);
+  GptStash &stash = piece.stash[mb];
+  if (!hasWeights(*unit))
+    return invalid("forward of " + unit->spec.name + " before its params were gathered");
+  const float *tiedTable = nullptr;
+  if (piece.kind == UnitKind::Head && shape.tiedEmbeddings) {
+    UnitState *embed = embedUnit();
+    if (!embed || !hasWeights(*embed))
+      return invalid("forward of " + unit->spec.name +
+                     " before the tied embedding's params were gathered");
+    tiedTable = weights(*embed);
+  }
+  const float *in = nullptr;
+  if (piece.kind != UnitKind::Embed) {
+    Buffer &buffer = input(*unit, mb);
+    if (buffer.getElements() != boundaryElements())
+      return invalid("forward of " + unit->spec.name + ": its input has not arrived");
+    in = buffer.get();
+  }
+  float *out = nullptr;
+  if (piece.kind != UnitKind::Head) {
+    stash.output =
+        transient(Tier::Device, State::Activations, boundaryElements(), spec.activationType);
+    out = stash.output.get();
+  }
+  std::vector<int32_t> tokens, targets;
+  sampleTokens(mb, tokens, targets);
+  PlannedCollectives collectives(*this, *unit, Phase::Forward, "forward", planned);
+  double loss = 0;
+  PLACERT_TRY(model->forward(piece.kind, piece.layer, weights(*unit), tiedTable, tokens.data(),
+                             targets.data(), in, out, stash.saved, collectives, loss,
+                             /*recomputing=*/false));
+  PLACERT_TRY(collectives.finish());
+  if (tensorIndex == 0)
+    stepLoss += loss;
+  return Status::success();
+}
+
+Status GptCore::recomputeUnit(int index, int mb, const std::vector<PlannedCollective> &planned) {
+  UnitState *unit;
+  PLACERT_TRY(unitOf(index, unit));
+  GptUnit &piece = of(*unit);
+  GptStash &stash = piece.stash[mb];
+  PlannedCollectives collectives(*this, *unit, Phase::Backward, "recomputed forward", planned);
+  if (recompute == Recompute::Selective) {
+    if (piece.kind != UnitKind::Layer)
+      return invalid("selective recomputation of " + unit->spec.name + ", which has no attention");
+    model->recomputeAttention(stash.saved);
+    return collectives.finish();
+  }
+  if (recompute != Recompute::Full)
+    return invalid("recompute of " + unit->spec.name + " but the activations are kept");
+  if (!hasWeights(*unit))
+    return invalid("recompute of " + unit->spec.name + " before its params were gathered");
+  const float *tiedTable = nullptr;
+  if (piece.kind == UnitKind::Head && shape.tiedEmbeddings) {
+    UnitState *embed = embedUnit();
+    if (!embed || !hasWeights(*embed))
+      return invalid("recompute of " + unit->spec.name +
+                     " before the tied embedding's params were gathered");
+    tiedTable = weights(*embed);
+  }
+  Buffer &buffer = input(*unit, mb);
+  if (buffer.getElements() != boundaryElements())
+    return invalid("recompute of " + unit->spec.name + ": its stored input is missing");
+  std::vector<float> scratch(static_cast<size_t>(boundaryElements()));
+  std::vector<int32_t> tokens, targets;
+  sampleTokens(mb, tokens, targets);
+  double loss = 0;
+  PLACERT_TRY(model->forward(piece.kind, piece.layer, weights(*unit), tiedTable, tokens.data(),
+                             targets.data(), buffer.get(), scratch.data(), stash.saved, collectives,
+                             loss, /*recomputing=*/true));
+  return collectives.finish();
+}
+
+Status GptCore::backward(int index, int mb, const std::vector<PlannedCollective> &planned) {
+  UnitState *unit;
+  PLACERT_TRY(unitOf(index, unit));
+  const Options &options = runtime.getOptions();
+  if (options.dieAtStep == step && options.dieRank == runtime.getRank() && !died) {
+    std::fprintf(stderr, "placert: rank %d: fault injection: exiting in the middle of step %lld\n",
+                 runtime.getRank(), static_cast<long long>(step));
+    std::fflush(stderr);
+    std::_Exit(2);
+  }
+  GptUnit &piece = of(*unit);
+  GptStash &stash = piece.stash[mb];
+  if (!hasWeights(*unit))
+    return invalid("backward of " + unit->spec.name + " before its params were gathered");
+  const float *tiedTable = nullptr;
+  float *tiedGrads = nullptr;
+  if (piece.kind == UnitKind::Head && shape.tiedEmbeddings) {
+    UnitState *embed = embedUnit();
+    if (!embed || !hasWeights(*embed))
+      return invalid("backward of " + unit->spec.name +
+                     " before the tied embedding's params were gathered");
+    tiedTable = weights(*embed);
+    tiedGrads = gradTarget(*embed);
+  }
+  const float *in = nullptr;
+  float *inGrad = nullptr;
+  if (piece.kind != UnitKind::Embed) {
+    Buffer &buffer = input(*unit, mb);
+    if (buffer.getElements() != boundaryElements())
+      return invalid("backward of " + unit->spec.name + ": its stored input is missing");
+    in = buffer.get();
+    stash.inputGrad =
+        transient(Tier::Device, State::Activations, boundaryElements(), spec.activationType);
+    inGrad = stash.inputGrad.get();
+  }
+  const float *outGrad = nullptr;
+  if (piece.kind != UnitKind::Head) {
+    Buffer &buffer = outputGrad(*unit, mb);
+    if (buffer.getElements() != boundaryElements())
+      return invalid("backward of " + unit->spec.name + ": its output gradient has not arrived");
+    outGrad = buffer.get();
+  }
+  // Under sequence parallelism the replicated tensors' gradients of one micro-batch are partial
+  // sums until allReduceReplicatedGrads; they are kept apart from the accumulated ones.
+  bool separate = sequenceParallel && tensorDegree > 1 && piece.kind != UnitKind::Embed;
+  float *grads = gradTarget(*unit, separate);
+  std::vector<int32_t> tokens, targets;
+  sampleTokens(mb, tokens, targets);
+  PlannedCollectives collectives(*this, *unit, Phase::Backward, "backward", planned);
+  Status status = model->backward(piece.kind, piece.layer, weights(*unit), tiedTable, tokens.data(),
+                                  in, outGrad, inGrad, grads, tiedGrads, stash.saved, collectives);
+  if (!status.isOk())
+    return invalid("backward of " + unit->spec.name + ": " + status.getMessage());
+  PLACERT_TRY(collectives.finish());
+  stash.saved = gpt::UnitActivations();
+  return Status::success();
+}
+
+Status GptCore::allReduceReplicatedGrads(int index, int mb, const AxisGroup &axes, int64_t elements,
+                                         DType dtype) {
+  (void)mb;
+  UnitState *unit;
+  PLACERT_TRY(unitOf(index, unit));
+  GptUnit &piece = of(*unit);
+  if (!sameSet(axes, tensorAxes))
+    return invalid("replicated-gradient all-reduce of " + unit->spec.name + " over '" + join(axes) +
+                   "', which are not the tensor axes");
+  std::vector<std::pair<int64_t, int64_t>> ranges =
+      model->getReplicatedRanges(piece.kind, piece.layer);
+  int64_t total = 0;
+  for (const auto &range : ranges)
+    total += range.second;
+  if (elements != total)
+    return mismatch(*unit, "replicated-gradient all-reduce", elements, total);
+  if (!unit->gradScratch.isAllocated())
+    return invalid("replicated-gradient all-reduce of " + unit->spec.name + " before its backward");
+  float *grads = unit->gradScratch.get();
+  if (!runtime.getOptions().skipGradReduction) {
+    std::vector<float> packed;
+    packed.reserve(static_cast<size_t>(total));
+    for (const auto &[offset, size] : ranges)
+      packed.insert(packed.end(), grads + offset, grads + offset + size);
+    Communicator *group;
+    PLACERT_TRY(runtime.getGroup(axes, group));
+    PLACERT_TRY(runtime.allReduce(*group, join(axes), packed.data(), total,
+                                  info(State::Grads, Phase::Backward, dtype)));
+    const float *next = packed.data();
+    for (const auto &[offset, size] : ranges) {
+      std::copy(next, next + size, grads + offset);
+      next += size;
+    }
+  }
+  // Whole gradients on the device accumulate here; sharded ones go on to their reduce-scatter.
+  if (placement.gradShard.empty() && placement.gradsTier == Tier::Device) {
+    for (int64_t i = 0; i < unit->grads.getElements(); ++i)
+      unit->grads.get()[i] += grads[i];
+    unit->gradScratch.release();
+  }
+  return Status::success();
+}
+
+} // namespace
+
+GptTrainer::GptTrainer(Runtime &runtime, GptShape shape, TrainingSpec spec,
+                       StatePlacement placement, Recompute recompute, bool sequenceParallel)
+    : Trainer(std::make_unique<GptCore>(runtime, std::move(shape), std::move(spec),
+                                        std::move(placement), recompute, sequenceParallel)) {}
+
+Status GptTrainer::forward(int unit, int mb, const std::vector<PlannedCollective> &collectives) {
+  return static_cast<GptCore &>(*core).forward(unit, mb, collectives);
+}
+
+Status GptTrainer::recompute(int unit, int mb, const std::vector<PlannedCollective> &collectives) {
+  return static_cast<GptCore &>(*core).recomputeUnit(unit, mb, collectives);
+}
+
+Status GptTrainer::backward(int unit, int mb, const std::vector<PlannedCollective> &collectives) {
+  return static_cast<GptCore &>(*core).backward(unit, mb, collectives);
+}
+
+Status GptTrainer::allReduceReplicatedGrads(int unit, int mb, const AxisGroup &axes,
+                                            int64_t elements, DType dtype) {
+  return static_cast<GptCore &>(*core).allReduceReplicatedGrads(unit, mb, axes, elements, dtype);
+}
+
+} // namespace placert

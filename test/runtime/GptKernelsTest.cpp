@@ -1,0 +1,372 @@
+// Unit tests of placert's GPT kernels: every backward against central finite differences of its
+// forward, the vocabulary-parallel embedding and cross-entropy split in two against the unsplit
+// ones and against a direct log-softmax, and Adam against its formula (Kingma & Ba 2015, Alg. 1).
+#include "GptKernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <gtest/gtest.h>
+#include <random>
+#include <vector>
+
+namespace {
+
+using namespace placert::gpt;
+
+std::vector<float> randomVector(size_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 engine(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> values(n);
+  for (float &v : values)
+    v = dist(engine);
+  return values;
+}
+
+double dot(const std::vector<float> &a, const std::vector<float> &b) {
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    sum += static_cast<double>(a[i]) * b[i];
+  return sum;
+}
+
+/// Checks `analytic` = ∂f/∂x at x by central differences: f is evaluated in double on fp32
+/// outputs, so the step is large (1e-2) and the tolerance relative to the gradient's scale.
+void expectGradient(std::vector<float> &x, const std::vector<float> &analytic,
+                    const std::function<double()> &f, const char *what) {
+  ASSERT_EQ(x.size(), analytic.size());
+  double largest = 0;
+  for (float g : analytic)
+    largest = std::max(largest, std::fabs(static_cast<double>(g)));
+  ASSERT_GT(largest, 1e-3) << what << ": the gradient is all but zero, the test checks nothing";
+  const float step = 1e-2f;
+  for (size_t i = 0; i < x.size(); ++i) {
+    float saved = x[i];
+    x[i] = saved + step;
+    double plus = f();
+    x[i] = saved - step;
+    double minus = f();
+    x[i] = saved;
+    double numeric = (plus - minus) / (2.0 * static_cast<double>(step));
+    EXPECT_NEAR(analytic[i], numeric, 2e-3 * largest + 1e-4) << what << "[" << i << "]";
+  }
+}
+
+TEST(GptKernels, LayerNormForwardNormalizes) {
+  const int64_t rows = 3, cols = 8;
+  std::vector<float> x = randomVector(rows * cols, 1, 3.0f);
+  std::vector<float> gamma(cols, 1.0f), beta(cols, 0.0f), y(rows * cols), mean(rows), rstd(rows);
+  layerNormForward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows,
+                   cols, 1e-5f);
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0, sq = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      sum += y[r * cols + c];
+      sq += static_cast<double>(y[r * cols + c]) * y[r * cols + c];
+    }
+    EXPECT_NEAR(sum / cols, 0.0, 1e-5);
+    EXPECT_NEAR(sq / cols, 1.0, 1e-3); // variance 1 up to ε/variance
+  }
+}
+
+TEST(GptKernels, LayerNormBackwardMatchesFiniteDifferences) {
+  const int64_t rows = 3, cols = 6;
+  std::vector<float> x = randomVector(rows * cols, 2, 2.0f);
+  std::vector<float> gamma = randomVector(cols, 3), beta = randomVector(cols, 4);
+  std::vector<float> weight = randomVector(rows * cols, 5); // L = Σ weight · y
+  std::vector<float> y(rows * cols), mean(rows), rstd(rows);
+  auto loss = [&] {
+    layerNormForward(x.data(), gamma.data(), beta.data(), y.data(), mean.data(), rstd.data(), rows,
+                     cols, 1e-5f);
+    return dot(weight, y);
+  };
+  loss();
+  std::vector<float> dx(rows * cols), dgamma(cols, 0.0f), dbeta(cols, 0.0f);
+  layerNormBackward(x.data(), gamma.data(), mean.data(), rstd.data(), weight.data(), dx.data(),
+                    dgamma.data(), dbeta.data(), rows, cols);
+  expectGradient(x, dx, loss, "dx");
+  expectGradient(gamma, dgamma, loss, "dgamma");
+  expectGradient(beta, dbeta, loss, "dbeta");
+  // Accumulation: a second backward adds the same amounts again.
+  std::vector<float> dgamma2 = dgamma;
+  layerNormBackward(x.data(), gamma.data(), mean.data(), rstd.data(), weight.data(), dx.data(),
+                    dgamma2.data(), dbeta.data(), rows, cols);
+  for (int64_t c = 0; c < cols; ++c)
+    EXPECT_FLOAT_EQ(dgamma2[c], 2 * dgamma[c]);
+}
+
+TEST(GptKernels, AttentionIsCausal) {
+  const int64_t batch = 1, seq = 4, heads = 2, headDim = 3, width = heads * headDim;
+  std::vector<float> q = randomVector(seq * width, 6), k = randomVector(seq * width, 7),
+                     v = randomVector(seq * width, 8);
+  std::vector<float> out(seq * width), probs(batch * heads * seq * seq);
+  attentionForward(q.data(), k.data(), v.data(), out.data(), probs.data(), batch, seq, heads,
+                   headDim);
+  // Position 0 attends only to itself: its output is its own value row.
+  for (int64_t c = 0; c < width; ++c)
+    EXPECT_NEAR(out[c], v[c], 1e-6);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < seq; ++i) {
+      double total = 0;
+      for (int64_t j = 0; j < seq; ++j) {
+        float p = probs[(h * seq + i) * seq + j];
+        if (j > i) {
+          EXPECT_EQ(p, 0.0f);
+        }
+        total += p;
+      }
+      EXPECT_NEAR(total, 1.0, 1e-6);
+    }
+  // Changing the last position's key and value leaves the earlier outputs unchanged.
+  std::vector<float> out2(seq * width);
+  for (int64_t c = 0; c < width; ++c) {
+    k[(seq - 1) * width + c] += 1.0f;
+    v[(seq - 1) * width + c] += 1.0f;
+  }
+  attentionForward(q.data(), k.data(), v.data(), out2.data(), probs.data(), batch, seq, heads,
+                   headDim);
+  for (int64_t i = 0; i < (seq - 1) * width; ++i)
+    EXPECT_EQ(out[i], out2[i]);
+}
+
+TEST(GptKernels, AttentionBackwardMatchesFiniteDifferences) {
+  const int64_t batch = 2, seq = 4, heads = 2, headDim = 3, n = batch * seq * heads * headDim;
+  std::vector<float> q = randomVector(n, 9), k = randomVector(n, 10), v = randomVector(n, 11);
+  std::vector<float> weight = randomVector(n, 12);
+  std::vector<float> out(n), probs(batch * heads * seq * seq);
+  auto loss = [&] {
+    attentionForward(q.data(), k.data(), v.data(), out.data(), probs.data(), batch, seq, heads,
+                     headDim);
+    return dot(weight, out);
+  };
+  loss();
+  std::vector<float> dq(n, 7.0f), dk(n, 7.0f), dv(n, 7.0f); // overwritten, not accumulated
+  attentionBackward(q.data(), k.data(), v.data(), probs.data(), weight.data(), dq.data(), dk.data(),
+                    dv.data(), batch, seq, heads, headDim);
+  expectGradient(q, dq, loss, "dq");
+  expectGradient(k, dk, loss, "dk");
+  expectGradient(v, dv, loss, "dv");
+}
+
+TEST(GptKernels, EmbeddingSplitInTwoEqualsUnsplit) {
+  const int64_t rows = 6, seq = 3, hidden = 4, vocab = 8;
+  std::vector<int32_t> tokens = {0, 7, 3, 4, 4, 1};
+  std::vector<float> table = randomVector(vocab * hidden, 13),
+                     positions = randomVector(seq * hidden, 14);
+  std::vector<float> whole(rows * hidden);
+  embeddingForward(tokens.data(), table.data(), positions.data(), whole.data(), rows, seq, hidden,
+                   0, vocab);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < hidden; ++c)
+      EXPECT_FLOAT_EQ(whole[r * hidden + c],
+                      table[tokens[r] * hidden + c] + positions[(r % seq) * hidden + c]);
+  // Two vocabulary halves: positions on the first only, partial rows summed.
+  std::vector<float> first(rows * hidden), second(rows * hidden);
+  embeddingForward(tokens.data(), table.data(), positions.data(), first.data(), rows, seq, hidden,
+                   0, vocab / 2);
+  embeddingForward(tokens.data(), table.data() + vocab / 2 * hidden, nullptr, second.data(), rows,
+                   seq, hidden, vocab / 2, vocab / 2);
+  for (int64_t i = 0; i < rows * hidden; ++i)
+    EXPECT_FLOAT_EQ(first[i] + second[i], whole[i]);
+
+  // Backward: dtable rows are the sums of the rows of their tokens; halves agree with unsplit.
+  std::vector<float> dout = randomVector(rows * hidden, 15);
+  std::vector<float> dtable(vocab * hidden, 0.0f), dpos(seq * hidden, 0.0f);
+  embeddingBackward(tokens.data(), dout.data(), dtable.data(), dpos.data(), rows, seq, hidden, 0,
+                    vocab);
+  for (int64_t c = 0; c < hidden; ++c) {
+    EXPECT_FLOAT_EQ(dtable[4 * hidden + c], dout[3 * hidden + c] + dout[4 * hidden + c]);
+    EXPECT_FLOAT_EQ(dtable[2 * hidden + c], 0.0f);
+    EXPECT_FLOAT_EQ(dpos[1 * hidden + c], dout[1 * hidden + c] + dout[4 * hidden + c]);
+  }
+  std::vector<float> dsplit(vocab * hidden, 0.0f);
+  embeddingBackward(tokens.data(), dout.data(), dsplit.data(), nullptr, rows, seq, hidden, 0,
+                    vocab / 2);
+  embeddingBackward(tokens.data(), dout.data(), dsplit.data() + vocab / 2 * hidden, nullptr, rows,
+                    seq, hidden, vocab / 2, vocab / 2);
+  for (int64_t i = 0; i < vocab * hidden; ++i)
+    EXPECT_FLOAT_EQ(dsplit[i], dtable[i]);
+}
+
+/// Runs the three cross-entropy steps over `pieces` vocabulary pieces, combining the partials as
+/// the tensor-parallel reductions would (max, then sums). Returns the loss; fills dlogits.
+double crossEntropySplit(const std::vector<float> &logits, const std::vector<int32_t> &targets,
+                         std::vector<float> &dlogits, int64_t rows, int64_t vocab, int pieces,
+                         double scale) {
+  const int64_t local = vocab / pieces;
+  std::vector<std::vector<float>> slices(pieces, std::vector<float>(rows * local));
+  for (int p = 0; p < pieces; ++p)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < local; ++c)
+        slices[p][r * local + c] = logits[r * vocab + p * local + c];
+  std::vector<float> rowMax(rows, -INFINITY), partMax(rows);
+  for (int p = 0; p < pieces; ++p) {
+    crossEntropyRowMax(slices[p].data(), partMax.data(), rows, local);
+    for (int64_t r = 0; r < rows; ++r)
+      rowMax[r] = std::max(rowMax[r], partMax[r]);
+  }
+  std::vector<float> sumExp(rows, 0.0f), target(rows, 0.0f), partSum(rows), partTarget(rows);
+  for (int p = 0; p < pieces; ++p) {
+    crossEntropyPartials(slices[p].data(), targets.data(), rowMax.data(), partSum.data(),
+                         partTarget.data(), rows, local, p * local);
+    for (int64_t r = 0; r < rows; ++r) {
+      sumExp[r] += partSum[r];
+      target[r] += partTarget[r];
+    }
+  }
+  double loss = 0;
+  dlogits.assign(rows * vocab, 0.0f);
+  std::vector<float> dslice(rows * local);
+  for (int p = 0; p < pieces; ++p) {
+    double pieceLoss =
+        crossEntropyLossAndGrad(slices[p].data(), targets.data(), rowMax.data(), sumExp.data(),
+                                target.data(), dslice.data(), rows, local, p * local, scale);
+    if (p == 0) {
+      loss = pieceLoss; // every piece computes the same total from the reduced partials
+    } else {
+      EXPECT_DOUBLE_EQ(pieceLoss, loss);
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < local; ++c)
+        dlogits[r * vocab + p * local + c] = dslice[r * local + c];
+  }
+  return loss;
+}
+
+TEST(GptKernels, CrossEntropyMatchesLogSoftmax) {
+  const int64_t rows = 4, vocab = 6;
+  std::vector<float> logits = randomVector(rows * vocab, 16, 3.0f);
+  std::vector<int32_t> targets = {5, 0, 2, 3};
+  std::vector<float> dlogits;
+  double scale = 1.0 / rows;
+  double loss = crossEntropySplit(logits, targets, dlogits, rows, vocab, 1, scale);
+  double expected = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double total = 0;
+    for (int64_t c = 0; c < vocab; ++c)
+      total += std::exp(static_cast<double>(logits[r * vocab + c]));
+    expected += -(logits[r * vocab + targets[r]] - std::log(total)) * scale;
+  }
+  EXPECT_NEAR(loss, expected, 1e-6);
+  auto f = [&] {
+    std::vector<float> unused;
+    return crossEntropySplit(logits, targets, unused, rows, vocab, 1, scale);
+  };
+  expectGradient(logits, dlogits, f, "dlogits");
+}
+
+TEST(GptKernels, CrossEntropySplitInTwoEqualsUnsplit) {
+  const int64_t rows = 5, vocab = 8;
+  std::vector<float> logits = randomVector(rows * vocab, 17, 4.0f);
+  // Targets in both halves, and the largest logit of some rows in the half without the target.
+  std::vector<int32_t> targets = {0, 7, 3, 4, 6};
+  logits[0 * vocab + 6] = 9.0f;
+  logits[1 * vocab + 1] = 9.0f;
+  std::vector<float> whole, split;
+  double lossWhole = crossEntropySplit(logits, targets, whole, rows, vocab, 1, 0.5);
+  double lossSplit = crossEntropySplit(logits, targets, split, rows, vocab, 2, 0.5);
+  EXPECT_NEAR(lossSplit, lossWhole, 1e-6);
+  for (int64_t i = 0; i < rows * vocab; ++i)
+    EXPECT_NEAR(split[i], whole[i], 1e-7);
+}
+
+TEST(GptKernels, RmsNormBackwardMatchesFiniteDifferences) {
+  const int64_t rows = 3, cols = 6;
+  std::vector<float> x = randomVector(rows * cols, 30, 2.0f), gamma = randomVector(cols, 31);
+  std::vector<float> weight = randomVector(rows * cols, 32);
+  std::vector<float> y(rows * cols), rstd(rows);
+  auto loss = [&] {
+    rmsNormForward(x.data(), gamma.data(), y.data(), rstd.data(), rows, cols, 1e-5f);
+    return dot(weight, y);
+  };
+  loss();
+  // The forward: mean of y² / γ² is 1 (up to ε) for each row.
+  for (int64_t r = 0; r < rows; ++r) {
+    double sq = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      sq += std::pow(y[r * cols + c] / gamma[c], 2);
+    EXPECT_NEAR(sq / cols, 1.0, 1e-3);
+  }
+  std::vector<float> dx(rows * cols), dgamma(cols, 0.0f);
+  rmsNormBackward(x.data(), gamma.data(), rstd.data(), weight.data(), dx.data(), dgamma.data(),
+                  rows, cols);
+  expectGradient(x, dx, loss, "dx");
+  expectGradient(gamma, dgamma, loss, "dgamma");
+}
+
+TEST(GptKernels, SwigluBackwardMatchesFiniteDifferences) {
+  const int64_t n = 10;
+  std::vector<float> gate = randomVector(n, 33, 3.0f), up = randomVector(n, 34, 2.0f);
+  std::vector<float> weight = randomVector(n, 35), out(n);
+  auto loss = [&] {
+    swigluForward(gate.data(), up.data(), out.data(), n);
+    return dot(weight, out);
+  };
+  loss();
+  // silu(a) = a / (1 + e^−a): silu(0) = 0, silu(a) → a for large a.
+  std::vector<float> a = {0.0f, 20.0f}, one = {1.0f, 1.0f}, silu(2);
+  swigluForward(a.data(), one.data(), silu.data(), 2);
+  EXPECT_EQ(silu[0], 0.0f);
+  EXPECT_NEAR(silu[1], 20.0f, 1e-6);
+  std::vector<float> dgate(n), dup(n);
+  swigluBackward(gate.data(), up.data(), weight.data(), dgate.data(), dup.data(), n);
+  expectGradient(gate, dgate, loss, "dgate");
+  expectGradient(up, dup, loss, "dup");
+}
+
+TEST(GptKernels, RopeRotatesPairsAndInvertsItself) {
+  const int64_t rows = 6, seq = 3, heads = 2, headDim = 4, n = rows * heads * headDim;
+  std::vector<float> x = randomVector(n, 36), rotated = x;
+  ropeApply(rotated.data(), rows, seq, heads, headDim, false);
+  // Position 0 (rows 0 and 3) is not rotated; other rows keep each pair's length.
+  for (int64_t c = 0; c < heads * headDim; ++c) {
+    EXPECT_EQ(rotated[c], x[c]);
+    EXPECT_EQ(rotated[3 * heads * headDim + c], x[3 * heads * headDim + c]);
+  }
+  for (int64_t i = 0; i < n; i += 2)
+    EXPECT_NEAR(std::hypot(rotated[i], rotated[i + 1]), std::hypot(x[i], x[i + 1]), 1e-6);
+  // Row 1 (position 1), head 0, pair 0: the angle is 1 radian.
+  const float *before = x.data() + heads * headDim, *after = rotated.data() + heads * headDim;
+  EXPECT_NEAR(after[0], before[0] * std::cos(1.0) - before[1] * std::sin(1.0), 1e-6);
+  EXPECT_NEAR(after[1], before[0] * std::sin(1.0) + before[1] * std::cos(1.0), 1e-6);
+  // The inverse rotation is the transpose: applied after the forward it gives x back, and it is
+  // the backward (⟨w, R x⟩ = ⟨Rᵀ w, x⟩).
+  std::vector<float> back = rotated;
+  ropeApply(back.data(), rows, seq, heads, headDim, true);
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_NEAR(back[i], x[i], 1e-6);
+  std::vector<float> w = randomVector(n, 37), wBack = w;
+  ropeApply(wBack.data(), rows, seq, heads, headDim, true);
+  EXPECT_NEAR(dot(w, rotated), dot(wBack, x), 1e-5);
+}
+
+TEST(GptKernels, AdamFollowsItsFormula) {
+  const int64_t n = 5;
+  std::vector<float> master = randomVector(n, 18), m = randomVector(n, 19, 0.1f);
+  std::vector<float> v = randomVector(n, 20, 0.1f), grad = randomVector(n, 21);
+  for (float &value : v)
+    value = std::fabs(value);
+  const float lr = 1e-2f;
+  const int64_t t = 3;
+  std::vector<double> expected(n), expectedM(n), expectedV(n);
+  for (int64_t i = 0; i < n; ++i) {
+    expectedM[i] = 0.9 * m[i] + 0.1 * grad[i];
+    expectedV[i] = 0.999 * v[i] + 0.001 * grad[i] * grad[i];
+    double mHat = expectedM[i] / (1 - 0.9 * 0.9 * 0.9);
+    double vHat = expectedV[i] / (1 - 0.999 * 0.999 * 0.999);
+    expected[i] = master[i] - lr * mHat / (std::sqrt(vHat) + 1e-8);
+  }
+  adamUpdate(master.data(), grad.data(), m.data(), v.data(), n, t, lr);
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(m[i], expectedM[i], 1e-7);
+    EXPECT_NEAR(v[i], expectedV[i], 1e-7);
+    EXPECT_NEAR(master[i], expected[i], 1e-6);
+  }
+  // The first step moves every weight by about the learning rate against its gradient's sign.
+  std::vector<float> w(n, 0.0f), m0(n, 0.0f), v0(n, 0.0f);
+  adamUpdate(w.data(), grad.data(), m0.data(), v0.data(), n, 1, lr);
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_NEAR(w[i], grad[i] > 0 ? -lr : lr, 1e-5);
+}
+
+} // namespace
