@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Compiles the flagship mlp run (examples/mlp-zero3.place), builds it against placert from the
-# build tree, trains it on 4 MPI ranks with --check, and prints the losses and the bytes each
-# collective moved next to what `placec report` predicted. Usage: scripts/demo-train.sh [BUILD_DIR]
+# Compiles two runs, builds them against placert from the build tree, trains each on 4 MPI ranks
+# with --check, and prints the losses and the bytes each collective moved next to what `placec
+# report` predicted: an mlp under ZeRO-3 (examples/mlp-zero3.place) and a GPT under a 2-stage
+# pipeline with tensor and sequence parallelism (examples/gpt-mini-3d.place).
+# Usage: scripts/demo-train.sh [BUILD_DIR]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"
@@ -11,7 +13,10 @@ if [[ ! -x "$build/tools/placec" || ! -f "$build/runtime/placertConfig.cmake" ]]
   exit 1
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-exec python3 "$root/test/e2e/run_e2e.py" --mode demo \
-  --placec "$build/tools/placec" --placert-dir "$build/runtime" \
-  --place "$root/examples/mlp-zero3.place" --run mlp_zero3 --np 4 --steps 5 \
-  --work "$build/demo/mlp_zero3"
+demo() { # FILE RUN
+  python3 "$root/test/e2e/run_e2e.py" --mode demo \
+    --placec "$build/tools/placec" --placert-dir "$build/runtime" \
+    --place "$root/examples/$1" --run "$2" --np 4 --steps 5 --work "$build/demo/$2"
+}
+demo mlp-zero3.place mlp_zero3
+demo gpt-mini-3d.place gpt_mini_pp_sp
