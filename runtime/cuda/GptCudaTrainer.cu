@@ -1,9 +1,10 @@
 // GptCudaTrainer (placert/cuda.h): the GPT-2 layout on one GPU or data parallel over NCCL with
-// ZeRO stages 0-3. bf16 working weights, fp32 master weights, fp32 Adam moments, fp32 gradients;
-// activations in bf16; every allocation from CUDA's stream-ordered caching pool, whose
-// high-water mark is the reported peak. Gradient reductions run on the communicator's stream as
-// each unit's backward finishes; under ZeRO-3 the next block's parameters are gathered while the
-// current one computes.
+// ZeRO stages 0-3. bf16 working weights, fp32 master weights, fp32 Adam moments, bf16 gradients
+// (the plan's mixed-precision dtypes; a unit's gradient of one micro-batch is summed in fp32 while
+// its backward runs); activations in bf16; every allocation from CUDA's stream-ordered caching
+// pool, whose high-water mark is the reported peak. Gradient reductions run on the communicator's
+// stream as each unit's backward finishes; under ZeRO-3 the next block's parameters are gathered
+// while the current one computes.
 #include "CudaKernels.h"
 #include "placert/cuda.h"
 
@@ -171,11 +172,14 @@ struct Unit {
   // Persistent state (stage dependent; see allocate()).
   bf16 *working = nullptr;                             ///< Full (stage < 3) or the shard (stage 3).
   float *master = nullptr, *m = nullptr, *v = nullptr; ///< Full (stage 0) or the shard.
-  float *grads = nullptr;                              ///< Full (stage ≤ 1).
-  float *gradShard = nullptr; ///< Stage ≥ 1: the reduced shard the optimizer reads.
+  bf16 *grads = nullptr;     ///< Stage ≤ 1: the full gradient, summed over the micro-batches.
+  bf16 *gradShard = nullptr; ///< Stage ≥ 1: the reduced shard the optimizer reads.
   // Per micro-batch.
-  bf16 *gathered = nullptr;        ///< Stage 3: the gathered parameters while in use.
-  float *gradsTransient = nullptr; ///< Stage ≥ 2: this micro-batch's full gradients.
+  bf16 *gathered = nullptr;       ///< Stage 3: the gathered parameters while in use.
+  bf16 *gradsTransient = nullptr; ///< Stage ≥ 2: this micro-batch's full gradient until reduced.
+  /// While the unit's backward runs: this micro-batch's gradient summed in fp32 (GEMMs, bias and
+  /// LayerNorm reductions, embedding scatter), added into the bf16 gradient when it is done.
+  float *gradsFloat = nullptr;
   cudaEvent_t gatherDone = nullptr;
 };
 
@@ -298,6 +302,28 @@ struct GptCudaTrainer::Impl {
   ~Impl() {
     if (stream)
       cudaStreamSynchronize(stream);
+    // Give the device memory back to the pool (several trainers may live in one process, as in
+    // the end-to-end test) unless a collective is still pending after a failure.
+    bool idle = stream && (!comm || cudaStreamQuery(static_cast<cudaStream_t>(comm->getStream())) ==
+                                        cudaSuccess);
+    if (idle) {
+      for (Unit &unit : units) {
+        for (bf16 **p :
+             {&unit.working, &unit.grads, &unit.gradShard, &unit.gathered, &unit.gradsTransient})
+          (void)release(*p, stream);
+        for (float **p : {&unit.master, &unit.m, &unit.v, &unit.gradsFloat})
+          (void)release(*p, stream);
+      }
+      (void)release(tokens, stream);
+      (void)release(targets, stream);
+      for (float **p : {&rowMax, &sumExp, &targetLogit, &lossScalar, &attention.scores})
+        (void)release(*p, stream);
+      (void)release(loss, stream);
+      (void)release(attention.probs, stream);
+      (void)release(attention.dscores, stream);
+      (void)release(cublasWorkspace, stream);
+      cudaStreamSynchronize(stream);
+    }
     comm.reset();
     for (Unit &unit : units)
       if (unit.gatherDone)
@@ -345,8 +371,12 @@ struct GptCudaTrainer::Impl {
     Unit &unit = units[index];
     return spec.zeroStage == 3 ? unit.gathered : unit.working;
   }
-  Status beginGrads(int index);
-  float *grads(int index) {
+  Status beginGrads(int index, bool withFloat);
+  Status beginFloatGrads(int index);
+  /// The unit's fp32 gradient of this micro-batch (while its backward runs).
+  float *grads(int index) { return units[index].gradsFloat; }
+  /// The bf16 gradient this micro-batch's is added to.
+  bf16 *gradsBf16(int index) {
     Unit &unit = units[index];
     return spec.zeroStage >= 2 ? unit.gradsTransient : unit.grads;
   }
@@ -507,11 +537,11 @@ Status GptCudaTrainer::Impl::setup() {
     CUDA_TRY(cudaMemsetAsync(unit.v, 0, stateElements * sizeof(float), stream), "memset");
     if (spec.zeroStage <= 1) {
       PLACERT_TRY(allocate(unit.grads, unit.padded, stream));
-      CUDA_TRY(cudaMemsetAsync(unit.grads, 0, unit.padded * sizeof(float), stream), "memset");
+      CUDA_TRY(cudaMemsetAsync(unit.grads, 0, unit.padded * sizeof(bf16), stream), "memset");
     }
     if (spec.zeroStage >= 1) {
       PLACERT_TRY(allocate(unit.gradShard, unit.shard, stream));
-      CUDA_TRY(cudaMemsetAsync(unit.gradShard, 0, unit.shard * sizeof(float), stream), "memset");
+      CUDA_TRY(cudaMemsetAsync(unit.gradShard, 0, unit.shard * sizeof(bf16), stream), "memset");
     }
     PLACERT_TRY(initializeUnit(unit));
   }
@@ -554,24 +584,38 @@ Status GptCudaTrainer::Impl::waitGathered(int index) {
   return Status::success();
 }
 
-/// Stage ≥ 2: a zeroed transient full gradient for this micro-batch's backward of the unit.
-Status GptCudaTrainer::Impl::beginGrads(int index) {
-  if (spec.zeroStage < 2)
-    return Status::success();
+/// The start of a unit's backward: under stage ≥ 2 a zeroed bf16 full gradient for this
+/// micro-batch (the plan's transient), and with `withFloat` the zeroed fp32 sum (beginFloatGrads).
+Status GptCudaTrainer::Impl::beginGrads(int index, bool withFloat) {
   Unit &unit = units[index];
-  PLACERT_TRY(allocate(unit.gradsTransient, unit.padded, stream));
-  CUDA_TRY(cudaMemsetAsync(unit.gradsTransient, 0, unit.padded * sizeof(float), stream),
+  if (spec.zeroStage >= 2) {
+    PLACERT_TRY(allocate(unit.gradsTransient, unit.padded, stream));
+    CUDA_TRY(cudaMemsetAsync(unit.gradsTransient, 0, unit.padded * sizeof(bf16), stream),
+             "cudaMemsetAsync");
+  }
+  return withFloat ? beginFloatGrads(index) : Status::success();
+}
+
+Status GptCudaTrainer::Impl::beginFloatGrads(int index) {
+  Unit &unit = units[index];
+  PLACERT_TRY(allocate(unit.gradsFloat, unit.padded, stream));
+  CUDA_TRY(cudaMemsetAsync(unit.gradsFloat, 0, unit.padded * sizeof(float), stream),
            "cudaMemsetAsync");
   return Status::success();
 }
 
-/// The unit's gradients of this micro-batch are complete on the compute stream: reduce them on the
+/// The unit's gradients of this micro-batch are complete on the compute stream: the fp32 sum is
+/// added into the bf16 gradient and freed, then the bf16 gradient is reduced on the
 /// communicator's stream (all-reduce under stage 0 and reduce-scatter under stage 1 once per
 /// step, after the last micro-batch; reduce-scatter and accumulate every micro-batch under 2-3).
 /// Counted under the plan's keys (the once-per-step reductions are phase step, as in the report,
-/// although they overlap the backward here) with the bytes moved: fp32 gradients.
+/// although they overlap the backward here) with the bytes moved: bf16 gradients.
 Status GptCudaTrainer::Impl::finishGrads(int index, bool lastMicrobatch) {
   Unit &unit = units[index];
+  if (unit.gradsFloat) {
+    kernels::accumulate(gradsBf16(index), unit.gradsFloat, unit.padded, stream);
+    PLACERT_TRY(release(unit.gradsFloat, stream));
+  }
   if (spec.zeroStage <= 1 && !lastMicrobatch)
     return Status::success();
   cudaEvent_t done;
@@ -580,19 +624,19 @@ Status GptCudaTrainer::Impl::finishGrads(int index, bool lastMicrobatch) {
   cudaStream_t commStream = static_cast<cudaStream_t>(comm->getStream());
   Status status;
   if (spec.zeroStage == 0) {
-    status = comm->allReduceAsync(unit.grads, unit.padded, ElementType::Float32, done);
-    count(Collective::AllReduce, State::Grads, Phase::Step, unit.padded * 4);
+    status = comm->allReduceAsync(unit.grads, unit.padded, ElementType::BFloat16, done);
+    count(Collective::AllReduce, State::Grads, Phase::Step, unit.padded * 2);
   } else if (spec.zeroStage == 1) {
-    status = comm->reduceScatterAsync(unit.grads, unit.gradShard, unit.padded, ElementType::Float32,
-                                      done);
-    count(Collective::ReduceScatter, State::Grads, Phase::Step, unit.padded * 4);
+    status = comm->reduceScatterAsync(unit.grads, unit.gradShard, unit.padded,
+                                      ElementType::BFloat16, done);
+    count(Collective::ReduceScatter, State::Grads, Phase::Step, unit.padded * 2);
   } else {
-    float *piece = nullptr;
+    bf16 *piece = nullptr;
     status = allocate(piece, unit.shard, commStream);
     if (status.isOk())
       status = comm->reduceScatterAsync(unit.gradsTransient, piece, unit.padded,
-                                        ElementType::Float32, done);
-    count(Collective::ReduceScatter, State::Grads, Phase::Backward, unit.padded * 4);
+                                        ElementType::BFloat16, done);
+    count(Collective::ReduceScatter, State::Grads, Phase::Backward, unit.padded * 2);
     if (status.isOk()) {
       kernels::accumulate(unit.gradShard, piece, unit.shard, commStream);
       status = release(piece, commStream);
@@ -783,18 +827,20 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
                                    0, scale, stream);
   LAUNCH_TRY("forward");
 
-  // Backward.
-  PLACERT_TRY(beginGrads(0));
-  PLACERT_TRY(beginGrads(lastUnit));
+  // Backward. The output layer's weight gradient goes straight into the embeddings' bf16 gradient
+  // (one GEMM, fp32 accumulation); their fp32 sum is only allocated for the embedding backward's
+  // scatter at the end.
+  PLACERT_TRY(beginGrads(0, false));
+  PLACERT_TRY(beginGrads(lastUnit, true));
   bf16 *dres = nullptr, *scratch = nullptr;
   const int64_t wide = std::max(ffn, 3 * c);
   PLACERT_TRY(allocate(dres, n * c, stream));
   PLACERT_TRY(allocate(scratch, n * (2 * wide + c), stream));
   bf16 *dfinal = scratch;
-  float *gEmbed = grads(0), *gNorm = grads(lastUnit);
+  float *gNorm = grads(lastUnit);
   CUBLAS_TRY(kernels::linearInputGrad(cublas, logits, embed, dfinal, n, c, v, false, stream),
              "output layer backward");
-  CUBLAS_TRY(kernels::linearWeightGrad(cublas, finalOut, logits, gEmbed, nullptr, n, c, v, stream),
+  CUBLAS_TRY(kernels::linearWeightGrad(cublas, finalOut, logits, gradsBf16(0), n, c, v, stream),
              "output layer weight gradient");
   PLACERT_TRY(release(logits, stream));
   kernels::layerNormBackward(finalInput, norm, finalMean, finalRstd, dfinal, dres, gNorm, gNorm + c,
@@ -808,7 +854,7 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
     if (l >= 1)
       PLACERT_TRY(gather(unit - 1, Phase::Backward));
     PLACERT_TRY(waitGathered(unit));
-    PLACERT_TRY(beginGrads(unit));
+    PLACERT_TRY(beginGrads(unit, true));
     if (recompute) {
       // The block's forward again from its saved input; its output is written over the next
       // block's input (or the final norm's), which the backward no longer needs.
@@ -817,12 +863,17 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
           forwardBlock(static_cast<int>(l), acts[l], l + 1 < layers ? acts[l + 1].x : finalInput));
     }
     PLACERT_TRY(backwardBlock(static_cast<int>(l), acts[l], dres, scratch));
-    if (recompute)
-      PLACERT_TRY(releaseInner(acts[l]));
+    // Block l's saved tensors and its output (block l + 1's input, which a recomputation of
+    // block l would have written) are no longer needed; its own input is (block l − 1's output).
+    PLACERT_TRY(releaseInner(acts[l]));
+    if (l + 1 < layers)
+      PLACERT_TRY(release(acts[l + 1].x, stream));
     PLACERT_TRY(finishGrads(unit, last));
     if (spec.zeroStage == 3)
       PLACERT_TRY(release(units[unit].gathered, stream));
   }
+  PLACERT_TRY(beginFloatGrads(0));
+  float *gEmbed = grads(0);
   kernels::embeddingBackward(tokens, dres, gEmbed, gEmbed + v * c, n, shape.seq, c, 0, v, stream);
   PLACERT_TRY(finishGrads(0, last));
   if (spec.zeroStage == 3)
@@ -852,15 +903,15 @@ Status GptCudaTrainer::Impl::optimizerStep() {
     if (spec.zeroStage == 0) {
       kernels::adamUpdate(unit.master, unit.grads, unit.m, unit.v, unit.working, unit.padded,
                           step + 1, lr, stream);
-      CUDA_TRY(cudaMemsetAsync(unit.grads, 0, unit.padded * sizeof(float), stream), "memset");
+      CUDA_TRY(cudaMemsetAsync(unit.grads, 0, unit.padded * sizeof(bf16), stream), "memset");
       continue;
     }
     bf16 *target = spec.zeroStage == 3 ? unit.working : unit.working + rank() * unit.shard;
     kernels::adamUpdate(unit.master, unit.gradShard, unit.m, unit.v, target, unit.shard, step + 1,
                         lr, stream);
-    CUDA_TRY(cudaMemsetAsync(unit.gradShard, 0, unit.shard * sizeof(float), stream), "memset");
+    CUDA_TRY(cudaMemsetAsync(unit.gradShard, 0, unit.shard * sizeof(bf16), stream), "memset");
     if (spec.zeroStage == 1)
-      CUDA_TRY(cudaMemsetAsync(unit.grads, 0, unit.padded * sizeof(float), stream), "memset");
+      CUDA_TRY(cudaMemsetAsync(unit.grads, 0, unit.padded * sizeof(bf16), stream), "memset");
     if (spec.zeroStage <= 2) {
       CUDA_TRY(cudaEventRecord(paramsReady, stream), "cudaEventRecord");
       PLACERT_TRY(comm->allGatherAsync(target, unit.working, unit.padded, ElementType::BFloat16,
