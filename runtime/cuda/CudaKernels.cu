@@ -451,14 +451,6 @@ cublasStatus_t linearWeightGrad(cublasHandle_t handle, const bf16 *x, const bf16
   return status;
 }
 
-cublasStatus_t linearWeightGrad(cublasHandle_t handle, const bf16 *x, const bf16 *dy, bf16 *dw,
-                                int64_t batch, int64_t in, int64_t out, cudaStream_t stream) {
-  if (cublasStatus_t set = cublasSetStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
-    return set;
-  return gemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dy, out, dw, CUDA_R_16BF, in,
-              1.0f);
-}
-
 // dx[batch, in] = dy · w is column-major dxᵀ = wᵀ · dyᵀ: both memories read as is (N, N).
 cublasStatus_t linearInputGrad(cublasHandle_t handle, const bf16 *dy, const bf16 *w, bf16 *dx,
                                int64_t batch, int64_t in, int64_t out, bool accumulateOutput,

@@ -40,9 +40,6 @@ cublasStatus_t linearForward(cublasHandle_t handle, const bf16 *x, const bf16 *w
 cublasStatus_t linearWeightGrad(cublasHandle_t handle, const bf16 *x, const bf16 *dy, float *dw,
                                 float *dbias, int64_t batch, int64_t in, int64_t out,
                                 cudaStream_t stream);
-/// dw += dyᵀ · x into a bf16 dw: fp32 accumulation, one rounding per call.
-cublasStatus_t linearWeightGrad(cublasHandle_t handle, const bf16 *x, const bf16 *dy, bf16 *dw,
-                                int64_t batch, int64_t in, int64_t out, cudaStream_t stream);
 /// dx = dy · w, or dx += dy · w with `accumulateOutput`.
 cublasStatus_t linearInputGrad(cublasHandle_t handle, const bf16 *dy, const bf16 *w, bf16 *dx,
                                int64_t batch, int64_t in, int64_t out, bool accumulateOutput,

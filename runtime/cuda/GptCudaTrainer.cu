@@ -371,8 +371,7 @@ struct GptCudaTrainer::Impl {
     Unit &unit = units[index];
     return spec.zeroStage == 3 ? unit.gathered : unit.working;
   }
-  Status beginGrads(int index, bool withFloat);
-  Status beginFloatGrads(int index);
+  Status beginGrads(int index);
   /// The unit's fp32 gradient of this micro-batch (while its backward runs).
   float *grads(int index) { return units[index].gradsFloat; }
   /// The bf16 gradient this micro-batch's is added to.
@@ -584,20 +583,15 @@ Status GptCudaTrainer::Impl::waitGathered(int index) {
   return Status::success();
 }
 
-/// The start of a unit's backward: under stage ≥ 2 a zeroed bf16 full gradient for this
-/// micro-batch (the plan's transient), and with `withFloat` the zeroed fp32 sum (beginFloatGrads).
-Status GptCudaTrainer::Impl::beginGrads(int index, bool withFloat) {
+/// The start of a unit's backward: the zeroed fp32 sum of its gradient, and under stage ≥ 2 a
+/// zeroed bf16 full gradient for this micro-batch (the plan's transient).
+Status GptCudaTrainer::Impl::beginGrads(int index) {
   Unit &unit = units[index];
   if (spec.zeroStage >= 2) {
     PLACERT_TRY(allocate(unit.gradsTransient, unit.padded, stream));
     CUDA_TRY(cudaMemsetAsync(unit.gradsTransient, 0, unit.padded * sizeof(bf16), stream),
              "cudaMemsetAsync");
   }
-  return withFloat ? beginFloatGrads(index) : Status::success();
-}
-
-Status GptCudaTrainer::Impl::beginFloatGrads(int index) {
-  Unit &unit = units[index];
   PLACERT_TRY(allocate(unit.gradsFloat, unit.padded, stream));
   CUDA_TRY(cudaMemsetAsync(unit.gradsFloat, 0, unit.padded * sizeof(float), stream),
            "cudaMemsetAsync");
@@ -816,33 +810,44 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
   const bf16 *norm = params(lastUnit);
   kernels::layerNormForward(finalInput, norm, norm + c, finalOut, finalMean, finalRstd, n, c, 1e-5f,
                             stream);
-  PLACERT_TRY(allocate(logits, n * v, stream));
-  CUBLAS_TRY(
-      kernels::linearForward(cublas, finalOut, embed, nullptr, logits, n, c, v, false, stream),
-      "output layer");
-  double scale = 1.0 / static_cast<double>(spec.globalBatch * shape.seq);
-  kernels::crossEntropyRowMax(logits, rowMax, n, v, stream);
-  kernels::crossEntropyPartials(logits, targets, rowMax, sumExp, targetLogit, n, v, 0, stream);
-  kernels::crossEntropyLossAndGrad(logits, targets, rowMax, sumExp, targetLogit, logits, loss, n, v,
-                                   0, scale, stream);
   LAUNCH_TRY("forward");
 
-  // Backward. The output layer's weight gradient goes straight into the embeddings' bf16 gradient
-  // (one GEMM, fp32 accumulation); their fp32 sum is only allocated for the embedding backward's
-  // scatter at the end.
-  PLACERT_TRY(beginGrads(0, false));
-  PLACERT_TRY(beginGrads(lastUnit, true));
+  // The loss and the output layer's backward, one sequence at a time, so that only one sequence's
+  // logits [seq, vocab] exist at once (the report's activations do not count the logits; all of
+  // them in bf16 would be 2·rows·vocab bytes, 0.77 GiB for the bench/gpu models). The
+  // embeddings' gradient is summed in fp32 from here to the embedding backward at the end.
+  PLACERT_TRY(beginGrads(0));
+  PLACERT_TRY(beginGrads(lastUnit));
   bf16 *dres = nullptr, *scratch = nullptr;
   const int64_t wide = std::max(ffn, 3 * c);
   PLACERT_TRY(allocate(dres, n * c, stream));
   PLACERT_TRY(allocate(scratch, n * (2 * wide + c), stream));
   bf16 *dfinal = scratch;
-  float *gNorm = grads(lastUnit);
-  CUBLAS_TRY(kernels::linearInputGrad(cublas, logits, embed, dfinal, n, c, v, false, stream),
-             "output layer backward");
-  CUBLAS_TRY(kernels::linearWeightGrad(cublas, finalOut, logits, gradsBf16(0), n, c, v, stream),
-             "output layer weight gradient");
+  float *gEmbed = grads(0), *gNorm = grads(lastUnit);
+  const int64_t chunk = shape.seq;
+  PLACERT_TRY(allocate(logits, chunk * v, stream));
+  const double scale = 1.0 / static_cast<double>(spec.globalBatch * shape.seq);
+  for (int64_t r = 0; r < n; r += chunk) {
+    const int64_t k = std::min(chunk, n - r);
+    CUBLAS_TRY(kernels::linearForward(cublas, finalOut + r * c, embed, nullptr, logits, k, c, v,
+                                      false, stream),
+               "output layer");
+    kernels::crossEntropyRowMax(logits, rowMax + r, k, v, stream);
+    kernels::crossEntropyPartials(logits, targets + r, rowMax + r, sumExp + r, targetLogit + r, k,
+                                  v, 0, stream);
+    kernels::crossEntropyLossAndGrad(logits, targets + r, rowMax + r, sumExp + r, targetLogit + r,
+                                     logits, loss, k, v, 0, scale, stream);
+    CUBLAS_TRY(
+        kernels::linearInputGrad(cublas, logits, embed, dfinal + r * c, k, c, v, false, stream),
+        "output layer backward");
+    CUBLAS_TRY(kernels::linearWeightGrad(cublas, finalOut + r * c, logits, gEmbed, nullptr, k, c, v,
+                                         stream),
+               "output layer weight gradient");
+  }
   PLACERT_TRY(release(logits, stream));
+  LAUNCH_TRY("loss and output layer");
+
+  // Backward.
   kernels::layerNormBackward(finalInput, norm, finalMean, finalRstd, dfinal, dres, gNorm, gNorm + c,
                              n, c, false, stream);
   PLACERT_TRY(finishGrads(lastUnit, last));
@@ -854,7 +859,7 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
     if (l >= 1)
       PLACERT_TRY(gather(unit - 1, Phase::Backward));
     PLACERT_TRY(waitGathered(unit));
-    PLACERT_TRY(beginGrads(unit, true));
+    PLACERT_TRY(beginGrads(unit));
     if (recompute) {
       // The block's forward again from its saved input; its output is written over the next
       // block's input (or the final norm's), which the backward no longer needs.
@@ -872,8 +877,6 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
     if (spec.zeroStage == 3)
       PLACERT_TRY(release(units[unit].gathered, stream));
   }
-  PLACERT_TRY(beginFloatGrads(0));
-  float *gEmbed = grads(0);
   kernels::embeddingBackward(tokens, dres, gEmbed, gEmbed + v * c, n, shape.seq, c, 0, v, stream);
   PLACERT_TRY(finishGrads(0, last));
   if (spec.zeroStage == 3)
