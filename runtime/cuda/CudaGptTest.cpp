@@ -48,7 +48,7 @@ int main(int argc, char **argv) {
   reference.globalBatch = 4;
   reference.microBatch = 2;
   reference.paramType = DType::BF16; // the working copy the forward reads
-  reference.gradType = DType::FP32;
+  reference.gradType = DType::BF16;  // the trainer's gradients (it rounds each micro-batch's sum)
   reference.learningRate = 1e-3;
 
   int failures = 0;

@@ -425,6 +425,23 @@ void testAdam(Random &random) {
   compare("adamUpdate v", fromDevice(*dV), vRef, kFp32Tolerance);
   compare("adamUpdate bf16 working copy", fromDevice(working), masterRef, kBf16Tolerance);
   delete dMaster, delete dM, delete dV;
+
+  // bf16 gradients (the trainer's): the reference gets the same rounded gradients in fp32.
+  master = random.uniform(n, -1, 1), m = random.uniform(n, -0.1f, 0.1f);
+  v = random.uniform(n, 0.001f, 0.01f);
+  masterRef = master, mRef = m, vRef = v;
+  dMaster = toDevice(master), dM = toDevice(m), dV = toDevice(v);
+  for (int64_t t = 1; t <= 3; ++t) {
+    auto grad = rounded(random.uniform(n, -1, 1));
+    gpt::adamUpdate(masterRef.data(), grad.data(), mRef.data(), vRef.data(), n, t, lr);
+    auto dGrad = toBf16(grad);
+    adamUpdate(dMaster->data, dGrad->data, dM->data, dV->data, nullptr, n, t, lr, nullptr);
+    check(cudaDeviceSynchronize(), "adam");
+    delete dGrad;
+  }
+  compare("adamUpdate bf16 grads master", fromDevice(*dMaster), masterRef, kFp32Tolerance);
+  compare("adamUpdate bf16 grads v", fromDevice(*dV), vRef, kFp32Tolerance);
+  delete dMaster, delete dM, delete dV;
 }
 
 void testConversions(Random &random) {
@@ -442,7 +459,21 @@ void testConversions(Random &random) {
     sum[i] = values[i] + other[i];
   accumulate(dValues->data, dOther->data, n, nullptr);
   compare("accumulate (+=)", fromDevice(*dValues), sum, kFp32Tolerance);
-  delete dValues, delete dOther;
+  // Into bf16 storage: the sum of the rounded value and the addend, rounded once.
+  auto base = rounded(random.uniform(n, -10, 10)), addend = random.uniform(n, -1, 1);
+  auto halfAddend = rounded(random.uniform(n, -1, 1));
+  std::vector<float> fromFloat(n), fromHalf(n);
+  for (int64_t i = 0; i < n; ++i) {
+    fromFloat[i] = roundBf16(base[i] + addend[i]);
+    fromHalf[i] = roundBf16(fromFloat[i] + halfAddend[i]);
+  }
+  auto dBase = toBf16(base), dHalfAddend = toBf16(halfAddend);
+  auto dAddend = toDevice(addend);
+  accumulate(dBase->data, dAddend->data, n, nullptr);
+  compare("accumulate bf16 += fp32", fromDevice(*dBase), fromFloat, kFp32Tolerance);
+  accumulate(dBase->data, dHalfAddend->data, n, nullptr);
+  compare("accumulate bf16 += bf16", fromDevice(*dBase), fromHalf, kFp32Tolerance);
+  delete dValues, delete dOther, delete dBase, delete dAddend, delete dHalfAddend;
 }
 
 } // namespace

@@ -14,6 +14,7 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float toFloat(bf16 value) { return __bfloat162float(value); }
 __device__ __forceinline__ bf16 toBf16(float value) { return __float2bfloat16_rn(value); }
+__device__ __forceinline__ float toFloat(float value) { return value; }
 
 unsigned gridFor(int64_t n) {
   int64_t blocks = (n + kThreads - 1) / kThreads;
@@ -95,6 +96,12 @@ __global__ void accumulateKernel(float *out, const float *in, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] += in[i];
+}
+
+template <class T> __global__ void accumulateBf16Kernel(bf16 *out, const T *in, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = toBf16(toFloat(out[i]) + toFloat(in[i]));
 }
 
 /// Column sums of a [rows, cols] bf16 matrix added to out[cols] (fp32): a 32-column × 8-row
@@ -341,12 +348,13 @@ __global__ void lossAndGradKernel(const bf16 *logits, const int32_t *targets, co
     atomicAdd(loss, (log(static_cast<double>(sumExp[r])) - targetLogit[r]) * scale);
 }
 
-__global__ void adamKernel(float *master, const float *grad, float *m, float *v, bf16 *working,
+template <class G>
+__global__ void adamKernel(float *master, const G *grad, float *m, float *v, bf16 *working,
                            int64_t n, float correction1, float correction2, float learningRate) {
   const float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    float g = grad[i];
+    float g = toFloat(grad[i]);
     float mi = beta1 * m[i] + (1 - beta1) * g;
     float vi = beta2 * v[i] + (1 - beta2) * g * g;
     m[i] = mi;
@@ -408,12 +416,21 @@ void accumulate(float *out, const float *in, int64_t n, cudaStream_t stream) {
   accumulateKernel<<<gridFor(n), kThreads, 0, stream>>>(out, in, n);
 }
 
+void accumulate(bf16 *out, const float *in, int64_t n, cudaStream_t stream) {
+  accumulateBf16Kernel<<<gridFor(n), kThreads, 0, stream>>>(out, in, n);
+}
+
+void accumulate(bf16 *out, const bf16 *in, int64_t n, cudaStream_t stream) {
+  accumulateBf16Kernel<<<gridFor(n), kThreads, 0, stream>>>(out, in, n);
+}
+
 // Row-major y[batch, out] = x[batch, in] · w[out, in]ᵀ is column-major yᵀ = w · xᵀ, where the
 // memory of w read column-major is wᵀ (so op T) and that of x is xᵀ (op N).
 cublasStatus_t linearForward(cublasHandle_t handle, const bf16 *x, const bf16 *w, const bf16 *bias,
                              bf16 *y, int64_t batch, int64_t in, int64_t out, bool accumulateOutput,
                              cudaStream_t stream) {
-  cublasSetStream(handle, stream);
+  if (cublasStatus_t set = cublasSetStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
+    return set;
   cublasStatus_t status = gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, w, in, x, in, y,
                                CUDA_R_16BF, out, accumulateOutput ? 1.0f : 0.0f);
   if (status == CUBLAS_STATUS_SUCCESS && bias)
@@ -425,7 +442,8 @@ cublasStatus_t linearForward(cublasHandle_t handle, const bf16 *x, const bf16 *w
 cublasStatus_t linearWeightGrad(cublasHandle_t handle, const bf16 *x, const bf16 *dy, float *dw,
                                 float *dbias, int64_t batch, int64_t in, int64_t out,
                                 cudaStream_t stream) {
-  cublasSetStream(handle, stream);
+  if (cublasStatus_t set = cublasSetStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
+    return set;
   cublasStatus_t status = gemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dy, out, dw,
                                CUDA_R_32F, in, 1.0f);
   if (status == CUBLAS_STATUS_SUCCESS && dbias)
@@ -437,7 +455,8 @@ cublasStatus_t linearWeightGrad(cublasHandle_t handle, const bf16 *x, const bf16
 cublasStatus_t linearInputGrad(cublasHandle_t handle, const bf16 *dy, const bf16 *w, bf16 *dx,
                                int64_t batch, int64_t in, int64_t out, bool accumulateOutput,
                                cudaStream_t stream) {
-  cublasSetStream(handle, stream);
+  if (cublasStatus_t set = cublasSetStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
+    return set;
   return gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, w, in, dy, out, dx, CUDA_R_16BF, in,
               accumulateOutput ? 1.0f : 0.0f);
 }
@@ -486,7 +505,8 @@ cublasStatus_t attentionForward(cublasHandle_t handle, const bf16 *q, const bf16
                                 int64_t ldIn, int64_t headStride, bf16 *out, int64_t ldOut,
                                 int64_t batch, int64_t seq, int64_t heads, int64_t headDim,
                                 AttentionWorkspace workspace, cudaStream_t stream) {
-  cublasSetStream(handle, stream);
+  if (cublasStatus_t set = cublasSetStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
+    return set;
   float scale = 1.0f / std::sqrt(static_cast<float>(headDim));
   int64_t square = seq * seq;
   for (int64_t b = 0; b < batch; ++b) {
@@ -512,7 +532,8 @@ cublasStatus_t attentionBackward(cublasHandle_t handle, const bf16 *q, const bf1
                                  bf16 *dq, bf16 *dk, bf16 *dv, int64_t batch, int64_t seq,
                                  int64_t heads, int64_t headDim, AttentionWorkspace workspace,
                                  cudaStream_t stream) {
-  cublasSetStream(handle, stream);
+  if (cublasStatus_t set = cublasSetStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
+    return set;
   float scale = 1.0f / std::sqrt(static_cast<float>(headDim));
   int64_t square = seq * seq;
   for (int64_t b = 0; b < batch; ++b) {
@@ -596,13 +617,26 @@ void crossEntropyLossAndGrad(const bf16 *logits, const int32_t *targets, const f
       logits, targets, rowMax, sumExp, targetLogit, dlogits, loss, vocabLocal, vocabOffset, scale);
 }
 
-void adamUpdate(float *master, const float *grad, float *m, float *v, bf16 *working, int64_t n,
+namespace {
+template <class G>
+void launchAdam(float *master, const G *grad, float *m, float *v, bf16 *working, int64_t n,
                 int64_t t, float learningRate, cudaStream_t stream) {
   double correction1 = 1 - std::pow(0.9, static_cast<double>(t));
   double correction2 = 1 - std::pow(0.999, static_cast<double>(t));
   adamKernel<<<gridFor(n), kThreads, 0, stream>>>(master, grad, m, v, working, n,
                                                   static_cast<float>(correction1),
                                                   static_cast<float>(correction2), learningRate);
+}
+} // namespace
+
+void adamUpdate(float *master, const float *grad, float *m, float *v, bf16 *working, int64_t n,
+                int64_t t, float learningRate, cudaStream_t stream) {
+  launchAdam(master, grad, m, v, working, n, t, learningRate, stream);
+}
+
+void adamUpdate(float *master, const bf16 *grad, float *m, float *v, bf16 *working, int64_t n,
+                int64_t t, float learningRate, cudaStream_t stream) {
+  launchAdam(master, grad, m, v, working, n, t, learningRate, stream);
 }
 
 } // namespace kernels

@@ -27,6 +27,9 @@ void bf16ToFloat(const bf16 *in, float *out, int64_t n, cudaStream_t stream);
 void fill(float *out, float value, int64_t n, cudaStream_t stream);
 /// out += in (fp32).
 void accumulate(float *out, const float *in, int64_t n, cudaStream_t stream);
+/// out = bf16(out + in), summed in fp32 and rounded once (gradients kept in bf16).
+void accumulate(bf16 *out, const float *in, int64_t n, cudaStream_t stream);
+void accumulate(bf16 *out, const bf16 *in, int64_t n, cudaStream_t stream);
 
 // GEMMs (Kernels.h): x [batch, in], w [out, in], row-major.
 /// y = x · wᵀ (+ bias when not null); with `accumulateOutput` y += x · wᵀ (+ bias).
@@ -103,6 +106,9 @@ void crossEntropyLossAndGrad(const bf16 *logits, const int32_t *targets, const f
 /// Fused Adam (β1 0.9, β2 0.999, ε 1e-8, bias correction at step t ≥ 1) on fp32 master weights
 /// and moments; writes the bf16 working copy when `working` is not null.
 void adamUpdate(float *master, const float *grad, float *m, float *v, bf16 *working, int64_t n,
+                int64_t t, float learningRate, cudaStream_t stream);
+/// The same on bf16 gradients (converted to fp32 as they are read).
+void adamUpdate(float *master, const bf16 *grad, float *m, float *v, bf16 *working, int64_t n,
                 int64_t t, float learningRate, cudaStream_t stream);
 
 } // namespace kernels

@@ -1,9 +1,10 @@
 // GptCudaTrainer (placert/cuda.h): the GPT-2 layout on one GPU or data parallel over NCCL with
-// ZeRO stages 0-3. bf16 working weights, fp32 master weights, fp32 Adam moments, fp32 gradients;
-// activations in bf16; every allocation from CUDA's stream-ordered caching pool, whose
-// high-water mark is the reported peak. Gradient reductions run on the communicator's stream as
-// each unit's backward finishes; under ZeRO-3 the next block's parameters are gathered while the
-// current one computes.
+// ZeRO stages 0-3. bf16 working weights, fp32 master weights, fp32 Adam moments, bf16 gradients
+// (the plan's mixed-precision dtypes; a unit's gradient of one micro-batch is summed in fp32 while
+// its backward runs); activations in bf16; every allocation from CUDA's stream-ordered caching
+// pool, whose high-water mark is the reported peak. Gradient reductions run on the communicator's
+// stream as each unit's backward finishes; under ZeRO-3 the next block's parameters are gathered
+// while the current one computes.
 #include "CudaKernels.h"
 #include "placert/cuda.h"
 
@@ -171,11 +172,14 @@ struct Unit {
   // Persistent state (stage dependent; see allocate()).
   bf16 *working = nullptr;                             ///< Full (stage < 3) or the shard (stage 3).
   float *master = nullptr, *m = nullptr, *v = nullptr; ///< Full (stage 0) or the shard.
-  float *grads = nullptr;                              ///< Full (stage ≤ 1).
-  float *gradShard = nullptr; ///< Stage ≥ 1: the reduced shard the optimizer reads.
+  bf16 *grads = nullptr;     ///< Stage ≤ 1: the full gradient, summed over the micro-batches.
+  bf16 *gradShard = nullptr; ///< Stage ≥ 1: the reduced shard the optimizer reads.
   // Per micro-batch.
-  bf16 *gathered = nullptr;        ///< Stage 3: the gathered parameters while in use.
-  float *gradsTransient = nullptr; ///< Stage ≥ 2: this micro-batch's full gradients.
+  bf16 *gathered = nullptr;       ///< Stage 3: the gathered parameters while in use.
+  bf16 *gradsTransient = nullptr; ///< Stage ≥ 2: this micro-batch's full gradient until reduced.
+  /// While the unit's backward runs: this micro-batch's gradient summed in fp32 (GEMMs, bias and
+  /// LayerNorm reductions, embedding scatter), added into the bf16 gradient when it is done.
+  float *gradsFloat = nullptr;
   cudaEvent_t gatherDone = nullptr;
 };
 
@@ -298,6 +302,28 @@ struct GptCudaTrainer::Impl {
   ~Impl() {
     if (stream)
       cudaStreamSynchronize(stream);
+    // Give the device memory back to the pool (several trainers may live in one process, as in
+    // the end-to-end test) unless a collective is still pending after a failure.
+    bool idle = stream && (!comm || cudaStreamQuery(static_cast<cudaStream_t>(comm->getStream())) ==
+                                        cudaSuccess);
+    if (idle) {
+      for (Unit &unit : units) {
+        for (bf16 **p :
+             {&unit.working, &unit.grads, &unit.gradShard, &unit.gathered, &unit.gradsTransient})
+          (void)release(*p, stream);
+        for (float **p : {&unit.master, &unit.m, &unit.v, &unit.gradsFloat})
+          (void)release(*p, stream);
+      }
+      (void)release(tokens, stream);
+      (void)release(targets, stream);
+      for (float **p : {&rowMax, &sumExp, &targetLogit, &lossScalar, &attention.scores})
+        (void)release(*p, stream);
+      (void)release(loss, stream);
+      (void)release(attention.probs, stream);
+      (void)release(attention.dscores, stream);
+      (void)release(cublasWorkspace, stream);
+      cudaStreamSynchronize(stream);
+    }
     comm.reset();
     for (Unit &unit : units)
       if (unit.gatherDone)
@@ -346,7 +372,10 @@ struct GptCudaTrainer::Impl {
     return spec.zeroStage == 3 ? unit.gathered : unit.working;
   }
   Status beginGrads(int index);
-  float *grads(int index) {
+  /// The unit's fp32 gradient of this micro-batch (while its backward runs).
+  float *grads(int index) { return units[index].gradsFloat; }
+  /// The bf16 gradient this micro-batch's is added to.
+  bf16 *gradsBf16(int index) {
     Unit &unit = units[index];
     return spec.zeroStage >= 2 ? unit.gradsTransient : unit.grads;
   }
@@ -507,11 +536,11 @@ Status GptCudaTrainer::Impl::setup() {
     CUDA_TRY(cudaMemsetAsync(unit.v, 0, stateElements * sizeof(float), stream), "memset");
     if (spec.zeroStage <= 1) {
       PLACERT_TRY(allocate(unit.grads, unit.padded, stream));
-      CUDA_TRY(cudaMemsetAsync(unit.grads, 0, unit.padded * sizeof(float), stream), "memset");
+      CUDA_TRY(cudaMemsetAsync(unit.grads, 0, unit.padded * sizeof(bf16), stream), "memset");
     }
     if (spec.zeroStage >= 1) {
       PLACERT_TRY(allocate(unit.gradShard, unit.shard, stream));
-      CUDA_TRY(cudaMemsetAsync(unit.gradShard, 0, unit.shard * sizeof(float), stream), "memset");
+      CUDA_TRY(cudaMemsetAsync(unit.gradShard, 0, unit.shard * sizeof(bf16), stream), "memset");
     }
     PLACERT_TRY(initializeUnit(unit));
   }
@@ -554,24 +583,33 @@ Status GptCudaTrainer::Impl::waitGathered(int index) {
   return Status::success();
 }
 
-/// Stage ≥ 2: a zeroed transient full gradient for this micro-batch's backward of the unit.
+/// The start of a unit's backward: the zeroed fp32 sum of its gradient, and under stage ≥ 2 a
+/// zeroed bf16 full gradient for this micro-batch (the plan's transient).
 Status GptCudaTrainer::Impl::beginGrads(int index) {
-  if (spec.zeroStage < 2)
-    return Status::success();
   Unit &unit = units[index];
-  PLACERT_TRY(allocate(unit.gradsTransient, unit.padded, stream));
-  CUDA_TRY(cudaMemsetAsync(unit.gradsTransient, 0, unit.padded * sizeof(float), stream),
+  if (spec.zeroStage >= 2) {
+    PLACERT_TRY(allocate(unit.gradsTransient, unit.padded, stream));
+    CUDA_TRY(cudaMemsetAsync(unit.gradsTransient, 0, unit.padded * sizeof(bf16), stream),
+             "cudaMemsetAsync");
+  }
+  PLACERT_TRY(allocate(unit.gradsFloat, unit.padded, stream));
+  CUDA_TRY(cudaMemsetAsync(unit.gradsFloat, 0, unit.padded * sizeof(float), stream),
            "cudaMemsetAsync");
   return Status::success();
 }
 
-/// The unit's gradients of this micro-batch are complete on the compute stream: reduce them on the
+/// The unit's gradients of this micro-batch are complete on the compute stream: the fp32 sum is
+/// added into the bf16 gradient and freed, then the bf16 gradient is reduced on the
 /// communicator's stream (all-reduce under stage 0 and reduce-scatter under stage 1 once per
 /// step, after the last micro-batch; reduce-scatter and accumulate every micro-batch under 2-3).
 /// Counted under the plan's keys (the once-per-step reductions are phase step, as in the report,
-/// although they overlap the backward here) with the bytes moved: fp32 gradients.
+/// although they overlap the backward here) with the bytes moved: bf16 gradients.
 Status GptCudaTrainer::Impl::finishGrads(int index, bool lastMicrobatch) {
   Unit &unit = units[index];
+  if (unit.gradsFloat) {
+    kernels::accumulate(gradsBf16(index), unit.gradsFloat, unit.padded, stream);
+    PLACERT_TRY(release(unit.gradsFloat, stream));
+  }
   if (spec.zeroStage <= 1 && !lastMicrobatch)
     return Status::success();
   cudaEvent_t done;
@@ -580,19 +618,19 @@ Status GptCudaTrainer::Impl::finishGrads(int index, bool lastMicrobatch) {
   cudaStream_t commStream = static_cast<cudaStream_t>(comm->getStream());
   Status status;
   if (spec.zeroStage == 0) {
-    status = comm->allReduceAsync(unit.grads, unit.padded, ElementType::Float32, done);
-    count(Collective::AllReduce, State::Grads, Phase::Step, unit.padded * 4);
+    status = comm->allReduceAsync(unit.grads, unit.padded, ElementType::BFloat16, done);
+    count(Collective::AllReduce, State::Grads, Phase::Step, unit.padded * 2);
   } else if (spec.zeroStage == 1) {
-    status = comm->reduceScatterAsync(unit.grads, unit.gradShard, unit.padded, ElementType::Float32,
-                                      done);
-    count(Collective::ReduceScatter, State::Grads, Phase::Step, unit.padded * 4);
+    status = comm->reduceScatterAsync(unit.grads, unit.gradShard, unit.padded,
+                                      ElementType::BFloat16, done);
+    count(Collective::ReduceScatter, State::Grads, Phase::Step, unit.padded * 2);
   } else {
-    float *piece = nullptr;
+    bf16 *piece = nullptr;
     status = allocate(piece, unit.shard, commStream);
     if (status.isOk())
       status = comm->reduceScatterAsync(unit.gradsTransient, piece, unit.padded,
-                                        ElementType::Float32, done);
-    count(Collective::ReduceScatter, State::Grads, Phase::Backward, unit.padded * 4);
+                                        ElementType::BFloat16, done);
+    count(Collective::ReduceScatter, State::Grads, Phase::Backward, unit.padded * 2);
     if (status.isOk()) {
       kernels::accumulate(unit.gradShard, piece, unit.shard, commStream);
       status = release(piece, commStream);
@@ -772,18 +810,12 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
   const bf16 *norm = params(lastUnit);
   kernels::layerNormForward(finalInput, norm, norm + c, finalOut, finalMean, finalRstd, n, c, 1e-5f,
                             stream);
-  PLACERT_TRY(allocate(logits, n * v, stream));
-  CUBLAS_TRY(
-      kernels::linearForward(cublas, finalOut, embed, nullptr, logits, n, c, v, false, stream),
-      "output layer");
-  double scale = 1.0 / static_cast<double>(spec.globalBatch * shape.seq);
-  kernels::crossEntropyRowMax(logits, rowMax, n, v, stream);
-  kernels::crossEntropyPartials(logits, targets, rowMax, sumExp, targetLogit, n, v, 0, stream);
-  kernels::crossEntropyLossAndGrad(logits, targets, rowMax, sumExp, targetLogit, logits, loss, n, v,
-                                   0, scale, stream);
   LAUNCH_TRY("forward");
 
-  // Backward.
+  // The loss and the output layer's backward, one sequence at a time, so that only one sequence's
+  // logits [seq, vocab] exist at once (the report's activations do not count the logits; all of
+  // them in bf16 would be 2·rows·vocab bytes, 0.77 GiB for the bench/gpu models). The
+  // embeddings' gradient is summed in fp32 from here to the embedding backward at the end.
   PLACERT_TRY(beginGrads(0));
   PLACERT_TRY(beginGrads(lastUnit));
   bf16 *dres = nullptr, *scratch = nullptr;
@@ -792,11 +824,30 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
   PLACERT_TRY(allocate(scratch, n * (2 * wide + c), stream));
   bf16 *dfinal = scratch;
   float *gEmbed = grads(0), *gNorm = grads(lastUnit);
-  CUBLAS_TRY(kernels::linearInputGrad(cublas, logits, embed, dfinal, n, c, v, false, stream),
-             "output layer backward");
-  CUBLAS_TRY(kernels::linearWeightGrad(cublas, finalOut, logits, gEmbed, nullptr, n, c, v, stream),
-             "output layer weight gradient");
+  const int64_t chunk = shape.seq;
+  PLACERT_TRY(allocate(logits, chunk * v, stream));
+  const double scale = 1.0 / static_cast<double>(spec.globalBatch * shape.seq);
+  for (int64_t r = 0; r < n; r += chunk) {
+    const int64_t k = std::min(chunk, n - r);
+    CUBLAS_TRY(kernels::linearForward(cublas, finalOut + r * c, embed, nullptr, logits, k, c, v,
+                                      false, stream),
+               "output layer");
+    kernels::crossEntropyRowMax(logits, rowMax + r, k, v, stream);
+    kernels::crossEntropyPartials(logits, targets + r, rowMax + r, sumExp + r, targetLogit + r, k,
+                                  v, 0, stream);
+    kernels::crossEntropyLossAndGrad(logits, targets + r, rowMax + r, sumExp + r, targetLogit + r,
+                                     logits, loss, k, v, 0, scale, stream);
+    CUBLAS_TRY(
+        kernels::linearInputGrad(cublas, logits, embed, dfinal + r * c, k, c, v, false, stream),
+        "output layer backward");
+    CUBLAS_TRY(kernels::linearWeightGrad(cublas, finalOut + r * c, logits, gEmbed, nullptr, k, c, v,
+                                         stream),
+               "output layer weight gradient");
+  }
   PLACERT_TRY(release(logits, stream));
+  LAUNCH_TRY("loss and output layer");
+
+  // Backward.
   kernels::layerNormBackward(finalInput, norm, finalMean, finalRstd, dfinal, dres, gNorm, gNorm + c,
                              n, c, false, stream);
   PLACERT_TRY(finishGrads(lastUnit, last));
@@ -817,8 +868,11 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
           forwardBlock(static_cast<int>(l), acts[l], l + 1 < layers ? acts[l + 1].x : finalInput));
     }
     PLACERT_TRY(backwardBlock(static_cast<int>(l), acts[l], dres, scratch));
-    if (recompute)
-      PLACERT_TRY(releaseInner(acts[l]));
+    // Block l's saved tensors and its output (block l + 1's input, which a recomputation of
+    // block l would have written) are no longer needed; its own input is (block l − 1's output).
+    PLACERT_TRY(releaseInner(acts[l]));
+    if (l + 1 < layers)
+      PLACERT_TRY(release(acts[l + 1].x, stream));
     PLACERT_TRY(finishGrads(unit, last));
     if (spec.zeroStage == 3)
       PLACERT_TRY(release(units[unit].gathered, stream));
@@ -852,15 +906,15 @@ Status GptCudaTrainer::Impl::optimizerStep() {
     if (spec.zeroStage == 0) {
       kernels::adamUpdate(unit.master, unit.grads, unit.m, unit.v, unit.working, unit.padded,
                           step + 1, lr, stream);
-      CUDA_TRY(cudaMemsetAsync(unit.grads, 0, unit.padded * sizeof(float), stream), "memset");
+      CUDA_TRY(cudaMemsetAsync(unit.grads, 0, unit.padded * sizeof(bf16), stream), "memset");
       continue;
     }
     bf16 *target = spec.zeroStage == 3 ? unit.working : unit.working + rank() * unit.shard;
     kernels::adamUpdate(unit.master, unit.gradShard, unit.m, unit.v, target, unit.shard, step + 1,
                         lr, stream);
-    CUDA_TRY(cudaMemsetAsync(unit.gradShard, 0, unit.shard * sizeof(float), stream), "memset");
+    CUDA_TRY(cudaMemsetAsync(unit.gradShard, 0, unit.shard * sizeof(bf16), stream), "memset");
     if (spec.zeroStage == 1)
-      CUDA_TRY(cudaMemsetAsync(unit.grads, 0, unit.padded * sizeof(float), stream), "memset");
+      CUDA_TRY(cudaMemsetAsync(unit.grads, 0, unit.padded * sizeof(bf16), stream), "memset");
     if (spec.zeroStage <= 2) {
       CUDA_TRY(cudaEventRecord(paramsReady, stream), "cudaEventRecord");
       PLACERT_TRY(comm->allGatherAsync(target, unit.working, unit.padded, ElementType::BFloat16,

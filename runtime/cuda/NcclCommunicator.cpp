@@ -130,16 +130,22 @@ Status NcclCommunicator::create(const Job &job, std::string name, int color, int
             rankPrefix(job) + "MPI_Comm_split for group '" + impl.name + "' failed"};
   MPI_Comm_rank(group, &impl.rank);
   MPI_Comm_size(group, &impl.size);
-  if (impl.rank == 0) {
-    ncclResult_t got = ncclGetUniqueId(&id);
-    if (got != ncclSuccess)
-      return impl.fail("ncclGetUniqueId", got);
-  }
-  int broadcast = MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, group);
+  // Rank 0 says whether it has an id before sending it, so that a failure there does not leave
+  // the others waiting in the broadcast.
+  ncclResult_t idResult = impl.rank == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
+  int haveId = idResult == ncclSuccess ? 1 : 0;
+  int broadcast = MPI_Bcast(&haveId, 1, MPI_INT, 0, group);
+  if (broadcast == MPI_SUCCESS && haveId)
+    broadcast = MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, group);
   MPI_Comm_free(&group);
   if (broadcast != MPI_SUCCESS)
     return {StatusCode::Communication,
             rankPrefix(job) + "broadcast of the NCCL id of group '" + impl.name + "' failed"};
+  if (idResult != ncclSuccess)
+    return impl.fail("ncclGetUniqueId", idResult);
+  if (!haveId)
+    return {StatusCode::Communication,
+            rankPrefix(job) + "group '" + impl.name + "': its rank 0 could not create the NCCL id"};
 #else
   (void)color;
   (void)key;
