@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end tests of checkpoints (docs/checkpoints.md): programs compiled from
-configs/checkpoint.place save, resume and reshard, and refuse bad checkpoints.
+configs/checkpoint.place (the mlp) and configs/checkpoint_gpt.place (mode gpt) save, resume
+and reshard, and refuse bad checkpoints.
 
 Modes:
   resume   a run stopped at step 2 and resumed equals the uninterrupted run bit for bit: the
@@ -17,7 +18,8 @@ Modes:
   gpt      the transformer (configs/checkpoint_gpt.place): exact resume under zero3, tp x sp and
            pp x zero1; a zero3 checkpoint continues under tp x dp with sequence parallelism,
            pp x zero1 and one rank; its manifest names the model's tensors; `placec inspect`
-           verifies it and finds a corrupted shard; an independent rewrite loads to the same bytes
+           verifies it and finds a corrupted shard; an independent rewrite loads to the same
+           bytes; the untied model refuses the tied model's checkpoint
   faults   a rank dies in the middle of a save, or of a step: the job fails in bounded time
            naming it, and the next run resumes from the last complete checkpoint
 """
@@ -400,7 +402,8 @@ def gpt_tensors(layers, hidden, ffn, vocab, seq, tied):
     for layer in range(layers):
         p = f"layers.{layer}."
         tensors.update({p + "ln1.weight": [hidden], p + "ln1.bias": [hidden],
-                        p + "attn.qkv.weight": [3 * hidden, hidden], p + "attn.qkv.bias": [3 * hidden],
+                        p + "attn.qkv.weight": [3 * hidden, hidden],
+                        p + "attn.qkv.bias": [3 * hidden],
                         p + "attn.proj.weight": [hidden, hidden], p + "attn.proj.bias": [hidden],
                         p + "ln2.weight": [hidden], p + "ln2.bias": [hidden],
                         p + "mlp.fc.weight": [ffn, hidden], p + "mlp.fc.bias": [ffn],
@@ -467,6 +470,9 @@ def mode_gpt(ctx):
         fail("placec inspect did not find the corrupted transformer shard")
     expect_refusal(ctx, "gck_untied_zero3", corrupt, "checksum mismatch",
                    "a corrupted transformer shard")
+    # The tied model's checkpoint has no output.weight: the untied model refuses it.
+    expect_refusal(ctx, "gck_untied_single", os.path.join(ctx.path("gck_zero3", "whole"), STEP2),
+                   "it has no tensor 'output.weight'", "a tied model's checkpoint in an untied one")
 
 
 def main():
