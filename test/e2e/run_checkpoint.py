@@ -16,10 +16,11 @@ Modes:
            independent writer loads to the same bytes, and a `latest` naming a missing
            checkpoint falls back to the newest complete one
   gpt      the transformer (configs/checkpoint_gpt.place): exact resume under zero3, tp x sp and
-           pp x zero1; a zero3 checkpoint continues under tp x dp with sequence parallelism,
-           pp x zero1 and one rank; its manifest names the model's tensors; `placec inspect`
-           verifies it and finds a corrupted shard; an independent rewrite loads to the same
-           bytes; the untied model refuses the tied model's checkpoint
+           pp x zero1, and of a LLaMA-style model with Adam under zero1 x sp; a zero3 checkpoint
+           continues under tp x dp with sequence parallelism, pp x zero1 and one rank; its
+           manifest names the model's tensors; `placec inspect` verifies it and finds a
+           corrupted shard; an independent rewrite loads to the same bytes; the untied model
+           refuses the tied model's checkpoint
   faults   a rank dies in the middle of a save, or of a step: the job fails in bounded time
            naming it, and the next run resumes from the last complete checkpoint
 """
@@ -38,7 +39,7 @@ RANKS = {"ck_zero3": 4, "ck_tp_dp": 4, "ck_pp_zero1": 4, "ck_tp_zero3": 4, "ck_h
          "ck_single": 1, "ck_zero1_bf16": 4, "ck_sgd": 1, "ck_other": 1,
          # configs/checkpoint_gpt.place
          "gck_zero3": 4, "gck_sp": 2, "gck_untied_zero3": 4, "gck_untied_sp_dp": 4,
-         "gck_untied_pp_zero1": 4, "gck_untied_single": 1}
+         "gck_untied_pp_zero1": 4, "gck_untied_single": 1, "gck_llama": 4}
 STEP2, STEP3, STEP4 = "step-00000002", "step-00000003", "step-00000004"
 
 
@@ -395,34 +396,45 @@ def mode_faults(ctx):
           f"resumed from {STEP2}, ending equal to the uninterrupted run")
 
 
-def gpt_tensors(layers, hidden, ffn, vocab, seq, tied):
-    """The tensors of a GPT-2 layout transformer (learned positions, layernorm with bias, gelu
-    mlp) and their shapes, named as docs/checkpoints.md says."""
-    tensors = {"embed.tokens": [vocab, hidden], "embed.positions": [seq, hidden]}
+def gpt_tensors(layers, hidden, ffn, vocab, seq, tied, llama=False):
+    """The tensors of a transformer and their shapes, named as docs/checkpoints.md says: the
+    GPT-2 layout (learned positions, layernorm with bias, gelu mlp with biases), or with `llama`
+    rotary positions, RMSNorm, a swiglu mlp and no biases."""
+    tensors = {"embed.tokens": [vocab, hidden]}
+    if not llama:
+        tensors["embed.positions"] = [seq, hidden]
     for layer in range(layers):
         p = f"layers.{layer}."
-        tensors.update({p + "ln1.weight": [hidden], p + "ln1.bias": [hidden],
-                        p + "attn.qkv.weight": [3 * hidden, hidden],
-                        p + "attn.qkv.bias": [3 * hidden],
-                        p + "attn.proj.weight": [hidden, hidden], p + "attn.proj.bias": [hidden],
-                        p + "ln2.weight": [hidden], p + "ln2.bias": [hidden],
-                        p + "mlp.fc.weight": [ffn, hidden], p + "mlp.fc.bias": [ffn],
-                        p + "mlp.proj.weight": [hidden, ffn], p + "mlp.proj.bias": [hidden]})
-    tensors.update({"final_norm.weight": [hidden], "final_norm.bias": [hidden]})
+        tensors.update({p + "ln1.weight": [hidden], p + "attn.qkv.weight": [3 * hidden, hidden],
+                        p + "attn.proj.weight": [hidden, hidden], p + "ln2.weight": [hidden]})
+        if llama:
+            tensors.update({p + "mlp.gate.weight": [ffn, hidden],
+                            p + "mlp.up.weight": [ffn, hidden],
+                            p + "mlp.down.weight": [hidden, ffn]})
+        else:
+            tensors.update({p + "ln1.bias": [hidden], p + "attn.qkv.bias": [3 * hidden],
+                            p + "attn.proj.bias": [hidden], p + "ln2.bias": [hidden],
+                            p + "mlp.fc.weight": [ffn, hidden], p + "mlp.fc.bias": [ffn],
+                            p + "mlp.proj.weight": [hidden, ffn], p + "mlp.proj.bias": [hidden]})
+    tensors["final_norm.weight"] = [hidden]
+    if not llama:
+        tensors["final_norm.bias"] = [hidden]
     if not tied:
         tensors["output.weight"] = [vocab, hidden]
     return tensors
 
 
-def check_gpt_manifest(directory, tied):
+def check_gpt_manifest(directory, tied, llama=False):
     """The checkpoint of gpt_tiny (configs/common.place: 2 layers, hidden 64, ffn 4 x 64, vocab
-    128, seq 16) names each parameter tensor and its momentum with the model's shapes."""
+    128, seq 16; SGD with momentum) or of gck_llama_tiny (ffn 96; Adam) names each parameter
+    tensor and its optimizer state with the model's shapes."""
     with open(os.path.join(directory, "manifest.json")) as file:
         manifest = json.load(file)
     want = {}
-    for name, shape in gpt_tensors(2, 64, 256, 128, 16, tied).items():
-        want[name] = shape
-        want[name + ".exp_avg"] = shape
+    suffixes = ["", ".exp_avg", ".exp_avg_sq"] if llama else ["", ".exp_avg"]
+    for name, shape in gpt_tensors(2, 64, 96 if llama else 256, 128, 16, tied, llama).items():
+        for suffix in suffixes:
+            want[name + suffix] = shape
     got = {tensor["name"]: tensor["shape"] for tensor in manifest["tensors"]}
     if got != want:
         fail(f"{directory}: the manifest's tensors {sorted(got.items())} are not the model's "
@@ -430,11 +442,12 @@ def check_gpt_manifest(directory, tied):
 
 
 def mode_gpt(ctx):
-    # Exact resume: tied embeddings under zero3 and tp x sp, untied under pp x zero1.
-    for name in ["gck_zero3", "gck_sp", "gck_untied_pp_zero1"]:
+    # Exact resume: tied embeddings under zero3 and tp x sp, untied under pp x zero1, and the
+    # LLaMA-style model with Adam under zero1 x sp.
+    for name in ["gck_zero3", "gck_sp", "gck_untied_pp_zero1", "gck_llama"]:
         check_resume(ctx, name)
         check_gpt_manifest(os.path.join(ctx.path(name, "whole"), STEP4),
-                           tied="untied" not in name)
+                           tied=name in ("gck_zero3", "gck_sp"), llama=name == "gck_llama")
     print("e2e: ok: the transformer's checkpoints name its tensors with the model's shapes")
     # Resharding: zero3 on 4 ranks to tp 2 x dp 2 with sequence parallelism, pp 2 x zero1 2 and
     # one rank; tp x dp's checkpoint of step 3 continues under pp x zero1.
