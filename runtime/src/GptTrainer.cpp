@@ -6,6 +6,7 @@
 #include "GptReference.h"
 #include "TrainerCore.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -115,6 +116,7 @@ struct GptCore : Trainer::Core {
                           Buffer *&buffer) override;
   int64_t getFullParams() const override;
   int64_t getFullIndex(const UnitState &unit, int64_t localIndex) const override;
+  Status checkpointContents(bool save, CheckpointContents &contents) override;
   CheckResult checkReference(const std::vector<float> &full,
                              const std::vector<double> &losses) override {
     return checkGptAgainstReference(shape, spec, seed, runtime.getOptions().steps, full, losses,
@@ -303,6 +305,95 @@ int64_t GptCore::getFullIndex(const UnitState &state, int64_t localIndex) const 
     offset += tensor.rows * tensor.cols;
   }
   return -1;
+}
+
+/// A run of a unit's local flat range in one of its tensors: `blocks` blocks of `elements`,
+/// `stride` apart in the tensor (row-major [rows, cols]), back to back in the local unit.
+struct TensorRun {
+  const gpt::TensorInfo *tensor = nullptr;
+  int64_t logical = 0, elements = 0;
+  int64_t local = 0; ///< Where it starts in the local unit.
+  int64_t blocks = 1, stride = 0;
+};
+
+/// The runs of the local flat range [begin, end) in `tensors` (one unit's, tensor-parallel
+/// local shapes): the part of a tensor whose local rows are whole rows (every split but the row
+/// split) is one contiguous run; the whole local rows of a row-parallel slice (a column slice
+/// of each row) are one strided run.
+std::vector<TensorRun> tensorRuns(const std::vector<gpt::TensorInfo> &tensors, int64_t begin,
+                                  int64_t end) {
+  std::vector<TensorRun> runs;
+  for (const gpt::TensorInfo &tensor : tensors) {
+    int64_t size = tensor.localRows * tensor.localCols;
+    int64_t from = std::max(begin, tensor.localOffset);
+    int64_t to = std::min(end, tensor.localOffset + size);
+    for (int64_t i = from; i < to;) {
+      int64_t k = i - tensor.localOffset;
+      int64_t r = k / tensor.localCols, c = k % tensor.localCols;
+      int64_t logical = (r + tensor.rowOffset) * tensor.cols + c + tensor.colOffset;
+      if (tensor.localCols == tensor.cols) {
+        runs.push_back({&tensor, logical, to - i, i, 1, 0});
+        break;
+      }
+      int64_t rows = c == 0 ? (to - i) / tensor.localCols : 0;
+      if (rows > 1) {
+        runs.push_back({&tensor, logical, tensor.localCols, i, rows, tensor.cols});
+        i += rows * tensor.localCols;
+        continue;
+      }
+      int64_t length = std::min(tensor.localCols - c, to - i);
+      runs.push_back({&tensor, logical, length, i, 1, 0});
+      i += length;
+    }
+  }
+  return runs;
+}
+
+/// The transformer's checkpoint names its tensors as GptModel does (`embed.tokens` [vocab,
+/// hidden], `layers.<l>.attn.qkv.weight` [3·hidden, hidden], `final_norm.bias` [hidden], ...),
+/// with the optimizer state under the same names plus `.exp_avg` / `.exp_avg_sq`.
+Status GptCore::checkpointContents(bool save, CheckpointContents &contents) {
+  std::vector<std::string> suffixes = checkpointSuffixes();
+  for (const GptUnit &unit : layout)
+    for (const gpt::TensorInfo &tensor : model->getTensors(unit.kind, unit.layer))
+      for (const std::string &suffix : suffixes)
+        contents.tensors[tensor.name + suffix] =
+            tensor.isVector() ? std::vector<int64_t>{tensor.rows}
+                              : std::vector<int64_t>{tensor.rows, tensor.cols};
+
+  // This rank owns `owned` elements of its local unit; replicas of them (other coordinates on
+  // the batch axes the optimizer is not sharded over, other tensor ranks for what tensor
+  // parallelism replicates) do not write them. A load fills replicated tensors on every tensor
+  // rank: their place in the model does not depend on the tensor rank.
+  bool writer = isCheckpointWriter();
+  int64_t shardIndex = runtime.getGroupIndex(placement.paramShard);
+  for (UnitState &state : units) {
+    if (!state.local)
+      continue;
+    const GptUnit &unit = of(state);
+    std::vector<gpt::TensorInfo> tensors = model->getTensors(unit.kind, unit.layer);
+    int64_t stored = state.params.getElements();
+    int64_t ownedStart = shardIndex * stored + state.ownedOffset;
+    std::vector<float> *states[] = {&state.master, &state.m, &state.v};
+    for (const TensorRun &run : tensorRuns(tensors, ownedStart, ownedStart + state.owned)) {
+      bool replicated = run.tensor->split == gpt::Split::Replicated;
+      if (save && (!writer || (replicated && tensorIndex != 0)))
+        continue;
+      for (size_t s = 0; s < suffixes.size(); ++s)
+        contents.shards.push_back({run.tensor->name + suffixes[s], run.logical, run.elements,
+                                   states[s]->data() + (run.local - ownedStart), run.blocks,
+                                   run.stride});
+    }
+    if (save)
+      continue;
+    // The stored params shard: the master values, rounded to the param dtype after the load.
+    int64_t storedStart = shardIndex * stored;
+    for (const TensorRun &run : tensorRuns(tensors, storedStart, storedStart + stored))
+      contents.shards.push_back({run.tensor->name, run.logical, run.elements,
+                                 state.params.get() + (run.local - storedStart), run.blocks,
+                                 run.stride});
+  }
+  return Status::success();
 }
 
 Status GptCore::forward(int index, int mb, const std::vector<PlannedCollective> &planned) {

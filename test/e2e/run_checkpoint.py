@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end tests of checkpoints (docs/checkpoints.md): programs compiled from
-configs/checkpoint.place save, resume and reshard, and refuse bad checkpoints.
+configs/checkpoint.place (the mlp) and configs/checkpoint_gpt.place (mode gpt) save, resume
+and reshard, and refuse bad checkpoints.
 
 Modes:
   resume   a run stopped at step 2 and resumed equals the uninterrupted run bit for bit: the
@@ -14,6 +15,12 @@ Modes:
            inspect` agrees; and, as controls, a checkpoint rewritten in another layout by an
            independent writer loads to the same bytes, and a `latest` naming a missing
            checkpoint falls back to the newest complete one
+  gpt      the transformer (configs/checkpoint_gpt.place): exact resume under zero3, tp x sp and
+           pp x zero1, and of a LLaMA-style model with Adam under zero1 x sp; a zero3 checkpoint
+           continues under tp x dp with sequence parallelism, pp x zero1 and one rank; its
+           manifest names the model's tensors; `placec inspect` verifies it and finds a
+           corrupted shard; an independent rewrite loads to the same bytes; the untied model
+           refuses the tied model's checkpoint
   faults   a rank dies in the middle of a save, or of a step: the job fails in bounded time
            naming it, and the next run resumes from the last complete checkpoint
 """
@@ -29,7 +36,10 @@ import zlib
 from run_e2e import compare, fail, mpi_env, run
 
 RANKS = {"ck_zero3": 4, "ck_tp_dp": 4, "ck_pp_zero1": 4, "ck_tp_zero3": 4, "ck_hsdp": 4,
-         "ck_single": 1, "ck_zero1_bf16": 4, "ck_sgd": 1, "ck_other": 1}
+         "ck_single": 1, "ck_zero1_bf16": 4, "ck_sgd": 1, "ck_other": 1,
+         # configs/checkpoint_gpt.place
+         "gck_zero3": 4, "gck_sp": 2, "gck_untied_zero3": 4, "gck_untied_sp_dp": 4,
+         "gck_untied_pp_zero1": 4, "gck_untied_single": 1, "gck_llama": 4}
 STEP2, STEP3, STEP4 = "step-00000002", "step-00000003", "step-00000004"
 
 
@@ -141,47 +151,64 @@ def rewrite(source, target):
 
 def mode_resume(ctx):
     for name in ["ck_zero3", "ck_pp_zero1", "ck_tp_dp", "ck_zero1_bf16", "ck_sgd"]:
-        whole, split = ctx.path(name, "whole"), ctx.path(name, "split")
-        m_whole, m_resumed = ctx.path(name, "whole.json"), ctx.path(name, "resumed.json")
-        ctx.train(name, "--steps", "4", "--save", whole, "--save-every", "2", "--metrics", m_whole)
-        ctx.train(name, "--steps", "2", "--save", split)
-        result, _ = ctx.train(name, "--steps", "4", "--resume", split, "--save", split, "--check",
-                              "--metrics", m_resumed)
-        if f"resumed from {os.path.join(split, STEP2)}" not in result.stdout:
-            fail(f"{name}: the resumed run does not say it resumed from {STEP2}")
-        a, b = load_metrics(m_whole), load_metrics(m_resumed)
-        if b["first_step"] != 2 or len(b["losses"]) != 2:
-            fail(f"{name}: the resumed run ran steps from {b['first_step']}: {b['losses']}")
-        # The JSON holds each loss with 17 significant digits: equal text is equal doubles.
-        if b["losses"] != a["losses"][2:]:
-            fail(f"{name}: losses after resuming {b['losses']} differ from the uninterrupted "
-                 f"run's {a['losses'][2:]}")
-        if b["checksum"] != a["checksum"]:
-            fail(f"{name}: parameter checksums differ: {a['checksum']} vs {b['checksum']}")
-        for step in (STEP2, STEP4):
-            same_bytes(os.path.join(whole, step), os.path.join(split, step))
-        # Saving and loading move no counted bytes: the resumed run's collectives per step are
-        # still exactly the report's.
-        report = json.loads(run([ctx.args.placec, "report", "--format=json", ctx.args.place,
-                                 "--run", name], echo=False).stdout)
-        problems = compare(b, next(r for r in report["runs"] if r["name"] == name))
-        if problems:
-            fail(f"{name}: the resumed run's counters differ from the report: {problems[:3]}")
-        if latest(whole) != STEP4 or latest(split) != STEP4:
-            fail(f"{name}: 'latest' does not name {STEP4}")
-        listing = ctx.inspect(whole)
-        if listing.returncode != 0 or "step 4" not in listing.stdout or \
-                "checksums:" not in listing.stdout or ": ok" not in listing.stdout:
-            fail(f"{name}: placec inspect did not verify the checkpoint")
-        print(f"e2e: ok: {name} stopped at step 2 and resumed equals the uninterrupted run bit "
-              f"for bit (losses, params, optimizer state)")
+        check_resume(ctx, name)
+
+
+def check_resume(ctx, name):
+    """Program `name` stopped at step 2 and resumed equals its uninterrupted run bit for bit."""
+    whole, split = ctx.path(name, "whole"), ctx.path(name, "split")
+    m_whole, m_resumed = ctx.path(name, "whole.json"), ctx.path(name, "resumed.json")
+    ctx.train(name, "--steps", "4", "--save", whole, "--save-every", "2", "--metrics", m_whole)
+    ctx.train(name, "--steps", "2", "--save", split)
+    result, _ = ctx.train(name, "--steps", "4", "--resume", split, "--save", split, "--check",
+                          "--metrics", m_resumed)
+    if f"resumed from {os.path.join(split, STEP2)}" not in result.stdout:
+        fail(f"{name}: the resumed run does not say it resumed from {STEP2}")
+    a, b = load_metrics(m_whole), load_metrics(m_resumed)
+    if b["first_step"] != 2 or len(b["losses"]) != 2:
+        fail(f"{name}: the resumed run ran steps from {b['first_step']}: {b['losses']}")
+    # The JSON holds each loss with 17 significant digits: equal text is equal doubles.
+    if b["losses"] != a["losses"][2:]:
+        fail(f"{name}: losses after resuming {b['losses']} differ from the uninterrupted "
+             f"run's {a['losses'][2:]}")
+    if b["checksum"] != a["checksum"]:
+        fail(f"{name}: parameter checksums differ: {a['checksum']} vs {b['checksum']}")
+    for step in (STEP2, STEP4):
+        same_bytes(os.path.join(whole, step), os.path.join(split, step))
+    # Saving and loading move no counted bytes: the resumed run's collectives per step are
+    # still exactly the report's.
+    report = json.loads(run([ctx.args.placec, "report", "--format=json", ctx.args.place,
+                             "--run", name], echo=False).stdout)
+    problems = compare(b, next(r for r in report["runs"] if r["name"] == name))
+    if problems:
+        fail(f"{name}: the resumed run's counters differ from the report: {problems[:3]}")
+    if latest(whole) != STEP4 or latest(split) != STEP4:
+        fail(f"{name}: 'latest' does not name {STEP4}")
+    listing = ctx.inspect(whole)
+    if listing.returncode != 0 or "step 4" not in listing.stdout or \
+            "checksums:" not in listing.stdout or ": ok" not in listing.stdout:
+        fail(f"{name}: placec inspect did not verify the checkpoint")
+    print(f"e2e: ok: {name} stopped at step 2 and resumed equals the uninterrupted run bit "
+          f"for bit (losses, params, optimizer state)")
 
 
 def mode_reshard(ctx):
-    source = ctx.path("zero3")
+    # zero3 on 4 ranks to tp 2 x dp 2, pp 2 x zero1 2, one rank, tp 2 x zero3 2 and hsdp; the
+    # first three also save at step 3, which continues under another placement: tp x dp ->
+    # pp x zero1, one rank -> zero3 on 4 ranks, hsdp -> tp x zero3.
+    check_reshard(ctx, "ck_zero3", ["ck_tp_dp", "ck_pp_zero1", "ck_single", "ck_tp_zero3",
+                                    "ck_hsdp"],
+                  {"ck_tp_dp": "ck_pp_zero1", "ck_single": "ck_zero3", "ck_hsdp": "ck_tp_zero3"})
+
+
+def check_reshard(ctx, origin, targets, chains):
+    """A checkpoint of `origin` at step 2 continues under each of `targets` like one device and
+    like the uninterrupted run; a target in `chains` also saves at step 3, and that checkpoint
+    continues under the placement it maps to."""
+    source = ctx.path(origin)
     uninterrupted = ctx.path("uninterrupted.json")
-    ctx.train("ck_zero3", "--steps", "4", "--metrics", uninterrupted)
-    ctx.train("ck_zero3", "--steps", "2", "--save", source)
+    ctx.train(origin, "--steps", "4", "--metrics", uninterrupted)
+    ctx.train(origin, "--steps", "2", "--save", source)
     reference = load_metrics(uninterrupted)
 
     def resume(target, checkpoint, first, save=None):
@@ -207,13 +234,9 @@ def mode_reshard(ctx):
             if abs(mine - theirs) > 1e-5 * max(1.0, abs(theirs)):
                 fail(f"{target}: parameter {key} {mine}, uninterrupted {theirs}")
         print(f"e2e: ok: {checkpoint} continues under {target} "
-              f"({RANKS[target]} ranks) like the uninterrupted zero3 run")
+              f"({RANKS[target]} ranks) like the uninterrupted {origin} run")
 
-    # zero3 on 4 ranks to tp 2 x dp 2, pp 2 x zero1 2, one rank, tp 2 x zero3 2 and hsdp; the
-    # first three also save at step 3, which continues under another placement: tp x dp ->
-    # pp x zero1, one rank -> zero3 on 4 ranks, hsdp -> tp x zero3.
-    chains = {"ck_tp_dp": "ck_pp_zero1", "ck_single": "ck_zero3", "ck_hsdp": "ck_tp_zero3"}
-    for target in ["ck_tp_dp", "ck_pp_zero1", "ck_single", "ck_tp_zero3", "ck_hsdp"]:
+    for target in targets:
         saved = ctx.path(f"{target}-saves") if target in chains else None
         resume(target, source, 2, save=saved)
         if saved:
@@ -373,6 +396,98 @@ def mode_faults(ctx):
           f"resumed from {STEP2}, ending equal to the uninterrupted run")
 
 
+def gpt_tensors(layers, hidden, ffn, vocab, seq, tied, llama=False):
+    """The tensors of a transformer and their shapes, named as docs/checkpoints.md says: the
+    GPT-2 layout (learned positions, layernorm with bias, gelu mlp with biases), or with `llama`
+    rotary positions, RMSNorm, a swiglu mlp and no biases."""
+    tensors = {"embed.tokens": [vocab, hidden]}
+    if not llama:
+        tensors["embed.positions"] = [seq, hidden]
+    for layer in range(layers):
+        p = f"layers.{layer}."
+        tensors.update({p + "ln1.weight": [hidden], p + "attn.qkv.weight": [3 * hidden, hidden],
+                        p + "attn.proj.weight": [hidden, hidden], p + "ln2.weight": [hidden]})
+        if llama:
+            tensors.update({p + "mlp.gate.weight": [ffn, hidden],
+                            p + "mlp.up.weight": [ffn, hidden],
+                            p + "mlp.down.weight": [hidden, ffn]})
+        else:
+            tensors.update({p + "ln1.bias": [hidden], p + "attn.qkv.bias": [3 * hidden],
+                            p + "attn.proj.bias": [hidden], p + "ln2.bias": [hidden],
+                            p + "mlp.fc.weight": [ffn, hidden], p + "mlp.fc.bias": [ffn],
+                            p + "mlp.proj.weight": [hidden, ffn], p + "mlp.proj.bias": [hidden]})
+    tensors["final_norm.weight"] = [hidden]
+    if not llama:
+        tensors["final_norm.bias"] = [hidden]
+    if not tied:
+        tensors["output.weight"] = [vocab, hidden]
+    return tensors
+
+
+def check_gpt_manifest(directory, tied, llama=False):
+    """The checkpoint of gpt_tiny (configs/common.place: 2 layers, hidden 64, ffn 4 x 64, vocab
+    128, seq 16; SGD with momentum) or of gck_llama_tiny (ffn 96; Adam) names each parameter
+    tensor and its optimizer state with the model's shapes."""
+    with open(os.path.join(directory, "manifest.json")) as file:
+        manifest = json.load(file)
+    want = {}
+    suffixes = ["", ".exp_avg", ".exp_avg_sq"] if llama else ["", ".exp_avg"]
+    for name, shape in gpt_tensors(2, 64, 96 if llama else 256, 128, 16, tied, llama).items():
+        for suffix in suffixes:
+            want[name + suffix] = shape
+    got = {tensor["name"]: tensor["shape"] for tensor in manifest["tensors"]}
+    if got != want:
+        fail(f"{directory}: the manifest's tensors {sorted(got.items())} are not the model's "
+             f"{sorted(want.items())}")
+
+
+def mode_gpt(ctx):
+    # Exact resume: tied embeddings under zero3 and tp x sp, untied under pp x zero1, and the
+    # LLaMA-style model with Adam under zero1 x sp.
+    for name in ["gck_zero3", "gck_sp", "gck_untied_pp_zero1", "gck_llama"]:
+        check_resume(ctx, name)
+        check_gpt_manifest(os.path.join(ctx.path(name, "whole"), STEP4),
+                           tied=name in ("gck_zero3", "gck_sp"), llama=name == "gck_llama")
+    print("e2e: ok: the transformer's checkpoints name its tensors with the model's shapes")
+    # Resharding: zero3 on 4 ranks to tp 2 x dp 2 with sequence parallelism, pp 2 x zero1 2 and
+    # one rank; tp x dp's checkpoint of step 3 continues under pp x zero1.
+    check_reshard(ctx, "gck_untied_zero3",
+                  ["gck_untied_sp_dp", "gck_untied_pp_zero1", "gck_untied_single"],
+                  {"gck_untied_sp_dp": "gck_untied_pp_zero1"})
+    # The same state in another layout, written by an independent writer: resuming from it ends
+    # byte-identical to resuming from the original.
+    good = os.path.join(ctx.path("gck_untied_zero3"), STEP2)
+    foreign = ctx.path("foreign")
+    rewrite(good, foreign)
+    if ctx.inspect(foreign).returncode != 0:
+        fail("placec inspect rejects the rewritten transformer checkpoint")
+    ctx.train("gck_untied_single", "--steps", "3", "--resume", good, "--save",
+              ctx.path("from-good"))
+    ctx.train("gck_untied_single", "--steps", "3", "--resume", foreign, "--save",
+              ctx.path("from-foreign"))
+    same_bytes(os.path.join(ctx.path("from-good"), STEP3),
+               os.path.join(ctx.path("from-foreign"), STEP3))
+    print("e2e: ok: a transformer checkpoint rewritten by an independent writer resumes to the "
+          "same bytes")
+    # A corrupted shard: placec inspect and the program both name the checksum mismatch.
+    corrupt = ctx.path("corrupt")
+    shutil.copytree(good, corrupt)
+    path = os.path.join(corrupt, "rank-00002.bin")
+    with open(path, "r+b") as file:
+        file.seek(4000)
+        byte = file.read(1)
+        file.seek(4000)
+        file.write(bytes([byte[0] ^ 0x10]))
+    listing = ctx.inspect(corrupt)
+    if listing.returncode != 1 or "checksum mismatch" not in listing.stdout:
+        fail("placec inspect did not find the corrupted transformer shard")
+    expect_refusal(ctx, "gck_untied_zero3", corrupt, "checksum mismatch",
+                   "a corrupted transformer shard")
+    # The tied model's checkpoint has no output.weight: the untied model refuses it.
+    expect_refusal(ctx, "gck_untied_single", os.path.join(ctx.path("gck_zero3", "whole"), STEP2),
+                   "it has no tensor 'output.weight'", "a tied model's checkpoint in an untied one")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--placec", required=True)
@@ -380,14 +495,15 @@ def main():
     parser.add_argument("--mpiexec", default="mpirun")
     parser.add_argument("--place", required=True)
     parser.add_argument("--work", required=True)
-    parser.add_argument("--mode", required=True, choices=["resume", "reshard", "bad", "faults"])
+    parser.add_argument("--mode", required=True, choices=["resume", "reshard", "bad", "faults",
+                                                         "gpt"])
     args = parser.parse_args()
     if os.path.isdir(args.work):
         shutil.rmtree(args.work)
     os.makedirs(args.work)
     ctx = Context(args)
     {"resume": mode_resume, "reshard": mode_reshard, "bad": mode_bad,
-     "faults": mode_faults}[args.mode](ctx)
+     "faults": mode_faults, "gpt": mode_gpt}[args.mode](ctx)
 
 
 if __name__ == "__main__":
