@@ -695,63 +695,6 @@ bool Trainer::Core::isCheckpointWriter() const {
   return writer;
 }
 
-Status Trainer::Core::checkpointContents(bool save, CheckpointContents &contents) {
-  std::vector<std::string> suffixes = checkpointSuffixes();
-  for (const std::string &suffix : suffixes)
-    contents.tensors["params" + suffix] = {getFullParams()};
-  bool writer = isCheckpointWriter();
-  int64_t shardIndex = runtime.getGroupIndex(placement.paramShard);
-  // The runs of the local range [begin, end) in the flat model: consecutive local elements whose
-  // full indices are consecutive. Elements another tensor rank writes (getFullIndex −1) are left
-  // out when saving; a load needs them too, and a replicated element's place in the model does
-  // not depend on the tensor rank, so they are mapped as tensor rank 0 maps them.
-  auto runs = [&](const UnitState &unit, int64_t begin, int64_t end, auto &&emit) {
-    int64_t runStart = -1, runFull = -1, runLength = 0;
-    int savedTensorIndex = tensorIndex;
-    for (int64_t local = begin; local <= end; ++local) {
-      int64_t full = -1;
-      if (local < end) {
-        tensorIndex = savedTensorIndex;
-        full = getFullIndex(unit, local);
-        if (full < 0 && !save) {
-          tensorIndex = 0;
-          full = getFullIndex(unit, local);
-        }
-      }
-      if (runLength > 0 && full == runFull + runLength) {
-        ++runLength;
-        continue;
-      }
-      if (runLength > 0)
-        emit(runStart, runFull, runLength);
-      runStart = local, runFull = full, runLength = full < 0 ? 0 : 1;
-    }
-    tensorIndex = savedTensorIndex;
-  };
-  for (UnitState &unit : units) {
-    if (!unit.local)
-      continue;
-    int64_t stored = unit.params.getElements();
-    int64_t ownedStart = shardIndex * stored + unit.ownedOffset;
-    std::vector<float> *states[] = {&unit.master, &unit.m, &unit.v};
-    if (save && !writer)
-      continue;
-    runs(unit, ownedStart, ownedStart + unit.owned, [&](int64_t local, int64_t full, int64_t n) {
-      for (size_t s = 0; s < suffixes.size(); ++s)
-        contents.shards.push_back(
-            {"params" + suffixes[s], full, n, states[s]->data() + (local - ownedStart)});
-    });
-    if (save)
-      continue;
-    // The stored params shard: the master values, rounded to the param dtype after the load.
-    int64_t storedStart = shardIndex * stored;
-    runs(unit, storedStart, storedStart + stored, [&](int64_t local, int64_t full, int64_t n) {
-      contents.shards.push_back({"params", full, n, unit.params.get() + (local - storedStart)});
-    });
-  }
-  return Status::success();
-}
-
 namespace {
 
 std::string jsonAxes(const AxisGroup &axes) {

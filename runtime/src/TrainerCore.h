@@ -89,10 +89,9 @@ struct Trainer::Core {
   virtual void clearActivations() = 0;
   /// The model as a JSON object, for a checkpoint's manifest.
   virtual std::string describeModel() const = 0;
-  /// The logical tensors of a checkpoint and this rank's runs of them: the runs it writes
-  /// (`save`) or needs (docs/checkpoints.md). The default saves the whole model as one flat
-  /// tensor per state ("params", "params.exp_avg", "params.exp_avg_sq") in getFullIndex order.
-  virtual Status checkpointContents(bool save, CheckpointContents &contents);
+  /// The logical tensors of a checkpoint, named as the model names them, and this rank's runs
+  /// of them: the runs it writes (`save`) or needs (docs/checkpoints.md).
+  virtual Status checkpointContents(bool save, CheckpointContents &contents) = 0;
 
   //===--------------------------------------------------------------------===//
   // Shared helpers
