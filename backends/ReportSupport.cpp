@@ -13,18 +13,6 @@ using namespace llvm;
 
 namespace placec::report {
 
-StringRef toString(Severity severity) {
-  switch (severity) {
-  case Severity::Error:
-    return "error";
-  case Severity::Warning:
-    return "warning";
-  case Severity::Note:
-    return "note";
-  }
-  return "?";
-}
-
 RunReport analyzeRun(const ir::Run &run) {
   RunReport report;
   report.run = &run;

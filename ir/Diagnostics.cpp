@@ -52,7 +52,7 @@ static constexpr size_t kMaxShownLine = 160;
 /// Tabs in the shown line expand to the next multiple of this many columns.
 static constexpr unsigned kTabStop = 8;
 
-static StringRef severityLabel(Severity severity) {
+StringRef toString(Severity severity) {
   switch (severity) {
   case Severity::Error:
     return "error";
@@ -69,7 +69,7 @@ void DiagnosticEngine::print(const Diagnostic &diag, ArrayRef<SMRange> ranges) {
   std::string text = diag.getFullMessage();
   unsigned bufferId = diag.loc.isValid() ? sourceMgr.FindBufferContainingLoc(diag.loc) : 0;
   if (bufferId == 0) {
-    *out << "placec: " << severityLabel(diag.severity) << ": " << text << "\n";
+    *out << "placec: " << toString(diag.severity) << ": " << text << "\n";
     return;
   }
   const MemoryBuffer *buffer = sourceMgr.getMemoryBuffer(bufferId);
@@ -88,7 +88,7 @@ void DiagnosticEngine::print(const Diagnostic &diag, ArrayRef<SMRange> ranges) {
 
   // Columns count bytes, from 1.
   *out << buffer->getBufferIdentifier() << ":" << line << ":" << byteColumn + 1 << ": "
-       << severityLabel(diag.severity) << ": " << text << "\n";
+       << toString(diag.severity) << ": " << text << "\n";
 
   // Show the line, or a window of it around the column, and a caret under the location. Tabs
   // expand to tab stops; a UTF-8 sequence takes one column; control characters and bytes that
@@ -154,8 +154,6 @@ struct Expectation {
   bool matched = false;
 };
 } // namespace
-
-static StringRef severityName(Severity severity) { return severityLabel(severity); }
 
 bool DiagnosticEngine::verify() {
   std::vector<Expectation> expectations;
@@ -225,15 +223,14 @@ bool DiagnosticEngine::verify() {
     if (id) {
       where = (sourceMgr.getMemoryBuffer(id)->getBufferIdentifier() + ":" + Twine(line)).str();
     }
-    *out << where << ": unexpected " << severityName(diag.severity) << ": " << full << "\n";
+    *out << where << ": unexpected " << toString(diag.severity) << ": " << full << "\n";
   }
   for (const Expectation &exp : expectations) {
     if (exp.matched)
       continue;
     ok = false;
     *out << sourceMgr.getMemoryBuffer(exp.bufferId)->getBufferIdentifier() << ":" << exp.line
-         << ": expected " << severityName(exp.severity) << " was not produced: " << exp.text
-         << "\n";
+         << ": expected " << toString(exp.severity) << " was not produced: " << exp.text << "\n";
   }
   return ok;
 }

@@ -461,6 +461,22 @@ int writeOutput(StringRef text) {
   return 0;
 }
 
+/// Compiles the single input file and returns the first run `--run` names (null, with the
+/// diagnostics or the error printed, when compilation fails or the run is unknown).
+const ir::Run *compileSelectedRun(const VerifyOptions &verifyOptions,
+                                  std::unique_ptr<Compilation> &compilation) {
+  compilation = compile(nullptr, inputFiles[0], verifyOptions, nullptr);
+  if (!compilation->ok)
+    return nullptr;
+  Expected<std::vector<const ir::Run *>> runs =
+      selectRuns(*compilation->program, runNames, inputFiles[0]);
+  if (!runs) {
+    printError(toString(runs.takeError()));
+    return nullptr;
+  }
+  return runs->front();
+}
+
 /// `placec compile FILE --run NAME --target=deepspeed|megatron|torchtitan [-o FILE]`.
 int runExport(bridge::Target target) {
   if (inputFiles.size() != 1 || runNames.size() != 1) {
@@ -470,19 +486,13 @@ int runExport(bridge::Target target) {
   }
   // As in report, capacity is a warning: the memory figures are estimates, and another run of
   // the file that does not fit should not stop this one's export.
-  std::unique_ptr<Compilation> compilation =
-      compile(nullptr, inputFiles[0], reportVerifyOptions(), nullptr);
-  if (!compilation->ok)
+  std::unique_ptr<Compilation> compilation;
+  const ir::Run *run = compileSelectedRun(reportVerifyOptions(), compilation);
+  if (!run)
     return 1;
-  Expected<std::vector<const ir::Run *>> runs =
-      selectRuns(*compilation->program, runNames, inputFiles[0]);
-  if (!runs) {
-    printError(toString(runs.takeError()));
-    return 1;
-  }
   std::string text;
   raw_string_ostream os(text);
-  if (!bridge::exportRun(*runs->front(), target, compilation->diags, os))
+  if (!bridge::exportRun(*run, target, compilation->diags, os))
     return 1;
   return writeOutput(text);
 }
@@ -597,19 +607,12 @@ int runFormat() {
 /// `placec compile FILE --run NAME -o DIR --target=cuda`: the run as a program over placert's
 /// GPU trainer (docs/gpu.md); what the trainer cannot run is refused at its source location.
 int runCompileCuda() {
-  std::unique_ptr<Compilation> compilation =
-      compile(nullptr, inputFiles[0], VerifyOptions{}, nullptr);
-  if (!compilation->ok)
+  std::unique_ptr<Compilation> compilation;
+  const ir::Run *run = compileSelectedRun(VerifyOptions{}, compilation);
+  if (!run)
     return 1;
-  Expected<std::vector<const ir::Run *>> runs =
-      selectRuns(*compilation->program, runNames, inputFiles[0]);
-  if (!runs) {
-    printError(toString(runs.takeError()));
-    return 1;
-  }
   std::string error;
-  if (!codegen::emitCudaProject(*runs->front(), inputFiles[0], outputFile, compilation->diags,
-                                error)) {
+  if (!codegen::emitCudaProject(*run, inputFiles[0], outputFile, compilation->diags, error)) {
     if (!error.empty())
       printError(error);
     return 1;
@@ -634,19 +637,13 @@ int runCompile() {
                "' (the targets are: cpu, cuda, deepspeed, megatron, torchtitan)");
     return 1;
   }
-  std::unique_ptr<Compilation> compilation =
-      compile(nullptr, inputFiles[0], VerifyOptions{}, nullptr);
-  if (!compilation->ok)
+  std::unique_ptr<Compilation> compilation;
+  const ir::Run *run = compileSelectedRun(VerifyOptions{}, compilation);
+  if (!run)
     return 1;
-  Expected<std::vector<const ir::Run *>> runs =
-      selectRuns(*compilation->program, runNames, inputFiles[0]);
-  if (!runs) {
-    printError(toString(runs.takeError()));
+  if (!codegen::checkCpuSupported(*run, compilation->diags))
     return 1;
-  }
-  if (!codegen::checkCpuSupported(*runs->front(), compilation->diags))
-    return 1;
-  std::unique_ptr<plan::StepPlan> stepPlan = plan::lowerRun(*runs->front());
+  std::unique_ptr<plan::StepPlan> stepPlan = plan::lowerRun(*run);
   if (Error error = codegen::emitCppProject(*stepPlan, inputFiles[0], outputFile)) {
     printError(toString(std::move(error)));
     return 1;

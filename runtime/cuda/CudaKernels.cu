@@ -501,23 +501,36 @@ void layerNormBackward(const bf16 *x, const bf16 *gamma, const float *mean, cons
 //   dQ = dS K   ⇔ dQᵀ = Kᵀ dSᵀ:  gemm(N, N, K, dS)
 //   dK = dSᵀ Q  ⇔ dKᵀ = Qᵀ dS:   gemm(N, T, Q, dS)
 // each strided over the heads (stride headDim in the activations, seq² in the scratch).
+/// One sequence's causal softmax probabilities of every head into workspace.probs (the scaled
+/// scores Kᵀ Q pass through workspace.scores).
+static cublasStatus_t attentionProbabilities(cublasHandle_t handle, const bf16 *q, const bf16 *k,
+                                      int64_t ldIn, int64_t headStride, int64_t seq, int64_t heads,
+                                      int64_t headDim, AttentionWorkspace workspace,
+                                      cudaStream_t stream) {
+  float scale = 1.0f / std::sqrt(static_cast<float>(headDim));
+  cublasStatus_t status =
+      gemmStrided(handle, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, headDim, k, ldIn, headStride, q,
+                  ldIn, headStride, workspace.scores, CUDA_R_32F, seq, seq * seq, heads);
+  if (status != CUBLAS_STATUS_SUCCESS)
+    return status;
+  causalSoftmaxKernel<<<static_cast<unsigned>(heads * seq), kThreads, 0, stream>>>(
+      workspace.scores, workspace.probs, seq, scale);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t attentionForward(cublasHandle_t handle, const bf16 *q, const bf16 *k, const bf16 *v,
                                 int64_t ldIn, int64_t headStride, bf16 *out, int64_t ldOut,
                                 int64_t batch, int64_t seq, int64_t heads, int64_t headDim,
                                 AttentionWorkspace workspace, cudaStream_t stream) {
   if (cublasStatus_t set = cublasSetStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
     return set;
-  float scale = 1.0f / std::sqrt(static_cast<float>(headDim));
   int64_t square = seq * seq;
   for (int64_t b = 0; b < batch; ++b) {
     int64_t in = b * seq * ldIn, o = b * seq * ldOut;
-    cublasStatus_t status =
-        gemmStrided(handle, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, headDim, k + in, ldIn, headStride,
-                    q + in, ldIn, headStride, workspace.scores, CUDA_R_32F, seq, square, heads);
+    cublasStatus_t status = attentionProbabilities(handle, q + in, k + in, ldIn, headStride, seq,
+                                                   heads, headDim, workspace, stream);
     if (status != CUBLAS_STATUS_SUCCESS)
       return status;
-    causalSoftmaxKernel<<<static_cast<unsigned>(heads * seq), kThreads, 0, stream>>>(
-        workspace.scores, workspace.probs, seq, scale);
     status =
         gemmStrided(handle, CUBLAS_OP_N, CUBLAS_OP_N, headDim, seq, seq, v + in, ldIn, headStride,
                     workspace.probs, seq, square, out + o, CUDA_R_16BF, ldOut, headDim, heads);
@@ -539,13 +552,10 @@ cublasStatus_t attentionBackward(cublasHandle_t handle, const bf16 *q, const bf1
   for (int64_t b = 0; b < batch; ++b) {
     int64_t in = b * seq * ldIn, o = b * seq * ldOut;
     // Recompute the probabilities.
-    cublasStatus_t status =
-        gemmStrided(handle, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, headDim, k + in, ldIn, headStride,
-                    q + in, ldIn, headStride, workspace.scores, CUDA_R_32F, seq, square, heads);
+    cublasStatus_t status = attentionProbabilities(handle, q + in, k + in, ldIn, headStride, seq,
+                                                   heads, headDim, workspace, stream);
     if (status != CUBLAS_STATUS_SUCCESS)
       return status;
-    causalSoftmaxKernel<<<static_cast<unsigned>(heads * seq), kThreads, 0, stream>>>(
-        workspace.scores, workspace.probs, seq, scale);
     // dP into the scores buffer, then dS.
     status =
         gemmStrided(handle, CUBLAS_OP_T, CUBLAS_OP_N, seq, seq, headDim, v + in, ldIn, headStride,

@@ -98,55 +98,6 @@ unsigned blocksFor(int64_t n) {
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(blocks, 65535 * 16)));
 }
 
-// The report's names (as placert's toString, which lives in the CPU library).
-const char *collectiveName(Collective collective) {
-  switch (collective) {
-  case Collective::AllGather:
-    return "all-gather";
-  case Collective::ReduceScatter:
-    return "reduce-scatter";
-  case Collective::AllReduce:
-    return "all-reduce";
-  case Collective::Broadcast:
-    return "broadcast";
-  case Collective::Send:
-    return "send";
-  case Collective::Recv:
-    return "recv";
-  case Collective::HostToDevice:
-    return "host-to-device";
-  case Collective::DeviceToHost:
-    return "device-to-host";
-  }
-  return "?";
-}
-
-const char *stateName(State state) {
-  switch (state) {
-  case State::Params:
-    return "params";
-  case State::Grads:
-    return "grads";
-  case State::Optimizer:
-    return "optimizer";
-  case State::Activations:
-    return "activations";
-  }
-  return "?";
-}
-
-const char *phaseName(Phase phase) {
-  switch (phase) {
-  case Phase::Forward:
-    return "forward";
-  case Phase::Backward:
-    return "backward";
-  case Phase::Step:
-    return "step";
-  }
-  return "?";
-}
-
 std::string jsonEscape(const std::string &text) {
   std::string out;
   for (char c : text) {
@@ -1093,8 +1044,8 @@ Status GptCudaTrainer::report(const GptMetrics &metrics) const {
   bool first = true;
   for (const auto &[key, value] : metrics.counters) {
     os << (first ? "\n" : ",\n") << "    {\"axis\": \"" << jsonEscape(key.axis)
-       << "\", \"collective\": \"" << collectiveName(key.collective) << "\", \"state\": \""
-       << stateName(key.state) << "\", \"phase\": \"" << phaseName(key.phase)
+       << "\", \"collective\": \"" << toString(key.collective) << "\", \"state\": \""
+       << toString(key.state) << "\", \"phase\": \"" << toString(key.phase)
        << "\", \"count\": " << value.count << ", \"bytes\": " << value.bytes << "}";
     first = false;
   }

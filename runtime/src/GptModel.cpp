@@ -215,6 +215,19 @@ void GptModel::normBackward(const float *x, const float *weight, const std::vect
     layerNormBackward(x, weight, mean.data(), rstd.data(), dy, dx, dweight, dbias, rows, h);
 }
 
+Status GptModel::reduceRows(TensorCollectives &comm, std::vector<float> &partial,
+                            std::vector<float> &result) const {
+  const int64_t h = config.shape.hidden, R = config.microBatch * config.shape.seq;
+  if (config.tensorDegree > 1 && config.sequenceParallel) {
+    result.assign(static_cast<size_t>(getLocalRows() * h), 0.0f);
+    return comm.reduceScatter(partial.data(), result.data(), R * h);
+  }
+  if (config.tensorDegree > 1)
+    PLACERT_TRY(comm.allReduce(partial.data(), R * h));
+  result = std::move(partial);
+  return Status::success();
+}
+
 Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
                          const int32_t *tokens, const int32_t *targets, const float *input,
                          float *output, UnitActivations &saved, TensorCollectives &comm,
@@ -226,16 +239,8 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
   std::vector<TensorInfo> T = getTensors(kind, layer);
   Offsets offsets(T);
   auto W = [&](const char *name) { return offsets.at(weights, name); };
-  // The tensor-parallel reduction of a partial [R, h] product into the [Rl, h] layout.
-  auto reduce = [&](std::vector<float> &partial, std::vector<float> &result) -> Status {
-    if (parallel && sp) {
-      result.assign(static_cast<size_t>(Rl * h), 0.0f);
-      return comm.reduceScatter(partial.data(), result.data(), R * h);
-    }
-    if (parallel)
-      PLACERT_TRY(comm.allReduce(partial.data(), R * h));
-    result = std::move(partial);
-    return Status::success();
+  auto reduce = [&](std::vector<float> &partial, std::vector<float> &result) {
+    return reduceRows(comm, partial, result);
   };
   // The [Rl, h] layout gathered into [R, h] (sequence parallelism), or as it is.
   auto gather = [&](std::vector<float> &local, std::vector<float> &whole) -> Status {
@@ -412,15 +417,8 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
   Offsets offsets(T);
   auto W = [&](const char *name) { return offsets.at(weights, name); };
   auto G = [&](const char *name) { return offsets.at(grads, name); };
-  auto reduce = [&](std::vector<float> &partial, std::vector<float> &result) -> Status {
-    if (parallel && sp) {
-      result.assign(static_cast<size_t>(Rl * h), 0.0f);
-      return comm.reduceScatter(partial.data(), result.data(), R * h);
-    }
-    if (parallel)
-      PLACERT_TRY(comm.allReduce(partial.data(), R * h));
-    result = std::move(partial);
-    return Status::success();
+  auto reduce = [&](std::vector<float> &partial, std::vector<float> &result) {
+    return reduceRows(comm, partial, result);
   };
   auto gather = [&](const float *local, std::vector<float> &whole) -> Status {
     whole.assign(static_cast<size_t>(R * h), 0.0f);

@@ -93,6 +93,10 @@ public:
   std::vector<std::pair<int64_t, int64_t>> getReplicatedRanges(UnitKind kind, int64_t layer) const;
 
 private:
+  /// The tensor-parallel reduction of a partial [rows, hidden] product into the local layout:
+  /// reduce-scattered over the rows under sequence parallelism, all-reduced otherwise.
+  Status reduceRows(TensorCollectives &comm, std::vector<float> &partial,
+                    std::vector<float> &result) const;
   /// LayerNorm or RMSNorm (then `bias` and `mean` are unused) over the hidden width.
   void normForward(const float *x, const float *weight, const float *bias, float *y,
                    std::vector<float> &mean, std::vector<float> &rstd, int64_t rows) const;

@@ -41,8 +41,6 @@ struct ReportDiagnostic {
   std::vector<ReportDiagnostic> notes;
 };
 
-llvm::StringRef toString(Severity severity);
-
 /// One run, lowered and analyzed.
 struct RunReport {
   const ir::Run *run = nullptr;

@@ -21,6 +21,9 @@ namespace placec {
 
 enum class Severity { Error, Warning, Note };
 
+/// "error", "warning" or "note", as diagnostics and reports print it.
+llvm::StringRef toString(Severity severity);
+
 /// One reported diagnostic, kept so that --verify-diagnostics can match it and tests can inspect
 /// it.
 struct Diagnostic {

@@ -82,13 +82,71 @@ enum class AxisKind { Batch, Tensor, Layers };
 enum class Schedule { GPipe, OneFOneB, Interleaved };
 enum class OptimizerKind { Adam, Sgd, SgdMomentum };
 
-unsigned getSize(DType dtype);
-const char *toString(DType dtype);
-const char *toString(State state);
-const char *toString(Phase phase);
-const char *toString(Tier tier);
-/// The names the report uses: "all-gather", "reduce-scatter", "all-reduce", "send", ...
-const char *toString(Collective collective);
+// The names the report uses ("bf16", "params", "forward", "device", "all-gather", ...), defined
+// here so that the CPU and the CUDA libraries share them.
+inline unsigned getSize(DType dtype) { return dtype == DType::FP32 ? 4 : 2; }
+
+inline const char *toString(DType dtype) {
+  switch (dtype) {
+  case DType::BF16:
+    return "bf16";
+  case DType::FP16:
+    return "fp16";
+  case DType::FP32:
+    return "fp32";
+  }
+  return "?";
+}
+
+inline const char *toString(State state) {
+  switch (state) {
+  case State::Params:
+    return "params";
+  case State::Grads:
+    return "grads";
+  case State::Optimizer:
+    return "optimizer";
+  case State::Activations:
+    return "activations";
+  }
+  return "?";
+}
+
+inline const char *toString(Phase phase) {
+  switch (phase) {
+  case Phase::Forward:
+    return "forward";
+  case Phase::Backward:
+    return "backward";
+  case Phase::Step:
+    return "step";
+  }
+  return "?";
+}
+
+inline const char *toString(Tier tier) { return tier == Tier::Device ? "device" : "host"; }
+
+inline const char *toString(Collective collective) {
+  switch (collective) {
+  case Collective::AllGather:
+    return "all-gather";
+  case Collective::ReduceScatter:
+    return "reduce-scatter";
+  case Collective::AllReduce:
+    return "all-reduce";
+  case Collective::Broadcast:
+    return "broadcast";
+  case Collective::Send:
+    return "send";
+  case Collective::Recv:
+    return "recv";
+  case Collective::HostToDevice:
+    return "host-to-device";
+  case Collective::DeviceToHost:
+    return "device-to-host";
+  }
+  return "?";
+}
 
 /// One mesh axis; a mesh lists them outermost first, and a rank is the row-major index of its
 /// coordinates.
