@@ -273,8 +273,6 @@ void JsonWriter::writeExplanation(const Explanation &explanation) {
                   explanation.unit.empty() ? json::Value(nullptr) : number(explanation.value));
     out.attribute("unit", orNull(explanation.unit));
     out.attribute("text", formatExplanation(explanation));
-    if (explanation.analysisValue)
-      out.attribute("analysis_value", number(*explanation.analysisValue));
   });
 }
 
@@ -291,6 +289,16 @@ void JsonWriter::writeExplain(const RunReport &report) {
   list("host_memory", explanation.hostMemory);
   out.attributeArray("communication", [&] {
     for (const RunExplanation::Communication &entry : explanation.communication)
+      out.object([&] {
+        out.attribute("figure", entry.figure);
+        out.attributeArray("lines", [&] {
+          for (const Explanation &line : entry.lines)
+            writeExplanation(line);
+        });
+      });
+  });
+  out.attributeArray("compute", [&] {
+    for (const RunExplanation::Communication &entry : explanation.compute)
       out.object([&] {
         out.attribute("figure", entry.figure);
         out.attributeArray("lines", [&] {

@@ -399,16 +399,7 @@ std::string describeBatch(const ir::Run &run) {
                      std::max<int64_t>(1, run.microbatchesPerStep), run.globalBatch);
 }
 
-std::string collectiveName(plan::OpKind kind) {
-  switch (kind) {
-  case plan::OpKind::HostToDevice:
-    return "host->device";
-  case plan::OpKind::DeviceToHost:
-    return "device->host";
-  default:
-    return plan::toString(kind).str();
-  }
-}
+std::string collectiveName(plan::OpKind kind) { return analysis::getCollectiveName(kind); }
 
 bool stagesDiffer(const analysis::MemoryReport &memory) {
   if (memory.stages.size() < 2)

@@ -119,10 +119,17 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
       {"  size", [](const RunReport &r) { return describeModel(*r.run->model); }},
       {"cluster", [](const RunReport &r) { return r.run->cluster->name; }},
       {"  nodes × devices", [](const RunReport &r) { return describeCluster(*r.run->cluster); }},
+      {"  device",
+       [](const RunReport &r) {
+         const ir::Cluster &c = *r.run->cluster;
+         return c.device ? std::string(c.device->name) : std::string("-");
+       }},
       {"  peak",
        [](const RunReport &r) {
-         return formatFlopRate(r.run->cluster->peakFlops) +
-                fmt::format(" × {}", formatSignificant(r.run->cluster->efficiency));
+         const ir::Cluster &c = *r.run->cluster;
+         if (c.hasShapeModel())
+           return formatFlopRate(c.peakFlops) + " (compute timed by shape)";
+         return formatFlopRate(c.peakFlops) + fmt::format(" × {}", formatSignificant(c.efficiency));
        }},
       {"  intra / inter-node",
        [](const RunReport &r) {
@@ -160,8 +167,9 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
   std::vector<Table> tables = sideBySide("Configuration", runs, rows, /*untitled=*/true,
                                          /*leftAligned=*/true);
   for (Table &table : tables)
-    table.notes.push_back("bandwidths per device; peak × efficiency (the fraction of peak that "
-                          "compute reaches)");
+    table.notes.push_back("bandwidths per device; peak × efficiency: compute at a flat fraction "
+                          "of peak (a cluster without a device preset, or one that writes "
+                          "efficiency)");
   return tables;
 }
 
@@ -375,8 +383,10 @@ std::vector<Table> timeTables(ArrayRef<RunReport> runs) {
   std::vector<Table> tables = sideBySide("Time per step", runs, rows, /*untitled=*/true);
   bool abstract = llvm::any_of(runs, [](const RunReport &r) { return !r.analysis.time.known; });
   for (Table &table : tables) {
-    table.notes.push_back("compute at peak × efficiency; exposed comm: what compute does not "
-                          "hide; MFU = model FLOPs / (step × devices × peak)");
+    table.notes.push_back("compute: each unit's GEMMs, attention and memory-bound kernels timed "
+                          "by the cost model (peak × efficiency without a device preset); "
+                          "exposed comm: what compute does not hide; MFU = model FLOPs / (step "
+                          "× devices × peak)");
     if (abstract)
       table.notes.push_back("an abstract model has no FLOPs: its step is at least its exposed "
                             "communication");
@@ -414,6 +424,19 @@ Block explainBlock(const RunReport &report) {
   if (communication.children.empty())
     communication.lines.push_back("none");
   block.children.push_back(std::move(communication));
+  if (!explanation.compute.empty()) {
+    Block compute;
+    compute.heading = fmt::format("compute per micro-batch{}",
+                                  report.plan->stages.size() > 1 ? " (the slowest stage)" : "");
+    for (const RunExplanation::Communication &entry : explanation.compute) {
+      Block child;
+      child.heading = entry.figure;
+      for (const Explanation &line : entry.lines)
+        child.lines.push_back(formatExplanation(line));
+      compute.children.push_back(std::move(child));
+    }
+    block.children.push_back(std::move(compute));
+  }
   Block time;
   time.heading = "time per step";
   for (const Explanation &line : explanation.time)
@@ -474,9 +497,8 @@ std::vector<Section> buildReportSections(ArrayRef<RunReport> runs,
   if (options.explain) {
     Section explain;
     explain.heading = "Explain";
-    explain.intro.push_back("Each figure re-derived from the step plan's units and the placement, "
-                            "with its inputs; a figure the analysis computes differently shows "
-                            "the analysis's value in brackets.");
+    explain.intro.push_back("Each figure with the cost model's formula that computes it and the "
+                            "numbers put in (docs/plan.md, \"The cost model\").");
     for (const RunReport &report : runs)
       explain.blocks.push_back(explainBlock(report));
     sections.push_back(std::move(explain));

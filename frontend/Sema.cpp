@@ -542,8 +542,8 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
   } else if (decl.modelKind == "transformer") {
     model->kind = ir::ModelKind::Transformer;
     static const std::vector<std::string> keys = {
-        "layers", "hidden", "heads", "seq",       "vocab",          "ffn",
-        "mlp",    "norm",   "bias",  "positions", "tied_embeddings"};
+        "layers", "hidden",   "heads",     "seq",       "vocab",          "ffn", "mlp", "norm",
+        "bias",   "kv_heads", "attention", "positions", "tied_embeddings"};
     auto fields = collectFields(decl, "a transformer", keys);
     ok &= requireFields(decl, "transformer", fields, {"layers", "hidden", "heads", "seq", "vocab"});
     ir::TransformerConfig &config = model->transformer;
@@ -561,6 +561,15 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     count("vocab", config.vocab, 1 << 30);
     config.ffn = 4 * config.hidden;
     count("ffn", config.ffn, 1 << 26);
+    count("kv_heads", config.kvHeads, 1 << 20);
+    if (const ast::Field *field = fields.lookup("attention")) {
+      std::optional<std::string> choice =
+          getChoice(field->value, "attention", {"flash", "materialized"});
+      ok &= choice.has_value();
+      if (choice)
+        config.attention =
+            *choice == "flash" ? ir::AttentionKind::Flash : ir::AttentionKind::Materialized;
+    }
     if (const ast::Field *field = fields.lookup("mlp")) {
       std::optional<std::string> choice = getChoice(field->value, "mlp", {"gelu", "swiglu"});
       ok &= choice.has_value();
@@ -596,6 +605,14 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       diags.error(fields["heads"]->value.getLoc(), Twine("hidden size ") + Twine(config.hidden) +
                                                        " is not divisible by " +
                                                        Twine(config.heads) + " heads");
+      return;
+    }
+    if (config.kvHeads > 0 && config.heads % config.kvHeads != 0) {
+      diags.error(fields["kv_heads"]->value.getLoc(),
+                  Twine("kv_heads = ") + Twine(config.kvHeads) +
+                      " does not divide heads = " + Twine(config.heads) +
+                      ": grouped-query attention shares each key/value head among an equal "
+                      "number of query heads");
       return;
     }
     double h = config.hidden, l = config.layers, f = config.ffn;
@@ -657,50 +674,99 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
 //===----------------------------------------------------------------------===//
 
 void Sema::buildCluster(const ast::ClusterDecl &decl) {
-  static const std::vector<std::string> keys = {
-      "nodes",           "devices_per_node", "device_memory",  "peak",
-      "intra_bandwidth", "inter_bandwidth",  "host_bandwidth", "latency",
-      "host_memory",     "efficiency",       "nvme_bandwidth", "nvme_capacity"};
+  static const std::vector<std::string> keys = {"nodes",
+                                                "devices_per_node",
+                                                "device",
+                                                "device_memory",
+                                                "peak",
+                                                "peak_tf32",
+                                                "peak_fp8",
+                                                "hbm_bandwidth",
+                                                "compute_units",
+                                                "intra_bandwidth",
+                                                "inter_bandwidth",
+                                                "host_bandwidth",
+                                                "latency",
+                                                "host_memory",
+                                                "efficiency",
+                                                "nvme_bandwidth",
+                                                "nvme_capacity",
+                                                "host_memory_bandwidth"};
   auto fields = collectFields(decl, "a cluster", keys);
-  bool ok = requireFields(
-      decl, "cluster", fields,
-      {"nodes", "devices_per_node", "device_memory", "peak", "intra_bandwidth", "inter_bandwidth"});
   auto cluster = std::make_unique<ir::Cluster>();
   cluster->name = decl.name;
   cluster->loc = decl.nameLoc;
   for (const ast::Field &field : decl.fields)
     cluster->fieldLocs.try_emplace(field.key, field.keyLoc);
 
-  auto count = [&](StringRef key, int64_t &out) {
+  // `device = h100_sxm;` fills every field the cluster does not write from the preset.
+  bool ok = true;
+  if (const ast::Field *field = fields.lookup("device")) {
+    std::vector<std::string> names;
+    for (const ir::DevicePreset &preset : ir::getDevicePresets())
+      names.push_back(preset.name);
+    std::optional<std::string> choice = getChoice(field->value, "device", names);
+    ok &= choice.has_value();
+    if (choice) {
+      const ir::DevicePreset *preset = ir::findDevicePreset(*choice);
+      cluster->device = preset;
+      cluster->deviceMemory = preset->memory;
+      cluster->peakFlops = preset->peakBf16;
+      cluster->peakTf32 = preset->peakTf32;
+      cluster->peakFp8 = preset->peakFp8;
+      cluster->hbmBandwidth = preset->hbmBandwidth;
+      cluster->computeUnits = preset->computeUnits;
+      cluster->intraBandwidth = preset->intraBandwidth;
+      cluster->interBandwidth = preset->interBandwidth;
+      cluster->hostBandwidth = preset->hostBandwidth;
+      cluster->latency = preset->latency;
+      cluster->hostMemoryBandwidth = preset->hostMemoryBandwidth;
+    }
+  }
+  if (cluster->device || fields.lookup("device"))
+    ok &= requireFields(decl, "cluster", fields, {"nodes", "devices_per_node"});
+  else
+    ok &= requireFields(decl, "cluster", fields,
+                        {"nodes", "devices_per_node", "device_memory", "peak", "intra_bandwidth",
+                         "inter_bandwidth"});
+
+  auto count = [&](StringRef key, int64_t &out, int64_t max) {
     if (const ast::Field *field = fields.lookup(key)) {
-      std::optional<int64_t> value = getCount(field->value, key, 1, kMaxDevices);
+      std::optional<int64_t> value = getCount(field->value, key, 1, max);
       ok &= value.has_value();
       out = value.value_or(0);
     }
   };
-  auto quantity = [&](StringRef key, Dimension dimension, bool allowZero = false) {
-    std::optional<double> result;
+  // A written quantity overrides the preset's value.
+  auto quantity = [&](StringRef key, Dimension dimension, auto &out, bool allowZero = false) {
     if (const ast::Field *field = fields.lookup(key)) {
-      result = getQuantity(field->value, key, dimension, allowZero);
-      ok &= result.has_value();
+      std::optional<double> value = getQuantity(field->value, key, dimension, allowZero);
+      ok &= value.has_value();
+      if (value)
+        out = *value;
     }
-    return result;
   };
-  count("nodes", cluster->nodes);
-  count("devices_per_node", cluster->devicesPerNode);
-  cluster->deviceMemory = quantity("device_memory", Dimension::Bytes).value_or(0);
-  cluster->peakFlops = quantity("peak", Dimension::Rate).value_or(0);
-  cluster->intraBandwidth = quantity("intra_bandwidth", Dimension::Bandwidth).value_or(0);
-  cluster->interBandwidth = quantity("inter_bandwidth", Dimension::Bandwidth).value_or(0);
-  cluster->hostBandwidth = quantity("host_bandwidth", Dimension::Bandwidth);
-  cluster->latency = quantity("latency", Dimension::Time, /*allowZero=*/true).value_or(0);
-  cluster->hostMemory = quantity("host_memory", Dimension::Bytes);
-  cluster->nvmeBandwidth = quantity("nvme_bandwidth", Dimension::Bandwidth);
-  cluster->nvmeCapacity = quantity("nvme_capacity", Dimension::Bytes);
+  count("nodes", cluster->nodes, kMaxDevices);
+  count("devices_per_node", cluster->devicesPerNode, kMaxDevices);
+  count("compute_units", cluster->computeUnits, 1 << 20);
+  quantity("device_memory", Dimension::Bytes, cluster->deviceMemory);
+  quantity("peak", Dimension::Rate, cluster->peakFlops);
+  quantity("peak_tf32", Dimension::Rate, cluster->peakTf32);
+  quantity("peak_fp8", Dimension::Rate, cluster->peakFp8);
+  quantity("hbm_bandwidth", Dimension::Bandwidth, cluster->hbmBandwidth);
+  quantity("intra_bandwidth", Dimension::Bandwidth, cluster->intraBandwidth);
+  quantity("inter_bandwidth", Dimension::Bandwidth, cluster->interBandwidth);
+  quantity("host_bandwidth", Dimension::Bandwidth, cluster->hostBandwidth);
+  quantity("latency", Dimension::Time, cluster->latency, /*allowZero=*/true);
+  quantity("host_memory", Dimension::Bytes, cluster->hostMemory);
+  quantity("nvme_bandwidth", Dimension::Bandwidth, cluster->nvmeBandwidth);
+  quantity("nvme_capacity", Dimension::Bytes, cluster->nvmeCapacity);
+  quantity("host_memory_bandwidth", Dimension::Bandwidth, cluster->hostMemoryBandwidth);
   if (const ast::Field *field = fields.lookup("efficiency")) {
     std::optional<double> value = getFraction(field->value, "efficiency");
     ok &= value.has_value();
     cluster->efficiency = value.value_or(0.5);
+    cluster->efficiencyExplicit = true;
   }
   if (!ok)
     return;
@@ -1530,8 +1596,9 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
 //===----------------------------------------------------------------------===//
 
 void Sema::buildRun(const ast::RunDecl &decl) {
-  static const std::vector<std::string> keys = {
-      "model", "cluster", "strategy", "micro_batch", "global_batch", "precision", "optimizer"};
+  static const std::vector<std::string> keys = {"model",       "cluster",       "strategy",
+                                                "micro_batch", "global_batch",  "precision",
+                                                "optimizer",   "measured_step", "measured_memory"};
   auto fields = collectFields(decl, "a run", keys);
   bool ok = requireFields(decl, "run", fields,
                           {"model", "cluster", "strategy", "micro_batch", "global_batch"});
@@ -1629,6 +1696,17 @@ void Sema::buildRun(const ast::RunDecl &decl) {
                                       "': expected adam, sgd or sgd(momentum = true)");
       ok = false;
     }
+  }
+  // What the run measured, for placec to compare its predictions with (`placec fidelity`).
+  if (const ast::Field *field = fields.lookup("measured_step")) {
+    std::optional<double> value = getQuantity(field->value, "measured_step", Dimension::Time);
+    ok &= value.has_value();
+    run->measuredStep = value;
+  }
+  if (const ast::Field *field = fields.lookup("measured_memory")) {
+    std::optional<double> value = getQuantity(field->value, "measured_memory", Dimension::Bytes);
+    ok &= value.has_value();
+    run->measuredMemory = value;
   }
   if (!ok)
     return;

@@ -79,6 +79,16 @@ StringRef toString(PositionKind positions) {
   llvm_unreachable("unknown PositionKind");
 }
 
+StringRef toString(AttentionKind attention) {
+  switch (attention) {
+  case AttentionKind::Flash:
+    return "flash";
+  case AttentionKind::Materialized:
+    return "materialized";
+  }
+  llvm_unreachable("unknown AttentionKind");
+}
+
 StringRef toString(AxisKind kind) {
   switch (kind) {
   case AxisKind::Batch:

@@ -61,6 +61,12 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
   const int64_t h = config.hidden;
   const int64_t ffn = config.ffn > 0 ? config.ffn : saturatingMul(4, h);
   const int64_t vocab = config.vocab;
+  // Grouped-query attention (Ainslie et al. 2023): the queries keep `heads` heads of h/heads
+  // columns, keys and values have `kv_heads` heads each.
+  const bool grouped = config.kvHeads > 0 && config.kvHeads != config.heads && config.heads > 0;
+  const int64_t qkvRows =
+      grouped ? saturatingAdd(h, saturatingMul(2, saturatingMul(config.kvHeads, h / config.heads)))
+              : saturatingMul(3, h);
   const bool layerNorm = config.norm == NormKind::LayerNorm;
   const int64_t numLayers = std::max<int64_t>(config.layers, 0);
   const int headLayer = toLayerIndex(numLayers);
@@ -80,9 +86,9 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
     const int layer = toLayerIndex(l);
     const std::string prefix = (Twine("layers.") + Twine(l)).str();
     addNorm(prefix + ".ln1", layer);
-    builder.add(prefix + ".attn.qkv.weight", {saturatingMul(3, h), h}, TensorSplit::Column, layer);
+    builder.add(prefix + ".attn.qkv.weight", {qkvRows, h}, TensorSplit::Column, layer);
     if (config.bias)
-      builder.add(prefix + ".attn.qkv.bias", {saturatingMul(3, h)}, TensorSplit::Column, layer);
+      builder.add(prefix + ".attn.qkv.bias", {qkvRows}, TensorSplit::Column, layer);
     builder.add(prefix + ".attn.proj.weight", {h, h}, TensorSplit::Row, layer);
     if (config.bias)
       builder.add(prefix + ".attn.proj.bias", {h}, TensorSplit::Replicated, layer);

@@ -193,6 +193,8 @@ void IRPrinter::print(const Model &model) {
     line() << "bias = " << (config.bias ? "true" : "false") << '\n';
     line() << "positions = " << toString(config.positions) << '\n';
     line() << "tied_embeddings = " << (config.tiedEmbeddings ? "true" : "false") << '\n';
+    line() << "kv_heads = " << config.getKvHeads() << '\n';
+    line() << "attention = " << toString(config.attention) << '\n';
   } else {
     const MlpConfig &config = model.mlp;
     line() << "layers = " << config.layers << '\n';
@@ -258,6 +260,22 @@ void IRPrinter::print(const Cluster &cluster) {
          << (cluster.nvmeBandwidth ? formatBandwidth(*cluster.nvmeBandwidth) : "none") << '\n';
   line() << "nvme_capacity = "
          << (cluster.nvmeCapacity ? formatBytes(*cluster.nvmeCapacity) : "none") << '\n';
+  line() << "device = ";
+  if (cluster.device)
+    os << cluster.device->name << " (" << cluster.device->description << ", "
+       << toString(cluster.device->family) << ")\n";
+  else
+    os << "none\n";
+  line() << "peak_tf32 = " << (cluster.peakTf32 > 0 ? formatRate(cluster.peakTf32) : "none")
+         << '\n';
+  line() << "peak_fp8 = " << (cluster.peakFp8 > 0 ? formatRate(cluster.peakFp8) : "none") << '\n';
+  line() << "hbm_bandwidth = "
+         << (cluster.hbmBandwidth > 0 ? formatBandwidth(cluster.hbmBandwidth) : "none") << '\n';
+  line() << "compute_units = " << cluster.computeUnits << '\n';
+  line() << "host_memory_bandwidth = "
+         << (cluster.hostMemoryBandwidth ? formatBandwidth(*cluster.hostMemoryBandwidth) : "none")
+         << '\n';
+  line() << "compute_model = " << (cluster.hasShapeModel() ? "shapes" : "flat efficiency") << '\n';
   close();
 }
 

@@ -1,11 +1,14 @@
-// Memory, communication and time of a run, computed by walking its StepPlan.
+// Memory, communication and time of a run, computed by walking its StepPlan and asking the cost
+// model what each unit, op and stage costs.
 #include "placec/passes/Analysis.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/Sequence.h"
+#include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
 #include <cmath>
+#include <fmt/format.h>
 #include <map>
 #include <tuple>
 
@@ -25,41 +28,166 @@ StringRef toString(LinkClass link) {
   return "?";
 }
 
+std::string getCollectiveName(plan::OpKind kind) {
+  switch (kind) {
+  case plan::OpKind::HostToDevice:
+    return "host->device";
+  case plan::OpKind::DeviceToHost:
+    return "device->host";
+  default:
+    return plan::toString(kind).str();
+  }
+}
+
+cost::Collective getCollective(plan::OpKind kind) {
+  switch (kind) {
+  case plan::OpKind::AllReduce:
+    return cost::Collective::AllReduce;
+  case plan::OpKind::AllGather:
+    return cost::Collective::AllGather;
+  case plan::OpKind::ReduceScatter:
+    return cost::Collective::ReduceScatter;
+  case plan::OpKind::Send:
+  case plan::OpKind::Recv:
+    return cost::Collective::PointToPoint;
+  default:
+    return cost::Collective::Host;
+  }
+}
+
+size_t getPassPositions(const std::vector<plan::Op> &ops, std::vector<size_t> &positions) {
+  positions.assign(ops.size(), 0);
+  // Forward scan: the position of each compute op (consecutive computes of one unit, such as a
+  // recomputation and its backward, share one), and of the ops after it.
+  size_t count = 0;
+  int lastUnit = -2;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind == plan::OpKind::Compute && (count == 0 || ops[i].unit != lastUnit)) {
+      ++count;
+      lastUnit = ops[i].unit;
+    }
+    positions[i] = count == 0 ? 0 : count - 1;
+  }
+  // Backward scan: a parameter gather belongs to the next compute.
+  size_t next = count == 0 ? 0 : count - 1;
+  for (size_t i = ops.size(); i-- > 0;) {
+    if (ops[i].kind == plan::OpKind::Compute)
+      next = positions[i];
+    else if (ops[i].kind == plan::OpKind::AllGather && ops[i].state == ir::State::Params)
+      positions[i] = next;
+  }
+  return std::max<size_t>(count, 1);
+}
+
 namespace {
 
 using plan::Op;
 using plan::OpKind;
 using plan::Phase;
 
+/// A number in a formula: exact integers as written, others with 4 significant digits.
+std::string num(double value) {
+  if (std::fabs(value) < 1e15 && value == std::round(value))
+    return fmt::format("{}", static_cast<int64_t>(value));
+  return fmt::format("{:.4g}", value);
+}
+
+std::string microbatches(double count) {
+  return num(count) + (count == 1 ? " micro-batch" : " micro-batches");
+}
+
+/// `1.23 ms`.
+std::string seconds(double value) {
+  if (value == 0)
+    return "0 s";
+  double magnitude = std::fabs(value);
+  if (magnitude >= 1)
+    return fmt::format("{:.3g} s", value);
+  if (magnitude >= 1e-3)
+    return fmt::format("{:.3g} ms", value * 1e3);
+  if (magnitude >= 1e-6)
+    return fmt::format("{:.3g} us", value * 1e6);
+  return fmt::format("{:.3g} ns", value * 1e9);
+}
+
+/// `3.12 GB`.
+std::string bytesText(double value) {
+  static const char *prefixes[] = {"", "K", "M", "G", "T", "P", "E"};
+  int index = 0;
+  while (std::fabs(value) >= 1000 && index < 6) {
+    value /= 1000;
+    ++index;
+  }
+  if (index == 0)
+    return fmt::format("{} B", num(value));
+  int decimals = value >= 99.95 ? 0 : value >= 9.995 ? 1 : 2;
+  return fmt::format("{:.{}f} {}B", value, decimals, prefixes[index]);
+}
+
+bool isTraffic(const Op &op) {
+  return op.kind != OpKind::Compute && op.kind != OpKind::Free &&
+         op.kind != OpKind::OptimizerUpdate && op.kind != OpKind::Recv;
+}
+
+/// Gathers of parameters and reductions of gradients over batch axes run beside compute.
+bool isOverlappable(const Op &op) {
+  return (op.state == ir::State::Params && op.kind == OpKind::AllGather) ||
+         (op.state == ir::State::Grads &&
+          (op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllReduce));
+}
+
 class Analyzer {
 public:
-  explicit Analyzer(const plan::StepPlan &plan)
+  Analyzer(const plan::StepPlan &plan, const AnalysisOptions &options)
       : plan(plan), run(*plan.run), strategy(*run.strategy), mesh(strategy.mesh), model(*run.model),
-        cluster(*run.cluster) {}
+        cluster(*run.cluster), options(options), costModel(cluster, run.precision) {
+    layout.microBatch = static_cast<double>(run.microBatch);
+    layout.tensor = mesh.getDegree(ir::AxisKind::Tensor);
+    layout.sequenceParallel = strategy.sequenceParallel;
+    layout.activations = strategy.activationMode;
+    layout.precision = run.precision;
+  }
 
   RunAnalysis analyze();
 
 private:
-  int64_t productOf(const std::vector<unsigned> &axes) const {
-    int64_t result = 1;
-    for (unsigned axis : axes)
-      result *= mesh.axes[axis].size;
-    return result;
-  }
-  int64_t shardDegree(ir::State state) const;
-  /// Activation bytes of one layer for one micro-batch (Korthikanti et al. 2022, Table 2).
-  double layerActivationBytes() const;
-  /// Micro-batches whose activations a stage holds at its peak.
-  double inFlight(int stage) const;
-  StageMemory stageMemory(const plan::StagePlan &stage) const;
+  struct Shard {
+    int64_t degree = 1;
+    std::string text; ///< ` / 64 (gather over dp)` or ` (replicated over dp = 64)`.
+  };
+  Shard shardOf(ir::State state) const;
+  /// What a stage holds, for the cost model's memory formula.
+  cost::StageStates stageStates(const plan::StagePlan &stage, bool explain) const;
 
-  /// The link an op of `stage` crosses.
-  LinkClass linkOf(const Op &op, int stage) const;
-  /// α–β time of one call of a collective or transfer made by `stage`.
-  double callSeconds(const Op &op, int stage, double bytes) const;
-  /// Bytes one device sends per call (ring algorithms).
-  double sentBytesPerCall(const Op &op, double bytes) const;
-  int64_t groupSize(const Op &op) const;
+  const cost::GroupShape &groupOf(const std::vector<unsigned> &axes) {
+    auto it = groups.find(axes);
+    if (it == groups.end())
+      it = groups.emplace(axes, cost::getGroupShape(mesh, axes, cluster.devicesPerNode)).first;
+    return it->second;
+  }
+  /// Whether a pipeline send of `stage` to `peer` crosses nodes.
+  bool sendCrossesNodes(const Op &op, int stage) {
+    if (op.axes.empty() || op.peerStage < 0)
+      return false;
+    auto key = std::make_pair(stage, op.peerStage);
+    auto it = crossings.find(key);
+    if (it == crossings.end())
+      it = crossings
+               .emplace(key, cost::crossesNodes(mesh.getStride(op.axes[0]),
+                                                mesh.axes[op.axes[0]].size, stage, op.peerStage,
+                                                mesh.getNumDevices(), cluster.devicesPerNode))
+               .first;
+    return it->second;
+  }
+  LinkClass linkOf(const Op &op, int stage);
+  /// The time of one call of a collective or transfer made by `stage`.
+  double callSeconds(const Op &op, int stage, double bytes, std::string *formula = nullptr);
+  /// The time of a compute op (transformer layers share one figure per kind of pass).
+  double computeSeconds(const Op &op, std::vector<Explanation> *lines = nullptr);
+
+  void explainMemory(RunExplanation &explanation, const MemoryReport &memory);
+  void explainCommunication(RunExplanation &explanation,
+                            const std::vector<CommEntry> &communication);
 
   const plan::StepPlan &plan;
   const ir::Run &run;
@@ -67,51 +195,51 @@ private:
   const ir::Mesh &mesh;
   const ir::Model &model;
   const ir::Cluster &cluster;
+  const AnalysisOptions &options;
+  cost::CostModel costModel;
+  cost::Layout layout;
+  std::map<std::vector<unsigned>, cost::GroupShape> groups;
+  std::map<std::pair<int, int>, bool> crossings;
+  std::map<std::pair<int, int>, double> computeCache;
 };
 
-int64_t Analyzer::shardDegree(ir::State state) const {
-  int64_t degree = 1;
+Analyzer::Shard Analyzer::shardOf(ir::State state) const {
+  Shard shard;
   const ir::StatePlacement &placement = strategy.getPlacement(state);
-  for (unsigned i = 0; i < mesh.axes.size(); ++i)
-    if (mesh.axes[i].kind == ir::AxisKind::Batch &&
-        (placement.axes[i].mode == ir::PlacementMode::Sharded ||
-         placement.axes[i].mode == ir::PlacementMode::ShardedWithGather))
-      degree *= mesh.axes[i].size;
-  return degree;
-}
-
-double Analyzer::layerActivationBytes() const {
-  double b = static_cast<double>(run.microBatch);
-  double t = static_cast<double>(mesh.getDegree(ir::AxisKind::Tensor));
-  if (model.kind == ir::ModelKind::Transformer)
-    return getTransformerLayerActivationBytes(model.transformer, b, t, strategy.sequenceParallel,
-                                              strategy.activationMode,
-                                              ir::getActivationBytes(run.precision));
-  if (model.kind == ir::ModelKind::Mlp) {
-    // A linear layer keeps its input and its pre-activation output for the backward.
-    double bytes = ir::getActivationBytes(run.precision);
-    double width = static_cast<double>(model.mlp.width);
-    if (strategy.activationMode == ir::ActivationMode::RecomputeFull)
-      return bytes * b * width;
-    return bytes * b * 2 * width;
+  std::vector<std::string> split, replicated;
+  for (unsigned i = 0; i < mesh.axes.size() && i < placement.axes.size(); ++i) {
+    const ir::Axis &axis = mesh.axes[i];
+    if (axis.kind != ir::AxisKind::Batch)
+      continue;
+    switch (placement.axes[i].mode) {
+    case ir::PlacementMode::Sharded:
+      shard.degree *= axis.size;
+      split.push_back(fmt::format("shard over {}", axis.name));
+      break;
+    case ir::PlacementMode::ShardedWithGather:
+      shard.degree *= axis.size;
+      split.push_back(fmt::format("gather over {}", axis.name));
+      break;
+    default:
+      if (axis.size > 1)
+        replicated.push_back(fmt::format("{} = {}", axis.name, axis.size));
+      break;
+    }
   }
-  return 0;
+  if (shard.degree > 1)
+    shard.text = fmt::format(" / {} ({})", shard.degree, llvm::join(split, ", "));
+  else if (!replicated.empty())
+    shard.text = fmt::format(" (replicated over {})", llvm::join(replicated, ", "));
+  return shard;
 }
 
-double Analyzer::inFlight(int stage) const {
-  return getInFlightMicrobatches(plan.schedule, static_cast<int64_t>(plan.stages.size()),
-                                 plan.microbatches, plan.chunks, stage);
-}
-
-StageMemory Analyzer::stageMemory(const plan::StagePlan &stage) const {
-  StageMemory result;
-  result.stage = stage.stage;
-  ir::StateBytes bytes = ir::getStateBytes(run.precision, run.optimizer);
+cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool explain) const {
+  cost::StageStates x;
   const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
   const ir::StatePlacement &grads = strategy.getPlacement(ir::State::Grads);
   const ir::StatePlacement &optimizer = strategy.getPlacement(ir::State::Optimizer);
   const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
-  bool optimizerOnHost = optimizer.tier != ir::Tier::Device;
+  x.optimizerOnHost = optimizer.tier != ir::Tier::Device;
   // ZeRO-Offload: with the optimizer on the host, gradients sharded over a batch axis go there
   // after each micro-batch's reduce-scatter and accumulate there; replicated gradients
   // accumulate on the device until the step's reduction (the plan's device-to-host ops).
@@ -119,137 +247,255 @@ StageMemory Analyzer::stageMemory(const plan::StagePlan &stage) const {
     return mesh.axes[i].kind == ir::AxisKind::Batch &&
            grads.axes[i].mode == ir::PlacementMode::Sharded;
   });
-  bool gradsOnHost =
-      grads.tier != ir::Tier::Device || (optimizerOnHost && !grads.tierExplicit && gradsSharded);
-  int64_t paramShard = shardDegree(ir::State::Params);
-  int64_t gradShard = shardDegree(ir::State::Grads);
-  int64_t optimizerShard = shardDegree(ir::State::Optimizer);
+  x.gradsOnHostWithOptimizer = x.optimizerOnHost && !grads.tierExplicit && gradsSharded;
+  x.gradsOnHost = grads.tier != ir::Tier::Device || x.gradsOnHostWithOptimizer;
+  x.paramsOnHost = params.tier != ir::Tier::Device;
+  x.activationsOnHost = activations.tier != ir::Tier::Device;
+  Shard paramShard = shardOf(ir::State::Params), gradShard = shardOf(ir::State::Grads),
+        optimizerShard = shardOf(ir::State::Optimizer);
+  x.paramShard = paramShard.degree;
+  x.gradShard = gradShard.degree;
+  x.optimizerShard = optimizerShard.degree;
+  x.paramShardText = paramShard.text;
+  x.gradShardText = gradShard.text;
+  x.optimizerShardText = optimizerShard.text;
 
-  double paramElements = 0, largestUnit = 0, embedParams = 0;
-  int64_t layersOnStage = 0;
+  double embedParams = 0;
   bool hasHead = false;
   for (unsigned index : stage.units) {
     const plan::Unit &unit = plan.units[index];
-    paramElements += static_cast<double>(unit.params);
-    largestUnit = std::max(largestUnit, static_cast<double>(unit.params));
-    if (unit.layer >= 0 && unit.layer < model.getNumLayers())
-      ++layersOnStage;
-    if (model.kind == ir::ModelKind::Transformer && unit.layer < 0)
-      embedParams = static_cast<double>(unit.params);
-    hasHead |= model.kind == ir::ModelKind::Transformer && unit.layer >= model.getNumLayers();
+    double elements = static_cast<double>(unit.params);
+    x.params += elements;
+    if (elements > x.largestUnit) {
+      x.largestUnit = elements;
+      x.largestName = unit.name;
+    }
+    if (unit.kind == cost::UnitKind::Layer || unit.kind == cost::UnitKind::MlpLayer)
+      ++x.layers;
+    if (unit.kind == cost::UnitKind::Embedding)
+      embedParams = elements;
+    hasHead |= unit.kind == cost::UnitKind::Head;
   }
-  double tiedEmbedParams =
-      model.kind == ir::ModelKind::Transformer && model.transformer.tiedEmbeddings && hasHead
-          ? embedParams
-          : 0;
-  double paramBytes = paramElements * bytes.params / static_cast<double>(paramShard);
-  double gradBytes = paramElements * bytes.grads / static_cast<double>(gradShard);
-  double optimizerBytes = paramElements * bytes.optimizer / static_cast<double>(optimizerShard);
-  (params.tier == ir::Tier::Device ? result.device : result.host).params = paramBytes;
-  (gradsOnHost ? result.host : result.device).grads = gradBytes;
-  (optimizerOnHost ? result.host : result.device).optimizer = optimizerBytes;
-
-  double activationBytes =
-      static_cast<double>(layersOnStage) * layerActivationBytes() * inFlight(stage.stage);
-  (activations.tier == ir::Tier::Device ? result.device : result.host).activations =
-      activationBytes;
-
-  // Transient buffers: gathered units (the one in use and the next, prefetched, or every unit
-  // from its forward to its backward with keep_after_forward), a unit's full gradient before it
-  // is reduce-scattered or sent to the host, a unit's parameters brought from the host.
-  double transient = 0;
-  bool gathers = llvm::any_of(stage.forward, [](const Op &op) {
+  x.units = static_cast<int64_t>(stage.units.size());
+  x.gathers = llvm::any_of(stage.forward, [](const Op &op) {
     return op.kind == OpKind::AllGather && op.state == ir::State::Params;
   });
-  if (gathers) {
-    bool keep = llvm::any_of(params.axes,
-                             [](const ir::AxisPlacement &axis) { return axis.keepAfterForward; });
-    double gathered = keep ? paramElements : std::min<double>(2, stage.units.size()) * largestUnit;
-    // Tied embeddings stay gathered from the embedding's forward through the head's (the plan's
-    // Free of the embedding follows the head).
-    if (!keep)
-      gathered += tiedEmbedParams;
-    transient += gathered * bytes.params;
+  x.keepAfterForward = llvm::any_of(
+      params.axes, [](const ir::AxisPlacement &axis) { return axis.keepAfterForward; });
+  // Tied embeddings stay gathered from the embedding's forward through the head's (the plan's
+  // Free of the embedding follows the head).
+  if (model.kind == ir::ModelKind::Transformer && model.transformer.tiedEmbeddings && hasHead)
+    x.tiedEmbedding = embedParams;
+
+  x.activationsKnown = model.kind != ir::ModelKind::Abstract;
+  std::string *activationText = explain ? &x.layerActivationText : nullptr;
+  if (model.kind == ir::ModelKind::Transformer)
+    x.layerActivationBytes =
+        cost::getLayerActivationBytes(model.transformer, layout, activationText);
+  else if (model.kind == ir::ModelKind::Mlp)
+    x.layerActivationBytes = cost::getMlpLayerActivationBytes(model.mlp, layout, activationText);
+  x.inFlight = cost::getInFlightMicrobatches(
+      plan.schedule, static_cast<int64_t>(plan.stages.size()), plan.microbatches, plan.chunks,
+      stage.stage, explain ? &x.inFlightText : nullptr);
+  if (hasHead && model.kind == ir::ModelKind::Transformer) {
+    std::string headText;
+    x.headBuffers =
+        cost::getHeadActivationBytes(model.transformer, layout, explain ? &headText : nullptr) *
+        x.inFlight;
+    if (explain)
+      x.headBuffersText = headText + "× " + num(x.inFlight) + " in flight (the head's loss)";
   }
-  if (gradShard > 1 || gradsOnHost)
-    transient += largestUnit * bytes.grads;
-  if (params.tier != ir::Tier::Device)
-    transient += largestUnit * bytes.params / static_cast<double>(paramShard);
-  result.device.transient = transient;
-  result.device.peak = result.device.getPersistent() + result.device.activations + transient;
-  result.host.peak = result.host.getPersistent() + result.host.activations;
-  return result;
+  if (explain) {
+    x.paramsText = num(x.params);
+    if (plan.stages.size() > 1 && !stage.units.empty())
+      x.paramsText +=
+          fmt::format(" (stage {}: {}..{})", stage.stage, plan.units[stage.units.front()].name,
+                      plan.units[stage.units.back()].name);
+    int64_t tensorDegree = mesh.getDegree(ir::AxisKind::Tensor);
+    if (tensorDegree > 1)
+      x.paramsText += fmt::format(" (per device after the tensor split over {})", tensorDegree);
+  }
+  return x;
 }
 
-int64_t Analyzer::groupSize(const Op &op) const { return productOf(op.axes); }
-
-LinkClass Analyzer::linkOf(const Op &op, int stage) const {
+LinkClass Analyzer::linkOf(const Op &op, int stage) {
   if (op.kind == OpKind::HostToDevice || op.kind == OpKind::DeviceToHost)
     return LinkClass::Host;
-  if (op.kind == OpKind::Send || op.kind == OpKind::Recv) {
-    // Each device of `stage` exchanges with the device of the peer stage at the same
-    // coordinates on every other axis; the boundary is inter-node when any such pair lies in
-    // two nodes (the boundary between stages 3 and 4 of 8 stages of 2 ranks each on nodes of 8,
-    // say, while the boundary between 2 and 3 stays inside a node).
-    if (op.axes.empty() || op.peerStage < 0)
-      return LinkClass::IntraNode;
-    int64_t stride = mesh.getStride(op.axes[0]), size = mesh.axes[op.axes[0]].size;
-    int64_t offset = (op.peerStage - stage) * stride;
-    for (int64_t rank = 0, devices = mesh.getNumDevices(); rank < devices; ++rank)
-      if ((rank / stride) % size == stage &&
-          rank / cluster.devicesPerNode != (rank + offset) / cluster.devicesPerNode)
-        return LinkClass::InterNode;
-    return LinkClass::IntraNode;
-  }
-  // A group lies inside a node when the block spanned by its outermost axis divides the node.
-  unsigned outermost = *std::min_element(op.axes.begin(), op.axes.end());
-  int64_t span = mesh.getStride(outermost) * mesh.axes[outermost].size;
-  if (groupSize(op) == 1 || cluster.devicesPerNode % span == 0)
-    return LinkClass::IntraNode;
-  return LinkClass::InterNode;
+  if (op.kind == OpKind::Send || op.kind == OpKind::Recv)
+    return sendCrossesNodes(op, stage) ? LinkClass::InterNode : LinkClass::IntraNode;
+  return groupOf(op.axes).isIntraNode() ? LinkClass::IntraNode : LinkClass::InterNode;
 }
 
-double Analyzer::sentBytesPerCall(const Op &op, double bytes) const {
-  double n = static_cast<double>(groupSize(op));
+double Analyzer::callSeconds(const Op &op, int stage, double bytes, std::string *formula) {
   switch (op.kind) {
-  case OpKind::AllReduce:
-    return 2 * (n - 1) / n * bytes;
-  case OpKind::AllGather:
-  case OpKind::ReduceScatter:
-    return (n - 1) / n * bytes;
-  case OpKind::Send:
-  case OpKind::DeviceToHost:
   case OpKind::HostToDevice:
-    return bytes;
-  default:
-    return 0;
-  }
-}
-
-double Analyzer::callSeconds(const Op &op, int stage, double bytes) const {
-  // Ring collectives in the α–β model: all-reduce 2(n−1)α + 2(n−1)/n·bytes/β, all-gather and
-  // reduce-scatter (n−1)α + (n−1)/n·bytes/β (REFERENCE-NUMBERS §2).
-  LinkClass link = linkOf(op, stage);
-  double beta = link == LinkClass::Host        ? cluster.hostBandwidth.value_or(0)
-                : link == LinkClass::IntraNode ? cluster.intraBandwidth
-                                               : cluster.interBandwidth;
-  if (beta <= 0)
-    return 0;
-  double n = static_cast<double>(groupSize(op));
-  double alpha = cluster.latency;
-  switch (op.kind) {
-  case OpKind::AllReduce:
-    return 2 * (n - 1) * alpha + sentBytesPerCall(op, bytes) / beta;
-  case OpKind::AllGather:
-  case OpKind::ReduceScatter:
-    return (n - 1) * alpha + sentBytesPerCall(op, bytes) / beta;
+  case OpKind::DeviceToHost:
+    return costModel.getHostSeconds(bytes, false, formula);
   case OpKind::Send:
   case OpKind::Recv:
-  case OpKind::DeviceToHost:
-  case OpKind::HostToDevice:
-    return alpha + bytes / beta;
+    return costModel.getPointToPointSeconds(bytes, sendCrossesNodes(op, stage), formula);
+  case OpKind::AllGather:
+  case OpKind::ReduceScatter:
+  case OpKind::AllReduce:
+    return costModel.getCollectiveSeconds(getCollective(op.kind), groupOf(op.axes), bytes, formula);
   default:
     return 0;
+  }
+}
+
+double Analyzer::computeSeconds(const Op &op, std::vector<Explanation> *lines) {
+  // Every transformer block has the same work; mlp layers differ.
+  bool shared = plan.units[op.unit].kind != cost::UnitKind::MlpLayer;
+  auto key =
+      std::make_pair(static_cast<int>(plan.units[op.unit].kind),
+                     static_cast<int>(op.compute) * 4 + static_cast<int>(op.reason.size() % 4));
+  if (shared && !lines) {
+    auto it = computeCache.find(key);
+    if (it != computeCache.end())
+      return it->second;
+  }
+  double time = op.work.empty() && op.flops > 0
+                    ? op.flops / (costModel.getPeak() * cluster.efficiency)
+                    : costModel.getComputeSeconds(op.work, lines);
+  if (shared)
+    computeCache[key] = time;
+  return time;
+}
+
+void Analyzer::explainMemory(RunExplanation &explanation, const MemoryReport &memory) {
+  // The stage the report shows: the first with the highest device peak.
+  size_t stageIndex = 0;
+  for (size_t i = 0; i < memory.stages.size(); ++i)
+    if (memory.stages[i].device.peak == memory.device.peak) {
+      stageIndex = i;
+      break;
+    }
+  if (stageIndex >= plan.stages.size())
+    return;
+  const plan::StagePlan &stage = plan.stages[stageIndex];
+  explanation.stage = stage.stage;
+  cost::StageStates states = stageStates(stage, /*explain=*/true);
+  std::vector<Explanation> device, host;
+  cost::StageMemoryResult result =
+      cost::getStageMemory(states, ir::getStateBytes(run.precision, run.optimizer), &device, &host);
+  // Order as the report's table: the model states, then activations, transient and peak.
+  explanation.deviceMemory = std::move(device);
+  explanation.deviceMemory.push_back(
+      {"use of device memory",
+       fmt::format("peak / device_memory = {} / {}", bytesText(result.device.peak),
+                   bytesText(cluster.deviceMemory)),
+       result.device.peak / cluster.deviceMemory, "%"});
+  explanation.hostMemory = std::move(host);
+  if (!explanation.hostMemory.empty()) {
+    const MemoryBreakdown &h = result.host;
+    explanation.hostMemory.push_back(
+        {"peak",
+         fmt::format("params + grads + optimizer + activations on the host = {} + {} + {} + {}",
+                     bytesText(h.params), bytesText(h.grads), bytesText(h.optimizer),
+                     bytesText(h.activations)),
+         h.peak, "B"});
+    std::string capacity = cluster.hostMemory
+                               ? fmt::format(" (host_memory {})", bytesText(*cluster.hostMemory))
+                               : std::string(" (host_memory not given: not checked)");
+    explanation.hostMemory.push_back(
+        {"per node",
+         fmt::format("peak × devices_per_node = {} × {}{}", bytesText(h.peak),
+                     cluster.devicesPerNode, capacity),
+         h.peak * static_cast<double>(cluster.devicesPerNode), "B"});
+  }
+}
+
+void Analyzer::explainCommunication(RunExplanation &explanation,
+                                    const std::vector<CommEntry> &communication) {
+  double m = static_cast<double>(plan.microbatches);
+  for (const CommEntry &entry : communication) {
+    std::vector<Explanation> lines;
+    double perMicrobatchCalls = 0, perStepCalls = 0, perMicrobatchElements = 0, perStepElements = 0;
+    unsigned elementSize = 2;
+    std::string dtype;
+    const Op *sample = nullptr;
+    for (const plan::StagePlan &stage : plan.stages) {
+      if (stage.stage != entry.stage)
+        continue;
+      for (const std::vector<Op> *ops : {&stage.forward, &stage.backward, &stage.step})
+        for (const Op &op : *ops) {
+          if (!isTraffic(op) || op.kind != entry.collective || op.axes != entry.axes ||
+              op.state != entry.state || op.phase != entry.phase)
+            continue;
+          sample = &op;
+          elementSize = plan::getSize(op.dtype);
+          dtype = plan::toString(op.dtype).str();
+          if (op.perMicrobatch) {
+            ++perMicrobatchCalls;
+            perMicrobatchElements += static_cast<double>(op.elements);
+          } else {
+            ++perStepCalls;
+            perStepElements += static_cast<double>(op.elements);
+          }
+        }
+    }
+    double n = static_cast<double>(entry.groupSize);
+    std::string what = entry.link == LinkClass::Host ? " over the host link"
+                       : entry.axis.empty()          ? ""
+                                                     : " over " + entry.axis;
+    double count = perMicrobatchCalls * m + perStepCalls;
+    std::vector<std::string> countParts;
+    if (perMicrobatchCalls > 0)
+      countParts.push_back(
+          fmt::format("{} per micro-batch × {}", num(perMicrobatchCalls), microbatches(m)));
+    if (perStepCalls > 0)
+      countParts.push_back(fmt::format("{} once per step", num(perStepCalls)));
+    lines.push_back({"count", llvm::join(countParts, " + "), count, "calls"});
+
+    double total = (perMicrobatchElements * m + perStepElements) * elementSize;
+    std::vector<std::string> totalParts;
+    if (perMicrobatchCalls > 0)
+      totalParts.push_back(fmt::format("{} elements × {} B ({}) × {}", num(perMicrobatchElements),
+                                       elementSize, dtype, microbatches(m)));
+    if (perStepCalls > 0)
+      totalParts.push_back(
+          fmt::format("{} elements × {} B ({})", num(perStepElements), elementSize, dtype));
+    lines.push_back({"total", llvm::join(totalParts, " + "), total, "B"});
+    double message = count > 0 ? total / count : 0;
+    lines.push_back({"message",
+                     fmt::format("total / count = {} / {}", bytesText(total), num(count)), message,
+                     "B"});
+
+    cost::Collective collective = getCollective(entry.collective);
+    double sent = cost::getSentBytes(collective, n, total);
+    std::string sentFormula;
+    switch (entry.collective) {
+    case OpKind::AllReduce:
+      sentFormula = fmt::format("2 × ({} - 1)/{} × total (ring all-reduce) = 2 × {}/{} × {}",
+                                num(n), num(n), num(n - 1), num(n), bytesText(total));
+      break;
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+      sentFormula =
+          fmt::format("({} - 1)/{} × total (ring {}) = {}/{} × {}", num(n), num(n),
+                      plan::toString(entry.collective).str(), num(n - 1), num(n), bytesText(total));
+      break;
+    default:
+      sentFormula = "total (point to point)";
+      break;
+    }
+    lines.push_back({"sent", sentFormula, sent, "B"});
+
+    std::string callFormula;
+    if (sample)
+      callSeconds(*sample, entry.stage, message, &callFormula);
+    lines.push_back({"time",
+                     fmt::format("Σ over the {} calls of one call's time; a call of the mean "
+                                 "message: {}",
+                                 num(count), callFormula),
+                     entry.timeSeconds, "s"});
+
+    std::string figure =
+        fmt::format("{} {}{} ({})", getCollectiveName(entry.collective),
+                    ir::toString(entry.state).str(), what, plan::toString(entry.phase).str());
+    if (plan.stages.size() > 1)
+      figure += fmt::format(", stage {}", entry.stage);
+    explanation.communication.push_back({std::move(figure), std::move(lines)});
   }
 }
 
@@ -259,30 +505,36 @@ RunAnalysis Analyzer::analyze() {
   memory.activationsKnown = model.kind != ir::ModelKind::Abstract;
   memory.deviceCapacity = cluster.deviceMemory;
   memory.hostCapacity = cluster.hostMemory;
+  ir::StateBytes stateBytes = ir::getStateBytes(run.precision, run.optimizer);
   for (const plan::StagePlan &stage : plan.stages) {
-    StageMemory stageResult = stageMemory(stage);
-    if (memory.stages.empty() || stageResult.device.peak > memory.device.peak) {
-      memory.device = stageResult.device;
-      memory.host = stageResult.host;
+    cost::StageMemoryResult stageResult =
+        cost::getStageMemory(stageStates(stage, /*explain=*/false), stateBytes);
+    StageMemory entry{stage.stage, stageResult.device, stageResult.host};
+    if (memory.stages.empty() || entry.device.peak > memory.device.peak) {
+      memory.device = entry.device;
+      memory.host = entry.host;
     }
-    memory.stages.push_back(stageResult);
+    memory.stages.push_back(entry);
   }
   memory.fitsDevice = memory.device.peak <= cluster.deviceMemory;
   if (cluster.hostMemory)
     memory.fitsHost =
         memory.host.peak * static_cast<double>(cluster.devicesPerNode) <= *cluster.hostMemory;
 
-  // Communication: one entry per stage × collective × axis group × state × phase.
+  // Communication: one entry per stage × collective × axis group × state × phase; and the time
+  // of each stage.
   double m = static_cast<double>(plan.microbatches);
-  double flopRate = cluster.peakFlops * cluster.efficiency;
   TimeReport &time = result.time;
-  double slowestStage = 0, slowestMicrobatch = 0;
-  double computePerMicrobatchMax = 0, exposedMax = 0;
+  struct StageTime {
+    int stage = 0;
+    double forwardCompute = 0, backwardCompute = 0, optimizer = 0;
+    double exposedPerMicrobatch = 0, exposed = 0, total = 0;
+  };
+  std::vector<StageTime> stageTimes;
   for (const plan::StagePlan &stage : plan.stages) {
     std::map<std::tuple<int, std::vector<unsigned>, int, int>, size_t> index;
     auto account = [&](const Op &op) {
-      if (op.kind == OpKind::Compute || op.kind == OpKind::Free ||
-          op.kind == OpKind::OptimizerUpdate || op.kind == OpKind::Recv)
+      if (!isTraffic(op))
         return 0.0;
       double bytes = static_cast<double>(op.elements) * plan::getSize(op.dtype);
       double calls = op.perMicrobatch ? m : 1;
@@ -297,7 +549,9 @@ RunAnalysis Analyzer::analyze() {
           entry.axis += (i ? "," : "") + mesh.axes[op.axes[i]].name;
         if (op.kind == OpKind::HostToDevice || op.kind == OpKind::DeviceToHost)
           entry.axis = "host";
-        entry.groupSize = groupSize(op);
+        const cost::GroupShape &group = groupOf(op.axes);
+        entry.groupSize = group.size;
+        entry.groupPerNode = group.perNode;
         entry.collective = op.kind;
         entry.state = op.state;
         entry.phase = op.phase;
@@ -309,7 +563,9 @@ RunAnalysis Analyzer::analyze() {
       entry.count += static_cast<int64_t>(calls);
       entry.totalBytes += bytes * calls;
       entry.messageBytes = entry.totalBytes / static_cast<double>(entry.count);
-      entry.sentBytes += sentBytesPerCall(op, bytes) * calls;
+      entry.sentBytes +=
+          cost::getSentBytes(getCollective(op.kind), static_cast<double>(entry.groupSize), bytes) *
+          calls;
       entry.timeSeconds += seconds * calls;
       return seconds;
     };
@@ -317,185 +573,193 @@ RunAnalysis Analyzer::analyze() {
     // Per micro-batch: compute, and communication that overlaps with it (parameter gathers
     // and gradient reductions of the batch axes, prefetched one unit ahead or started as a
     // unit's backward ends) or not (tensor-parallel partial sums, pipeline sends, host
-    // transfers). The passes are timed unit by unit (getPassExposedSeconds).
-    double forwardCompute = 0, backwardCompute = 0;
-    double critical = 0, stepOverlap = 0, stepExposed = 0;
-    auto overlappable = [](const Op &op) {
-      return (op.state == ir::State::Params && op.kind == OpKind::AllGather) ||
-             (op.state == ir::State::Grads &&
-              (op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllReduce));
-    };
+    // transfers). The passes are timed unit by unit (cost::getPassExposedSeconds).
+    StageTime st;
+    st.stage = stage.stage;
+    double critical = 0;
     std::vector<size_t> positions;
+    std::vector<cost::PassUnit> backwardUnits;
     auto timePass = [&](const std::vector<Op> &ops, double &compute) {
-      std::vector<PassUnit> units(getPassPositions(ops, positions));
+      std::vector<cost::PassUnit> units(getPassPositions(ops, positions));
       for (size_t i = 0; i < ops.size(); ++i) {
         const Op &op = ops[i];
-        PassUnit &unit = units[positions[i]];
+        cost::PassUnit &unit = units[positions[i]];
         if (op.kind == OpKind::Compute) {
-          unit.compute += op.flops / flopRate;
-          compute += op.flops / flopRate;
+          double seconds = computeSeconds(op);
+          unit.compute += seconds;
+          compute += seconds;
           continue;
         }
         double seconds = account(op);
-        if (!overlappable(op))
+        if (!isOverlappable(op))
           critical += seconds;
         else
           (op.kind == OpKind::AllGather ? unit.gather : unit.reduce) += seconds;
       }
-      return getPassExposedSeconds(units);
+      return units;
     };
-    double forwardExposed = timePass(stage.forward, forwardCompute);
-    double backwardExposed = timePass(stage.backward, backwardCompute);
+    double forwardExposed = cost::getPassExposedSeconds(timePass(stage.forward, st.forwardCompute));
+    backwardUnits = timePass(stage.backward, st.backwardCompute);
+    double backwardExposed = cost::getPassExposedSeconds(backwardUnits);
+    // Once per step: the gradient reductions left for the step start as the last micro-batch's
+    // backward produces each unit's gradients, so they run beside that backward unit by unit
+    // (the last unit's, the first layer's, exposed); the optimizer then runs, and the updated
+    // parameters are gathered or brought back.
+    std::vector<cost::PassUnit> stepUnits = backwardUnits;
+    for (cost::PassUnit &unit : stepUnits)
+      unit.gather = unit.reduce = 0;
+    std::vector<size_t> backwardPositions;
+    getPassPositions(stage.backward, backwardPositions);
+    std::map<int, size_t> positionOfUnit;
+    for (size_t i = 0; i < stage.backward.size(); ++i)
+      if (stage.backward[i].kind == OpKind::Compute)
+        positionOfUnit.try_emplace(stage.backward[i].unit, backwardPositions[i]);
+    double stepOverlap = 0, stepExposed = 0;
     for (const Op &op : stage.step) {
+      if (op.kind == OpKind::OptimizerUpdate) {
+        double elements = static_cast<double>(op.elements);
+        st.optimizer += strategy.getPlacement(ir::State::Optimizer).tier == ir::Tier::Device
+                            ? costModel.getOptimizerSeconds(elements, stateBytes)
+                            : costModel.getHostOptimizerSeconds(elements, stateBytes);
+        continue;
+      }
       double seconds = account(op);
-      // Step-time gradient reductions start as the backward produces each unit's gradients.
-      (overlappable(op) && op.state == ir::State::Grads ? stepOverlap : stepExposed) += seconds;
+      if (isOverlappable(op) && op.state == ir::State::Grads) {
+        auto it = positionOfUnit.find(op.unit);
+        if (it != positionOfUnit.end() && !stepUnits.empty())
+          stepUnits[it->second].reduce += seconds;
+        else
+          stepOverlap += seconds;
+      } else {
+        stepExposed += seconds;
+      }
     }
-    double exposedPerMicrobatch = critical + forwardExposed + backwardExposed;
-    double computePerMicrobatch = forwardCompute + backwardCompute;
-    double exposed = m * exposedPerMicrobatch +
-                     getOverlapExposedSeconds(stepOverlap, backwardCompute) + stepExposed;
-    double stageSeconds = m * computePerMicrobatch + exposed;
-    if (stageSeconds >= slowestStage) {
-      slowestStage = stageSeconds;
-      computePerMicrobatchMax = computePerMicrobatch;
-      exposedMax = exposed;
-    }
-    slowestMicrobatch = std::max(slowestMicrobatch, computePerMicrobatch + exposedPerMicrobatch);
+    double stepReduce = cost::getPassExposedSeconds(stepUnits) +
+                        cost::getOverlapExposedSeconds(stepOverlap, st.backwardCompute);
+    st.exposedPerMicrobatch = critical + forwardExposed + backwardExposed;
+    st.exposed = m * st.exposedPerMicrobatch + stepReduce + stepExposed;
+    st.total = m * (st.forwardCompute + st.backwardCompute) + st.exposed + st.optimizer;
+    stageTimes.push_back(st);
   }
 
-  // Time (Narayanan et al. 2021): model FLOPs 72·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) for a
-  // transformer, 6·Ψ per sample for an mlp; bubble (p − 1)/v micro-batch times.
-  double globalBatch = static_cast<double>(run.globalBatch);
-  if (model.kind == ir::ModelKind::Transformer) {
-    const ir::TransformerConfig &config = model.transformer;
-    double s = config.seq, l = static_cast<double>(config.layers), h = config.hidden,
-           v = config.vocab;
-    time.flopsPerStep = 72 * globalBatch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h));
-  } else if (model.kind == ir::ModelKind::Mlp) {
-    time.flopsPerStep = 6 * static_cast<double>(model.numParams) * globalBatch;
-  } else {
-    time.known = false;
+  // The step: the slowest stage plus the pipeline bubble, which the slowest micro-batch sets.
+  const StageTime *slowest = nullptr;
+  double slowestMicrobatch = 0;
+  for (const StageTime &st : stageTimes) {
+    if (!slowest || st.total >= slowest->total)
+      slowest = &st;
+    slowestMicrobatch = std::max(slowestMicrobatch,
+                                 st.forwardCompute + st.backwardCompute + st.exposedPerMicrobatch);
   }
-  double p = static_cast<double>(plan.stages.size());
-  time.computeSeconds = m * computePerMicrobatchMax;
-  time.exposedCommSeconds = exposedMax;
-  time.bubbleSeconds = (p - 1) * slowestMicrobatch / static_cast<double>(plan.chunks);
-  time.stepSeconds = slowestStage + time.bubbleSeconds;
+  int64_t stages = static_cast<int64_t>(plan.stages.size());
+  std::string bubbleFormula;
+  time.bubbleSeconds =
+      cost::getBubbleSeconds(plan.schedule, stages, plan.microbatches, plan.chunks,
+                             slowestMicrobatch, options.explain ? &bubbleFormula : nullptr);
+  if (slowest) {
+    time.computeSeconds = m * (slowest->forwardCompute + slowest->backwardCompute);
+    time.exposedCommSeconds = slowest->exposed;
+    time.optimizerSeconds = slowest->optimizer;
+    time.stepSeconds = slowest->total + time.bubbleSeconds;
+  }
+  double globalBatch = static_cast<double>(run.globalBatch);
+  std::string flopsFormula;
+  time.known = model.kind != ir::ModelKind::Abstract;
+  if (time.known)
+    time.flopsPerStep =
+        cost::getModelFlops(model, globalBatch, options.explain ? &flopsFormula : nullptr);
+  double devices = static_cast<double>(mesh.getNumDevices());
+  double tokensPerSample =
+      model.kind == ir::ModelKind::Transformer ? static_cast<double>(model.transformer.seq) : 1;
   if (time.known && time.stepSeconds > 0) {
-    double devices = static_cast<double>(mesh.getNumDevices());
     time.mfu = time.flopsPerStep / (time.stepSeconds * devices * cluster.peakFlops);
-    double tokens = model.kind == ir::ModelKind::Transformer
-                        ? globalBatch * static_cast<double>(model.transformer.seq)
-                        : globalBatch;
-    time.tokensPerSecond = tokens / time.stepSeconds;
+    time.tokensPerSecond = globalBatch * tokensPerSample / time.stepSeconds;
+  }
+
+  if (!options.explain)
+    return result;
+  RunExplanation &explanation = result.explanation.emplace();
+  explainMemory(explanation, memory);
+  explainCommunication(explanation, result.communication);
+  if (!slowest)
+    return result;
+  const plan::StagePlan &stage = plan.stages[slowest->stage];
+  std::string stageText =
+      stages > 1 ? fmt::format(" (stage {}, the slowest)", slowest->stage) : std::string();
+  // The compute of each kind of unit and pass on the slowest stage, once.
+  std::map<std::pair<int, int>, bool> shown;
+  for (const std::vector<Op> *ops : {&stage.forward, &stage.backward})
+    for (const Op &op : *ops) {
+      if (op.kind != OpKind::Compute)
+        continue;
+      const plan::Unit &unit = plan.units[op.unit];
+      auto key = std::make_pair(static_cast<int>(unit.kind),
+                                static_cast<int>(op.compute) * 1000 +
+                                    (unit.kind == cost::UnitKind::MlpLayer ? unit.layer : 0));
+      if (!shown.try_emplace(key, true).second)
+        continue;
+      std::vector<Explanation> lines;
+      double seconds = computeSeconds(op, &lines);
+      lines.push_back({"total", fmt::format("{} FLOP", num(op.flops)), seconds, "s"});
+      explanation.compute.push_back(
+          {fmt::format("{} of {}", plan::toString(op.compute).str(), unit.name), std::move(lines)});
+    }
+  explanation.time.push_back(
+      {"compute",
+       fmt::format("{} × (forward {} + backward {} per micro-batch: the sum of each unit's "
+                   "kernels below){}",
+                   microbatches(m), seconds(slowest->forwardCompute),
+                   seconds(slowest->backwardCompute), stageText),
+       time.computeSeconds, "s"});
+  explanation.time.push_back(
+      {"optimizer",
+       fmt::format("Σ over the units of the optimizer step on this rank's shard (read and write "
+                   "every state, memory-bound){}",
+                   strategy.getPlacement(ir::State::Optimizer).tier == ir::Tier::Device ? ""
+                   : cluster.hostMemoryBandwidth
+                       ? " on the host's memory"
+                       : " (on the host: not timed, host_memory_bandwidth is not given)"),
+       time.optimizerSeconds, "s"});
+  explanation.time.push_back(
+      {"exposed comm",
+       fmt::format("{} × {} per micro-batch (tensor-parallel, pipeline and host traffic in full; "
+                   "a pass's first gather and last gradient reduction in full; the others beside "
+                   "the neighbouring unit's compute, max(comm - compute, comm × κ/(1 + κ)) with "
+                   "κ = {}, the compute's slowdown beside communication) + what the step's "
+                   "reductions and updates add{}",
+                   microbatches(m), seconds(slowest->exposedPerMicrobatch),
+                   num(cost::kOverlapComputeSlowdown), stageText),
+       time.exposedCommSeconds, "s"});
+  explanation.time.push_back({"bubble", bubbleFormula, time.bubbleSeconds, "s"});
+  explanation.time.push_back(
+      {"step",
+       fmt::format("compute + optimizer + exposed comm + bubble = {} + {} + {} + {}",
+                   seconds(time.computeSeconds), seconds(time.optimizerSeconds),
+                   seconds(time.exposedCommSeconds), seconds(time.bubbleSeconds)),
+       time.stepSeconds, "s"});
+  if (time.known && time.stepSeconds > 0) {
+    explanation.time.push_back(
+        {"MFU",
+         fmt::format("model FLOPs / (step × devices × peak), model FLOPs {} = {:.4g} / ({} × {} "
+                     "× {:.4g} FLOP/s)",
+                     flopsFormula, time.flopsPerStep, seconds(time.stepSeconds), num(devices),
+                     cluster.peakFlops),
+         time.mfu, "%"});
+    explanation.time.push_back(
+        {"tokens/s",
+         model.kind == ir::ModelKind::Transformer
+             ? fmt::format("B·s / step = {}·{} / {}", num(globalBatch), model.transformer.seq,
+                           seconds(time.stepSeconds))
+             : fmt::format("B / step = {} / {}", num(globalBatch), seconds(time.stepSeconds)),
+         time.tokensPerSecond, "tokens/s"});
   }
   return result;
 }
 
 } // namespace
 
-double getTransformerLayerActivationBytes(const ir::TransformerConfig &config, double microBatch,
-                                          double tensorDegree, bool sequenceParallel,
-                                          ir::ActivationMode mode, unsigned activationBytes) {
-  double s = static_cast<double>(config.seq), h = static_cast<double>(config.hidden),
-         a = static_cast<double>(config.heads), t = tensorDegree;
-  double scale = activationBytes / 2.0;
-  double sbh = s * microBatch * h;
-  double attention = 5 * a * s / (h * t);
-  bool sp = sequenceParallel;
-  switch (mode) {
-  case ir::ActivationMode::Keep:
-    return scale * sbh * (sp ? 34 / t + attention : 10 + 24 / t + attention);
-  case ir::ActivationMode::RecomputeSelective:
-    return scale * sbh * (sp ? 34 / t : 10 + 24 / t);
-  case ir::ActivationMode::RecomputeFull:
-    return scale * 2 * sbh / (sp ? t : 1);
-  }
-  return 0;
+RunAnalysis analyze(const plan::StepPlan &plan, const AnalysisOptions &options) {
+  return Analyzer(plan, options).analyze();
 }
-
-double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
-                               int64_t chunks, int stage) {
-  double m = static_cast<double>(microbatches), p = static_cast<double>(stages);
-  if (stages <= 1)
-    return 1;
-  // Narayanan et al. 2021 §2.2 and Korthikanti et al. 2022 §4.2.3: with 1F1B stage s holds
-  // min(p − s, m) micro-batches; GPipe holds all m; interleaving multiplies by 1 + (p−1)/(p·v).
-  switch (schedule) {
-  case ir::Schedule::GPipe:
-    return m;
-  case ir::Schedule::OneFOneB:
-    return std::min(p - stage, m);
-  case ir::Schedule::Interleaved: {
-    double v = static_cast<double>(chunks);
-    return std::min(p - stage, m) * (1 + (p - 1) / (p * v));
-  }
-  }
-  return 1;
-}
-
-double getOverlapExposedSeconds(double commSeconds, double computeSeconds) {
-  if (commSeconds <= 0)
-    return 0;
-  double kappa = kOverlapComputeSlowdown;
-  return std::max(commSeconds - computeSeconds, commSeconds * kappa / (1 + kappa));
-}
-
-size_t getPassPositions(const std::vector<plan::Op> &ops, std::vector<size_t> &positions) {
-  positions.assign(ops.size(), 0);
-  // Forward scan: the position of each compute op (consecutive computes of one unit, such as a
-  // recomputation and its backward, share one), and of the ops after it.
-  size_t count = 0;
-  int lastUnit = -2;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].kind == OpKind::Compute && (count == 0 || ops[i].unit != lastUnit)) {
-      ++count;
-      lastUnit = ops[i].unit;
-    }
-    positions[i] = count == 0 ? 0 : count - 1;
-  }
-  // Backward scan: a parameter gather belongs to the next compute.
-  size_t next = count == 0 ? 0 : count - 1;
-  for (size_t i = ops.size(); i-- > 0;) {
-    if (ops[i].kind == OpKind::Compute)
-      next = positions[i];
-    else if (ops[i].kind == OpKind::AllGather && ops[i].state == ir::State::Params)
-      positions[i] = next;
-  }
-  return std::max<size_t>(count, 1);
-}
-
-double getPassExposedSeconds(ArrayRef<PassUnit> units) {
-  double exposed = 0, previousReduce = 0;
-  bool first = true;
-  for (size_t i = 0; i < units.size(); ++i) {
-    const PassUnit &unit = units[i];
-    if (unit.count <= 0)
-      continue;
-    size_t next = i + 1;
-    while (next < units.size() && units[next].count <= 0)
-      ++next;
-    double nextGather = next < units.size() ? units[next].gather : 0;
-    if (first)
-      exposed += unit.gather;
-    first = false;
-    if (unit.count == 1) {
-      exposed += getOverlapExposedSeconds(nextGather + previousReduce, unit.compute);
-    } else {
-      // A run of identical units: the first overlaps the previous unit's reduction, the middle
-      // ones their neighbours', the last the next unit's gather.
-      exposed += getOverlapExposedSeconds(unit.gather + previousReduce, unit.compute) +
-                 static_cast<double>(unit.count - 2) *
-                     getOverlapExposedSeconds(unit.gather + unit.reduce, unit.compute) +
-                 getOverlapExposedSeconds(nextGather + unit.reduce, unit.compute);
-    }
-    previousReduce = unit.reduce;
-  }
-  // The last unit's reduction ends the pass.
-  return exposed + previousReduce;
-}
-
-RunAnalysis analyze(const plan::StepPlan &plan) { return Analyzer(plan).analyze(); }
 
 } // namespace placec::analysis

@@ -126,14 +126,20 @@ public:
 private:
   void buildUnits();
   void lowerStage(StagePlan &stage);
-  /// FLOPs of a unit's forward for one micro-batch on one device.
-  double forwardFlops(const Unit &unit) const;
-  /// Extra forward FLOPs that selective recomputation repeats (the attention core).
-  double attentionCoreFlops(const Unit &unit) const;
+  /// The work of one pass of a unit for one micro-batch on one device (the cost model's).
+  cost::Work unitWork(const Unit &unit, cost::PassKind pass) const {
+    return cost::getUnitWork(model, unit.kind, unit.layer, pass, layout);
+  }
+  /// A compute op of a unit's pass.
+  Op computeOp(int unitIndex, const Unit &unit, cost::PassKind pass) const;
   /// Elements of the activation tensor that crosses a stage boundary, per micro-batch.
   int64_t boundaryElements() const;
   bool isLayer(const Unit &unit) const {
     return unit.layer >= 0 && unit.layer < model.getNumLayers();
+  }
+  /// Units whose forward recomputation repeats: transformer blocks and mlp layers.
+  bool isRecomputed(const Unit &unit) const {
+    return unit.kind == cost::UnitKind::Layer || unit.kind == cost::UnitKind::MlpLayer;
   }
   /// The final norm and output layer of a transformer (an abstract model has no head).
   bool isHead(const Unit &unit) const {
@@ -161,6 +167,7 @@ private:
   const ir::Model &model;
   std::unique_ptr<StepPlan> plan;
 
+  cost::Layout layout;
   int64_t stages = 1, chunks = 1, tensorDegree = 1;
   std::vector<unsigned> tensorAxes;
   std::optional<unsigned> layersAxis;
@@ -207,6 +214,11 @@ std::unique_ptr<StepPlan> Lowering::lower() {
       break;
     }
   }
+  layout.microBatch = static_cast<double>(run.microBatch);
+  layout.tensor = tensorDegree;
+  layout.sequenceParallel = strategy.sequenceParallel;
+  layout.activations = strategy.activationMode;
+  layout.precision = run.precision;
   gatherAxes = axesWithMode(strategy, ir::State::Params, {ir::PlacementMode::ShardedWithGather});
   paramShardAxes = axesWithMode(strategy, ir::State::Params,
                                 {ir::PlacementMode::Sharded, ir::PlacementMode::ShardedWithGather});
@@ -235,6 +247,7 @@ void Lowering::buildUnits() {
       unit.name = stages == 1 ? "model" : "model.part" + std::to_string(s);
       unit.layer = static_cast<int>(s);
       unit.stage = static_cast<int>(s);
+      unit.kind = cost::UnitKind::Abstract;
       unit.fullParams = s + 1 == stages ? model.numParams - per * (stages - 1) : per;
       unit.params = unit.fullParams;
       plan->units.push_back(unit);
@@ -261,6 +274,10 @@ void Lowering::buildUnits() {
       unit.name = tensor.layer < 0         ? std::string("embed")
                   : tensor.layer >= layers ? std::string("head")
                                            : "layer." + std::to_string(tensor.layer);
+      unit.kind = model.kind == ir::ModelKind::Mlp ? cost::UnitKind::MlpLayer
+                  : tensor.layer < 0               ? cost::UnitKind::Embedding
+                  : tensor.layer >= layers         ? cost::UnitKind::Head
+                                                   : cost::UnitKind::Layer;
       plan->units.push_back(unit);
     }
     Unit &unit = plan->units[it->second];
@@ -273,39 +290,34 @@ void Lowering::buildUnits() {
   }
 }
 
-double Lowering::forwardFlops(const Unit &unit) const {
-  double b = static_cast<double>(run.microBatch);
-  if (model.kind == ir::ModelKind::Transformer) {
-    const ir::TransformerConfig &config = model.transformer;
-    double s = config.seq, h = config.hidden, t = static_cast<double>(tensorDegree);
-    if (isLayer(unit)) {
-      // Narayanan et al. 2021, §5.1: 24·b·s·h² for the matrix products of a layer plus
-      // 4·b·s²·h for the attention scores and their use (2 FLOPs per multiply-add).
-      double ffn = config.ffn,
-             matmuls = 2 * b * s *
-                       (4 * h * h + (config.mlp == ir::MlpActivation::Swiglu ? 3 : 2) * h * ffn);
-      return (matmuls + 4 * b * s * s * h) / t;
-    }
-    if (unit.layer >= model.getNumLayers()) {
-      // The output layer (logits): 2·b·s·h·V. Narayanan et al. count 6·B·s·h·V per step for
-      // it with recomputation, i.e. 4.5·B·s·h·V in their formula without; placec follows the
-      // published 72·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) closed form (REFERENCE-NUMBERS §3):
-      // the head's forward is counted as 1.5·b·s·h·V.
-      return 1.5 * b * s * h * config.vocab / t;
-    }
-    return 0; // Embedding lookups are not matrix products.
+Op Lowering::computeOp(int unitIndex, const Unit &unit, cost::PassKind pass) const {
+  Op op;
+  op.kind = OpKind::Compute;
+  op.phase = pass == cost::PassKind::Forward ? Phase::Forward : Phase::Backward;
+  op.state = pass == cost::PassKind::Backward ? ir::State::Grads : ir::State::Activations;
+  op.unit = unitIndex;
+  op.compute = pass == cost::PassKind::Forward    ? ComputeKind::Forward
+               : pass == cost::PassKind::Backward ? ComputeKind::Backward
+                                                  : ComputeKind::Recompute;
+  op.work = unitWork(unit, pass);
+  op.flops = op.work.getFlops();
+  switch (pass) {
+  case cost::PassKind::Forward:
+    op.reason = "forward of " + unit.name;
+    break;
+  case cost::PassKind::Backward:
+    op.reason = "backward of " + unit.name;
+    break;
+  case cost::PassKind::RecomputeFull:
+    op.reason = "recompute the forward from the stored unit input";
+    break;
+  case cost::PassKind::RecomputeSelective:
+    op.reason = model.transformer.attention == ir::AttentionKind::Materialized
+                    ? "recompute the attention scores and softmax"
+                    : "recompute the norms and the MLP activation";
+    break;
   }
-  if (model.kind == ir::ModelKind::Mlp)
-    return 2 * b * static_cast<double>(unit.fullParams) / static_cast<double>(tensorDegree);
-  return 0;
-}
-
-double Lowering::attentionCoreFlops(const Unit &unit) const {
-  if (model.kind != ir::ModelKind::Transformer || !isLayer(unit))
-    return 0;
-  double b = static_cast<double>(run.microBatch), s = model.transformer.seq,
-         h = model.transformer.hidden;
-  return 4 * b * s * s * h / static_cast<double>(tensorDegree);
+  return op;
 }
 
 int64_t Lowering::boundaryElements() const {
@@ -360,48 +372,13 @@ void Lowering::lowerStage(StagePlan &stage) {
 
   // Tensor-parallel traffic of one unit's forward (`forwardPass`) or backward pass, added to `ops`
   // in `phase` (a recomputed forward runs in the backward phase and repeats the forward's
-  // traffic). Korthikanti et al. 2022, §4.2.2: a transformer layer all-reduces b·s·h twice in
-  // each direction (after the attention and MLP row-parallel products in the forward, at the
-  // column-parallel inputs in the backward); with sequence parallelism each all-reduce becomes an
-  // all-gather into the tensor-parallel region and a reduce-scatter out of it. The vocabulary-
-  // parallel embedding reduces its output in the forward (a reduce-scatter to the sequence-split
-  // layout under sequence parallelism, whose backward is an all-gather); the head's input is
-  // replicated (all-gathered from the sequence-split layout under sequence parallelism) and its
-  // gradient is reduced in the backward.
+  // traffic): getTensorCollectives.
   auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, bool forwardPass, int unitIndex,
                            const Unit &unit, StringRef why) {
     if (!hasTensorTraffic)
       return;
-    bool sp = strategy.sequenceParallel && model.kind == ir::ModelKind::Transformer;
-    std::vector<OpKind> kinds;
-    if (model.kind == ir::ModelKind::Transformer) {
-      if (isLayer(unit)) {
-        for (int i = 0; i < 2; ++i) {
-          if (sp) {
-            kinds.push_back(OpKind::AllGather);
-            kinds.push_back(OpKind::ReduceScatter);
-          } else {
-            kinds.push_back(OpKind::AllReduce);
-          }
-        }
-      } else if (unit.layer < 0) {
-        if (forwardPass)
-          kinds.push_back(sp ? OpKind::ReduceScatter : OpKind::AllReduce);
-        else if (sp)
-          kinds.push_back(OpKind::AllGather);
-      } else {
-        if (!forwardPass)
-          kinds.push_back(sp ? OpKind::ReduceScatter : OpKind::AllReduce);
-        else if (sp)
-          kinds.push_back(OpKind::AllGather);
-      }
-    } else if (model.kind == ir::ModelKind::Mlp) {
-      // A column/row pair reduces once per direction: after the row layer in the forward, at
-      // the column layer's input in the backward.
-      if ((unit.layer % 2 == 1 && forwardPass) ||
-          (unit.layer % 2 == 0 && unit.layer + 1 < layers && !forwardPass))
-        kinds.push_back(OpKind::AllReduce);
-    }
+    std::vector<OpKind> kinds =
+        getTensorCollectives(model, unit.kind, unit.layer, forwardPass, strategy.sequenceParallel);
     // The mlp's reduced buffer is the layer's own edge: its output in the forward (b·output for
     // a row-parallel last layer), its input in the backward (b·input for layer 0), which the
     // runtime moves (codegen/placert: the e2e tests compare these bytes exactly).
@@ -468,15 +445,7 @@ void Lowering::lowerStage(StagePlan &stage) {
       stage.forward.push_back(op);
     }
     bringIn(stage.forward, Phase::Forward, u, unit, "its forward");
-    Op compute;
-    compute.kind = OpKind::Compute;
-    compute.phase = Phase::Forward;
-    compute.state = ir::State::Activations;
-    compute.unit = u;
-    compute.compute = ComputeKind::Forward;
-    compute.flops = forwardFlops(unit);
-    compute.reason = "forward of " + unit.name;
-    stage.forward.push_back(compute);
+    stage.forward.push_back(computeOp(u, unit, cost::PassKind::Forward));
     tensorTraffic(stage.forward, Phase::Forward, /*forwardPass=*/true, u, unit, "forward");
     // Vocabulary-parallel cross-entropy (Megatron-LM, Shoeybi et al. 2019 §3): each tensor rank
     // holds the logits of V/t words, so the per-token maximum, sum of exponentials and target
@@ -523,38 +492,24 @@ void Lowering::lowerStage(StagePlan &stage) {
         bringIn(stage.backward, Phase::Backward, embedUnit, plan->units[embedUnit],
                 "the head's backward (tied embedding)");
     }
-    // Full recomputation stores only each unit's input and repeats the unit's forward (and its
+    // Full recomputation stores only each layer's input and repeats the layer's forward (and its
     // tensor-parallel traffic) before the backward; the embedding's output is the first layer's
-    // stored input, so it is not recomputed. The head is recomputed too: Narayanan et al. 2021
-    // (§5.1) count 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) FLOPs with full recomputation, 4/3 of
-    // the 72·… model FLOPs term for term, and the head's 1.5·b·s·h·V forward (see forwardFlops)
-    // repeated is what makes the logit term 6·B·s·h·V. Recomputing the logits from the stored
-    // head input also spares their b·s·V activations.
-    bool recomputeFull = fullRecompute && (isLayer(unit) || isHead(unit)) && forwardFlops(unit) > 0;
-    if (recomputeFull || (selectiveRecompute && attentionCoreFlops(unit) > 0)) {
-      Op recompute;
-      recompute.kind = OpKind::Compute;
-      recompute.phase = Phase::Backward;
-      recompute.state = ir::State::Activations;
-      recompute.unit = u;
-      recompute.compute = ComputeKind::Recompute;
-      recompute.flops = recomputeFull ? forwardFlops(unit) : attentionCoreFlops(unit);
-      recompute.reason = recomputeFull ? "recompute the forward from the stored unit input"
-                                       : "recompute the attention scores and softmax";
-      stage.backward.push_back(recompute);
+    // stored input, and the head is not recomputed (Megatron-LM checkpoints the transformer
+    // blocks; with it the plan's FLOPs are Narayanan et al. 2021's 96·B·s·l·h²·(1 + s/(6h) +
+    // V/(16·l·h)) exactly). Selective recomputation repeats what the cost model says it does
+    // (the attention core when it is materialized; the norms and MLP activation under flash).
+    bool recomputeFull = fullRecompute && isRecomputed(unit);
+    bool recomputeSelective = selectiveRecompute && isRecomputed(unit) &&
+                              !unitWork(unit, cost::PassKind::RecomputeSelective).empty();
+    if (recomputeFull || recomputeSelective) {
+      stage.backward.push_back(computeOp(u, unit,
+                                         recomputeFull ? cost::PassKind::RecomputeFull
+                                                       : cost::PassKind::RecomputeSelective));
       if (recomputeFull)
         tensorTraffic(stage.backward, Phase::Backward, /*forwardPass=*/true, u, unit,
                       "recomputed forward");
     }
-    Op compute;
-    compute.kind = OpKind::Compute;
-    compute.phase = Phase::Backward;
-    compute.state = ir::State::Grads;
-    compute.unit = u;
-    compute.compute = ComputeKind::Backward;
-    compute.flops = 2 * forwardFlops(unit);
-    compute.reason = "backward of " + unit.name;
-    stage.backward.push_back(compute);
+    stage.backward.push_back(computeOp(u, unit, cost::PassKind::Backward));
     tensorTraffic(stage.backward, Phase::Backward, /*forwardPass=*/false, u, unit, "backward");
     release(stage.backward, Phase::Backward, u, unit, "the unit after its backward");
     // Sequence parallelism (Korthikanti et al. 2022, §4.2.2): the norms and row-parallel biases
@@ -645,6 +600,44 @@ void Lowering::lowerStage(StagePlan &stage) {
 }
 
 } // namespace
+
+std::vector<OpKind> getTensorCollectives(const ir::Model &model, cost::UnitKind unit, int64_t layer,
+                                         bool forwardPass, bool sequenceParallel) {
+  std::vector<OpKind> kinds;
+  bool sp = sequenceParallel && model.kind == ir::ModelKind::Transformer;
+  switch (unit) {
+  case cost::UnitKind::Layer:
+    for (int i = 0; i < 2; ++i) {
+      if (sp) {
+        kinds.push_back(OpKind::AllGather);
+        kinds.push_back(OpKind::ReduceScatter);
+      } else {
+        kinds.push_back(OpKind::AllReduce);
+      }
+    }
+    break;
+  case cost::UnitKind::Embedding:
+    if (forwardPass)
+      kinds.push_back(sp ? OpKind::ReduceScatter : OpKind::AllReduce);
+    else if (sp)
+      kinds.push_back(OpKind::AllGather);
+    break;
+  case cost::UnitKind::Head:
+    if (!forwardPass)
+      kinds.push_back(sp ? OpKind::ReduceScatter : OpKind::AllReduce);
+    else if (sp)
+      kinds.push_back(OpKind::AllGather);
+    break;
+  case cost::UnitKind::MlpLayer:
+    if ((layer % 2 == 1 && forwardPass) ||
+        (layer % 2 == 0 && layer + 1 < model.getNumLayers() && !forwardPass))
+      kinds.push_back(OpKind::AllReduce);
+    break;
+  case cost::UnitKind::Abstract:
+    break;
+  }
+  return kinds;
+}
 
 std::unique_ptr<StepPlan> lowerRun(const ir::Run &run) { return Lowering(run).lower(); }
 

@@ -14,6 +14,7 @@
 
 #include "placec/ir/Diagnostics.h"
 #include "placec/passes/Passes.h"
+#include "placec/passes/StepPlan.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
@@ -145,20 +146,14 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /// A kind of unit on a stage and how many of them there are.
 struct UnitGroup {
+  cost::UnitKind kind = cost::UnitKind::Layer;
   int64_t params = 0; ///< After the tensor-parallel split.
   /// Plan::Unit::sequenceParallelParams: replicated tensors of layers and the head.
   int64_t sequenceParallelParams = 0;
   int64_t count = 0;
-  double forwardFlopsPerSample = 0;
-  double recomputeFullPerSample = 0, recomputeSelectivePerSample = 0;
-  /// Tensor-parallel collectives of the forward pass, the backward pass and a recomputed
-  /// forward, in all-gather equivalents (an all-reduce counts two: its ring time is exactly that
-  /// of an all-gather and a reduce-scatter of the same buffer), without and with sequence
-  /// parallelism.
-  int tensorForward[2] = {0, 0}, tensorBackward[2] = {0, 0}, tensorRecompute[2] = {0, 0};
-  /// The head: the vocabulary-parallel cross-entropy's all-gather of 3·b·s activation values
-  /// per tensor rank in the forward (Lowering).
-  bool crossEntropy = false;
+  /// The unit's tensor-parallel collectives (plan::getTensorCollectives) of the forward pass and
+  /// the backward pass, without ([0]) and with ([1]) sequence parallelism.
+  std::vector<plan::OpKind> tensorForward[2], tensorBackward[2];
 };
 
 /// One stage class of a (tp, pp, chunks) layout.
@@ -171,22 +166,26 @@ struct StageShape {
   /// cross nodes; for the middle class, those of the middle stage with the most such crossings.
   bool interForward = false, interBackward = false;
   /// Tied embeddings with the embedding and the head on this stage: the embedding stays
-  /// gathered from its forward through the head's (Analyzer::stageMemory).
+  /// gathered from its forward through the head's (cost::getStageMemory).
   int64_t tiedEmbedParams = 0;
+  bool hasHead = false;
+};
+
+/// The compute of each kind of unit for one layout (tp, micro-batch, sequence parallelism,
+/// activation mode), in seconds per micro-batch: [unit kind][pass].
+struct UnitTimes {
+  double seconds[3][4] = {};
 };
 
 /// Precomputed facts of a run's model on a cluster, shared by every candidate.
 class Evaluator {
 public:
-  Evaluator(const ir::Run &run, const ir::Cluster &cluster) : model(*run.model), cluster(cluster) {
-    const ir::TransformerConfig &config = model.transformer;
-    s = static_cast<double>(config.seq);
-    h = static_cast<double>(config.hidden);
-    vocab = static_cast<double>(config.vocab);
+  Evaluator(const ir::Run &run, const ir::Cluster &cluster)
+      : model(*run.model), cluster(cluster), costModel(cluster, run.precision) {
     layers = model.getNumLayers();
     bytes = ir::getStateBytes(run.precision, run.optimizer);
     activationBytes = ir::getActivationBytes(run.precision);
-    flopRate = cluster.peakFlops * cluster.efficiency;
+    precision = run.precision;
   }
 
   /// The stage classes of a layout, cached.
@@ -200,48 +199,82 @@ private:
   struct Geometry {
     /// The sizes of the batch sub-axes, indexed by their bit (kOuter, kInner); [0] unused.
     int64_t sizes[3] = {1, 1, 1};
-    /// The rank span of a group whose outermost axis is the outer or the inner sub-axis.
-    int64_t spanOuter = 1, spanInner = 1;
+    /// Rank strides of the sub-axes ([pp, dp_node, dp_local, tp] is row-major).
+    int64_t strides[3] = {1, 1, 1};
     unsigned present = 0;
   };
   Geometry geometry(const Candidate &c) const {
     Geometry g;
     g.sizes[kOuter] = c.dpNode;
     g.sizes[kInner] = c.dpLocal;
+    g.strides[kOuter] = c.dpLocal * c.tp;
+    g.strides[kInner] = c.tp;
     g.present = (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0);
-    g.spanInner = c.dpLocal * c.tp;
-    g.spanOuter = c.dpNode * c.dpLocal * c.tp;
     return g;
   }
   int64_t degree(const Geometry &g, unsigned mask) const {
     mask &= g.present;
     return (mask & kOuter ? g.sizes[kOuter] : 1) * (mask & kInner ? g.sizes[kInner] : 1);
   }
-  double bandwidth(const Geometry &g, unsigned mask) const {
+  /// The cluster shape of the group over the batch sub-axes in `mask`.
+  cost::GroupShape group(const Geometry &g, unsigned mask) const {
     mask &= g.present;
-    int64_t span = mask & kOuter ? g.spanOuter : g.spanInner;
-    return cluster.devicesPerNode % span == 0 ? cluster.intraBandwidth : cluster.interBandwidth;
+    cost::GroupAxis axes[2];
+    size_t count = 0;
+    for (unsigned bit : {kOuter, kInner})
+      if (mask & bit)
+        axes[count++] = {g.strides[bit], g.sizes[bit]};
+    return cost::getGroupShape(ArrayRef(axes, count), cluster.devicesPerNode);
   }
-  /// Seconds of one ring all-gather or reduce-scatter (`factor` 1) or all-reduce (2).
-  double collective(double n, double bytes, double beta, double factor) const {
-    if (beta <= 0)
-      return 0;
-    return factor * (n - 1) * cluster.latency + factor * (n - 1) / n * bytes / beta;
+  double collective(plan::OpKind kind, const cost::GroupShape &shape, double bytes) const {
+    return costModel.getCollectiveSeconds(analysis::getCollective(kind), shape, bytes);
   }
-  double transfer(double bytes, double beta) const {
-    return beta <= 0 ? 0 : cluster.latency + bytes / beta;
+  double hostTransfer(double bytes) const { return costModel.getHostSeconds(bytes); }
+  cost::Layout layoutOf(const Candidate &c) const {
+    cost::Layout layout;
+    layout.microBatch = static_cast<double>(c.microBatch);
+    layout.tensor = c.tp;
+    layout.sequenceParallel = c.sequenceParallel;
+    layout.activations = c.activations;
+    layout.precision = precision;
+    return layout;
   }
-  double layerActivationBytes(const Candidate &c) const;
-  double inFlight(const Candidate &c, int stage) const;
+  /// The compute of every kind of unit for a candidate's layout, cached.
+  const UnitTimes &getUnitTimes(const Candidate &c);
 
   const ir::Model &model;
   const ir::Cluster &cluster;
-  double s = 0, h = 0, vocab = 0, flopRate = 0;
+  cost::CostModel costModel;
+  ir::Precision precision = ir::Precision::MixedBF16;
   int64_t layers = 0;
   ir::StateBytes bytes{};
   unsigned activationBytes = 2;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<StageShape>> shapes;
+  std::map<std::tuple<int64_t, int64_t, bool, int>, UnitTimes> unitTimes;
+  std::map<std::tuple<int64_t, int64_t, bool, int>, double> activationCache, headCache;
 };
+
+/// The index of a unit kind in UnitTimes.
+int unitIndex(cost::UnitKind kind) {
+  return kind == cost::UnitKind::Embedding ? 0 : kind == cost::UnitKind::Layer ? 1 : 2;
+}
+
+const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
+  auto key =
+      std::make_tuple(c.tp, c.microBatch, c.sequenceParallel, static_cast<int>(c.activations));
+  auto it = unitTimes.find(key);
+  if (it != unitTimes.end())
+    return it->second;
+  UnitTimes times;
+  cost::Layout layout = layoutOf(c);
+  for (cost::UnitKind kind :
+       {cost::UnitKind::Embedding, cost::UnitKind::Layer, cost::UnitKind::Head})
+    for (cost::PassKind pass : {cost::PassKind::Forward, cost::PassKind::Backward,
+                                cost::PassKind::RecomputeFull, cost::PassKind::RecomputeSelective})
+      times.seconds[unitIndex(kind)][static_cast<int>(pass)] =
+          costModel.getComputeSeconds(cost::getUnitWork(model, kind, 0, pass, layout));
+  return unitTimes.emplace(key, times).first->second;
+}
 
 const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int64_t chunks) {
   auto key = std::make_tuple(tp, pp, chunks);
@@ -258,12 +291,6 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
       sequenceParallelParams[tensor.layer] += tensor.numElements;
   }
   const ir::TransformerConfig &config = model.transformer;
-  double t = static_cast<double>(tp);
-  double matmuls =
-      2 * s * (4 * h * h + (config.mlp == ir::MlpActivation::Swiglu ? 3 : 2) * h * config.ffn);
-  double layerFlops = (matmuls + 4 * s * s * h) / t;
-  double headFlops = 1.5 * s * h * vocab / t;
-  double attentionCore = 4 * s * s * h / t;
 
   std::vector<int> classes = {0};
   if (pp > 2)
@@ -274,66 +301,47 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
   for (int stage : classes) {
     StageShape shape;
     shape.stage = stage;
-    auto addGroup = [&](int64_t params, int64_t count, int kind, int layer) {
+    auto addGroup = [&](int64_t params, int64_t count, cost::UnitKind kind, int layer) {
       if (count == 0)
         return;
       UnitGroup group;
+      group.kind = kind;
       group.params = params;
       group.sequenceParallelParams = sequenceParallelParams[layer];
       group.count = count;
-      // Lowering's tensorTraffic: a layer all-reduces twice per pass (sequence parallelism:
-      // an all-gather and a reduce-scatter each time); the embedding reduces its output in the
-      // forward (a reduce-scatter under sequence parallelism, whose backward is an all-gather);
-      // the head all-gathers its input under sequence parallelism and reduces its gradient in
-      // the backward. Full recomputation repeats the forward of layers and the head.
-      if (kind == 0) { // embedding
-        group.tensorForward[0] = 2;
-        group.tensorForward[1] = 1;
-        group.tensorBackward[1] = 1;
-      } else if (kind == 1) { // layer
-        group.forwardFlopsPerSample = layerFlops;
-        group.recomputeFullPerSample = layerFlops;
-        group.recomputeSelectivePerSample = attentionCore;
-        for (int sp = 0; sp < 2; ++sp)
-          group.tensorForward[sp] = group.tensorBackward[sp] = group.tensorRecompute[sp] = 4;
-        shape.numLayers += count;
-      } else { // head
-        group.forwardFlopsPerSample = headFlops;
-        group.recomputeFullPerSample = headFlops;
-        group.tensorForward[1] = group.tensorRecompute[1] = 1;
-        group.tensorBackward[0] = 2;
-        group.crossEntropy = true;
-        group.tensorBackward[1] = 1;
+      for (int sp = 0; sp < 2; ++sp) {
+        group.tensorForward[sp] = plan::getTensorCollectives(model, kind, layer, true, sp);
+        group.tensorBackward[sp] = plan::getTensorCollectives(model, kind, layer, false, sp);
       }
+      if (kind == cost::UnitKind::Layer)
+        shape.numLayers += count;
       shape.groups.push_back(group);
       shape.numUnits += count;
       shape.sumParams += params * count;
       shape.maxParams = std::max(shape.maxParams, params);
     };
     if (stage == 0 && unitParams.count(-1))
-      addGroup(unitParams[-1], 1, 0, -1);
-    addGroup(unitParams[0], layers / pp, 1, 0);
-    if (stage == pp - 1 && unitParams.count(static_cast<int>(layers)))
-      addGroup(unitParams[static_cast<int>(layers)], 1, 2, static_cast<int>(layers));
+      addGroup(unitParams[-1], 1, cost::UnitKind::Embedding, -1);
+    addGroup(unitParams[0], layers / pp, cost::UnitKind::Layer, 0);
+    if (stage == pp - 1 && unitParams.count(static_cast<int>(layers))) {
+      addGroup(unitParams[static_cast<int>(layers)], 1, cost::UnitKind::Head,
+               static_cast<int>(layers));
+      shape.hasHead = true;
+    }
     if (config.tiedEmbeddings && pp == 1 && unitParams.count(-1) &&
         unitParams.count(static_cast<int>(layers)))
       shape.tiedEmbedParams = unitParams[-1];
     if (pp > 1) {
       shape.sendsForward = chunks - (stage == pp - 1 ? 1 : 0);
       shape.sendsBackward = chunks - (stage == 0 ? 1 : 0);
-      // Analyzer::linkOf: a boundary crosses nodes when any rank of the stage and its peer at
-      // the same coordinates on the other axes lie in two nodes. The layers axis is outermost,
-      // so stage s holds the ranks [s·stride, (s+1)·stride).
+      // The layers axis is outermost: stage s holds the ranks [s·stride, (s+1)·stride).
       int64_t stride = cluster.getNumDevices() / pp;
-      auto crosses = [&](int64_t from, int64_t to) {
-        int64_t offset = (to - from) * stride;
-        for (int64_t rank = from * stride; rank < (from + 1) * stride; ++rank)
-          if (rank / cluster.devicesPerNode != (rank + offset) / cluster.devicesPerNode)
-            return true;
-        return false;
-      };
       auto linksOf = [&](int64_t s) {
-        return std::make_pair(crosses(s, (s + 1) % pp), crosses(s, (s + pp - 1) % pp));
+        auto crosses = [&](int64_t peer) {
+          return cost::crossesNodes(stride, pp, static_cast<int>(s), static_cast<int>(peer),
+                                    cluster.getNumDevices(), cluster.devicesPerNode);
+        };
+        return std::make_pair(crosses((s + 1) % pp), crosses((s + pp - 1) % pp));
       };
       std::tie(shape.interForward, shape.interBackward) = linksOf(stage);
       if (stage == 1)
@@ -348,45 +356,25 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
   return shapes.emplace(key, std::move(result)).first->second;
 }
 
-double Evaluator::layerActivationBytes(const Candidate &c) const {
-  return analysis::getTransformerLayerActivationBytes(
-      model.transformer, static_cast<double>(c.microBatch), static_cast<double>(c.tp),
-      c.sequenceParallel, c.activations, activationBytes);
-}
-
-double Evaluator::inFlight(const Candidate &c, int stage) const {
-  return analysis::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks, stage);
-}
-
 double Evaluator::lowerBound(const Candidate &c) {
   Geometry g = geometry(c);
-  int64_t paramShard = degree(g, paramMask(c.params));
-  int64_t gradShard = degree(g, gradMask(c.grads));
-  int64_t optimizerShard = degree(g, optimizerMask(c.optimizer));
-  bool onHostParams = paramsOnHost(c.params);
-  bool onHostOptimizer = c.optimizer == OptimizerChoice::HostShardAll;
-  bool gathers = paramMask(c.params) & g.present;
+  cost::StageStates states;
+  states.paramShard = degree(g, paramMask(c.params));
+  states.gradShard = degree(g, gradMask(c.grads));
+  states.optimizerShard = degree(g, optimizerMask(c.optimizer));
+  states.paramsOnHost = paramsOnHost(c.params);
+  states.optimizerOnHost = c.optimizer == OptimizerChoice::HostShardAll;
+  states.gradsOnHost = states.optimizerOnHost && (gradMask(c.grads) & g.present);
+  states.gathers = paramMask(c.params) & g.present;
+  states.keepAfterForward = keepsAfterForward(c.params);
   double best = 0;
   for (const StageShape &shape : getShapes(c.tp, c.pp, 1)) {
-    double p = static_cast<double>(shape.sumParams), maxP = static_cast<double>(shape.maxParams);
-    double memory = 0;
-    if (!onHostParams)
-      memory += p * bytes.params / static_cast<double>(paramShard);
-    if (!(onHostOptimizer && (gradMask(c.grads) & g.present)))
-      memory += p * bytes.grads / static_cast<double>(gradShard);
-    if (!onHostOptimizer)
-      memory += p * bytes.optimizer / static_cast<double>(optimizerShard);
-    if (gathers)
-      memory += (keepsAfterForward(c.params)
-                     ? p
-                     : std::min<double>(2, static_cast<double>(shape.numUnits)) * maxP +
-                           static_cast<double>(shape.tiedEmbedParams)) *
-                bytes.params;
-    if (gradShard > 1)
-      memory += maxP * bytes.grads;
-    if (onHostParams)
-      memory += maxP * bytes.params / static_cast<double>(paramShard);
-    best = std::max(best, memory);
+    states.params = static_cast<double>(shape.sumParams);
+    states.largestUnit = static_cast<double>(shape.maxParams);
+    states.units = shape.numUnits;
+    states.tiedEmbedding = static_cast<double>(shape.tiedEmbedParams);
+    // No activations: the device peak without them is the bound.
+    best = std::max(best, cost::getStageMemory(states, bytes).device.peak);
   }
   return best;
 }
@@ -403,46 +391,55 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
     verdict.rejectedBy = "gradient-integrity";
     return;
   }
+  // Rule `schedule`: a schedule's formulas hold only where its preconditions do.
+  if (c.pp > 1 && !cost::isScheduleValid(c.schedule, c.pp, c.microbatches, c.chunks)) {
+    verdict.rejectedBy = "schedule";
+    return;
+  }
 
   const std::vector<StageShape> &stageShapes = getShapes(c.tp, c.pp, c.chunks);
-  int64_t paramShard = degree(g, paramAxes);
-  int64_t gradShard = degree(g, gradAxes);
-  int64_t optimizerShard = degree(g, optimizerAxes);
-  bool onHostParams = paramsOnHost(c.params);
-  bool onHostOptimizer = c.optimizer == OptimizerChoice::HostShardAll;
-  bool keep = keepsAfterForward(c.params);
+  cost::StageStates states;
+  states.paramShard = degree(g, paramAxes);
+  states.gradShard = degree(g, gradAxes);
+  states.optimizerShard = degree(g, optimizerAxes);
+  states.paramsOnHost = paramsOnHost(c.params);
+  states.optimizerOnHost = c.optimizer == OptimizerChoice::HostShardAll;
   // ZeRO-Offload: sharded gradients accumulate on the host next to the optimizer, replicated
   // ones on the device until the step's reduction.
-  bool gradsOnHost = onHostOptimizer && gradAxes;
-  double layerActivations = layerActivationBytes(c);
+  states.gradsOnHost = states.optimizerOnHost && gradAxes;
+  states.gathers = paramAxes != 0;
+  states.keepAfterForward = keepsAfterForward(c.params);
+  auto activationKey =
+      std::make_tuple(c.tp, c.microBatch, c.sequenceParallel, static_cast<int>(c.activations));
+  auto cached = activationCache.find(activationKey);
+  if (cached == activationCache.end())
+    cached =
+        activationCache
+            .emplace(activationKey, cost::getLayerActivationBytes(model.transformer, layoutOf(c)))
+            .first;
+  states.layerActivationBytes = cached->second;
+  auto headCached = headCache.find(activationKey);
+  if (headCached == headCache.end())
+    headCached =
+        headCache
+            .emplace(activationKey, cost::getHeadActivationBytes(model.transformer, layoutOf(c)))
+            .first;
 
-  // Memory (Analyzer::stageMemory): the stage with the highest device peak, the first on ties.
+  // Memory (Analyzer::stageStates): the stage with the highest device peak, the first on ties.
   double peak = -1, hostPeak = 0;
   for (const StageShape &shape : stageShapes) {
-    double p = static_cast<double>(shape.sumParams), maxP = static_cast<double>(shape.maxParams);
-    double paramBytes = p * bytes.params / static_cast<double>(paramShard);
-    double gradBytes = p * bytes.grads / static_cast<double>(gradShard);
-    double optimizerBytes = p * bytes.optimizer / static_cast<double>(optimizerShard);
-    double device = 0, host = 0;
-    (onHostParams ? host : device) += paramBytes;
-    (gradsOnHost ? host : device) += gradBytes;
-    (onHostOptimizer ? host : device) += optimizerBytes;
-    double activations =
-        static_cast<double>(shape.numLayers) * layerActivations * inFlight(c, shape.stage);
-    double transient = 0;
-    if (paramAxes)
-      transient += (keep ? p
-                         : std::min<double>(2, static_cast<double>(shape.numUnits)) * maxP +
-                               static_cast<double>(shape.tiedEmbedParams)) *
-                   bytes.params;
-    if (gradShard > 1 || gradsOnHost)
-      transient += maxP * bytes.grads;
-    if (onHostParams)
-      transient += maxP * bytes.params / static_cast<double>(paramShard);
-    double stagePeak = device + activations + transient;
-    if (stagePeak > peak) {
-      peak = stagePeak;
-      hostPeak = host;
+    states.params = static_cast<double>(shape.sumParams);
+    states.largestUnit = static_cast<double>(shape.maxParams);
+    states.units = shape.numUnits;
+    states.layers = shape.numLayers;
+    states.tiedEmbedding = static_cast<double>(shape.tiedEmbedParams);
+    states.inFlight =
+        cost::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks, shape.stage);
+    states.headBuffers = shape.hasHead ? headCached->second * states.inFlight : 0;
+    cost::StageMemoryResult memory = cost::getStageMemory(states, bytes);
+    if (memory.device.peak > peak) {
+      peak = memory.device.peak;
+      hostPeak = memory.host.peak;
     }
   }
   verdict.peakBytes = peak;
@@ -456,43 +453,44 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
   }
 
   // Time (Analyzer::analyze): per stage class, per micro-batch compute, overlapped and critical
-  // communication, then the once-per-step reductions and the pipeline bubble.
+  // communication, then the once-per-step reductions, the optimizer and the pipeline bubble.
+  const UnitTimes &times = getUnitTimes(c);
   double b = static_cast<double>(c.microBatch), m = static_cast<double>(c.microbatches);
-  double hostBeta = cluster.hostBandwidth.value_or(0);
-  double t = static_cast<double>(c.tp);
-  double tensorCall = 0;
-  double tensorBeta =
-      cluster.devicesPerNode % c.tp == 0 ? cluster.intraBandwidth : cluster.interBandwidth;
-  if (c.tp > 1) {
-    double tpBytes = b * s * h * activationBytes;
-    tensorCall = collective(t, tpBytes, tensorBeta, 1);
-  }
+  double s = static_cast<double>(model.transformer.seq);
+  double h = static_cast<double>(model.transformer.hidden);
+  int64_t paramShard = states.paramShard, gradShard = states.gradShard,
+          optimizerShard = states.optimizerShard;
+  bool onHostParams = states.paramsOnHost, onHostOptimizer = states.optimizerOnHost;
+  bool gradsOnHost = states.gradsOnHost, keep = states.keepAfterForward;
+  cost::GroupAxis tensorAxis{1, c.tp};
+  cost::GroupShape tensorGroup =
+      cost::getGroupShape(ArrayRef(&tensorAxis, 1), cluster.devicesPerNode);
+  double tpBytes = b * s * h * activationBytes;
   double sendIntra = 0, sendInter = 0;
   if (c.pp > 1) {
     int64_t elements = c.microBatch * model.transformer.seq * model.transformer.hidden;
     if (c.sequenceParallel)
       elements /= c.tp;
-    sendIntra = transfer(static_cast<double>(elements) * activationBytes, cluster.intraBandwidth);
-    sendInter = transfer(static_cast<double>(elements) * activationBytes, cluster.interBandwidth);
+    double sendBytes = static_cast<double>(elements) * activationBytes;
+    sendIntra = costModel.getPointToPointSeconds(sendBytes, false);
+    sendInter = costModel.getPointToPointSeconds(sendBytes, true);
   }
-  double gatherN = static_cast<double>(paramShard), gatherBeta = bandwidth(g, paramAxes);
-  double gradN = static_cast<double>(gradShard), gradBeta = bandwidth(g, gradAxes);
+  cost::GroupShape gatherGroup = group(g, paramAxes), gradGroup = group(g, gradAxes);
   unsigned scatterAxes = optimizerAxes & ~gradAxes;
   unsigned reduceAxes = g.present & ~gradAxes & ~scatterAxes;
   unsigned syncAxes = optimizerAxes & ~paramAxes;
   int64_t scatterDegree = degree(g, scatterAxes);
-  double scatterBeta = bandwidth(g, scatterAxes), reduceBeta = bandwidth(g, reduceAxes),
-         syncBeta = bandwidth(g, syncAxes);
-  double reduceN = static_cast<double>(degree(g, reduceAxes)),
-         syncN = static_cast<double>(degree(g, syncAxes));
+  cost::GroupShape scatterGroup = group(g, scatterAxes), reduceGroup = group(g, reduceAxes),
+                   syncGroup = group(g, syncAxes);
   bool hostStepTransfer = onHostOptimizer != onHostParams;
   bool fullRecompute = c.activations == ir::ActivationMode::RecomputeFull;
   bool selectiveRecompute = c.activations == ir::ActivationMode::RecomputeSelective;
+  int sp = c.sequenceParallel && c.tp > 1 ? 1 : 0;
 
   double slowestStage = 0, slowestMicrobatch = 0;
-  analysis::PassUnit forwardPass[3], backwardPass[3];
+  cost::PassUnit forwardPass[3], backwardPass[3], stepPass[3];
   for (const StageShape &shape : stageShapes) {
-    double forwardCompute = 0, backwardCompute = 0, critical = 0, stepOverlap = 0, stepExposed = 0;
+    double forwardCompute = 0, backwardCompute = 0, critical = 0, stepExposed = 0, optimizer = 0;
     size_t numGroups = shape.groups.size();
     assert(numGroups <= 3 && "a stage holds the embedding, layers and the head at most");
     critical +=
@@ -502,83 +500,101 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
     for (size_t index = 0; index < numGroups; ++index) {
       const UnitGroup &group = shape.groups[index];
       // The backward pass visits the groups in reverse order.
-      analysis::PassUnit &forwardUnit = forwardPass[index];
-      analysis::PassUnit &backwardUnit = backwardPass[numGroups - 1 - index];
+      cost::PassUnit &forwardUnit = forwardPass[index];
+      cost::PassUnit &backwardUnit = backwardPass[numGroups - 1 - index];
+      cost::PassUnit &stepUnit = stepPass[numGroups - 1 - index];
       double count = static_cast<double>(group.count);
-      double forward = b * group.forwardFlopsPerSample;
-      double recompute = fullRecompute        ? b * group.recomputeFullPerSample
-                         : selectiveRecompute ? b * group.recomputeSelectivePerSample
-                                              : 0;
-      forwardUnit = analysis::PassUnit{0, 0, forward / flopRate, group.count};
-      backwardUnit = analysis::PassUnit{0, 0, (recompute + 2 * forward) / flopRate, group.count};
-      forwardCompute += count * forward / flopRate;
-      backwardCompute += count * (recompute + 2 * forward) / flopRate;
-      int sp = c.sequenceParallel ? 1 : 0;
-      int tensorCalls = group.tensorForward[sp] + group.tensorBackward[sp] +
-                        (fullRecompute ? group.tensorRecompute[sp] : 0);
-      critical += count * tensorCalls * tensorCall;
-      if (group.crossEntropy && c.tp > 1)
-        critical += count * collective(t, 3 * b * s * t * activationBytes, tensorBeta, 1);
+      const double *unitTime = times.seconds[unitIndex(group.kind)];
+      bool recomputed = group.kind == cost::UnitKind::Layer;
+      double forward = unitTime[static_cast<int>(cost::PassKind::Forward)];
+      double recompute = recomputed && fullRecompute
+                             ? unitTime[static_cast<int>(cost::PassKind::RecomputeFull)]
+                         : recomputed && selectiveRecompute
+                             ? unitTime[static_cast<int>(cost::PassKind::RecomputeSelective)]
+                             : 0;
+      double backward = recompute + unitTime[static_cast<int>(cost::PassKind::Backward)];
+      forwardUnit = cost::PassUnit{0, 0, forward, group.count};
+      backwardUnit = cost::PassUnit{0, 0, backward, group.count};
+      stepUnit = cost::PassUnit{0, 0, backward, group.count};
+      forwardCompute += count * forward;
+      backwardCompute += count * backward;
+      if (c.tp > 1) {
+        double tensor = 0;
+        for (plan::OpKind kind : group.tensorForward[sp])
+          tensor += collective(kind, tensorGroup, tpBytes);
+        if (recomputed && fullRecompute)
+          tensor *= 2;
+        for (plan::OpKind kind : group.tensorBackward[sp])
+          tensor += collective(kind, tensorGroup, tpBytes);
+        critical += count * tensor;
+        // The vocabulary-parallel cross-entropy's all-gather (Lowering).
+        if (group.kind == cost::UnitKind::Head)
+          critical += count * collective(plan::OpKind::AllGather, tensorGroup,
+                                         3 * b * s * static_cast<double>(c.tp) * activationBytes);
+      }
       double unitParams = static_cast<double>(group.params);
       if (onHostParams)
-        critical += count * 2 *
-                    transfer(static_cast<double>(ceilDiv(group.params, paramShard)) * bytes.params,
-                             hostBeta);
-      if (gradsOnHost)
         critical +=
-            count *
-            transfer(static_cast<double>(ceilDiv(group.params, gradShard)) * bytes.grads, hostBeta);
+            count * 2 *
+            hostTransfer(static_cast<double>(ceilDiv(group.params, paramShard)) * bytes.params);
+      if (gradsOnHost)
+        critical += count * hostTransfer(static_cast<double>(ceilDiv(group.params, gradShard)) *
+                                         bytes.grads);
       if (paramAxes) {
-        double gather = collective(gatherN, unitParams * bytes.params, gatherBeta, 1);
+        double gather = collective(plan::OpKind::AllGather, gatherGroup, unitParams * bytes.params);
         forwardUnit.gather = gather;
         // Tied embeddings without a pipeline: the head's backward gathers the embedding again
         // (Lowering), before the head's compute.
-        bool tiedEmbedding = shape.tiedEmbedParams > 0 && index == 0;
-        bool tiedHead = shape.tiedEmbedParams > 0 && index + 1 == numGroups;
+        bool tiedEmbedding = shape.tiedEmbedParams > 0 && group.kind == cost::UnitKind::Embedding;
+        bool tiedHead = shape.tiedEmbedParams > 0 && group.kind == cost::UnitKind::Head;
         if (!keep && !tiedEmbedding)
           backwardUnit.gather += gather;
         if (!keep && tiedHead)
-          backwardUnit.gather += collective(
-              gatherN, static_cast<double>(shape.tiedEmbedParams) * bytes.params, gatherBeta, 1);
+          backwardUnit.gather +=
+              collective(plan::OpKind::AllGather, gatherGroup,
+                         static_cast<double>(shape.tiedEmbedParams) * bytes.params);
       }
-      if (c.sequenceParallel && c.tp > 1 && group.sequenceParallelParams > 0)
-        backwardUnit.reduce += collective(
-            t, static_cast<double>(group.sequenceParallelParams) * bytes.grads, tensorBeta, 2);
+      if (sp && group.sequenceParallelParams > 0)
+        backwardUnit.reduce +=
+            collective(plan::OpKind::AllReduce, tensorGroup,
+                       static_cast<double>(group.sequenceParallelParams) * bytes.grads);
       if (gradAxes)
-        backwardUnit.reduce += collective(gradN, unitParams * bytes.grads, gradBeta, 1);
+        backwardUnit.reduce +=
+            collective(plan::OpKind::ReduceScatter, gradGroup, unitParams * bytes.grads);
       int64_t gradElements = ceilDiv(group.params, gradShard);
       if (scatterAxes) {
-        stepOverlap +=
-            count * collective(static_cast<double>(scatterDegree),
-                               static_cast<double>(gradElements) * bytes.grads, scatterBeta, 1);
+        stepUnit.reduce += collective(plan::OpKind::ReduceScatter, scatterGroup,
+                                      static_cast<double>(gradElements) * bytes.grads);
         gradElements = ceilDiv(gradElements, scatterDegree);
       }
       if (reduceAxes)
-        stepOverlap += count * collective(reduceN, static_cast<double>(gradElements) * bytes.grads,
-                                          reduceBeta, 2);
+        stepUnit.reduce += collective(plan::OpKind::AllReduce, reduceGroup,
+                                      static_cast<double>(gradElements) * bytes.grads);
       if (onHostOptimizer && !gradAxes)
-        stepExposed += count * transfer(static_cast<double>(gradElements) * bytes.grads, hostBeta);
+        stepExposed += count * hostTransfer(static_cast<double>(gradElements) * bytes.grads);
+      double owned = static_cast<double>(ceilDiv(group.params, optimizerShard));
+      optimizer += count * (onHostOptimizer ? costModel.getHostOptimizerSeconds(owned, bytes)
+                                            : costModel.getOptimizerSeconds(owned, bytes));
       if (hostStepTransfer)
-        stepExposed += count * transfer(static_cast<double>(ceilDiv(group.params, optimizerShard)) *
-                                            bytes.params,
-                                        hostBeta);
-      if (syncAxes)
         stepExposed +=
             count *
-            collective(syncN, static_cast<double>(ceilDiv(group.params, paramShard)) * bytes.params,
-                       syncBeta, 1);
+            hostTransfer(static_cast<double>(ceilDiv(group.params, optimizerShard)) * bytes.params);
+      if (syncAxes)
+        stepExposed += count * collective(plan::OpKind::AllGather, syncGroup,
+                                          static_cast<double>(ceilDiv(group.params, paramShard)) *
+                                              bytes.params);
     }
-    double exposedPerMicrobatch =
-        critical + analysis::getPassExposedSeconds(ArrayRef(forwardPass, numGroups)) +
-        analysis::getPassExposedSeconds(ArrayRef(backwardPass, numGroups));
+    double exposedPerMicrobatch = critical +
+                                  cost::getPassExposedSeconds(ArrayRef(forwardPass, numGroups)) +
+                                  cost::getPassExposedSeconds(ArrayRef(backwardPass, numGroups));
     double computePerMicrobatch = forwardCompute + backwardCompute;
     double exposed = m * exposedPerMicrobatch +
-                     analysis::getOverlapExposedSeconds(stepOverlap, backwardCompute) + stepExposed;
-    slowestStage = std::max(slowestStage, m * computePerMicrobatch + exposed);
+                     cost::getPassExposedSeconds(ArrayRef(stepPass, numGroups)) + stepExposed;
+    slowestStage = std::max(slowestStage, m * computePerMicrobatch + exposed + optimizer);
     slowestMicrobatch = std::max(slowestMicrobatch, computePerMicrobatch + exposedPerMicrobatch);
   }
-  double bubble = static_cast<double>(c.pp - 1) * slowestMicrobatch / static_cast<double>(c.chunks);
-  verdict.stepSeconds = slowestStage + bubble;
+  verdict.stepSeconds = slowestStage + cost::getBubbleSeconds(c.schedule, c.pp, c.microbatches,
+                                                              c.chunks, slowestMicrobatch);
 }
 
 /// True when the search can handle the run's model.
@@ -607,17 +623,23 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster, GroupFn body, Can
       int64_t dp = devices / (tp * pp);
       if (globalBatch % dp)
         continue;
-      std::vector<int64_t> microBatches = divisorsOf(globalBatch / dp);
-      // Schedules: (schedule, chunks).
-      std::vector<std::pair<ir::Schedule, int64_t>> schedules;
-      if (pp == 1) {
-        schedules.push_back({ir::Schedule::OneFOneB, 1});
-      } else {
-        schedules.push_back({ir::Schedule::OneFOneB, 1});
-        schedules.push_back({ir::Schedule::GPipe, 1});
+      // Micro-batch sizes with their schedules (schedule, chunks): interleaving only where its
+      // formulas hold (cost::isScheduleValid: the micro-batches a multiple of the stages).
+      struct Step {
+        int64_t microBatch;
+        ir::Schedule schedule;
+        int64_t chunks;
+      };
+      std::vector<Step> steps;
+      for (int64_t b : divisorsOf(globalBatch / dp)) {
+        int64_t m = globalBatch / (b * dp);
+        steps.push_back({b, ir::Schedule::OneFOneB, 1});
+        if (pp == 1)
+          continue;
+        steps.push_back({b, ir::Schedule::GPipe, 1});
         for (int64_t v : divisorsOf(layers / pp))
-          if (v > 1)
-            schedules.push_back({ir::Schedule::Interleaved, v});
+          if (v > 1 && cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v))
+            steps.push_back({b, ir::Schedule::Interleaved, v});
       }
       std::vector<std::pair<ir::ActivationMode, bool>> activationModes;
       for (ir::ActivationMode mode :
@@ -627,7 +649,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster, GroupFn body, Can
         if (tp > 1)
           activationModes.push_back({mode, true});
       }
-      uint64_t innerCount = activationModes.size() * microBatches.size() * schedules.size();
+      uint64_t innerCount = activationModes.size() * steps.size();
       // Batch splits: unsplit, or node × local with the local part inside a node.
       std::vector<int64_t> locals = {1};
       for (int64_t local : divisorsOf(std::gcd(dp, cluster.devicesPerNode / tp)))
@@ -676,16 +698,15 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster, GroupFn body, Can
               if (!body(c, innerCount))
                 continue;
               for (auto [mode, sp] : activationModes)
-                for (int64_t b : microBatches)
-                  for (auto [schedule, chunks] : schedules) {
-                    c.activations = mode;
-                    c.sequenceParallel = sp;
-                    c.microBatch = b;
-                    c.microbatches = globalBatch / (b * dp);
-                    c.schedule = schedule;
-                    c.chunks = chunks;
-                    inner(c);
-                  }
+                for (const Step &step : steps) {
+                  c.activations = mode;
+                  c.sequenceParallel = sp;
+                  c.microBatch = step.microBatch;
+                  c.microbatches = globalBatch / (step.microBatch * dp);
+                  c.schedule = step.schedule;
+                  c.chunks = step.chunks;
+                  inner(c);
+                }
             }
       }
     }

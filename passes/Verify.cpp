@@ -1,5 +1,6 @@
 // The verifier: the composition rules of the language (docs/rules.md) checked on every run.
 #include "placec/passes/Analysis.h"
+#include "placec/passes/CostModel.h"
 #include "placec/passes/Passes.h"
 #include "placec/passes/StepPlan.h"
 
@@ -339,6 +340,10 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     };
     if (model.kind == ir::ModelKind::Transformer) {
       requireDivides("the heads", model.transformer.heads);
+      // Grouped-query attention: each tensor-parallel rank holds whole key/value heads, as
+      // Megatron-Core requires (num_query_groups divisible by the tensor-parallel size).
+      if (model.transformer.kvHeads > 0)
+        requireDivides("the key/value heads", model.transformer.kvHeads);
       requireDivides("the hidden size", model.transformer.hidden);
       requireDivides("the ffn size", model.transformer.ffn);
     } else if (model.kind == ir::ModelKind::Mlp) {
@@ -384,6 +389,20 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
             ", so that every step has a whole number (at least "
             "one) of micro-batches",
         "divisibility");
+    ok = false;
+  }
+
+  // Rule `schedule`: the schedule's bubble and memory formulas hold only where its
+  // preconditions do (cost::isScheduleValid).
+  std::string why;
+  if (ok && strategy.pipeline && stages > 1 &&
+      !cost::isScheduleValid(strategy.pipeline->schedule, stages, run.microbatchesPerStep,
+                             strategy.pipeline->chunks, &why)) {
+    diags->error(strategy.pipeline->loc.isValid() ? strategy.pipeline->loc : strategyLoc, why,
+                 "schedule");
+    diags->note(fieldLoc(run, "strategy"), Twine("run '") + run.name +
+                                               "' uses the schedule here; use 1f1b, or " +
+                                               Twine(stages) + " × k micro-batches");
     ok = false;
   }
   return ok;
@@ -726,8 +745,12 @@ std::string VerifyPass::suggestForDevice(const ir::Run &run) {
       strategy.activationMode == ir::ActivationMode::Keep) {
     ir::Strategy selective = strategy;
     selective.activationMode = ir::ActivationMode::RecomputeSelective;
-    variants.push_back(
-        {"recompute the attention core ('activations = recompute(selective)')", selective, 0});
+    bool materialized = run.model->transformer.attention == ir::AttentionKind::Materialized;
+    variants.push_back({materialized
+                            ? "recompute the attention core ('activations = recompute(selective)')"
+                            : "recompute the norms and the MLP activation ('activations = "
+                              "recompute(selective)')",
+                        selective, 0});
   }
   bool zero3 = setBatchModes(zero, ir::State::Params, ir::PlacementMode::Replicated,
                              ir::PlacementMode::ShardedWithGather);

@@ -8,6 +8,7 @@
 #include "placec/backends/Report.h"
 #include "placec/frontend/Formatter.h"
 #include "placec/frontend/Frontend.h"
+#include "placec/passes/Analysis.h"
 #include "placec/passes/Passes.h"
 #include "placec/passes/Search.h"
 #include "placec/passes/StepPlan.h"
@@ -122,6 +123,17 @@ cl::opt<std::string> importMegatronFlags("megatron",
                                          cl::desc("import: Megatron-LM flags, or a file of them"),
                                          cl::value_desc("flags"), cl::init(""),
                                          cl::cat(placecCategory));
+cl::opt<double> fidelityMaxMeanError(
+    "max-mean-error",
+    cl::desc("fidelity: fail when the mean step-time error exceeds this (percent)"), cl::init(-1),
+    cl::cat(placecCategory));
+cl::opt<double>
+    fidelityMaxError("max-error",
+                     cl::desc("fidelity: fail when a step-time error exceeds this (percent)"),
+                     cl::init(-1), cl::cat(placecCategory));
+cl::opt<double> fidelityMaxMemoryError(
+    "max-memory-error", cl::desc("fidelity: fail when a peak-memory error exceeds this (percent)"),
+    cl::init(-1), cl::cat(placecCategory));
 cl::opt<bool> formatInPlace("i", cl::desc("format: rewrite the file in place"), cl::init(false),
                             cl::cat(placecCategory));
 
@@ -159,6 +171,10 @@ COMMANDS:
             (docs/format.md).
   inspect   Print a checkpoint of a compiled program (docs/checkpoints.md) as tables and verify
             the CRC-32 of every shard: placec inspect DIR (exit code 1 on a bad one).
+  fidelity  Compare the predictions with what runs measured (`measured_step`, `measured_memory`):
+            placec fidelity FILE|DIR... [--max-mean-error 5] [--max-error 10]
+            [--max-memory-error 10] [--format=json]; exit code 1 outside the limits
+            (docs/fidelity.md).
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
             [--format=json|html] [-o best.place] [--max-params] (docs/search.md).
@@ -182,7 +198,7 @@ docs/plan.md (the step plan), docs/report-json.md (the JSON report).
 )";
 
 /// The known commands. A first argument that is none of them is an input file.
-enum class Command { Check, Report, Diff, Search, Compile, Import, Format, Inspect };
+enum class Command { Check, Report, Diff, Search, Compile, Import, Format, Inspect, Fidelity };
 
 /// Splits `// -----` chunks, keeping line numbers: each chunk is preceded by as many newlines as
 /// the lines before it in the original file.
@@ -651,6 +667,82 @@ int runCompile() {
   return 0;
 }
 
+/// `placec fidelity FILE|DIR...`: every run with `measured_step` or `measured_memory`,
+/// predicted against measured (docs/fidelity.md). A folder contributes its .place files,
+/// recursively; each row's set is the name of the folder its file is in.
+int runFidelity() {
+  std::vector<std::string> files;
+  for (const std::string &input : inputFiles) {
+    if (!sys::fs::is_directory(input)) {
+      files.push_back(input);
+      continue;
+    }
+    std::error_code ec;
+    std::vector<std::string> found;
+    for (sys::fs::recursive_directory_iterator it(input, ec), end; it != end && !ec;
+         it.increment(ec))
+      if (sys::path::extension(it->path()) == ".place")
+        found.push_back(it->path());
+    if (ec) {
+      printError("cannot read '" + input + "': " + ec.message());
+      return 1;
+    }
+    llvm::sort(found);
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  std::vector<report::FidelityRow> rows;
+  bool ok = true;
+  for (const std::string &file : files) {
+    VerifyOptions options;
+    options.capacityIsError = false;
+    std::unique_ptr<Compilation> compilation = compile(nullptr, file, options, nullptr);
+    if (!compilation->ok) {
+      ok = false;
+      continue;
+    }
+    for (const std::unique_ptr<ir::Run> &run : compilation->program->runs) {
+      if (!run->measuredStep && !run->measuredMemory)
+        continue;
+      std::unique_ptr<plan::StepPlan> stepPlan = plan::lowerRun(*run);
+      analysis::RunAnalysis result = analysis::analyze(*stepPlan);
+      report::FidelityRow row;
+      row.set = sys::path::filename(sys::path::parent_path(file)).str();
+      row.file = sys::path::filename(file).str();
+      row.run = run->name;
+      row.devices = run->cluster->getNumDevices();
+      row.device = run->cluster->device ? run->cluster->device->name : run->cluster->name;
+      row.predictedStep = result.time.stepSeconds;
+      row.measuredStep = run->measuredStep;
+      row.predictedMemory = result.memory.device.peak;
+      row.measuredMemory = run->measuredMemory;
+      rows.push_back(std::move(row));
+    }
+  }
+  if (!ok)
+    return 1;
+  if (rows.empty()) {
+    printError("no run in the inputs records measured_step or measured_memory");
+    return 1;
+  }
+  report::FidelityLimits limits;
+  auto limit = [](double percent) -> std::optional<double> {
+    return percent >= 0 ? std::optional<double>(percent / 100) : std::nullopt;
+  };
+  limits.maxMeanStepError = limit(fidelityMaxMeanError);
+  limits.maxStepError = limit(fidelityMaxError);
+  limits.maxMemoryError = limit(fidelityMaxMemoryError);
+  if (outputFormat != report::Format::Text && outputFormat != report::Format::Json) {
+    printError("fidelity prints text or --format=json");
+    return 1;
+  }
+  std::string text;
+  raw_string_ostream os(text);
+  bool within = report::printFidelity(rows, limits, outputFormat == report::Format::Json, os);
+  if (writeOutput(text) != 0)
+    return 1;
+  return within ? 0 : 1;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -670,6 +762,7 @@ int main(int argc, char **argv) {
                                        .Case("import", Command::Import)
                                        .Case("format", Command::Format)
                                        .Case("inspect", Command::Inspect)
+                                       .Case("fidelity", Command::Fidelity)
                                        .Default(std::nullopt);
     if (named) {
       command = *named;
@@ -677,8 +770,8 @@ int main(int argc, char **argv) {
     } else if (!first.starts_with("-") && !first.contains('.') && !first.contains('/') &&
                !first.contains(':') && !sys::fs::exists(first)) {
       printError("unknown command '" + first +
-                 "'; the commands are check, report, diff, search, compile, import, format and "
-                 "inspect (run 'placec --help')");
+                 "'; the commands are check, report, diff, search, compile, import, format, "
+                 "inspect and fidelity (run 'placec --help')");
       return 1;
     }
   }
@@ -717,6 +810,8 @@ int main(int argc, char **argv) {
 
   if (command == Command::Search)
     return runSearch();
+  if (command == Command::Fidelity)
+    return runFidelity();
   if (command == Command::Compile)
     return runCompile();
 
@@ -754,6 +849,7 @@ int main(int argc, char **argv) {
     }
     break;
   case Command::Compile: // Returned above.
+  case Command::Fidelity:
   case Command::Import:
   case Command::Format:
   case Command::Inspect:

@@ -396,12 +396,9 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
                               saved.dlogits.data(), R, Vl, vocabOffset, scale);
   if (!recomputing)
     loss = value;
+  // The head keeps its activations under full recomputation too: the plan recomputes the
+  // transformer blocks only (Megatron-LM does not checkpoint the output layer).
   saved.complete = true;
-  if (config.recompute == Recompute::Full && !recomputing) {
-    std::vector<float> stats = std::move(saved.lossStats);
-    saved = UnitActivations();
-    saved.lossStats = std::move(stats);
-  }
   return Status::success();
 }
 

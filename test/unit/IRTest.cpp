@@ -755,6 +755,13 @@ TEST(PrinterTest, ClusterUnits) {
                                     "  efficiency = 0.45\n"
                                     "  nvme_bandwidth = none\n"
                                     "  nvme_capacity = 3840000000000 B (3.84 TB)\n"
+                                    "  device = none\n"
+                                    "  peak_tf32 = none\n"
+                                    "  peak_fp8 = none\n"
+                                    "  hbm_bandwidth = none\n"
+                                    "  compute_units = 0\n"
+                                    "  host_memory_bandwidth = none\n"
+                                    "  compute_model = flat efficiency\n"
                                     "}\n");
 }
 

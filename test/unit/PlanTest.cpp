@@ -38,7 +38,8 @@ cluster pod64 {
   nodes = 8; devices_per_node = 8; device_memory = 80 GiB; peak = 312 TFLOPS;
   intra_bandwidth = 300 GB/s; inter_bandwidth = 25 GB/s; host_bandwidth = 25 GB/s;
 }
-model gpt : transformer { layers = 8; hidden = 512; heads = 8; seq = 256; vocab = 1024; }
+model gpt : transformer { layers = 8; hidden = 512; heads = 8; seq = 256; vocab = 1024;
+                          attention = materialized; }
 model big { params = 1B; }
 )";
 
@@ -364,9 +365,9 @@ TEST(Plan, Recomputation) {
     for (const plan::Op &op : stage.backward)
       if (op.unit == unit && op.kind == C)
         computes.push_back(op.compute);
-    // Layers and the head recompute their forward before their backward; the embedding's
-    // output is the first layer's stored input.
-    if (plan.units[u].layer < 0)
+    // Layers recompute their forward before their backward; the embedding's output is the
+    // first layer's stored input, and the output layer is not recomputed (Megatron-LM).
+    if (!isLayerUnit(plan, unit))
       EXPECT_EQ(computes, std::vector<plan::ComputeKind>{plan::ComputeKind::Backward});
     else
       EXPECT_EQ(computes, (std::vector<plan::ComputeKind>{plan::ComputeKind::Recompute,

@@ -120,42 +120,47 @@ struct DiffSide {
 void printDiff(const DiffSide &a, const DiffSide &b, Format format, llvm::raw_ostream &os);
 
 //===----------------------------------------------------------------------===//
+// placec fidelity
+//===----------------------------------------------------------------------===//
+
+/// One run with a measured step time or peak memory, and placec's predictions for it.
+struct FidelityRow {
+  std::string set;  ///< The folder the file is in: `calibration`, `holdout`.
+  std::string file; ///< The file name.
+  std::string run;
+  int64_t devices = 0;
+  std::string device; ///< The cluster's device preset, or its name.
+  double predictedStep = 0;
+  std::optional<double> measuredStep;
+  double predictedMemory = 0;
+  std::optional<double> measuredMemory;
+
+  /// (predicted − measured) / measured; 0 without a measurement.
+  double getStepError() const;
+  double getMemoryError() const;
+};
+
+/// The accuracy `placec fidelity` must reach (fractions); unset: not checked.
+struct FidelityLimits {
+  std::optional<double> maxMeanStepError, maxStepError, maxMemoryError;
+};
+
+/// Prints the rows, the mean and largest error per set and over all rows, and whether they are
+/// within `limits`; returns false when they are not.
+bool printFidelity(llvm::ArrayRef<FidelityRow> rows, const FidelityLimits &limits, bool json,
+                   llvm::raw_ostream &os);
+
+//===----------------------------------------------------------------------===//
 // --explain
 //===----------------------------------------------------------------------===//
 
 /// One figure of the report and how it is computed, with the numbers put in.
-struct Explanation {
-  /// What the figure is: `params`, `peak`, `all-gather params over dp (forward)`.
-  std::string figure;
-  /// The formula with its inputs: `1557611200 × 2 B / 64 (gather over dp)`.
-  std::string formula;
-  /// The value the formula gives.
-  double value = 0;
-  /// The unit of `value`: "B" (bytes), "s" (seconds), "%" (a fraction shown as a percentage),
-  /// "calls", "tokens/s"; empty when the figure has no value (an unknown one).
-  std::string unit;
-  /// What the analysis reports for the same figure, when it differs from `value`.
-  std::optional<double> analysisValue;
-};
+using Explanation = cost::Explanation;
+/// Every figure of a run with its formula (analysis::RunExplanation).
+using RunExplanation = analysis::RunExplanation;
 
-struct RunExplanation {
-  /// Memory of the stage the report shows (the one with the highest device peak).
-  int stage = 0;
-  std::vector<Explanation> deviceMemory;
-  std::vector<Explanation> hostMemory;
-  /// One per analysis::RunAnalysis::communication entry, in the same order: the entry's count,
-  /// bytes and time.
-  struct Communication {
-    /// The entry: `all-gather params over dp (forward)`, with `, stage 1` under a pipeline.
-    std::string figure;
-    std::vector<Explanation> lines;
-  };
-  std::vector<Communication> communication;
-  std::vector<Explanation> time;
-};
-
-/// Re-derives the run's memory, communication and time from its plan's units and ops and its
-/// placement, recording each formula with its numbers.
+/// The run's memory, communication and time with the formula of each figure, as the analysis
+/// computes them.
 RunExplanation explainRun(const RunReport &report);
 
 /// Formats an explanation as one line: `params = 1557611200 × 2 B / 64 (gather over dp) = 48.7

@@ -5,6 +5,8 @@
 #ifndef PLACEC_IR_IR_H
 #define PLACEC_IR_IR_H
 
+#include "placec/ir/Devices.h"
+
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/SMLoc.h"
@@ -52,19 +54,32 @@ enum class ModelKind { Transformer, Mlp, Abstract };
 enum class MlpActivation { Gelu, Swiglu };
 enum class NormKind { LayerNorm, RmsNorm };
 enum class PositionKind { Learned, Rope };
+/// How the attention core runs: fused (FlashAttention: the s×s scores live only in on-chip
+/// memory, recomputed in the backward) or materialized (scores and probabilities written to
+/// device memory and kept for the backward, Korthikanti et al. 2022's accounting).
+enum class AttentionKind { Flash, Materialized };
 
 llvm::StringRef toString(ModelKind kind);
 llvm::StringRef toString(MlpActivation activation);
 llvm::StringRef toString(NormKind norm);
 llvm::StringRef toString(PositionKind positions);
+llvm::StringRef toString(AttentionKind attention);
 
 struct TransformerConfig {
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;
+  /// Key/value heads (grouped-query attention); 0 means `heads` (multi-head attention).
+  int64_t kvHeads = 0;
+  AttentionKind attention = AttentionKind::Flash;
   MlpActivation mlp = MlpActivation::Gelu;
   NormKind norm = NormKind::LayerNorm;
   bool bias = true;
   PositionKind positions = PositionKind::Learned;
   bool tiedEmbeddings = true;
+
+  /// The key/value heads: `kvHeads`, or `heads` when it is not given.
+  int64_t getKvHeads() const { return kvHeads > 0 ? kvHeads : heads; }
+  /// The width of one attention head.
+  int64_t getHeadDim() const { return heads > 0 ? hidden / heads : 0; }
 };
 
 struct MlpConfig {
@@ -121,13 +136,28 @@ public:
   std::optional<double> hostBandwidth; ///< Bytes/s per device to host memory.
   double latency = 0;                  ///< Seconds per collective step (alpha).
   std::optional<double> hostMemory;    ///< Bytes per node.
-  double efficiency = 0.5;             ///< Fraction of peak that compute reaches.
+  /// A flat fraction of peak that all compute reaches. Used when written, or when the cluster
+  /// names no device (then 0.5); otherwise compute is timed from its shapes (docs/plan.md).
+  double efficiency = 0.5;
+  bool efficiencyExplicit = false;
+  /// The preset of `device = …;`, or null; its figures fill every field the cluster does not
+  /// write, and its family selects the cost model's calibration constants.
+  const DevicePreset *device = nullptr;
+  double peakTf32 = 0;     ///< FLOP/s per device of fp32 matrix products (TF32); 0: `peak`.
+  double peakFp8 = 0;      ///< FLOP/s per device in FP8; 0 when the device has none.
+  double hbmBandwidth = 0; ///< Bytes/s of device memory; 0 when unknown.
+  /// Bytes/s of host memory per node (what a host optimizer step runs at).
+  std::optional<double> hostMemoryBandwidth;
+  int64_t computeUnits = 0;            ///< SMs or CUs; 0 when unknown.
   std::optional<double> nvmeBandwidth; ///< Bytes/s per device.
   std::optional<double> nvmeCapacity;  ///< Bytes per node.
   /// Where each field was written, by key, for notes.
   llvm::StringMap<llvm::SMLoc> fieldLocs;
 
   int64_t getNumDevices() const { return nodes * devicesPerNode; }
+  /// True when compute is timed from GEMM shapes and memory traffic (a device family is known
+  /// and no flat `efficiency` is written).
+  bool hasShapeModel() const { return device != nullptr && !efficiencyExplicit; }
 };
 
 //===----------------------------------------------------------------------===//
@@ -292,6 +322,10 @@ public:
   /// Micro-batches per step per batch replica: the pipeline's micro-batches, or the gradient
   /// accumulation steps without a pipeline. Derived when not written; 0 when it cannot be.
   int64_t microbatchesPerStep = 0;
+  /// `measured_step` and `measured_memory`: a measured step time and peak device memory, which
+  /// `placec fidelity` and the reports compare with the predictions.
+  std::optional<double> measuredStep;
+  std::optional<double> measuredMemory;
   /// Where each field was written, by key, for notes.
   llvm::StringMap<llvm::SMLoc> fieldLocs;
 };

@@ -1,8 +1,11 @@
 // Analyses over a StepPlan: memory per device (per state, persistent and transient, device and
-// host), communication per collective × axis × state × phase, and step time.
+// host), communication per collective × axis × state × phase, and step time. Every number comes
+// from the cost model (CostModel.h); with `explain` the analysis also records each formula with
+// the numbers put in, from the same calls (`placec report --explain`).
 #ifndef PLACEC_PASSES_ANALYSIS_H
 #define PLACEC_PASSES_ANALYSIS_H
 
+#include "placec/passes/CostModel.h"
 #include "placec/passes/StepPlan.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -13,20 +16,8 @@
 
 namespace placec::analysis {
 
-/// Bytes per device (or per node for host memory) by state.
-struct MemoryBreakdown {
-  double params = 0;
-  double grads = 0;
-  double optimizer = 0;
-  /// Activations kept for the backward at the peak (all in-flight micro-batches).
-  double activations = 0;
-  /// Gather buffers and other memory alive only around a use.
-  double transient = 0;
-  /// The most memory in use at any point of the step.
-  double peak = 0;
-
-  double getPersistent() const { return params + grads + optimizer; }
-};
+using cost::Explanation;
+using cost::MemoryBreakdown;
 
 struct StageMemory {
   int stage = 0;
@@ -58,6 +49,8 @@ struct CommEntry {
   std::string axis; ///< The group's axis names joined with ',' (`dp`, `node,gpu`).
   std::vector<unsigned> axes;
   int64_t groupSize = 1;
+  /// Ranks of the group inside one node.
+  int64_t groupPerNode = 1;
   plan::OpKind collective = plan::OpKind::AllReduce;
   ir::State state = ir::State::Grads;
   plan::Phase phase = plan::Phase::Step;
@@ -72,7 +65,7 @@ struct CommEntry {
   /// Bytes each device puts on the wire per step with ring algorithms, all calls together.
   double sentBytes = 0;
   LinkClass link = LinkClass::IntraNode;
-  /// α–β time per step, all calls together.
+  /// Time per step, all calls together (CostModel::getCollectiveSeconds).
   double timeSeconds = 0;
 };
 
@@ -83,57 +76,39 @@ struct TimeReport {
   double computeSeconds = 0;
   double exposedCommSeconds = 0;
   double bubbleSeconds = 0;
+  /// The optimizer step of the slowest stage (memory-bound; part of computeSeconds' stage).
+  double optimizerSeconds = 0;
   double stepSeconds = 0;
   double mfu = 0;
   double tokensPerSecond = 0;
+};
+
+/// The formulas behind every figure of a run's analysis, with the numbers put in.
+struct RunExplanation {
+  /// Memory of the stage the report shows (the one with the highest device peak).
+  int stage = 0;
+  std::vector<Explanation> deviceMemory;
+  std::vector<Explanation> hostMemory;
+  /// One per RunAnalysis::communication entry, in the same order: the entry's count, bytes and
+  /// time.
+  struct Communication {
+    /// The entry: `all-gather params over dp (forward)`, with `, stage 1` under a pipeline.
+    std::string figure;
+    std::vector<Explanation> lines;
+  };
+  std::vector<Communication> communication;
+  /// The compute of each kind of unit of the slowest stage: its kernels and their times.
+  std::vector<Communication> compute;
+  std::vector<Explanation> time;
 };
 
 struct RunAnalysis {
   MemoryReport memory;
   std::vector<CommEntry> communication;
   TimeReport time;
+  /// Filled when the analysis was asked to explain.
+  std::optional<RunExplanation> explanation;
 };
-
-/// Activation bytes of one transformer layer for one micro-batch of `microBatch` sequences, with
-/// 16-bit activations scaled by `activationBytes / 2` (Korthikanti et al. 2022, Table 2).
-double getTransformerLayerActivationBytes(const ir::TransformerConfig &config, double microBatch,
-                                          double tensorDegree, bool sequenceParallel,
-                                          ir::ActivationMode mode, unsigned activationBytes);
-
-/// Micro-batches whose activations pipeline stage `stage` of `stages` holds at its peak.
-double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
-                               int64_t chunks, int stage);
-
-/// Compute slowdown while communication kernels run alongside it: the average of Lee et al. 2025
-/// ("Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
-/// arXiv:2507.03114, §1: overlapped compute is 18.9% slower on average, 40% at most, on A100,
-/// H100, MI210 and MI250; the collectives take SMs and memory bandwidth from the kernels).
-inline constexpr double kOverlapComputeSlowdown = 0.189;
-
-/// Seconds that `commSeconds` of communication overlapped with `computeSeconds` of compute add
-/// to the compute: the compute runs `1 + κ` times slower while the communication lasts (κ =
-/// kOverlapComputeSlowdown), so the window takes max(comm, compute + comm · κ/(1 + κ)) and
-/// exposes max(comm − compute, comm · κ/(1 + κ)).
-double getOverlapExposedSeconds(double commSeconds, double computeSeconds);
-
-/// One unit of a forward or backward pass, or `count` identical units in a row: the overlappable
-/// communication it needs before its compute (parameter gathers) and after it (gradient
-/// reductions), and its compute, in seconds.
-struct PassUnit {
-  double gather = 0;
-  double reduce = 0;
-  double compute = 0;
-  int64_t count = 1;
-};
-
-/// Seconds that the overlappable communication of one pass over `units` (in pass order) adds to
-/// its compute, when gathered parameters are prefetched one unit ahead (the two gathered units
-/// the memory analysis budgets) and gradients are reduced as soon as a unit's backward ends: the
-/// first unit's gather has no compute beside it, unit j's compute overlaps the gather of unit
-/// j + 1 and the reduction of unit j − 1 (each window as getOverlapExposedSeconds), and the last
-/// unit's reduction ends the pass:
-/// `G_1 + Σ_j max(G_{j+1} + R_{j−1} − C_j, (G_{j+1} + R_{j−1})·κ/(1 + κ)) + R_k`.
-double getPassExposedSeconds(llvm::ArrayRef<PassUnit> units);
 
 /// The position in the pass of each op of `ops` (a stage's forward or backward list): positions
 /// are the units in the order the pass computes them; a parameter gather belongs to the unit
@@ -142,8 +117,20 @@ double getPassExposedSeconds(llvm::ArrayRef<PassUnit> units);
 /// the first compute belong to position 0. Returns the number of positions.
 size_t getPassPositions(const std::vector<plan::Op> &ops, std::vector<size_t> &positions);
 
+/// The name of a communication entry's op kind in reports: `all-gather`, `send`,
+/// `host->device`.
+std::string getCollectiveName(plan::OpKind kind);
+
+/// The cost model's collective of a plan op.
+cost::Collective getCollective(plan::OpKind kind);
+
+struct AnalysisOptions {
+  /// Record the formula of every figure (RunAnalysis::explanation).
+  bool explain = false;
+};
+
 /// Runs the three analyses over a plan.
-RunAnalysis analyze(const plan::StepPlan &plan);
+RunAnalysis analyze(const plan::StepPlan &plan, const AnalysisOptions &options = {});
 
 } // namespace placec::analysis
 

@@ -6,6 +6,7 @@
 #define PLACEC_PASSES_STEPPLAN_H
 
 #include "placec/ir/IR.h"
+#include "placec/passes/CostModel.h"
 
 #include "llvm/ADT/StringRef.h"
 
@@ -71,8 +72,10 @@ struct Op {
   bool perMicrobatch = true;
   /// Send/Recv: the other stage.
   int peerStage = -1;
-  /// Compute: what is computed, and its FLOPs per device per micro-batch.
+  /// Compute: what is computed, its work (GEMMs by shape, attention, memory-bound kernels) and
+  /// FLOPs per device per micro-batch.
   ComputeKind compute = ComputeKind::Forward;
+  cost::Work work;
   double flops = 0;
   /// Why the op is there, in the terms of the placement: "params gather(dp) before use".
   std::string reason;
@@ -82,6 +85,7 @@ struct Op {
 /// layer, the head (final norm and output layer), or the whole of an abstract model.
 struct Unit {
   std::string name;
+  cost::UnitKind kind = cost::UnitKind::Abstract;
   /// The layer index (ir::Tensor::layer) of the unit's tensors.
   int layer = 0;
   int stage = 0;
@@ -118,6 +122,19 @@ public:
   DType gradType = DType::BF16;
   DType activationType = DType::BF16;
 };
+
+/// The collectives over the tensor axes inside one pass of a unit, in order (Korthikanti et al.
+/// 2022, §4.2.2): a transformer layer all-reduces its partial sums twice per pass (after the
+/// attention and MLP row-parallel products in the forward, at the column-parallel inputs in the
+/// backward); with sequence parallelism each all-reduce becomes an all-gather into the tensor-
+/// parallel region and a reduce-scatter out of it. The vocabulary-parallel embedding reduces its
+/// output in the forward (a reduce-scatter to the sequence-split layout under sequence
+/// parallelism, whose backward is an all-gather); the head's input is replicated (all-gathered
+/// under sequence parallelism) and its gradient reduced in the backward. An mlp's column/row
+/// pair reduces once per direction: after the row layer in the forward, at the column layer's
+/// input in the backward. The vocabulary-parallel cross-entropy's all-gather is not listed here.
+std::vector<OpKind> getTensorCollectives(const ir::Model &model, cost::UnitKind unit, int64_t layer,
+                                         bool forwardPass, bool sequenceParallel);
 
 /// Lowers a verified run to its step plan.
 std::unique_ptr<StepPlan> lowerRun(const ir::Run &run);

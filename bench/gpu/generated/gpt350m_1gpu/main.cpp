@@ -23,7 +23,7 @@ int main(int argc, char **argv) {
   spec.zeroStage = 0;
   spec.recomputeFull = false;
   // The cluster's peak FLOP/s per device (MFU) and the report's per-device peak memory.
-  spec.peakFlops = 989000000000000;
-  spec.predictedPeakBytes = 12523044864;
+  spec.peakFlops = 989400000000000;
+  spec.predictedPeakBytes = 14995587072;
   return placert::cuda::runGpt(argc, argv, shape, spec);
 }

@@ -75,8 +75,9 @@ def check_gpt3(report):
             assert all(e["collective"] == "all-reduce" for e in tp)
             assert calls == (L // p) * 6 * m, calls
         assert all(e["message_bytes"] == 2 * sbh for e in tp)
-        # FLOPs: 72·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)).
-        flops = 72 * 1536 * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+        # Model FLOPs: 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) (three times the forward; the
+        # logits 2·s·h·V per sample).
+        flops = 72 * 1536 * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
         assert close(run["time"]["flops_per_step"], flops), run["time"]["flops_per_step"]
         # Bubble: (p - 1)/(m·v) of the micro-batches' time.
         v = 2 if name == "gpt3_interleaved" else 1

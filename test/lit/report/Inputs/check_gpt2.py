@@ -40,7 +40,8 @@ for run in runs.values():
         assert key in run["time"], key
     t = run["time"]
     assert abs(t["step_s"] - (t["compute_s"] + t["exposed_comm_s"] + t["bubble_s"])) < 1e-9 * t["step_s"]
-    flops = 72 * 512 * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    # Model FLOPs: three times the forward, the logits 2·s·h·V per sample.
+    flops = 72 * 512 * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
     assert abs(t["flops_per_step"] - flops) < 1e-9 * flops, (t["flops_per_step"], flops)
     assert abs(t["mfu"] - flops / (t["step_s"] * 64 * 312e12)) < 1e-9
     assert abs(t["tokens_per_s"] - 512 * s / t["step_s"]) < 1e-6 * t["tokens_per_s"]

@@ -1,0 +1,154 @@
+// `placec fidelity`: every run that records a measured step time or peak memory, predicted
+// against measured, with the mean and largest error of each set of runs (docs/fidelity.md).
+#include "ReportSupport.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <map>
+
+using namespace llvm;
+
+namespace placec::report {
+
+namespace {
+
+/// Mean and largest absolute relative error over the rows with a value.
+struct ErrorSummary {
+  unsigned count = 0;
+  double sum = 0, max = 0;
+  std::string worst;
+  void add(double error, const std::string &name) {
+    ++count;
+    sum += std::fabs(error);
+    if (std::fabs(error) >= max) {
+      max = std::fabs(error);
+      worst = name;
+    }
+  }
+  double mean() const { return count ? sum / count : 0; }
+};
+
+std::string signedPercent(double fraction) { return fmt::format("{:+.1f} %", 100 * fraction); }
+
+} // namespace
+
+double FidelityRow::getStepError() const {
+  return measuredStep ? (predictedStep - *measuredStep) / *measuredStep : 0;
+}
+
+double FidelityRow::getMemoryError() const {
+  return measuredMemory ? (predictedMemory - *measuredMemory) / *measuredMemory : 0;
+}
+
+bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, bool json,
+                   raw_ostream &os) {
+  std::map<std::string, ErrorSummary> stepBySet, memoryBySet;
+  ErrorSummary step, memory;
+  for (const FidelityRow &row : rows) {
+    std::string name = row.file + ":" + row.run;
+    if (row.measuredStep) {
+      step.add(row.getStepError(), name);
+      stepBySet[row.set].add(row.getStepError(), name);
+    }
+    if (row.measuredMemory) {
+      memory.add(row.getMemoryError(), name);
+      memoryBySet[row.set].add(row.getMemoryError(), name);
+    }
+  }
+  bool stepOk = (!limits.maxMeanStepError || step.mean() <= *limits.maxMeanStepError) &&
+                (!limits.maxStepError || step.max <= *limits.maxStepError);
+  bool memoryOk = !limits.maxMemoryError || memory.max <= *limits.maxMemoryError;
+
+  if (json) {
+    json::OStream out(os, 2);
+    auto summary = [&](StringRef key, const ErrorSummary &value) {
+      out.attributeObject(key, [&] {
+        out.attribute("rows", value.count);
+        out.attribute("mean_abs_error", value.mean());
+        out.attribute("max_abs_error", value.max);
+        out.attribute("worst", value.worst);
+      });
+    };
+    out.object([&] {
+      out.attributeArray("rows", [&] {
+        for (const FidelityRow &row : rows)
+          out.object([&] {
+            out.attribute("set", row.set);
+            out.attribute("file", row.file);
+            out.attribute("run", row.run);
+            out.attribute("devices", row.devices);
+            out.attribute("device", row.device);
+            out.attribute("predicted_step_s", row.predictedStep);
+            if (row.measuredStep) {
+              out.attribute("measured_step_s", *row.measuredStep);
+              out.attribute("step_error", row.getStepError());
+            }
+            out.attribute("predicted_memory_bytes", row.predictedMemory);
+            if (row.measuredMemory) {
+              out.attribute("measured_memory_bytes", *row.measuredMemory);
+              out.attribute("memory_error", row.getMemoryError());
+            }
+          });
+      });
+      summary("step", step);
+      summary("memory", memory);
+      out.attributeObject("step_by_set", [&] {
+        for (const auto &[set, value] : stepBySet)
+          summary(set, value);
+      });
+      out.attribute("within_limits", stepOk && memoryOk);
+    });
+    os << "\n";
+    return stepOk && memoryOk;
+  }
+
+  Table table;
+  table.title = "Predicted against measured";
+  table.header = {"set",      "file",  "run",    "devices",  "device", "step",
+                  "measured", "error", "memory", "measured", "error"};
+  table.leftColumns = {1, 2, 4};
+  for (const FidelityRow &row : rows)
+    table.addRow({row.set, row.file, row.run, formatInteger(static_cast<double>(row.devices)),
+                  row.device, formatSeconds(row.predictedStep),
+                  row.measuredStep ? formatSeconds(*row.measuredStep) : "-",
+                  row.measuredStep ? signedPercent(row.getStepError()) : "-",
+                  formatBytes(row.predictedMemory),
+                  row.measuredMemory ? formatBytes(*row.measuredMemory) : "-",
+                  row.measuredMemory ? signedPercent(row.getMemoryError()) : "-"});
+  table.notes.push_back("error = (predicted - measured) / measured; memory is the peak per device "
+                        "of the fullest stage; GB = 10^9 bytes");
+  renderText(table, os);
+  os << "\n";
+  auto line = [&](StringRef what, const ErrorSummary &value) {
+    if (value.count == 0)
+      return;
+    os << fmt::format("{}: {} rows, mean |error| {:.1f} %, max |error| {:.1f} % ({})\n", what.str(),
+                      value.count, 100 * value.mean(), 100 * value.max, value.worst);
+  };
+  for (const auto &[set, value] : stepBySet)
+    line("step time, " + set, value);
+  line("step time, all", step);
+  for (const auto &[set, value] : memoryBySet)
+    line("peak memory, " + set, value);
+  line("peak memory, all", memory);
+  if (limits.maxMeanStepError || limits.maxStepError || limits.maxMemoryError) {
+    os << (stepOk && memoryOk ? "within the limits" : "OUTSIDE the limits");
+    std::vector<std::string> parts;
+    if (limits.maxMeanStepError)
+      parts.push_back(fmt::format("mean step error {:.1f} %", 100 * *limits.maxMeanStepError));
+    if (limits.maxStepError)
+      parts.push_back(fmt::format("max step error {:.1f} %", 100 * *limits.maxStepError));
+    if (limits.maxMemoryError)
+      parts.push_back(fmt::format("max memory error {:.1f} %", 100 * *limits.maxMemoryError));
+    os << " (" << llvm::join(parts, ", ") << ")\n";
+  }
+  return stepOk && memoryOk;
+}
+
+} // namespace placec::report

@@ -1,0 +1,47 @@
+// Device presets: the datasheet figures of the accelerators a cluster may name with
+// `device = h100_sxm;`, and the families whose calibration constants the cost model keeps. A
+// device is data, never a branch in a formula (docs/plan.md, "The cost model").
+#ifndef PLACEC_IR_DEVICES_H
+#define PLACEC_IR_DEVICES_H
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+namespace placec::ir {
+
+/// An architecture generation: the cost model's calibration constants (GEMM and attention
+/// efficiency, achieved memory and link bandwidth) are kept per family.
+enum class DeviceFamily { Ampere, Hopper, Blackwell, Cdna3 };
+llvm::StringRef toString(DeviceFamily family);
+
+/// One accelerator as its vendor's datasheet describes it. Rates are dense (no structured
+/// sparsity); bandwidths are per device and per direction. The inter-node bandwidth is that of
+/// the reference system's network (one NIC per GPU in DGX/HGX systems).
+struct DevicePreset {
+  const char *name;        ///< The name a cluster writes: `h100_sxm`.
+  const char *description; ///< `NVIDIA H100 SXM5 80 GB`.
+  DeviceFamily family;
+  double memory;         ///< Bytes of device memory.
+  double peakBf16;       ///< Dense BF16/FP16 tensor-core FLOP/s.
+  double peakTf32;       ///< Dense TF32 tensor-core FLOP/s.
+  double peakFp8;        ///< Dense FP8 tensor-core FLOP/s; 0 where the device has none.
+  double hbmBandwidth;   ///< Bytes/s of device memory bandwidth.
+  double intraBandwidth; ///< Bytes/s per direction to the other devices of a node.
+  double interBandwidth; ///< Bytes/s per direction per device across nodes (typical system).
+  double hostBandwidth;  ///< Bytes/s per direction over the host link (PCIe).
+  /// Bytes/s of the host's memory per node (the reference system's CPUs' DRAM channels).
+  double hostMemoryBandwidth;
+  int computeUnits;   ///< Streaming multiprocessors (NVIDIA) or compute units (AMD).
+  double latency;     ///< Seconds per collective step (alpha) of the typical system.
+  const char *source; ///< Where the figures come from.
+};
+
+/// Every preset, in a fixed order.
+llvm::ArrayRef<DevicePreset> getDevicePresets();
+
+/// The preset named `name`, or null.
+const DevicePreset *findDevicePreset(llvm::StringRef name);
+
+} // namespace placec::ir
+
+#endif // PLACEC_IR_DEVICES_H

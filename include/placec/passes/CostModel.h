@@ -1,0 +1,395 @@
+// The cost model: every memory, FLOP, time and communication formula of placec, written once.
+// Like LLVM's TargetTransformInfo it is one interface with per-target answers: the analyses over a
+// step plan, `--explain` and the search all ask it, and a device is data (a preset of datasheet
+// figures and its family's calibration constants), never a branch in a formula. Each function
+// that `--explain` shows can also return its formula with the numbers put in.
+#ifndef PLACEC_PASSES_COSTMODEL_H
+#define PLACEC_PASSES_COSTMODEL_H
+
+#include "placec/ir/IR.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace placec::cost {
+
+//===----------------------------------------------------------------------===//
+// Explanations
+//===----------------------------------------------------------------------===//
+
+/// One figure of a report and how it is computed, with the numbers put in.
+struct Explanation {
+  /// What the figure is: `params`, `peak`, `time`.
+  std::string figure;
+  /// The formula with its inputs: `1557611200 × 2 B / 64 (gather over dp)`.
+  std::string formula;
+  /// The value the formula gives.
+  double value = 0;
+  /// "B" (bytes), "s" (seconds), "%" (a fraction shown as a percentage), "calls", "tokens/s",
+  /// "FLOP" or empty when the figure has no value (an unknown one).
+  std::string unit;
+};
+
+//===----------------------------------------------------------------------===//
+// Calibration constants
+//===----------------------------------------------------------------------===//
+
+/// The calibration constants of a device family, each from a cited measurement (CostModel.cpp).
+struct FamilyConstants {
+  /// Fraction of the dense tensor-core peak that a large, well-shaped GEMM reaches.
+  double gemmEfficiency;
+  /// Fraction of HBM bandwidth that memory-bound kernels (norms, activations, softmax,
+  /// residuals, the optimizer step) reach.
+  double memoryEfficiency;
+  /// Fraction of the dense peak that a fused attention kernel reaches, forward and backward.
+  double attentionForwardEfficiency;
+  double attentionBackwardEfficiency;
+  /// Fraction of the link bandwidth that collectives reach as bus bandwidth (nccl-tests), over
+  /// the links inside a node and over the network.
+  double intraBusEfficiency;
+  double interBusEfficiency;
+};
+
+const FamilyConstants &getFamilyConstants(ir::DeviceFamily family);
+
+/// Constants that hold for every device.
+///
+/// GEMM tiles: cuBLAS and CUTLASS kernels compute C in tiles of 256×128 or 128×128 elements, one
+/// tile per SM at a time; a GEMM takes whole waves of tiles (NVIDIA, "Matrix Multiplication
+/// Background User's Guide", tile and wave quantization). The model takes the faster tiling.
+inline constexpr int kGemmTiles[][2] = {{256, 128}, {128, 128}};
+
+/// The two constants fitted to measured training runs (docs/fidelity.md: on the ten rows of
+/// Narayanan et al. 2021, Table 1, the calibration set; every other row is held out).
+///
+/// A GEMM tile's prologue and epilogue (loading the first stages of A and B, writing C) cost
+/// about as much as this much more of the reduction dimension k, so short-k products (small
+/// models, tensor-parallel slices) run below the large-GEMM efficiency.
+inline constexpr double kGemmTileOverheadK = 256;
+/// The fraction of their microbenchmark speed that kernels reach inside a training step (launch
+/// gaps, layout transposes, cache and clock interference among the step's kernels).
+inline constexpr double kTrainingKernelEfficiency = 0.85;
+
+/// Compute slowdown while communication kernels run alongside it: the average of Lee et al. 2025
+/// ("Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
+/// arXiv:2507.03114, §1: overlapped compute is 18.9% slower on average, 40% at most, on A100,
+/// H100, MI210 and MI250; the collectives take SMs and memory bandwidth from the kernels).
+inline constexpr double kOverlapComputeSlowdown = 0.189;
+
+/// Fraction of the attention core's FLOPs that a causal mask leaves to a fused kernel (it skips
+/// the blocks above the diagonal: about half of s×s).
+inline constexpr double kCausalFraction = 0.5;
+
+/// NCCL's latency model for the Simple protocol of ring collectives (NVIDIA/nccl,
+/// src/graph/tuning.cc: baseLat Ring/Simple 8.4 us, hwLat Ring/Simple 3.4 us per NVLink step and
+/// 9.6 us per network step): a call costs the base latency plus one hop latency per ring step, the
+/// steps between nodes at the network's and the others at NVLink's. With a device preset placec
+/// uses these; the network step is the cluster's `latency` (9.6 us on every preset). Without a
+/// preset every step costs `latency` and there is no base.
+inline constexpr double kCollectiveBaseLatency = 8.4e-6;
+inline constexpr double kNvlinkStepLatency = 3.4e-6;
+
+/// FlashAttention's backward does five matrix products per block against the forward's two
+/// (Dao 2023, "FlashAttention-2", §3.1): 2.5 times the forward's FLOPs.
+inline constexpr double kFusedAttentionBackwardRatio = 2.5;
+
+//===----------------------------------------------------------------------===//
+// Work: what a unit computes
+//===----------------------------------------------------------------------===//
+
+/// A matrix product C[m×n] = A[m×k]·B[k×n], `batch` of them (attention heads).
+struct Gemm {
+  std::string name;
+  double m = 0, n = 0, k = 0, batch = 1;
+  double getFlops() const { return 2 * m * n * k * batch; }
+};
+
+/// A memory-bound kernel: the bytes it reads and writes in device memory.
+struct MemoryOp {
+  std::string name;
+  double bytes = 0;
+};
+
+/// A fused attention core (FlashAttention): `batchHeads` independent heads of `queries` query
+/// rows against `keys` key rows of width `headDim`.
+struct AttentionCore {
+  double batchHeads = 0, queries = 0, keys = 0, headDim = 0;
+  bool causal = true;
+  bool backward = false;
+  double getFlops() const;
+};
+
+/// The compute of one unit's pass for one micro-batch on one device.
+struct Work {
+  std::vector<Gemm> gemms;
+  std::vector<MemoryOp> memory;
+  std::vector<AttentionCore> attention;
+  /// FLOPs executed: GEMMs and attention cores.
+  double getFlops() const;
+  /// Bytes the memory-bound kernels move.
+  double getMemoryBytes() const;
+  bool empty() const { return gemms.empty() && memory.empty() && attention.empty(); }
+};
+
+/// The unit a Work belongs to.
+enum class UnitKind { Embedding, Layer, Head, MlpLayer, Abstract };
+/// The pass of a unit: its forward, its backward, or the recomputation before the backward.
+enum class PassKind { Forward, Backward, RecomputeFull, RecomputeSelective };
+
+/// How the model's work is split on one device.
+struct Layout {
+  double microBatch = 1;
+  int64_t tensor = 1;  ///< Tensor-parallel degree.
+  int64_t context = 1; ///< Context-parallel degree (the sequence split across devices).
+  bool sequenceParallel = false;
+  ir::ActivationMode activations = ir::ActivationMode::Keep;
+  ir::Precision precision = ir::Precision::MixedBF16;
+};
+
+/// The work of one pass of a unit of `model` for one micro-batch on one device. Transformer
+/// units list their GEMMs by shape (Narayanan et al. 2021, §5.1: the QKV, attention output and
+/// MLP products of a layer and the logits of the head), the attention core (materialized: two
+/// batched GEMMs and a softmax in device memory; flash: one fused kernel) and the memory-bound
+/// kernels with the bytes they move. A backward computes, for each product of the forward, the
+/// input gradient and the weight gradient.
+/// `layer` is the mlp layer's index (unused for a transformer, whose layers are alike).
+Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind pass,
+                 const Layout &layout);
+
+/// Model FLOPs of one training step for `globalBatch` samples: three times the forward of every
+/// unit (forward and backward, no recomputation), with the attention scores counted over the
+/// whole s×s (the convention of Narayanan et al. 2021 and of MFU figures).
+double getModelFlops(const ir::Model &model, double globalBatch, std::string *formula = nullptr);
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+/// Activation bytes of one transformer layer for one micro-batch on one device.
+/// `attention = materialized`: Korthikanti et al. 2022, Table 2 (s·b·h·(34 + 5·a·s/h) and its
+/// tensor-parallel, sequence-parallel and recomputation rows). `attention = flash`: the tensors
+/// the backward reads, listed one by one (no s×s scores: the softmax statistics instead).
+double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
+                               std::string *formula = nullptr);
+
+/// The head's loss buffers for one micro-batch on one device, alive from the head's forward to its
+/// backward: the logits in the activation type and the softmax in fp32 that the cross-entropy's
+/// backward reads, b·s·V/t·(e + 4) bytes.
+double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
+                              std::string *formula = nullptr);
+
+/// Activation bytes of one mlp layer for one micro-batch: its input and pre-activation output
+/// (its input alone under full recomputation).
+double getMlpLayerActivationBytes(const ir::MlpConfig &config, const Layout &layout,
+                                  std::string *formula = nullptr);
+
+/// Micro-batches whose activations pipeline stage `stage` of `stages` holds at its peak:
+/// 1F1B min(p − stage, m), GPipe m, interleaved min(p − stage, m)·(1 + (p − 1)/(p·v))
+/// (Narayanan et al. 2021 §2.2, Korthikanti et al. 2022 §4.2.3).
+double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
+                               int64_t chunks, int stage, std::string *formula = nullptr);
+
+/// What one pipeline stage holds, the input of getStageMemory.
+struct StageStates {
+  double params = 0;        ///< Parameter elements per device after the tensor split.
+  double largestUnit = 0;   ///< Elements of the stage's largest unit.
+  std::string largestName;  ///< Its name (for explanations).
+  double tiedEmbedding = 0; ///< A tied embedding kept gathered from its forward to the head's.
+  /// The head's loss buffers of the in-flight micro-batches (getHeadActivationBytes), on the
+  /// stage that holds the head.
+  double headBuffers = 0;
+  std::string headBuffersText;
+  int64_t units = 0;  ///< Units on the stage.
+  int64_t layers = 0; ///< Transformer blocks or mlp layers on the stage.
+  int64_t paramShard = 1, gradShard = 1, optimizerShard = 1;
+  /// Explanations of the shard degrees: ` / 64 (gather over dp)`.
+  std::string paramShardText, gradShardText, optimizerShardText;
+  std::string paramsText; ///< How `params` was counted.
+  bool gathers = false;   ///< Parameters are gathered around each use.
+  bool keepAfterForward = false;
+  bool paramsOnHost = false, gradsOnHost = false, optimizerOnHost = false;
+  bool activationsOnHost = false;
+  bool gradsOnHostWithOptimizer = false; ///< Sharded grads following a host optimizer.
+  bool activationsKnown = true;
+  double layerActivationBytes = 0; ///< One layer, one micro-batch.
+  std::string layerActivationText;
+  double inFlight = 1;
+  std::string inFlightText;
+};
+
+/// Bytes per device (or per device on the host) by state.
+struct MemoryBreakdown {
+  double params = 0;
+  double grads = 0;
+  double optimizer = 0;
+  /// Activations kept for the backward at the peak (all in-flight micro-batches).
+  double activations = 0;
+  /// Gather buffers and other memory alive only around a use.
+  double transient = 0;
+  /// The most memory in use at any point of the step.
+  double peak = 0;
+
+  double getPersistent() const { return params + grads + optimizer; }
+};
+
+struct StageMemoryResult {
+  MemoryBreakdown device, host;
+};
+
+/// The memory of a stage: model states by their shard degrees and tiers (ZeRO, Rajbhandari et
+/// al. 2020: (2 + 2 + K)·Ψ split by what each state is sharded over), activations of the
+/// in-flight micro-batches, and the transient buffers: gathered units (the one in use and the
+/// next, prefetched; every unit with keep_after_forward), a unit's full gradient before it is
+/// reduce-scattered or sent to the host, a unit brought from the host.
+StageMemoryResult getStageMemory(const StageStates &states, ir::StateBytes bytes,
+                                 std::vector<Explanation> *device = nullptr,
+                                 std::vector<Explanation> *host = nullptr);
+
+//===----------------------------------------------------------------------===//
+// Communication
+//===----------------------------------------------------------------------===//
+
+enum class Collective { AllReduce, AllGather, ReduceScatter, AllToAll, PointToPoint, Host };
+llvm::StringRef toString(Collective collective);
+
+/// A group of ranks as it lies on the cluster: `size` ranks, `perNode` of them in each node.
+struct GroupShape {
+  int64_t size = 1;
+  int64_t perNode = 1;
+  int64_t getNodes() const { return perNode > 0 ? (size + perNode - 1) / perNode : 1; }
+  bool isIntraNode() const { return perNode >= size; }
+};
+
+/// The shape of the group of mesh `axes` on nodes of `devicesPerNode`: the ranks of group 0
+/// that lie in node 0 (groups are translates of it).
+GroupShape getGroupShape(const ir::Mesh &mesh, llvm::ArrayRef<unsigned> axes,
+                         int64_t devicesPerNode);
+
+/// One axis of a group in a row-major mesh: its rank stride and size.
+struct GroupAxis {
+  int64_t stride = 1, size = 1;
+};
+/// The same for a group given by its axes' strides and sizes, outermost (largest stride) first.
+GroupShape getGroupShape(llvm::ArrayRef<GroupAxis> axes, int64_t devicesPerNode);
+
+/// True when some device of pipeline stage `stage` and its peer in stage `peer` (the same
+/// coordinates on every other axis) lie in different nodes. `stride` is the layers axis's stride.
+bool crossesNodes(int64_t stride, int64_t stages, int stage, int peer, int64_t devices,
+                  int64_t devicesPerNode);
+
+/// Bytes one device puts on the wire in one call moving `bytes` (the collective's full
+/// buffer) over `n` ranks: ring all-reduce 2(n−1)/n, all-gather, reduce-scatter and all-to-all
+/// (n−1)/n, point-to-point and host transfers the whole buffer.
+double getSentBytes(Collective collective, double n, double bytes);
+
+//===----------------------------------------------------------------------===//
+// Overlap
+//===----------------------------------------------------------------------===//
+
+/// Seconds that `commSeconds` of communication overlapped with `computeSeconds` of compute add
+/// to the compute: the compute runs `1 + κ` times slower while the communication lasts (κ =
+/// kOverlapComputeSlowdown), so the window takes max(comm, compute + comm · κ/(1 + κ)) and
+/// exposes max(comm − compute, comm · κ/(1 + κ)).
+double getOverlapExposedSeconds(double commSeconds, double computeSeconds);
+
+/// One unit of a forward or backward pass, or `count` identical units in a row: the overlappable
+/// communication it needs before its compute (parameter gathers) and after it (gradient
+/// reductions), and its compute, in seconds.
+struct PassUnit {
+  double gather = 0;
+  double reduce = 0;
+  double compute = 0;
+  int64_t count = 1;
+};
+
+/// Seconds that the overlappable communication of one pass over `units` (in pass order) adds to
+/// its compute, when gathered parameters are prefetched one unit ahead and gradients are reduced
+/// as soon as a unit's backward ends: the first unit's gather has no compute beside it, unit j's
+/// compute overlaps the gather of unit j + 1 and the reduction of unit j − 1 (each window as
+/// getOverlapExposedSeconds), and the last unit's reduction ends the pass:
+/// `G_1 + Σ_j max(G_{j+1} + R_{j−1} − C_j, (G_{j+1} + R_{j−1})·κ/(1 + κ)) + R_k`.
+double getPassExposedSeconds(llvm::ArrayRef<PassUnit> units);
+
+//===----------------------------------------------------------------------===//
+// Pipelines
+//===----------------------------------------------------------------------===//
+
+/// Whether a schedule's bubble formula holds for these numbers; the verifier's rule `pipeline`
+/// rejects the rest. Interleaving needs the micro-batches to be a multiple of the stages
+/// (Megatron-LM's precondition for its schedule; Narayanan et al. 2021 §2.2.2).
+bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
+                     std::string *why = nullptr);
+
+/// The pipeline bubble: the time the slowest stage idles in a step, for a micro-batch of
+/// `microbatchSeconds` on that stage. 1F1B and GPipe: (p − 1)·t for every m ≥ 1 (the first
+/// micro-batch's forward reaches the last stage after p − 1 stage times and the last backward
+/// returns to the first as late; Huang et al. 2019, Narayanan et al. 2021 §2.2: a fraction
+/// (p − 1)/m of the ideal m·t). Interleaved with v chunks and m a multiple of p: (p − 1)·t/v.
+double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
+                        double microbatchSeconds, std::string *formula = nullptr);
+
+//===----------------------------------------------------------------------===//
+// The cost model of a cluster
+//===----------------------------------------------------------------------===//
+
+/// Times work and communication on one cluster for one precision.
+class CostModel {
+public:
+  CostModel(const ir::Cluster &cluster, ir::Precision precision);
+
+  const ir::Cluster &getCluster() const { return cluster; }
+  /// The dense peak FLOP/s of the run's matrix products (BF16/FP16, TF32 under fp32).
+  double getPeak() const { return peak; }
+  /// True when compute is timed from shapes (a device preset without a flat `efficiency`).
+  bool hasShapeModel() const { return shapes; }
+
+  /// One GEMM (or a batch of them): the slower of its compute, in whole waves of tiles over the
+  /// device's SMs at the family's GEMM efficiency, and its operands' and result's traffic.
+  double getGemmSeconds(const Gemm &gemm, std::string *formula = nullptr) const;
+  /// A memory-bound kernel: bytes over the HBM bandwidth the family reaches.
+  double getMemorySeconds(double bytes, std::string *formula = nullptr) const;
+  /// A fused attention core at the family's attention efficiency.
+  double getAttentionSeconds(const AttentionCore &core, std::string *formula = nullptr) const;
+  /// Everything in a Work; flat mode: its FLOPs over peak × efficiency.
+  double getComputeSeconds(const Work &work, std::vector<Explanation> *lines = nullptr) const;
+  /// The optimizer step over `elements` parameters this rank owns: bytes of every state read and
+  /// written (memory-bound).
+  double getOptimizerSeconds(double elements, ir::StateBytes bytes,
+                             std::string *formula = nullptr) const;
+  /// The same step on the host (ZeRO-Offload's CPU optimizer): the bytes over the node's host
+  /// memory bandwidth shared by its devices; 0 (not timed) when that bandwidth is unknown.
+  double getHostOptimizerSeconds(double elements, ir::StateBytes bytes,
+                                 std::string *formula = nullptr) const;
+
+  /// One call of a collective over `group` moving `bytes` (its full buffer), as NCCL runs it:
+  /// a ring (all-reduce, all-gather, reduce-scatter) or, for an all-reduce across nodes, a tree
+  /// when it is faster; across nodes the ring's bus bandwidth is that of the node's links the
+  /// group uses (its `perNode` NICs, at most the NVLink bandwidth), Jeaugey 2019 ("Massively
+  /// scale your deep learning training with NCCL 2.4"). Point-to-point and host transfers move
+  /// the buffer once over their link.
+  double getCollectiveSeconds(Collective collective, const GroupShape &group, double bytes,
+                              std::string *formula = nullptr) const;
+  /// A pipeline send of `bytes` inside a node or across nodes.
+  double getPointToPointSeconds(double bytes, bool interNode, std::string *formula = nullptr) const;
+  /// A transfer of `bytes` over the host link (or NVMe with `nvme`).
+  double getHostSeconds(double bytes, bool nvme = false, std::string *formula = nullptr) const;
+
+private:
+  double busBandwidth(const GroupShape &group, bool ring, std::string *formula) const;
+
+  const ir::Cluster &cluster;
+  const FamilyConstants *family = nullptr;
+  ir::Precision precision;
+  double peak = 0;
+  unsigned elementBytes = 2;
+  bool shapes = false;
+};
+
+} // namespace placec::cost
+
+#endif // PLACEC_PASSES_COSTMODEL_H

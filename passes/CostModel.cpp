@@ -1,0 +1,1151 @@
+// The cost model (include/placec/passes/CostModel.h): the calibration constants of each device
+// family with their sources, the work of each unit by GEMM shape and memory traffic, activation
+// and state memory, NCCL-style collectives, overlap and pipeline bubbles.
+#include "placec/passes/CostModel.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+#include <limits>
+
+using namespace llvm;
+
+namespace placec::cost {
+
+//===----------------------------------------------------------------------===//
+// Formatting for formulas
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A number in a formula: exact integers as written, others with 4 significant digits.
+std::string num(double value) {
+  if (std::fabs(value) < 1e15 && value == std::round(value))
+    return fmt::format("{}", static_cast<int64_t>(value));
+  return fmt::format("{:.4g}", value);
+}
+
+/// `1.23 ms`, `45.6 us`, `2.00 s`.
+std::string fmtSeconds(double value) {
+  if (value == 0)
+    return "0 s";
+  double magnitude = std::fabs(value);
+  if (magnitude >= 1)
+    return fmt::format("{:.3g} s", value);
+  if (magnitude >= 1e-3)
+    return fmt::format("{:.3g} ms", value * 1e3);
+  if (magnitude >= 1e-6)
+    return fmt::format("{:.3g} us", value * 1e6);
+  return fmt::format("{:.3g} ns", value * 1e9);
+}
+
+/// `312 TFLOP/s`, `1.56 TB/s`, `25.0 GB/s`.
+std::string fmtRate(double value, StringRef unit) {
+  static const char *prefixes[] = {"", "K", "M", "G", "T", "P", "E"};
+  int index = 0;
+  while (std::fabs(value) >= 1000 && index < 6) {
+    value /= 1000;
+    ++index;
+  }
+  return fmt::format("{:.3g} {}{}", value, prefixes[index], unit.str());
+}
+
+/// `12.6 GFLOP`, `3.00 MB`.
+std::string fmtAmount(double value, StringRef unit) { return fmtRate(value, unit); }
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Calibration constants
+//===----------------------------------------------------------------------===//
+
+const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
+  // Measured, not fitted (docs/plan.md, "Calibration", has the table and the sources):
+  // - GEMM efficiency: the maximum achievable BF16 matmul FLOP/s over the dense peak, measured
+  //   by a brute-force search over shapes with PyTorch/cuBLAS (Bekman, "Machine Learning
+  //   Engineering", compute/accelerator, MAMF table): A100 SXM 271.2 of 312 (0.869), H100 SXM
+  //   794.5 of 989 (0.803), B200 1745 of 2250 (0.776), MI300X 668.4 of 1300 (0.514).
+  // - Intra-node bus efficiency: nccl-tests all-reduce bus bandwidth at large sizes over the
+  //   per-direction link bandwidth: 8×A100 234.9 of 300 GB/s (0.78); 8×H200 ring (NVLS off)
+  //   367 of 450 (0.82); the B200 and MI300X figures of the same source (845 of 900 with NVLS,
+  //   312.9 of 448 over Infinity Fabric: 0.70).
+  // - Inter-node bus efficiency: a ring all-reduce over 4 nodes of 8 B200 with 8×50 GB/s NICs
+  //   each reaches 381.8 GB/s of bus bandwidth (0.95 of the node's NIC bandwidth), same source.
+  // - Fused attention: FlashAttention-2 as PyTorch's SDPA runs it. A100: up to 73% of peak in
+  //   the forward, about 63% in the backward (Dao 2023, "FlashAttention-2", §4.1). H100: 329.5
+  //   TFLOP/s forward (0.33) at (1, 24, 4608, 128) (tritonbench in pytorch/pytorch#142132), and
+  //   FlashAttention-3's paper measures FlashAttention-2's backward on H100 below its forward
+  //   (Shah et al. 2024, §4.1): 0.28. Blackwell and CDNA3 take Hopper's fractions (no published
+  //   measurement of the default kernels).
+  // - Memory efficiency: the fraction of HBM bandwidth that streaming kernels reach, 0.85 on
+  //   NVIDIA devices (STREAM-like copies reach 1.7–1.8 of 2.04 TB/s on A100 80GB), 0.80 on MI300X.
+  static const FamilyConstants ampere = {
+      /*gemmEfficiency=*/0.869,
+      /*memoryEfficiency=*/0.85,
+      /*attentionForwardEfficiency=*/0.70,
+      /*attentionBackwardEfficiency=*/0.63,
+      /*intraBusEfficiency=*/0.78,
+      /*interBusEfficiency=*/0.95,
+  };
+  static const FamilyConstants hopper = {
+      /*gemmEfficiency=*/0.803,
+      /*memoryEfficiency=*/0.85,
+      /*attentionForwardEfficiency=*/0.33,
+      /*attentionBackwardEfficiency=*/0.28,
+      /*intraBusEfficiency=*/0.82,
+      /*interBusEfficiency=*/0.95,
+  };
+  static const FamilyConstants blackwell = {
+      /*gemmEfficiency=*/0.776,
+      /*memoryEfficiency=*/0.85,
+      /*attentionForwardEfficiency=*/0.33,
+      /*attentionBackwardEfficiency=*/0.28,
+      /*intraBusEfficiency=*/0.82,
+      /*interBusEfficiency=*/0.95,
+  };
+  static const FamilyConstants cdna3 = {
+      /*gemmEfficiency=*/0.514,
+      /*memoryEfficiency=*/0.80,
+      /*attentionForwardEfficiency=*/0.33,
+      /*attentionBackwardEfficiency=*/0.28,
+      /*intraBusEfficiency=*/0.70,
+      /*interBusEfficiency=*/0.95,
+  };
+  switch (family) {
+  case ir::DeviceFamily::Ampere:
+    return ampere;
+  case ir::DeviceFamily::Hopper:
+    return hopper;
+  case ir::DeviceFamily::Blackwell:
+    return blackwell;
+  case ir::DeviceFamily::Cdna3:
+    return cdna3;
+  }
+  return ampere;
+}
+
+//===----------------------------------------------------------------------===//
+// Work
+//===----------------------------------------------------------------------===//
+
+double AttentionCore::getFlops() const {
+  // QKᵀ and PV: 2 · 2·q·k·d per head; the backward's five products are 2.5 times that.
+  double flops = 4 * batchHeads * queries * keys * headDim;
+  if (causal)
+    flops *= kCausalFraction;
+  if (backward)
+    flops *= kFusedAttentionBackwardRatio;
+  return flops;
+}
+
+double Work::getFlops() const {
+  double flops = 0;
+  for (const Gemm &gemm : gemms)
+    flops += gemm.getFlops();
+  for (const AttentionCore &core : attention)
+    flops += core.getFlops();
+  return flops;
+}
+
+double Work::getMemoryBytes() const {
+  double bytes = 0;
+  for (const MemoryOp &op : memory)
+    bytes += op.bytes;
+  return bytes;
+}
+
+namespace {
+
+/// The shapes of a transformer on one device, per micro-batch.
+struct TransformerDims {
+  double b, s, keys, tokens, h, a, kv, d, f, vocab, t, e;
+  bool sp, materialized, swiglu, rope;
+  /// Elements of a [tokens, h] tensor outside the tensor-parallel region (norms, residuals):
+  /// split over the tensor axes under sequence parallelism.
+  double outside() const { return tokens * h / (sp ? t : 1); }
+  double batchHeads() const { return b * a / t; }
+};
+
+TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layout) {
+  TransformerDims dims;
+  dims.b = layout.microBatch;
+  double context = static_cast<double>(std::max<int64_t>(1, layout.context));
+  dims.keys = static_cast<double>(config.seq);
+  dims.s = dims.keys / context;
+  dims.tokens = dims.b * dims.s;
+  dims.h = static_cast<double>(config.hidden);
+  dims.a = static_cast<double>(config.heads);
+  dims.kv = static_cast<double>(config.getKvHeads());
+  dims.d = static_cast<double>(config.getHeadDim());
+  dims.f = static_cast<double>(config.ffn > 0 ? config.ffn : 4 * config.hidden);
+  dims.vocab = static_cast<double>(config.vocab);
+  dims.t = static_cast<double>(std::max<int64_t>(1, layout.tensor));
+  dims.e = ir::getActivationBytes(layout.precision);
+  dims.sp = layout.sequenceParallel && layout.tensor > 1;
+  dims.materialized = config.attention == ir::AttentionKind::Materialized;
+  dims.swiglu = config.mlp == ir::MlpActivation::Swiglu;
+  dims.rope = config.positions == ir::PositionKind::Rope;
+  return dims;
+}
+
+/// The products of a layer's forward outside the attention core.
+std::vector<Gemm> layerProjections(const TransformerDims &x) {
+  std::vector<Gemm> gemms;
+  gemms.push_back({"qkv", x.tokens, (x.a + 2 * x.kv) * x.d / x.t, x.h});
+  gemms.push_back({"attention output", x.tokens, x.h, x.a * x.d / x.t});
+  if (x.swiglu) {
+    gemms.push_back({"mlp gate and up", x.tokens, 2 * x.f / x.t, x.h});
+    gemms.push_back({"mlp down", x.tokens, x.h, x.f / x.t});
+  } else {
+    gemms.push_back({"mlp up", x.tokens, x.f / x.t, x.h});
+    gemms.push_back({"mlp down", x.tokens, x.h, x.f / x.t});
+  }
+  return gemms;
+}
+
+/// For each product of a forward, the backward's input gradient and weight gradient.
+void addBackwardProducts(const std::vector<Gemm> &forward, std::vector<Gemm> &out) {
+  for (const Gemm &gemm : forward) {
+    out.push_back({gemm.name + " input gradient", gemm.m, gemm.k, gemm.n, gemm.batch});
+    out.push_back({gemm.name + " weight gradient", gemm.k, gemm.n, gemm.m, gemm.batch});
+  }
+}
+
+/// The materialized attention core: QKᵀ and PV over every head, the softmax and its dropout
+/// in device memory (Korthikanti et al. 2022, §4.1).
+void addMaterializedAttention(const TransformerDims &x, bool backward, Work &work) {
+  double bh = x.batchHeads(), q = x.s, k = x.keys, d = x.d;
+  double scores = bh * q * k;
+  if (!backward) {
+    work.gemms.push_back({"attention scores QKᵀ", q, k, d, bh});
+    work.gemms.push_back({"attention values PV", q, d, k, bh});
+    work.memory.push_back({"softmax", 2 * scores * x.e});
+    work.memory.push_back({"attention dropout", scores * (2 * x.e + 1)});
+    return;
+  }
+  work.gemms.push_back({"attention dV = Pᵀ·dO", k, d, q, bh});
+  work.gemms.push_back({"attention dP = dO·Vᵀ", q, k, d, bh});
+  work.gemms.push_back({"attention dQ = dS·K", q, d, k, bh});
+  work.gemms.push_back({"attention dK = dSᵀ·Q", k, d, q, bh});
+  work.memory.push_back({"softmax backward", 3 * scores * x.e});
+  work.memory.push_back({"attention dropout backward", scores * (2 * x.e + 1)});
+}
+
+AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
+  AttentionCore core;
+  core.batchHeads = x.batchHeads();
+  core.queries = x.s;
+  core.keys = x.keys;
+  core.headDim = x.d;
+  core.causal = true;
+  core.backward = backward;
+  return core;
+}
+
+/// Memory-bound kernels of a layer's forward outside the attention core.
+void addLayerElementwise(const TransformerDims &x, Work &work) {
+  double outside = x.outside() * x.e;
+  double mlpWidth = x.tokens * x.f / x.t * x.e;
+  work.memory.push_back({"norms", 2 * 2 * outside});
+  if (x.rope)
+    work.memory.push_back({"rotary embedding", 2 * x.tokens * (x.a + x.kv) * x.d / x.t * x.e});
+  work.memory.push_back({"mlp activation", (x.swiglu ? 3 : 2) * mlpWidth});
+  // Two residual additions (bias, dropout and add fused under materialized attention, with a
+  // one-byte mask each).
+  work.memory.push_back({"residuals", 2 * (3 * outside + (x.materialized ? x.outside() : 0))});
+}
+
+void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
+  double outside = x.outside() * x.e;
+  double mlpWidth = x.tokens * x.f / x.t * x.e;
+  work.memory.push_back({"norms backward", 2 * 3 * outside});
+  if (x.rope)
+    work.memory.push_back(
+        {"rotary embedding backward", 2 * x.tokens * (x.a + x.kv) * x.d / x.t * x.e});
+  work.memory.push_back({"mlp activation backward", (x.swiglu ? 5 : 3) * mlpWidth});
+  work.memory.push_back(
+      {"residuals backward", 2 * (2 * outside + (x.materialized ? x.outside() : 0))});
+}
+
+Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKind pass,
+                     const Layout &layout) {
+  TransformerDims x = getDims(config, layout);
+  Work work;
+  bool backward = pass == PassKind::Backward;
+  switch (unit) {
+  case UnitKind::Embedding:
+    // A vocabulary-parallel lookup writes its rows; the backward adds them into the gradient.
+    if (pass == PassKind::Forward)
+      work.memory.push_back({"embedding lookup", 2 * x.tokens * x.h * x.e});
+    else if (backward)
+      work.memory.push_back({"embedding gradient", 3 * x.tokens * x.h * x.e});
+    return work;
+  case UnitKind::Head: {
+    if (pass != PassKind::Forward && !backward)
+      return work; // The output layer is not recomputed (Megatron-LM checkpoints the blocks).
+    Gemm logits{"logits", x.tokens, x.vocab / x.t, x.h};
+    if (!backward) {
+      work.gemms.push_back(logits);
+      work.memory.push_back({"final norm", 2 * x.outside() * x.e});
+      work.memory.push_back({"cross-entropy", 2 * x.tokens * x.vocab / x.t * x.e});
+    } else {
+      addBackwardProducts({logits}, work.gemms);
+      work.memory.push_back({"final norm backward", 3 * x.outside() * x.e});
+      work.memory.push_back({"cross-entropy backward", 2 * x.tokens * x.vocab / x.t * x.e});
+    }
+    return work;
+  }
+  case UnitKind::Layer:
+    break;
+  default:
+    return work;
+  }
+  switch (pass) {
+  case PassKind::Forward:
+  case PassKind::RecomputeFull:
+    work.gemms = layerProjections(x);
+    if (x.materialized)
+      addMaterializedAttention(x, /*backward=*/false, work);
+    else
+      work.attention.push_back(fusedAttention(x, /*backward=*/false));
+    addLayerElementwise(x, work);
+    return work;
+  case PassKind::RecomputeSelective:
+    // Materialized: the attention core again (Korthikanti et al. 2022 §5). Flash: nothing of the
+    // core is stored, so selective recomputation repeats the norms and the MLP activation from
+    // their stored inputs (Megatron-Core's `--recompute-modules layernorm mlp`).
+    if (x.materialized) {
+      addMaterializedAttention(x, /*backward=*/false, work);
+    } else {
+      work.memory.push_back({"norms", 2 * 2 * x.outside() * x.e});
+      work.memory.push_back({"mlp activation", (x.swiglu ? 3 : 2) * x.tokens * x.f / x.t * x.e});
+    }
+    return work;
+  case PassKind::Backward:
+    addBackwardProducts(layerProjections(x), work.gemms);
+    if (x.materialized)
+      addMaterializedAttention(x, /*backward=*/true, work);
+    else
+      work.attention.push_back(fusedAttention(x, /*backward=*/true));
+    addLayerElementwiseBackward(x, work);
+    return work;
+  }
+  return work;
+}
+
+/// An mlp layer: one product of its input and weight (column-split on even layers, row-split on
+/// odd ones, as Lowering pairs them), then the bias and GELU.
+Work mlpWork(const ir::MlpConfig &config, int64_t layer, PassKind pass, const Layout &layout) {
+  Work work;
+  if (pass == PassKind::RecomputeSelective)
+    return work;
+  double b = layout.microBatch, t = static_cast<double>(std::max<int64_t>(1, layout.tensor));
+  double in = static_cast<double>(layer == 0 ? config.input : config.width);
+  double out = static_cast<double>(layer + 1 == config.layers ? config.output : config.width);
+  double e = ir::getActivationBytes(layout.precision);
+  bool column = layer % 2 == 0;
+  Gemm linear{"linear", b, column ? out / t : out, column ? in : in / t};
+  double activation = 2 * b * (column ? out / t : out) * e;
+  if (pass == PassKind::Backward) {
+    addBackwardProducts({linear}, work.gemms);
+    work.memory.push_back({"bias and gelu backward", 1.5 * activation});
+  } else {
+    work.gemms.push_back(linear);
+    work.memory.push_back({"bias and gelu", activation});
+  }
+  return work;
+}
+
+} // namespace
+
+Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind pass,
+                 const Layout &layout) {
+  if (model.kind == ir::ModelKind::Transformer)
+    return transformerWork(model.transformer, unit, pass, layout);
+  if (model.kind == ir::ModelKind::Mlp && unit == UnitKind::MlpLayer)
+    return mlpWork(model.mlp, layer, pass, layout);
+  return {};
+}
+
+double getModelFlops(const ir::Model &model, double globalBatch, std::string *formula) {
+  if (model.kind == ir::ModelKind::Mlp) {
+    double flops = 6 * static_cast<double>(model.numParams) * globalBatch;
+    if (formula)
+      *formula = fmt::format("6·Ψ·B = 6·{}·{}", model.numParams, num(globalBatch));
+    return flops;
+  }
+  if (model.kind != ir::ModelKind::Transformer)
+    return 0;
+  // One sample's forward on one device, the attention counted over the whole s×s.
+  Layout layout;
+  auto forward = [&](UnitKind unit) {
+    Work work = transformerWork(model.transformer, unit, PassKind::Forward, layout);
+    double flops = 0;
+    for (const Gemm &gemm : work.gemms)
+      flops += gemm.getFlops();
+    for (AttentionCore core : work.attention) {
+      core.causal = false;
+      flops += core.getFlops();
+    }
+    return flops;
+  };
+  double layers = static_cast<double>(model.transformer.layers);
+  double layer = forward(UnitKind::Layer), head = forward(UnitKind::Head);
+  double flops = 3 * (layers * layer + head) * globalBatch;
+  if (formula)
+    *formula = fmt::format("3 × (l × layer forward + head forward) × B = 3 × ({} × {} + {}) × {}",
+                           num(layers), fmtAmount(layer, "FLOP"), fmtAmount(head, "FLOP"),
+                           num(globalBatch));
+  return flops;
+}
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
+                               std::string *formula) {
+  TransformerDims x = getDims(config, layout);
+  double scale = x.e / 2.0;
+  double t = x.t;
+  bool sp = x.sp;
+  ir::ActivationMode mode = layout.activations;
+  double sbh = x.s * x.b * x.h;
+  std::string sbhText = fmt::format("{}·{}·{}", num(x.s), num(x.b), num(x.h));
+  std::string scaleText =
+      x.e != 2 ? fmt::format(" × {} ({}-byte activations)", num(scale), static_cast<int>(x.e))
+               : std::string();
+  if (mode == ir::ActivationMode::RecomputeFull) {
+    // Layer inputs only.
+    double bytes = scale * 2 * sbh / (sp ? t : 1);
+    if (formula)
+      *formula =
+          sp ? fmt::format("2·{}/{} B per layer [2·s·b·h/t (layer inputs only)]{}", sbhText, num(t),
+                           scaleText)
+             : fmt::format("2·{} B per layer [2·s·b·h (layer inputs only)]{}", sbhText, scaleText);
+    return bytes;
+  }
+  if (x.materialized) {
+    // Korthikanti et al. 2022, Table 2: 34 bytes per s·b·h (norm inputs, QKV input, Q, K, V,
+    // attention output, MLP input, its two 4h intermediates and the dropout masks), 10 of them
+    // outside the tensor-parallel region, and 5·a·s/h for scores, probabilities and the mask.
+    double a = x.a;
+    double attention = 5 * a * x.s / (x.h * t);
+    std::string attentionNumbers =
+        t > 1 ? fmt::format("5·{}·{}/({}·{})", num(a), num(x.s), num(x.h), num(t))
+              : fmt::format("5·{}·{}/{}", num(a), num(x.s), num(x.h));
+    std::string attentionSymbols = t > 1 ? "5·a·s/(h·t)" : "5·a·s/h";
+    bool selective = mode == ir::ActivationMode::RecomputeSelective;
+    double coefficient = 0;
+    std::string symbols, numbers;
+    if (sp) {
+      coefficient = 34 / t + (selective ? 0 : attention);
+      symbols = selective ? "s·b·h·34/t" : "s·b·h·(34/t + " + attentionSymbols + ")";
+      numbers = selective ? fmt::format("{}·34/{}", sbhText, num(t))
+                          : fmt::format("{}·(34/{} + {})", sbhText, num(t), attentionNumbers);
+    } else if (t > 1) {
+      coefficient = 10 + 24 / t + (selective ? 0 : attention);
+      symbols = selective ? "s·b·h·(10 + 24/t)" : "s·b·h·(10 + 24/t + " + attentionSymbols + ")";
+      numbers = selective ? fmt::format("{}·(10 + 24/{})", sbhText, num(t))
+                          : fmt::format("{}·(10 + 24/{} + {})", sbhText, num(t), attentionNumbers);
+    } else {
+      coefficient = 34 + (selective ? 0 : attention);
+      symbols = selective ? "s·b·h·34" : "s·b·h·(34 + " + attentionSymbols + ")";
+      numbers = selective ? fmt::format("{}·34", sbhText)
+                          : fmt::format("{}·(34 + {})", sbhText, attentionNumbers);
+    }
+    if (formula)
+      *formula = fmt::format("{} B per layer [{}]{}", numbers, symbols, scaleText);
+    return scale * sbh * coefficient;
+  }
+  // Flash attention: what the backward reads, in units of s·b·h at 2 bytes. Outside the tensor-
+  // parallel region (split by t under sequence parallelism): the two norm inputs and the two
+  // products' inputs (the norm outputs), 8. Inside it: Q, K and V (2·(a + 2·kv)/a), the
+  // attention output (2), the MLP intermediates (gelu: 4h in and out, 16h/h; swiglu: gate, up
+  // and their product, 6·f/h), each split by t; the softmax log-sum-exp, 4 bytes per head and
+  // token. Selective recomputation recomputes the norm outputs and the MLP activation from the
+  // stored inputs (4 and the activation's output fewer).
+  bool selective = mode == ir::ActivationMode::RecomputeSelective;
+  double qkv = 2 * (x.a + 2 * x.kv) / x.a;
+  double mlp = x.swiglu ? 6 * x.f / x.h : (selective ? 8 : 16) * x.f / (4 * x.h);
+  if (x.swiglu && selective)
+    mlp = 4 * x.f / x.h;
+  double outside = selective ? 4 : 8;
+  double inside = qkv + 2 + mlp;
+  double lse = 4 * x.a / x.h; // 4 bytes per head and token, over h.
+  double coefficient = outside / (sp ? t : 1) + (inside + lse) / t;
+  if (formula) {
+    std::string mlpText =
+        x.swiglu ? fmt::format("{}·{}/{}", selective ? 4 : 6, num(x.f), num(x.h)) : num(mlp);
+    *formula = fmt::format(
+        "{}·({}{} + ({} + 2 + {} + 4·{}/{})/{}) B per layer [s·b·h·(norm and product inputs{} + "
+        "(QKV 2·(a + 2·kv)/a + attention output + MLP intermediates + softmax statistics)/t), "
+        "flash attention{}]{}",
+        sbhText, num(outside), sp ? fmt::format("/{}", num(t)) : std::string(), num(qkv), mlpText,
+        num(x.a), num(x.h), num(t), sp ? "/t" : "",
+        selective ? ", norms and MLP activation recomputed" : "", scaleText);
+  }
+  return scale * sbh * coefficient;
+}
+
+double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
+                              std::string *formula) {
+  TransformerDims x = getDims(config, layout);
+  double bytes = x.tokens * x.vocab / x.t * (x.e + 4);
+  if (formula)
+    *formula = fmt::format("{}·{}·{}/{}·({} + 4) B (logits and their fp32 softmax) ", num(x.b),
+                           num(x.s), num(x.vocab), num(x.t), num(x.e));
+  return bytes;
+}
+
+double getMlpLayerActivationBytes(const ir::MlpConfig &config, const Layout &layout,
+                                  std::string *formula) {
+  // A linear layer keeps its input and its pre-activation output for the backward.
+  unsigned bytes = ir::getActivationBytes(layout.precision);
+  double b = layout.microBatch, width = static_cast<double>(config.width);
+  bool full = layout.activations == ir::ActivationMode::RecomputeFull;
+  if (formula)
+    *formula = full ? fmt::format("{}·{}·{} B per layer [b·width input]", num(b), num(width), bytes)
+                    : fmt::format("{}·2·{}·{} B per layer [b·(input + pre-activation)·width]",
+                                  num(b), num(width), bytes);
+  return bytes * b * (full ? 1 : 2) * width;
+}
+
+double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
+                               int64_t chunks, int stage, std::string *formula) {
+  double m = static_cast<double>(microbatches), p = static_cast<double>(stages);
+  auto count = [](double value) {
+    return num(value) + (value == 1 ? " micro-batch" : " micro-batches");
+  };
+  if (stages <= 1) {
+    if (formula)
+      *formula = "1 micro-batch in flight (no pipeline)";
+    return 1;
+  }
+  switch (schedule) {
+  case ir::Schedule::GPipe:
+    if (formula)
+      *formula = fmt::format("{} in flight (gpipe keeps all m)", count(m));
+    return m;
+  case ir::Schedule::OneFOneB: {
+    double value = std::min(p - stage, m);
+    if (formula)
+      *formula = fmt::format("{} in flight (1f1b: min(p - stage, m) = min({} - {}, {}))",
+                             count(value), num(p), stage, num(m));
+    return value;
+  }
+  case ir::Schedule::Interleaved: {
+    double v = static_cast<double>(chunks);
+    double value = std::min(p - stage, m) * (1 + (p - 1) / (p * v));
+    if (formula)
+      *formula = fmt::format("{} in flight (interleaved: min(p - stage, m) × (1 + (p - 1)/(p·v)) "
+                             "= min({} - {}, {}) × (1 + {}/({}·{})))",
+                             count(value), num(p), stage, num(m), num(p - 1), num(p), num(v));
+    return value;
+  }
+  }
+  return 1;
+}
+
+StageMemoryResult getStageMemory(const StageStates &x, ir::StateBytes bytes,
+                                 std::vector<Explanation> *device, std::vector<Explanation> *host) {
+  StageMemoryResult result;
+  double paramBytes = x.params * bytes.params / static_cast<double>(x.paramShard);
+  double gradBytes = x.params * bytes.grads / static_cast<double>(x.gradShard);
+  double optimizerBytes = x.params * bytes.optimizer / static_cast<double>(x.optimizerShard);
+  (x.paramsOnHost ? result.host : result.device).params = paramBytes;
+  (x.gradsOnHost ? result.host : result.device).grads = gradBytes;
+  (x.optimizerOnHost ? result.host : result.device).optimizer = optimizerBytes;
+  double activations = static_cast<double>(x.layers) * x.layerActivationBytes * x.inFlight;
+  (x.activationsOnHost ? result.host : result.device).activations = activations;
+
+  // Transient buffers.
+  double gathered = 0, tied = 0, unreduced = 0, fromHost = 0, gatheredUnits = 0;
+  if (x.gathers) {
+    if (x.keepAfterForward) {
+      gathered = x.params * bytes.params;
+    } else {
+      gatheredUnits = std::min<double>(2, static_cast<double>(x.units));
+      gathered = gatheredUnits * x.largestUnit * bytes.params;
+      tied = x.tiedEmbedding * bytes.params;
+    }
+  }
+  if (x.gradShard > 1 || x.gradsOnHost)
+    unreduced = x.largestUnit * bytes.grads;
+  if (x.paramsOnHost)
+    fromHost = x.largestUnit * bytes.params / static_cast<double>(x.paramShard);
+  double transient = gathered + tied + unreduced + fromHost + x.headBuffers;
+  result.device.transient = transient;
+  result.device.peak = result.device.getPersistent() + result.device.activations + transient;
+  result.host.peak = result.host.getPersistent() + result.host.activations;
+  if (!device || !host)
+    return result;
+
+  auto add = [&](bool onHost, std::string figure, std::string formula, double value,
+                 StringRef unit = "B") {
+    (onHost ? host : device)->push_back({std::move(figure), std::move(formula), value, unit.str()});
+  };
+  std::string optimizerText =
+      bytes.optimizer == 12 ? "12 B (fp32 master, momentum, variance)"
+      : bytes.optimizer == 8
+          ? (bytes.params == 4 ? "8 B (momentum, variance)" : "8 B (fp32 master, momentum)")
+      : bytes.optimizer == 4 ? (bytes.params == 4 ? "4 B (momentum)" : "4 B (fp32 master)")
+                             : fmt::format("{} B", bytes.optimizer);
+  add(x.paramsOnHost, "params",
+      fmt::format("{} × {} B{}", x.paramsText, bytes.params, x.paramShardText), paramBytes);
+  add(x.gradsOnHost, "grads",
+      fmt::format("{} × {} B{}{}", num(x.params), bytes.grads, x.gradShardText,
+                  x.gradsOnHostWithOptimizer
+                      ? " (on the host with the optimizer, after each reduce-scatter)"
+                      : ""),
+      gradBytes);
+  add(x.optimizerOnHost, "optimizer",
+      fmt::format("{} × {}{}", num(x.params), optimizerText, x.optimizerShardText), optimizerBytes);
+  device->push_back(
+      {"model states",
+       fmt::format("params + grads + optimizer = {} + {} + {}",
+                   fmtAmount(result.device.params, "B"), fmtAmount(result.device.grads, "B"),
+                   fmtAmount(result.device.optimizer, "B")),
+       result.device.getPersistent(), "B"});
+  if (!x.activationsKnown)
+    add(x.activationsOnHost, "activations",
+        "unknown: an abstract model gives its parameter count only", 0, "");
+  else
+    add(x.activationsOnHost, "activations",
+        fmt::format("{} layers × {} × {}", x.layers, x.layerActivationText, x.inFlightText),
+        activations);
+
+  std::vector<std::string> parts;
+  if (x.gathers && x.keepAfterForward)
+    parts.push_back(fmt::format("{} × {} B (every gathered unit, kept from its forward to its "
+                                "backward)",
+                                num(x.params), bytes.params));
+  if (x.gathers && !x.keepAfterForward)
+    parts.push_back(fmt::format("{} × {} ({}, the largest unit) × {} B (gathered params: the "
+                                "unit in use{})",
+                                num(gatheredUnits), num(x.largestUnit), x.largestName, bytes.params,
+                                gatheredUnits > 1 ? " and the next, prefetched" : ""));
+  if (tied > 0)
+    parts.push_back(fmt::format("{} × {} B (the tied embedding, gathered from its forward "
+                                "through the head's)",
+                                num(x.tiedEmbedding), bytes.params));
+  if (unreduced > 0)
+    parts.push_back(fmt::format("{} × {} B (a unit's full gradient before it is {})",
+                                num(x.largestUnit), bytes.grads,
+                                x.gradShard > 1 ? "reduce-scattered" : "sent to the host"));
+  if (fromHost > 0)
+    parts.push_back(fmt::format("{} × {} B / {} (a unit's params brought from the host)",
+                                num(x.largestUnit), bytes.params, x.paramShard));
+  if (x.headBuffers > 0)
+    parts.push_back(x.headBuffersText);
+  device->push_back({"transient",
+                     parts.empty() ? "none (nothing is gathered, reduced per unit or brought "
+                                     "from the host)"
+                                   : llvm::join(parts, " + "),
+                     transient, "B"});
+  device->push_back(
+      {"peak",
+       fmt::format("model states + activations + transient = {} + {} + {}",
+                   fmtAmount(result.device.getPersistent(), "B"),
+                   fmtAmount(result.device.activations, "B"), fmtAmount(transient, "B")),
+       result.device.peak, "B"});
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// Communication
+//===----------------------------------------------------------------------===//
+
+StringRef toString(Collective collective) {
+  switch (collective) {
+  case Collective::AllReduce:
+    return "all-reduce";
+  case Collective::AllGather:
+    return "all-gather";
+  case Collective::ReduceScatter:
+    return "reduce-scatter";
+  case Collective::AllToAll:
+    return "all-to-all";
+  case Collective::PointToPoint:
+    return "send";
+  case Collective::Host:
+    return "host transfer";
+  }
+  return "?";
+}
+
+GroupShape getGroupShape(const ir::Mesh &mesh, ArrayRef<unsigned> axes, int64_t devicesPerNode) {
+  std::vector<unsigned> sorted(axes.begin(), axes.end());
+  llvm::sort(sorted);
+  std::vector<GroupAxis> groupAxes;
+  for (unsigned axis : sorted)
+    groupAxes.push_back({mesh.getStride(axis), mesh.axes[axis].size});
+  return getGroupShape(groupAxes, devicesPerNode);
+}
+
+GroupShape getGroupShape(ArrayRef<GroupAxis> sorted, int64_t devicesPerNode) {
+  GroupShape shape;
+  shape.size = 1;
+  for (const GroupAxis &axis : sorted)
+    shape.size *= axis.size;
+  // Group 0 holds the ranks Σ c_i·stride_i. In a row-major mesh every axis's stride exceeds the
+  // largest offset its inner axes reach, so the ranks below `limit` are counted axis by axis from
+  // the outermost: the whole blocks of the outer axis, then the inner axes in the partial one.
+  int64_t innerTotals[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  std::vector<int64_t> innerVector;
+  int64_t *inner = innerTotals;
+  if (sorted.size() + 1 > 8) {
+    innerVector.assign(sorted.size() + 1, 1);
+    inner = innerVector.data();
+  }
+  for (size_t i = sorted.size(); i-- > 0;)
+    inner[i] = inner[i + 1] * sorted[i].size;
+  int64_t limit = std::max<int64_t>(1, devicesPerNode), count = 0;
+  for (size_t i = 0; i < sorted.size() && limit > 0; ++i) {
+    int64_t stride = sorted[i].stride, size = sorted[i].size;
+    int64_t whole = std::min(size, limit / stride);
+    count += whole * inner[i + 1];
+    if (whole >= size) {
+      shape.perNode = count;
+      return shape;
+    }
+    limit -= whole * stride;
+  }
+  if (sorted.empty())
+    count = 1;
+  else if (limit > 0)
+    count += 1; // The partial block's first rank (offset 0 of every inner axis).
+  shape.perNode = std::max<int64_t>(1, count);
+  return shape;
+}
+
+bool crossesNodes(int64_t stride, int64_t stages, int stage, int peer, int64_t devices,
+                  int64_t devicesPerNode) {
+  // The layers axis's coordinate of rank r is (r / stride) % stages; stage `stage`'s ranks and
+  // their peers at the same coordinates on every other axis are `offset` apart.
+  int64_t offset = (static_cast<int64_t>(peer) - stage) * stride;
+  for (int64_t rank = 0; rank < devices; ++rank)
+    if ((rank / stride) % stages == stage &&
+        rank / devicesPerNode != (rank + offset) / devicesPerNode)
+      return true;
+  return false;
+}
+
+double getSentBytes(Collective collective, double n, double bytes) {
+  switch (collective) {
+  case Collective::AllReduce:
+    return 2 * (n - 1) / n * bytes;
+  case Collective::AllGather:
+  case Collective::ReduceScatter:
+  case Collective::AllToAll:
+    return (n - 1) / n * bytes;
+  case Collective::PointToPoint:
+  case Collective::Host:
+    return bytes;
+  }
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// Overlap
+//===----------------------------------------------------------------------===//
+
+double getOverlapExposedSeconds(double commSeconds, double computeSeconds) {
+  if (commSeconds <= 0)
+    return 0;
+  double kappa = kOverlapComputeSlowdown;
+  return std::max(commSeconds - computeSeconds, commSeconds * kappa / (1 + kappa));
+}
+
+double getPassExposedSeconds(ArrayRef<PassUnit> units) {
+  double exposed = 0, previousReduce = 0;
+  bool first = true;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const PassUnit &unit = units[i];
+    if (unit.count <= 0)
+      continue;
+    size_t next = i + 1;
+    while (next < units.size() && units[next].count <= 0)
+      ++next;
+    double nextGather = next < units.size() ? units[next].gather : 0;
+    if (first)
+      exposed += unit.gather;
+    first = false;
+    if (unit.count == 1) {
+      exposed += getOverlapExposedSeconds(nextGather + previousReduce, unit.compute);
+    } else {
+      // A run of identical units: the first overlaps the previous unit's reduction, the middle
+      // ones their neighbours', the last the next unit's gather.
+      exposed += getOverlapExposedSeconds(unit.gather + previousReduce, unit.compute) +
+                 static_cast<double>(unit.count - 2) *
+                     getOverlapExposedSeconds(unit.gather + unit.reduce, unit.compute) +
+                 getOverlapExposedSeconds(nextGather + unit.reduce, unit.compute);
+    }
+    previousReduce = unit.reduce;
+  }
+  // The last unit's reduction ends the pass.
+  return exposed + previousReduce;
+}
+
+//===----------------------------------------------------------------------===//
+// Pipelines
+//===----------------------------------------------------------------------===//
+
+bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
+                     std::string *why) {
+  if (schedule == ir::Schedule::Interleaved && stages > 1 && chunks > 1 &&
+      microbatches % stages != 0) {
+    if (why)
+      *why = fmt::format("the interleaved schedule needs the micro-batches per step to be a "
+                         "multiple of the pipeline stages (Megatron-LM), but {} micro-batches "
+                         "over {} stages leave {}",
+                         microbatches, stages, microbatches % stages);
+    return false;
+  }
+  return true;
+}
+
+double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
+                        double microbatchSeconds, std::string *formula) {
+  double p = static_cast<double>(stages);
+  if (stages <= 1) {
+    if (formula)
+      *formula = "no pipeline";
+    return 0;
+  }
+  bool interleaved = schedule == ir::Schedule::Interleaved && chunks > 1 &&
+                     isScheduleValid(schedule, stages, microbatches, chunks);
+  double v = interleaved ? static_cast<double>(chunks) : 1;
+  double bubble = (p - 1) * microbatchSeconds / v;
+  if (formula) {
+    if (interleaved)
+      *formula = fmt::format("(p - 1)/v × slowest micro-batch = ({} - 1)/{} × {} (interleaved, "
+                             "m = {} a multiple of p)",
+                             num(p), num(v), fmtSeconds(microbatchSeconds), microbatches);
+    else
+      *formula =
+          fmt::format("(p - 1) × slowest micro-batch = ({} - 1) × {} ({}, m = {})", num(p),
+                      fmtSeconds(microbatchSeconds), ir::toString(schedule).str(), microbatches);
+  }
+  return bubble;
+}
+
+//===----------------------------------------------------------------------===//
+// CostModel
+//===----------------------------------------------------------------------===//
+
+CostModel::CostModel(const ir::Cluster &cluster, ir::Precision precision)
+    : cluster(cluster), precision(precision) {
+  if (cluster.device)
+    family = &getFamilyConstants(cluster.device->family);
+  shapes = cluster.hasShapeModel() && cluster.computeUnits > 0 && cluster.hbmBandwidth > 0;
+  elementBytes = ir::getActivationBytes(precision);
+  peak = cluster.peakFlops;
+  if (precision == ir::Precision::FP32 && cluster.peakTf32 > 0)
+    peak = cluster.peakTf32;
+}
+
+double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
+  double flops = gemm.getFlops();
+  if (!shapes || peak <= 0) {
+    double rate = peak * cluster.efficiency;
+    if (formula)
+      *formula = fmt::format("{} / (peak × efficiency = {} × {})", fmtAmount(flops, "FLOP"),
+                             fmtRate(peak, "FLOP/s"), num(cluster.efficiency));
+    return rate > 0 ? flops / rate : 0;
+  }
+  double units = static_cast<double>(cluster.computeUnits);
+  double achieved = peak * family->gemmEfficiency * kTrainingKernelEfficiency;
+  double best = std::numeric_limits<double>::infinity();
+  double bestWaves = 0;
+  int bestTile = 0;
+  for (int i = 0; i < static_cast<int>(std::size(kGemmTiles)); ++i) {
+    double tm = kGemmTiles[i][0], tn = kGemmTiles[i][1];
+    double tiles = std::ceil(gemm.m / tm) * std::ceil(gemm.n / tn) * gemm.batch;
+    double waves = std::ceil(tiles / units);
+    double time = waves * units * tm * tn * 2 * (gemm.k + kGemmTileOverheadK) / achieved;
+    if (time < best) {
+      best = time;
+      bestWaves = waves;
+      bestTile = i;
+    }
+  }
+  double traffic =
+      (gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n) * gemm.batch * elementBytes;
+  double memory =
+      traffic / (cluster.hbmBandwidth * family->memoryEfficiency * kTrainingKernelEfficiency);
+  double time = std::max(best, memory);
+  if (formula) {
+    std::string shape =
+        gemm.batch > 1
+            ? fmt::format("{} × {}×{}×{}", num(gemm.batch), num(gemm.m), num(gemm.n), num(gemm.k))
+            : fmt::format("{}×{}×{}", num(gemm.m), num(gemm.n), num(gemm.k));
+    double tm = kGemmTiles[bestTile][0], tn = kGemmTiles[bestTile][1];
+    *formula = fmt::format(
+        "{} (m×n×k {}): {} waves of {}×{} tiles over {} SMs × 2·{}·{}·(k {} + {}) FLOP / ({} × {} "
+        "× {}) = {}; operands and result {} / ({} × {} × {}) = {}; the slower",
+        gemm.name, shape, num(bestWaves), tm, tn, num(units), tm, tn, num(gemm.k),
+        num(kGemmTileOverheadK), fmtRate(peak, "FLOP/s"), num(family->gemmEfficiency),
+        num(kTrainingKernelEfficiency), fmtSeconds(best), fmtAmount(traffic, "B"),
+        fmtRate(cluster.hbmBandwidth, "B/s"), num(family->memoryEfficiency),
+        num(kTrainingKernelEfficiency), fmtSeconds(memory));
+  }
+  return time;
+}
+
+double CostModel::getMemorySeconds(double bytes, std::string *formula) const {
+  if (!shapes) {
+    if (formula)
+      *formula = "not timed (no device preset: compute is FLOPs over peak × efficiency)";
+    return 0;
+  }
+  double rate = cluster.hbmBandwidth * family->memoryEfficiency * kTrainingKernelEfficiency;
+  if (formula)
+    *formula = fmt::format("{} / ({} × {} × {})", fmtAmount(bytes, "B"),
+                           fmtRate(cluster.hbmBandwidth, "B/s"), num(family->memoryEfficiency),
+                           num(kTrainingKernelEfficiency));
+  return bytes / rate;
+}
+
+double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *formula) const {
+  double flops = core.getFlops();
+  double efficiency = !shapes         ? cluster.efficiency
+                      : core.backward ? family->attentionBackwardEfficiency
+                                      : family->attentionForwardEfficiency;
+  double kernels = shapes ? kTrainingKernelEfficiency : 1;
+  double rate = peak * efficiency * kernels;
+  if (formula)
+    *formula = fmt::format(
+        "fused attention{} ({} heads × {}×{} × d {}{}): {} / ({} × {}{})",
+        core.backward ? " backward" : "", num(core.batchHeads), num(core.queries), num(core.keys),
+        num(core.headDim), core.causal ? ", causal" : "", fmtAmount(flops, "FLOP"),
+        fmtRate(peak, "FLOP/s"), num(efficiency), shapes ? " × " + num(kernels) : std::string());
+  return rate > 0 ? flops / rate : 0;
+}
+
+double CostModel::getComputeSeconds(const Work &work, std::vector<Explanation> *lines) const {
+  if (!shapes) {
+    double flops = work.getFlops(), rate = peak * cluster.efficiency;
+    double time = rate > 0 ? flops / rate : 0;
+    if (lines)
+      lines->push_back({"compute",
+                        fmt::format("{} / (peak × efficiency = {} × {})", fmtAmount(flops, "FLOP"),
+                                    fmtRate(peak, "FLOP/s"), num(cluster.efficiency)),
+                        time, "s"});
+    return time;
+  }
+  double total = 0;
+  std::string formula;
+  for (const Gemm &gemm : work.gemms) {
+    double time = getGemmSeconds(gemm, lines ? &formula : nullptr);
+    total += time;
+    if (lines)
+      lines->push_back({"gemm", formula, time, "s"});
+  }
+  for (const AttentionCore &core : work.attention) {
+    double time = getAttentionSeconds(core, lines ? &formula : nullptr);
+    total += time;
+    if (lines)
+      lines->push_back({"attention", formula, time, "s"});
+  }
+  for (const MemoryOp &op : work.memory) {
+    double time = getMemorySeconds(op.bytes, lines ? &formula : nullptr);
+    total += time;
+    if (lines)
+      lines->push_back({op.name, formula, time, "s"});
+  }
+  return total;
+}
+
+double CostModel::getOptimizerSeconds(double elements, ir::StateBytes bytes,
+                                      std::string *formula) const {
+  // Read and write every optimizer state, read the gradient, write the parameter.
+  double perParam = 2.0 * bytes.optimizer + bytes.grads + bytes.params;
+  double traffic = elements * perParam;
+  std::string memoryFormula;
+  double time = getMemorySeconds(traffic, formula ? &memoryFormula : nullptr);
+  if (formula)
+    *formula =
+        fmt::format("{} params × (2·{} + {} + {}) B = {}: {}", num(elements), bytes.optimizer,
+                    bytes.grads, bytes.params, fmtAmount(traffic, "B"), memoryFormula);
+  return time;
+}
+
+double CostModel::getHostOptimizerSeconds(double elements, ir::StateBytes bytes,
+                                          std::string *formula) const {
+  double perParam = 2.0 * bytes.optimizer + bytes.grads + bytes.params;
+  double traffic = elements * perParam;
+  if (!cluster.hostMemoryBandwidth || *cluster.hostMemoryBandwidth <= 0) {
+    if (formula)
+      *formula = "on the host: not timed (host_memory_bandwidth is not given)";
+    return 0;
+  }
+  double efficiency = family ? family->memoryEfficiency : 1;
+  double perDevice = *cluster.hostMemoryBandwidth / static_cast<double>(cluster.devicesPerNode);
+  double time = traffic / (perDevice * efficiency);
+  if (formula)
+    *formula =
+        fmt::format("on the host: {} params × (2·{} + {} + {}) B = {} / (host_memory_"
+                    "bandwidth {} / {} devices{})",
+                    num(elements), bytes.optimizer, bytes.grads, bytes.params,
+                    fmtAmount(traffic, "B"), fmtRate(*cluster.hostMemoryBandwidth, "B/s"),
+                    cluster.devicesPerNode, family ? " × " + num(efficiency) : std::string());
+  return time;
+}
+
+double CostModel::busBandwidth(const GroupShape &group, bool ring, std::string *formula) const {
+  double intraEfficiency = family ? family->intraBusEfficiency : 1;
+  double interEfficiency = family ? family->interBusEfficiency : 1;
+  double intra = cluster.intraBandwidth * intraEfficiency;
+  if (group.isIntraNode()) {
+    if (formula)
+      *formula = family ? fmt::format("intra_bandwidth × {} = {}", num(intraEfficiency),
+                                      fmtRate(intra, "B/s"))
+                        : fmt::format("intra_bandwidth {}", fmtRate(intra, "B/s"));
+    return intra;
+  }
+  // Across nodes a ring leaves each node once per ring; NCCL runs one ring per NIC of the
+  // group's devices in the node, so the node's `perNode` NICs carry it side by side, up to the
+  // bandwidth inside the node.
+  double perNode = static_cast<double>(group.perNode);
+  double network = perNode * cluster.interBandwidth * interEfficiency;
+  double bandwidth = std::min(intra, network);
+  if (formula)
+    *formula = fmt::format(
+        "min(intra_bandwidth{} = {}, {} per node × inter_bandwidth{} = {})",
+        family ? " × " + num(intraEfficiency) : std::string(), fmtRate(intra, "B/s"), num(perNode),
+        family ? " × " + num(interEfficiency) : std::string(), fmtRate(network, "B/s"));
+  (void)ring;
+  return bandwidth;
+}
+
+double CostModel::getCollectiveSeconds(Collective collective, const GroupShape &group, double bytes,
+                                       std::string *formula) const {
+  if (collective == Collective::PointToPoint)
+    return getPointToPointSeconds(bytes, !group.isIntraNode(), formula);
+  if (collective == Collective::Host)
+    return getHostSeconds(bytes, false, formula);
+  double n = static_cast<double>(group.size);
+  if (group.size <= 1) {
+    if (formula)
+      *formula = "a group of one: nothing moves";
+    return 0;
+  }
+  // Latency: NCCL's base plus a hop per ring step, the steps between nodes at the network's
+  // latency and the others at NVLink's (kNvlinkStepLatency); without a preset `latency` per step.
+  double nodes = static_cast<double>(group.getNodes());
+  double base = family ? kCollectiveBaseLatency : 0;
+  double intraStep = family ? kNvlinkStepLatency : cluster.latency;
+  double interStep = cluster.latency;
+  auto ringLatency = [&](double steps, double interSteps) {
+    return base + (steps - interSteps) * intraStep + interSteps * interStep;
+  };
+  std::string bandwidthText;
+  double bus = busBandwidth(group, true, formula ? &bandwidthText : nullptr);
+  if (bus <= 0) {
+    if (formula)
+      *formula = "no bandwidth given: not timed";
+    return 0;
+  }
+  double sent = getSentBytes(collective, n, bytes);
+  if (collective == Collective::AllToAll) {
+    // Each rank sends (n − 1)/n of its buffer, the part for the other nodes over its own NIC.
+    double perNode = static_cast<double>(std::min(group.perNode, group.size));
+    double intraEfficiency = family ? family->intraBusEfficiency : 1;
+    double interEfficiency = family ? family->interBusEfficiency : 1;
+    double inside = (perNode - 1) / n * bytes / (cluster.intraBandwidth * intraEfficiency);
+    double outside = group.isIntraNode()
+                         ? 0
+                         : (n - perNode) / n * bytes / (cluster.interBandwidth * interEfficiency);
+    double latency = ringLatency(n - 1, nodes - 1);
+    double time = latency + std::max(inside, outside);
+    if (formula)
+      *formula = fmt::format("all-to-all: latency + max(inside the node ({} - 1)/{} × {} over "
+                             "NVLink, across nodes ({} - {})/{} × {} over the NIC) = {} + "
+                             "max({}, {})",
+                             num(perNode), num(n), fmtAmount(bytes, "B"), num(n), num(perNode),
+                             num(n), fmtAmount(bytes, "B"), fmtSeconds(latency), fmtSeconds(inside),
+                             fmtSeconds(outside));
+    return time;
+  }
+  bool reduce = collective == Collective::AllReduce;
+  double steps = reduce ? 2 * (n - 1) : n - 1;
+  double interSteps = reduce ? 2 * (nodes - 1) : nodes - 1;
+  double latency = ringLatency(steps, interSteps);
+  double ringTime = latency + sent / bus;
+  if (reduce && !group.isIntraNode()) {
+    // NCCL's tree all-reduce: a chain inside each node and a double binary tree across nodes,
+    // 2·(perNode − 1) NVLink and 2·log2(nodes) network steps, the same bus bandwidth at large
+    // sizes.
+    double treeLatency = base + 2 * ((static_cast<double>(group.perNode) - 1) * intraStep +
+                                     std::ceil(std::log2(nodes)) * interStep);
+    double treeTime = treeLatency + sent / bus;
+    if (treeTime < ringTime) {
+      if (formula)
+        *formula = fmt::format("tree all-reduce: latency (2·(per node - 1) NVLink steps, "
+                               "2·log2 nodes network steps) + 2 × (n - 1)/n × bytes / bus "
+                               "bandwidth = {} + 2 × {}/{} × {} / {} [bus bandwidth {}]",
+                               fmtSeconds(treeLatency), num(n - 1), num(n), fmtAmount(bytes, "B"),
+                               fmtRate(bus, "B/s"), bandwidthText);
+      return treeTime;
+    }
+  }
+  if (formula) {
+    std::string factor =
+        collective == Collective::AllReduce ? "2 × (n - 1)/n" : std::string("(n - 1)/n");
+    std::string factorNumbers = collective == Collective::AllReduce
+                                    ? fmt::format("2 × {}/{}", num(n - 1), num(n))
+                                    : fmt::format("{}/{}", num(n - 1), num(n));
+    std::string latencyText =
+        family ? fmt::format("{} + {} NVLink steps × {} + {} network steps × {}", fmtSeconds(base),
+                             num(steps - interSteps), fmtSeconds(intraStep), num(interSteps),
+                             fmtSeconds(interStep))
+               : fmt::format("{} steps × {}", num(steps), fmtSeconds(interStep));
+    *formula = fmt::format("ring {}: latency + {} × bytes / bus bandwidth = ({}) + {} × {} / {} "
+                           "[bus bandwidth {}]",
+                           toString(collective).str(), factor, latencyText, factorNumbers,
+                           fmtAmount(bytes, "B"), fmtRate(bus, "B/s"), bandwidthText);
+  }
+  return ringTime;
+}
+
+double CostModel::getPointToPointSeconds(double bytes, bool interNode, std::string *formula) const {
+  double efficiency =
+      family ? (interNode ? family->interBusEfficiency : family->intraBusEfficiency) : 1;
+  double link = interNode ? cluster.interBandwidth : cluster.intraBandwidth;
+  double bandwidth = link * efficiency;
+  if (bandwidth <= 0) {
+    if (formula)
+      *formula = "no bandwidth given: not timed";
+    return 0;
+  }
+  double time = cluster.latency + bytes / bandwidth;
+  if (formula)
+    *formula = fmt::format(
+        "latency + bytes / {}{} = {} + {} / {}", interNode ? "inter_bandwidth" : "intra_bandwidth",
+        family ? " × " + num(efficiency) : std::string(), fmtSeconds(cluster.latency),
+        fmtAmount(bytes, "B"), fmtRate(bandwidth, "B/s"));
+  return time;
+}
+
+double CostModel::getHostSeconds(double bytes, bool nvme, std::string *formula) const {
+  double bandwidth =
+      nvme && cluster.nvmeBandwidth ? *cluster.nvmeBandwidth : cluster.hostBandwidth.value_or(0);
+  StringRef name = nvme && cluster.nvmeBandwidth ? "nvme_bandwidth" : "host_bandwidth";
+  if (bandwidth <= 0) {
+    if (formula)
+      *formula = fmt::format("{} is not given: not timed", name.str());
+    return 0;
+  }
+  double time = cluster.latency + bytes / bandwidth;
+  if (formula)
+    *formula =
+        fmt::format("latency + bytes / {} = {} + {} / {}", name.str(), fmtSeconds(cluster.latency),
+                    fmtAmount(bytes, "B"), fmtRate(bandwidth, "B/s"));
+  return time;
+}
+
+} // namespace placec::cost
