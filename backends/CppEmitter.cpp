@@ -65,6 +65,8 @@ const char *dtypeName(plan::DType dtype) {
     return "DType::FP16";
   case plan::DType::FP32:
     return "DType::FP32";
+  case plan::DType::FP8: // Refused before emission (FP8 runs are not compiled).
+    return "DType::BF16";
   }
   return "?";
 }
@@ -136,6 +138,26 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
     refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
            "activation recomputation of an mlp", "the mlp trainer keeps its activations");
   }
+  if (run.precision == ir::Precision::MixedFP8)
+    refuse(fieldLoc(run, "precision"), "precision = mixed(fp8)",
+           "the CPU runtime computes in fp32 and has no FP8 products; FP8 runs are analysed, "
+           "not compiled (docs/running.md)");
+  if (strategy.pipeline) {
+    const ir::Pipeline &pipeline = *strategy.pipeline;
+    ir::Schedule schedule = pipeline.schedule;
+    if (schedule != ir::Schedule::OneFOneB && schedule != ir::Schedule::GPipe &&
+        schedule != ir::Schedule::Interleaved)
+      refuse(pipeline.loc, "the " + ir::toString(schedule) + " schedule",
+             "placert's pipeline executor runs GPipe, 1F1B and interleaved 1F1B; the zero-bubble "
+             "and DualPipe schedules are analysed, not compiled");
+    if (pipeline.firstStageLayers > 0 || pipeline.lastStageLayers > 0)
+      refuse(pipeline.loc, "uneven first and last pipeline stages",
+             "placert's pipeline executor splits the layers evenly among the stages");
+  }
+  for (const ir::Axis &axis : strategy.mesh.axes)
+    if (axis.kind == ir::AxisKind::Sequence && axis.size > 1)
+      refuse(axis.loc, "sequence axis '" + axis.name + "'",
+             "the CPU runtime has no context parallelism yet");
   const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
   if (activations.tier != ir::Tier::Device)
     refuse(activations.tierLoc.isValid() ? activations.tierLoc : strategyLoc, "activations @ host",
@@ -163,7 +185,7 @@ private:
     std::vector<unsigned> axes;
     const ir::StatePlacement &placement = strategy.getPlacement(state);
     for (unsigned i = 0; i < mesh.axes.size(); ++i)
-      if (mesh.axes[i].kind == ir::AxisKind::Batch &&
+      if (ir::isDataParallel(mesh.axes[i].kind) &&
           llvm::is_contained(modes, placement.axes[i].mode))
         axes.push_back(i);
     return axisGroup(axes);
@@ -266,6 +288,9 @@ Expected<std::string> Emitter::call(const Op &op) const {
     break;
   case OpKind::OptimizerUpdate:
     return fmt::format("trainer.optimizerUpdate({}, /*elements=*/{})", unit, op.elements);
+  case OpKind::AllToAll: // Inside a unit's computation (emitted as a planned collective).
+  case OpKind::RingStep:
+    break;
   }
   return createStringError(inconvertibleErrorCode(),
                            "run '%s': the plan op '%s' (%s) is not supported by the CPU runtime "

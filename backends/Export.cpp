@@ -47,7 +47,8 @@ struct MeshView {
   std::vector<unsigned> tensorAxes;
   std::vector<unsigned> layersAxes;
   std::vector<unsigned> order; ///< Every axis of size > 1, outermost first.
-  int64_t batchDegree = 1, tensorDegree = 1, layersDegree = 1;
+  std::vector<unsigned> contextAxes;
+  int64_t batchDegree = 1, tensorDegree = 1, layersDegree = 1, contextDegree = 1;
 };
 
 MeshView viewMesh(const ir::Mesh &mesh) {
@@ -71,6 +72,10 @@ MeshView viewMesh(const ir::Mesh &mesh) {
     case ir::AxisKind::Layers:
       view.layersAxes.push_back(index);
       view.layersDegree *= axis.size;
+      break;
+    case ir::AxisKind::Sequence:
+      view.contextAxes.push_back(index);
+      view.contextDegree *= axis.size;
       break;
     }
   }
@@ -126,6 +131,9 @@ public:
   bool exportTo(raw_ostream &os) {
     std::string text;
     raw_string_ostream out(text);
+    if (!view.contextAxes.empty())
+      refuse("sequence axis " + axisList(mesh, view.contextAxes) +
+             ": context parallelism is not exported yet");
     switch (target) {
     case Target::DeepSpeed:
       writeDeepSpeed(out);

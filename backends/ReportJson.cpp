@@ -30,23 +30,7 @@ json::Value orNull(StringRef text) {
   return text.empty() ? json::Value(nullptr) : json::Value(text);
 }
 
-StringRef modeName(ir::PlacementMode mode) {
-  switch (mode) {
-  case ir::PlacementMode::Replicated:
-    return "replicate";
-  case ir::PlacementMode::Sharded:
-    return "shard";
-  case ir::PlacementMode::ShardedWithGather:
-    return "gather";
-  case ir::PlacementMode::TensorSplit:
-    return "tensor-split";
-  case ir::PlacementMode::StageSplit:
-    return "stage-split";
-  case ir::PlacementMode::BatchSplit:
-    return "batch-split";
-  }
-  return "?";
-}
+StringRef modeName(ir::PlacementMode mode) { return ir::toString(mode); }
 
 class JsonWriter {
 public:
@@ -113,7 +97,7 @@ void JsonWriter::writeRun(const RunReport &report) {
       out.attribute("global_batch", run.globalBatch);
       out.attribute("microbatches_per_step", report.plan->microbatches);
     });
-    out.attribute("precision", describePrecision(run.precision));
+    out.attribute("precision", describePrecision(run));
     out.attribute("optimizer", describeOptimizer(run.optimizer));
     out.attributeObject("memory", [&] { writeMemory(report); });
     out.attributeArray("communication", [&] { writeCommunication(report); });

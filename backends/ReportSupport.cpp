@@ -291,6 +291,7 @@ std::string describePlacement(const ir::Strategy &strategy, ir::State state) {
       modes.push_back("stages(" + name + ")");
       break;
     case ir::PlacementMode::BatchSplit:
+    case ir::PlacementMode::SequenceSplit:
       break;
     }
   }
@@ -332,31 +333,21 @@ std::string describePipeline(const ir::Strategy &strategy, int64_t microbatches)
       fmt::format("{}(microbatches = {}", ir::toString(pipeline.schedule).str(), microbatches);
   if (pipeline.schedule == ir::Schedule::Interleaved)
     text += fmt::format(", chunks = {}", pipeline.chunks);
+  if (pipeline.firstStageLayers > 0)
+    text += fmt::format(", first = {}", pipeline.firstStageLayers);
+  if (pipeline.lastStageLayers > 0)
+    text += fmt::format(", last = {}", pipeline.lastStageLayers);
   return text + ")";
 }
 
-std::string describePrecision(ir::Precision precision) {
-  switch (precision) {
-  case ir::Precision::MixedBF16:
-    return "mixed(bf16)";
-  case ir::Precision::MixedFP16:
-    return "mixed(fp16)";
-  case ir::Precision::FP32:
-    return "fp32";
-  }
-  return "?";
+std::string describePrecision(const ir::Run &run) {
+  if (run.precision == ir::Precision::MixedFP8 && run.fp8Gather)
+    return "mixed(fp8, gather = fp8)";
+  return ir::toString(run.precision).str();
 }
 
 std::string describeOptimizer(ir::OptimizerKind optimizer) {
-  switch (optimizer) {
-  case ir::OptimizerKind::Adam:
-    return "adam";
-  case ir::OptimizerKind::Sgd:
-    return "sgd";
-  case ir::OptimizerKind::SgdMomentum:
-    return "sgd(momentum = true)";
-  }
-  return "?";
+  return ir::toString(optimizer).str();
 }
 
 std::string describeOptimizerBytes(ir::Precision precision, ir::OptimizerKind optimizer) {

@@ -161,7 +161,7 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
       {"  pipeline",
        [](const RunReport &r) { return describePipeline(*r.run->strategy, r.plan->microbatches); }},
       {"batch (micro × dp × steps)", [](const RunReport &r) { return describeBatch(*r.run); }},
-      {"precision", [](const RunReport &r) { return describePrecision(r.run->precision); }},
+      {"precision", [](const RunReport &r) { return describePrecision(*r.run); }},
       {"optimizer", [](const RunReport &r) { return describeOptimizer(r.run->optimizer); }},
   };
   std::vector<Table> tables = sideBySide("Configuration", runs, rows, /*untitled=*/true,

@@ -183,6 +183,8 @@ private:
   std::unique_ptr<ir::Strategy> bindBody(const ast::StrategyDecl &decl, const ParamEnv &env,
                                          std::string name, SMLoc loc);
   bool bindPlacement(const ast::Placement &placement, ir::Strategy &strategy);
+  /// The strategy settings written like placements: `context = ring;`, `async_tp = true;`.
+  bool bindSetting(const ast::Placement &placement, ir::Strategy &strategy);
   bool bindActivations(const ast::Placement &placement, ir::Strategy &strategy);
   bool bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env, ir::Strategy &strategy);
   std::unique_ptr<ir::Strategy> compose(ArrayRef<const ir::Strategy *> operands,
@@ -978,6 +980,8 @@ std::optional<ir::AxisKind> parseAxisKind(StringRef text) {
     return ir::AxisKind::Tensor;
   if (text == "layers")
     return ir::AxisKind::Layers;
+  if (text == "sequence")
+    return ir::AxisKind::Sequence;
   return std::nullopt;
 }
 
@@ -1005,8 +1009,8 @@ std::unique_ptr<ir::Strategy> Sema::bindBody(const ast::StrategyDecl &decl, cons
         if (!kind) {
           diags.error(axisDecl.kindLoc,
                       Twine("unknown axis kind '") + axisDecl.kind +
-                          "': expected batch, tensor or layers" +
-                          didYouMean(axisDecl.kind, {"batch", "tensor", "layers"}),
+                          "': expected batch, tensor, layers or sequence" +
+                          didYouMean(axisDecl.kind, {"batch", "tensor", "layers", "sequence"}),
                       "placement");
           ok = false;
           continue;
@@ -1018,11 +1022,13 @@ std::unique_ptr<ir::Strategy> Sema::bindBody(const ast::StrategyDecl &decl, cons
         axis.kind = ir::AxisKind::Tensor;
       } else if (axisDecl.name == "pp") {
         axis.kind = ir::AxisKind::Layers;
+      } else if (axisDecl.name == "cp") {
+        axis.kind = ir::AxisKind::Sequence;
       } else {
         diags.error(axisDecl.nameLoc,
                     Twine("axis '") + axisDecl.name + "' needs a kind: write '" + axisDecl.name +
-                        ": batch = …' (or tensor, or layers); only dp, tp "
-                        "and pp imply theirs",
+                        ": batch = …' (or tensor, layers, sequence); only dp, tp, "
+                        "pp and cp imply theirs",
                     "placement");
         ok = false;
         continue;
@@ -1110,7 +1116,44 @@ std::unique_ptr<ir::Strategy> Sema::bindBody(const ast::StrategyDecl &decl, cons
   return strategy;
 }
 
+bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) {
+  const ast::Mode *value = placement.modes.size() == 1 ? &placement.modes[0] : nullptr;
+  bool plain = value && !value->hasParens && placement.tier.empty();
+  if (placement.state == "context") {
+    std::optional<ir::ContextMethod> method;
+    if (plain && value->name == "ring")
+      method = ir::ContextMethod::Ring;
+    else if (plain && value->name == "all_gather")
+      method = ir::ContextMethod::AllGather;
+    else if (plain && value->name == "all_to_all")
+      method = ir::ContextMethod::AllToAll;
+    if (!method) {
+      diags.error(value ? value->nameLoc : placement.stateLoc,
+                  Twine("'context' takes ring, all_gather or all_to_all (how context-parallel "
+                        "attention exchanges keys and values)") +
+                      (value ? didYouMean(value->name, {"ring", "all_gather", "all_to_all"})
+                             : std::string()),
+                  "placement");
+      return false;
+    }
+    strategy.contextMethod = *method;
+    strategy.contextLoc = placement.stateLoc;
+    return true;
+  }
+  // async_tp
+  if (!plain || (value->name != "true" && value->name != "false")) {
+    diags.error(value ? value->nameLoc : placement.stateLoc,
+                "'async_tp' takes true or false", "placement");
+    return false;
+  }
+  strategy.asyncTensorParallel = value->name == "true";
+  strategy.asyncTensorParallelLoc = placement.stateLoc;
+  return true;
+}
+
 bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy) {
+  if (placement.state == "context" || placement.state == "async_tp")
+    return bindSetting(placement, strategy);
   std::optional<ir::State> state;
   if (placement.state == "params")
     state = ir::State::Params;
@@ -1123,9 +1166,10 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
   if (!state) {
     diags.error(placement.stateLoc,
                 Twine("unknown state '") + placement.state +
-                    "': expected params, grads, optimizer or activations" +
+                    "': expected params, grads, optimizer or activations (or the settings "
+                    "context and async_tp)" +
                     didYouMean(placement.state, {"params", "grads", "optimizer", "activations",
-                                                 "mesh", "pipeline"}));
+                                                 "mesh", "pipeline", "context", "async_tp"}));
     return false;
   }
   ir::StatePlacement &target = strategy.getPlacement(*state);
@@ -1373,7 +1417,9 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
       if (axis.kind != ir::AxisKind::Tensor) {
         diags.error(value.getLoc(),
                     Twine("activations are always split ") +
-                        (axis.kind == ir::AxisKind::Batch ? "by the batch" : "by pipeline stage") +
+                        (axis.kind == ir::AxisKind::Batch      ? "by the batch"
+                         : axis.kind == ir::AxisKind::Sequence ? "along the sequence"
+                                                               : "by pipeline stage") +
                         " over '" + axis.name +
                         "', which takes no mode; 'shard' on activations means "
                         "sequence parallelism over a tensor axis",
@@ -1394,18 +1440,33 @@ bool Sema::bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env,
                         ir::Strategy &strategy) {
   ir::Pipeline pipeline;
   pipeline.loc = spec.loc;
+  static const std::vector<std::string> schedules = {
+      "1f1b", "gpipe", "interleaved", "zero_bubble", "zbv", "dualpipe", "dualpipev"};
   if (spec.schedule == "1f1b")
     pipeline.schedule = ir::Schedule::OneFOneB;
   else if (spec.schedule == "gpipe")
     pipeline.schedule = ir::Schedule::GPipe;
   else if (spec.schedule == "interleaved")
     pipeline.schedule = ir::Schedule::Interleaved;
+  else if (spec.schedule == "zero_bubble")
+    pipeline.schedule = ir::Schedule::ZeroBubble;
+  else if (spec.schedule == "zbv")
+    pipeline.schedule = ir::Schedule::ZeroBubbleV;
+  else if (spec.schedule == "dualpipe")
+    pipeline.schedule = ir::Schedule::DualPipe;
+  else if (spec.schedule == "dualpipev")
+    pipeline.schedule = ir::Schedule::DualPipeV;
   else {
     diags.error(spec.scheduleLoc, Twine("unknown pipeline schedule '") + spec.schedule +
-                                      "': expected 1f1b, gpipe or interleaved" +
-                                      didYouMean(spec.schedule, {"1f1b", "gpipe", "interleaved"}));
+                                      "': expected 1f1b, gpipe, interleaved, zero_bubble, zbv, "
+                                      "dualpipe or dualpipev" +
+                                      didYouMean(spec.schedule, schedules));
     return false;
   }
+  // The V-shaped schedules hold two model chunks per stage.
+  if (pipeline.schedule == ir::Schedule::ZeroBubbleV ||
+      pipeline.schedule == ir::Schedule::DualPipeV)
+    pipeline.chunks = 2;
   bool ok = true;
   bool sawChunks = false;
   StringSet<> seen;
@@ -1434,10 +1495,22 @@ bool Sema::bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env,
       }
       pipeline.chunks = value->value;
       sawChunks = true;
+    } else if ((key == "first" || key == "last") && pipeline.chunks == 1 &&
+               pipeline.schedule != ir::Schedule::Interleaved) {
+      std::optional<ParamValue> value = getParamCount(*arg.value, key, env, false);
+      if (!value) {
+        ok = false;
+        continue;
+      }
+      (key == "first" ? pipeline.firstStageLayers : pipeline.lastStageLayers) = value->value;
     } else {
+      StringRef options = pipeline.schedule == ir::Schedule::Interleaved ? "microbatches and chunks"
+                          : pipeline.chunks > 1
+                              ? "microbatches"
+                              : "microbatches, first and last (the layers of the first and last "
+                                "stages)";
       diags.error(loc, Twine("pipeline schedule '") + spec.schedule + "' has no option '" + key +
-                           "'; its options are microbatches" +
-                           (pipeline.schedule == ir::Schedule::Interleaved ? " and chunks" : ""));
+                           "'; its options are " + options);
       ok = false;
     }
   }
@@ -1445,6 +1518,12 @@ bool Sema::bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env,
     diags.error(spec.scheduleLoc, "an interleaved schedule needs 'chunks', the number of model "
                                   "chunks per stage: write 'interleaved(microbatches = 16, "
                                   "chunks = 2)'");
+    ok = false;
+  }
+  if (ok && pipeline.chunks > 1 && (pipeline.firstStageLayers || pipeline.lastStageLayers)) {
+    diags.error(spec.scheduleLoc,
+                Twine("'first' and 'last' apply to schedules with one model chunk per stage; ") +
+                    spec.schedule + " has " + Twine(pipeline.chunks));
     ok = false;
   }
   if (ok)
@@ -1471,6 +1550,10 @@ void Sema::applyDefaults(ir::Strategy &strategy) {
       case ir::AxisKind::Layers:
         slot.mode = ir::PlacementMode::StageSplit;
         break;
+      case ir::AxisKind::Sequence:
+        slot.mode = state == ir::State::Activations ? ir::PlacementMode::SequenceSplit
+                                                    : ir::PlacementMode::Replicated;
+        break;
       }
     }
   }
@@ -1484,7 +1567,7 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
   result->loc = loc;
   bool ok = true;
   StringMap<size_t> axisOwner;
-  std::optional<size_t> layersOwner, pipelineOwner, activationOwner;
+  std::optional<size_t> layersOwner, pipelineOwner, activationOwner, contextOwner, asyncTpOwner;
   std::array<std::optional<size_t>, ir::kNumStates> tierOwner;
 
   for (size_t i = 0; i < operands.size(); ++i) {
@@ -1540,6 +1623,37 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
       }
     }
     result->sequenceParallel |= operand.sequenceParallel;
+    if (operand.contextLoc.isValid()) {
+      if (contextOwner && operands[*contextOwner]->contextMethod != operand.contextMethod) {
+        diags.error(operandLocs[i],
+                    Twine("the operands of '*' disagree on the context exchange: '") +
+                        ir::toString(operands[*contextOwner]->contextMethod) + "' and '" +
+                        ir::toString(operand.contextMethod) + "'",
+                    "composition");
+        diags.note(operandLocs[*contextOwner], Twine("'") + operands[*contextOwner]->name +
+                                                   "' sets '" +
+                                                   ir::toString(operands[*contextOwner]->contextMethod) +
+                                                   "'");
+        ok = false;
+      } else if (!contextOwner) {
+        contextOwner = i;
+        result->contextMethod = operand.contextMethod;
+        result->contextLoc = operand.contextLoc;
+      }
+    }
+    if (operand.asyncTensorParallelLoc.isValid()) {
+      if (asyncTpOwner &&
+          operands[*asyncTpOwner]->asyncTensorParallel != operand.asyncTensorParallel) {
+        diags.error(operandLocs[i], "the operands of '*' disagree on async_tp", "composition");
+        diags.note(operandLocs[*asyncTpOwner],
+                   Twine("'") + operands[*asyncTpOwner]->name + "' sets it");
+        ok = false;
+      } else if (!asyncTpOwner) {
+        asyncTpOwner = i;
+        result->asyncTensorParallel = operand.asyncTensorParallel;
+        result->asyncTensorParallelLoc = operand.asyncTensorParallelLoc;
+      }
+    }
     for (ir::State state : ir::kAllStates) {
       const ir::StatePlacement &from = operand.getPlacement(state);
       ir::StatePlacement &to = result->getPlacement(state);
@@ -1668,14 +1782,32 @@ void Sema::buildRun(const ast::RunDecl &decl) {
     if (value.kind == ast::Value::Kind::Name && value.text == "fp32") {
       run->precision = ir::Precision::FP32;
     } else if (value.kind == ast::Value::Kind::Call && value.text == "mixed" &&
-               value.args.size() == 1 && value.args[0].key.empty() &&
+               !value.args.empty() && value.args[0].key.empty() &&
                value.args[0].value->kind == ast::Value::Kind::Name &&
-               (value.args[0].value->text == "bf16" || value.args[0].value->text == "fp16")) {
-      run->precision =
-          value.args[0].value->text == "bf16" ? ir::Precision::MixedBF16 : ir::Precision::MixedFP16;
+               (value.args[0].value->text == "bf16" || value.args[0].value->text == "fp16" ||
+                value.args[0].value->text == "fp8")) {
+      StringRef type = value.args[0].value->text;
+      run->precision = type == "bf16"   ? ir::Precision::MixedBF16
+                       : type == "fp16" ? ir::Precision::MixedFP16
+                                        : ir::Precision::MixedFP8;
+      for (size_t i = 1; i < value.args.size(); ++i) {
+        const ast::Arg &arg = value.args[i];
+        const ast::Value &option = *arg.value;
+        if (type == "fp8" && arg.key == "gather" && option.kind == ast::Value::Kind::Name &&
+            (option.text == "fp8" || option.text == "bf16")) {
+          run->fp8Gather = option.text == "fp8";
+          continue;
+        }
+        diags.error(arg.key.empty() ? option.getLoc() : arg.keyLoc,
+                    type == "fp8" ? Twine("mixed(fp8) takes one option, 'gather = fp8' or "
+                                          "'gather = bf16' (the type parameters are all-gathered "
+                                          "in)")
+                                  : Twine("mixed(") + type + ") takes no options");
+        ok = false;
+      }
     } else {
       diags.error(value.getLoc(), Twine("unknown precision '") + spell(value) +
-                                      "': expected mixed(bf16), mixed(fp16) or fp32");
+                                      "': expected mixed(bf16), mixed(fp16), mixed(fp8) or fp32");
       ok = false;
     }
   }

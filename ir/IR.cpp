@@ -89,6 +89,18 @@ StringRef toString(AttentionKind attention) {
   llvm_unreachable("unknown AttentionKind");
 }
 
+StringRef toString(ContextMethod method) {
+  switch (method) {
+  case ContextMethod::Ring:
+    return "ring";
+  case ContextMethod::AllGather:
+    return "all_gather";
+  case ContextMethod::AllToAll:
+    return "all_to_all";
+  }
+  llvm_unreachable("unknown ContextMethod");
+}
+
 StringRef toString(AxisKind kind) {
   switch (kind) {
   case AxisKind::Batch:
@@ -97,6 +109,8 @@ StringRef toString(AxisKind kind) {
     return "tensor";
   case AxisKind::Layers:
     return "layers";
+  case AxisKind::Sequence:
+    return "sequence";
   }
   llvm_unreachable("unknown AxisKind");
 }
@@ -129,6 +143,8 @@ StringRef toString(PlacementMode mode) {
     return "stage-split";
   case PlacementMode::BatchSplit:
     return "batch-split";
+  case PlacementMode::SequenceSplit:
+    return "sequence-split";
   }
   llvm_unreachable("unknown PlacementMode");
 }
@@ -165,6 +181,14 @@ StringRef toString(Schedule schedule) {
     return "gpipe";
   case Schedule::Interleaved:
     return "interleaved";
+  case Schedule::ZeroBubble:
+    return "zero_bubble";
+  case Schedule::ZeroBubbleV:
+    return "zbv";
+  case Schedule::DualPipe:
+    return "dualpipe";
+  case Schedule::DualPipeV:
+    return "dualpipev";
   }
   llvm_unreachable("unknown Schedule");
 }
@@ -177,6 +201,8 @@ StringRef toString(Precision precision) {
     return "mixed(fp16)";
   case Precision::FP32:
     return "fp32";
+  case Precision::MixedFP8:
+    return "mixed(fp8)";
   }
   llvm_unreachable("unknown Precision");
 }
@@ -291,6 +317,9 @@ int64_t StatePlacement::getDegree(const Mesh &mesh, PlacementMode mode) const {
 StateBytes getStateBytes(Precision precision, OptimizerKind optimizer) {
   bool mixed = precision != Precision::FP32;
   unsigned weightBytes = mixed ? 2 : 4;
+  // FP8 training keeps the BF16 weights and caches their FP8 cast (one byte each) from the first
+  // micro-batch of a step to the last (Transformer Engine's weight cache).
+  unsigned paramBytes = precision == Precision::MixedFP8 ? 3 : weightBytes;
   unsigned optimizerBytes = 0;
   switch (optimizer) {
   case OptimizerKind::Adam:
@@ -306,7 +335,7 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer) {
     optimizerBytes = mixed ? 4 : 0;
     break;
   }
-  return {weightBytes, weightBytes, optimizerBytes};
+  return {paramBytes, weightBytes, optimizerBytes};
 }
 
 unsigned getActivationBytes(Precision precision) { return precision == Precision::FP32 ? 4 : 2; }

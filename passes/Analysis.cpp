@@ -47,8 +47,11 @@ cost::Collective getCollective(plan::OpKind kind) {
     return cost::Collective::AllGather;
   case plan::OpKind::ReduceScatter:
     return cost::Collective::ReduceScatter;
+  case plan::OpKind::AllToAll:
+    return cost::Collective::AllToAll;
   case plan::OpKind::Send:
   case plan::OpKind::Recv:
+  case plan::OpKind::RingStep:
     return cost::Collective::PointToPoint;
   default:
     return cost::Collective::Host;
@@ -143,6 +146,7 @@ public:
         cluster(*run.cluster), options(options), costModel(cluster, run.precision) {
     layout.microBatch = static_cast<double>(run.microBatch);
     layout.tensor = mesh.getDegree(ir::AxisKind::Tensor);
+    layout.context = mesh.getDegree(ir::AxisKind::Sequence);
     layout.sequenceParallel = strategy.sequenceParallel;
     layout.activations = strategy.activationMode;
     layout.precision = run.precision;
@@ -184,6 +188,19 @@ private:
   double callSeconds(const Op &op, int stage, double bytes, std::string *formula = nullptr);
   /// The time of a compute op (transformer layers share one figure per kind of pass).
   double computeSeconds(const Op &op, std::vector<Explanation> *lines = nullptr);
+  /// The weight-gradient part of a backward compute op.
+  double weightSeconds(const Op &op) const { return costModel.getWeightGradientSeconds(op.work); }
+  /// Communication inside a unit that runs beside the unit's compute: tensor-parallel
+  /// collectives under async_tp.
+  bool isBeside(const Op &op) const {
+    if (op.kind == OpKind::RingStep)
+      return true; // Ring attention overlaps each block's exchange with its attention.
+    return strategy.asyncTensorParallel && op.state == ir::State::Activations &&
+           plan::isCollective(op.kind) && !op.axes.empty() &&
+           llvm::all_of(op.axes, [&](unsigned axis) {
+             return mesh.axes[axis].kind == ir::AxisKind::Tensor;
+           });
+  }
 
   void explainMemory(RunExplanation &explanation, const MemoryReport &memory);
   void explainCommunication(RunExplanation &explanation,
@@ -209,7 +226,7 @@ Analyzer::Shard Analyzer::shardOf(ir::State state) const {
   std::vector<std::string> split, replicated;
   for (unsigned i = 0; i < mesh.axes.size() && i < placement.axes.size(); ++i) {
     const ir::Axis &axis = mesh.axes[i];
-    if (axis.kind != ir::AxisKind::Batch)
+    if (!ir::isDataParallel(axis.kind))
       continue;
     switch (placement.axes[i].mode) {
     case ir::PlacementMode::Sharded:
@@ -244,7 +261,7 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
   // after each micro-batch's reduce-scatter and accumulate there; replicated gradients
   // accumulate on the device until the step's reduction (the plan's device-to-host ops).
   bool gradsSharded = llvm::any_of(llvm::seq<unsigned>(0, mesh.axes.size()), [&](unsigned i) {
-    return mesh.axes[i].kind == ir::AxisKind::Batch &&
+    return ir::isDataParallel(mesh.axes[i].kind) &&
            grads.axes[i].mode == ir::PlacementMode::Sharded;
   });
   x.gradsOnHostWithOptimizer = x.optimizerOnHost && !grads.tierExplicit && gradsSharded;
@@ -337,7 +354,11 @@ double Analyzer::callSeconds(const Op &op, int stage, double bytes, std::string 
   case OpKind::AllGather:
   case OpKind::ReduceScatter:
   case OpKind::AllReduce:
+  case OpKind::AllToAll:
     return costModel.getCollectiveSeconds(getCollective(op.kind), groupOf(op.axes), bytes, formula);
+  case OpKind::RingStep:
+    // Each rank sends to its neighbour in the group; across nodes when the group spans them.
+    return costModel.getPointToPointSeconds(bytes, !groupOf(op.axes).isIntraNode(), formula);
   default:
     return 0;
   }
@@ -471,6 +492,7 @@ void Analyzer::explainCommunication(RunExplanation &explanation,
       break;
     case OpKind::AllGather:
     case OpKind::ReduceScatter:
+    case OpKind::AllToAll:
       sentFormula =
           fmt::format("({} - 1)/{} × total (ring {}) = {}/{} × {}", num(n), num(n),
                       plan::toString(entry.collective).str(), num(n - 1), num(n), bytesText(total));
@@ -527,7 +549,7 @@ RunAnalysis Analyzer::analyze() {
   TimeReport &time = result.time;
   struct StageTime {
     int stage = 0;
-    double forwardCompute = 0, backwardCompute = 0, optimizer = 0;
+    double forwardCompute = 0, backwardCompute = 0, weight = 0, optimizer = 0;
     double exposedPerMicrobatch = 0, exposed = 0, total = 0;
   };
   std::vector<StageTime> stageTimes;
@@ -588,13 +610,17 @@ RunAnalysis Analyzer::analyze() {
           double seconds = computeSeconds(op);
           unit.compute += seconds;
           compute += seconds;
+          if (op.compute == plan::ComputeKind::Backward)
+            st.weight += weightSeconds(op);
           continue;
         }
         double seconds = account(op);
-        if (!isOverlappable(op))
-          critical += seconds;
-        else
+        if (isOverlappable(op))
           (op.kind == OpKind::AllGather ? unit.gather : unit.reduce) += seconds;
+        else if (isBeside(op))
+          unit.beside += seconds;
+        else
+          critical += seconds;
       }
       return units;
     };
@@ -644,12 +670,14 @@ RunAnalysis Analyzer::analyze() {
 
   // The step: the slowest stage plus the pipeline bubble, which the slowest micro-batch sets.
   const StageTime *slowest = nullptr;
-  double slowestMicrobatch = 0;
+  cost::MicrobatchTimes slowestMicrobatch;
   for (const StageTime &st : stageTimes) {
     if (!slowest || st.total >= slowest->total)
       slowest = &st;
-    slowestMicrobatch = std::max(slowestMicrobatch,
-                                 st.forwardCompute + st.backwardCompute + st.exposedPerMicrobatch);
+    cost::MicrobatchTimes times{st.forwardCompute, st.backwardCompute, st.weight,
+                                st.exposedPerMicrobatch};
+    if (times.getTotal() > slowestMicrobatch.getTotal())
+      slowestMicrobatch = times;
   }
   int64_t stages = static_cast<int64_t>(plan.stages.size());
   std::string bubbleFormula;

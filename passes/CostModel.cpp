@@ -210,7 +210,8 @@ std::vector<Gemm> layerProjections(const TransformerDims &x) {
 void addBackwardProducts(const std::vector<Gemm> &forward, std::vector<Gemm> &out) {
   for (const Gemm &gemm : forward) {
     out.push_back({gemm.name + " input gradient", gemm.m, gemm.k, gemm.n, gemm.batch});
-    out.push_back({gemm.name + " weight gradient", gemm.k, gemm.n, gemm.m, gemm.batch});
+    out.push_back({gemm.name + " weight gradient", gemm.k, gemm.n, gemm.m, gemm.batch,
+                   /*weightGradient=*/true});
   }
 }
 
@@ -530,11 +531,27 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
     if (formula)
       *formula = fmt::format("{} in flight (gpipe keeps all m)", count(m));
     return m;
-  case ir::Schedule::OneFOneB: {
+  case ir::Schedule::OneFOneB:
+  case ir::Schedule::ZeroBubble: {
     double value = std::min(p - stage, m);
     if (formula)
-      *formula = fmt::format("{} in flight (1f1b: min(p - stage, m) = min({} - {}, {}))",
-                             count(value), num(p), stage, num(m));
+      *formula = fmt::format("{} in flight ({}: min(p - stage, m) = min({} - {}, {}))",
+                             count(value), ir::toString(schedule).str(), num(p), stage, num(m));
+    return value;
+  }
+  case ir::Schedule::ZeroBubbleV: {
+    double value = std::min(p, m);
+    if (formula)
+      *formula = fmt::format("{} in flight (zbv: min(p, m) = min({}, {}) on every stage)",
+                             count(value), num(p), num(m));
+    return value;
+  }
+  case ir::Schedule::DualPipe:
+  case ir::Schedule::DualPipeV: {
+    double value = std::min(p + 1, m);
+    if (formula)
+      *formula = fmt::format("{} in flight ({}: min(p + 1, m) = min({} + 1, {}))", count(value),
+                             ir::toString(schedule).str(), num(p), num(m));
     return value;
   }
   case ir::Schedule::Interleaved: {
@@ -774,15 +791,16 @@ double getPassExposedSeconds(ArrayRef<PassUnit> units) {
     if (first)
       exposed += unit.gather;
     first = false;
+    double beside = unit.beside;
     if (unit.count == 1) {
-      exposed += getOverlapExposedSeconds(nextGather + previousReduce, unit.compute);
+      exposed += getOverlapExposedSeconds(nextGather + previousReduce + beside, unit.compute);
     } else {
       // A run of identical units: the first overlaps the previous unit's reduction, the middle
       // ones their neighbours', the last the next unit's gather.
-      exposed += getOverlapExposedSeconds(unit.gather + previousReduce, unit.compute) +
+      exposed += getOverlapExposedSeconds(unit.gather + previousReduce + beside, unit.compute) +
                  static_cast<double>(unit.count - 2) *
-                     getOverlapExposedSeconds(unit.gather + unit.reduce, unit.compute) +
-                 getOverlapExposedSeconds(nextGather + unit.reduce, unit.compute);
+                     getOverlapExposedSeconds(unit.gather + unit.reduce + beside, unit.compute) +
+                 getOverlapExposedSeconds(nextGather + unit.reduce + beside, unit.compute);
     }
     previousReduce = unit.reduce;
   }
@@ -794,42 +812,100 @@ double getPassExposedSeconds(ArrayRef<PassUnit> units) {
 // Pipelines
 //===----------------------------------------------------------------------===//
 
-bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
-                     std::string *why) {
-  if (schedule == ir::Schedule::Interleaved && stages > 1 && chunks > 1 &&
-      microbatches % stages != 0) {
-    if (why)
-      *why = fmt::format("the interleaved schedule needs the micro-batches per step to be a "
-                         "multiple of the pipeline stages (Megatron-LM), but {} micro-batches "
-                         "over {} stages leave {}",
-                         microbatches, stages, microbatches % stages);
-    return false;
+bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches,
+                     int64_t chunks, std::string *why) {
+  if (stages <= 1)
+    return true;
+  switch (schedule) {
+  case ir::Schedule::Interleaved:
+    if (chunks > 1 && microbatches % stages != 0) {
+      if (why)
+        *why = fmt::format("the interleaved schedule needs the micro-batches per step to be a "
+                           "multiple of the pipeline stages (Megatron-LM), but {} micro-batches "
+                           "over {} stages leave {}",
+                           microbatches, stages, microbatches % stages);
+      return false;
+    }
+    return true;
+  case ir::Schedule::ZeroBubble:
+  case ir::Schedule::ZeroBubbleV:
+    if (microbatches < stages) {
+      if (why)
+        *why = fmt::format("{} needs at least as many micro-batches per step as pipeline stages "
+                           "to reach its steady state (Qi et al. 2024), but {} < {}",
+                           ir::toString(schedule).str(), microbatches, stages);
+      return false;
+    }
+    return true;
+  case ir::Schedule::DualPipeV:
+  case ir::Schedule::DualPipe:
+    if (stages % 2 != 0 || microbatches < 2 * stages) {
+      if (why)
+        *why = fmt::format("{} needs an even number of pipeline stages and at least twice as "
+                           "many micro-batches per step (DeepSeek-AI's DualPipe), but {} stages "
+                           "and {} micro-batches",
+                           ir::toString(schedule).str(), stages, microbatches);
+      return false;
+    }
+    return true;
+  case ir::Schedule::OneFOneB:
+  case ir::Schedule::GPipe:
+    return true;
   }
   return true;
 }
 
-double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
-                        double microbatchSeconds, std::string *formula) {
+double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatches,
+                        int64_t chunks, const MicrobatchTimes &times, std::string *formula) {
   double p = static_cast<double>(stages);
   if (stages <= 1) {
     if (formula)
       *formula = "no pipeline";
     return 0;
   }
-  bool interleaved = schedule == ir::Schedule::Interleaved && chunks > 1 &&
-                     isScheduleValid(schedule, stages, microbatches, chunks);
-  double v = interleaved ? static_cast<double>(chunks) : 1;
-  double bubble = (p - 1) * microbatchSeconds / v;
-  if (formula) {
-    if (interleaved)
-      *formula = fmt::format("(p - 1)/v × slowest micro-batch = ({} - 1)/{} × {} (interleaved, "
-                             "m = {} a multiple of p)",
-                             num(p), num(v), fmtSeconds(microbatchSeconds), microbatches);
-    else
-      *formula =
-          fmt::format("(p - 1) × slowest micro-batch = ({} - 1) × {} ({}, m = {})", num(p),
-                      fmtSeconds(microbatchSeconds), ir::toString(schedule).str(), microbatches);
+  double total = times.getTotal();
+  double f = times.forward, w = times.weight, b = times.backward - times.weight,
+         comm = times.exposed;
+  bool valid = isScheduleValid(schedule, stages, microbatches, chunks);
+  std::string name = ir::toString(schedule).str();
+  double bubble = (p - 1) * total;
+  std::string text = fmt::format("(p - 1) × slowest micro-batch = ({} - 1) × {} ({}, m = {})",
+                                 num(p), fmtSeconds(total), name, microbatches);
+  switch (valid ? schedule : ir::Schedule::OneFOneB) {
+  case ir::Schedule::OneFOneB:
+  case ir::Schedule::GPipe:
+    break;
+  case ir::Schedule::Interleaved: {
+    double v = static_cast<double>(std::max<int64_t>(1, chunks));
+    bubble = (p - 1) * total / v;
+    text = fmt::format("(p - 1)/v × slowest micro-batch = ({} - 1)/{} × {} (interleaved, m = {} "
+                       "a multiple of p)",
+                       num(p), num(v), fmtSeconds(total), microbatches);
+    break;
   }
+  case ir::Schedule::ZeroBubble:
+    bubble = (p - 1) * std::max(0.0, f + b - w + comm);
+    text = fmt::format("(p - 1) × (F + B - W + comm) = ({} - 1) × ({} + {} - {} + {}) (zero "
+                       "bubble ZB-H1, W filling the cool-down)",
+                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm));
+    break;
+  case ir::Schedule::ZeroBubbleV:
+    bubble = (p - 1) * (std::max(0.0, f + b - 2 * w) + comm) / 2;
+    text = fmt::format("(p - 1) × (max(0, F + B - 2W) + comm)/2 = ({} - 1) × (max(0, {} + {} - "
+                       "2·{}) + {})/2 (ZB-V, chunks of half a stage)",
+                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm));
+    break;
+  case ir::Schedule::DualPipeV:
+  case ir::Schedule::DualPipe:
+    bubble = (p / 2 - 1) * (std::max(0.0, f + 2 * b - 3 * w) + comm) / 2;
+    text = fmt::format("(p/2 - 1) × (max(0, F&B + B - 3W) + comm)/2, F&B = F + B: ({}/2 - 1) × "
+                       "(max(0, {} + 2·{} - 3·{}) + {})/2 ({}, chunks of half a stage)",
+                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm),
+                       name);
+    break;
+  }
+  if (formula)
+    *formula = text;
   return bubble;
 }
 
@@ -957,6 +1033,15 @@ double CostModel::getComputeSeconds(const Work &work, std::vector<Explanation> *
     if (lines)
       lines->push_back({op.name, formula, time, "s"});
   }
+  return total;
+}
+
+double CostModel::getWeightGradientSeconds(const Work &work) const {
+  double total = 0;
+  for (const Gemm &gemm : work.gemms)
+    if (gemm.weightGradient)
+      total += shapes ? getGemmSeconds(gemm)
+                      : (peak > 0 ? gemm.getFlops() / (peak * cluster.efficiency) : 0);
   return total;
 }
 

@@ -25,11 +25,15 @@ StringRef toString(DType dtype) {
     return "fp16";
   case DType::FP32:
     return "fp32";
+  case DType::FP8:
+    return "fp8";
   }
   return "?";
 }
 
-unsigned getSize(DType dtype) { return dtype == DType::FP32 ? 4 : 2; }
+unsigned getSize(DType dtype) {
+  return dtype == DType::FP32 ? 4 : dtype == DType::FP8 ? 1 : 2;
+}
 
 StringRef toString(Phase phase) {
   switch (phase) {
@@ -51,6 +55,10 @@ StringRef toString(OpKind kind) {
     return "reduce-scatter";
   case OpKind::AllReduce:
     return "all-reduce";
+  case OpKind::AllToAll:
+    return "all-to-all";
+  case OpKind::RingStep:
+    return "ring-step";
   case OpKind::Send:
     return "send";
   case OpKind::Recv:
@@ -70,7 +78,8 @@ StringRef toString(OpKind kind) {
 }
 
 bool isCollective(OpKind kind) {
-  return kind == OpKind::AllGather || kind == OpKind::ReduceScatter || kind == OpKind::AllReduce;
+  return kind == OpKind::AllGather || kind == OpKind::ReduceScatter ||
+         kind == OpKind::AllReduce || kind == OpKind::AllToAll;
 }
 
 StringRef toString(ComputeKind kind) {
@@ -93,7 +102,7 @@ std::vector<unsigned> axesWithMode(const ir::Strategy &strategy, ir::State state
   std::vector<unsigned> result;
   const ir::StatePlacement &placement = strategy.getPlacement(state);
   for (unsigned i = 0; i < strategy.mesh.axes.size(); ++i)
-    if (strategy.mesh.axes[i].kind == ir::AxisKind::Batch &&
+    if (ir::isDataParallel(strategy.mesh.axes[i].kind) &&
         llvm::is_contained(modes, placement.axes[i].mode))
       result.push_back(i);
   return result;
@@ -168,7 +177,10 @@ private:
   std::unique_ptr<StepPlan> plan;
 
   cost::Layout layout;
-  int64_t stages = 1, chunks = 1, tensorDegree = 1;
+  UnitLayout unitLayout;
+  PipelineLayout pipelineLayout;
+  int64_t stages = 1, chunks = 1, tensorDegree = 1, contextDegree = 1;
+  std::vector<unsigned> contextAxes;
   std::vector<unsigned> tensorAxes;
   std::optional<unsigned> layersAxis;
   // Batch axes by what each state does on them.
@@ -197,7 +209,11 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   case ir::Precision::FP32:
     plan->paramType = plan->gradType = plan->activationType = DType::FP32;
     break;
+  case ir::Precision::MixedFP8:
+    plan->paramType = plan->gradType = plan->activationType = DType::BF16;
+    break;
   }
+  plan->gatherType = run.fp8Gather ? DType::FP8 : plan->paramType;
 
   for (unsigned i = 0; i < mesh.axes.size(); ++i) {
     switch (mesh.axes[i].kind) {
@@ -212,8 +228,23 @@ std::unique_ptr<StepPlan> Lowering::lower() {
     case ir::AxisKind::Batch:
       batchAxes.push_back(i);
       break;
+    case ir::AxisKind::Sequence:
+      // Context parallelism: the states are data parallel over the axis (summed gradients,
+      // optional sharding), the tokens split along it.
+      batchAxes.push_back(i);
+      contextAxes.push_back(i);
+      contextDegree *= mesh.axes[i].size;
+      break;
     }
   }
+  layout.context = contextDegree;
+  unitLayout.microBatch = run.microBatch;
+  unitLayout.tensor = tensorDegree;
+  unitLayout.sequenceParallel = strategy.sequenceParallel;
+  unitLayout.context = contextDegree;
+  unitLayout.contextMethod = strategy.contextMethod;
+  pipelineLayout = getPipelineLayout(model.getNumLayers(), stages,
+                                     strategy.pipeline ? &*strategy.pipeline : nullptr);
   layout.microBatch = static_cast<double>(run.microBatch);
   layout.tensor = tensorDegree;
   layout.sequenceParallel = strategy.sequenceParallel;
@@ -254,15 +285,15 @@ void Lowering::buildUnits() {
     }
     return;
   }
-  // Units by layer index: -1 embeddings, [0, L) layers, L head.
-  int64_t layersPerChunk = std::max<int64_t>(1, layers / (stages * chunks));
+  // Units by layer index: -1 embeddings, [0, L) layers, L head. The embedding is on the stage of
+  // the first chunk, the head on the stage of the last (the first stage under V shapes).
+  const PipelineLayout &pipe = pipelineLayout;
   auto stageOf = [&](int64_t layer) -> int {
     if (layer < 0)
-      return 0;
+      return pipe.stageOfChunk.front();
     if (layer >= layers)
-      return static_cast<int>(stages - 1);
-    int64_t chunk = std::min(layer / layersPerChunk, stages * chunks - 1);
-    return static_cast<int>(chunk % stages);
+      return pipe.stageOfChunk.back();
+    return pipe.stageOfChunk[pipe.chunkOfLayer[layer]];
   };
   std::map<int, size_t> unitOfLayer;
   for (const ir::Tensor &tensor : model.tensors) {
@@ -323,7 +354,7 @@ Op Lowering::computeOp(int unitIndex, const Unit &unit, cost::PassKind pass) con
 int64_t Lowering::boundaryElements() const {
   int64_t b = run.microBatch;
   if (model.kind == ir::ModelKind::Transformer) {
-    int64_t elements = b * model.transformer.seq * model.transformer.hidden;
+    int64_t elements = b * model.transformer.seq / contextDegree * model.transformer.hidden;
     return strategy.sequenceParallel ? elements / tensorDegree : elements;
   }
   if (model.kind == ir::ModelKind::Mlp)
@@ -355,46 +386,33 @@ void Lowering::lowerStage(StagePlan &stage) {
   int64_t optimizerShard = product(mesh, optimizerShardAxes);
 
   bool hasTensorTraffic = tensorDegree > 1 && model.kind != ir::ModelKind::Abstract;
-  int64_t tpElements =
-      model.kind == ir::ModelKind::Transformer
-          ? run.microBatch * model.transformer.seq * model.transformer.hidden
-          : run.microBatch * (model.kind == ir::ModelKind::Mlp ? model.mlp.width : 0);
   int64_t layers = model.getNumLayers();
-  int64_t layersPerChunk = std::max<int64_t>(1, layers / (stages * chunks));
+  // Pipeline boundaries: between consecutive layers of different chunks on different stages
+  // (the V schedules turn around on one stage, which sends nothing).
+  const PipelineLayout &pipe = pipelineLayout;
+  auto stageOfLayer = [&](int64_t layer) { return pipe.stageOfChunk[pipe.chunkOfLayer[layer]]; };
   auto chunkStart = [&](const Unit &unit) {
-    return isLayer(unit) && unit.layer % layersPerChunk == 0 && unit.layer != 0;
+    return isLayer(unit) && unit.layer != 0 &&
+           stageOfLayer(unit.layer - 1) != stageOfLayer(unit.layer);
   };
   auto chunkEnd = [&](const Unit &unit) {
-    return isLayer(unit) && (unit.layer + 1) % layersPerChunk == 0 && unit.layer + 1 != layers;
+    return isLayer(unit) && unit.layer + 1 != layers &&
+           stageOfLayer(unit.layer + 1) != stageOfLayer(unit.layer);
   };
-  int prevStage = static_cast<int>((stage.stage + stages - 1) % stages);
-  int nextStage = static_cast<int>((stage.stage + 1) % stages);
+  auto prevStageOf = [&](const Unit &unit) { return stageOfLayer(unit.layer - 1); };
+  auto nextStageOf = [&](const Unit &unit) { return stageOfLayer(unit.layer + 1); };
 
   // Tensor-parallel traffic of one unit's forward (`forwardPass`) or backward pass, added to `ops`
   // in `phase` (a recomputed forward runs in the backward phase and repeats the forward's
   // traffic): getTensorCollectives.
   auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, bool forwardPass, int unitIndex,
                            const Unit &unit, StringRef why) {
-    if (!hasTensorTraffic)
-      return;
-    std::vector<OpKind> kinds =
-        getTensorCollectives(model, unit.kind, unit.layer, forwardPass, strategy.sequenceParallel);
-    // The mlp's reduced buffer is the layer's own edge: its output in the forward (b·output for
-    // a row-parallel last layer), its input in the backward (b·input for layer 0), which the
-    // runtime moves (codegen/placert: the e2e tests compare these bytes exactly).
-    int64_t elements = tpElements;
-    if (model.kind == ir::ModelKind::Mlp) {
-      const ir::MlpConfig &mlp = model.mlp;
-      elements = run.microBatch * (forwardPass ? (unit.layer + 1 == layers ? mlp.output : mlp.width)
-                                               : (unit.layer == 0 ? mlp.input : mlp.width));
-    }
-    for (OpKind kind : kinds) {
-      StringRef what = kind == OpKind::AllGather       ? "sequence-parallel gather of the input"
-                       : kind == OpKind::ReduceScatter ? "sequence-parallel reduce of the output"
-                                                       : "tensor-parallel partial sums";
-      ops.push_back(collective(kind, phase, ir::State::Activations, unitIndex, tensorAxes, elements,
-                               aType, true, (what + Twine(" (") + why + ")").str()));
-    }
+    for (const UnitCollective &c :
+         getUnitCollectives(model, unit.kind, unit.layer, forwardPass, unitLayout))
+      ops.push_back(collective(c.kind, phase, ir::State::Activations, unitIndex,
+                               c.over == ir::AxisKind::Tensor ? tensorAxes : contextAxes,
+                               c.elements, aType, true,
+                               (c.what + Twine(" (") + why + ")").str()));
   };
 
   // A unit's parameters are brought in before each use (from the host where params are
@@ -408,7 +426,7 @@ void Lowering::lowerStage(StagePlan &stage) {
                                ("params @ host: the unit's shard to the device for " + use).str()));
     if (!gatherAxes.empty())
       ops.push_back(collective(OpKind::AllGather, phase, ir::State::Params, unitIndex, gatherAxes,
-                               unit.params, pType, true,
+                               unit.params, plan->gatherType, true,
                                ("params gather: the whole unit for " + use).str()));
   };
   auto release = [&](std::vector<Op> &ops, Phase phase, int unitIndex, const Unit &unit,
@@ -439,7 +457,7 @@ void Lowering::lowerStage(StagePlan &stage) {
     if (stages > 1 && chunkStart(unit)) {
       Op op = collective(OpKind::Recv, Phase::Forward, ir::State::Activations, u, {},
                          boundaryElements(), aType, true, "activations from the previous stage");
-      op.peerStage = prevStage;
+      op.peerStage = prevStageOf(unit);
       if (layersAxis)
         op.axes = {*layersAxis};
       stage.forward.push_back(op);
@@ -454,7 +472,7 @@ void Lowering::lowerStage(StagePlan &stage) {
     if (hasTensorTraffic && model.kind == ir::ModelKind::Transformer && isHead(unit))
       stage.forward.push_back(collective(
           OpKind::AllGather, Phase::Forward, ir::State::Activations, u, tensorAxes,
-          3 * run.microBatch * model.transformer.seq * tensorDegree, aType, true,
+          3 * run.microBatch * model.transformer.seq / contextDegree * tensorDegree, aType, true,
           "vocabulary-parallel cross-entropy: every rank's row maxima, sums of exponentials and "
           "target logits"));
     if (!keepAfterForward && !(tiedHere && u == embedUnit)) {
@@ -466,7 +484,7 @@ void Lowering::lowerStage(StagePlan &stage) {
     if (stages > 1 && chunkEnd(unit)) {
       Op op = collective(OpKind::Send, Phase::Forward, ir::State::Activations, u, {},
                          boundaryElements(), aType, true, "activations to the next stage");
-      op.peerStage = nextStage;
+      op.peerStage = nextStageOf(unit);
       if (layersAxis)
         op.axes = {*layersAxis};
       stage.forward.push_back(op);
@@ -481,7 +499,7 @@ void Lowering::lowerStage(StagePlan &stage) {
       Op op =
           collective(OpKind::Recv, Phase::Backward, ir::State::Activations, u, {},
                      boundaryElements(), aType, true, "activation gradients from the next stage");
-      op.peerStage = nextStage;
+      op.peerStage = nextStageOf(unit);
       if (layersAxis)
         op.axes = {*layersAxis};
       stage.backward.push_back(op);
@@ -538,7 +556,7 @@ void Lowering::lowerStage(StagePlan &stage) {
       Op op =
           collective(OpKind::Send, Phase::Backward, ir::State::Activations, u, {},
                      boundaryElements(), aType, true, "activation gradients to the previous stage");
-      op.peerStage = prevStage;
+      op.peerStage = prevStageOf(unit);
       if (layersAxis)
         op.axes = {*layersAxis};
       stage.backward.push_back(op);
@@ -637,6 +655,138 @@ std::vector<OpKind> getTensorCollectives(const ir::Model &model, cost::UnitKind 
     break;
   }
   return kinds;
+}
+
+std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::UnitKind unit,
+                                               int64_t layer, bool forwardPass,
+                                               const UnitLayout &layout) {
+  std::vector<UnitCollective> result;
+  if (model.kind == ir::ModelKind::Abstract)
+    return result;
+  std::vector<OpKind> tensor;
+  if (layout.tensor > 1)
+    tensor = getTensorCollectives(model, unit, layer, forwardPass, layout.sequenceParallel);
+  int64_t b = layout.microBatch;
+  // The tensor-parallel buffer: b·s·h (the local sequence under context parallelism); the mlp's
+  // is the layer's own edge, its output in the forward (b·output for a row-parallel last layer),
+  // its input in the backward (b·input for layer 0), which the runtime moves.
+  int64_t tensorElements = 0;
+  if (model.kind == ir::ModelKind::Transformer) {
+    tensorElements = b * model.transformer.seq / layout.context * model.transformer.hidden;
+  } else {
+    const ir::MlpConfig &mlp = model.mlp;
+    tensorElements = b * (forwardPass ? (layer + 1 == mlp.layers ? mlp.output : mlp.width)
+                                      : (layer == 0 ? mlp.input : mlp.width));
+  }
+  auto addTensor = [&](OpKind kind) {
+    result.push_back({kind, ir::AxisKind::Tensor, tensorElements,
+                      kind == OpKind::AllGather       ? "sequence-parallel gather of the input"
+                      : kind == OpKind::ReduceScatter ? "sequence-parallel reduce of the output"
+                                                      : "tensor-parallel partial sums"});
+  };
+  // Context parallelism inside a layer's attention: the attention block's collectives are the
+  // first pair of a forward and the second of a backward; the exchange sits between the
+  // sequence-parallel gather and reduce of that block, or before its all-reduce.
+  std::vector<UnitCollective> context;
+  if (layout.context > 1 && unit == cost::UnitKind::Layer &&
+      model.kind == ir::ModelKind::Transformer) {
+    const ir::TransformerConfig &config = model.transformer;
+    int64_t cp = layout.context, t = layout.tensor, d = config.getHeadDim();
+    int64_t local = b * config.seq / cp;
+    int64_t kvBlock = 2 * local * config.getKvHeads() * d / t; // K and V of the local tokens
+    switch (layout.contextMethod) {
+    case ir::ContextMethod::Ring:
+      if (forwardPass) {
+        for (int64_t i = 1; i < cp; ++i)
+          context.push_back({OpKind::RingStep, ir::AxisKind::Sequence, kvBlock,
+                             "ring attention: pass the key/value block on"});
+      } else {
+        for (int64_t i = 1; i < cp; ++i)
+          context.push_back({OpKind::RingStep, ir::AxisKind::Sequence, 2 * kvBlock,
+                             "ring attention: pass the key/value block and its gradients on"});
+        context.push_back({OpKind::RingStep, ir::AxisKind::Sequence, kvBlock,
+                           "ring attention: send the key/value gradients home"});
+      }
+      break;
+    case ir::ContextMethod::AllGather:
+      context.push_back({OpKind::AllGather, ir::AxisKind::Sequence, kvBlock * cp,
+                         "context parallelism: all-gather the keys and values"});
+      if (!forwardPass)
+        context.push_back({OpKind::ReduceScatter, ir::AxisKind::Sequence, kvBlock * cp,
+                           "context parallelism: reduce-scatter the key/value gradients"});
+      break;
+    case ir::ContextMethod::AllToAll: {
+      int64_t qkv = local * (config.heads + 2 * config.getKvHeads()) * d / t;
+      int64_t out = local * config.heads * d / t;
+      UnitCollective in{OpKind::AllToAll, ir::AxisKind::Sequence, qkv,
+                        "Ulysses: queries, keys and values from sequence-split to head-split"};
+      UnitCollective back{OpKind::AllToAll, ir::AxisKind::Sequence, out,
+                          "Ulysses: the attention output from head-split to sequence-split"};
+      if (forwardPass) {
+        context = {in, back};
+      } else {
+        back.what = "Ulysses: the output gradient from sequence-split to head-split";
+        in.what = "Ulysses: the query, key and value gradients back to sequence-split";
+        context = {back, in};
+      }
+      break;
+    }
+    }
+  }
+  bool sp = layout.sequenceParallel && model.kind == ir::ModelKind::Transformer;
+  size_t attentionAt = 0; // Where the exchange goes among the tensor collectives.
+  if (unit == cost::UnitKind::Layer && !tensor.empty())
+    attentionAt = forwardPass ? (sp ? 1 : 0) : (sp ? 3 : 1);
+  for (size_t i = 0; i <= tensor.size(); ++i) {
+    if (i == attentionAt)
+      result.insert(result.end(), context.begin(), context.end());
+    if (i < tensor.size())
+      addTensor(tensor[i]);
+  }
+  return result;
+}
+
+PipelineLayout getPipelineLayout(int64_t layers, int64_t stages, const ir::Pipeline *pipeline) {
+  PipelineLayout layout;
+  stages = std::max<int64_t>(1, stages);
+  int64_t chunks = pipeline ? std::max<int64_t>(1, pipeline->chunks) : 1;
+  bool vShape = pipeline && (pipeline->schedule == ir::Schedule::ZeroBubbleV ||
+                             pipeline->schedule == ir::Schedule::DualPipeV);
+  int64_t total = stages * chunks;
+  for (int64_t c = 0; c < total; ++c)
+    layout.stageOfChunk.push_back(
+        static_cast<int>(vShape && c >= stages ? 2 * stages - 1 - c : c % stages));
+  // Layers per chunk: even, or the written first and last stages with the rest even.
+  std::vector<int64_t> perChunk(total, total > 0 ? layers / total : 0);
+  int64_t first = pipeline ? pipeline->firstStageLayers : 0;
+  int64_t last = pipeline ? pipeline->lastStageLayers : 0;
+  if (chunks == 1 && stages > 1 && (first > 0 || last > 0)) {
+    int64_t middle = stages - 2;
+    int64_t rest = layers - (first > 0 ? first : 0) - (last > 0 ? last : 0);
+    int64_t unwritten = middle + (first > 0 ? 0 : 1) + (last > 0 ? 0 : 1);
+    int64_t each = unwritten > 0 ? std::max<int64_t>(0, rest) / unwritten : 0;
+    for (int64_t c = 0; c < total; ++c)
+      perChunk[c] = each;
+    if (first > 0)
+      perChunk.front() = first;
+    if (last > 0)
+      perChunk.back() = last;
+  }
+  // Whatever an uneven split leaves goes to the last chunk (the verifier rejects such splits).
+  int64_t assigned = 0;
+  for (int64_t value : perChunk)
+    assigned += value;
+  if (total > 0)
+    perChunk.back() += layers - assigned;
+  layout.layersOfStage.assign(stages, 0);
+  for (int64_t c = 0; c < total; ++c) {
+    for (int64_t i = 0; i < perChunk[c]; ++i)
+      layout.chunkOfLayer.push_back(static_cast<int>(c));
+    layout.layersOfStage[layout.stageOfChunk[c]] += perChunk[c];
+  }
+  layout.chunkOfLayer.resize(static_cast<size_t>(std::max<int64_t>(0, layers)),
+                             static_cast<int>(total - 1));
+  return layout;
 }
 
 std::unique_ptr<StepPlan> lowerRun(const ir::Run &run) { return Lowering(run).lower(); }

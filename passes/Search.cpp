@@ -175,6 +175,8 @@ struct StageShape {
 /// activation mode), in seconds per micro-batch: [unit kind][pass].
 struct UnitTimes {
   double seconds[3][4] = {};
+  /// The weight-gradient part of each kind's backward.
+  double weight[3] = {};
 };
 
 /// Precomputed facts of a run's model on a cluster, shared by every candidate.
@@ -270,9 +272,12 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
   for (cost::UnitKind kind :
        {cost::UnitKind::Embedding, cost::UnitKind::Layer, cost::UnitKind::Head})
     for (cost::PassKind pass : {cost::PassKind::Forward, cost::PassKind::Backward,
-                                cost::PassKind::RecomputeFull, cost::PassKind::RecomputeSelective})
-      times.seconds[unitIndex(kind)][static_cast<int>(pass)] =
-          costModel.getComputeSeconds(cost::getUnitWork(model, kind, 0, pass, layout));
+                                cost::PassKind::RecomputeFull, cost::PassKind::RecomputeSelective}) {
+      cost::Work work = cost::getUnitWork(model, kind, 0, pass, layout);
+      times.seconds[unitIndex(kind)][static_cast<int>(pass)] = costModel.getComputeSeconds(work);
+      if (pass == cost::PassKind::Backward)
+        times.weight[unitIndex(kind)] = costModel.getWeightGradientSeconds(work);
+    }
   return unitTimes.emplace(key, times).first->second;
 }
 
@@ -487,10 +492,12 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
   bool selectiveRecompute = c.activations == ir::ActivationMode::RecomputeSelective;
   int sp = c.sequenceParallel && c.tp > 1 ? 1 : 0;
 
-  double slowestStage = 0, slowestMicrobatch = 0;
+  double slowestStage = 0;
+  cost::MicrobatchTimes slowestMicrobatch;
   cost::PassUnit forwardPass[3], backwardPass[3], stepPass[3];
   for (const StageShape &shape : stageShapes) {
-    double forwardCompute = 0, backwardCompute = 0, critical = 0, stepExposed = 0, optimizer = 0;
+    double forwardCompute = 0, backwardCompute = 0, weightCompute = 0, critical = 0,
+           stepExposed = 0, optimizer = 0;
     size_t numGroups = shape.groups.size();
     assert(numGroups <= 3 && "a stage holds the embedding, layers and the head at most");
     critical +=
@@ -513,11 +520,16 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
                              ? unitTime[static_cast<int>(cost::PassKind::RecomputeSelective)]
                              : 0;
       double backward = recompute + unitTime[static_cast<int>(cost::PassKind::Backward)];
-      forwardUnit = cost::PassUnit{0, 0, forward, group.count};
-      backwardUnit = cost::PassUnit{0, 0, backward, group.count};
-      stepUnit = cost::PassUnit{0, 0, backward, group.count};
+      forwardUnit = cost::PassUnit();
+      forwardUnit.compute = forward;
+      forwardUnit.count = group.count;
+      backwardUnit = cost::PassUnit();
+      backwardUnit.compute = backward;
+      backwardUnit.count = group.count;
+      stepUnit = backwardUnit;
       forwardCompute += count * forward;
       backwardCompute += count * backward;
+      weightCompute += count * times.weight[unitIndex(group.kind)];
       if (c.tp > 1) {
         double tensor = 0;
         for (plan::OpKind kind : group.tensorForward[sp])
@@ -591,7 +603,10 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
     double exposed = m * exposedPerMicrobatch +
                      cost::getPassExposedSeconds(ArrayRef(stepPass, numGroups)) + stepExposed;
     slowestStage = std::max(slowestStage, m * computePerMicrobatch + exposed + optimizer);
-    slowestMicrobatch = std::max(slowestMicrobatch, computePerMicrobatch + exposedPerMicrobatch);
+    cost::MicrobatchTimes microbatch{forwardCompute, backwardCompute, weightCompute,
+                                     exposedPerMicrobatch};
+    if (microbatch.getTotal() > slowestMicrobatch.getTotal())
+      slowestMicrobatch = microbatch;
   }
   verdict.stepSeconds = slowestStage + cost::getBubbleSeconds(c.schedule, c.pp, c.microbatches,
                                                               c.chunks, slowestMicrobatch);
@@ -821,6 +836,10 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
       switch (mesh.axes[i].kind) {
       case ir::AxisKind::Batch:
         slot.mode = state == ir::State::Activations ? ir::PlacementMode::BatchSplit
+                                                    : ir::PlacementMode::Replicated;
+        break;
+      case ir::AxisKind::Sequence:
+        slot.mode = state == ir::State::Activations ? ir::PlacementMode::SequenceSplit
                                                     : ir::PlacementMode::Replicated;
         break;
       case ir::AxisKind::Tensor:

@@ -108,7 +108,7 @@ AxisSet batchAxesWith(const ir::Strategy &strategy, ir::State state,
   AxisSet set{&strategy.mesh, {}};
   const ir::StatePlacement &placement = strategy.getPlacement(state);
   for (unsigned i = 0; i < strategy.mesh.axes.size(); ++i)
-    if (strategy.mesh.axes[i].kind == ir::AxisKind::Batch && strategy.mesh.axes[i].size > 1 &&
+    if (ir::isDataParallel(strategy.mesh.axes[i].kind) && strategy.mesh.axes[i].size > 1 &&
         llvm::is_contained(modes, placement.axes[i].mode))
       set.axes.push_back(i);
   return set;
@@ -353,7 +353,40 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
 
   int64_t stages = mesh.getDegree(ir::AxisKind::Layers);
   int64_t layers = model.getNumLayers();
-  if (strategy.pipeline && layers > 0) {
+  const ir::Pipeline *pipeline = strategy.pipeline ? &*strategy.pipeline : nullptr;
+  bool uneven = pipeline && (pipeline->firstStageLayers > 0 || pipeline->lastStageLayers > 0);
+  if (uneven && layers > 0) {
+    // The written first and last stages, the others even (Megatron-LM's
+    // --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers).
+    plan::PipelineLayout split = plan::getPipelineLayout(layers, stages, pipeline);
+    bool even = true;
+    int64_t middle = -1;
+    for (int64_t s = 0; s < stages; ++s) {
+      bool written = (s == 0 && pipeline->firstStageLayers > 0) ||
+                     (s + 1 == stages && pipeline->lastStageLayers > 0);
+      if (split.layersOfStage[s] < 1)
+        even = false;
+      if (written)
+        continue;
+      if (middle >= 0 && split.layersOfStage[s] != middle)
+        even = false;
+      middle = split.layersOfStage[s];
+    }
+    int64_t sum = 0;
+    for (int64_t value : split.layersOfStage)
+      sum += value;
+    if (!even || sum != layers || stages < 2) {
+      diags->error(pipeline->loc,
+                   Twine("the ") + Twine(layers) + " layers of model '" + model.name +
+                       "' do not split into " + Twine(stages) + " stages with first = " +
+                       Twine(pipeline->firstStageLayers) + " and last = " +
+                       Twine(pipeline->lastStageLayers) +
+                       ": every other stage must get the same number of layers, at least one",
+                   "divisibility");
+      diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
+      ok = false;
+    }
+  } else if (strategy.pipeline && layers > 0) {
     int64_t chunks = strategy.pipeline->chunks;
     if (layers % (stages * chunks) != 0) {
       diags->error(strategyLoc,
@@ -363,6 +396,50 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                    "divisibility");
       diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
       ok = false;
+    }
+  }
+
+  // Context parallelism (rule `divisibility`): Megatron-Core splits each sequence into 2·cp
+  // chunks to balance the causal attention, so the ring and all-gather exchanges need the
+  // sequence to divide by 2·cp; Ulysses's all-to-all gives each rank whole heads, so the
+  // tensor-parallel degree times cp must divide the heads and the key/value heads.
+  int64_t context = mesh.getDegree(ir::AxisKind::Sequence);
+  if (context > 1) {
+    if (model.kind != ir::ModelKind::Transformer) {
+      diags->error(strategyLoc,
+                   Twine("context parallelism over ") + Twine(context) +
+                       " devices splits sequences, but model '" + model.name + "' is " +
+                       (model.kind == ir::ModelKind::Mlp ? "an mlp" : "abstract") +
+                       ", which has none",
+                   "divisibility");
+      ok = false;
+    } else {
+      const ir::TransformerConfig &config = model.transformer;
+      auto requireContext = [&](StringRef what, int64_t value, int64_t degree,
+                                StringRef because) {
+        if (value % degree == 0)
+          return;
+        diags->error(strategy.contextLoc.isValid() ? strategy.contextLoc : strategyLoc,
+                     Twine(what) + " (" + Twine(value) + ") of model '" + model.name +
+                         "' does not divide by " + Twine(degree) + ": " + because,
+                     "divisibility");
+        diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
+        ok = false;
+      };
+      if (strategy.contextMethod == ir::ContextMethod::AllToAll) {
+        int64_t degree = tensorDegree * context;
+        requireContext("the heads", config.heads, degree,
+                       "Ulysses's all-to-all gives each of the tensor × context ranks whole heads");
+        requireContext("the key/value heads", config.getKvHeads(), degree,
+                       "Ulysses's all-to-all gives each of the tensor × context ranks whole "
+                       "key/value heads");
+        requireContext("the sequence", config.seq, context,
+                       "each context-parallel rank holds an equal part");
+      } else {
+        requireContext("the sequence", config.seq, 2 * context,
+                       "context parallelism splits each sequence into 2 × cp load-balanced "
+                       "chunks");
+      }
     }
   }
 
@@ -392,6 +469,24 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     ok = false;
   }
 
+  if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::DualPipe) {
+    diags->error(strategy.pipeline->loc,
+                 "dualpipe keeps two copies of every stage's layers and exchanges their "
+                 "gradients, which the step plan does not lower; its one-copy form is "
+                 "'dualpipev'",
+                 "schedule");
+    ok = false;
+  }
+  if (run.precision == ir::Precision::MixedFP8 && run.cluster->peakFp8 <= 0) {
+    diags->error(fieldLoc(run, "precision"),
+                 Twine("mixed(fp8) runs its products on FP8 tensor cores, but cluster '") +
+                     run.cluster->name + "' has none" +
+                     (run.cluster->device ? Twine(" (") + run.cluster->device->name + ")"
+                                          : Twine(": give it peak_fp8")),
+                 "precision");
+    diags->note(run.cluster->loc, Twine("cluster '") + run.cluster->name + "' is declared here");
+    ok = false;
+  }
   // Rule `schedule`: the schedule's bubble and memory formulas hold only where its
   // preconditions do (cost::isScheduleValid).
   std::string why;
@@ -717,7 +812,7 @@ std::string VerifyPass::suggestForDevice(const ir::Run &run) {
     bool changed = false;
     for (unsigned i = 0; i < mesh.axes.size(); ++i) {
       ir::AxisPlacement &slot = target.getPlacement(state).axes[i];
-      if (mesh.axes[i].kind == ir::AxisKind::Batch && mesh.axes[i].size > 1 && slot.mode == from) {
+      if (ir::isDataParallel(mesh.axes[i].kind) && mesh.axes[i].size > 1 && slot.mode == from) {
         slot.mode = to;
         changed = true;
       }

@@ -166,12 +166,29 @@ public:
 
 /// What an axis splits in the computation.
 enum class AxisKind {
-  Batch,  ///< The samples of a step (data parallelism).
-  Tensor, ///< Every weight matrix and the work of a layer (tensor parallelism).
-  Layers, ///< The layers, into consecutive stages (pipeline parallelism).
+  Batch,    ///< The samples of a step (data parallelism).
+  Tensor,   ///< Every weight matrix and the work of a layer (tensor parallelism).
+  Layers,   ///< The layers, into consecutive stages (pipeline parallelism).
+  Sequence, ///< Every sequence, into contiguous parts (context parallelism).
 };
 
 llvm::StringRef toString(AxisKind kind);
+
+/// True for the axes whose devices hold the same parameters and compute the gradients of
+/// different tokens, so that the model states are placed over them and the gradients summed
+/// over them: batch axes and sequence (context-parallel) axes.
+inline bool isDataParallel(AxisKind kind) {
+  return kind == AxisKind::Batch || kind == AxisKind::Sequence;
+}
+
+/// How the attention of a context-parallel layer sees the keys and values of the whole
+/// sequence (`context = …;` in a strategy).
+enum class ContextMethod {
+  Ring,      ///< K/V blocks passed around the ring, overlapped with blockwise attention.
+  AllGather, ///< K/V all-gathered before the attention, dK/dV reduce-scattered after.
+  AllToAll,  ///< Ulysses: all-to-all from sequence-split to head-split and back.
+};
+llvm::StringRef toString(ContextMethod method);
 
 struct Axis {
   std::string name;
@@ -219,6 +236,7 @@ enum class PlacementMode {
   TensorSplit,       ///< Tensor axis: split by each tensor's TP kind (the default; `shard(tp)`).
   StageSplit,        ///< Layers axis: split by pipeline stage (always).
   BatchSplit,        ///< Activations on a batch axis: each device keeps its own samples (always).
+  SequenceSplit,     ///< Activations on a sequence axis: each device keeps its part (always).
 };
 
 llvm::StringRef toString(PlacementMode mode);
@@ -257,14 +275,25 @@ struct StatePlacement {
   int64_t getDegree(const Mesh &mesh, PlacementMode mode) const;
 };
 
-enum class Schedule { OneFOneB, GPipe, Interleaved };
+enum class Schedule {
+  OneFOneB,
+  GPipe,
+  Interleaved,
+  ZeroBubble,  ///< ZB-H1 (Qi et al. 2024): 1F1B with the weight gradients filling the bubble.
+  ZeroBubbleV, ///< ZB-V: two chunks per stage in a V.
+  DualPipe,    ///< DeepSeek-V3's bidirectional pipeline (two copies of the stage's layers).
+  DualPipeV,   ///< DualPipe cut in half: one copy, two chunks per stage in a V.
+};
 llvm::StringRef toString(Schedule schedule);
 
 struct Pipeline {
   Schedule schedule = Schedule::OneFOneB;
   /// Micro-batches per step; nullopt for `auto` (derived from the run).
   std::optional<int64_t> microbatches;
-  int64_t chunks = 1; ///< Interleaving chunks per stage (virtual pipeline size).
+  int64_t chunks = 1; ///< Model chunks per stage (interleaving, ZB-V, DualPipeV: 2).
+  /// Layers of the first and of the last stage when they differ from the others (embeddings and
+  /// the output layer on them); 0: an even split.
+  int64_t firstStageLayers = 0, lastStageLayers = 0;
   llvm::SMLoc loc;
 };
 
@@ -281,6 +310,13 @@ public:
   llvm::SMLoc activationModeLoc;
   /// Activations sharded along the sequence over the tensor axes (sequence parallelism).
   bool sequenceParallel = false;
+  /// `context = ring | all_gather | all_to_all;`: the exchange of context-parallel attention.
+  ContextMethod contextMethod = ContextMethod::Ring;
+  llvm::SMLoc contextLoc;
+  /// `async_tp = true;`: tensor-parallel collectives overlapped with the products that produce
+  /// and consume them (Megatron-LM's --tp-comm-overlap, torchtitan's async tensor parallelism).
+  bool asyncTensorParallel = false;
+  llvm::SMLoc asyncTensorParallelLoc;
   std::optional<Pipeline> pipeline;
 
   const StatePlacement &getPlacement(State state) const {
@@ -293,7 +329,12 @@ public:
 // Runs and programs
 //===----------------------------------------------------------------------===//
 
-enum class Precision { MixedBF16, MixedFP16, FP32 };
+enum class Precision {
+  MixedBF16,
+  MixedFP16,
+  FP32,
+  MixedFP8, ///< FP8 matrix products (delayed or current scaling), BF16 elsewhere.
+};
 llvm::StringRef toString(Precision precision);
 
 enum class OptimizerKind { Adam, Sgd, SgdMomentum };
@@ -318,6 +359,9 @@ public:
   int64_t microBatch = 0;
   int64_t globalBatch = 0;
   Precision precision = Precision::MixedBF16;
+  /// `mixed(fp8, gather = fp8)`: parameters all-gathered in FP8 (torchtitan's
+  /// enable_fsdp_float8_all_gather).
+  bool fp8Gather = false;
   OptimizerKind optimizer = OptimizerKind::Adam;
   /// Micro-batches per step per batch replica: the pipeline's micro-batches, or the gradient
   /// accumulation steps without a pipeline. Derived when not written; 0 when it cannot be.

@@ -106,6 +106,8 @@ inline constexpr double kFusedAttentionBackwardRatio = 2.5;
 struct Gemm {
   std::string name;
   double m = 0, n = 0, k = 0, batch = 1;
+  /// A backward's weight-gradient product (the W pass of zero-bubble schedules).
+  bool weightGradient = false;
   double getFlops() const { return 2 * m * n * k * batch; }
 };
 
@@ -188,9 +190,11 @@ double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout 
 double getMlpLayerActivationBytes(const ir::MlpConfig &config, const Layout &layout,
                                   std::string *formula = nullptr);
 
-/// Micro-batches whose activations pipeline stage `stage` of `stages` holds at its peak:
-/// 1F1B min(p − stage, m), GPipe m, interleaved min(p − stage, m)·(1 + (p − 1)/(p·v))
-/// (Narayanan et al. 2021 §2.2, Korthikanti et al. 2022 §4.2.3).
+/// Micro-batches (of the stage's layers) whose activations pipeline stage `stage` of `stages`
+/// holds at its peak: 1F1B and ZB-H1 min(p − stage, m), GPipe m, interleaved
+/// min(p − stage, m)·(1 + (p − 1)/(p·v)) (Narayanan et al. 2021 §2.2, Korthikanti et al. 2022
+/// §4.2.3, Qi et al. 2024 §2.1); ZB-V min(p, m) on every stage (its memory is balanced, as
+/// 1F1B's first stage; Qi et al. 2024 §4); DualPipeV min(p + 1, m) (DeepSeek-V3, Table 2).
 double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
                                int64_t chunks, int stage, std::string *formula = nullptr);
 
@@ -304,6 +308,9 @@ struct PassUnit {
   double gather = 0;
   double reduce = 0;
   double compute = 0;
+  /// Communication that runs beside the unit's own compute (asynchronous tensor parallelism,
+  /// ring attention's key/value exchange).
+  double beside = 0;
   int64_t count = 1;
 };
 
@@ -311,27 +318,47 @@ struct PassUnit {
 /// its compute, when gathered parameters are prefetched one unit ahead and gradients are reduced
 /// as soon as a unit's backward ends: the first unit's gather has no compute beside it, unit j's
 /// compute overlaps the gather of unit j + 1 and the reduction of unit j − 1 (each window as
-/// getOverlapExposedSeconds), and the last unit's reduction ends the pass:
-/// `G_1 + Σ_j max(G_{j+1} + R_{j−1} − C_j, (G_{j+1} + R_{j−1})·κ/(1 + κ)) + R_k`.
+/// getOverlapExposedSeconds, with the unit's own `beside` communication), and the last unit's
+/// reduction ends the pass:
+/// `G_1 + Σ_j max(X_j − C_j, X_j·κ/(1 + κ)) + R_k`, X_j = G_{j+1} + R_{j−1} + S_j.
 double getPassExposedSeconds(llvm::ArrayRef<PassUnit> units);
 
 //===----------------------------------------------------------------------===//
 // Pipelines
 //===----------------------------------------------------------------------===//
 
-/// Whether a schedule's bubble formula holds for these numbers; the verifier's rule `pipeline`
-/// rejects the rest. Interleaving needs the micro-batches to be a multiple of the stages
-/// (Megatron-LM's precondition for its schedule; Narayanan et al. 2021 §2.2.2).
-bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
-                     std::string *why = nullptr);
+/// Whether a schedule's formulas hold for these numbers; the verifier's rule `schedule` rejects
+/// the rest, and the search never builds them. Interleaving needs the micro-batches to be a
+/// multiple of the stages (Megatron-LM's precondition; Narayanan et al. 2021 §2.2.2); ZB-H1 and
+/// ZB-V need at least as many micro-batches as stages to reach their steady state (Qi et al.
+/// 2024, §2, §4); DualPipeV needs an even number of stages and at least twice as many
+/// micro-batches (DeepSeek-AI 2024, DualPipe).
+bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches,
+                     int64_t chunks, std::string *why = nullptr);
 
-/// The pipeline bubble: the time the slowest stage idles in a step, for a micro-batch of
-/// `microbatchSeconds` on that stage. 1F1B and GPipe: (p − 1)·t for every m ≥ 1 (the first
-/// micro-batch's forward reaches the last stage after p − 1 stage times and the last backward
-/// returns to the first as late; Huang et al. 2019, Narayanan et al. 2021 §2.2: a fraction
-/// (p − 1)/m of the ideal m·t). Interleaved with v chunks and m a multiple of p: (p − 1)·t/v.
-double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
-                        double microbatchSeconds, std::string *formula = nullptr);
+/// One micro-batch of the slowest stage: its forward, its backward (recomputation and the
+/// weight gradients included), the weight gradients' part of it, and the communication it
+/// exposes, in seconds.
+struct MicrobatchTimes {
+  double forward = 0, backward = 0, weight = 0, exposed = 0;
+  double getTotal() const { return forward + backward + exposed; }
+};
+
+/// The pipeline bubble: the time the slowest stage idles in a step. With F, B (the input
+/// gradients) and W (the weight gradients) of a micro-batch and t = F + B + W + its exposed
+/// communication:
+///   1F1B, GPipe: (p − 1)·t for every m ≥ 1 (the first micro-batch reaches the last stage after
+///     p − 1 stage times and the last backward returns as late; Huang et al. 2019, Narayanan
+///     et al. 2021 §2.2: a fraction (p − 1)/m of the ideal m·t);
+///   interleaved, v chunks, m a multiple of p: (p − 1)·t/v;
+///   ZB-H1: (p − 1)·(F + B − W + comm) (Qi et al. 2024, §2.1: W passes fill the cool-down);
+///   ZB-V: (p − 1)·(F + B − 2W)/2 + (p − 1)·comm/2, on chunks of half a stage (Qi et al. 2024, §4);
+///   DualPipeV: (p/2 − 1)·(F&B + B − 3W) on half-stage chunks, F&B = F + B (DeepSeek-AI 2024,
+///     DualPipe, Table 2 of the DeepSeek-V3 report).
+/// Negative differences are no bubble.
+double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatches,
+                        int64_t chunks, const MicrobatchTimes &times,
+                        std::string *formula = nullptr);
 
 //===----------------------------------------------------------------------===//
 // The cost model of a cluster
@@ -357,6 +384,8 @@ public:
   double getAttentionSeconds(const AttentionCore &core, std::string *formula = nullptr) const;
   /// Everything in a Work; flat mode: its FLOPs over peak × efficiency.
   double getComputeSeconds(const Work &work, std::vector<Explanation> *lines = nullptr) const;
+  /// The part of getComputeSeconds spent in weight-gradient products.
+  double getWeightGradientSeconds(const Work &work) const;
   /// The optimizer step over `elements` parameters this rank owns: bytes of every state read and
   /// written (memory-bound).
   double getOptimizerSeconds(double elements, ir::StateBytes bytes,

@@ -22,7 +22,7 @@ class raw_ostream;
 namespace placec::plan {
 
 /// Element types of the buffers the plan moves.
-enum class DType { BF16, FP16, FP32 };
+enum class DType { BF16, FP16, FP32, FP8 };
 llvm::StringRef toString(DType dtype);
 unsigned getSize(DType dtype);
 
@@ -38,6 +38,9 @@ enum class OpKind {
   AllGather,       ///< Collective: each rank contributes 1/n, all receive the whole buffer.
   ReduceScatter,   ///< Collective: the sum of the whole buffer, each rank keeps 1/n.
   AllReduce,       ///< Collective: the sum of the whole buffer on every rank.
+  AllToAll,        ///< Collective: each rank sends 1/n of its buffer to every rank.
+  RingStep,        ///< Each rank sends its buffer to the next rank of the group, receives the
+                   ///< previous one's (context parallelism's ring of key/value blocks).
   Send,            ///< Pipeline: activations (forward) or their gradients (backward) to a stage.
   Recv,            ///< Pipeline: the matching receive.
   Compute,         ///< Forward, backward or recomputation of a unit.
@@ -119,9 +122,53 @@ public:
   ir::Schedule schedule = ir::Schedule::OneFOneB;
   int64_t chunks = 1;
   DType paramType = DType::BF16;
+  /// The type parameters are all-gathered in (FP8 under mixed(fp8, gather = fp8)).
+  DType gatherType = DType::BF16;
   DType gradType = DType::BF16;
   DType activationType = DType::BF16;
 };
+
+/// How a run's model is split for the collectives inside a unit.
+struct UnitLayout {
+  int64_t microBatch = 1;
+  int64_t tensor = 1;
+  bool sequenceParallel = false;
+  int64_t context = 1;
+  ir::ContextMethod contextMethod = ir::ContextMethod::Ring;
+};
+
+/// One collective inside a unit's pass: its kind, the axes it runs over (the tensor or the
+/// sequence axes), the elements of its buffer (as Op::elements) and why it is there.
+struct UnitCollective {
+  OpKind kind = OpKind::AllReduce;
+  ir::AxisKind over = ir::AxisKind::Tensor;
+  int64_t elements = 0;
+  const char *what = "";
+};
+
+/// The collectives inside one pass of a unit, in the order the math runs them: the
+/// tensor-parallel ones of getTensorCollectives, and those of context parallelism around a
+/// layer's attention core. Ring (Liu et al. 2023, "Ring Attention"; Megatron-Core): the forward
+/// passes each rank's key/value block around the ring in cp − 1 steps beside the blockwise
+/// attention; the backward passes the blocks again with their accumulating gradients (cp − 1
+/// steps of K, V, dK, dV) and sends the gradients home (one step of dK, dV). All-gather
+/// (Llama 3's): the forward all-gathers K and V; the backward all-gathers them again and
+/// reduce-scatters dK, dV. All-to-all (Jacobs et al. 2023, "DeepSpeed Ulysses"): Q, K, V go from
+/// sequence-split to head-split before the attention and the output back after; the backward
+/// the reverse.
+std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::UnitKind unit,
+                                               int64_t layer, bool forwardPass,
+                                               const UnitLayout &layout);
+
+/// Where a pipeline puts the layers: the model chunk (0 … stages·chunks − 1) of each layer, the
+/// stage of each chunk (chunk c on stage c mod p; V-shaped schedules put chunk c ≥ p on stage
+/// 2p − 1 − c), and the layers of each stage.
+struct PipelineLayout {
+  std::vector<int> chunkOfLayer;
+  std::vector<int> stageOfChunk;
+  std::vector<int64_t> layersOfStage;
+};
+PipelineLayout getPipelineLayout(int64_t layers, int64_t stages, const ir::Pipeline *pipeline);
 
 /// The collectives over the tensor axes inside one pass of a unit, in order (Korthikanti et al.
 /// 2022, §4.2.2): a transformer layer all-reduces its partial sums twice per pass (after the
