@@ -346,9 +346,7 @@ std::string describePrecision(const ir::Run &run) {
   return ir::toString(run.precision).str();
 }
 
-std::string describeOptimizer(ir::OptimizerKind optimizer) {
-  return ir::toString(optimizer).str();
-}
+std::string describeOptimizer(ir::OptimizerKind optimizer) { return ir::toString(optimizer).str(); }
 
 std::string describeOptimizerBytes(ir::Precision precision, ir::OptimizerKind optimizer) {
   ir::StateBytes bytes = ir::getStateBytes(precision, optimizer);

@@ -1142,8 +1142,8 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
   }
   // async_tp
   if (!plain || (value->name != "true" && value->name != "false")) {
-    diags.error(value ? value->nameLoc : placement.stateLoc,
-                "'async_tp' takes true or false", "placement");
+    diags.error(value ? value->nameLoc : placement.stateLoc, "'async_tp' takes true or false",
+                "placement");
     return false;
   }
   strategy.asyncTensorParallel = value->name == "true";
@@ -1630,10 +1630,9 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
                         ir::toString(operands[*contextOwner]->contextMethod) + "' and '" +
                         ir::toString(operand.contextMethod) + "'",
                     "composition");
-        diags.note(operandLocs[*contextOwner], Twine("'") + operands[*contextOwner]->name +
-                                                   "' sets '" +
-                                                   ir::toString(operands[*contextOwner]->contextMethod) +
-                                                   "'");
+        diags.note(operandLocs[*contextOwner],
+                   Twine("'") + operands[*contextOwner]->name + "' sets '" +
+                       ir::toString(operands[*contextOwner]->contextMethod) + "'");
         ok = false;
       } else if (!contextOwner) {
         contextOwner = i;

@@ -67,7 +67,8 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   // - GEMM efficiency: the maximum achievable BF16 matmul FLOP/s over the dense peak, measured
   //   by a brute-force search over shapes with PyTorch/cuBLAS (Bekman, "Machine Learning
   //   Engineering", compute/accelerator, MAMF table): A100 SXM 271.2 of 312 (0.869), H100 SXM
-  //   794.5 of 989 (0.803), B200 1745 of 2250 (0.776), MI300X 668.4 of 1300 (0.514).
+  //   794.5 of 989 (0.803), B200 1745 of 2250 (0.776), MI300X 668.4 of 1300 (0.514); in FP8
+  //   (e4m3) H100 SXM 1402.6 of 1979 (0.709), B200 3432.5 of 4500 (0.763).
   // - Intra-node bus efficiency: nccl-tests all-reduce bus bandwidth at large sizes over the
   //   per-direction link bandwidth: 8×A100 234.9 of 300 GB/s (0.78); 8×H200 ring (NVLS off)
   //   367 of 450 (0.82); the B200 and MI300X figures of the same source (845 of 900 with NVLS,
@@ -84,6 +85,7 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   //   NVIDIA devices (STREAM-like copies reach 1.7–1.8 of 2.04 TB/s on A100 80GB), 0.80 on MI300X.
   static const FamilyConstants ampere = {
       /*gemmEfficiency=*/0.869,
+      /*fp8GemmEfficiency=*/0, // No FP8 tensor cores.
       /*memoryEfficiency=*/0.85,
       /*attentionForwardEfficiency=*/0.70,
       /*attentionBackwardEfficiency=*/0.63,
@@ -92,6 +94,7 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   };
   static const FamilyConstants hopper = {
       /*gemmEfficiency=*/0.803,
+      /*fp8GemmEfficiency=*/0.709,
       /*memoryEfficiency=*/0.85,
       /*attentionForwardEfficiency=*/0.33,
       /*attentionBackwardEfficiency=*/0.28,
@@ -100,6 +103,7 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   };
   static const FamilyConstants blackwell = {
       /*gemmEfficiency=*/0.776,
+      /*fp8GemmEfficiency=*/0.763,
       /*memoryEfficiency=*/0.85,
       /*attentionForwardEfficiency=*/0.33,
       /*attentionBackwardEfficiency=*/0.28,
@@ -108,6 +112,7 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   };
   static const FamilyConstants cdna3 = {
       /*gemmEfficiency=*/0.514,
+      /*fp8GemmEfficiency=*/0.514, // No FP8 measurement in the source: the BF16 fraction.
       /*memoryEfficiency=*/0.80,
       /*attentionForwardEfficiency=*/0.33,
       /*attentionBackwardEfficiency=*/0.28,
@@ -162,7 +167,7 @@ namespace {
 /// The shapes of a transformer on one device, per micro-batch.
 struct TransformerDims {
   double b, s, keys, tokens, h, a, kv, d, f, vocab, t, e;
-  bool sp, materialized, swiglu, rope;
+  bool sp, materialized, swiglu, rope, fp8;
   /// Elements of a [tokens, h] tensor outside the tensor-parallel region (norms, residuals):
   /// split over the tensor axes under sequence parallelism.
   double outside() const { return tokens * h / (sp ? t : 1); }
@@ -188,11 +193,21 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.materialized = config.attention == ir::AttentionKind::Materialized;
   dims.swiglu = config.mlp == ir::MlpActivation::Swiglu;
   dims.rope = config.positions == ir::PositionKind::Rope;
+  dims.fp8 = layout.precision == ir::Precision::MixedFP8;
   return dims;
 }
 
-/// The products of a layer's forward outside the attention core.
+std::vector<Gemm> layerProjectionShapes(const TransformerDims &x);
+
+/// The products of a layer's forward outside the attention core (in FP8 under mixed(fp8)).
 std::vector<Gemm> layerProjections(const TransformerDims &x) {
+  std::vector<Gemm> gemms = layerProjectionShapes(x);
+  for (Gemm &gemm : gemms)
+    gemm.fp8 = x.fp8;
+  return gemms;
+}
+
+std::vector<Gemm> layerProjectionShapes(const TransformerDims &x) {
   std::vector<Gemm> gemms;
   gemms.push_back({"qkv", x.tokens, (x.a + 2 * x.kv) * x.d / x.t, x.h});
   gemms.push_back({"attention output", x.tokens, x.h, x.a * x.d / x.t});
@@ -209,9 +224,10 @@ std::vector<Gemm> layerProjections(const TransformerDims &x) {
 /// For each product of a forward, the backward's input gradient and weight gradient.
 void addBackwardProducts(const std::vector<Gemm> &forward, std::vector<Gemm> &out) {
   for (const Gemm &gemm : forward) {
-    out.push_back({gemm.name + " input gradient", gemm.m, gemm.k, gemm.n, gemm.batch});
+    out.push_back({gemm.name + " input gradient", gemm.m, gemm.k, gemm.n, gemm.batch,
+                   /*weightGradient=*/false, gemm.fp8});
     out.push_back({gemm.name + " weight gradient", gemm.k, gemm.n, gemm.m, gemm.batch,
-                   /*weightGradient=*/true});
+                   /*weightGradient=*/true, gemm.fp8});
   }
 }
 
@@ -247,7 +263,21 @@ AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
 }
 
 /// Memory-bound kernels of a layer's forward outside the attention core.
+/// FP8 casts of the products' inputs (forward) or output gradients (backward), with their
+/// scaling maxima: read in the activation type, write one byte (Transformer Engine fuses the
+/// cast with the norm before a product where it can; the count here is each cast once).
+void addFp8Casts(const TransformerDims &x, bool backward, Work &work) {
+  if (!x.fp8)
+    return;
+  double elements = 0;
+  for (const Gemm &gemm : layerProjectionShapes(x))
+    elements += backward ? gemm.m * gemm.n : gemm.m * gemm.k;
+  work.memory.push_back(
+      {backward ? "fp8 casts of the gradients" : "fp8 casts of the inputs", elements * (x.e + 1)});
+}
+
 void addLayerElementwise(const TransformerDims &x, Work &work) {
+  addFp8Casts(x, /*backward=*/false, work);
   double outside = x.outside() * x.e;
   double mlpWidth = x.tokens * x.f / x.t * x.e;
   work.memory.push_back({"norms", 2 * 2 * outside});
@@ -260,6 +290,7 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
 }
 
 void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
+  addFp8Casts(x, /*backward=*/true, work);
   double outside = x.outside() * x.e;
   double mlpWidth = x.tokens * x.f / x.t * x.e;
   work.memory.push_back({"norms backward", 2 * 3 * outside});
@@ -812,8 +843,8 @@ double getPassExposedSeconds(ArrayRef<PassUnit> units) {
 // Pipelines
 //===----------------------------------------------------------------------===//
 
-bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches,
-                     int64_t chunks, std::string *why) {
+bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
+                     std::string *why) {
   if (stages <= 1)
     return true;
   switch (schedule) {
@@ -855,8 +886,8 @@ bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches
   return true;
 }
 
-double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatches,
-                        int64_t chunks, const MicrobatchTimes &times, std::string *formula) {
+double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
+                        const MicrobatchTimes &times, std::string *formula) {
   double p = static_cast<double>(stages);
   if (stages <= 1) {
     if (formula)
@@ -900,8 +931,7 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatc
     bubble = (p / 2 - 1) * (std::max(0.0, f + 2 * b - 3 * w) + comm) / 2;
     text = fmt::format("(p/2 - 1) × (max(0, F&B + B - 3W) + comm)/2, F&B = F + B: ({}/2 - 1) × "
                        "(max(0, {} + 2·{} - 3·{}) + {})/2 ({}, chunks of half a stage)",
-                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm),
-                       name);
+                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), name);
     break;
   }
   if (formula)
@@ -934,7 +964,10 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
     return rate > 0 ? flops / rate : 0;
   }
   double units = static_cast<double>(cluster.computeUnits);
-  double achieved = peak * family->gemmEfficiency * kTrainingKernelEfficiency;
+  bool fp8 = gemm.fp8 && precision == ir::Precision::MixedFP8 && cluster.peakFp8 > 0;
+  double gemmPeak = fp8 ? cluster.peakFp8 : peak;
+  double efficiency = fp8 ? family->fp8GemmEfficiency : family->gemmEfficiency;
+  double achieved = gemmPeak * efficiency * kTrainingKernelEfficiency;
   double best = std::numeric_limits<double>::infinity();
   double bestWaves = 0;
   int bestTile = 0;
@@ -949,8 +982,11 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
       bestTile = i;
     }
   }
+  // FP8 operands are one byte; the result stays in the activation type.
+  double operandBytes = fp8 ? 1 : elementBytes;
   double traffic =
-      (gemm.m * gemm.k + gemm.k * gemm.n + gemm.m * gemm.n) * gemm.batch * elementBytes;
+      ((gemm.m * gemm.k + gemm.k * gemm.n) * operandBytes + gemm.m * gemm.n * elementBytes) *
+      gemm.batch;
   double memory =
       traffic / (cluster.hbmBandwidth * family->memoryEfficiency * kTrainingKernelEfficiency);
   double time = std::max(best, memory);
@@ -964,7 +1000,7 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
         "{} (m×n×k {}): {} waves of {}×{} tiles over {} SMs × 2·{}·{}·(k {} + {}) FLOP / ({} × {} "
         "× {}) = {}; operands and result {} / ({} × {} × {}) = {}; the slower",
         gemm.name, shape, num(bestWaves), tm, tn, num(units), tm, tn, num(gemm.k),
-        num(kGemmTileOverheadK), fmtRate(peak, "FLOP/s"), num(family->gemmEfficiency),
+        num(kGemmTileOverheadK), fmtRate(gemmPeak, "FLOP/s"), num(efficiency),
         num(kTrainingKernelEfficiency), fmtSeconds(best), fmtAmount(traffic, "B"),
         fmtRate(cluster.hbmBandwidth, "B/s"), num(family->memoryEfficiency),
         num(kTrainingKernelEfficiency), fmtSeconds(memory));

@@ -31,9 +31,7 @@ StringRef toString(DType dtype) {
   return "?";
 }
 
-unsigned getSize(DType dtype) {
-  return dtype == DType::FP32 ? 4 : dtype == DType::FP8 ? 1 : 2;
-}
+unsigned getSize(DType dtype) { return dtype == DType::FP32 ? 4 : dtype == DType::FP8 ? 1 : 2; }
 
 StringRef toString(Phase phase) {
   switch (phase) {
@@ -78,8 +76,8 @@ StringRef toString(OpKind kind) {
 }
 
 bool isCollective(OpKind kind) {
-  return kind == OpKind::AllGather || kind == OpKind::ReduceScatter ||
-         kind == OpKind::AllReduce || kind == OpKind::AllToAll;
+  return kind == OpKind::AllGather || kind == OpKind::ReduceScatter || kind == OpKind::AllReduce ||
+         kind == OpKind::AllToAll;
 }
 
 StringRef toString(ComputeKind kind) {
@@ -411,8 +409,7 @@ void Lowering::lowerStage(StagePlan &stage) {
          getUnitCollectives(model, unit.kind, unit.layer, forwardPass, unitLayout))
       ops.push_back(collective(c.kind, phase, ir::State::Activations, unitIndex,
                                c.over == ir::AxisKind::Tensor ? tensorAxes : contextAxes,
-                               c.elements, aType, true,
-                               (c.what + Twine(" (") + why + ")").str()));
+                               c.elements, aType, true, (c.what + Twine(" (") + why + ")").str()));
   };
 
   // A unit's parameters are brought in before each use (from the host where params are

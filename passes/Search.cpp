@@ -271,8 +271,9 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
   cost::Layout layout = layoutOf(c);
   for (cost::UnitKind kind :
        {cost::UnitKind::Embedding, cost::UnitKind::Layer, cost::UnitKind::Head})
-    for (cost::PassKind pass : {cost::PassKind::Forward, cost::PassKind::Backward,
-                                cost::PassKind::RecomputeFull, cost::PassKind::RecomputeSelective}) {
+    for (cost::PassKind pass :
+         {cost::PassKind::Forward, cost::PassKind::Backward, cost::PassKind::RecomputeFull,
+          cost::PassKind::RecomputeSelective}) {
       cost::Work work = cost::getUnitWork(model, kind, 0, pass, layout);
       times.seconds[unitIndex(kind)][static_cast<int>(pass)] = costModel.getComputeSeconds(work);
       if (pass == cost::PassKind::Backward)

@@ -378,9 +378,9 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     if (!even || sum != layers || stages < 2) {
       diags->error(pipeline->loc,
                    Twine("the ") + Twine(layers) + " layers of model '" + model.name +
-                       "' do not split into " + Twine(stages) + " stages with first = " +
-                       Twine(pipeline->firstStageLayers) + " and last = " +
-                       Twine(pipeline->lastStageLayers) +
+                       "' do not split into " + Twine(stages) +
+                       " stages with first = " + Twine(pipeline->firstStageLayers) +
+                       " and last = " + Twine(pipeline->lastStageLayers) +
                        ": every other stage must get the same number of layers, at least one",
                    "divisibility");
       diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
@@ -415,8 +415,7 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       ok = false;
     } else {
       const ir::TransformerConfig &config = model.transformer;
-      auto requireContext = [&](StringRef what, int64_t value, int64_t degree,
-                                StringRef because) {
+      auto requireContext = [&](StringRef what, int64_t value, int64_t degree, StringRef because) {
         if (value % degree == 0)
           return;
         diags->error(strategy.contextLoc.isValid() ? strategy.contextLoc : strategyLoc,

@@ -41,8 +41,10 @@ struct Explanation {
 
 /// The calibration constants of a device family, each from a cited measurement (CostModel.cpp).
 struct FamilyConstants {
-  /// Fraction of the dense tensor-core peak that a large, well-shaped GEMM reaches.
+  /// Fraction of the dense tensor-core peak that a large, well-shaped GEMM reaches (BF16), and
+  /// in FP8.
   double gemmEfficiency;
+  double fp8GemmEfficiency;
   /// Fraction of HBM bandwidth that memory-bound kernels (norms, activations, softmax,
   /// residuals, the optimizer step) reach.
   double memoryEfficiency;
@@ -108,6 +110,9 @@ struct Gemm {
   double m = 0, n = 0, k = 0, batch = 1;
   /// A backward's weight-gradient product (the W pass of zero-bubble schedules).
   bool weightGradient = false;
+  /// Run in FP8 under mixed(fp8): the linear layers of the transformer blocks (the attention
+  /// core and the output layer stay in BF16, as Transformer Engine and torchao run them).
+  bool fp8 = false;
   double getFlops() const { return 2 * m * n * k * batch; }
 };
 
@@ -333,8 +338,8 @@ double getPassExposedSeconds(llvm::ArrayRef<PassUnit> units);
 /// ZB-V need at least as many micro-batches as stages to reach their steady state (Qi et al.
 /// 2024, §2, §4); DualPipeV needs an even number of stages and at least twice as many
 /// micro-batches (DeepSeek-AI 2024, DualPipe).
-bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches,
-                     int64_t chunks, std::string *why = nullptr);
+bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
+                     std::string *why = nullptr);
 
 /// One micro-batch of the slowest stage: its forward, its backward (recomputation and the
 /// weight gradients included), the weight gradients' part of it, and the communication it
@@ -356,9 +361,8 @@ struct MicrobatchTimes {
 ///   DualPipeV: (p/2 − 1)·(F&B + B − 3W) on half-stage chunks, F&B = F + B (DeepSeek-AI 2024,
 ///     DualPipe, Table 2 of the DeepSeek-V3 report).
 /// Negative differences are no bubble.
-double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatches,
-                        int64_t chunks, const MicrobatchTimes &times,
-                        std::string *formula = nullptr);
+double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
+                        const MicrobatchTimes &times, std::string *formula = nullptr);
 
 //===----------------------------------------------------------------------===//
 // The cost model of a cluster
