@@ -6,7 +6,7 @@
 #define PLACERT_PLACERT_H
 
 #define PLACERT_VERSION_MAJOR 0
-#define PLACERT_VERSION_MINOR 1
+#define PLACERT_VERSION_MINOR 2
 #define PLACERT_VERSION_PATCH 0
 
 #include <cstdint>
@@ -382,7 +382,7 @@ struct GptShape {
   bool tiedEmbeddings = true;
   bool swiglu = false, rmsNorm = false, bias = true, rope = false;
   /// Key/value heads (grouped-query attention; 1: multi-query), a divisor of `heads`; 0 or
-  /// `heads`: multi-head attention.
+  /// `heads`: multi-head attention. Since placert 0.2.
   int64_t kvHeads = 0;
 
   /// The key/value heads: `kvHeads`, or `heads` when it is 0.
