@@ -41,7 +41,8 @@ public:
 
 /// What a unit keeps of one micro-batch between its forward and backward.
 struct UnitActivations {
-  /// f: the gelu input or the swiglu gate; u: the swiglu up projection.
+  /// q: [rows, heads/t · head dim], k and v: [rows, kv heads/t · head dim] (after RoPE); f: the
+  /// gelu input or the swiglu gate; u: the swiglu up projection.
   std::vector<float> y1, mean1, rstd1, q, k, v, probs, attn, x1, y2, mean2, rstd2, f, u, g;
   std::vector<float> dlogits;   ///< The head: the loss gradient of its logits.
   std::vector<float> lossStats; ///< The head: per row max, sum of exponentials, target.
