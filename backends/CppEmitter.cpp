@@ -402,20 +402,22 @@ void Emitter::emitMain() {
   if (model.kind == ir::ModelKind::Transformer) {
     const ir::TransformerConfig &gpt = model.transformer;
     int64_t ffn = gpt.ffn > 0 ? gpt.ffn : 4 * gpt.hidden;
-    os.comment(fmt::format("model {} : transformer {{ layers = {}; hidden = {}; heads = {}; seq = "
-                           "{}; vocab = {}; ffn = {}; tied_embeddings = {}; }}",
-                           model.name, gpt.layers, gpt.hidden, gpt.heads, gpt.seq, gpt.vocab, ffn,
-                           gpt.tiedEmbeddings ? "true" : "false"));
+    os.comment(
+        fmt::format("model {} : transformer {{ layers = {}; hidden = {}; heads = {}; "
+                    "kv_heads = {}; seq = {}; vocab = {}; ffn = {}; tied_embeddings = {}; }}",
+                    model.name, gpt.layers, gpt.hidden, gpt.heads, gpt.getKvHeads(), gpt.seq,
+                    gpt.vocab, ffn, gpt.tiedEmbeddings ? "true" : "false"));
     auto flag = [](bool value) { return value ? "true" : "false"; };
     os.comment(fmt::format("mlp = {}; norm = {}; bias = {}; positions = {};",
                            ir::toString(gpt.mlp).str(), ir::toString(gpt.norm).str(),
                            flag(gpt.bias), ir::toString(gpt.positions).str()));
-    os.line(fmt::format("placert::GptShape shape{{\"{}\", {}, {}, {}, {}, {}, {}, {}, "
-                        "/*swiglu=*/{}, /*rmsNorm=*/{}, /*bias=*/{}, /*rope=*/{}}};",
-                        model.name, gpt.layers, gpt.hidden, gpt.heads, gpt.seq, gpt.vocab, ffn,
-                        flag(gpt.tiedEmbeddings), flag(gpt.mlp == ir::MlpActivation::Swiglu),
-                        flag(gpt.norm == ir::NormKind::RmsNorm), flag(gpt.bias),
-                        flag(gpt.positions == ir::PositionKind::Rope)));
+    os.line(
+        fmt::format("placert::GptShape shape{{\"{}\", {}, {}, {}, {}, {}, {}, {}, "
+                    "/*swiglu=*/{}, /*rmsNorm=*/{}, /*bias=*/{}, /*rope=*/{}, /*kvHeads=*/{}}};",
+                    model.name, gpt.layers, gpt.hidden, gpt.heads, gpt.seq, gpt.vocab, ffn,
+                    flag(gpt.tiedEmbeddings), flag(gpt.mlp == ir::MlpActivation::Swiglu),
+                    flag(gpt.norm == ir::NormKind::RmsNorm), flag(gpt.bias),
+                    flag(gpt.positions == ir::PositionKind::Rope), gpt.getKvHeads()));
   } else {
     const ir::MlpConfig &mlp = model.mlp;
     os.comment(fmt::format("model {} : mlp {{ layers = {}; width = {}; input = {}; output = {}; }}",
@@ -633,7 +635,7 @@ project({1} LANGUAGES CXX)
 if(NOT CMAKE_BUILD_TYPE)
   set(CMAKE_BUILD_TYPE Release)
 endif()
-find_package(placert 0.1 CONFIG REQUIRED)
+find_package(placert 0.2 CONFIG REQUIRED)
 add_executable({1} main.cpp)
 target_compile_features({1} PRIVATE cxx_std_17)
 target_link_libraries({1} PRIVATE placert::placert)

@@ -1,6 +1,7 @@
-// The CUDA backend: checks that placert's GPU trainer can run a run (GPT-2-layout transformer,
-// mixed bf16, Adam, devices only, data parallelism with ZeRO 0-3, any recomputation) and writes its
-// main.cpp and CMakeLists.txt. Everything else is refused at the source location that asks for it.
+// The CUDA backend: checks that placert's GPU trainer can run a run (GPT-2-layout transformer with
+// multi-head attention, mixed bf16, Adam, devices only, data parallelism with ZeRO 0-3, any
+// recomputation) and writes its main.cpp and CMakeLists.txt. Everything else is refused at the
+// source location that asks for it.
 #include "placec/backends/CudaEmitter.h"
 
 #include "fmt/format.h"
@@ -132,6 +133,11 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
            "the GPU trainer ties the output layer to the embedding");
   if (!config.bias)
     refuse(model.loc, "bias = false", "the GPU trainer's layers have biases");
+  if (config.getKvHeads() != config.heads)
+    refuse(model.loc,
+           "kv_heads = " + Twine(config.getKvHeads()) + " with heads = " + Twine(config.heads),
+           "the GPU trainer implements multi-head attention (kv_heads = heads); grouped-query "
+           "attention trains on the CPU target");
   if (config.heads > 0 && config.hidden % config.heads != 0)
     refuse(model.loc, "hidden " + Twine(config.hidden) + " and heads " + Twine(config.heads),
            "the head dimension must be whole");
@@ -241,7 +247,7 @@ project({1} LANGUAGES CXX)
 if(NOT CMAKE_BUILD_TYPE)
   set(CMAKE_BUILD_TYPE Release)
 endif()
-find_package(placert_cuda 0.1 CONFIG REQUIRED)
+find_package(placert_cuda 0.2 CONFIG REQUIRED)
 add_executable({1} main.cpp)
 target_compile_features({1} PRIVATE cxx_std_17)
 target_link_libraries({1} PRIVATE placert::cuda)

@@ -441,6 +441,10 @@ Status GptCudaTrainer::Impl::setup() {
     return {StatusCode::InvalidArgument,
             "model '" + shape.name + "': hidden " + std::to_string(shape.hidden) +
                 " is not a multiple of heads " + std::to_string(shape.heads)};
+  if (shape.getKvHeads() != shape.heads)
+    return {StatusCode::InvalidArgument,
+            "model '" + shape.name + "': kv_heads " + std::to_string(shape.kvHeads) +
+                ": the GPU trainer implements multi-head attention (kv_heads = heads)"};
   if (spec.zeroStage < 0 || spec.zeroStage > 3)
     return {StatusCode::InvalidArgument, "ZeRO stage must be 0..3"};
   if (spec.dataParallel != job.worldSize)

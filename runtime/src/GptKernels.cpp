@@ -1,5 +1,6 @@
-// The fp32 CPU kernels of the GPT transformer: layer normalization, causal attention, the
-// vocabulary-parallel embedding and cross-entropy, and fused Adam. Sums accumulate in double.
+// The fp32 CPU kernels of the GPT transformer: layer normalization, causal multi-head and
+// grouped-query attention, the vocabulary-parallel embedding and cross-entropy, and fused Adam.
+// Sums accumulate in double.
 #include "GptKernels.h"
 
 #include <algorithm>
@@ -61,17 +62,18 @@ void layerNormBackward(const float *x, const float *gamma, const float *mean, co
 }
 
 void attentionForward(const float *q, const float *k, const float *v, float *out, float *probs,
-                      int64_t batch, int64_t seq, int64_t heads, int64_t headDim) {
-  const int64_t width = heads * headDim;
+                      int64_t batch, int64_t seq, int64_t heads, int64_t kvHeads, int64_t headDim) {
+  const int64_t width = heads * headDim, kvWidth = kvHeads * headDim, group = heads / kvHeads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(headDim));
   std::vector<double> scores(static_cast<size_t>(seq));
   for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads; ++h)
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t kvColumn = (h / group) * headDim;
       for (int64_t i = 0; i < seq; ++i) {
         const float *qi = q + (b * seq + i) * width + h * headDim;
         double maxScore = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j <= i; ++j) {
-          const float *kj = k + (b * seq + j) * width + h * headDim;
+          const float *kj = k + (b * seq + j) * kvWidth + kvColumn;
           double dot = 0;
           for (int64_t d = 0; d < headDim; ++d)
             dot += static_cast<double>(qi[d]) * kj[d];
@@ -90,32 +92,34 @@ void attentionForward(const float *q, const float *k, const float *v, float *out
         for (int64_t d = 0; d < headDim; ++d) {
           double acc = 0;
           for (int64_t j = 0; j <= i; ++j)
-            acc += static_cast<double>(p[j]) * v[(b * seq + j) * width + h * headDim + d];
+            acc += static_cast<double>(p[j]) * v[(b * seq + j) * kvWidth + kvColumn + d];
           oi[d] = static_cast<float>(acc);
         }
       }
+    }
 }
 
 void attentionBackward(const float *q, const float *k, const float *v, const float *probs,
                        const float *dout, float *dq, float *dk, float *dv, int64_t batch,
-                       int64_t seq, int64_t heads, int64_t headDim) {
-  const int64_t width = heads * headDim;
-  const int64_t total = batch * seq * width;
-  std::fill(dq, dq + total, 0.0f);
-  std::fill(dk, dk + total, 0.0f);
-  std::fill(dv, dv + total, 0.0f);
+                       int64_t seq, int64_t heads, int64_t kvHeads, int64_t headDim) {
+  const int64_t width = heads * headDim, kvWidth = kvHeads * headDim, group = heads / kvHeads;
+  std::fill(dq, dq + batch * seq * width, 0.0f);
+  std::fill(dk, dk + batch * seq * kvWidth, 0.0f);
+  std::fill(dv, dv + batch * seq * kvWidth, 0.0f);
   const double scale = 1.0 / std::sqrt(static_cast<double>(headDim));
   std::vector<double> dp(static_cast<size_t>(seq));
   for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads; ++h)
+    for (int64_t h = 0; h < heads; ++h) {
+      // The key/value head of query head h: its dk and dv gather the whole group's terms.
+      const int64_t kvColumn = (h / group) * headDim;
       for (int64_t i = 0; i < seq; ++i) {
         const float *p = probs + ((b * heads + h) * seq + i) * seq;
         const float *doi = dout + (b * seq + i) * width + h * headDim;
         // dP[j] = dout_i · v_j; dV_j += P[j] · dout_i.
         double dot = 0;
         for (int64_t j = 0; j <= i; ++j) {
-          const float *vj = v + (b * seq + j) * width + h * headDim;
-          float *dvj = dv + (b * seq + j) * width + h * headDim;
+          const float *vj = v + (b * seq + j) * kvWidth + kvColumn;
+          float *dvj = dv + (b * seq + j) * kvWidth + kvColumn;
           double acc = 0;
           for (int64_t d = 0; d < headDim; ++d) {
             acc += static_cast<double>(doi[d]) * vj[d];
@@ -129,14 +133,15 @@ void attentionBackward(const float *q, const float *k, const float *v, const flo
         float *dqi = dq + (b * seq + i) * width + h * headDim;
         for (int64_t j = 0; j <= i; ++j) {
           double ds = p[j] * (dp[j] - dot) * scale;
-          const float *kj = k + (b * seq + j) * width + h * headDim;
-          float *dkj = dk + (b * seq + j) * width + h * headDim;
+          const float *kj = k + (b * seq + j) * kvWidth + kvColumn;
+          float *dkj = dk + (b * seq + j) * kvWidth + kvColumn;
           for (int64_t d = 0; d < headDim; ++d) {
             dqi[d] += static_cast<float>(ds * kj[d]);
             dkj[d] += static_cast<float>(ds * qi[d]);
           }
         }
       }
+    }
 }
 
 void embeddingForward(const int32_t *tokens, const float *table, const float *positions, float *out,

@@ -1,8 +1,9 @@
 // The fp32 CPU kernels of the GPT transformer (GPT-2 layout: learned positions, pre-LayerNorm,
-// causal multi-head attention, GELU MLP, tied or untied output, cross-entropy). They are the
-// reference: the trainer computes with them on the CPU, and the CUDA kernels (runtime/cuda) are
-// checked against them. Row-major throughout; a token row is one (sequence, position) pair, rows
-// ordered batch-major ([batch, seq] flattened). GEMMs go through Kernels (Kernels.h).
+// causal multi-head or grouped-query attention, GELU MLP, tied or untied output, cross-entropy).
+// They are the reference: the trainer computes with them on the CPU, and the CUDA kernels
+// (runtime/cuda) are checked against them. Row-major throughout; a token row is one (sequence,
+// position) pair, rows ordered batch-major ([batch, seq] flattened). GEMMs go through Kernels
+// (Kernels.h).
 #ifndef PLACERT_SRC_GPTKERNELS_H
 #define PLACERT_SRC_GPTKERNELS_H
 
@@ -19,15 +20,31 @@ void layerNormBackward(const float *x, const float *gamma, const float *mean, co
                        const float *dy, float *dx, float *dgamma, float *dbeta, int64_t rows,
                        int64_t cols);
 
-/// Causal softmax attention. q, k, v and out are [batch · seq, heads · headDim] (head h in columns
-/// h·headDim ..), scores scaled by 1/√headDim, position i attends to positions ≤ i. `probs`
-/// [batch, heads, seq, seq] receives the softmax (zeros above the diagonal) for the backward.
+/// Causal softmax attention with grouped queries (Ainslie et al. 2023). q and out are
+/// [batch · seq, heads · headDim] (head h in columns h·headDim ..), k and v [batch · seq, kvHeads ·
+/// headDim]; query head h attends with key/value head h / (heads / kvHeads) (contiguous groups;
+/// kvHeads = heads is multi-head attention, 1 multi-query). Scores scaled by 1/√headDim, position
+/// i attends to positions ≤ i. `probs` [batch, heads, seq, seq] receives the softmax (zeros above
+/// the diagonal) for the backward.
 void attentionForward(const float *q, const float *k, const float *v, float *out, float *probs,
-                      int64_t batch, int64_t seq, int64_t heads, int64_t headDim);
-/// dq, dk, dv (overwritten) from dout and the saved probabilities.
+                      int64_t batch, int64_t seq, int64_t heads, int64_t kvHeads, int64_t headDim);
+/// dq, dk, dv (overwritten) from dout and the saved probabilities; dk and dv of a key/value head
+/// sum the contributions of every query head of its group.
 void attentionBackward(const float *q, const float *k, const float *v, const float *probs,
                        const float *dout, float *dq, float *dk, float *dv, int64_t batch,
-                       int64_t seq, int64_t heads, int64_t headDim);
+                       int64_t seq, int64_t heads, int64_t kvHeads, int64_t headDim);
+
+/// Multi-head attention: q, k, v and out all [batch · seq, heads · headDim].
+inline void attentionForward(const float *q, const float *k, const float *v, float *out,
+                             float *probs, int64_t batch, int64_t seq, int64_t heads,
+                             int64_t headDim) {
+  attentionForward(q, k, v, out, probs, batch, seq, heads, heads, headDim);
+}
+inline void attentionBackward(const float *q, const float *k, const float *v, const float *probs,
+                              const float *dout, float *dq, float *dk, float *dv, int64_t batch,
+                              int64_t seq, int64_t heads, int64_t headDim) {
+  attentionBackward(q, k, v, probs, dout, dq, dk, dv, batch, seq, heads, heads, headDim);
+}
 
 /// out[r, :] = table[tokens[r] − vocabOffset, :] when the token is in [vocabOffset, vocabOffset +
 /// vocabLocal), zero otherwise (vocabulary-parallel embedding; the partial rows are summed over

@@ -61,9 +61,9 @@ std::vector<TensorInfo> GptModel::getTensors(UnitKind kind, int64_t layer) const
     add(p + "ln1.weight", h, 1, Split::Replicated, Init::NormWeight, 1);
     if (norm)
       add(p + "ln1.bias", h, 1, Split::Replicated, Init::Bias, h);
-    add(p + "attn.qkv.weight", 3 * h, h, Split::Column, Init::Weight, h);
+    add(p + "attn.qkv.weight", getQkvRows(), h, Split::Column, Init::Weight, h);
     if (bias)
-      add(p + "attn.qkv.bias", 3 * h, 1, Split::Column, Init::Bias, h);
+      add(p + "attn.qkv.bias", getQkvRows(), 1, Split::Column, Init::Bias, h);
     add(p + "attn.proj.weight", h, h, Split::Row, Init::Weight, h);
     if (bias)
       add(p + "attn.proj.bias", h, 1, Split::Replicated, Init::Bias, h);
@@ -126,6 +126,11 @@ int64_t GptModel::getFullParams(UnitKind kind, int64_t layer) const {
   return total;
 }
 
+int64_t GptModel::getQkvRows() const {
+  const GptShape &m = config.shape;
+  return (m.heads + 2 * m.getKvHeads()) * (m.hidden / m.heads);
+}
+
 int64_t GptModel::getLocalRows() const {
   int64_t rows = config.microBatch * config.shape.seq;
   return config.sequenceParallel ? rows / config.tensorDegree : rows;
@@ -156,11 +161,12 @@ std::vector<std::pair<int64_t, int64_t>> GptModel::getReplicatedRanges(UnitKind 
 void GptModel::recomputeAttention(UnitActivations &saved) {
   const GptShape &m = config.shape;
   int64_t localHeads = m.heads / config.tensorDegree, headDim = m.hidden / m.heads;
+  int64_t localKvHeads = m.getKvHeads() / config.tensorDegree;
   int64_t b = config.microBatch;
   std::vector<float> out(saved.q.size());
   saved.probs.assign(static_cast<size_t>(b * localHeads * m.seq * m.seq), 0.0f);
   attentionForward(saved.q.data(), saved.k.data(), saved.v.data(), out.data(), saved.probs.data(),
-                   b, m.seq, localHeads, headDim);
+                   b, m.seq, localHeads, localKvHeads, headDim);
 }
 
 namespace {
@@ -228,6 +234,28 @@ Status GptModel::reduceRows(TensorCollectives &comm, std::vector<float> &partial
   return Status::success();
 }
 
+void GptModel::splitQkv(float *qkv, float *q, float *k, float *v, int64_t rows,
+                        int64_t localKvHeads, bool merge) const {
+  const GptShape &m = config.shape;
+  const int64_t headDim = m.hidden / m.heads, group = m.heads / m.getKvHeads();
+  const int64_t qWidth = localKvHeads * group * headDim, kvWidth = localKvHeads * headDim;
+  const int64_t width = qWidth + 2 * kvWidth;
+  // Group g's rows: its `group` query heads, then its key head, then its value head.
+  auto move = [merge](float *packed, float *part, int64_t count) {
+    if (merge)
+      std::copy(part, part + count, packed);
+    else
+      std::copy(packed, packed + count, part);
+  };
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t g = 0; g < localKvHeads; ++g) {
+      float *packed = qkv + r * width + g * (group + 2) * headDim;
+      move(packed, q + r * qWidth + g * group * headDim, group * headDim);
+      move(packed + group * headDim, k + r * kvWidth + g * headDim, headDim);
+      move(packed + (group + 1) * headDim, v + r * kvWidth + g * headDim, headDim);
+    }
+}
+
 Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
                          const int32_t *tokens, const int32_t *targets, const float *input,
                          float *output, UnitActivations &saved, TensorCollectives &comm,
@@ -271,32 +299,27 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
   }
 
   if (kind == UnitKind::Layer) {
-    const int64_t localHeads = m.heads / t, headDim = h / m.heads, hl = h / t, fl = m.ffn / t;
+    const int64_t localHeads = m.heads / t, localKvHeads = m.getKvHeads() / t;
+    const int64_t headDim = h / m.heads, hl = h / t, kvl = localKvHeads * headDim, fl = m.ffn / t;
+    const int64_t qkvl = getQkvRows() / t;
     std::vector<float> y1l(static_cast<size_t>(Rl * h));
     normForward(input, W("ln1.weight"), W("ln1.bias"), y1l.data(), saved.mean1, saved.rstd1, Rl);
     PLACERT_TRY(gather(y1l, saved.y1));
-    std::vector<float> qkv(static_cast<size_t>(R * 3 * hl));
+    std::vector<float> qkv(static_cast<size_t>(R * qkvl));
     kernels->linearForward(saved.y1.data(), W("attn.qkv.weight"), W("attn.qkv.bias"), qkv.data(), R,
-                           h, 3 * hl);
-    // The qkv rows are ordered [head][q, k, v][headDim], so a column split keeps whole heads.
-    for (std::vector<float> *part : {&saved.q, &saved.k, &saved.v})
-      part->resize(static_cast<size_t>(R * hl));
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t head = 0; head < localHeads; ++head)
-        for (int64_t d = 0; d < headDim; ++d) {
-          const float *row = qkv.data() + r * 3 * hl + head * 3 * headDim;
-          saved.q[r * hl + head * headDim + d] = row[d];
-          saved.k[r * hl + head * headDim + d] = row[headDim + d];
-          saved.v[r * hl + head * headDim + d] = row[2 * headDim + d];
-        }
+                           h, qkvl);
+    saved.q.resize(static_cast<size_t>(R * hl));
+    saved.k.resize(static_cast<size_t>(R * kvl));
+    saved.v.resize(static_cast<size_t>(R * kvl));
+    splitQkv(qkv.data(), saved.q.data(), saved.k.data(), saved.v.data(), R, localKvHeads, false);
     if (m.rope) {
       ropeApply(saved.q.data(), R, s, localHeads, headDim, false);
-      ropeApply(saved.k.data(), R, s, localHeads, headDim, false);
+      ropeApply(saved.k.data(), R, s, localKvHeads, headDim, false);
     }
     saved.attn.resize(static_cast<size_t>(R * hl));
     saved.probs.assign(static_cast<size_t>(b * localHeads * s * s), 0.0f);
     attentionForward(saved.q.data(), saved.k.data(), saved.v.data(), saved.attn.data(),
-                     saved.probs.data(), b, s, localHeads, headDim);
+                     saved.probs.data(), b, s, localHeads, localKvHeads, headDim);
     std::vector<float> o(static_cast<size_t>(R * h)), oReduced;
     kernels->linearForward(saved.attn.data(), W("attn.proj.weight"), nullptr, o.data(), R, hl, h);
     PLACERT_TRY(reduce(o, oReduced));
@@ -441,7 +464,9 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
   }
 
   if (kind == UnitKind::Layer) {
-    const int64_t localHeads = m.heads / t, headDim = h / m.heads, hl = h / t, fl = m.ffn / t;
+    const int64_t localHeads = m.heads / t, localKvHeads = m.getKvHeads() / t;
+    const int64_t headDim = h / m.heads, hl = h / t, kvl = localKvHeads * headDim, fl = m.ffn / t;
+    const int64_t qkvl = getQkvRows() / t;
     const char *downName = m.swiglu ? "mlp.down.weight" : "mlp.proj.weight";
     addBiasGrad(outputGrad, G(m.swiglu ? "mlp.down.bias" : "mlp.proj.bias"));
     std::vector<float> dout;
@@ -480,26 +505,19 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
                               hl, h);
     std::vector<float> da(static_cast<size_t>(R * hl));
     kernels->linearInputGrad(dx1Whole.data(), W("attn.proj.weight"), da.data(), R, hl, h);
-    std::vector<float> dq(da.size()), dk(da.size()), dv(da.size());
+    std::vector<float> dq(da.size()), dk(static_cast<size_t>(R * kvl)), dv(dk.size());
     attentionBackward(saved.q.data(), saved.k.data(), saved.v.data(), saved.probs.data(), da.data(),
-                      dq.data(), dk.data(), dv.data(), b, s, localHeads, headDim);
+                      dq.data(), dk.data(), dv.data(), b, s, localHeads, localKvHeads, headDim);
     if (m.rope) {
       ropeApply(dq.data(), R, s, localHeads, headDim, true);
-      ropeApply(dk.data(), R, s, localHeads, headDim, true);
+      ropeApply(dk.data(), R, s, localKvHeads, headDim, true);
     }
-    std::vector<float> dqkv(static_cast<size_t>(R * 3 * hl));
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t head = 0; head < localHeads; ++head)
-        for (int64_t d = 0; d < headDim; ++d) {
-          float *row = dqkv.data() + r * 3 * hl + head * 3 * headDim;
-          row[d] = dq[r * hl + head * headDim + d];
-          row[headDim + d] = dk[r * hl + head * headDim + d];
-          row[2 * headDim + d] = dv[r * hl + head * headDim + d];
-        }
+    std::vector<float> dqkv(static_cast<size_t>(R * qkvl));
+    splitQkv(dqkv.data(), dq.data(), dk.data(), dv.data(), R, localKvHeads, true);
     kernels->linearWeightGrad(saved.y1.data(), dqkv.data(), G("attn.qkv.weight"),
-                              G("attn.qkv.bias"), R, h, 3 * hl);
+                              G("attn.qkv.bias"), R, h, qkvl);
     std::vector<float> dy1(static_cast<size_t>(R * h)), dy1Reduced;
-    kernels->linearInputGrad(dqkv.data(), W("attn.qkv.weight"), dy1.data(), R, h, 3 * hl);
+    kernels->linearInputGrad(dqkv.data(), W("attn.qkv.weight"), dy1.data(), R, h, qkvl);
     PLACERT_TRY(reduce(dy1, dy1Reduced));
     normBackward(input, W("ln1.weight"), saved.mean1, saved.rstd1, dy1Reduced.data(), inputGrad,
                  G("ln1.weight"), G("ln1.bias"), Rl);

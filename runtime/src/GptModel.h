@@ -41,7 +41,8 @@ public:
 
 /// What a unit keeps of one micro-batch between its forward and backward.
 struct UnitActivations {
-  /// f: the gelu input or the swiglu gate; u: the swiglu up projection.
+  /// q: [rows, heads/t · head dim], k and v: [rows, kv heads/t · head dim] (after RoPE); f: the
+  /// gelu input or the swiglu gate; u: the swiglu up projection.
   std::vector<float> y1, mean1, rstd1, q, k, v, probs, attn, x1, y2, mean2, rstd2, f, u, g;
   std::vector<float> dlogits;   ///< The head: the loss gradient of its logits.
   std::vector<float> lossStats; ///< The head: per row max, sum of exponentials, target.
@@ -69,6 +70,11 @@ public:
   /// Rows of the token matrix this rank holds between units: b·s, or b·s/t under sequence
   /// parallelism.
   int64_t getLocalRows() const;
+  /// Rows of the whole `attn.qkv.weight`: (heads + 2 · kv heads) · head dim, 3·hidden for
+  /// multi-head attention. They are ordered [kv head][the group's heads/kv query heads, k, v][head
+  /// dim] (Megatron-Core's layout; [head][q, k, v][head dim] for multi-head attention), so the
+  /// column split hands each tensor rank whole groups: kv heads/t of them.
+  int64_t getQkvRows() const;
   /// The initial value of element `index` of a whole tensor.
   float initialValue(uint64_t seed, const TensorInfo &tensor, int64_t index) const;
 
@@ -97,6 +103,11 @@ private:
   /// reduce-scattered over the rows under sequence parallelism, all-reduced otherwise.
   Status reduceRows(TensorCollectives &comm, std::vector<float> &partial,
                     std::vector<float> &result) const;
+  /// The local qkv projection [rows, qkv rows/t] (this rank's `localKvHeads` groups in the
+  /// layout of getQkvRows) split into q [rows, heads/t · head dim] and k, v [rows, kv heads/t ·
+  /// head dim], or, with `merge`, q, k and v packed back into it (the gradient).
+  void splitQkv(float *qkv, float *q, float *k, float *v, int64_t rows, int64_t localKvHeads,
+                bool merge) const;
   /// LayerNorm or RMSNorm (then `bias` and `mean` are unused) over the hidden width.
   void normForward(const float *x, const float *weight, const float *bias, float *y,
                    std::vector<float> &mean, std::vector<float> &rstd, int64_t rows) const;

@@ -128,6 +128,7 @@ struct GptCore : Trainer::Core {
            "\", \"kind\": \"transformer\", \"layers\": " + std::to_string(shape.layers) +
            ", \"hidden\": " + std::to_string(shape.hidden) +
            ", \"heads\": " + std::to_string(shape.heads) +
+           ", \"kv_heads\": " + std::to_string(shape.getKvHeads()) +
            ", \"seq\": " + std::to_string(shape.seq) +
            ", \"vocab\": " + std::to_string(shape.vocab) +
            ", \"ffn\": " + std::to_string(shape.ffn) +
@@ -212,7 +213,12 @@ Status GptCore::layoutUnits() {
                      std::to_string(t) + " tensor-parallel ranks");
     return Status::success();
   };
+  if (shape.heads <= 0 || shape.kvHeads < 0 || shape.heads % shape.getKvHeads() != 0)
+    return invalid("kv_heads " + std::to_string(shape.kvHeads) + " does not divide heads " +
+                   std::to_string(shape.heads) + " (grouped-query attention)");
   PLACERT_TRY(divides(shape.heads, "heads"));
+  // Each tensor rank holds whole groups: heads/t query heads and kv heads/t key/value heads.
+  PLACERT_TRY(divides(shape.getKvHeads(), "kv_heads"));
   PLACERT_TRY(divides(shape.ffn, "ffn"));
   PLACERT_TRY(divides(shape.vocab, "vocab"));
   if (shape.hidden % shape.heads != 0)
@@ -350,8 +356,11 @@ std::vector<TensorRun> tensorRuns(const std::vector<gpt::TensorInfo> &tensors, i
 }
 
 /// The transformer's checkpoint names its tensors as GptModel does (`embed.tokens` [vocab,
-/// hidden], `layers.<l>.attn.qkv.weight` [3·hidden, hidden], `final_norm.bias` [hidden], ...),
-/// with the optimizer state under the same names plus `.exp_avg` / `.exp_avg_sq`.
+/// hidden], `layers.<l>.attn.qkv.weight` [(heads + 2·kv heads)·head dim, hidden] in the
+/// group-major layout of GptModel::getQkvRows, `final_norm.bias` [hidden], ...), with the
+/// optimizer state under the same names plus `.exp_avg` / `.exp_avg_sq`. The qkv tensor's column
+/// split is a contiguous range of whole groups, so its local piece maps to one run of the global
+/// tensor under any tensor degree.
 Status GptCore::checkpointContents(bool save, CheckpointContents &contents) {
   std::vector<std::string> suffixes = checkpointSuffixes();
   for (const GptUnit &unit : layout)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end tests of checkpoints (docs/checkpoints.md): programs compiled from
-configs/checkpoint.place (the mlp) and configs/checkpoint_gpt.place (mode gpt) save, resume
-and reshard, and refuse bad checkpoints.
+configs/checkpoint.place (the mlp), configs/checkpoint_gpt.place (mode gpt) and
+configs/checkpoint_gqa.place (mode gqa) save, resume and reshard, and refuse bad checkpoints.
 
 Modes:
   resume   a run stopped at step 2 and resumed equals the uninterrupted run bit for bit: the
@@ -15,6 +15,10 @@ Modes:
            inspect` agrees; and, as controls, a checkpoint rewritten in another layout by an
            independent writer loads to the same bytes, and a `latest` naming a missing
            checkpoint falls back to the newest complete one
+  gqa      grouped-query attention (configs/checkpoint_gqa.place): exact resume under tp x sp, the
+           manifest's qkv shape and each tensor rank's group of rows, a tp x sp checkpoint
+           continued on one rank, under zero3 and under tp x dp, one rank's under tp; a
+           multi-head model refuses it
   gpt      the transformer (configs/checkpoint_gpt.place): exact resume under zero3, tp x sp and
            pp x zero1, and of a LLaMA-style model with Adam under zero1 x sp; a zero3 checkpoint
            continues under tp x dp with sequence parallelism, pp x zero1 and one rank; its
@@ -39,7 +43,10 @@ RANKS = {"ck_zero3": 4, "ck_tp_dp": 4, "ck_pp_zero1": 4, "ck_tp_zero3": 4, "ck_h
          "ck_single": 1, "ck_zero1_bf16": 4, "ck_sgd": 1, "ck_other": 1,
          # configs/checkpoint_gpt.place
          "gck_zero3": 4, "gck_sp": 2, "gck_untied_zero3": 4, "gck_untied_sp_dp": 4,
-         "gck_untied_pp_zero1": 4, "gck_untied_single": 1, "gck_llama": 4}
+         "gck_untied_pp_zero1": 4, "gck_untied_single": 1, "gck_llama": 4,
+         # configs/checkpoint_gqa.place
+         "qck_sp": 2, "qck_single": 1, "qck_zero3": 2, "qck_tp_dp": 4, "qck_tp": 2,
+         "qck_mha_single": 1}
 STEP2, STEP3, STEP4 = "step-00000002", "step-00000003", "step-00000004"
 
 
@@ -396,23 +403,25 @@ def mode_faults(ctx):
           f"resumed from {STEP2}, ending equal to the uninterrupted run")
 
 
-def gpt_tensors(layers, hidden, ffn, vocab, seq, tied, llama=False):
+def gpt_tensors(layers, hidden, ffn, vocab, seq, tied, llama=False, heads=4, kv_heads=None):
     """The tensors of a transformer and their shapes, named as docs/checkpoints.md says: the
     GPT-2 layout (learned positions, layernorm with bias, gelu mlp with biases), or with `llama`
-    rotary positions, RMSNorm, a swiglu mlp and no biases."""
+    rotary positions, RMSNorm, a swiglu mlp and no biases. With `kv_heads`, the queries keep
+    `heads` heads of hidden/heads and the keys and values have kv_heads heads each."""
+    qkv = 3 * hidden if kv_heads is None else hidden + 2 * kv_heads * (hidden // heads)
     tensors = {"embed.tokens": [vocab, hidden]}
     if not llama:
         tensors["embed.positions"] = [seq, hidden]
     for layer in range(layers):
         p = f"layers.{layer}."
-        tensors.update({p + "ln1.weight": [hidden], p + "attn.qkv.weight": [3 * hidden, hidden],
+        tensors.update({p + "ln1.weight": [hidden], p + "attn.qkv.weight": [qkv, hidden],
                         p + "attn.proj.weight": [hidden, hidden], p + "ln2.weight": [hidden]})
         if llama:
             tensors.update({p + "mlp.gate.weight": [ffn, hidden],
                             p + "mlp.up.weight": [ffn, hidden],
                             p + "mlp.down.weight": [hidden, ffn]})
         else:
-            tensors.update({p + "ln1.bias": [hidden], p + "attn.qkv.bias": [3 * hidden],
+            tensors.update({p + "ln1.bias": [hidden], p + "attn.qkv.bias": [qkv],
                             p + "attn.proj.bias": [hidden], p + "ln2.bias": [hidden],
                             p + "mlp.fc.weight": [ffn, hidden], p + "mlp.fc.bias": [ffn],
                             p + "mlp.proj.weight": [hidden, ffn], p + "mlp.proj.bias": [hidden]})
@@ -424,15 +433,17 @@ def gpt_tensors(layers, hidden, ffn, vocab, seq, tied, llama=False):
     return tensors
 
 
-def check_gpt_manifest(directory, tied, llama=False):
-    """The checkpoint of gpt_tiny (configs/common.place: 2 layers, hidden 64, ffn 4 x 64, vocab
-    128, seq 16; SGD with momentum) or of gck_llama_tiny (ffn 96; Adam) names each parameter
-    tensor and its optimizer state with the model's shapes."""
+def check_gpt_manifest(directory, tied, llama=False, kv_heads=None):
+    """The checkpoint of gpt_tiny (configs/common.place: 2 layers, hidden 64, 4 heads, ffn 4 x 64,
+    vocab 128, seq 16; SGD with momentum) or of gck_llama_tiny or gqa_ck_tiny (ffn 96; Adam;
+    the latter with `kv_heads` key/value heads) names each parameter tensor and its optimizer
+    state with the model's shapes."""
     with open(os.path.join(directory, "manifest.json")) as file:
         manifest = json.load(file)
     want = {}
     suffixes = ["", ".exp_avg", ".exp_avg_sq"] if llama else ["", ".exp_avg"]
-    for name, shape in gpt_tensors(2, 64, 96 if llama else 256, 128, 16, tied, llama).items():
+    for name, shape in gpt_tensors(2, 64, 96 if llama else 256, 128, 16, tied, llama,
+                                   kv_heads=kv_heads).items():
         for suffix in suffixes:
             want[name + suffix] = shape
     got = {tensor["name"]: tensor["shape"] for tensor in manifest["tensors"]}
@@ -488,6 +499,35 @@ def mode_gpt(ctx):
                    "it has no tensor 'output.weight'", "a tied model's checkpoint in an untied one")
 
 
+def mode_gqa(ctx):
+    # Grouped-query attention (configs/checkpoint_gqa.place: hidden 64, 4 query heads of 16, 2
+    # key/value heads). Exact resume under tp 2 with sequence parallelism; the manifest names
+    # attn.qkv.weight [(4 + 2·2)·16, 64] = [128, 64].
+    check_resume(ctx, "qck_sp")
+    step4 = os.path.join(ctx.path("qck_sp", "whole"), STEP4)
+    check_gpt_manifest(step4, tied=False, llama=True, kv_heads=2)
+    # The qkv rows are ordered by key/value head (its 2 query heads, its key, its value: 4·16 =
+    # 64 rows of 64), and tensor rank r holds kv head r's rows: rank 0 writes the tensor's
+    # elements [0, 4096), rank 1 [4096, 8192).
+    with open(os.path.join(step4, "manifest.json")) as file:
+        manifest = json.load(file)
+    qkv = next(t for t in manifest["tensors"] if t["name"] == "layers.1.attn.qkv.weight")
+    got = sorted((shard["offset"], shard["elements"], shard["rank"]) for shard in qkv["shards"])
+    if got != [(0, 4096, 0), (4096, 4096, 1)]:
+        fail(f"the tensor ranks' pieces of layers.1.attn.qkv.weight are {got}, not one group of "
+             f"rows each")
+    print("e2e: ok: the grouped-query checkpoint names its tensors with the model's shapes, one "
+          "group of qkv rows per tensor rank")
+    # Resharding across tensor degrees: tp 2 x sp to one rank, to ZeRO-3 over 2 ranks and to
+    # tp 2 x dp 2; the one rank's checkpoint of step 3 continues under tp 2.
+    check_reshard(ctx, "qck_sp", ["qck_single", "qck_zero3", "qck_tp_dp"],
+                  {"qck_single": "qck_tp"})
+    # A multi-head model of the same dimensions has qkv rows 3·64: it refuses the checkpoint.
+    expect_refusal(ctx, "qck_mha_single", os.path.join(ctx.path("qck_sp"), STEP2),
+                   "tensor 'layers.0.attn.qkv.weight' has shape [128, 64] but the model's is "
+                   "[192, 64]", "a grouped-query checkpoint in a multi-head model")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--placec", required=True)
@@ -496,14 +536,14 @@ def main():
     parser.add_argument("--place", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--mode", required=True, choices=["resume", "reshard", "bad", "faults",
-                                                         "gpt"])
+                                                         "gpt", "gqa"])
     args = parser.parse_args()
     if os.path.isdir(args.work):
         shutil.rmtree(args.work)
     os.makedirs(args.work)
     ctx = Context(args)
     {"resume": mode_resume, "reshard": mode_reshard, "bad": mode_bad,
-     "faults": mode_faults, "gpt": mode_gpt}[args.mode](ctx)
+     "faults": mode_faults, "gpt": mode_gpt, "gqa": mode_gqa}[args.mode](ctx)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 // Unit tests of placert's GPT kernels: every backward against central finite differences of its
-// forward, the vocabulary-parallel embedding and cross-entropy split in two against the unsplit
-// ones and against a direct log-softmax, and Adam against its formula (Kingma & Ba 2015, Alg. 1).
+// forward, grouped-query attention against a direct softmax and against multi-head attention
+// with shared keys and values, the vocabulary-parallel embedding and cross-entropy split in two
+// against the unsplit ones and against a direct log-softmax, and Adam against its formula (Kingma
+// & Ba 2015, Alg. 1).
 #include "GptKernels.h"
 
 #include <algorithm>
@@ -146,6 +148,125 @@ TEST(GptKernels, AttentionBackwardMatchesFiniteDifferences) {
   expectGradient(q, dq, loss, "dq");
   expectGradient(k, dk, loss, "dk");
   expectGradient(v, dv, loss, "dv");
+}
+
+/// Causal attention written out directly in double: query head h of `heads` reads key/value head
+/// h / (heads / kvHeads) of q [rows, heads·d] and k, v [rows, kvHeads·d].
+std::vector<double> naiveAttention(const std::vector<float> &q, const std::vector<float> &k,
+                                   const std::vector<float> &v, int64_t batch, int64_t seq,
+                                   int64_t heads, int64_t kvHeads, int64_t headDim) {
+  std::vector<double> out(static_cast<size_t>(batch * seq * heads * headDim));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h) {
+      int64_t kv = h * kvHeads / heads; // the same as h / (heads / kvHeads)
+      for (int64_t i = 0; i < seq; ++i) {
+        std::vector<double> weights(static_cast<size_t>(i + 1));
+        double total = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double score = 0;
+          for (int64_t d = 0; d < headDim; ++d)
+            score += static_cast<double>(q[((b * seq + i) * heads + h) * headDim + d]) *
+                     k[((b * seq + j) * kvHeads + kv) * headDim + d];
+          weights[j] = std::exp(score / std::sqrt(static_cast<double>(headDim)));
+          total += weights[j];
+        }
+        for (int64_t d = 0; d < headDim; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j <= i; ++j)
+            acc += weights[j] / total * v[((b * seq + j) * kvHeads + kv) * headDim + d];
+          out[((b * seq + i) * heads + h) * headDim + d] = acc;
+        }
+      }
+    }
+  return out;
+}
+
+TEST(GptKernels, GroupedAttentionMatchesDirectSoftmax) {
+  const int64_t batch = 2, seq = 5, heads = 4, headDim = 3;
+  for (int64_t kvHeads : {4, 2, 1}) {
+    SCOPED_TRACE("kv heads " + std::to_string(kvHeads));
+    std::vector<float> q = randomVector(batch * seq * heads * headDim, 30);
+    std::vector<float> k = randomVector(batch * seq * kvHeads * headDim, 31);
+    std::vector<float> v = randomVector(batch * seq * kvHeads * headDim, 32);
+    std::vector<float> out(q.size()), probs(batch * heads * seq * seq);
+    attentionForward(q.data(), k.data(), v.data(), out.data(), probs.data(), batch, seq, heads,
+                     kvHeads, headDim);
+    std::vector<double> want = naiveAttention(q, k, v, batch, seq, heads, kvHeads, headDim);
+    for (size_t i = 0; i < out.size(); ++i)
+      EXPECT_NEAR(out[i], want[i], 1e-6) << i;
+  }
+}
+
+TEST(GptKernels, GroupedAttentionEqualsMultiHeadWithSharedKeysAndValues) {
+  // GQA is multi-head attention whose heads of a group read one key/value head: with k and v
+  // copied to every query head of their group, the multi-head kernel gives the same output and
+  // dq, and each group's dk, dv are the sums of its heads'.
+  const int64_t batch = 2, seq = 4, heads = 4, headDim = 2, rows = batch * seq;
+  for (int64_t kvHeads : {2, 1}) {
+    SCOPED_TRACE("kv heads " + std::to_string(kvHeads));
+    const int64_t group = heads / kvHeads;
+    std::vector<float> q = randomVector(rows * heads * headDim, 33);
+    std::vector<float> k = randomVector(rows * kvHeads * headDim, 34);
+    std::vector<float> v = randomVector(rows * kvHeads * headDim, 35);
+    std::vector<float> dout = randomVector(rows * heads * headDim, 36);
+    std::vector<float> kWide(q.size()), vWide(q.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t d = 0; d < headDim; ++d) {
+          kWide[(r * heads + h) * headDim + d] = k[(r * kvHeads + h / group) * headDim + d];
+          vWide[(r * heads + h) * headDim + d] = v[(r * kvHeads + h / group) * headDim + d];
+        }
+    std::vector<float> out(q.size()), probs(batch * heads * seq * seq), outWide(q.size()),
+        probsWide(probs.size());
+    attentionForward(q.data(), k.data(), v.data(), out.data(), probs.data(), batch, seq, heads,
+                     kvHeads, headDim);
+    attentionForward(q.data(), kWide.data(), vWide.data(), outWide.data(), probsWide.data(), batch,
+                     seq, heads, headDim);
+    EXPECT_EQ(out, outWide);
+    EXPECT_EQ(probs, probsWide);
+    std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+    std::vector<float> dqWide(q.size()), dkWide(q.size()), dvWide(q.size());
+    attentionBackward(q.data(), k.data(), v.data(), probs.data(), dout.data(), dq.data(), dk.data(),
+                      dv.data(), batch, seq, heads, kvHeads, headDim);
+    attentionBackward(q.data(), kWide.data(), vWide.data(), probsWide.data(), dout.data(),
+                      dqWide.data(), dkWide.data(), dvWide.data(), batch, seq, heads, headDim);
+    EXPECT_EQ(dq, dqWide);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g = 0; g < kvHeads; ++g)
+        for (int64_t d = 0; d < headDim; ++d) {
+          double sumK = 0, sumV = 0;
+          for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+            sumK += dkWide[(r * heads + h) * headDim + d];
+            sumV += dvWide[(r * heads + h) * headDim + d];
+          }
+          EXPECT_NEAR(dk[(r * kvHeads + g) * headDim + d], sumK, 1e-6);
+          EXPECT_NEAR(dv[(r * kvHeads + g) * headDim + d], sumV, 1e-6);
+        }
+  }
+}
+
+TEST(GptKernels, GroupedAttentionBackwardMatchesFiniteDifferences) {
+  const int64_t batch = 2, seq = 4, heads = 4, headDim = 3, rows = batch * seq;
+  for (int64_t kvHeads : {2, 1}) {
+    SCOPED_TRACE("kv heads " + std::to_string(kvHeads));
+    std::vector<float> q = randomVector(rows * heads * headDim, 37);
+    std::vector<float> k = randomVector(rows * kvHeads * headDim, 38);
+    std::vector<float> v = randomVector(rows * kvHeads * headDim, 39);
+    std::vector<float> weight = randomVector(q.size(), 40);
+    std::vector<float> out(q.size()), probs(batch * heads * seq * seq);
+    auto loss = [&] {
+      attentionForward(q.data(), k.data(), v.data(), out.data(), probs.data(), batch, seq, heads,
+                       kvHeads, headDim);
+      return dot(weight, out);
+    };
+    loss();
+    std::vector<float> dq(q.size(), 7.0f), dk(k.size(), 7.0f), dv(v.size(), 7.0f);
+    attentionBackward(q.data(), k.data(), v.data(), probs.data(), weight.data(), dq.data(),
+                      dk.data(), dv.data(), batch, seq, heads, kvHeads, headDim);
+    expectGradient(q, dq, loss, "dq");
+    expectGradient(k, dk, loss, "dk");
+    expectGradient(v, dv, loss, "dv");
+  }
 }
 
 TEST(GptKernels, EmbeddingSplitInTwoEqualsUnsplit) {

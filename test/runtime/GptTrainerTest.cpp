@@ -1,6 +1,8 @@
-// Unit test of placert's GPT trainer on one rank (MPI as a singleton): a compute call whose
+// Unit tests of placert's GPT trainer on one rank (MPI as a singleton): a compute call whose
 // planned collectives the computation does not perform fails with "plan mismatch", naming the
-// unit and the collective, instead of moving other bytes than the plan says.
+// unit and the collective, instead of moving other bytes than the plan says; a grouped-query
+// layer holds the parameters of its smaller qkv projection, and kv heads that do not divide the
+// heads are refused at setup.
 #include "placert/placert.h"
 
 #include <gtest/gtest.h>
@@ -8,30 +10,37 @@
 
 namespace {
 
-TEST(GptTrainer, LeftOverPlannedCollectiveIsAPlanMismatch) {
-  int argc = 1;
-  char name[] = "placert-unittests";
-  char *args[] = {name, nullptr};
-  char **argv = args;
-  placert::Options options;
-  options.quiet = true;
-  std::unique_ptr<placert::Runtime> runtime;
-  placert::Status status = placert::Runtime::create(
-      &argc, &argv, {{"dp", placert::AxisKind::Batch, 1}}, options, runtime);
-  ASSERT_TRUE(status.isOk()) << status.getMessage();
+/// The process's one runtime (MPI is initialized once per process), on a mesh of one device.
+placert::Runtime &getRuntime() {
+  static std::unique_ptr<placert::Runtime> runtime = [] {
+    int argc = 1;
+    static char name[] = "placert-unittests";
+    static char *args[] = {name, nullptr};
+    char **argv = args;
+    placert::Options options;
+    options.quiet = true;
+    std::unique_ptr<placert::Runtime> result;
+    placert::Status status = placert::Runtime::create(
+        &argc, &argv, {{"dp", placert::AxisKind::Batch, 1}}, options, result);
+    EXPECT_TRUE(status.isOk()) << status.getMessage();
+    return result;
+  }();
+  return *runtime;
+}
 
+TEST(GptTrainer, LeftOverPlannedCollectiveIsAPlanMismatch) {
   // layers 1, hidden 8, heads 2, seq 4, vocab 16, ffn 32, tied.
   placert::GptShape shape{"g", 1, 8, 2, 4, 16, 32, true};
   placert::TrainingSpec spec;
   spec.globalBatch = 1;
   spec.microBatch = 1;
-  placert::GptTrainer trainer(*runtime, shape, spec, placert::StatePlacement(),
+  placert::GptTrainer trainer(getRuntime(), shape, spec, placert::StatePlacement(),
                               placert::Recompute::None, false);
   // embed: 16·8 + 4·8 = 160; a layer 12·64 + 13·8 = 872; the head's final norm 16.
   trainer.addUnit({"embed", -1, 0, 160});
   trainer.addUnit({"layer.0", 0, 0, 872});
   trainer.addUnit({"head", 1, 0, 16});
-  status = trainer.setup();
+  placert::Status status = trainer.setup();
   ASSERT_TRUE(status.isOk()) << status.getMessage();
 
   EXPECT_TRUE(trainer.forward(0, 0, {}).isOk());
@@ -43,6 +52,64 @@ TEST(GptTrainer, LeftOverPlannedCollectiveIsAPlanMismatch) {
       << status.getMessage();
   EXPECT_NE(status.getMessage().find("1 more collective(s) (next: all-reduce of 32 elements)"),
             std::string::npos)
+      << status.getMessage();
+}
+
+TEST(GptTrainer, GroupedQueryLayerHoldsItsSmallerQkvProjection) {
+  // The layer of the test above with one key/value head for its 2 query heads (multi-query): the
+  // qkv projection has (2 + 2·1)·4 = 16 rows instead of 24, so 8 rows of 8 weights and a bias
+  // fewer: 872 − 72 = 800 parameters.
+  placert::GptShape shape{"g", 1, 8, 2, 4, 16, 32, true};
+  shape.kvHeads = 1;
+  placert::TrainingSpec spec;
+  spec.globalBatch = 1;
+  spec.microBatch = 1;
+  placert::GptTrainer trainer(getRuntime(), shape, spec, placert::StatePlacement(),
+                              placert::Recompute::Selective, false);
+  trainer.addUnit({"embed", -1, 0, 160});
+  trainer.addUnit({"layer.0", 0, 0, 800});
+  trainer.addUnit({"head", 1, 0, 16});
+  placert::Status status = trainer.setup();
+  ASSERT_TRUE(status.isOk()) << status.getMessage();
+  // A forward, the selective recomputation of the attention and a backward of every unit.
+  for (int unit = 0; unit < 3; ++unit)
+    ASSERT_TRUE(trainer.forward(unit, 0, {}).isOk()) << unit;
+  for (int unit = 2; unit >= 0; --unit) {
+    if (unit == 1) {
+      ASSERT_TRUE(trainer.recompute(unit, 0, {}).isOk());
+    }
+    status = trainer.backward(unit, 0, {});
+    ASSERT_TRUE(status.isOk()) << unit << ": " << status.getMessage();
+  }
+
+  // The multi-head count is the plan of another model.
+  placert::GptTrainer other(getRuntime(), shape, spec, placert::StatePlacement(),
+                            placert::Recompute::None, false);
+  other.addUnit({"embed", -1, 0, 160});
+  other.addUnit({"layer.0", 0, 0, 872});
+  other.addUnit({"head", 1, 0, 16});
+  status = other.setup();
+  EXPECT_EQ(status.getCode(), placert::StatusCode::InvalidArgument);
+  EXPECT_NE(status.getMessage().find("the plan says 872 parameters per device but the "
+                                     "tensor-parallel split gives 800"),
+            std::string::npos)
+      << status.getMessage();
+}
+
+TEST(GptTrainer, KvHeadsThatDoNotDivideTheHeadsAreRefused) {
+  placert::GptShape shape{"g", 1, 8, 2, 4, 16, 32, true};
+  shape.kvHeads = 3;
+  placert::TrainingSpec spec;
+  spec.globalBatch = 1;
+  spec.microBatch = 1;
+  placert::GptTrainer trainer(getRuntime(), shape, spec, placert::StatePlacement(),
+                              placert::Recompute::None, false);
+  trainer.addUnit({"embed", -1, 0, 160});
+  trainer.addUnit({"layer.0", 0, 0, 872});
+  trainer.addUnit({"head", 1, 0, 16});
+  placert::Status status = trainer.setup();
+  EXPECT_EQ(status.getCode(), placert::StatusCode::InvalidArgument);
+  EXPECT_NE(status.getMessage().find("kv_heads 3 does not divide heads 2"), std::string::npos)
       << status.getMessage();
 }
 

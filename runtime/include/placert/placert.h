@@ -6,7 +6,7 @@
 #define PLACERT_PLACERT_H
 
 #define PLACERT_VERSION_MAJOR 0
-#define PLACERT_VERSION_MINOR 1
+#define PLACERT_VERSION_MINOR 2
 #define PLACERT_VERSION_PATCH 0
 
 #include <cstdint>
@@ -373,13 +373,20 @@ struct MlpShape {
 };
 
 /// `model g : transformer { layers; hidden; heads; seq; vocab; ffn; tied_embeddings; mlp; norm;
-/// bias; positions; }`; the defaults are GPT-2's (gelu MLP, layernorm, biases, learned positions),
-/// the options LLaMA's (swiglu, rmsnorm, no biases, rotary positions).
+/// bias; positions; kv_heads; }`; the defaults are GPT-2's (gelu MLP, layernorm, biases, learned
+/// positions, multi-head attention), the options LLaMA's (swiglu, rmsnorm, no biases, rotary
+/// positions, grouped-query attention).
 struct GptShape {
   std::string name;
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;
   bool tiedEmbeddings = true;
   bool swiglu = false, rmsNorm = false, bias = true, rope = false;
+  /// Key/value heads (grouped-query attention; 1: multi-query), a divisor of `heads`; 0 or
+  /// `heads`: multi-head attention. Since placert 0.2.
+  int64_t kvHeads = 0;
+
+  /// The key/value heads: `kvHeads`, or `heads` when it is 0.
+  int64_t getKvHeads() const { return kvHeads > 0 ? kvHeads : heads; }
 };
 
 /// What the run says about the step.
