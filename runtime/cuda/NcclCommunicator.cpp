@@ -290,6 +290,56 @@ Status NcclCommunicator::broadcast(float *buffer, int64_t elements, int root) {
   return synchronize("broadcast");
 }
 
+Status NcclCommunicator::allToAll(const float *input, float *output, int64_t elements) {
+  if (elements % impl->size != 0 || input == output)
+    return {StatusCode::InvalidArgument,
+            rankPrefix(impl->job) + "all-to-all over '" + impl->name +
+                "': " + std::to_string(elements) + " elements over " + std::to_string(impl->size) +
+                " ranks need equal chunks and distinct input and output buffers"};
+  size_t chunk = static_cast<size_t>(elements / impl->size);
+  // Grouped point-to-point calls: NCCL has no all-to-all collective of its own.
+  ncclResult_t got = ncclGroupStart();
+  for (int peer = 0; peer < impl->size && got == ncclSuccess; ++peer) {
+    got = ncclSend(input + peer * chunk, chunk, ncclFloat32, peer, impl->comm, impl->stream);
+    if (got == ncclSuccess)
+      got = ncclRecv(output + peer * chunk, chunk, ncclFloat32, peer, impl->comm, impl->stream);
+  }
+  ncclResult_t ended = ncclGroupEnd();
+  if (got != ncclSuccess || ended != ncclSuccess)
+    return impl->fail("all-to-all", got != ncclSuccess ? got : ended);
+  return synchronize("all-to-all");
+}
+
+Status NcclCommunicator::ringStep(const float *input, float *output, int64_t elements) {
+  size_t count = static_cast<size_t>(elements);
+  // In place, the block to send is copied first: the receive overwrites the buffer.
+  float *copy = nullptr;
+  if (input == output) {
+    cudaError_t error = cudaMalloc(&copy, count * sizeof(float));
+    if (error == cudaSuccess)
+      error = cudaMemcpyAsync(copy, input, count * sizeof(float), cudaMemcpyDeviceToDevice,
+                              impl->stream);
+    if (error != cudaSuccess) {
+      cudaFree(copy);
+      return impl->failCuda("ring-step", error);
+    }
+    input = copy;
+  }
+  int next = (impl->rank + 1) % impl->size, previous = (impl->rank + impl->size - 1) % impl->size;
+  ncclResult_t got = ncclGroupStart();
+  if (got == ncclSuccess)
+    got = ncclSend(input, count, ncclFloat32, next, impl->comm, impl->stream);
+  if (got == ncclSuccess)
+    got = ncclRecv(output, count, ncclFloat32, previous, impl->comm, impl->stream);
+  ncclResult_t ended = ncclGroupEnd();
+  Status status = got != ncclSuccess || ended != ncclSuccess
+                      ? impl->fail("ring-step", got != ncclSuccess ? got : ended)
+                      : synchronize("ring-step");
+  if (copy)
+    cudaFree(copy);
+  return status;
+}
+
 Status NcclCommunicator::send(const float *buffer, int64_t elements, int peer, int /*tag*/) {
   // NCCL orders point-to-point calls per peer and stream, so the tag is not needed.
   ncclResult_t got =

@@ -30,6 +30,10 @@ Status tooLarge(int rank, const char *what, const std::string &group) {
 
 class MpiCommunicator : public Communicator {
 public:
+  /// The tag of ring steps (under the 32767 every MPI allows); pipeline messages run over their
+  /// own (layers) communicator.
+  static constexpr int kRingTag = 4242;
+
   MpiCommunicator(std::string name, MPI_Comm comm, int worldRank)
       : name(std::move(name)), comm(comm), worldRank(worldRank) {
     MPI_Comm_rank(comm, &rank);
@@ -86,6 +90,39 @@ public:
       return tooLarge(worldRank, "broadcast", name);
     int code = MPI_Bcast(buffer, static_cast<int>(elements), MPI_FLOAT, root, comm);
     return code == MPI_SUCCESS ? Status::success() : failure(worldRank, "broadcast", name, code);
+  }
+
+  Status allToAll(const float *input, float *output, int64_t elements) override {
+    if (elements % size != 0)
+      return Status(StatusCode::InvalidArgument,
+                    "rank " + std::to_string(worldRank) + ": all-to-all over '" + name +
+                        "': " + std::to_string(elements) + " elements do not divide among " +
+                        std::to_string(size) + " ranks");
+    if (input == output)
+      return Status(StatusCode::InvalidArgument, "rank " + std::to_string(worldRank) +
+                                                     ": all-to-all over '" + name +
+                                                     "' needs distinct input and output buffers");
+    if (elements / size > INT_MAX)
+      return tooLarge(worldRank, "all-to-all", name);
+    int chunk = static_cast<int>(elements / size);
+    int code = MPI_Alltoall(input, chunk, MPI_FLOAT, output, chunk, MPI_FLOAT, comm);
+    return code == MPI_SUCCESS ? Status::success() : failure(worldRank, "all-to-all", name, code);
+  }
+
+  Status ringStep(const float *input, float *output, int64_t elements) override {
+    if (elements > INT_MAX)
+      return tooLarge(worldRank, "ring-step", name);
+    // One combined send and receive: every rank sends and receives at once, so the ring cannot
+    // deadlock whatever the message size.
+    int next = (rank + 1) % size, previous = (rank + size - 1) % size;
+    int count = static_cast<int>(elements), code;
+    if (input == output)
+      code = MPI_Sendrecv_replace(output, count, MPI_FLOAT, next, kRingTag, previous, kRingTag,
+                                  comm, MPI_STATUS_IGNORE);
+    else
+      code = MPI_Sendrecv(input, count, MPI_FLOAT, next, kRingTag, output, count, MPI_FLOAT,
+                          previous, kRingTag, comm, MPI_STATUS_IGNORE);
+    return code == MPI_SUCCESS ? Status::success() : failure(worldRank, "ring-step", name, code);
   }
 
   Status send(const float *buffer, int64_t elements, int peer, int tag) override {

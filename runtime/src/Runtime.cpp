@@ -419,6 +419,22 @@ Status Runtime::allGather(Communicator &group, const std::string &label, const f
   return group.allGather(input, output, outputElements);
 }
 
+Status Runtime::allToAll(Communicator &group, const std::string &label, const float *input,
+                         float *output, int64_t elements, const CallInfo &info) {
+  impl->count({info.stage, label, Collective::AllToAll, info.state, info.phase},
+              elements * getSize(info.dtype));
+  Armed armed(*impl->watchdog, impl->describe(Collective::AllToAll, label));
+  return group.allToAll(input, output, elements);
+}
+
+Status Runtime::ringStep(Communicator &group, const std::string &label, const float *input,
+                         float *output, int64_t elements, const CallInfo &info) {
+  impl->count({info.stage, label, Collective::RingStep, info.state, info.phase},
+              elements * getSize(info.dtype));
+  Armed armed(*impl->watchdog, impl->describe(Collective::RingStep, label));
+  return group.ringStep(input, output, elements);
+}
+
 Status Runtime::send(Communicator &group, const std::string &label, const float *buffer,
                      int64_t elements, int peer, int tag, const CallInfo &info) {
   impl->count({info.stage, label, Collective::Send, info.state, info.phase},

@@ -61,6 +61,8 @@ public:
   Status reduceScatter(const float *input, float *output, int64_t inputElements) override;
   Status allGather(const float *input, float *output, int64_t outputElements) override;
   Status broadcast(float *buffer, int64_t elements, int root) override;
+  Status allToAll(const float *input, float *output, int64_t elements) override;
+  Status ringStep(const float *input, float *output, int64_t elements) override;
   Status send(const float *buffer, int64_t elements, int peer, int tag) override;
   Status recv(float *buffer, int64_t elements, int peer, int tag) override;
   Status waitSends() override;

@@ -6,7 +6,7 @@
 #define PLACERT_PLACERT_H
 
 #define PLACERT_VERSION_MAJOR 0
-#define PLACERT_VERSION_MINOR 2
+#define PLACERT_VERSION_MINOR 3
 #define PLACERT_VERSION_PATCH 0
 
 #include <cstdint>
@@ -76,9 +76,14 @@ enum class Collective {
   Send,
   Recv,
   HostToDevice,
-  DeviceToHost
+  DeviceToHost,
+  AllToAll, ///< Since placert 0.3, as RingStep: context parallelism's exchanges.
+  RingStep
 };
-enum class AxisKind { Batch, Tensor, Layers };
+/// A mesh axis's role: data parallel (`Batch`), tensor parallel, pipeline stages (`Layers`), or
+/// context parallel (`Sequence`, since placert 0.3: the states treat it like a batch axis, the
+/// tokens of every sample split along it).
+enum class AxisKind { Batch, Tensor, Layers, Sequence };
 enum class Schedule { GPipe, OneFOneB, Interleaved };
 enum class OptimizerKind { Adam, Sgd, SgdMomentum };
 
@@ -144,6 +149,10 @@ inline const char *toString(Collective collective) {
     return "host-to-device";
   case Collective::DeviceToHost:
     return "device-to-host";
+  case Collective::AllToAll:
+    return "all-to-all";
+  case Collective::RingStep:
+    return "ring-step";
   }
   return "?";
 }
@@ -214,6 +223,14 @@ public:
   /// order. `input` may be `output + rank * chunk` (in place).
   virtual Status allGather(const float *input, float *output, int64_t outputElements) = 0;
   virtual Status broadcast(float *buffer, int64_t elements, int root) = 0;
+  /// `input` and `output` hold `elements` each, `size` chunks of `elements / size`: chunk k of
+  /// `input` goes to rank k, which receives it as chunk `rank` of its `output` (distinct buffers).
+  /// Since placert 0.3.
+  virtual Status allToAll(const float *input, float *output, int64_t elements) = 0;
+  /// Sends `input` to the next rank of the group (rank + 1 mod size) and receives the previous
+  /// rank's into `output`, `elements` each, as one exchange that cannot deadlock; `input` may be
+  /// `output` (in place). Since placert 0.3.
+  virtual Status ringStep(const float *input, float *output, int64_t elements) = 0;
   /// Starts a send; the buffer must stay alive until waitSends().
   virtual Status send(const float *buffer, int64_t elements, int peer, int tag) = 0;
   virtual Status recv(float *buffer, int64_t elements, int peer, int tag) = 0;
@@ -334,6 +351,12 @@ public:
                        float *output, int64_t inputElements, const CallInfo &info);
   Status allGather(Communicator &group, const std::string &label, const float *input, float *output,
                    int64_t outputElements, const CallInfo &info);
+  /// Counts each rank's whole buffer (`elements`), like the report's all-to-all entries.
+  Status allToAll(Communicator &group, const std::string &label, const float *input, float *output,
+                  int64_t elements, const CallInfo &info);
+  /// Counts the buffer sent to the next rank (`elements`).
+  Status ringStep(Communicator &group, const std::string &label, const float *input, float *output,
+                  int64_t elements, const CallInfo &info);
   Status send(Communicator &group, const std::string &label, const float *buffer, int64_t elements,
               int peer, int tag, const CallInfo &info);
   Status recv(Communicator &group, float *buffer, int64_t elements, int peer, int tag);
