@@ -144,14 +144,132 @@ void attentionBackward(const float *q, const float *k, const float *v, const flo
     }
 }
 
+void attentionBlockForward(const float *q, const float *k, const float *v,
+                           const int64_t *qPositions, const int64_t *kPositions, int64_t batch,
+                           int64_t qSeq, int64_t kSeq, int64_t heads, int64_t kvHeads,
+                           int64_t headDim, double *rowMax, double *rowSum, double *acc) {
+  const int64_t width = heads * headDim, kvWidth = kvHeads * headDim, group = heads / kvHeads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(headDim));
+  std::vector<double> scores(static_cast<size_t>(kSeq));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < qSeq; ++i) {
+      const int64_t row = b * qSeq + i;
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t kvColumn = (h / group) * headDim;
+        const float *qi = q + row * width + h * headDim;
+        double blockMax = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < kSeq; ++j) {
+          if (kPositions[j] > qPositions[i])
+            continue;
+          const float *kj = k + (b * kSeq + j) * kvWidth + kvColumn;
+          double dot = 0;
+          for (int64_t d = 0; d < headDim; ++d)
+            dot += static_cast<double>(qi[d]) * kj[d];
+          scores[j] = dot * scale;
+          blockMax = std::max(blockMax, scores[j]);
+        }
+        if (blockMax == -std::numeric_limits<double>::infinity())
+          continue; // every key of the block is in this query's future
+        double &m = rowMax[row * heads + h], &l = rowSum[row * heads + h];
+        double *a = acc + row * width + h * headDim;
+        // Rescale what the earlier blocks summed to the new maximum, then add this block.
+        double newMax = std::max(m, blockMax), rescale = std::exp(m - newMax);
+        l *= rescale;
+        for (int64_t d = 0; d < headDim; ++d)
+          a[d] *= rescale;
+        for (int64_t j = 0; j < kSeq; ++j) {
+          if (kPositions[j] > qPositions[i])
+            continue;
+          double weight = std::exp(scores[j] - newMax);
+          l += weight;
+          const float *vj = v + (b * kSeq + j) * kvWidth + kvColumn;
+          for (int64_t d = 0; d < headDim; ++d)
+            a[d] += weight * vj[d];
+        }
+        m = newMax;
+      }
+    }
+}
+
+void attentionBlockFinish(const double *rowMax, const double *rowSum, const double *acc, float *out,
+                          double *lse, int64_t rows, int64_t heads, int64_t headDim) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h) {
+      double l = rowSum[r * heads + h];
+      lse[r * heads + h] = rowMax[r * heads + h] + std::log(l);
+      for (int64_t d = 0; d < headDim; ++d) {
+        int64_t e = (r * heads + h) * headDim + d;
+        out[e] = static_cast<float>(acc[e] / l);
+      }
+    }
+}
+
+void attentionBlockDelta(const float *out, const float *dout, double *delta, int64_t rows,
+                         int64_t heads, int64_t headDim) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h) {
+      double sum = 0;
+      for (int64_t d = 0; d < headDim; ++d) {
+        int64_t e = (r * heads + h) * headDim + d;
+        sum += static_cast<double>(out[e]) * dout[e];
+      }
+      delta[r * heads + h] = sum;
+    }
+}
+
+void attentionBlockBackward(const float *q, const float *k, const float *v, const float *dout,
+                            const double *lse, const double *delta, const int64_t *qPositions,
+                            const int64_t *kPositions, int64_t batch, int64_t qSeq, int64_t kSeq,
+                            int64_t heads, int64_t kvHeads, int64_t headDim, float *dq, float *dk,
+                            float *dv) {
+  const int64_t width = heads * headDim, kvWidth = kvHeads * headDim, group = heads / kvHeads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(headDim));
+  std::vector<double> dqi(static_cast<size_t>(headDim));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < qSeq; ++i) {
+      const int64_t row = b * qSeq + i;
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t kvColumn = (h / group) * headDim;
+        const float *qi = q + row * width + h * headDim;
+        const float *doi = dout + row * width + h * headDim;
+        const double rowLse = lse[row * heads + h], rowDelta = delta[row * heads + h];
+        std::fill(dqi.begin(), dqi.end(), 0.0);
+        for (int64_t j = 0; j < kSeq; ++j) {
+          if (kPositions[j] > qPositions[i])
+            continue;
+          const float *kj = k + (b * kSeq + j) * kvWidth + kvColumn;
+          const float *vj = v + (b * kSeq + j) * kvWidth + kvColumn;
+          float *dkj = dk + (b * kSeq + j) * kvWidth + kvColumn;
+          float *dvj = dv + (b * kSeq + j) * kvWidth + kvColumn;
+          double dot = 0, dp = 0;
+          for (int64_t d = 0; d < headDim; ++d) {
+            dot += static_cast<double>(qi[d]) * kj[d];
+            dp += static_cast<double>(doi[d]) * vj[d];
+          }
+          // P = exp(score − lse); dV += P · dout; dS = P · (dP − delta), scores = q · k · scale.
+          double p = std::exp(dot * scale - rowLse), ds = p * (dp - rowDelta) * scale;
+          for (int64_t d = 0; d < headDim; ++d) {
+            dvj[d] += static_cast<float>(p * doi[d]);
+            dkj[d] += static_cast<float>(ds * qi[d]);
+            dqi[static_cast<size_t>(d)] += ds * kj[d];
+          }
+        }
+        float *dqRow = dq + row * width + h * headDim;
+        for (int64_t d = 0; d < headDim; ++d)
+          dqRow[d] += static_cast<float>(dqi[static_cast<size_t>(d)]);
+      }
+    }
+}
+
 void embeddingForward(const int32_t *tokens, const float *table, const float *positions, float *out,
                       int64_t rows, int64_t seq, int64_t hidden, int64_t vocabOffset,
-                      int64_t vocabLocal) {
+                      int64_t vocabLocal, const int64_t *rowPositions) {
   for (int64_t r = 0; r < rows; ++r) {
     float *o = out + r * hidden;
     int64_t local = static_cast<int64_t>(tokens[r]) - vocabOffset;
     bool mine = local >= 0 && local < vocabLocal;
-    const float *p = positions ? positions + (r % seq) * hidden : nullptr;
+    int64_t position = rowPositions ? rowPositions[r] : r % seq;
+    const float *p = positions ? positions + position * hidden : nullptr;
     for (int64_t c = 0; c < hidden; ++c)
       o[c] = (mine ? table[local * hidden + c] : 0.0f) + (p ? p[c] : 0.0f);
   }
@@ -159,16 +277,17 @@ void embeddingForward(const int32_t *tokens, const float *table, const float *po
 
 void embeddingBackward(const int32_t *tokens, const float *dout, float *dtable, float *dpositions,
                        int64_t rows, int64_t seq, int64_t hidden, int64_t vocabOffset,
-                       int64_t vocabLocal) {
+                       int64_t vocabLocal, const int64_t *rowPositions) {
   for (int64_t r = 0; r < rows; ++r) {
     const float *d = dout + r * hidden;
     int64_t local = static_cast<int64_t>(tokens[r]) - vocabOffset;
     if (local >= 0 && local < vocabLocal)
       for (int64_t c = 0; c < hidden; ++c)
         dtable[local * hidden + c] += d[c];
+    int64_t position = rowPositions ? rowPositions[r] : r % seq;
     if (dpositions)
       for (int64_t c = 0; c < hidden; ++c)
-        dpositions[(r % seq) * hidden + c] += d[c];
+        dpositions[position * hidden + c] += d[c];
   }
 }
 
@@ -263,9 +382,10 @@ void swigluBackward(const float *gate, const float *up, const float *dout, float
   }
 }
 
-void ropeApply(float *x, int64_t rows, int64_t seq, int64_t heads, int64_t headDim, bool inverse) {
+void ropeApply(float *x, int64_t rows, int64_t seq, int64_t heads, int64_t headDim, bool inverse,
+               const int64_t *rowPositions) {
   for (int64_t r = 0; r < rows; ++r) {
-    double position = static_cast<double>(r % seq);
+    double position = static_cast<double>(rowPositions ? rowPositions[r] : r % seq);
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i + 1 < headDim; i += 2) {
         double angle =

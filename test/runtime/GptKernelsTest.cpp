@@ -1,8 +1,9 @@
 // Unit tests of placert's GPT kernels: every backward against central finite differences of its
 // forward, grouped-query attention against a direct softmax and against multi-head attention
-// with shared keys and values, the vocabulary-parallel embedding and cross-entropy split in two
-// against the unsplit ones and against a direct log-softmax, and Adam against its formula (Kingma
-// & Ba 2015, Alg. 1).
+// with shared keys and values, blockwise (ring) attention over the blocks of context ranks
+// against the whole sequence's attention, the vocabulary-parallel embedding and cross-entropy
+// split in two against the unsplit ones and against a direct log-softmax, rotary positions and
+// learned positions at given positions, and Adam against its formula (Kingma & Ba 2015, Alg. 1).
 #include "GptKernels.h"
 
 #include <algorithm>
@@ -269,6 +270,157 @@ TEST(GptKernels, GroupedAttentionBackwardMatchesFiniteDifferences) {
   }
 }
 
+/// The positions a context rank holds under Megatron-Core's load-balanced split, written out here
+/// independently of the runtime: the sequence in 2·cp chunks, rank r takes chunks r and
+/// 2·cp − 1 − r.
+std::vector<int64_t> balancedPositions(int64_t seq, int64_t cp, int64_t rank) {
+  std::vector<int64_t> positions;
+  int64_t chunk = seq / (2 * cp);
+  for (int64_t c : {rank, 2 * cp - 1 - rank})
+    for (int64_t p = 0; p < chunk; ++p)
+      positions.push_back(c * chunk + p);
+  return positions;
+}
+
+/// Rows `positions` of every sample of x [batch · seq, width], as [batch · positions, width].
+std::vector<float> takeRows(const std::vector<float> &x, const std::vector<int64_t> &positions,
+                            int64_t batch, int64_t seq, int64_t width) {
+  std::vector<float> rows;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t p : positions)
+      rows.insert(rows.end(), x.begin() + (b * seq + p) * width,
+                  x.begin() + (b * seq + p + 1) * width);
+  return rows;
+}
+
+TEST(GptKernels, BlockwiseAttentionOverContextRanksEqualsWholeAttention) {
+  // Each of cp simulated ranks holds its load-balanced tokens of every sample; its queries meet
+  // the ranks' key/value blocks one by one (in ring order: its own, then the previous rank's, ...),
+  // as ring attention does. The outputs and gradients, put back at their positions, are the
+  // whole sequence's (attentionForward and attentionBackward, checked against finite differences
+  // and a direct softmax above).
+  const int64_t batch = 2, seq = 12, heads = 4, headDim = 3, width = heads * headDim;
+  for (int64_t cp : {2, 3})
+    for (int64_t kvHeads : {4, 2, 1}) {
+      SCOPED_TRACE("cp " + std::to_string(cp) + ", kv heads " + std::to_string(kvHeads));
+      const int64_t kvWidth = kvHeads * headDim, local = seq / cp, rows = batch * local;
+      std::vector<float> q = randomVector(batch * seq * width, 50);
+      std::vector<float> k = randomVector(batch * seq * kvWidth, 51);
+      std::vector<float> v = randomVector(batch * seq * kvWidth, 52);
+      std::vector<float> dout = randomVector(batch * seq * width, 53);
+      std::vector<float> out(q.size()), probs(batch * heads * seq * seq);
+      attentionForward(q.data(), k.data(), v.data(), out.data(), probs.data(), batch, seq, heads,
+                       kvHeads, headDim);
+      std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+      attentionBackward(q.data(), k.data(), v.data(), probs.data(), dout.data(), dq.data(),
+                        dk.data(), dv.data(), batch, seq, heads, kvHeads, headDim);
+
+      std::vector<std::vector<int64_t>> positions;
+      std::vector<std::vector<float>> qs, ks, vs, douts, outs, dks, dvs;
+      std::vector<std::vector<double>> lses;
+      for (int64_t r = 0; r < cp; ++r) {
+        positions.push_back(balancedPositions(seq, cp, r));
+        qs.push_back(takeRows(q, positions[r], batch, seq, width));
+        ks.push_back(takeRows(k, positions[r], batch, seq, kvWidth));
+        vs.push_back(takeRows(v, positions[r], batch, seq, kvWidth));
+        douts.push_back(takeRows(dout, positions[r], batch, seq, width));
+        dks.emplace_back(static_cast<size_t>(rows * kvWidth), 0.0f);
+        dvs.emplace_back(static_cast<size_t>(rows * kvWidth), 0.0f);
+      }
+      for (int64_t r = 0; r < cp; ++r) {
+        std::vector<double> rowMax(static_cast<size_t>(rows * heads), -INFINITY),
+            rowSum(rowMax.size(), 0.0), acc(static_cast<size_t>(rows * width), 0.0);
+        for (int64_t step = 0; step < cp; ++step) {
+          int64_t home = (r - step + cp) % cp;
+          attentionBlockForward(qs[r].data(), ks[home].data(), vs[home].data(), positions[r].data(),
+                                positions[home].data(), batch, local, local, heads, kvHeads,
+                                headDim, rowMax.data(), rowSum.data(), acc.data());
+        }
+        outs.emplace_back(static_cast<size_t>(rows * width));
+        lses.emplace_back(static_cast<size_t>(rows * heads));
+        attentionBlockFinish(rowMax.data(), rowSum.data(), acc.data(), outs[r].data(),
+                             lses[r].data(), rows, heads, headDim);
+        std::vector<float> want = takeRows(out, positions[r], batch, seq, width);
+        for (size_t i = 0; i < want.size(); ++i)
+          EXPECT_NEAR(outs[r][i], want[i], 1e-6) << "rank " << r << " out[" << i << "]";
+      }
+      // The backward: each rank's queries visit every block; a block's dk, dv sum every rank's
+      // terms (what the ring carries home).
+      for (int64_t r = 0; r < cp; ++r) {
+        std::vector<double> delta(static_cast<size_t>(rows * heads));
+        attentionBlockDelta(outs[r].data(), douts[r].data(), delta.data(), rows, heads, headDim);
+        std::vector<float> dqLocal(static_cast<size_t>(rows * width), 0.0f);
+        for (int64_t step = 0; step < cp; ++step) {
+          int64_t home = (r - step + cp) % cp;
+          attentionBlockBackward(qs[r].data(), ks[home].data(), vs[home].data(), douts[r].data(),
+                                 lses[r].data(), delta.data(), positions[r].data(),
+                                 positions[home].data(), batch, local, local, heads, kvHeads,
+                                 headDim, dqLocal.data(), dks[home].data(), dvs[home].data());
+        }
+        std::vector<float> want = takeRows(dq, positions[r], batch, seq, width);
+        for (size_t i = 0; i < want.size(); ++i)
+          EXPECT_NEAR(dqLocal[i], want[i], 1e-5) << "rank " << r << " dq[" << i << "]";
+      }
+      for (int64_t r = 0; r < cp; ++r) {
+        std::vector<float> wantK = takeRows(dk, positions[r], batch, seq, kvWidth),
+                           wantV = takeRows(dv, positions[r], batch, seq, kvWidth);
+        for (size_t i = 0; i < wantK.size(); ++i) {
+          EXPECT_NEAR(dks[r][i], wantK[i], 1e-5) << "rank " << r << " dk[" << i << "]";
+          EXPECT_NEAR(dvs[r][i], wantV[i], 1e-5) << "rank " << r << " dv[" << i << "]";
+        }
+      }
+    }
+}
+
+TEST(GptKernels, BlockwiseAttentionBackwardMatchesFiniteDifferences) {
+  // One rank's queries (positions 2, 3, 8, 9 of 12) over two key/value blocks, one of them
+  // partly in the queries' future (positions 4..7 and 0, 1, 10, 11), grouped heads.
+  const int64_t batch = 2, heads = 4, kvHeads = 2, headDim = 3, local = 4;
+  const int64_t width = heads * headDim, kvWidth = kvHeads * headDim, rows = batch * local;
+  std::vector<int64_t> queries = {2, 3, 8, 9}, first = {4, 5, 6, 7}, second = {0, 1, 10, 11};
+  std::vector<float> q = randomVector(rows * width, 54);
+  std::vector<float> k1 = randomVector(rows * kvWidth, 55), v1 = randomVector(rows * kvWidth, 56);
+  std::vector<float> k2 = randomVector(rows * kvWidth, 57), v2 = randomVector(rows * kvWidth, 58);
+  std::vector<float> weight = randomVector(rows * width, 59), out(rows * width);
+  std::vector<double> lse(static_cast<size_t>(rows * heads));
+  auto loss = [&] {
+    std::vector<double> rowMax(static_cast<size_t>(rows * heads), -INFINITY),
+        rowSum(rowMax.size(), 0.0), acc(static_cast<size_t>(rows * width), 0.0);
+    attentionBlockForward(q.data(), k1.data(), v1.data(), queries.data(), first.data(), batch,
+                          local, local, heads, kvHeads, headDim, rowMax.data(), rowSum.data(),
+                          acc.data());
+    attentionBlockForward(q.data(), k2.data(), v2.data(), queries.data(), second.data(), batch,
+                          local, local, heads, kvHeads, headDim, rowMax.data(), rowSum.data(),
+                          acc.data());
+    attentionBlockFinish(rowMax.data(), rowSum.data(), acc.data(), out.data(), lse.data(), rows,
+                         heads, headDim);
+    return dot(weight, out);
+  };
+  loss();
+  std::vector<double> delta(static_cast<size_t>(rows * heads));
+  attentionBlockDelta(out.data(), weight.data(), delta.data(), rows, heads, headDim);
+  std::vector<float> dq(q.size(), 0.0f), dk1(k1.size(), 0.0f), dv1(v1.size(), 0.0f),
+      dk2(k2.size(), 0.0f), dv2(v2.size(), 0.0f);
+  attentionBlockBackward(q.data(), k1.data(), v1.data(), weight.data(), lse.data(), delta.data(),
+                         queries.data(), first.data(), batch, local, local, heads, kvHeads, headDim,
+                         dq.data(), dk1.data(), dv1.data());
+  attentionBlockBackward(q.data(), k2.data(), v2.data(), weight.data(), lse.data(), delta.data(),
+                         queries.data(), second.data(), batch, local, local, heads, kvHeads,
+                         headDim, dq.data(), dk2.data(), dv2.data());
+  expectGradient(q, dq, loss, "dq");
+  expectGradient(k1, dk1, loss, "dk of the first block");
+  expectGradient(v1, dv1, loss, "dv of the first block");
+  expectGradient(k2, dk2, loss, "dk of the second block");
+  expectGradient(v2, dv2, loss, "dv of the second block");
+  // Keys after every query (positions 10 and 11) get no gradient.
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t j : {2, 3}) // positions 10 and 11
+      for (int64_t c = 0; c < kvWidth; ++c) {
+        EXPECT_EQ(dk2[(b * local + j) * kvWidth + c], 0.0f);
+        EXPECT_EQ(dv2[(b * local + j) * kvWidth + c], 0.0f);
+      }
+}
+
 TEST(GptKernels, EmbeddingSplitInTwoEqualsUnsplit) {
   const int64_t rows = 6, seq = 3, hidden = 4, vocab = 8;
   std::vector<int32_t> tokens = {0, 7, 3, 4, 4, 1};
@@ -459,6 +611,53 @@ TEST(GptKernels, RopeRotatesPairsAndInvertsItself) {
   std::vector<float> w = randomVector(n, 37), wBack = w;
   ropeApply(wBack.data(), rows, seq, heads, headDim, true);
   EXPECT_NEAR(dot(w, rotated), dot(wBack, x), 1e-5);
+}
+
+TEST(GptKernels, PositionsOfAContextRankAreThoseOfTheWholeSequence) {
+  // A context rank's rows at their global positions: rotary positions and learned positions give
+  // what the whole sequence gives at those rows.
+  const int64_t batch = 2, seq = 8, heads = 2, headDim = 4, hidden = 6, vocab = 5;
+  const int64_t width = heads * headDim;
+  std::vector<float> x = randomVector(batch * seq * width, 60), whole = x;
+  ropeApply(whole.data(), batch * seq, seq, heads, headDim, false);
+  std::vector<int32_t> tokens(static_cast<size_t>(batch * seq));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = static_cast<int32_t>((i * 3) % vocab);
+  std::vector<float> table = randomVector(vocab * hidden, 61),
+                     learned = randomVector(seq * hidden, 62);
+  std::vector<float> embedded(static_cast<size_t>(batch * seq * hidden));
+  embeddingForward(tokens.data(), table.data(), learned.data(), embedded.data(), batch * seq, seq,
+                   hidden, 0, vocab);
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    std::vector<int64_t> positions = balancedPositions(seq, 2, rank), rowPositions;
+    std::vector<int32_t> localTokens;
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t p : positions) {
+        rowPositions.push_back(p);
+        localTokens.push_back(tokens[static_cast<size_t>(b * seq + p)]);
+      }
+    const int64_t rows = static_cast<int64_t>(rowPositions.size());
+    std::vector<float> local = takeRows(x, positions, batch, seq, width);
+    ropeApply(local.data(), rows, seq, heads, headDim, false, rowPositions.data());
+    EXPECT_EQ(local, takeRows(whole, positions, batch, seq, width)) << "rank " << rank;
+    ropeApply(local.data(), rows, seq, heads, headDim, true, rowPositions.data());
+    std::vector<float> back = takeRows(x, positions, batch, seq, width);
+    for (size_t i = 0; i < back.size(); ++i)
+      EXPECT_NEAR(local[i], back[i], 1e-6);
+    std::vector<float> localEmbedded(static_cast<size_t>(rows * hidden));
+    embeddingForward(localTokens.data(), table.data(), learned.data(), localEmbedded.data(), rows,
+                     seq, hidden, 0, vocab, rowPositions.data());
+    EXPECT_EQ(localEmbedded, takeRows(embedded, positions, batch, seq, hidden)) << "rank " << rank;
+    // The positions' gradient goes to the global rows.
+    std::vector<float> dout(static_cast<size_t>(rows * hidden), 1.0f);
+    std::vector<float> dtable(vocab * hidden, 0.0f), dlearned(seq * hidden, 0.0f);
+    embeddingBackward(localTokens.data(), dout.data(), dtable.data(), dlearned.data(), rows, seq,
+                      hidden, 0, vocab, rowPositions.data());
+    for (int64_t p = 0; p < seq; ++p) {
+      bool mine = std::find(positions.begin(), positions.end(), p) != positions.end();
+      EXPECT_EQ(dlearned[p * hidden], mine ? static_cast<float>(batch) : 0.0f) << "position " << p;
+    }
+  }
 }
 
 TEST(GptKernels, AdamFollowsItsFormula) {
