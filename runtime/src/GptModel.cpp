@@ -1,6 +1,7 @@
 // The GPT units' math on one device's tensor-parallel pieces (Megatron-LM's splits, Shoeybi et
-// al. 2019 §3; sequence parallelism, Korthikanti et al. 2022 §4.2.2), shared by the trainer and
-// the single-device reference.
+// al. 2019 §3; sequence parallelism, Korthikanti et al. 2022 §4.2.2) and its part of each
+// sequence (context parallelism: ring attention, Liu et al. 2023; Ulysses, Jacobs et al. 2023;
+// Megatron-Core's load-balanced split), shared by the trainer and the single-device reference.
 #include "GptModel.h"
 
 #include "GptKernels.h"
@@ -32,6 +33,23 @@ int32_t sampleToken(uint64_t seed, int64_t sample, int64_t position, int64_t voc
   int64_t token = static_cast<int64_t>(u * static_cast<double>(vocab));
   return static_cast<int32_t>(std::min<int64_t>(std::max<int64_t>(token, 0), vocab - 1));
 }
+
+int64_t contextPosition(int64_t seq, int64_t degree, int64_t index, int64_t local) {
+  int64_t chunk = seq / (2 * degree);
+  return local < chunk ? index * chunk + local : (2 * degree - 1 - index) * chunk + local - chunk;
+}
+
+namespace {
+
+/// The global positions of context rank `index`'s seq / degree tokens of a sequence.
+std::vector<int64_t> contextPositions(int64_t seq, int64_t degree, int64_t index) {
+  std::vector<int64_t> positions(static_cast<size_t>(seq / degree));
+  for (size_t p = 0; p < positions.size(); ++p)
+    positions[p] = contextPosition(seq, degree, index, static_cast<int64_t>(p));
+  return positions;
+}
+
+} // namespace
 
 GptModel::GptModel(GptConfig config) : config(std::move(config)), kernels(createCpuKernels()) {}
 
@@ -132,8 +150,20 @@ int64_t GptModel::getQkvRows() const {
 }
 
 int64_t GptModel::getLocalRows() const {
-  int64_t rows = config.microBatch * config.shape.seq;
+  int64_t rows = config.microBatch * getLocalSeq();
   return config.sequenceParallel ? rows / config.tensorDegree : rows;
+}
+
+int64_t GptModel::getPosition(int64_t local) const {
+  return contextPosition(config.shape.seq, config.contextDegree, config.contextIndex, local);
+}
+
+std::vector<int64_t> GptModel::rowPositions(int64_t rows) const {
+  std::vector<int64_t> positions(static_cast<size_t>(rows));
+  int64_t sl = getLocalSeq();
+  for (int64_t r = 0; r < rows; ++r)
+    positions[static_cast<size_t>(r)] = getPosition(r % sl);
+  return positions;
 }
 
 float GptModel::initialValue(uint64_t seed, const TensorInfo &tensor, int64_t index) const {
@@ -159,6 +189,8 @@ std::vector<std::pair<int64_t, int64_t>> GptModel::getReplicatedRanges(UnitKind 
 }
 
 void GptModel::recomputeAttention(UnitActivations &saved) {
+  if (config.contextDegree > 1)
+    return; // The blockwise backward recomputes the probabilities from q, k and saved.lse.
   const GptShape &m = config.shape;
   int64_t localHeads = m.heads / config.tensorDegree, headDim = m.hidden / m.heads;
   int64_t localKvHeads = m.getKvHeads() / config.tensorDegree;
@@ -221,9 +253,9 @@ void GptModel::normBackward(const float *x, const float *weight, const std::vect
     layerNormBackward(x, weight, mean.data(), rstd.data(), dy, dx, dweight, dbias, rows, h);
 }
 
-Status GptModel::reduceRows(TensorCollectives &comm, std::vector<float> &partial,
+Status GptModel::reduceRows(UnitCollectives &comm, std::vector<float> &partial,
                             std::vector<float> &result) const {
-  const int64_t h = config.shape.hidden, R = config.microBatch * config.shape.seq;
+  const int64_t h = config.shape.hidden, R = config.microBatch * getLocalSeq();
   if (config.tensorDegree > 1 && config.sequenceParallel) {
     result.assign(static_cast<size_t>(getLocalRows() * h), 0.0f);
     return comm.reduceScatter(partial.data(), result.data(), R * h);
@@ -258,12 +290,15 @@ void GptModel::splitQkv(float *qkv, float *q, float *k, float *v, int64_t rows,
 
 Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
                          const int32_t *tokens, const int32_t *targets, const float *input,
-                         float *output, UnitActivations &saved, TensorCollectives &comm,
-                         double &loss, bool recomputing) {
+                         float *output, UnitActivations &saved, UnitCollectives &comm, double &loss,
+                         bool recomputing) {
   const GptShape &m = config.shape;
-  const int64_t h = m.hidden, s = m.seq, b = config.microBatch, R = b * s;
+  const int64_t h = m.hidden, s = m.seq, b = config.microBatch, R = b * getLocalSeq();
   const int64_t t = config.tensorDegree, Rl = getLocalRows();
-  const bool sp = config.sequenceParallel, parallel = t > 1;
+  const bool sp = config.sequenceParallel, parallel = t > 1, context = config.contextDegree > 1;
+  // Under context parallelism the rows are this rank's tokens at their global positions.
+  const std::vector<int64_t> positions = context ? rowPositions(R) : std::vector<int64_t>();
+  const int64_t *rowPosition = context ? positions.data() : nullptr;
   std::vector<TensorInfo> T = getTensors(kind, layer);
   Offsets offsets(T);
   auto W = [&](const char *name) { return offsets.at(weights, name); };
@@ -291,7 +326,7 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
     std::vector<float> partial(static_cast<size_t>(R * h)), result;
     embeddingForward(tokens, W("embed.tokens"),
                      config.tensorIndex == 0 ? W("embed.positions") : nullptr, partial.data(), R, s,
-                     h, T[0].rowOffset, T[0].localRows);
+                     h, T[0].rowOffset, T[0].localRows, rowPosition);
     PLACERT_TRY(reduce(partial, result));
     std::copy(result.begin(), result.end(), output);
     saved.complete = true;
@@ -313,13 +348,17 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
     saved.v.resize(static_cast<size_t>(R * kvl));
     splitQkv(qkv.data(), saved.q.data(), saved.k.data(), saved.v.data(), R, localKvHeads, false);
     if (m.rope) {
-      ropeApply(saved.q.data(), R, s, localHeads, headDim, false);
-      ropeApply(saved.k.data(), R, s, localKvHeads, headDim, false);
+      ropeApply(saved.q.data(), R, s, localHeads, headDim, false, rowPosition);
+      ropeApply(saved.k.data(), R, s, localKvHeads, headDim, false, rowPosition);
     }
     saved.attn.resize(static_cast<size_t>(R * hl));
-    saved.probs.assign(static_cast<size_t>(b * localHeads * s * s), 0.0f);
-    attentionForward(saved.q.data(), saved.k.data(), saved.v.data(), saved.attn.data(),
-                     saved.probs.data(), b, s, localHeads, localKvHeads, headDim);
+    if (context) {
+      PLACERT_TRY(contextAttentionForward(comm, saved));
+    } else {
+      saved.probs.assign(static_cast<size_t>(b * localHeads * s * s), 0.0f);
+      attentionForward(saved.q.data(), saved.k.data(), saved.v.data(), saved.attn.data(),
+                       saved.probs.data(), b, s, localHeads, localKvHeads, headDim);
+    }
     std::vector<float> o(static_cast<size_t>(R * h)), oReduced;
     kernels->linearForward(saved.attn.data(), W("attn.proj.weight"), nullptr, o.data(), R, hl, h);
     PLACERT_TRY(reduce(o, oReduced));
@@ -428,11 +467,13 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
 Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
                           const float *tiedTable, const int32_t *tokens, const float *input,
                           const float *outputGrad, float *inputGrad, float *grads, float *tiedGrads,
-                          UnitActivations &saved, TensorCollectives &comm) {
+                          UnitActivations &saved, UnitCollectives &comm) {
   const GptShape &m = config.shape;
-  const int64_t h = m.hidden, s = m.seq, b = config.microBatch, R = b * s;
+  const int64_t h = m.hidden, s = m.seq, b = config.microBatch, R = b * getLocalSeq();
   const int64_t t = config.tensorDegree, Rl = getLocalRows();
-  const bool sp = config.sequenceParallel, parallel = t > 1;
+  const bool sp = config.sequenceParallel, parallel = t > 1, context = config.contextDegree > 1;
+  const std::vector<int64_t> positions = context ? rowPositions(R) : std::vector<int64_t>();
+  const int64_t *rowPosition = context ? positions.data() : nullptr;
   std::vector<TensorInfo> T = getTensors(kind, layer);
   Offsets offsets(T);
   auto W = [&](const char *name) { return offsets.at(weights, name); };
@@ -459,7 +500,7 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
     std::vector<float> whole;
     PLACERT_TRY(gather(outputGrad, whole));
     embeddingBackward(tokens, whole.data(), G("embed.tokens"), G("embed.positions"), R, s, h,
-                      T[0].rowOffset, T[0].localRows);
+                      T[0].rowOffset, T[0].localRows, rowPosition);
     return Status::success();
   }
 
@@ -506,11 +547,16 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
     std::vector<float> da(static_cast<size_t>(R * hl));
     kernels->linearInputGrad(dx1Whole.data(), W("attn.proj.weight"), da.data(), R, hl, h);
     std::vector<float> dq(da.size()), dk(static_cast<size_t>(R * kvl)), dv(dk.size());
-    attentionBackward(saved.q.data(), saved.k.data(), saved.v.data(), saved.probs.data(), da.data(),
-                      dq.data(), dk.data(), dv.data(), b, s, localHeads, localKvHeads, headDim);
+    if (context)
+      PLACERT_TRY(
+          contextAttentionBackward(comm, saved, da.data(), dq.data(), dk.data(), dv.data()));
+    else
+      attentionBackward(saved.q.data(), saved.k.data(), saved.v.data(), saved.probs.data(),
+                        da.data(), dq.data(), dk.data(), dv.data(), b, s, localHeads, localKvHeads,
+                        headDim);
     if (m.rope) {
-      ropeApply(dq.data(), R, s, localHeads, headDim, true);
-      ropeApply(dk.data(), R, s, localKvHeads, headDim, true);
+      ropeApply(dq.data(), R, s, localHeads, headDim, true, rowPosition);
+      ropeApply(dk.data(), R, s, localKvHeads, headDim, true, rowPosition);
     }
     std::vector<float> dqkv(static_cast<size_t>(R * qkvl));
     splitQkv(dqkv.data(), dq.data(), dk.data(), dv.data(), R, localKvHeads, true);
@@ -535,6 +581,202 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
   PLACERT_TRY(reduce(dy, dyReduced));
   normBackward(input, W("final_norm.weight"), saved.mean1, saved.rstd1, dyReduced.data(), inputGrad,
                G("final_norm.weight"), G("final_norm.bias"), Rl);
+  return Status::success();
+}
+
+Status GptModel::contextAttentionForward(UnitCollectives &comm, UnitActivations &saved) {
+  const GptShape &m = config.shape;
+  const int64_t cp = config.contextDegree, me = config.contextIndex, t = config.tensorDegree;
+  const int64_t b = config.microBatch, s = m.seq, sl = getLocalSeq(), R = b * sl;
+  const int64_t heads = m.heads / t, kvHeads = m.getKvHeads() / t, d = m.hidden / m.heads;
+  const int64_t width = heads * d, kvWidth = kvHeads * d;
+
+  if (config.contextMethod == ContextMethod::Ring) {
+    // Ring Attention: the local queries meet the local K, V block, then cp − 1 more blocks as
+    // each rank passes the block it holds to the next rank and receives the previous rank's;
+    // the softmax runs on across the blocks (attentionBlockForward).
+    const int64_t block = R * kvWidth;
+    std::vector<float> held(static_cast<size_t>(2 * block)), arriving(held.size());
+    std::copy(saved.k.begin(), saved.k.end(), held.begin());
+    std::copy(saved.v.begin(), saved.v.end(), held.begin() + block);
+    std::vector<double> rowMax(static_cast<size_t>(R * heads), -INFINITY),
+        rowSum(static_cast<size_t>(R * heads), 0.0), acc(static_cast<size_t>(R * width), 0.0);
+    std::vector<int64_t> queries = contextPositions(s, cp, me);
+    for (int64_t step = 0; step < cp; ++step) {
+      // The block held now is that of the rank `step` places back in the ring.
+      std::vector<int64_t> keys = contextPositions(s, cp, (me - step + cp) % cp);
+      attentionBlockForward(saved.q.data(), held.data(), held.data() + block, queries.data(),
+                            keys.data(), b, sl, sl, heads, kvHeads, d, rowMax.data(), rowSum.data(),
+                            acc.data());
+      if (step + 1 < cp) {
+        PLACERT_TRY(comm.ringStep(held.data(), arriving.data(), 2 * block));
+        held.swap(arriving);
+      }
+    }
+    saved.lse.resize(static_cast<size_t>(R * heads));
+    attentionBlockFinish(rowMax.data(), rowSum.data(), acc.data(), saved.attn.data(),
+                         saved.lse.data(), R, heads, d);
+    return Status::success();
+  }
+
+  // Ulysses: an all-to-all turns the sequence-split q, k, v (this rank's s/cp tokens, the
+  // tensor rank's heads) into head-split ones (every token, heads/cp of them): chunk j of the
+  // buffer, for context rank j, holds the rows [b, s/cp] of query heads [j·hq, (j+1)·hq), then
+  // of key heads and of value heads [j·hk, (j+1)·hk). Query head j·hq + i reads key/value head
+  // j·hk + i / (heads/kv heads), so each rank's heads are whole groups.
+  const int64_t hq = heads / cp, hk = kvHeads / cp;
+  const int64_t chunk = R * (hq + 2 * hk) * d;
+  std::vector<float> out(static_cast<size_t>(cp * chunk)), in(out.size());
+  auto pack = [&](float *to, const float *from, int64_t fromWidth, int64_t first, int64_t count) {
+    for (int64_t r = 0; r < R; ++r)
+      std::copy(from + r * fromWidth + first * d, from + r * fromWidth + (first + count) * d,
+                to + r * count * d);
+  };
+  for (int64_t j = 0; j < cp; ++j) {
+    float *to = out.data() + j * chunk;
+    pack(to, saved.q.data(), width, j * hq, hq);
+    pack(to + R * hq * d, saved.k.data(), kvWidth, j * hk, hk);
+    pack(to + R * (hq + hk) * d, saved.v.data(), kvWidth, j * hk, hk);
+  }
+  PLACERT_TRY(comm.allToAll(out.data(), in.data(), cp * chunk));
+  // Rows of the head-split tensors: [b][context rank i][its s/cp tokens], at their positions.
+  std::vector<float> q(static_cast<size_t>(b * s * hq * d)), k(static_cast<size_t>(b * s * hk * d)),
+      v(k.size());
+  std::vector<int64_t> positions;
+  for (int64_t i = 0; i < cp; ++i) {
+    std::vector<int64_t> part = contextPositions(s, cp, i);
+    positions.insert(positions.end(), part.begin(), part.end());
+  }
+  auto unpack = [&](std::vector<float> &to, const float *from, int64_t count, int64_t source) {
+    for (int64_t bi = 0; bi < b; ++bi)
+      std::copy(from + bi * sl * count * d, from + (bi + 1) * sl * count * d,
+                to.data() + (bi * s + source * sl) * count * d);
+  };
+  for (int64_t i = 0; i < cp; ++i) {
+    const float *from = in.data() + i * chunk;
+    unpack(q, from, hq, i);
+    unpack(k, from + R * hq * d, hk, i);
+    unpack(v, from + R * (hq + hk) * d, hk, i);
+  }
+  const int64_t rows = b * s;
+  std::vector<double> rowMax(static_cast<size_t>(rows * hq), -INFINITY),
+      rowSum(static_cast<size_t>(rows * hq), 0.0), acc(static_cast<size_t>(rows * hq * d), 0.0);
+  attentionBlockForward(q.data(), k.data(), v.data(), positions.data(), positions.data(), b, s, s,
+                        hq, hk, d, rowMax.data(), rowSum.data(), acc.data());
+  saved.headOut.resize(static_cast<size_t>(rows * hq * d));
+  saved.lse.resize(static_cast<size_t>(rows * hq));
+  attentionBlockFinish(rowMax.data(), rowSum.data(), acc.data(), saved.headOut.data(),
+                       saved.lse.data(), rows, hq, d);
+  saved.q = std::move(q);
+  saved.k = std::move(k);
+  saved.v = std::move(v);
+  // The output back to sequence-split: context rank i gets its tokens' rows of these heads.
+  const int64_t outChunk = R * hq * d;
+  std::vector<float> back(static_cast<size_t>(cp * outChunk)), home(back.size());
+  for (int64_t i = 0; i < cp; ++i)
+    for (int64_t bi = 0; bi < b; ++bi)
+      std::copy(saved.headOut.data() + (bi * s + i * sl) * hq * d,
+                saved.headOut.data() + (bi * s + (i + 1) * sl) * hq * d,
+                back.data() + i * outChunk + bi * sl * hq * d);
+  PLACERT_TRY(comm.allToAll(back.data(), home.data(), cp * outChunk));
+  for (int64_t j = 0; j < cp; ++j)
+    for (int64_t r = 0; r < R; ++r)
+      std::copy(home.data() + j * outChunk + r * hq * d,
+                home.data() + j * outChunk + (r + 1) * hq * d,
+                saved.attn.data() + r * width + j * hq * d);
+  return Status::success();
+}
+
+Status GptModel::contextAttentionBackward(UnitCollectives &comm, UnitActivations &saved,
+                                          const float *dattn, float *dq, float *dk, float *dv) {
+  const GptShape &m = config.shape;
+  const int64_t cp = config.contextDegree, me = config.contextIndex, t = config.tensorDegree;
+  const int64_t b = config.microBatch, s = m.seq, sl = getLocalSeq(), R = b * sl;
+  const int64_t heads = m.heads / t, kvHeads = m.getKvHeads() / t, d = m.hidden / m.heads;
+  const int64_t width = heads * d, kvWidth = kvHeads * d;
+  std::fill(dq, dq + R * width, 0.0f);
+
+  if (config.contextMethod == ContextMethod::Ring) {
+    // The blocks go around again, each with the dK, dV its visits have summed so far: after
+    // cp − 1 steps a rank holds the block of the next rank with every rank's terms, and one last
+    // step sends those gradients home.
+    const int64_t block = R * kvWidth;
+    std::vector<double> delta(static_cast<size_t>(R * heads));
+    attentionBlockDelta(saved.attn.data(), dattn, delta.data(), R, heads, d);
+    std::vector<float> held(static_cast<size_t>(4 * block), 0.0f), arriving(held.size());
+    std::copy(saved.k.begin(), saved.k.end(), held.begin());
+    std::copy(saved.v.begin(), saved.v.end(), held.begin() + block);
+    std::vector<int64_t> queries = contextPositions(s, cp, me);
+    for (int64_t step = 0; step < cp; ++step) {
+      std::vector<int64_t> keys = contextPositions(s, cp, (me - step + cp) % cp);
+      attentionBlockBackward(saved.q.data(), held.data(), held.data() + block, dattn,
+                             saved.lse.data(), delta.data(), queries.data(), keys.data(), b, sl, sl,
+                             heads, kvHeads, d, dq, held.data() + 2 * block,
+                             held.data() + 3 * block);
+      if (step + 1 < cp) {
+        PLACERT_TRY(comm.ringStep(held.data(), arriving.data(), 4 * block));
+        held.swap(arriving);
+      }
+    }
+    PLACERT_TRY(comm.ringStep(held.data() + 2 * block, arriving.data(), 2 * block));
+    std::copy(arriving.data(), arriving.data() + block, dk);
+    std::copy(arriving.data() + block, arriving.data() + 2 * block, dv);
+    return Status::success();
+  }
+
+  // Ulysses: the output gradient to head-split (as the forward's output came back), the
+  // blockwise backward over the whole sequence, the q, k, v gradients back to sequence-split.
+  const int64_t hq = heads / cp, hk = kvHeads / cp, rows = b * s;
+  const int64_t outChunk = R * hq * d;
+  std::vector<float> out(static_cast<size_t>(cp * outChunk)), in(out.size());
+  for (int64_t j = 0; j < cp; ++j)
+    for (int64_t r = 0; r < R; ++r)
+      std::copy(dattn + r * width + j * hq * d, dattn + r * width + (j + 1) * hq * d,
+                out.data() + j * outChunk + r * hq * d);
+  PLACERT_TRY(comm.allToAll(out.data(), in.data(), cp * outChunk));
+  std::vector<float> dHeadOut(static_cast<size_t>(rows * hq * d));
+  for (int64_t i = 0; i < cp; ++i)
+    for (int64_t bi = 0; bi < b; ++bi)
+      std::copy(in.data() + i * outChunk + bi * sl * hq * d,
+                in.data() + i * outChunk + (bi + 1) * sl * hq * d,
+                dHeadOut.data() + (bi * s + i * sl) * hq * d);
+  std::vector<int64_t> positions;
+  for (int64_t i = 0; i < cp; ++i) {
+    std::vector<int64_t> part = contextPositions(s, cp, i);
+    positions.insert(positions.end(), part.begin(), part.end());
+  }
+  std::vector<double> delta(static_cast<size_t>(rows * hq));
+  attentionBlockDelta(saved.headOut.data(), dHeadOut.data(), delta.data(), rows, hq, d);
+  std::vector<float> dqh(saved.q.size(), 0.0f), dkh(saved.k.size(), 0.0f),
+      dvh(saved.v.size(), 0.0f);
+  attentionBlockBackward(saved.q.data(), saved.k.data(), saved.v.data(), dHeadOut.data(),
+                         saved.lse.data(), delta.data(), positions.data(), positions.data(), b, s,
+                         s, hq, hk, d, dqh.data(), dkh.data(), dvh.data());
+  // Back to sequence-split: chunk i, for context rank i, holds its tokens' rows of dq, dk, dv.
+  const int64_t chunk = R * (hq + 2 * hk) * d;
+  std::vector<float> back(static_cast<size_t>(cp * chunk)), home(back.size());
+  auto pack = [&](float *to, const std::vector<float> &from, int64_t count, int64_t target) {
+    for (int64_t bi = 0; bi < b; ++bi)
+      std::copy(from.data() + (bi * s + target * sl) * count * d,
+                from.data() + (bi * s + (target + 1) * sl) * count * d, to + bi * sl * count * d);
+  };
+  for (int64_t i = 0; i < cp; ++i) {
+    float *to = back.data() + i * chunk;
+    pack(to, dqh, hq, i);
+    pack(to + R * hq * d, dkh, hk, i);
+    pack(to + R * (hq + hk) * d, dvh, hk, i);
+  }
+  PLACERT_TRY(comm.allToAll(back.data(), home.data(), cp * chunk));
+  auto unpack = [&](float *to, int64_t toWidth, const float *from, int64_t first, int64_t count) {
+    for (int64_t r = 0; r < R; ++r)
+      std::copy(from + r * count * d, from + (r + 1) * count * d, to + r * toWidth + first * d);
+  };
+  for (int64_t j = 0; j < cp; ++j) {
+    const float *from = home.data() + j * chunk;
+    unpack(dq, width, from, j * hq, hq);
+    unpack(dk, kvWidth, from + R * hq * d, j * hk, hk);
+    unpack(dv, kvWidth, from + R * (hq + hk) * d, j * hk, hk);
+  }
   return Status::success();
 }
 

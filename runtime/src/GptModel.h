@@ -1,7 +1,8 @@
-// The GPT transformer's units as math over one device's tensor-parallel pieces: the parameter
-// tensors of `embed`, `layer.i` and `head` with their splits, and each unit's forward, recompute
-// and backward on a micro-batch, calling the tensor-parallel collectives through an interface.
-// The distributed trainer (GptTrainer.cpp) and the single-device reference (degree 1) both use it.
+// The GPT transformer's units as math over one device's tensor-parallel pieces and its part of
+// each sequence (context parallelism): the parameter tensors of `embed`, `layer.i` and `head`
+// with their splits, and each unit's forward, recompute and backward on a micro-batch, calling
+// the tensor- and context-parallel collectives through an interface. The distributed trainer
+// (GptTrainer.cpp) and the single-device reference (degree 1) both use it.
 #ifndef PLACERT_SRC_GPTMODEL_H
 #define PLACERT_SRC_GPTMODEL_H
 
@@ -30,20 +31,32 @@ struct TensorInfo {
   bool isVector() const { return cols == 1; }
 };
 
-/// The tensor-parallel collectives as the math calls them (only with degree > 1).
-class TensorCollectives {
+/// The collectives inside a unit's computation as the math calls them: over the tensor axes
+/// (only with tensor degree > 1) and, for context parallelism, over the sequence axes (only with
+/// context degree > 1), where the group's rank is the context index.
+class UnitCollectives {
 public:
-  virtual ~TensorCollectives() = default;
+  virtual ~UnitCollectives() = default;
   virtual Status allReduce(float *buffer, int64_t elements) = 0;
   virtual Status allGather(const float *input, float *output, int64_t outputElements) = 0;
   virtual Status reduceScatter(const float *input, float *output, int64_t inputElements) = 0;
+  /// Context parallelism, as Communicator::allToAll and Communicator::ringStep.
+  virtual Status allToAll(const float *input, float *output, int64_t elements) = 0;
+  virtual Status ringStep(const float *input, float *output, int64_t elements) = 0;
 };
 
 /// What a unit keeps of one micro-batch between its forward and backward.
 struct UnitActivations {
   /// q: [rows, heads/t · head dim], k and v: [rows, kv heads/t · head dim] (after RoPE); f: the
-  /// gelu input or the swiglu gate; u: the swiglu up projection.
+  /// gelu input or the swiglu gate; u: the swiglu up projection. Under all-to-all context
+  /// parallelism q, k and v are the head-split ones ([batch, seq, heads/(t·cp) · head dim] and
+  /// [batch, seq, kv heads/(t·cp) · head dim], rows in the order the all-to-all delivers them)
+  /// and `headOut` is the attention output in that layout.
   std::vector<float> y1, mean1, rstd1, q, k, v, probs, attn, x1, y2, mean2, rstd2, f, u, g;
+  std::vector<float> headOut;
+  /// Context parallelism: the log-sum-exp of each query row's scores per head, from which the
+  /// blockwise backward recomputes the probabilities (they are never kept whole).
+  std::vector<double> lse;
   std::vector<float> dlogits;   ///< The head: the loss gradient of its logits.
   std::vector<float> lossStats; ///< The head: per row max, sum of exponentials, target.
   bool complete = false;        ///< Every tensor above present (else recompute first).
@@ -56,7 +69,18 @@ struct GptConfig {
   int tensorDegree = 1, tensorIndex = 0;
   bool sequenceParallel = false;
   Recompute recompute = Recompute::None;
+  /// Context parallelism: `contextDegree` ranks share each sequence, this one is `contextIndex`
+  /// and holds the tokens of contextPosition; the attention exchanges keys and values by
+  /// `contextMethod`.
+  int contextDegree = 1, contextIndex = 0;
+  ContextMethod contextMethod = ContextMethod::Ring;
 };
+
+/// Megatron-Core's load-balanced split of a sequence of `seq` tokens among `degree` context
+/// ranks: the sequence is cut into 2 · degree chunks of seq / (2 · degree) tokens, and rank r
+/// holds chunks r and 2 · degree − 1 − r, so every rank has as much causal attention to compute.
+/// Returns the global position of the rank's `local`-th token (0 ≤ local < seq / degree).
+int64_t contextPosition(int64_t seq, int64_t degree, int64_t index, int64_t local);
 
 class GptModel {
 public:
@@ -67,9 +91,13 @@ public:
   std::vector<TensorInfo> getTensors(UnitKind kind, int64_t layer) const;
   int64_t getLocalParams(UnitKind kind, int64_t layer) const;
   int64_t getFullParams(UnitKind kind, int64_t layer) const;
-  /// Rows of the token matrix this rank holds between units: b·s, or b·s/t under sequence
-  /// parallelism.
+  /// Rows of the token matrix this rank holds between units: b·s/cp, or b·s/(cp·t) under
+  /// sequence parallelism.
   int64_t getLocalRows() const;
+  /// The tokens of each sequence this rank holds: s/cp.
+  int64_t getLocalSeq() const { return config.shape.seq / config.contextDegree; }
+  /// The global position of this rank's `local`-th token of a sequence (contextPosition).
+  int64_t getPosition(int64_t local) const;
   /// Rows of the whole `attn.qkv.weight`: (heads + 2 · kv heads) · head dim, 3·hidden for
   /// multi-head attention. They are ordered [kv head][the group's heads/kv query heads, k, v][head
   /// dim] (Megatron-Core's layout; [head][q, k, v][head dim] for multi-head attention), so the
@@ -84,15 +112,16 @@ public:
   /// Returns the head's loss contribution in `loss`.
   Status forward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
                  const int32_t *tokens, const int32_t *targets, const float *input, float *output,
-                 UnitActivations &saved, TensorCollectives &collectives, double &loss,
+                 UnitActivations &saved, UnitCollectives &collectives, double &loss,
                  bool recomputing);
   /// Backward: accumulates into `grads` (the unit's local piece; `tiedGrads` the embedding's for
   /// a tied head) and writes the input gradient (layers and head) to `inputGrad`.
   Status backward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
                   const int32_t *tokens, const float *input, const float *outputGrad,
                   float *inputGrad, float *grads, float *tiedGrads, UnitActivations &saved,
-                  TensorCollectives &collectives);
-  /// Selective recomputation: the attention probabilities again from the saved q, k, v.
+                  UnitCollectives &collectives);
+  /// Selective recomputation: the attention probabilities again from the saved q, k, v (nothing
+  /// under context parallelism, whose backward recomputes them block by block).
   void recomputeAttention(UnitActivations &saved);
   /// The local indices of the tensors tensor parallelism replicates inside layers and the head
   /// (norms, row-parallel biases): what sequence parallelism all-reduces.
@@ -101,8 +130,20 @@ public:
 private:
   /// The tensor-parallel reduction of a partial [rows, hidden] product into the local layout:
   /// reduce-scattered over the rows under sequence parallelism, all-reduced otherwise.
-  Status reduceRows(TensorCollectives &comm, std::vector<float> &partial,
+  Status reduceRows(UnitCollectives &comm, std::vector<float> &partial,
                     std::vector<float> &result) const;
+  /// The global positions of the rows [batch, s/cp] of a micro-batch (`rows` of them).
+  std::vector<int64_t> rowPositions(int64_t rows) const;
+  /// Context-parallel attention of the local queries saved.q against the whole sequence's keys
+  /// and values, into saved.attn [b · s/cp, heads/t · head dim] (and saved.lse): Ring
+  /// Attention's cp − 1 ring steps of the K, V block (Liu et al. 2023), or Ulysses's all-to-all
+  /// of q, k, v to head-split and of the output back (Jacobs et al. 2023).
+  Status contextAttentionForward(UnitCollectives &comm, UnitActivations &saved);
+  /// Its backward from the output gradient `dattn` (as saved.attn) into dq, dk, dv (as the local
+  /// q, k, v): the ring passes K, V with their accumulating dK, dV cp − 1 times and sends the
+  /// gradients home in one more step; Ulysses turns dattn to head-split and dq, dk, dv back.
+  Status contextAttentionBackward(UnitCollectives &comm, UnitActivations &saved, const float *dattn,
+                                  float *dq, float *dk, float *dv);
   /// The local qkv projection [rows, qkv rows/t] (this rank's `localKvHeads` groups in the
   /// layout of getQkvRows) split into q [rows, heads/t · head dim] and k, v [rows, kv heads/t ·
   /// head dim], or, with `merge`, q, k and v packed back into it (the gradient).

@@ -12,12 +12,14 @@ namespace placert {
 
 namespace {
 
-/// A single device has no tensor-parallel collectives; being asked for one is a bug.
-class NoCollectives : public gpt::TensorCollectives {
+/// A single device has no tensor- or context-parallel collectives; being asked for one is a bug.
+class NoCollectives : public gpt::UnitCollectives {
 public:
   Status allReduce(float *, int64_t) override { return fail(); }
   Status allGather(const float *, float *, int64_t) override { return fail(); }
   Status reduceScatter(const float *, float *, int64_t) override { return fail(); }
+  Status allToAll(const float *, float *, int64_t) override { return fail(); }
+  Status ringStep(const float *, float *, int64_t) override { return fail(); }
 
 private:
   static Status fail() {

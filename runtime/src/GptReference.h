@@ -1,6 +1,6 @@
 // The single-device GPT that `--check` compares a distributed transformer run with: the same units
-// (GptModel) with tensor degree 1, no sequence parallelism and no recomputation, on the whole
-// global batch at once.
+// (GptModel) with tensor and context degree 1, no sequence parallelism and no recomputation, on
+// the whole global batch at once.
 #ifndef PLACERT_SRC_GPTREFERENCE_H
 #define PLACERT_SRC_GPTREFERENCE_H
 

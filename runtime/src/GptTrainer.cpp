@@ -1,7 +1,7 @@
 // The GPT trainer: the units `embed`, `layer.i` and `head` of a transformer over the shared state
 // layout (TrainerCore.h). Each unit's forward, recompute and backward runs the math of GptModel and
-// performs the tensor- and sequence-parallel collectives the plan lists after the computation, in
-// the plan's order, failing with "plan mismatch" where the math needs another one.
+// performs the tensor-, sequence- and context-parallel collectives the plan lists after the
+// computation, in the plan's order, failing with "plan mismatch" where the math needs another one.
 #include "GptModel.h"
 #include "GptReference.h"
 #include "TrainerCore.h"
@@ -40,7 +40,7 @@ struct GptUnit {
 struct GptCore;
 
 /// The collectives of one unit's computation, checked against the plan's list as they come.
-class PlannedCollectives : public gpt::TensorCollectives {
+class PlannedCollectives : public gpt::UnitCollectives {
 public:
   PlannedCollectives(GptCore &core, const UnitState &unit, Phase phase, const char *what,
                      const std::vector<PlannedCollective> &planned)
@@ -48,6 +48,8 @@ public:
   Status allReduce(float *buffer, int64_t elements) override;
   Status allGather(const float *input, float *output, int64_t outputElements) override;
   Status reduceScatter(const float *input, float *output, int64_t inputElements) override;
+  Status allToAll(const float *input, float *output, int64_t elements) override;
+  Status ringStep(const float *input, float *output, int64_t elements) override;
   /// Fails when planned collectives were left over.
   Status finish();
 
@@ -66,13 +68,14 @@ struct GptCore : Trainer::Core {
   GptShape shape;
   Recompute recompute;
   bool sequenceParallel;
+  ContextParallelism context;
   std::unique_ptr<gpt::GptModel> model;
   std::vector<GptUnit> layout; ///< Parallel to `units`.
 
   GptCore(Runtime &runtime, GptShape shape, TrainingSpec spec, StatePlacement placement,
-          Recompute recompute, bool sequenceParallel)
+          Recompute recompute, bool sequenceParallel, ContextParallelism context)
       : Core(runtime, std::move(spec), std::move(placement), shape.name), shape(std::move(shape)),
-        recompute(recompute), sequenceParallel(sequenceParallel) {}
+        recompute(recompute), sequenceParallel(sequenceParallel), context(std::move(context)) {}
 
   GptUnit &of(const UnitState &unit) { return layout[static_cast<size_t>(&unit - units.data())]; }
   const GptUnit &of(const UnitState &unit) const {
@@ -92,17 +95,20 @@ struct GptCore : Trainer::Core {
       return layout[index + 1].stash[mb].inputGrad;
     return of(unit).stash[mb].receivedGrad;
   }
-  /// The micro-batch's token ids and next-token targets, b · seq each.
+  /// The micro-batch's token ids and next-token targets, b · seq/cp each: this rank's tokens of
+  /// each sample, at their global positions (context parallelism's load-balanced split).
   void sampleTokens(int mb, std::vector<int32_t> &tokens, std::vector<int32_t> &targets) const {
-    int64_t b = spec.microBatch, s = shape.seq;
+    int64_t b = spec.microBatch, sl = model->getLocalSeq();
     int64_t first = dataPosition + (mb * batchDegree + batchIndex) * b;
-    tokens.resize(static_cast<size_t>(b * s));
-    targets.resize(static_cast<size_t>(b * s));
-    for (int64_t r = 0; r < b; ++r)
-      for (int64_t p = 0; p < s; ++p) {
-        tokens[r * s + p] = gpt::sampleToken(seed, first + r, p, shape.vocab);
-        targets[r * s + p] = gpt::sampleToken(seed, first + r, p + 1, shape.vocab);
+    tokens.resize(static_cast<size_t>(b * sl));
+    targets.resize(static_cast<size_t>(b * sl));
+    for (int64_t p = 0; p < sl; ++p) {
+      int64_t position = model->getPosition(p);
+      for (int64_t r = 0; r < b; ++r) {
+        tokens[r * sl + p] = gpt::sampleToken(seed, first + r, position, shape.vocab);
+        targets[r * sl + p] = gpt::sampleToken(seed, first + r, position + 1, shape.vocab);
       }
+    }
   }
   UnitState *embedUnit() { return units.empty() || !units[0].local ? nullptr : &units[0]; }
 
@@ -151,10 +157,14 @@ struct GptCore : Trainer::Core {
 
 Status PlannedCollectives::next(Collective collective, int64_t elements,
                                 const PlannedCollective *&op, Communicator *&group) {
+  // Context parallelism's exchanges run over the sequence axes, the rest over the tensor axes.
+  bool context = collective == Collective::AllToAll || collective == Collective::RingStep;
+  const AxisGroup &axes = context ? core.contextAxes : core.tensorAxes;
   auto fail = [&](const std::string &why) {
     return core.invalid(std::string("plan mismatch in the ") + what + " of " + unit.spec.name +
                         ": the computation needs " + withArticle(collective) + " of " +
-                        std::to_string(elements) + " elements over the tensor axes, " + why);
+                        std::to_string(elements) + " elements over the " +
+                        (context ? "sequence" : "tensor") + " axes, " + why);
   };
   if (position >= planned.size())
     return fail("but the plan lists no more collectives for it");
@@ -162,9 +172,10 @@ Status PlannedCollectives::next(Collective collective, int64_t elements,
   if (op->collective != collective || op->elements != elements)
     return fail("but the plan's next one is " + withArticle(op->collective) + " of " +
                 std::to_string(op->elements) + " elements");
-  if (!sameSet(op->axes, core.tensorAxes))
+  if (!sameSet(op->axes, axes))
     return fail("but the plan's runs over '" + join(op->axes) + "'");
-  return core.runtime.getGroup(op->axes, group);
+  // The group in mesh order, so that its ranks are the context (or tensor) indices.
+  return core.runtime.getGroup(context ? axes : op->axes, group);
 }
 
 Status PlannedCollectives::allReduce(float *buffer, int64_t elements) {
@@ -189,6 +200,22 @@ Status PlannedCollectives::reduceScatter(const float *input, float *output, int6
   PLACERT_TRY(next(Collective::ReduceScatter, inputElements, op, group));
   return core.runtime.reduceScatter(*group, join(op->axes), input, output, inputElements,
                                     core.info(State::Activations, phase, op->dtype));
+}
+
+Status PlannedCollectives::allToAll(const float *input, float *output, int64_t elements) {
+  const PlannedCollective *op;
+  Communicator *group;
+  PLACERT_TRY(next(Collective::AllToAll, elements, op, group));
+  return core.runtime.allToAll(*group, join(op->axes), input, output, elements,
+                               core.info(State::Activations, phase, op->dtype));
+}
+
+Status PlannedCollectives::ringStep(const float *input, float *output, int64_t elements) {
+  const PlannedCollective *op;
+  Communicator *group;
+  PLACERT_TRY(next(Collective::RingStep, elements, op, group));
+  return core.runtime.ringStep(*group, join(op->axes), input, output, elements,
+                               core.info(State::Activations, phase, op->dtype));
 }
 
 Status PlannedCollectives::finish() {
@@ -224,8 +251,30 @@ Status GptCore::layoutUnits() {
   if (shape.hidden % shape.heads != 0)
     return invalid("hidden " + std::to_string(shape.hidden) + " is not a multiple of heads " +
                    std::to_string(shape.heads));
+  // Context parallelism: the program's sequence axes are the mesh's; the load-balanced split cuts
+  // each sequence into 2·cp chunks; Ulysses gives each context rank whole groups of heads.
+  int64_t cp = contextDegree;
+  if ((cp > 1 || !context.axes.empty()) &&
+      (!sameSet(context.axes, contextAxes) || context.degree != cp))
+    return invalid("the program's context parallelism over '" + join(context.axes) + "' (" +
+                   std::to_string(context.degree) + " ranks) does not match the mesh, " +
+                   (contextAxes.empty() ? std::string("which has no sequence axis")
+                                        : "whose sequence axes are '" + join(contextAxes) + "' (" +
+                                              std::to_string(cp) + " ranks)"));
+  if (cp > 1) {
+    if (shape.seq % (2 * cp) != 0)
+      return invalid("seq " + std::to_string(shape.seq) + " does not split into 2 x " +
+                     std::to_string(cp) + " chunks (context parallelism's load-balanced split)");
+    if (context.method == ContextMethod::AllToAll &&
+        ((shape.heads / t) % cp != 0 || (shape.getKvHeads() / t) % cp != 0))
+      return invalid("the " + std::to_string(shape.heads / t) + " heads and " +
+                     std::to_string(shape.getKvHeads() / t) +
+                     " kv heads of a tensor rank do not divide among " + std::to_string(cp) +
+                     " context ranks (all-to-all attention gives each whole heads)");
+  }
   if (sequenceParallel)
-    PLACERT_TRY(divides(spec.microBatch * shape.seq, "micro-batch x seq (sequence parallelism)"));
+    PLACERT_TRY(
+        divides(spec.microBatch * shape.seq / cp, "micro-batch x seq / cp (sequence parallelism)"));
   if (shape.tiedEmbeddings && units.front().spec.stage != units.back().spec.stage)
     return invalid("tied embeddings with the embedding on stage " +
                    std::to_string(units.front().spec.stage) + " and the head on stage " +
@@ -238,6 +287,9 @@ Status GptCore::layoutUnits() {
   config.tensorIndex = tensorIndex;
   config.sequenceParallel = sequenceParallel && tensorDegree > 1;
   config.recompute = recompute;
+  config.contextDegree = contextDegree;
+  config.contextIndex = contextIndex;
+  config.contextMethod = context.method;
   model = std::make_unique<gpt::GptModel>(config);
   layout.clear();
   layout.resize(units.size());
@@ -587,9 +639,11 @@ Status GptCore::allReduceReplicatedGrads(int index, int mb, const AxisGroup &axe
 } // namespace
 
 GptTrainer::GptTrainer(Runtime &runtime, GptShape shape, TrainingSpec spec,
-                       StatePlacement placement, Recompute recompute, bool sequenceParallel)
+                       StatePlacement placement, Recompute recompute, bool sequenceParallel,
+                       ContextParallelism context)
     : Trainer(std::make_unique<GptCore>(runtime, std::move(shape), std::move(spec),
-                                        std::move(placement), recompute, sequenceParallel)) {}
+                                        std::move(placement), recompute, sequenceParallel,
+                                        std::move(context))) {}
 
 Status GptTrainer::forward(int unit, int mb, const std::vector<PlannedCollective> &collectives) {
   return static_cast<GptCore &>(*core).forward(unit, mb, collectives);

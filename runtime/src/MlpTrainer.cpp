@@ -116,6 +116,9 @@ Status MlpCore::layoutUnits() {
   if (static_cast<int64_t>(units.size()) != shape.layers)
     return invalid("the program declares " + std::to_string(units.size()) + " units for " +
                    std::to_string(shape.layers) + " layers");
+  if (contextDegree > 1)
+    return invalid("context parallelism over '" + join(contextAxes) +
+                   "' splits sequences, and an mlp has none");
   layout.clear();
   layout.resize(units.size());
   for (size_t index = 0; index < units.size(); ++index) {

@@ -53,20 +53,33 @@ int Trainer::train(const std::vector<StageProgram> &stages) { return core->train
 
 Status Trainer::Core::setup() {
   seed = runtime.getOptions().seed;
+  AxisGroup sampleAxes; // the batch-kind axes: replicas that train on different samples
   for (const Axis &axis : runtime.getMesh()) {
-    if (axis.kind == AxisKind::Batch)
+    switch (axis.kind) {
+    case AxisKind::Batch:
       batchAxes.push_back(axis.name);
-    else if (axis.kind == AxisKind::Tensor)
+      sampleAxes.push_back(axis.name);
+      break;
+    case AxisKind::Sequence:
+      batchAxes.push_back(axis.name);
+      contextAxes.push_back(axis.name);
+      break;
+    case AxisKind::Tensor:
       tensorAxes.push_back(axis.name);
-    else
+      break;
+    case AxisKind::Layers:
       layersAxis = axis.name;
+      break;
+    }
   }
   stage = layersAxis.empty() ? 0 : runtime.getCoordinate(layersAxis);
   stages = layersAxis.empty() ? 1 : runtime.getAxisSize(layersAxis);
   tensorIndex = runtime.getGroupIndex(tensorAxes);
   tensorDegree = runtime.getGroupSize(tensorAxes);
-  batchIndex = runtime.getGroupIndex(batchAxes);
-  batchDegree = runtime.getGroupSize(batchAxes);
+  batchIndex = runtime.getGroupIndex(sampleAxes);
+  batchDegree = runtime.getGroupSize(sampleAxes);
+  contextIndex = runtime.getGroupIndex(contextAxes);
+  contextDegree = runtime.getGroupSize(contextAxes);
   const AxisGroup &P = placement.paramShard, &G = placement.gradShard,
                   &O = placement.optimizerShard;
   stepScatter = difference(O, G);
@@ -96,7 +109,7 @@ Status Trainer::Core::setup() {
         nested.push_back(axis);
   AxisGroup layers = layersAxis.empty() ? AxisGroup() : AxisGroup{layersAxis};
   for (const AxisGroup *axes : std::initializer_list<const AxisGroup *>{
-           &tensorAxes, &layers, &P, &G, &stepScatter, &stepReduce, &nested})
+           &tensorAxes, &contextAxes, &layers, &P, &G, &stepScatter, &stepReduce, &nested})
     if (!axes->empty())
       PLACERT_TRY(runtime.createGroup(*axes));
   runtime.sealGroups();
@@ -718,9 +731,10 @@ Status Trainer::Core::save() {
   for (const Axis &axis : runtime.getMesh())
     mesh += std::string(mesh.size() > 1 ? ", " : "") + "{\"name\": \"" + axis.name +
             "\", \"kind\": \"" +
-            (axis.kind == AxisKind::Batch    ? "batch"
-             : axis.kind == AxisKind::Tensor ? "tensor"
-                                             : "layers") +
+            (axis.kind == AxisKind::Batch      ? "batch"
+             : axis.kind == AxisKind::Tensor   ? "tensor"
+             : axis.kind == AxisKind::Sequence ? "sequence"
+                                               : "layers") +
             "\", \"size\": " + std::to_string(axis.size) + "}";
   const char *optimizer = spec.optimizer == OptimizerKind::Adam  ? "adam"
                           : spec.optimizer == OptimizerKind::Sgd ? "sgd"

@@ -49,9 +49,18 @@ struct Trainer::Core {
   std::string modelName;
   std::vector<UnitState> units;
 
-  AxisGroup batchAxes, tensorAxes, stepScatter, stepReduce;
+  /// The axes the states are data parallel over: the batch axes and the sequence (context)
+  /// axes, in mesh order.
+  AxisGroup batchAxes;
+  AxisGroup tensorAxes, stepScatter, stepReduce;
+  /// The sequence axes (mesh order): their ranks share samples and split the tokens.
+  AxisGroup contextAxes;
   std::string layersAxis;
-  int stage = 0, stages = 1, tensorIndex = 0, tensorDegree = 1, batchIndex = 0, batchDegree = 1;
+  int stage = 0, stages = 1, tensorIndex = 0, tensorDegree = 1;
+  /// Which samples a rank trains on: its index among the batch-kind axes (the sequence axes
+  /// split samples, they do not add any), and the number of such replicas.
+  int batchIndex = 0, batchDegree = 1;
+  int contextIndex = 0, contextDegree = 1;
   int64_t step = 0;         ///< The current step, from 0.
   int64_t firstStep = 0;    ///< The first step this process runs (after a resume).
   int64_t dataPosition = 0; ///< The global sample index where the current step's batch starts.

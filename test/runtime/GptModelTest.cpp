@@ -20,12 +20,14 @@ namespace {
 using namespace placert;
 using namespace placert::gpt;
 
-/// One device runs no tensor-parallel collective.
-class NoCollectives : public TensorCollectives {
+/// One device runs no tensor- or context-parallel collective.
+class NoCollectives : public UnitCollectives {
 public:
   Status allReduce(float *, int64_t) override { return fail(); }
   Status allGather(const float *, float *, int64_t) override { return fail(); }
   Status reduceScatter(const float *, float *, int64_t) override { return fail(); }
+  Status allToAll(const float *, float *, int64_t) override { return fail(); }
+  Status ringStep(const float *, float *, int64_t) override { return fail(); }
 
 private:
   static Status fail() { return Status(StatusCode::InvalidArgument, "a collective on one device"); }

@@ -2,7 +2,7 @@
 // planned collectives the computation does not perform fails with "plan mismatch", naming the
 // unit and the collective, instead of moving other bytes than the plan says; a grouped-query
 // layer holds the parameters of its smaller qkv projection, and kv heads that do not divide the
-// heads are refused at setup.
+// heads, or context parallelism over axes the mesh does not have, are refused at setup.
 #include "placert/placert.h"
 
 #include <gtest/gtest.h>
@@ -110,6 +110,27 @@ TEST(GptTrainer, KvHeadsThatDoNotDivideTheHeadsAreRefused) {
   placert::Status status = trainer.setup();
   EXPECT_EQ(status.getCode(), placert::StatusCode::InvalidArgument);
   EXPECT_NE(status.getMessage().find("kv_heads 3 does not divide heads 2"), std::string::npos)
+      << status.getMessage();
+}
+
+TEST(GptTrainer, ContextParallelismMustBeTheMeshsSequenceAxes) {
+  // The one-device mesh has no sequence axis: a program that says 2 context ranks over 'cp' was
+  // generated for another mesh.
+  placert::GptShape shape{"g", 1, 8, 2, 4, 16, 32, true};
+  placert::TrainingSpec spec;
+  spec.globalBatch = 1;
+  spec.microBatch = 1;
+  placert::GptTrainer trainer(getRuntime(), shape, spec, placert::StatePlacement(),
+                              placert::Recompute::None, false,
+                              {{"cp"}, 2, placert::ContextMethod::Ring});
+  trainer.addUnit({"embed", -1, 0, 160});
+  trainer.addUnit({"layer.0", 0, 0, 872});
+  trainer.addUnit({"head", 1, 0, 16});
+  placert::Status status = trainer.setup();
+  EXPECT_EQ(status.getCode(), placert::StatusCode::InvalidArgument);
+  EXPECT_NE(status.getMessage().find("the program's context parallelism over 'cp' (2 ranks) does "
+                                     "not match the mesh, which has no sequence axis"),
+            std::string::npos)
       << status.getMessage();
 }
 

@@ -519,8 +519,8 @@ public:
                          DType dtype, Phase phase);
 };
 
-/// A collective the plan puts inside a unit's computation (tensor- and sequence-parallel traffic):
-/// the trainer runs it when the math reaches it and fails with "plan mismatch" when the
+/// A collective the plan puts inside a unit's computation (tensor-, sequence- and context-parallel
+/// traffic): the trainer runs it when the math reaches it and fails with "plan mismatch" when the
 /// computation needs another collective than the next planned one.
 struct PlannedCollective {
   Collective collective = Collective::AllReduce;
@@ -529,17 +529,31 @@ struct PlannedCollective {
   DType dtype = DType::FP32;
 };
 
+/// How a context-parallel attention sees the keys and values of the whole sequence (`context =
+/// ring | all_to_all;`): Ring Attention's blocks passed around the group, or Ulysses's
+/// all-to-all from sequence-split to head-split and back (docs/runtime.md).
+enum class ContextMethod { Ring, AllToAll };
+
+/// Context parallelism of a transformer run (since placert 0.3): the mesh's sequence axes (mesh
+/// order), the product of their sizes, and the method. Degree 1 (no axes) is none.
+struct ContextParallelism {
+  AxisGroup axes;
+  int degree = 1;
+  ContextMethod method = ContextMethod::Ring;
+};
+
 /// What the forward keeps for the backward (`activations = keep | recompute(selective) |
 /// recompute(full)`).
 enum class Recompute { None, Selective, Full };
 
 /// Trains a GPT transformer (GPT-2 layout) under a placement, tensor parallelism (Megatron-LM's
-/// column/row splits, vocabulary-parallel embedding and cross-entropy), sequence parallelism and
-/// activation recomputation.
+/// column/row splits, vocabulary-parallel embedding and cross-entropy), sequence parallelism,
+/// context parallelism (ring or all-to-all attention over the sequence axes, Megatron-Core's
+/// load-balanced token split) and activation recomputation.
 class GptTrainer : public Trainer {
 public:
   GptTrainer(Runtime &runtime, GptShape shape, TrainingSpec spec, StatePlacement placement,
-             Recompute recompute, bool sequenceParallel);
+             Recompute recompute, bool sequenceParallel, ContextParallelism context = {});
 
   /// The unit's forward with the collectives the plan lists after it, in order.
   Status forward(int unit, int microbatch, const std::vector<PlannedCollective> &collectives);
