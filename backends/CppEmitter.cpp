@@ -112,23 +112,34 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
            "an abstract model has a parameter count but no layers to compute");
     return;
   }
+  int64_t contextDegree = strategy.mesh.getDegree(ir::AxisKind::Sequence);
   if (model.kind == ir::ModelKind::Transformer) {
     const ir::TransformerConfig &config = model.transformer;
-    int64_t tensorDegree = 1;
-    for (const ir::Axis &axis : strategy.mesh.axes)
-      if (axis.kind == ir::AxisKind::Tensor)
-        tensorDegree *= axis.size;
+    int64_t tensorDegree = strategy.mesh.getDegree(ir::AxisKind::Tensor);
     if (tensorDegree > 1 && config.vocab % tensorDegree != 0)
       refuse(model.loc, "vocab = " + Twine(config.vocab),
              "the vocabulary-parallel embedding and cross-entropy need a vocabulary that divides "
              "among the " +
                  Twine(tensorDegree) + " tensor-parallel ranks");
     if (tensorDegree > 1 && strategy.sequenceParallel &&
-        (run.microBatch * config.seq) % tensorDegree != 0)
+        (run.microBatch * (config.seq / contextDegree)) % tensorDegree != 0)
       refuse(fieldLoc(run, "micro_batch"),
-             "micro_batch = " + Twine(run.microBatch) + " with seq = " + Twine(config.seq),
+             "micro_batch = " + Twine(run.microBatch) + " with seq = " + Twine(config.seq) +
+                 (contextDegree > 1 ? " over " + Twine(contextDegree) + " context ranks" : ""),
              "sequence parallelism splits the micro-batch's tokens among the " +
                  Twine(tensorDegree) + " tensor-parallel ranks");
+    // Context parallelism: ring and all-to-all attention run; every method splits the tokens
+    // with Megatron-Core's load-balanced split (2·cp chunks per sequence).
+    SMLoc contextLoc = strategy.contextLoc.isValid() ? strategy.contextLoc : strategyLoc;
+    if (contextDegree > 1 && strategy.contextMethod == ir::ContextMethod::AllGather)
+      refuse(contextLoc, "context = all_gather",
+             "placert's context-parallel attention passes key/value blocks around a ring or "
+             "exchanges heads all-to-all; declare context = ring or context = all_to_all");
+    else if (contextDegree > 1 && config.seq % (2 * contextDegree) != 0)
+      refuse(contextLoc,
+             "seq = " + Twine(config.seq) + " over " + Twine(contextDegree) + " context ranks",
+             "placert splits each sequence into 2 x " + Twine(contextDegree) +
+                 " load-balanced chunks (Megatron-Core's split), for all_to_all too");
     if (config.tiedEmbeddings && stages > 1)
       refuse(strategy.pipeline ? strategy.pipeline->loc : strategyLoc,
              "tied embeddings across " + Twine(stages) + " pipeline stages",
@@ -154,10 +165,6 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
       refuse(pipeline.loc, "uneven first and last pipeline stages",
              "placert's pipeline executor splits the layers evenly among the stages");
   }
-  for (const ir::Axis &axis : strategy.mesh.axes)
-    if (axis.kind == ir::AxisKind::Sequence && axis.size > 1)
-      refuse(axis.loc, "sequence axis '" + axis.name + "'",
-             "the CPU runtime has no context parallelism yet");
   const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
   if (activations.tier != ir::Tier::Device)
     refuse(activations.tierLoc.isValid() ? activations.tierLoc : strategyLoc, "activations @ host",
@@ -299,12 +306,14 @@ Expected<std::string> Emitter::call(const Op &op) const {
                            op.reason.c_str());
 }
 
-/// A collective of the plan that runs inside a unit's computation: tensor- and sequence-parallel
-/// traffic of activations (and the vocabulary-parallel cross-entropy's exchange).
+/// A collective of the plan that runs inside a unit's computation: tensor-, sequence- and
+/// context-parallel traffic of activations (and the vocabulary-parallel cross-entropy's
+/// exchange).
 bool isUnitCollective(const Op &op, int unit) {
   return op.unit == unit && op.state == ir::State::Activations &&
          (op.kind == OpKind::AllReduce || op.kind == OpKind::AllGather ||
-          op.kind == OpKind::ReduceScatter);
+          op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllToAll ||
+          op.kind == OpKind::RingStep);
 }
 
 const char *collectiveName(OpKind kind) {
@@ -313,6 +322,10 @@ const char *collectiveName(OpKind kind) {
     return "placert::Collective::AllGather";
   case OpKind::ReduceScatter:
     return "placert::Collective::ReduceScatter";
+  case OpKind::AllToAll:
+    return "placert::Collective::AllToAll";
+  case OpKind::RingStep:
+    return "placert::Collective::RingStep";
   default:
     return "placert::Collective::AllReduce";
   }
@@ -385,9 +398,10 @@ void Emitter::emitMain() {
   {
     IndentedStream::Scope meshBlock(os, "std::vector<placert::Axis> mesh =", "};");
     for (const ir::Axis &axis : mesh.axes) {
-      const char *kind = axis.kind == ir::AxisKind::Batch    ? "Batch"
-                         : axis.kind == ir::AxisKind::Tensor ? "Tensor"
-                                                             : "Layers";
+      const char *kind = axis.kind == ir::AxisKind::Batch      ? "Batch"
+                         : axis.kind == ir::AxisKind::Tensor   ? "Tensor"
+                         : axis.kind == ir::AxisKind::Sequence ? "Sequence"
+                                                               : "Layers";
       os.line(fmt::format("{{\"{}\", placert::AxisKind::{}, {}}},", axis.name, kind, axis.size));
     }
   }
@@ -478,9 +492,26 @@ void Emitter::emitMain() {
                                 : "None";
     os.comment(fmt::format("activations = {}{}", ir::toString(strategy.activationMode).str(),
                            strategy.sequenceParallel ? ", shard (sequence parallelism)" : ""));
-    os.line(fmt::format("placert::GptTrainer trainer(*runtime, shape, spec, placement, "
-                        "placert::Recompute::{}, /*sequenceParallel=*/{});",
-                        recompute, strategy.sequenceParallel ? "true" : "false"));
+    std::vector<unsigned> sequenceAxes;
+    for (unsigned i = 0; i < mesh.axes.size(); ++i)
+      if (mesh.axes[i].kind == ir::AxisKind::Sequence)
+        sequenceAxes.push_back(i);
+    std::string trainerArgs =
+        fmt::format("*runtime, shape, spec, placement, placert::Recompute::{}, "
+                    "/*sequenceParallel=*/{}",
+                    recompute, strategy.sequenceParallel ? "true" : "false");
+    if (!sequenceAxes.empty()) {
+      // Context parallelism: the sequence axes split every sample's tokens.
+      os.comment(fmt::format("context = {} over the sequence axes",
+                             ir::toString(strategy.contextMethod).str()));
+      os.line(
+          fmt::format("placert::ContextParallelism context{{{}, {}, "
+                      "placert::ContextMethod::{}}};",
+                      axisGroup(sequenceAxes), mesh.getDegree(ir::AxisKind::Sequence),
+                      strategy.contextMethod == ir::ContextMethod::AllToAll ? "AllToAll" : "Ring"));
+      trainerArgs += ", context";
+    }
+    os.line(fmt::format("placert::GptTrainer trainer({});", trainerArgs));
   } else {
     os.line("placert::MlpTrainer trainer(*runtime, shape, spec, placement);");
   }

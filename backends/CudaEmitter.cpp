@@ -155,6 +155,10 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
     if (axis.kind == ir::AxisKind::Tensor)
       refuseStrategy(loc, "tensor axis '" + axis.name + "' of size " + Twine(axis.size),
                      "tensor parallelism is not implemented on CUDA yet");
+    else if (axis.kind == ir::AxisKind::Sequence)
+      refuseStrategy(loc, "sequence axis '" + axis.name + "' of size " + Twine(axis.size),
+                     "context parallelism is not implemented on CUDA yet (the CPU target runs "
+                     "it)");
     else
       refuseStrategy(loc, "layers axis '" + axis.name + "' of size " + Twine(axis.size),
                      "pipeline parallelism is not implemented on CUDA yet");
