@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """End-to-end tests of checkpoints (docs/checkpoints.md): programs compiled from
-configs/checkpoint.place (the mlp), configs/checkpoint_gpt.place (mode gpt) and
-configs/checkpoint_gqa.place (mode gqa) save, resume and reshard, and refuse bad checkpoints.
+configs/checkpoint.place (the mlp), configs/checkpoint_gpt.place (mode gpt),
+configs/checkpoint_gqa.place (mode gqa) and configs/checkpoint_cp.place (mode cp) save, resume and
+reshard, and refuse bad checkpoints.
 
 Modes:
   resume   a run stopped at step 2 and resumed equals the uninterrupted run bit for bit: the
@@ -19,6 +20,11 @@ Modes:
            manifest's qkv shape and each tensor rank's group of rows, a tp x sp checkpoint
            continued on one rank, under zero3 and under tp x dp, one rank's under tp; a
            multi-head model refuses it
+  cp       context parallelism (configs/checkpoint_cp.place): exact resume under ring attention
+           over dp x cp, the manifest's tensors (the same as without context parallelism) and its
+           sequence axis, the checkpoint continued on one rank and under tp x dp (no context
+           parallelism), and one rank's checkpoint of step 3 under all-to-all attention with FSDP
+           over dp x cp
   gpt      the transformer (configs/checkpoint_gpt.place): exact resume under zero3, tp x sp and
            pp x zero1, and of a LLaMA-style model with Adam under zero1 x sp; a zero3 checkpoint
            continues under tp x dp with sequence parallelism, pp x zero1 and one rank; its
@@ -46,7 +52,9 @@ RANKS = {"ck_zero3": 4, "ck_tp_dp": 4, "ck_pp_zero1": 4, "ck_tp_zero3": 4, "ck_h
          "gck_untied_pp_zero1": 4, "gck_untied_single": 1, "gck_llama": 4,
          # configs/checkpoint_gqa.place
          "qck_sp": 2, "qck_single": 1, "qck_zero3": 2, "qck_tp_dp": 4, "qck_tp": 2,
-         "qck_mha_single": 1}
+         "qck_mha_single": 1,
+         # configs/checkpoint_cp.place
+         "cck_ring": 4, "cck_single": 1, "cck_tp_dp": 4, "cck_a2a_fsdp": 4}
 STEP2, STEP3, STEP4 = "step-00000002", "step-00000003", "step-00000004"
 
 
@@ -528,6 +536,26 @@ def mode_gqa(ctx):
                    "[192, 64]", "a grouped-query checkpoint in a multi-head model")
 
 
+def mode_cp(ctx):
+    # Context parallelism (configs/checkpoint_cp.place: the grouped-query model of mode gqa).
+    # Exact resume under ring attention over dp 2 x cp 2; the checkpoint names the model's
+    # tensors as any other layout does, and records the mesh's sequence axis.
+    check_resume(ctx, "cck_ring")
+    step4 = os.path.join(ctx.path("cck_ring", "whole"), STEP4)
+    check_gpt_manifest(step4, tied=False, llama=True, kv_heads=2)
+    with open(os.path.join(step4, "manifest.json")) as file:
+        mesh = json.load(file)["mesh"]
+    if mesh != [{"name": "dp", "kind": "batch", "size": 2},
+                {"name": "cp", "kind": "sequence", "size": 2}]:
+        fail(f"the context-parallel checkpoint records the mesh {mesh}")
+    print("e2e: ok: the context-parallel checkpoint names the model's tensors and its sequence "
+          "axis")
+    # Without context parallelism: one rank and tp 2 x dp 2 continue the ring's checkpoint of
+    # step 2; one rank's checkpoint of step 3 continues under all-to-all attention with FSDP over
+    # dp x cp.
+    check_reshard(ctx, "cck_ring", ["cck_single", "cck_tp_dp"], {"cck_single": "cck_a2a_fsdp"})
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--placec", required=True)
@@ -536,14 +564,14 @@ def main():
     parser.add_argument("--place", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--mode", required=True, choices=["resume", "reshard", "bad", "faults",
-                                                         "gpt", "gqa"])
+                                                         "gpt", "gqa", "cp"])
     args = parser.parse_args()
     if os.path.isdir(args.work):
         shutil.rmtree(args.work)
     os.makedirs(args.work)
     ctx = Context(args)
     {"resume": mode_resume, "reshard": mode_reshard, "bad": mode_bad,
-     "faults": mode_faults, "gpt": mode_gpt, "gqa": mode_gqa}[args.mode](ctx)
+     "faults": mode_faults, "gpt": mode_gpt, "gqa": mode_gqa, "cp": mode_cp}[args.mode](ctx)
 
 
 if __name__ == "__main__":
