@@ -358,24 +358,12 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
   if (uneven && layers > 0) {
     // The written first and last stages, the others even (Megatron-LM's
     // --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers).
-    plan::PipelineLayout split = plan::getPipelineLayout(layers, stages, pipeline);
-    bool even = true;
-    int64_t middle = -1;
-    for (int64_t s = 0; s < stages; ++s) {
-      bool written = (s == 0 && pipeline->firstStageLayers > 0) ||
-                     (s + 1 == stages && pipeline->lastStageLayers > 0);
-      if (split.layersOfStage[s] < 1)
-        even = false;
-      if (written)
-        continue;
-      if (middle >= 0 && split.layersOfStage[s] != middle)
-        even = false;
-      middle = split.layersOfStage[s];
-    }
-    int64_t sum = 0;
-    for (int64_t value : split.layersOfStage)
-      sum += value;
-    if (!even || sum != layers || stages < 2) {
+    int64_t first = pipeline->firstStageLayers, last = pipeline->lastStageLayers;
+    int64_t rest = layers - first - last;
+    int64_t unwritten = stages - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
+    bool even = stages >= 2 && rest >= 0 &&
+                (unwritten == 0 ? rest == 0 : rest >= unwritten && rest % unwritten == 0);
+    if (!even) {
       diags->error(pipeline->loc,
                    Twine("the ") + Twine(layers) + " layers of model '" + model.name +
                        "' do not split into " + Twine(stages) +
@@ -484,6 +472,26 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                                           : Twine(": give it peak_fp8")),
                  "precision");
     diags->note(run.cluster->loc, Twine("cluster '") + run.cluster->name + "' is declared here");
+    ok = false;
+  }
+  // Rule `placement`: a setting that the mesh gives nothing to act on would be silently ignored.
+  if (strategy.contextLoc.isValid() && context <= 1) {
+    diags->error(strategy.contextLoc,
+                 Twine("'context' chooses how attention exchanges keys and values over a "
+                       "sequence axis, but the mesh ") +
+                     formatMesh(mesh) + " of strategy '" + strategy.name + "' has none",
+                 "placement");
+    ok = false;
+  }
+  if (strategy.asyncTensorParallel && (tensorDegree <= 1 || !strategy.sequenceParallel)) {
+    std::string message =
+        tensorDegree <= 1
+            ? "async_tp overlaps tensor-parallel collectives with their GEMMs, but the mesh " +
+                  formatMesh(mesh) + " of strategy '" + strategy.name + "' has no tensor axis"
+            : "async_tp overlaps the all-gathers and reduce-scatters of sequence parallelism "
+              "with their GEMMs; strategy '" +
+                  strategy.name + "' needs 'activations = shard(tp)' for it";
+    diags->error(strategy.asyncTensorParallelLoc, message, "placement");
     ok = false;
   }
   // Rule `schedule`: the schedule's bubble and memory formulas hold only where its
