@@ -200,7 +200,7 @@ void printManifest(const Manifest &manifest, raw_ostream &os) {
   for (const Tensor &tensor : manifest.tensors) {
     std::string shape = "[";
     for (size_t i = 0; i < tensor.shape.size(); ++i)
-      shape += (i ? "," : "") + std::to_string(tensor.shape[i]);
+      shape += (Twine(i ? "," : "") + Twine(tensor.shape[i])).str();
     shape += "]";
     std::vector<int> ranks;
     for (const Shard &shard : tensor.shards)
@@ -209,7 +209,7 @@ void printManifest(const Manifest &manifest, raw_ostream &os) {
     llvm::sort(ranks);
     std::string writers;
     for (int rank : ranks)
-      writers += (writers.empty() ? "" : ",") + std::to_string(rank);
+      writers += (Twine(writers.empty() ? "" : ",") + Twine(rank)).str();
     os << "  " << left_justify(tensor.name, 28) << left_justify(shape, 12)
        << right_justify(std::to_string(tensor.getElements()), 10)
        << right_justify(std::to_string(tensor.shards.size()), 8) << "  " << writers << "\n";

@@ -90,7 +90,7 @@ std::string unitIdentifier(StringRef name) {
   return result;
 }
 
-std::string quoted(StringRef text) { return "\"" + text.str() + "\""; }
+std::string quoted(StringRef text) { return ("\"" + text + "\"").str(); }
 
 SMLoc fieldLoc(const ir::Run &run, StringRef field) {
   auto it = run.fieldLocs.find(field);
@@ -156,7 +156,7 @@ private:
   std::string axisGroup(ArrayRef<unsigned> axes) const {
     std::string result = "{";
     for (size_t i = 0; i < axes.size(); ++i)
-      result += (i ? ", " : "") + quoted(mesh.axes[axes[i]].name);
+      result += (Twine(i ? ", " : "") + quoted(mesh.axes[axes[i]].name)).str();
     return result + "}";
   }
   std::string batchAxesWith(ir::State state, std::initializer_list<ir::PlacementMode> modes) const {

@@ -131,7 +131,7 @@ public:
         --braceDepth;
         statementOpen = false;
         startLine(token.newlinesBefore, /*closesBlock=*/true);
-        current.code = "}";
+        current.code.assign(1, '}'); // Not `= "}"`, which GCC 12 -O3 misreads (-Wrestrict).
         lineDone = true;
         prev = &token;
         continue;
@@ -185,7 +185,7 @@ private:
     bool trailing = comment.newlinesBefore == 0 && !current.code.empty();
     bool codeFollows = next && next->newlinesBefore == 0 && !next->isComment();
     if (trailing && comment.kind == TokenKind::BlockComment && !lineDone && codeFollows) {
-      current.code += " " + comment.text.str(); // Inside a statement: `x = /* why */ 4;`.
+      current.code += (" " + comment.text).str(); // Inside a statement: `x = /* why */ 4;`.
       return;
     }
     if (trailing) {
