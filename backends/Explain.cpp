@@ -55,8 +55,8 @@ bool differs(double a, double b) { return std::fabs(a - b) > 1e-6 * std::max(1.0
 class Explainer {
 public:
   explicit Explainer(const RunReport &report)
-      : report(report), plan(*report.plan), run(*report.run), strategy(*run.strategy),
-        mesh(strategy.mesh), model(*run.model), cluster(*run.cluster), analysis(report.analysis) {}
+      : plan(*report.plan), run(*report.run), strategy(*run.strategy), mesh(strategy.mesh),
+        model(*run.model), cluster(*run.cluster), analysis(report.analysis) {}
 
   RunExplanation explain();
 
@@ -88,7 +88,6 @@ private:
     return explanation;
   }
 
-  const RunReport &report;
   const plan::StepPlan &plan;
   const ir::Run &run;
   const ir::Strategy &strategy;
@@ -102,7 +101,6 @@ Explainer::Shard Explainer::shardOf(ir::State state) const {
   Shard shard;
   const ir::StatePlacement &placement = strategy.getPlacement(state);
   std::vector<std::string> split, replicated;
-  int64_t replicatedDegree = 1;
   for (unsigned i = 0; i < mesh.axes.size() && i < placement.axes.size(); ++i) {
     const ir::Axis &axis = mesh.axes[i];
     if (axis.kind != ir::AxisKind::Batch)
@@ -118,7 +116,6 @@ Explainer::Shard Explainer::shardOf(ir::State state) const {
       break;
     default:
       if (axis.size > 1) {
-        replicatedDegree *= axis.size;
         replicated.push_back(fmt::format("{} = {}", axis.name, axis.size));
       }
       break;
