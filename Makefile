@@ -2,8 +2,9 @@
 #
 #   make demo          set up, build, check the examples, report on the flagship and the ZeRO
 #                      study, and train the compiled mlp run on 4 MPI ranks
-#   make test          set up, format check, build + ctest, sanitizer build + ctest
-#   make build         set up and build in build/
+#   make test          set up, format check, Release build + ctest, clang-19 build + ctest (no
+#                      MPI end-to-end runs), sanitizer build + ctest; warnings are errors in all
+#   make build         set up and build in build/ (BUILD_TYPE, default Release)
 #   make bench         build and run the benchmarks
 #   make fuzz          build the libFuzzer target with clang-19 and fuzz for FUZZ_SECONDS
 #   make format        reformat our sources in place
@@ -12,7 +13,9 @@
 # NO_SETUP=1 skips scripts/setup.sh (for machines where the packages come from elsewhere).
 
 BUILD_DIR ?= build
+BUILD_TYPE ?= Release
 ASAN_BUILD_DIR ?= build-asan
+CLANG_BUILD_DIR ?= build-clang
 FUZZ_BUILD_DIR ?= build-fuzz
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FLAGSHIP ?= examples/gpt3-175b-ptdp.place
@@ -40,9 +43,17 @@ PLACEC = $(BUILD_DIR)/tools/placec
 
 SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 
+# Warnings are errors in every build `make test` (CI) makes; the options are off by default, so
+# that a user's compiler never breaks a build. BUILD_ARGS are the main build's extra arguments.
+WERROR_ARGS := -DPLACEC_WERROR=ON -DPLACERT_WERROR=ON
+BUILD_ARGS ?=
+test test-build: BUILD_ARGS += $(WERROR_ARGS)
+# The clang build skips what it would only repeat: the MPI end-to-end runs.
+CLANG_CTEST_EXCLUDE := e2e
+
 # Each target drives CMake's own parallelism; running targets side by side would race on setup.
 .NOTPARALLEL:
-.PHONY: all setup build demo test test-build test-asan bench fuzz format format-check
+.PHONY: all setup build demo test test-build test-clang test-asan bench fuzz format format-check
 
 all: build
 
@@ -55,7 +66,7 @@ endif
 configure = CMAKE_GENERATOR="$(GENERATOR)" cmake -S . -B $(1) $(2) $(CMAKE_ARGS)
 
 build: setup
-	$(call configure,$(BUILD_DIR),)
+	$(call configure,$(BUILD_DIR),-DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(BUILD_ARGS))
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 demo: build
@@ -71,13 +82,23 @@ demo: build
 	$(PLACEC) report examples/zero-7.5b.place 2>/dev/null
 	scripts/demo-train.sh $(BUILD_DIR)
 
-test: setup format-check test-build test-asan
+test: setup format-check test-build test-clang test-asan
 
+# Every test on the optimized (-O3) GCC build: optimization must not change a result.
 test-build: build
 	cd $(BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS)
 
+# clang-19, Debug (assertions on): everything builds warning-free with the other compiler.
+test-clang: setup
+	$(call configure,$(CLANG_BUILD_DIR),-DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
+	  -DCMAKE_BUILD_TYPE=Debug $(WERROR_ARGS))
+	cmake --build $(CLANG_BUILD_DIR) -j $(JOBS)
+	cd $(CLANG_BUILD_DIR) && ctest --output-on-failure --no-tests=error -j $(JOBS) \
+	  -LE '$(CLANG_CTEST_EXCLUDE)'
+
+# GCC with AddressSanitizer and UBSan (RelWithDebInfo, the CMake default).
 test-asan: setup
-	$(call configure,$(ASAN_BUILD_DIR),-DPLACEC_SANITIZE=ON)
+	$(call configure,$(ASAN_BUILD_DIR),-DPLACEC_SANITIZE=ON $(WERROR_ARGS))
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	cd $(ASAN_BUILD_DIR) && $(SANITIZER_ENV) ctest --output-on-failure --no-tests=error -j $(JOBS)
 
