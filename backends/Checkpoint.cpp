@@ -2,6 +2,8 @@
 // verifies each shard's CRC-32 with llvm::crc32 (an implementation independent of the runtime's).
 #include "placec/backends/Checkpoint.h"
 
+#include "placec/Config.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/CRC.h"
@@ -64,24 +66,57 @@ Expected<Manifest> readManifest(StringRef path) {
       return failure("'" + path +
                      "' is not a checkpoint: it has no manifest.json (an unfinished save?) and "
                      "no 'latest'");
-    sys::path::append(directory, (*pointer)->getBuffer().trim());
+    // `latest` names a checkpoint inside the directory, as placert writes and reads it.
+    StringRef name = (*pointer)->getBuffer().trim();
+    if (name.empty() || name.contains('/') || name == "." || name == "..")
+      return failure("'" + latest + "' does not name a checkpoint in '" + path + "'");
+    sys::path::append(directory, name);
     manifestPath = directory;
     sys::path::append(manifestPath, "manifest.json");
   }
   ErrorOr<std::unique_ptr<MemoryBuffer>> text = MemoryBuffer::getFile(manifestPath);
   if (!text)
     return failure("cannot read '" + manifestPath + "': " + text.getError().message());
-  Expected<json::Value> parsed = json::parse((*text)->getBuffer());
+  Expected<Manifest> manifest = parseManifest((*text)->getBuffer(), manifestPath);
+  if (manifest)
+    manifest->directory = directory.str().str();
+  return manifest;
+}
+
+Expected<Manifest> parseManifest(StringRef text, StringRef manifestPath) {
+  Expected<json::Value> parsed = json::parse(text);
   if (!parsed)
     return failure("'" + manifestPath + "' is not valid JSON: " + toString(parsed.takeError()));
   const json::Object *root = parsed->getAsObject();
   if (!root || getString(*root, "format") != "placert-checkpoint")
     return failure("'" + manifestPath + "' is not a placert checkpoint manifest");
-  if (getInt(*root, "version") != 1)
-    return failure("'" + manifestPath + "': unsupported format version");
-
+  // Format 1 named its version "version".
+  const json::Value *version = root->get("format_version");
+  if (!version)
+    version = root->get("version");
+  std::string readable = formatv("placec {0} reads format versions {1} to {2}", PLACEC_VERSION,
+                                 kOldestFormatVersion, kFormatVersion)
+                             .str();
+  std::optional<int64_t> formatVersion = version ? version->getAsInteger() : std::nullopt;
+  if (!formatVersion)
+    return failure("'" + manifestPath +
+                   "' has no format version (an integer \"format_version\"); " + readable);
   Manifest manifest;
-  manifest.directory = directory.str().str();
+  manifest.formatVersion = *formatVersion;
+  manifest.placecVersion = getString(*root, "placec_version");
+  manifest.placertVersion = getString(*root, "placert_version");
+  if (*formatVersion < kOldestFormatVersion || *formatVersion > kFormatVersion) {
+    std::string writer;
+    if (!manifest.placecVersion.empty())
+      writer += " by a program of placec " + manifest.placecVersion;
+    if (!manifest.placertVersion.empty())
+      writer += " with placert " + manifest.placertVersion;
+    return failure("'" + manifestPath + "': the checkpoint has format version " +
+                   Twine(*formatVersion) + (writer.empty() ? "" : " (written" + writer + ")") +
+                   ", which is " + (*formatVersion > kFormatVersion ? "newer" : "older") +
+                   " than this placec supports: " + readable);
+  }
+
   manifest.run = getString(*root, "run");
   manifest.strategy = getString(*root, "strategy");
   manifest.optimizer = getString(*root, "optimizer");
@@ -180,6 +215,9 @@ Expected<Manifest> readManifest(StringRef path) {
 
 void printManifest(const Manifest &manifest, raw_ostream &os) {
   os << "checkpoint " << manifest.directory << "\n";
+  os << "  format version " << manifest.formatVersion << ", written by placec "
+     << (manifest.placecVersion.empty() ? "unknown" : manifest.placecVersion) << " with placert "
+     << (manifest.placertVersion.empty() ? "unknown" : manifest.placertVersion) << "\n";
   os << "  run " << manifest.run << ", strategy " << manifest.strategy << ", model "
      << manifest.model << ", optimizer " << manifest.optimizer << "\n";
   os << "  mesh " << manifest.mesh << " (" << manifest.ranks << " ranks)\n";

@@ -34,7 +34,6 @@ std::string checkpointName(int64_t step) {
 namespace {
 
 constexpr const char *kFormat = "placert-checkpoint";
-constexpr int kVersion = 1;
 
 std::string rankFileName(int rank) {
   char name[32];
@@ -56,12 +55,15 @@ struct Json {
   double number = 0;
   std::string string;
   std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;
+  /// An object's members, in order: keys[i] names values[i]. (Not pairs: a pair of an incomplete
+  /// type is not allowed here.)
+  std::vector<std::string> keys;
+  std::vector<Json> values;
 
   const Json *get(const std::string &key) const {
-    for (const auto &[name, value] : object)
-      if (name == key)
-        return &value;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == key)
+        return &values[i];
     return nullptr;
   }
 };
@@ -170,7 +172,8 @@ private:
         Json member;
         if (!value(member, depth + 1))
           return false;
-        out.object.emplace_back(std::move(key), std::move(member));
+        out.keys.push_back(std::move(key));
+        out.values.push_back(std::move(member));
         skip();
         if (pos < text.size() && text[pos] == ',') {
           ++pos;
@@ -250,7 +253,9 @@ private:
   std::string message;
 };
 
-std::string quote(const std::string &text) {
+} // namespace
+
+std::string jsonQuote(const std::string &text) {
   std::string result = "\"";
   for (char c : text) {
     if (c == '"' || c == '\\')
@@ -265,6 +270,8 @@ std::string quote(const std::string &text) {
   }
   return result + "\"";
 }
+
+namespace {
 
 //===----------------------------------------------------------------------===//
 // Files
@@ -519,14 +526,35 @@ std::string parseManifest(const std::string &text, Manifest &manifest) {
   if (root.kind != Json::Kind::Object || !format || format->string != kFormat)
     return "manifest.json is not a placert checkpoint manifest (no \"format\": \"" +
            std::string(kFormat) + "\")";
-  int64_t version = 0;
-  if (!getInt(root, "version", version) || version != kVersion)
-    return "manifest.json has format version " + std::to_string(version) + "; this placert reads " +
-           std::to_string(kVersion);
+  // Format 1 named its version "version".
+  const Json *version = root.get("format_version");
+  if (!version)
+    version = root.get("version");
+  std::string readable = "placert " PLACERT_VERSION_STRING " reads format versions " +
+                         std::to_string(kOldestCheckpointFormatVersion) + " to " +
+                         std::to_string(kCheckpointFormatVersion);
+  if (!version || version->kind != Json::Kind::Number || !version->integral)
+    return "manifest.json has no format version (an integer \"format_version\"); " + readable;
+  if (version->integer < kOldestCheckpointFormatVersion ||
+      version->integer > kCheckpointFormatVersion) {
+    std::string writer;
+    const Json *placec = root.get("placec_version");
+    const Json *placert = root.get("placert_version");
+    if (placec && placec->kind == Json::Kind::String)
+      writer += " by a program of placec " + placec->string;
+    if (placert && placert->kind == Json::Kind::String)
+      writer += " with placert " + placert->string;
+    return "the checkpoint has format version " + std::to_string(version->integer) +
+           (writer.empty() ? "" : " (written" + writer + ")") + ", which is " +
+           (version->integer > kCheckpointFormatVersion ? "newer" : "older") +
+           " than this placert supports: " + readable;
+  }
   const Json *scalars = root.get("scalars");
   if (!scalars || scalars->kind != Json::Kind::Object)
     return "manifest.json has no \"scalars\" object";
-  for (const auto &[name, value] : scalars->object) {
+  for (size_t i = 0; i < scalars->keys.size(); ++i) {
+    const std::string &name = scalars->keys[i];
+    const Json &value = scalars->values[i];
     if (value.kind != Json::Kind::Number || !value.integral)
       return "manifest.json: scalar '" + name + "' is not an integer";
     manifest.scalars[name] = value.integer;
@@ -652,6 +680,11 @@ std::string resolve(const std::string &path, std::string &directory) {
 }
 
 } // namespace
+
+std::string checkManifest(const std::string &text) {
+  Manifest manifest;
+  return parseManifest(text, manifest);
+}
 
 //===----------------------------------------------------------------------===//
 // Save
@@ -802,24 +835,28 @@ Status saveCheckpoint(Runtime &runtime, const std::string &directory, int64_t st
     }
     if (result.empty()) {
       std::ostringstream json;
-      json << "{\n  \"format\": \"" << kFormat << "\",\n  \"version\": " << kVersion << ",\n";
+      json << "{\n  \"format\": \"" << kFormat
+           << "\",\n  \"format_version\": " << kCheckpointFormatVersion
+           << ",\n  \"placec_version\": "
+           << jsonQuote(contents.placecVersion.empty() ? "unknown" : contents.placecVersion)
+           << ",\n  \"placert_version\": \"" PLACERT_VERSION_STRING "\",\n";
       for (const auto &[key, value] : contents.description)
-        json << "  " << quote(key) << ": " << value << ",\n";
+        json << "  " << jsonQuote(key) << ": " << value << ",\n";
       json << "  \"ranks\": " << runtime.getWorldSize() << ",\n  \"scalars\": {";
       bool first = true;
       for (const auto &[key, value] : contents.scalars) {
-        json << (first ? "" : ", ") << quote(key) << ": " << value;
+        json << (first ? "" : ", ") << jsonQuote(key) << ": " << value;
         first = false;
       }
       json << "},\n  \"files\": [";
       for (size_t i = 0; i < files.size(); ++i)
         json << (i ? ",\n" : "\n") << "    {\"rank\": " << files[i].first
-             << ", \"path\": " << quote(files[i].second.first)
+             << ", \"path\": " << jsonQuote(files[i].second.first)
              << ", \"bytes\": " << files[i].second.second << "}";
       json << "\n  ],\n  \"tensors\": [";
       first = true;
       for (const auto &[tensor, shape] : contents.tensors) {
-        json << (first ? "\n" : ",\n") << "    {\"name\": " << quote(tensor)
+        json << (first ? "\n" : ",\n") << "    {\"name\": " << jsonQuote(tensor)
              << ", \"shape\": " << shapeText(shape) << ", \"shards\": [";
         first = false;
         const std::vector<ManifestShard> &list = shards[tensor];
