@@ -6,7 +6,7 @@
 #                      MPI end-to-end runs), sanitizer build + ctest; warnings are errors in all
 #   make build         set up and build in build/ (BUILD_TYPE, default Release)
 #   make bench         build and run the benchmarks
-#   make fuzz          build the libFuzzer target with clang-19 and fuzz for FUZZ_SECONDS
+#   make fuzz          build the libFuzzer targets with clang-19 and run each for FUZZ_SECONDS
 #   make format        reformat our sources in place
 #   make format-check  fail when a source file is not formatted
 #
@@ -23,6 +23,8 @@ FLAGSHIP ?= examples/gpt3-175b-ptdp.place
 # `placec check` rejects them by design, so the demo reports on it instead of checking it.
 OVER_CAPACITY_EXAMPLES = examples/zero-7.5b.place
 FUZZ_SECONDS ?= 60
+# The fuzzers `make fuzz` runs (names from fuzz/CMakeLists.txt); empty: all of them.
+FUZZERS ?=
 CMAKE_ARGS ?=
 
 # Ninja when it is there (scripts/setup.sh installs it); evaluated when a recipe runs, so after
@@ -110,12 +112,12 @@ bench: build
 	done
 
 # The whole fuzz build uses clang-19 with sanitizers, so the libraries are instrumented too; its
-# warnings are not errors (it hunts crashes; the gcc builds keep the code warning-clean).
+# warnings are not errors (it hunts crashes; the test builds keep the code warning-clean).
 fuzz: setup
 	$(call configure,$(FUZZ_BUILD_DIR),-DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19 \
-	  -DPLACEC_FUZZ=ON -DPLACEC_SANITIZE=ON -DPLACEC_WERROR=OFF)
-	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target placec-frontend-fuzzer
-	fuzz/run-fuzzer.sh $(FUZZ_SECONDS) $(FUZZ_BUILD_DIR)/fuzz/placec-frontend-fuzzer
+	  -DPLACEC_FUZZ=ON -DPLACEC_SANITIZE=ON)
+	cmake --build $(FUZZ_BUILD_DIR) -j $(JOBS) --target placec-fuzzers
+	FUZZ_BUILD_DIR=$(FUZZ_BUILD_DIR) fuzz/run-fuzzer.sh $(FUZZ_SECONDS) $(FUZZERS)
 
 format:
 	@test -n "$(CLANG_FORMAT)" || { echo "make: clang-format-19 not found; run scripts/setup.sh" >&2; exit 1; }
