@@ -42,6 +42,17 @@ std::string getString(const json::Object &object, StringRef key) {
   return value ? value->str() : "";
 }
 
+/// The most elements placert writes in one shard (kMaxShardElements in runtime/src/Checkpoint.h).
+constexpr int64_t kMaxShardElements = int64_t(1) << 20;
+
+/// Whether `blocks` blocks of `elements` at `offset + i * stride` lie in [0, total), computed
+/// without overflow for any values.
+bool insideTensor(int64_t offset, int64_t elements, int64_t blocks, int64_t stride, int64_t total) {
+  if (offset < 0 || elements < 0 || blocks < 1 || offset > total || elements > total - offset)
+    return false;
+  return blocks == 1 || (stride >= 0 && stride <= (total - offset - elements) / (blocks - 1));
+}
+
 std::string formatBytes(int64_t bytes) {
   if (bytes >= (int64_t(1) << 20))
     return formatv("{0:f2} MiB", double(bytes) / double(1 << 20)).str();
@@ -146,10 +157,12 @@ Expected<Manifest> parseManifest(StringRef text, StringRef manifestPath) {
     const json::Object *object = value.getAsObject();
     std::optional<int64_t> rank = object ? getInt(*object, "rank") : std::nullopt;
     std::optional<int64_t> bytes = object ? getInt(*object, "bytes") : std::nullopt;
-    if (!rank || !bytes || getString(*object, "path").empty())
+    if (!rank || !bytes || getString(*object, "path").empty() || *rank < 0 || *rank > INT32_MAX ||
+        *bytes < 0)
       return failure("'" + manifestPath + "': a file entry lacks its rank, path or bytes");
+    if (!fileBytes.emplace(static_cast<int>(*rank), *bytes).second)
+      return failure("'" + manifestPath + "': \"files\" lists rank " + Twine(*rank) + " twice");
     manifest.files.push_back({static_cast<int>(*rank), getString(*object, "path"), *bytes});
-    fileBytes[static_cast<int>(*rank)] = *bytes;
   }
   for (const json::Value &value : *tensors) {
     const json::Object *object = value.getAsObject();
@@ -159,12 +172,19 @@ Expected<Manifest> parseManifest(StringRef text, StringRef manifestPath) {
       return failure("'" + manifestPath + "': a tensor lacks its name, shape or shards");
     Tensor tensor;
     tensor.name = getString(*object, "name");
+    if (llvm::any_of(manifest.tensors, [&](const Tensor &t) { return t.name == tensor.name; }))
+      return failure("'" + manifestPath + "': tensor '" + tensor.name + "' is listed twice");
+    int64_t total = 1; // Its elements, whose bytes must fit in an int64_t.
     for (const json::Value &dim : *shape) {
       std::optional<int64_t> size = dim.getAsInteger();
       if (!size || *size < 0)
         return failure("'" + manifestPath + "': tensor '" + tensor.name + "' has a bad shape");
       tensor.shape.push_back(*size);
+      if (__builtin_mul_overflow(total, *size, &total) || total > INT64_MAX / 4)
+        return failure("'" + manifestPath + "': tensor '" + tensor.name +
+                       "' has too many elements for a checkpoint");
     }
+    int64_t described = 0; // Elements of the tensor in its shards so far.
     for (const json::Value &entry : *shards) {
       const json::Object *shard = entry.getAsObject();
       if (!shard)
@@ -178,16 +198,28 @@ Expected<Manifest> parseManifest(StringRef text, StringRef manifestPath) {
       uint32_t checksum = 0;
       if (!offset || !elements || !rank || !fileOffset || crc.empty() ||
           StringRef(crc).getAsInteger(16, checksum) || *elements <= 0 || *blocks < 1 ||
-          *blocks > (int64_t(1) << 32) || *elements > (int64_t(1) << 32) ||
           (*blocks > 1 && *stride < *elements))
         return failure("'" + manifestPath + "': a shard of '" + tensor.name +
                        "' lacks a valid offset, elements, blocks, stride, rank, file_offset or "
                        "crc32");
-      auto file = fileBytes.find(static_cast<int>(*rank));
+      if (*elements > kMaxShardElements || *blocks > kMaxShardElements / *elements)
+        return failure("'" + manifestPath + "': a shard of '" + tensor.name + "' has " +
+                       Twine(*blocks) + " x " + Twine(*elements) + " elements, more than the " +
+                       Twine(kMaxShardElements) + " placert writes in one");
+      int64_t shardElements = *blocks * *elements;
+      auto file = *rank < 0 || *rank > INT32_MAX ? fileBytes.end()
+                                                 : fileBytes.find(static_cast<int>(*rank));
       if (file == fileBytes.end() || *fileOffset < 0 ||
-          *fileOffset + *blocks * *elements * 4 > file->second)
+          *fileOffset > file->second - shardElements * 4)
         return failure("'" + manifestPath + "': a shard of '" + tensor.name +
                        "' lies outside the file of rank " + std::to_string(*rank));
+      if (!insideTensor(*offset, *elements, *blocks, *stride, total))
+        return failure("'" + manifestPath + "': a shard of '" + tensor.name +
+                       "' holds elements outside the tensor");
+      if (shardElements > total - described)
+        return failure("'" + manifestPath + "': the shards of '" + tensor.name +
+                       "' hold more than its " + Twine(total) + " elements");
+      described += shardElements;
       tensor.shards.push_back(
           {*offset, *elements, *blocks, *stride, static_cast<int>(*rank), *fileOffset, checksum});
     }

@@ -480,6 +480,25 @@ int64_t product(const std::vector<int64_t> &shape) {
   return n;
 }
 
+/// The element count of a shape read from a manifest, or -1 when its bytes (4 per element) would
+/// not fit in an int64_t.
+int64_t countElements(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > INT64_MAX / 4)
+      return -1;
+  return n;
+}
+
+/// Whether `blocks` blocks of `elements` at `offset + i * stride` lie in [0, total), computed
+/// without overflow for any values.
+bool insideTensor(int64_t offset, int64_t elements, int64_t blocks, int64_t stride, int64_t total) {
+  if (offset < 0 || elements < 0 || blocks < 1 || offset > total || elements > total - offset)
+    return false;
+  // The last block starts (blocks - 1) * stride after the first.
+  return blocks == 1 || (stride >= 0 && stride <= (total - offset - elements) / (blocks - 1));
+}
+
 std::string shapeText(const std::vector<int64_t> &shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i)
@@ -567,10 +586,11 @@ std::string parseManifest(const std::string &text, Manifest &manifest) {
     const Json *path = file.get("path");
     if (!getInt(file, "rank", rank) || !getInt(file, "bytes", bytes) || !path ||
         path->kind != Json::Kind::String || path->string.find('/') != std::string::npos ||
-        bytes < 0)
+        bytes < 0 || rank < 0 || rank > INT32_MAX)
       return "manifest.json: an entry of \"files\" lacks a rank, a path in the checkpoint or a "
              "size";
-    manifest.files[static_cast<int>(rank)] = {path->string, bytes};
+    if (!manifest.files.emplace(static_cast<int>(rank), std::make_pair(path->string, bytes)).second)
+      return "manifest.json: \"files\" lists rank " + std::to_string(rank) + " twice";
   }
   const Json *tensors = root.get("tensors");
   if (!tensors || tensors->kind != Json::Kind::Array)
@@ -582,12 +602,19 @@ std::string parseManifest(const std::string &text, Manifest &manifest) {
     if (!name || name->kind != Json::Kind::String || !shape || shape->kind != Json::Kind::Array ||
         !shards || shards->kind != Json::Kind::Array)
       return "manifest.json: a tensor lacks its name, shape or shards";
+    if (manifest.shapes.count(name->string))
+      return "manifest.json: tensor '" + name->string + "' is listed twice";
     std::vector<int64_t> &dims = manifest.shapes[name->string];
     for (const Json &dim : shape->array) {
       if (dim.kind != Json::Kind::Number || !dim.integral || dim.integer < 0)
         return "manifest.json: tensor '" + name->string + "' has an invalid shape";
       dims.push_back(dim.integer);
     }
+    int64_t total = countElements(dims);
+    if (total < 0)
+      return "manifest.json: tensor '" + name->string + "' has shape " + shapeText(dims) +
+             ", too many elements for a checkpoint";
+    int64_t described = 0; // Elements of the tensor in its shards so far.
     std::vector<ManifestShard> &list = manifest.shards[name->string];
     for (const Json &shard : shards->array) {
       ManifestShard entry;
@@ -609,20 +636,30 @@ std::string parseManifest(const std::string &text, Manifest &manifest) {
         return "manifest.json: a shard of tensor '" + name->string + "' has " +
                std::to_string(entry.elements) + " x " + std::to_string(entry.blocks) +
                " elements, more than the " + std::to_string(kMaxShardElements) + " placert writes";
-      entry.rank = static_cast<int>(rank);
-      entry.crc = static_cast<uint32_t>(std::strtoul(crc->string.c_str(), nullptr, 16));
-      auto file = manifest.files.find(entry.rank);
+      auto file = rank < 0 || rank > INT32_MAX ? manifest.files.end()
+                                               : manifest.files.find(static_cast<int>(rank));
       if (file == manifest.files.end())
         return "manifest.json: a shard of tensor '" + name->string + "' is in the file of rank " +
                std::to_string(rank) + ", which \"files\" does not list";
-      if (entry.fileOffset < 0 || entry.fileOffset + entry.getTotal() * 4 > file->second.second)
+      entry.rank = static_cast<int>(rank);
+      entry.crc = static_cast<uint32_t>(std::strtoul(crc->string.c_str(), nullptr, 16));
+      if (entry.fileOffset < 0 || entry.fileOffset > file->second.second - entry.getTotal() * 4)
         return "manifest.json: a shard of tensor '" + name->string + "' lies outside " +
                file->second.first;
+      // Inside the tensor, and not more elements in all than it has (before any block is listed,
+      // so that a bad manifest cannot make the reader list many).
+      if (!insideTensor(entry.offset, entry.elements, entry.blocks, entry.stride, total))
+        return "manifest.json: a shard of tensor '" + name->string +
+               "' holds elements outside its shape " + shapeText(dims);
+      if (entry.getTotal() > total - described)
+        return "manifest.json: the shards of tensor '" + name->string + "' hold more than its " +
+               std::to_string(total) + " elements";
+      described += entry.getTotal();
       list.push_back(entry);
     }
     std::vector<Block> &sorted = manifest.blocks[name->string];
     sorted = blocksOf(list);
-    std::string tiling = checkTiling(name->string, sorted, product(dims));
+    std::string tiling = checkTiling(name->string, sorted, total);
     if (!tiling.empty())
       return "manifest.json: " + tiling;
   }
