@@ -5,6 +5,7 @@
 #   make test          set up, format check, Release build + ctest, clang-19 build + ctest (no
 #                      MPI end-to-end runs), sanitizer build + ctest; warnings are errors in all
 #   make build         set up and build in build/ (BUILD_TYPE, default Release)
+#   make package       build the Debian packages in build/ (CPack)
 #   make bench         build and run the benchmarks
 #   make fuzz          build the libFuzzer targets with clang-19 and run each for FUZZ_SECONDS
 #   make format        reformat our sources in place
@@ -50,12 +51,13 @@ SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 WERROR_ARGS := -DPLACEC_WERROR=ON -DPLACERT_WERROR=ON
 BUILD_ARGS ?=
 test test-build: BUILD_ARGS += $(WERROR_ARGS)
-# The clang build skips what it would only repeat: the MPI end-to-end runs.
-CLANG_CTEST_EXCLUDE := e2e
+# The clang build skips what it would only repeat: the MPI end-to-end runs and the package.
+CLANG_CTEST_EXCLUDE := e2e|package
 
 # Each target drives CMake's own parallelism; running targets side by side would race on setup.
 .NOTPARALLEL:
-.PHONY: all setup build demo test test-build test-clang test-asan bench fuzz format format-check
+.PHONY: all setup build demo test test-build test-clang test-asan package bench fuzz format \
+        format-check
 
 all: build
 
@@ -103,6 +105,10 @@ test-asan: setup
 	$(call configure,$(ASAN_BUILD_DIR),-DPLACEC_SANITIZE=ON $(WERROR_ARGS))
 	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
 	cd $(ASAN_BUILD_DIR) && $(SANITIZER_ENV) ctest --output-on-failure --no-tests=error -j $(JOBS)
+
+# The Debian packages (placec, and placec-cuda where placert_cuda was built) in $(BUILD_DIR).
+package: build
+	cmake --build $(BUILD_DIR) --target package
 
 # Every benchmark executable in bench/ (Google Benchmark), one after the other.
 bench: build
