@@ -117,6 +117,25 @@ def mode_install(args):
     print("install: ok: the installed placec's project found the installed placert, built "
           "and trained")
 
+    # --target=cuda: the project looks for the installed placert_cuda, and builds against it
+    # where it was built (it is not run: no GPU is needed to build).
+    gpt = os.path.join(args.source, "test", "lit", "codegen", "cuda-gpt.place")
+    cuda_work = os.path.join(args.work, "cuda")
+    run([placec, "compile", gpt, "--run", "small_zero3", "-o", os.path.join(cuda_work, "src"),
+         "--target=cuda"], echo=False)
+    with open(os.path.join(cuda_work, "src", "CMakeLists.txt")) as file:
+        hint = os.path.join(prefix, "lib", "cmake", "placert_cuda")
+        if f'HINTS "{hint}"' not in file.read():
+            fail(f"the installed placec's CUDA project does not look in {hint}")
+    if cuda:
+        output = run(["cmake", "-S", os.path.join(cuda_work, "src"), "-B",
+                      os.path.join(cuda_work, "build")], echo=False).stdout
+        if f"-- Found placert_cuda {args.version}: {hint}" not in output:
+            fail("the installed placec's CUDA project did not find the installed placert_cuda")
+        run(["cmake", "--build", os.path.join(cuda_work, "build")], echo=False)
+        print("install: ok: the installed placec's --target=cuda project found the installed "
+              "placert_cuda and built")
+
     # The build tree's placec finds its own placert; -Dplacert_DIR picks the installed one.
     mine = os.path.join(args.build, "tools", "placec")
     _, found = compile_and_configure(mine, example, "mlp_zero3", os.path.join(args.work, "tree"))
