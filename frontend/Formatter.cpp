@@ -48,13 +48,14 @@ std::vector<Token> lex(StringRef text) {
   while (i < text.size()) {
     char c = text[i];
     size_t start = i;
-    if (c == '\n') {
+    // A line ends at '\n', "\r\n" or a lone '\r', as the grammar's line comments do.
+    if (c == '\n' || (c == '\r' && (i + 1 == text.size() || text[i + 1] != '\n'))) {
       ++newlines;
       ++i;
     } else if (isSpace(c)) {
       ++i;
     } else if (text.substr(i).starts_with("//")) {
-      i = std::min(text.find('\n', i), text.size());
+      i = std::min(text.find_first_of("\r\n", i), text.size());
       tokens.push_back({TokenKind::LineComment, text.slice(start, i).rtrim(" \t\r\f\v"), newlines});
       newlines = 0;
     } else if (text.substr(i).starts_with("/*")) {
