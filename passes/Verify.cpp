@@ -907,9 +907,14 @@ std::string VerifyPass::suggestForOffload(const ir::Run &run, ir::Tier tier,
            " ('optimizer = shard(" + unsharded.args() + ") @ " + ir::toString(tier).str() +
            "') so that each device keeps 1/" + std::to_string(unsharded.getDegree()) + " of it";
   // The largest offloaded state back on the device, where it fits there.
-  std::vector<StateShare> sorted(shares.begin(), shares.end());
-  llvm::stable_sort(sorted,
-                    [](const StateShare &a, const StateShare &b) { return a.bytes > b.bytes; });
+  // Largest first, equal sizes in their order (inserted after their equals: std::stable_sort's
+  // temporary buffer is deprecated in libstdc++ 12, an error for clang).
+  std::vector<StateShare> sorted;
+  for (const StateShare &share : shares)
+    sorted.insert(llvm::upper_bound(
+                      sorted, share,
+                      [](const StateShare &a, const StateShare &b) { return a.bytes > b.bytes; }),
+                  share);
   for (const StateShare &share : sorted) {
     // Gradients that follow the optimizer have no tier of their own to drop; an optimizer
     // brought back to the device would leave offloaded gradients out of its reach.
@@ -976,14 +981,14 @@ bool VerifyPass::checkCapacity(const ir::Run &run, const analysis::RunAnalysis &
                formatGiBAndGB(cluster.deviceMemory) + " device_memory of cluster '" + cluster.name +
                "'",
            "capacity", [&] {
-             diags->note(
-                 where,
-                 Twine("per device: ") +
-                     breakdown({{"params", device.params, ir::State::Params},
-                                {"grads", device.grads, ir::State::Grads},
-                                {"optimizer", device.optimizer, ir::State::Optimizer},
-                                {"activations", device.activations, ir::State::Activations},
-                                {"gather and transfer buffers", device.transient, std::nullopt}}));
+             diags->note(where,
+                         Twine("per device: ") +
+                             breakdown({{"params", device.params, ir::State::Params},
+                                        {"grads", device.grads, ir::State::Grads},
+                                        {"optimizer", device.optimizer, ir::State::Optimizer},
+                                        {"activations", device.activations, ir::State::Activations},
+                                        {"gather, transfer and loss buffers", device.transient,
+                                         std::nullopt}}));
              if (!memory.activationsKnown)
                diags->note(run.model->loc,
                            Twine("model '") + run.model->name +
