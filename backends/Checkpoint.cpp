@@ -2,6 +2,8 @@
 // verifies each shard's CRC-32 with llvm::crc32 (an implementation independent of the runtime's).
 #include "placec/backends/Checkpoint.h"
 
+#include "placec/Config.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/CRC.h"
@@ -40,6 +42,17 @@ std::string getString(const json::Object &object, StringRef key) {
   return value ? value->str() : "";
 }
 
+/// The most elements placert writes in one shard (kMaxShardElements in runtime/src/Checkpoint.h).
+constexpr int64_t kMaxShardElements = int64_t(1) << 20;
+
+/// Whether `blocks` blocks of `elements` at `offset + i * stride` lie in [0, total), computed
+/// without overflow for any values.
+bool insideTensor(int64_t offset, int64_t elements, int64_t blocks, int64_t stride, int64_t total) {
+  if (offset < 0 || elements < 0 || blocks < 1 || offset > total || elements > total - offset)
+    return false;
+  return blocks == 1 || (stride >= 0 && stride <= (total - offset - elements) / (blocks - 1));
+}
+
 std::string formatBytes(int64_t bytes) {
   if (bytes >= (int64_t(1) << 20))
     return formatv("{0:f2} MiB", double(bytes) / double(1 << 20)).str();
@@ -64,24 +77,57 @@ Expected<Manifest> readManifest(StringRef path) {
       return failure("'" + path +
                      "' is not a checkpoint: it has no manifest.json (an unfinished save?) and "
                      "no 'latest'");
-    sys::path::append(directory, (*pointer)->getBuffer().trim());
+    // `latest` names a checkpoint inside the directory, as placert writes and reads it.
+    StringRef name = (*pointer)->getBuffer().trim();
+    if (name.empty() || name.contains('/') || name == "." || name == "..")
+      return failure("'" + latest + "' does not name a checkpoint in '" + path + "'");
+    sys::path::append(directory, name);
     manifestPath = directory;
     sys::path::append(manifestPath, "manifest.json");
   }
   ErrorOr<std::unique_ptr<MemoryBuffer>> text = MemoryBuffer::getFile(manifestPath);
   if (!text)
     return failure("cannot read '" + manifestPath + "': " + text.getError().message());
-  Expected<json::Value> parsed = json::parse((*text)->getBuffer());
+  Expected<Manifest> manifest = parseManifest((*text)->getBuffer(), manifestPath);
+  if (manifest)
+    manifest->directory = directory.str().str();
+  return manifest;
+}
+
+Expected<Manifest> parseManifest(StringRef text, StringRef manifestPath) {
+  Expected<json::Value> parsed = json::parse(text);
   if (!parsed)
     return failure("'" + manifestPath + "' is not valid JSON: " + toString(parsed.takeError()));
   const json::Object *root = parsed->getAsObject();
   if (!root || getString(*root, "format") != "placert-checkpoint")
     return failure("'" + manifestPath + "' is not a placert checkpoint manifest");
-  if (getInt(*root, "version") != 1)
-    return failure("'" + manifestPath + "': unsupported format version");
-
+  // Format 1 named its version "version".
+  const json::Value *version = root->get("format_version");
+  if (!version)
+    version = root->get("version");
+  std::string readable = formatv("placec {0} reads format versions {1} to {2}", PLACEC_VERSION,
+                                 kOldestFormatVersion, kFormatVersion)
+                             .str();
+  std::optional<int64_t> formatVersion = version ? version->getAsInteger() : std::nullopt;
+  if (!formatVersion)
+    return failure("'" + manifestPath +
+                   "' has no format version (an integer \"format_version\"); " + readable);
   Manifest manifest;
-  manifest.directory = directory.str().str();
+  manifest.formatVersion = *formatVersion;
+  manifest.placecVersion = getString(*root, "placec_version");
+  manifest.placertVersion = getString(*root, "placert_version");
+  if (*formatVersion < kOldestFormatVersion || *formatVersion > kFormatVersion) {
+    std::string writer;
+    if (!manifest.placecVersion.empty())
+      writer += " by a program of placec " + manifest.placecVersion;
+    if (!manifest.placertVersion.empty())
+      writer += " with placert " + manifest.placertVersion;
+    return failure("'" + manifestPath + "': the checkpoint has format version " +
+                   Twine(*formatVersion) + (writer.empty() ? "" : " (written" + writer + ")") +
+                   ", which is " + (*formatVersion > kFormatVersion ? "newer" : "older") +
+                   " than this placec supports: " + readable);
+  }
+
   manifest.run = getString(*root, "run");
   manifest.strategy = getString(*root, "strategy");
   manifest.optimizer = getString(*root, "optimizer");
@@ -111,10 +157,12 @@ Expected<Manifest> readManifest(StringRef path) {
     const json::Object *object = value.getAsObject();
     std::optional<int64_t> rank = object ? getInt(*object, "rank") : std::nullopt;
     std::optional<int64_t> bytes = object ? getInt(*object, "bytes") : std::nullopt;
-    if (!rank || !bytes || getString(*object, "path").empty())
+    if (!rank || !bytes || getString(*object, "path").empty() || *rank < 0 || *rank > INT32_MAX ||
+        *bytes < 0)
       return failure("'" + manifestPath + "': a file entry lacks its rank, path or bytes");
+    if (!fileBytes.emplace(static_cast<int>(*rank), *bytes).second)
+      return failure("'" + manifestPath + "': \"files\" lists rank " + Twine(*rank) + " twice");
     manifest.files.push_back({static_cast<int>(*rank), getString(*object, "path"), *bytes});
-    fileBytes[static_cast<int>(*rank)] = *bytes;
   }
   for (const json::Value &value : *tensors) {
     const json::Object *object = value.getAsObject();
@@ -124,12 +172,19 @@ Expected<Manifest> readManifest(StringRef path) {
       return failure("'" + manifestPath + "': a tensor lacks its name, shape or shards");
     Tensor tensor;
     tensor.name = getString(*object, "name");
+    if (llvm::any_of(manifest.tensors, [&](const Tensor &t) { return t.name == tensor.name; }))
+      return failure("'" + manifestPath + "': tensor '" + tensor.name + "' is listed twice");
+    int64_t total = 1; // Its elements, whose bytes must fit in an int64_t.
     for (const json::Value &dim : *shape) {
       std::optional<int64_t> size = dim.getAsInteger();
       if (!size || *size < 0)
         return failure("'" + manifestPath + "': tensor '" + tensor.name + "' has a bad shape");
       tensor.shape.push_back(*size);
+      if (__builtin_mul_overflow(total, *size, &total) || total > INT64_MAX / 4)
+        return failure("'" + manifestPath + "': tensor '" + tensor.name +
+                       "' has too many elements for a checkpoint");
     }
+    int64_t described = 0; // Elements of the tensor in its shards so far.
     for (const json::Value &entry : *shards) {
       const json::Object *shard = entry.getAsObject();
       if (!shard)
@@ -143,16 +198,28 @@ Expected<Manifest> readManifest(StringRef path) {
       uint32_t checksum = 0;
       if (!offset || !elements || !rank || !fileOffset || crc.empty() ||
           StringRef(crc).getAsInteger(16, checksum) || *elements <= 0 || *blocks < 1 ||
-          *blocks > (int64_t(1) << 32) || *elements > (int64_t(1) << 32) ||
           (*blocks > 1 && *stride < *elements))
         return failure("'" + manifestPath + "': a shard of '" + tensor.name +
                        "' lacks a valid offset, elements, blocks, stride, rank, file_offset or "
                        "crc32");
-      auto file = fileBytes.find(static_cast<int>(*rank));
+      if (*elements > kMaxShardElements || *blocks > kMaxShardElements / *elements)
+        return failure("'" + manifestPath + "': a shard of '" + tensor.name + "' has " +
+                       Twine(*blocks) + " x " + Twine(*elements) + " elements, more than the " +
+                       Twine(kMaxShardElements) + " placert writes in one");
+      int64_t shardElements = *blocks * *elements;
+      auto file = *rank < 0 || *rank > INT32_MAX ? fileBytes.end()
+                                                 : fileBytes.find(static_cast<int>(*rank));
       if (file == fileBytes.end() || *fileOffset < 0 ||
-          *fileOffset + *blocks * *elements * 4 > file->second)
+          *fileOffset > file->second - shardElements * 4)
         return failure("'" + manifestPath + "': a shard of '" + tensor.name +
                        "' lies outside the file of rank " + std::to_string(*rank));
+      if (!insideTensor(*offset, *elements, *blocks, *stride, total))
+        return failure("'" + manifestPath + "': a shard of '" + tensor.name +
+                       "' holds elements outside the tensor");
+      if (shardElements > total - described)
+        return failure("'" + manifestPath + "': the shards of '" + tensor.name +
+                       "' hold more than its " + Twine(total) + " elements");
+      described += shardElements;
       tensor.shards.push_back(
           {*offset, *elements, *blocks, *stride, static_cast<int>(*rank), *fileOffset, checksum});
     }
@@ -180,6 +247,9 @@ Expected<Manifest> readManifest(StringRef path) {
 
 void printManifest(const Manifest &manifest, raw_ostream &os) {
   os << "checkpoint " << manifest.directory << "\n";
+  os << "  format version " << manifest.formatVersion << ", written by placec "
+     << (manifest.placecVersion.empty() ? "unknown" : manifest.placecVersion) << " with placert "
+     << (manifest.placertVersion.empty() ? "unknown" : manifest.placertVersion) << "\n";
   os << "  run " << manifest.run << ", strategy " << manifest.strategy << ", model "
      << manifest.model << ", optimizer " << manifest.optimizer << "\n";
   os << "  mesh " << manifest.mesh << " (" << manifest.ranks << " ranks)\n";
@@ -200,7 +270,7 @@ void printManifest(const Manifest &manifest, raw_ostream &os) {
   for (const Tensor &tensor : manifest.tensors) {
     std::string shape = "[";
     for (size_t i = 0; i < tensor.shape.size(); ++i)
-      shape += (i ? "," : "") + std::to_string(tensor.shape[i]);
+      shape += (Twine(i ? "," : "") + Twine(tensor.shape[i])).str();
     shape += "]";
     std::vector<int> ranks;
     for (const Shard &shard : tensor.shards)
@@ -209,7 +279,7 @@ void printManifest(const Manifest &manifest, raw_ostream &os) {
     llvm::sort(ranks);
     std::string writers;
     for (int rank : ranks)
-      writers += (writers.empty() ? "" : ",") + std::to_string(rank);
+      writers += (Twine(writers.empty() ? "" : ",") + Twine(rank)).str();
     os << "  " << left_justify(tensor.name, 28) << left_justify(shape, 12)
        << right_justify(std::to_string(tensor.getElements()), 10)
        << right_justify(std::to_string(tensor.shards.size()), 8) << "  " << writers << "\n";

@@ -603,6 +603,32 @@ constexpr const char *kMegatronFlags[] = {
     "--disable-bias-linear",
     "--position-embedding-type=",
     "--untie-embeddings-and-output-weights",
+    "--group-query-attention",
+    "--num-query-groups=",
+};
+
+/// Megatron-LM flags that change the model or the placement in ways `placec import` does not
+/// translate yet. Each is an error unless it has its neutral value (`neutral`, when not null):
+/// ignoring it would write a plan that is not the job's.
+struct UntranslatedFlag {
+  const char *name;
+  const char *neutral;
+  const char *what;
+};
+const UntranslatedFlag kUntranslatedMegatronFlags[] = {
+    {"--context-parallel-size", "1", "context parallelism"},
+    {"--cp-comm-type", nullptr, "context parallelism"},
+    {"--hierarchical-context-parallel-sizes", nullptr, "context parallelism"},
+    {"--expert-model-parallel-size", "1", "expert parallelism"},
+    {"--expert-tensor-parallel-size", "1", "expert parallelism"},
+    {"--num-experts", nullptr, "mixtures of experts"},
+    {"--moe-router-topk", nullptr, "mixtures of experts"},
+    {"--fp8-format", nullptr, "FP8 training (write precision = mixed(fp8))"},
+    {"--fp8", nullptr, "FP8 training (write precision = mixed(fp8))"},
+    {"--fp8-param-gather", nullptr, "FP8 parameter gathers"},
+    {"--decoder-first-pipeline-num-layers", nullptr, "uneven pipeline stages"},
+    {"--decoder-last-pipeline-num-layers", nullptr, "uneven pipeline stages"},
+    {"--pipeline-model-parallel-layout", nullptr, "a custom pipeline layout"},
 };
 
 class MegatronImporter {
@@ -683,6 +709,18 @@ private:
         word = word.take_front(eq);
         hasValue = true;
       }
+      if (const UntranslatedFlag *untranslated = findUntranslated(word)) {
+        size_t offset = words[i].offset;
+        if (!hasValue && i + 1 < words.size() && !StringRef(words[i + 1].text).starts_with("--"))
+          value = words[++i].text;
+        if (!untranslated->neutral || value != untranslated->neutral)
+          diags.error(locAt(offset),
+                      Twine("Megatron-LM flag '") + word + "' sets " + untranslated->what +
+                          ", which placec import does not translate yet; ignoring it would "
+                          "write a plan that is not this job's: write that part of the .place "
+                          "file by hand, or drop the flag");
+        continue;
+      }
       if (!llvm::is_contained(names, word)) {
         // Megatron-LM has hundreds of flags; only near misses of the ones read here are
         // reported as misspellings, the others are listed once as ignored.
@@ -714,6 +752,13 @@ private:
                         (ignored.size() == 1 ? " flag that does" : " flags that do") +
                         " not change the placement: " + join(names, ", "));
     }
+  }
+
+  static const UntranslatedFlag *findUntranslated(StringRef word) {
+    for (const UntranslatedFlag &flag : kUntranslatedMegatronFlags)
+      if (word == flag.name)
+        return &flag;
+    return nullptr;
   }
 
   bool has(StringRef flag) const { return flags.count(flag); }
@@ -788,6 +833,15 @@ private:
     std::string name = makeName(options.name, options.inputName, "megatron");
     std::string modelName = options.modelName, modelText;
     int64_t numLayers = layers.value_or(options.layers);
+    if (!modelName.empty() && has("--group-query-attention")) {
+      diags.error(locOf("--group-query-attention"),
+                  "--group-query-attention describes the model, but the model is named with "
+                  "--model '" +
+                      modelName +
+                      "': write kv_heads in its declaration and drop the "
+                      "flag, or leave out --model to declare the model from the flags");
+      return false;
+    }
     if (modelName.empty()) {
       std::vector<StringRef> missing;
       if (!layers)
@@ -832,6 +886,9 @@ private:
                         "' has no Place equivalent (learned_absolute, rope)");
       if (has("--untie-embeddings-and-output-weights"))
         m << "  tied_embeddings = false;\n";
+      // Megatron-LM reads --num-query-groups (default 1) only with --group-query-attention.
+      if (has("--group-query-attention"))
+        m << "  kv_heads = " << getInt("--num-query-groups").value_or(1) << ";\n";
       m << "}\n";
       modelText = body;
     }

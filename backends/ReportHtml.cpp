@@ -4,6 +4,7 @@
 // numbers, then the text report's tables; and the page of `placec search --format=html`, a
 // scatter of the searched candidates (memory against step time) with the chosen plan marked.
 #include "ReportSupport.h"
+#include "placec/Config.h"
 #include "placec/passes/Search.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -74,7 +75,7 @@ pre { background: #f6f6f6; padding: 8px; overflow-x: auto; }
 
 void beginPage(StringRef title, raw_ostream &os) {
   os << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-     << "<meta name=\"generator\" content=\"placec 0.1.0\">\n"
+     << "<meta name=\"generator\" content=\"placec " PLACEC_VERSION "\">\n"
      << "<title>" << escapeHtml(title) << "</title>\n<style>\n"
      << kStyle << "</style>\n</head>\n<body>\n<h1>" << escapeHtml(title) << "</h1>\n";
 }

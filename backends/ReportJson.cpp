@@ -2,6 +2,7 @@
 // device and the host, communication entries, time and diagnostics, written with llvm::json in a
 // fixed key order so that the output is deterministic.
 #include "ReportSupport.h"
+#include "placec/Config.h"
 
 #include "llvm/Support/JSON.h"
 
@@ -39,7 +40,7 @@ public:
   void write(ArrayRef<RunReport> runs, ArrayRef<ReportDiagnostic> diagnostics) {
     out.object([&] {
       out.attribute("schema_version", kJsonSchemaVersion);
-      out.attribute("generator", "placec 0.1.0");
+      out.attribute("generator", "placec " PLACEC_VERSION);
       out.attribute("file", options.inputName);
       out.attributeArray("runs", [&] {
         for (const RunReport &report : runs)

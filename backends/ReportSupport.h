@@ -5,6 +5,7 @@
 
 #include "placec/backends/Report.h"
 
+#include "llvm/ADT/Twine.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <string>
@@ -42,7 +43,7 @@ std::string formatPercent(double fraction);
 template <typename Formatter> std::string formatSigned(double delta, Formatter format) {
   if (delta == 0)
     return "0";
-  return (delta > 0 ? "+" : "-") + format(delta > 0 ? delta : -delta);
+  return (llvm::Twine(delta > 0 ? "+" : "-") + format(delta > 0 ? delta : -delta)).str();
 }
 /// The ratio b / a: `×1.50`, `÷8.00` (b smaller), `=` (equal), `new` (a = 0), `gone` (b = 0).
 std::string formatRatio(double a, double b);

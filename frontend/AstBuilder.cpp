@@ -87,7 +87,7 @@ static std::string describeCharacter(StringRef bytes) {
   if (bytes.empty())
     return "end of file";
   if (static_cast<unsigned char>(bytes[0]) < 0x80)
-    return "'" + escapeForMessage(bytes.take_front(1)) + "'";
+    return ("'" + Twine(escapeForMessage(bytes.take_front(1))) + "'").str();
   unsigned length = getNumBytesForUTF8(static_cast<UTF8>(bytes[0]));
   if (length > bytes.size())
     length = bytes.size();
@@ -95,8 +95,9 @@ static std::string describeCharacter(StringRef bytes) {
   const auto *source = reinterpret_cast<const UTF8 *>(bytes.data());
   UTF32 *target = &codePoint;
   ConvertUTF8toUTF32(&source, source + length, &target, target + 1, lenientConversion);
-  return "'" + bytes.take_front(length).str() + "' (U+" +
-         utohexstr(codePoint, /*LowerCase=*/false, /*Width=*/4) + ")";
+  return ("'" + bytes.take_front(length) + "' (U+" +
+          utohexstr(codePoint, /*LowerCase=*/false, /*Width=*/4) + ")")
+      .str();
 }
 
 std::string AstBuilder::describeToken(const antlr4::Token *token) const {
@@ -105,12 +106,12 @@ std::string AstBuilder::describeToken(const antlr4::Token *token) const {
   constexpr size_t kMaxShown = 40;
   StringRef text = getText(token);
   if (text.size() <= kMaxShown)
-    return "'" + escapeForMessage(text) + "'";
+    return ("'" + Twine(escapeForMessage(text)) + "'").str();
   // Cut a long token (a string, a name) at a character boundary.
   size_t cut = kMaxShown;
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
     --cut;
-  return "'" + escapeForMessage(text.take_front(cut)) + "...'";
+  return ("'" + Twine(escapeForMessage(text.take_front(cut))) + "...'").str();
 }
 
 //===----------------------------------------------------------------------===//
@@ -158,7 +159,8 @@ std::string AstBuilder::describeUnitMistake(const std::vector<antlr4::Token *> &
     return "";
   }
   if (isGluedSlash(next) && isGluedWord(next + 1)) {
-    unit += "/" + getText(tokens[next + 1]).str();
+    unit += '/';
+    unit += getText(tokens[next + 1]);
     next += 2;
   }
   lastIndex = next - 1;
@@ -547,8 +549,10 @@ void AstBuilder::buildNumber(ast::Value &value, antlr4::Token *number,
   value.kind = ast::Value::Kind::Quantity;
   value.unitLoc = getLoc(unit);
   value.unit = getName(unit->first);
-  if (unit->second)
-    value.unit += "/" + getText(unit->second->getStart()).str();
+  if (unit->second) {
+    value.unit += '/';
+    value.unit += getText(unit->second->getStart());
+  }
 }
 
 ast::Value AstBuilder::buildValue(PlaceParser::ValueContext *ctx) {

@@ -48,13 +48,14 @@ std::vector<Token> lex(StringRef text) {
   while (i < text.size()) {
     char c = text[i];
     size_t start = i;
-    if (c == '\n') {
+    // A line ends at '\n', "\r\n" or a lone '\r', as the grammar's line comments do.
+    if (c == '\n' || (c == '\r' && (i + 1 == text.size() || text[i + 1] != '\n'))) {
       ++newlines;
       ++i;
     } else if (isSpace(c)) {
       ++i;
     } else if (text.substr(i).starts_with("//")) {
-      i = std::min(text.find('\n', i), text.size());
+      i = std::min(text.find_first_of("\r\n", i), text.size());
       tokens.push_back({TokenKind::LineComment, text.slice(start, i).rtrim(" \t\r\f\v"), newlines});
       newlines = 0;
     } else if (text.substr(i).starts_with("/*")) {
@@ -131,7 +132,7 @@ public:
         --braceDepth;
         statementOpen = false;
         startLine(token.newlinesBefore, /*closesBlock=*/true);
-        current.code = "}";
+        current.code.assign(1, '}'); // Not `= "}"`, which GCC 12 -O3 misreads (-Wrestrict).
         lineDone = true;
         prev = &token;
         continue;
@@ -185,7 +186,7 @@ private:
     bool trailing = comment.newlinesBefore == 0 && !current.code.empty();
     bool codeFollows = next && next->newlinesBefore == 0 && !next->isComment();
     if (trailing && comment.kind == TokenKind::BlockComment && !lineDone && codeFollows) {
-      current.code += " " + comment.text.str(); // Inside a statement: `x = /* why */ 4;`.
+      current.code += (" " + comment.text).str(); // Inside a statement: `x = /* why */ 4;`.
       return;
     }
     if (trailing) {

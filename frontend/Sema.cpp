@@ -369,7 +369,7 @@ bool Sema::requireFields(const ast::FieldsDecl &decl, StringRef what,
   for (size_t i = 0; i < missing.size(); ++i) {
     if (i)
       list += i + 1 == missing.size() ? " and " : ", ";
-    list += "'" + missing[i].str() + "'";
+    list += ("'" + missing[i] + "'").str();
   }
   diags.error(decl.nameLoc, Twine(what) + " '" + decl.name + "' is missing required field" +
                                 (missing.size() > 1 ? "s " : " ") + list);

@@ -114,7 +114,7 @@ void printTable(const SearchResult &result, raw_ostream &out) {
     std::string activations =
         ir::toString(c.activations).str() + (c.sequenceParallel ? " + sp" : "");
     std::string schedule = c.pp > 1 ? ir::toString(c.schedule).str() +
-                                          (c.chunks > 1 ? "(" + std::to_string(c.chunks) + ")" : "")
+                                          (c.chunks > 1 ? ("(" + Twine(c.chunks) + ")").str() : "")
                                     : "-";
     out << format("%-4zu %-*s %-18s %-14s %-16s %-25s %4lld %5lld %-16s %10.3f %9.1f %5.1f%% "
                   "%10s\n",

@@ -358,24 +358,12 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
   if (uneven && layers > 0) {
     // The written first and last stages, the others even (Megatron-LM's
     // --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers).
-    plan::PipelineLayout split = plan::getPipelineLayout(layers, stages, pipeline);
-    bool even = true;
-    int64_t middle = -1;
-    for (int64_t s = 0; s < stages; ++s) {
-      bool written = (s == 0 && pipeline->firstStageLayers > 0) ||
-                     (s + 1 == stages && pipeline->lastStageLayers > 0);
-      if (split.layersOfStage[s] < 1)
-        even = false;
-      if (written)
-        continue;
-      if (middle >= 0 && split.layersOfStage[s] != middle)
-        even = false;
-      middle = split.layersOfStage[s];
-    }
-    int64_t sum = 0;
-    for (int64_t value : split.layersOfStage)
-      sum += value;
-    if (!even || sum != layers || stages < 2) {
+    int64_t first = pipeline->firstStageLayers, last = pipeline->lastStageLayers;
+    int64_t rest = layers - first - last;
+    int64_t unwritten = stages - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
+    bool even = stages >= 2 && rest >= 0 &&
+                (unwritten == 0 ? rest == 0 : rest >= unwritten && rest % unwritten == 0);
+    if (!even) {
       diags->error(pipeline->loc,
                    Twine("the ") + Twine(layers) + " layers of model '" + model.name +
                        "' do not split into " + Twine(stages) +
@@ -484,6 +472,26 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                                           : Twine(": give it peak_fp8")),
                  "precision");
     diags->note(run.cluster->loc, Twine("cluster '") + run.cluster->name + "' is declared here");
+    ok = false;
+  }
+  // Rule `placement`: a setting that the mesh gives nothing to act on would be silently ignored.
+  if (strategy.contextLoc.isValid() && context <= 1) {
+    diags->error(strategy.contextLoc,
+                 Twine("'context' chooses how attention exchanges keys and values over a "
+                       "sequence axis, but the mesh ") +
+                     formatMesh(mesh) + " of strategy '" + strategy.name + "' has none",
+                 "placement");
+    ok = false;
+  }
+  if (strategy.asyncTensorParallel && (tensorDegree <= 1 || !strategy.sequenceParallel)) {
+    std::string message =
+        tensorDegree <= 1
+            ? "async_tp overlaps tensor-parallel collectives with their GEMMs, but the mesh " +
+                  formatMesh(mesh) + " of strategy '" + strategy.name + "' has no tensor axis"
+            : "async_tp overlaps the all-gathers and reduce-scatters of sequence parallelism "
+              "with their GEMMs; strategy '" +
+                  strategy.name + "' needs 'activations = shard(tp)' for it";
+    diags->error(strategy.asyncTensorParallelLoc, message, "placement");
     ok = false;
   }
   // Rule `schedule`: the schedule's bubble and memory formulas hold only where its
@@ -899,9 +907,14 @@ std::string VerifyPass::suggestForOffload(const ir::Run &run, ir::Tier tier,
            " ('optimizer = shard(" + unsharded.args() + ") @ " + ir::toString(tier).str() +
            "') so that each device keeps 1/" + std::to_string(unsharded.getDegree()) + " of it";
   // The largest offloaded state back on the device, where it fits there.
-  std::vector<StateShare> sorted(shares.begin(), shares.end());
-  llvm::stable_sort(sorted,
-                    [](const StateShare &a, const StateShare &b) { return a.bytes > b.bytes; });
+  // Largest first, equal sizes in their order (inserted after their equals: std::stable_sort's
+  // temporary buffer is deprecated in libstdc++ 12, an error for clang).
+  std::vector<StateShare> sorted;
+  for (const StateShare &share : shares)
+    sorted.insert(llvm::upper_bound(
+                      sorted, share,
+                      [](const StateShare &a, const StateShare &b) { return a.bytes > b.bytes; }),
+                  share);
   for (const StateShare &share : sorted) {
     // Gradients that follow the optimizer have no tier of their own to drop; an optimizer
     // brought back to the device would leave offloaded gradients out of its reach.
@@ -968,14 +981,14 @@ bool VerifyPass::checkCapacity(const ir::Run &run, const analysis::RunAnalysis &
                formatGiBAndGB(cluster.deviceMemory) + " device_memory of cluster '" + cluster.name +
                "'",
            "capacity", [&] {
-             diags->note(
-                 where,
-                 Twine("per device: ") +
-                     breakdown({{"params", device.params, ir::State::Params},
-                                {"grads", device.grads, ir::State::Grads},
-                                {"optimizer", device.optimizer, ir::State::Optimizer},
-                                {"activations", device.activations, ir::State::Activations},
-                                {"gather and transfer buffers", device.transient, std::nullopt}}));
+             diags->note(where,
+                         Twine("per device: ") +
+                             breakdown({{"params", device.params, ir::State::Params},
+                                        {"grads", device.grads, ir::State::Grads},
+                                        {"optimizer", device.optimizer, ir::State::Optimizer},
+                                        {"activations", device.activations, ir::State::Activations},
+                                        {"gather, transfer and loss buffers", device.transient,
+                                         std::nullopt}}));
              if (!memory.activationsKnown)
                diags->note(run.model->loc,
                            Twine("model '") + run.model->name +

@@ -18,6 +18,8 @@ packages=(
   clang-19 libclang-rt-19-dev clang-format-19
   # Headless browser for the HTML report's test (ctest -L browser).
   chromium
+  # make package: dpkg-shlibdeps finds the packages of the libraries placec links; CPack runs file.
+  dpkg-dev file
 )
 
 die() {

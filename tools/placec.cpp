@@ -1,6 +1,8 @@
 // placec: the driver. Parses the command line, runs the front end and the pass pipeline, and
 // prints what was asked for: nothing (check), the syntax tree, the IR or the step plan (--emit),
 // a report of each run (report), or the difference between two runs (diff).
+#include "Revision.h"
+#include "placec/Config.h"
 #include "placec/backends/Checkpoint.h"
 #include "placec/backends/CppEmitter.h"
 #include "placec/backends/CudaEmitter.h"
@@ -16,6 +18,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
+#include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
@@ -134,6 +137,11 @@ cl::opt<double>
 cl::opt<double> fidelityMaxMemoryError(
     "max-memory-error", cl::desc("fidelity: fail when a peak-memory error exceeds this (percent)"),
     cl::init(-1), cl::cat(placecCategory));
+cl::opt<std::string> placertDir(
+    "placert-dir",
+    cl::desc("compile: where the generated CMakeLists.txt looks for placert first (default: the "
+             "placert of this placec's build or installation; 'none': only the usual prefixes)"),
+    cl::value_desc("dir"), cl::init(""), cl::cat(placecCategory));
 cl::opt<bool> formatInPlace("i", cl::desc("format: rewrite the file in place"), cl::init(false),
                             cl::cat(placecCategory));
 
@@ -620,6 +628,40 @@ int runFormat() {
   return writeOutput(*formatted);
 }
 
+/// argv[0], to find the running executable.
+const char *programPath = "placec";
+
+/// The directory a generated project searches first for the CMake package of placert (`cuda`:
+/// placert_cuda): `--placert-dir`, or the package that belongs to this placec, in its build tree
+/// (placec in <build>/tools, placert in <build>/runtime) or next to its installation (placec in
+/// <prefix>/bin, placert in <prefix>/lib/cmake). Empty for `--placert-dir=none`.
+std::string getPlacertHint(bool cuda) {
+  if (placertDir == "none")
+    return "";
+  SmallString<256> dir;
+  if (!placertDir.empty()) {
+    dir = placertDir;
+    sys::fs::make_absolute(dir);
+  } else {
+    std::string executable =
+        sys::fs::getMainExecutable(programPath, reinterpret_cast<void *>(&getPlacertHint));
+    if (executable.empty())
+      return "";
+    SmallString<256> bin(sys::path::parent_path(executable));
+    // The CPU package is in every build tree, so it tells a build tree from an installation.
+    SmallString<256> buildConfig(bin);
+    sys::path::append(buildConfig, PLACEC_PLACERT_BUILD_DIR, "placertConfig.cmake");
+    bool buildTree = sys::fs::exists(buildConfig);
+    dir = bin;
+    if (buildTree)
+      sys::path::append(dir, cuda ? PLACEC_PLACERT_CUDA_BUILD_DIR : PLACEC_PLACERT_BUILD_DIR);
+    else
+      sys::path::append(dir, cuda ? PLACEC_PLACERT_CUDA_INSTALL_DIR : PLACEC_PLACERT_INSTALL_DIR);
+  }
+  sys::path::remove_dots(dir, /*remove_dot_dot=*/true);
+  return std::string(dir);
+}
+
 /// `placec compile FILE --run NAME -o DIR --target=cuda`: the run as a program over placert's
 /// GPU trainer (docs/gpu.md); what the trainer cannot run is refused at its source location.
 int runCompileCuda() {
@@ -628,7 +670,8 @@ int runCompileCuda() {
   if (!run)
     return 1;
   std::string error;
-  if (!codegen::emitCudaProject(*run, inputFiles[0], outputFile, compilation->diags, error)) {
+  if (!codegen::emitCudaProject(*run, inputFiles[0], outputFile, getPlacertHint(/*cuda=*/true),
+                                compilation->diags, error)) {
     if (!error.empty())
       printError(error);
     return 1;
@@ -660,7 +703,8 @@ int runCompile() {
   if (!codegen::checkCpuSupported(*run, compilation->diags))
     return 1;
   std::unique_ptr<plan::StepPlan> stepPlan = plan::lowerRun(*run);
-  if (Error error = codegen::emitCppProject(*stepPlan, inputFiles[0], outputFile)) {
+  if (Error error = codegen::emitCppProject(*stepPlan, inputFiles[0], outputFile,
+                                            getPlacertHint(/*cuda=*/false))) {
     printError(toString(std::move(error)));
     return 1;
   }
@@ -747,6 +791,7 @@ int runFidelity() {
 
 int main(int argc, char **argv) {
   InitLLVM initLLVM(argc, argv);
+  programPath = argv[0];
 
   // The first argument may name a command.
   std::vector<const char *> args(argv, argv + argc);
@@ -777,9 +822,18 @@ int main(int argc, char **argv) {
   }
 
   cl::HideUnrelatedOptions(placecCategory);
-  cl::SetVersionPrinter([](raw_ostream &os) { os << "placec version 0.1.0\n"; });
+  cl::SetVersionPrinter([](raw_ostream &os) {
+    os << "placec version " << PLACEC_VERSION << "\n"
+       << "  source revision " << getRevision() << "\n"
+       << "  built by " << PLACEC_BUILD_COMPILER << " (" << PLACEC_BUILD_TYPE << ") with LLVM "
+       << LLVM_VERSION_STRING << "\n";
+  });
   if (!cl::ParseCommandLineOptions(static_cast<int>(args.size()), args.data(), kOverview, &errs()))
     return 1;
+  if (command != Command::Compile && !placertDir.empty()) {
+    printError("--placert-dir applies to compile");
+    return 1;
+  }
 
   if (command == Command::Import)
     return runImport();

@@ -1028,8 +1028,11 @@ Status GptCudaTrainer::report(const GptMetrics &metrics) const {
     return Status::success();
   std::ostringstream os;
   os.precision(10);
-  os << "{\n  \"run\": \"" << jsonEscape(i.spec.run) << "\",\n  \"model\": \""
-     << jsonEscape(i.shape.name) << "\",\n  \"device\": \"" << jsonEscape(device)
+  os << "{\n  \"placec_version\": \""
+     << jsonEscape(i.spec.placecVersion.empty() ? "unknown" : i.spec.placecVersion)
+     << "\",\n  \"placert_version\": \"" PLACERT_VERSION_STRING "\",\n  \"run\": \""
+     << jsonEscape(i.spec.run) << "\",\n  \"model\": \"" << jsonEscape(i.shape.name)
+     << "\",\n  \"device\": \"" << jsonEscape(device)
      << "\",\n  \"parameters\": " << metrics.parameters
      << ",\n  \"data_parallel\": " << i.spec.dataParallel
      << ",\n  \"zero_stage\": " << i.spec.zeroStage

@@ -34,7 +34,6 @@ std::string checkpointName(int64_t step) {
 namespace {
 
 constexpr const char *kFormat = "placert-checkpoint";
-constexpr int kVersion = 1;
 
 std::string rankFileName(int rank) {
   char name[32];
@@ -56,12 +55,15 @@ struct Json {
   double number = 0;
   std::string string;
   std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;
+  /// An object's members, in order: keys[i] names values[i]. (Not pairs: a pair of an incomplete
+  /// type is not allowed here.)
+  std::vector<std::string> keys;
+  std::vector<Json> values;
 
   const Json *get(const std::string &key) const {
-    for (const auto &[name, value] : object)
-      if (name == key)
-        return &value;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] == key)
+        return &values[i];
     return nullptr;
   }
 };
@@ -170,7 +172,8 @@ private:
         Json member;
         if (!value(member, depth + 1))
           return false;
-        out.object.emplace_back(std::move(key), std::move(member));
+        out.keys.push_back(std::move(key));
+        out.values.push_back(std::move(member));
         skip();
         if (pos < text.size() && text[pos] == ',') {
           ++pos;
@@ -250,7 +253,9 @@ private:
   std::string message;
 };
 
-std::string quote(const std::string &text) {
+} // namespace
+
+std::string jsonQuote(const std::string &text) {
   std::string result = "\"";
   for (char c : text) {
     if (c == '"' || c == '\\')
@@ -265,6 +270,8 @@ std::string quote(const std::string &text) {
   }
   return result + "\"";
 }
+
+namespace {
 
 //===----------------------------------------------------------------------===//
 // Files
@@ -473,6 +480,25 @@ int64_t product(const std::vector<int64_t> &shape) {
   return n;
 }
 
+/// The element count of a shape read from a manifest, or -1 when its bytes (4 per element) would
+/// not fit in an int64_t.
+int64_t countElements(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > INT64_MAX / 4)
+      return -1;
+  return n;
+}
+
+/// Whether `blocks` blocks of `elements` at `offset + i * stride` lie in [0, total), computed
+/// without overflow for any values.
+bool insideTensor(int64_t offset, int64_t elements, int64_t blocks, int64_t stride, int64_t total) {
+  if (offset < 0 || elements < 0 || blocks < 1 || offset > total || elements > total - offset)
+    return false;
+  // The last block starts (blocks - 1) * stride after the first.
+  return blocks == 1 || (stride >= 0 && stride <= (total - offset - elements) / (blocks - 1));
+}
+
 std::string shapeText(const std::vector<int64_t> &shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i)
@@ -519,14 +545,35 @@ std::string parseManifest(const std::string &text, Manifest &manifest) {
   if (root.kind != Json::Kind::Object || !format || format->string != kFormat)
     return "manifest.json is not a placert checkpoint manifest (no \"format\": \"" +
            std::string(kFormat) + "\")";
-  int64_t version = 0;
-  if (!getInt(root, "version", version) || version != kVersion)
-    return "manifest.json has format version " + std::to_string(version) + "; this placert reads " +
-           std::to_string(kVersion);
+  // Format 1 named its version "version".
+  const Json *version = root.get("format_version");
+  if (!version)
+    version = root.get("version");
+  std::string readable = "placert " PLACERT_VERSION_STRING " reads format versions " +
+                         std::to_string(kOldestCheckpointFormatVersion) + " to " +
+                         std::to_string(kCheckpointFormatVersion);
+  if (!version || version->kind != Json::Kind::Number || !version->integral)
+    return "manifest.json has no format version (an integer \"format_version\"); " + readable;
+  if (version->integer < kOldestCheckpointFormatVersion ||
+      version->integer > kCheckpointFormatVersion) {
+    std::string writer;
+    const Json *placec = root.get("placec_version");
+    const Json *placert = root.get("placert_version");
+    if (placec && placec->kind == Json::Kind::String)
+      writer += " by a program of placec " + placec->string;
+    if (placert && placert->kind == Json::Kind::String)
+      writer += " with placert " + placert->string;
+    return "the checkpoint has format version " + std::to_string(version->integer) +
+           (writer.empty() ? "" : " (written" + writer + ")") + ", which is " +
+           (version->integer > kCheckpointFormatVersion ? "newer" : "older") +
+           " than this placert supports: " + readable;
+  }
   const Json *scalars = root.get("scalars");
   if (!scalars || scalars->kind != Json::Kind::Object)
     return "manifest.json has no \"scalars\" object";
-  for (const auto &[name, value] : scalars->object) {
+  for (size_t i = 0; i < scalars->keys.size(); ++i) {
+    const std::string &name = scalars->keys[i];
+    const Json &value = scalars->values[i];
     if (value.kind != Json::Kind::Number || !value.integral)
       return "manifest.json: scalar '" + name + "' is not an integer";
     manifest.scalars[name] = value.integer;
@@ -539,10 +586,11 @@ std::string parseManifest(const std::string &text, Manifest &manifest) {
     const Json *path = file.get("path");
     if (!getInt(file, "rank", rank) || !getInt(file, "bytes", bytes) || !path ||
         path->kind != Json::Kind::String || path->string.find('/') != std::string::npos ||
-        bytes < 0)
+        bytes < 0 || rank < 0 || rank > INT32_MAX)
       return "manifest.json: an entry of \"files\" lacks a rank, a path in the checkpoint or a "
              "size";
-    manifest.files[static_cast<int>(rank)] = {path->string, bytes};
+    if (!manifest.files.emplace(static_cast<int>(rank), std::make_pair(path->string, bytes)).second)
+      return "manifest.json: \"files\" lists rank " + std::to_string(rank) + " twice";
   }
   const Json *tensors = root.get("tensors");
   if (!tensors || tensors->kind != Json::Kind::Array)
@@ -554,12 +602,19 @@ std::string parseManifest(const std::string &text, Manifest &manifest) {
     if (!name || name->kind != Json::Kind::String || !shape || shape->kind != Json::Kind::Array ||
         !shards || shards->kind != Json::Kind::Array)
       return "manifest.json: a tensor lacks its name, shape or shards";
+    if (manifest.shapes.count(name->string))
+      return "manifest.json: tensor '" + name->string + "' is listed twice";
     std::vector<int64_t> &dims = manifest.shapes[name->string];
     for (const Json &dim : shape->array) {
       if (dim.kind != Json::Kind::Number || !dim.integral || dim.integer < 0)
         return "manifest.json: tensor '" + name->string + "' has an invalid shape";
       dims.push_back(dim.integer);
     }
+    int64_t total = countElements(dims);
+    if (total < 0)
+      return "manifest.json: tensor '" + name->string + "' has shape " + shapeText(dims) +
+             ", too many elements for a checkpoint";
+    int64_t described = 0; // Elements of the tensor in its shards so far.
     std::vector<ManifestShard> &list = manifest.shards[name->string];
     for (const Json &shard : shards->array) {
       ManifestShard entry;
@@ -581,20 +636,30 @@ std::string parseManifest(const std::string &text, Manifest &manifest) {
         return "manifest.json: a shard of tensor '" + name->string + "' has " +
                std::to_string(entry.elements) + " x " + std::to_string(entry.blocks) +
                " elements, more than the " + std::to_string(kMaxShardElements) + " placert writes";
-      entry.rank = static_cast<int>(rank);
-      entry.crc = static_cast<uint32_t>(std::strtoul(crc->string.c_str(), nullptr, 16));
-      auto file = manifest.files.find(entry.rank);
+      auto file = rank < 0 || rank > INT32_MAX ? manifest.files.end()
+                                               : manifest.files.find(static_cast<int>(rank));
       if (file == manifest.files.end())
         return "manifest.json: a shard of tensor '" + name->string + "' is in the file of rank " +
                std::to_string(rank) + ", which \"files\" does not list";
-      if (entry.fileOffset < 0 || entry.fileOffset + entry.getTotal() * 4 > file->second.second)
+      entry.rank = static_cast<int>(rank);
+      entry.crc = static_cast<uint32_t>(std::strtoul(crc->string.c_str(), nullptr, 16));
+      if (entry.fileOffset < 0 || entry.fileOffset > file->second.second - entry.getTotal() * 4)
         return "manifest.json: a shard of tensor '" + name->string + "' lies outside " +
                file->second.first;
+      // Inside the tensor, and not more elements in all than it has (before any block is listed,
+      // so that a bad manifest cannot make the reader list many).
+      if (!insideTensor(entry.offset, entry.elements, entry.blocks, entry.stride, total))
+        return "manifest.json: a shard of tensor '" + name->string +
+               "' holds elements outside its shape " + shapeText(dims);
+      if (entry.getTotal() > total - described)
+        return "manifest.json: the shards of tensor '" + name->string + "' hold more than its " +
+               std::to_string(total) + " elements";
+      described += entry.getTotal();
       list.push_back(entry);
     }
     std::vector<Block> &sorted = manifest.blocks[name->string];
     sorted = blocksOf(list);
-    std::string tiling = checkTiling(name->string, sorted, product(dims));
+    std::string tiling = checkTiling(name->string, sorted, total);
     if (!tiling.empty())
       return "manifest.json: " + tiling;
   }
@@ -652,6 +717,11 @@ std::string resolve(const std::string &path, std::string &directory) {
 }
 
 } // namespace
+
+std::string checkManifest(const std::string &text) {
+  Manifest manifest;
+  return parseManifest(text, manifest);
+}
 
 //===----------------------------------------------------------------------===//
 // Save
@@ -802,24 +872,28 @@ Status saveCheckpoint(Runtime &runtime, const std::string &directory, int64_t st
     }
     if (result.empty()) {
       std::ostringstream json;
-      json << "{\n  \"format\": \"" << kFormat << "\",\n  \"version\": " << kVersion << ",\n";
+      json << "{\n  \"format\": \"" << kFormat
+           << "\",\n  \"format_version\": " << kCheckpointFormatVersion
+           << ",\n  \"placec_version\": "
+           << jsonQuote(contents.placecVersion.empty() ? "unknown" : contents.placecVersion)
+           << ",\n  \"placert_version\": \"" PLACERT_VERSION_STRING "\",\n";
       for (const auto &[key, value] : contents.description)
-        json << "  " << quote(key) << ": " << value << ",\n";
+        json << "  " << jsonQuote(key) << ": " << value << ",\n";
       json << "  \"ranks\": " << runtime.getWorldSize() << ",\n  \"scalars\": {";
       bool first = true;
       for (const auto &[key, value] : contents.scalars) {
-        json << (first ? "" : ", ") << quote(key) << ": " << value;
+        json << (first ? "" : ", ") << jsonQuote(key) << ": " << value;
         first = false;
       }
       json << "},\n  \"files\": [";
       for (size_t i = 0; i < files.size(); ++i)
         json << (i ? ",\n" : "\n") << "    {\"rank\": " << files[i].first
-             << ", \"path\": " << quote(files[i].second.first)
+             << ", \"path\": " << jsonQuote(files[i].second.first)
              << ", \"bytes\": " << files[i].second.second << "}";
       json << "\n  ],\n  \"tensors\": [";
       first = true;
       for (const auto &[tensor, shape] : contents.tensors) {
-        json << (first ? "\n" : ",\n") << "    {\"name\": " << quote(tensor)
+        json << (first ? "\n" : ",\n") << "    {\"name\": " << jsonQuote(tensor)
              << ", \"shape\": " << shapeText(shape) << ", \"shards\": [";
         first = false;
         const std::vector<ManifestShard> &list = shards[tensor];

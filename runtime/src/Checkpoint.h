@@ -28,6 +28,13 @@ struct CheckpointShard {
   int64_t stride = 0;
 };
 
+/// The manifest's format version that saveCheckpoint writes, and the oldest one loadCheckpoint
+/// reads; a checkpoint of any other version is refused with both versions named. Version 2 names
+/// it "format_version" (version 1 named it "version") and records "placec_version" and
+/// "placert_version". A change that a reader must know about increments it.
+constexpr int kCheckpointFormatVersion = 2;
+constexpr int kOldestCheckpointFormatVersion = 1;
+
 /// What a trainer saves or loads.
 struct CheckpointContents {
   /// Every logical tensor of the model (every rank lists them all) and its shape.
@@ -41,6 +48,8 @@ struct CheckpointContents {
   /// Saving: JSON values written into the manifest under these keys, to describe the run
   /// (model, run, strategy, mesh, placement). Loading: ignored.
   std::vector<std::pair<std::string, std::string>> description;
+  /// Saving: the version of the placec that generated the program (TrainingSpec::placecVersion).
+  std::string placecVersion;
 };
 
 /// The largest shard a rank writes, in elements (4 MiB): longer runs are split, so that one
@@ -63,6 +72,15 @@ Status loadCheckpoint(Runtime &runtime, const std::string &path, CheckpointConte
 
 /// The name of the checkpoint directory of `step` ("step-00000012").
 std::string checkpointName(int64_t step);
+
+/// Parses the text of a manifest.json and checks it as loadCheckpoint does before it reads any
+/// shard (JSON syntax, format and format version, every field's type, shards inside their files,
+/// every tensor tiled exactly once), without touching the file system. Returns what is wrong, or
+/// an empty string. For tests and the fuzzer (fuzz/).
+std::string checkManifest(const std::string &text);
+
+/// `text` as a JSON string literal, quotes included.
+std::string jsonQuote(const std::string &text);
 
 } // namespace placert
 

@@ -585,9 +585,12 @@ Status Trainer::Core::writeMetrics(const std::vector<double> &losses,
     return Status::success();
 
   std::ostringstream json;
-  json << "{\n  \"run\": \"" << spec.run << "\",\n  \"model\": \"" << modelName
-       << "\",\n  \"ranks\": " << runtime.getWorldSize() << ",\n  \"steps\": " << steps
-       << ",\n  \"first_step\": " << firstStep << ",\n  \"seed\": " << seed << ",\n  \"losses\": [";
+  json << "{\n  \"placec_version\": "
+       << jsonQuote(spec.placecVersion.empty() ? "unknown" : spec.placecVersion)
+       << ",\n  \"placert_version\": \"" PLACERT_VERSION_STRING "\",\n  \"run\": \"" << spec.run
+       << "\",\n  \"model\": \"" << modelName << "\",\n  \"ranks\": " << runtime.getWorldSize()
+       << ",\n  \"steps\": " << steps << ",\n  \"first_step\": " << firstStep
+       << ",\n  \"seed\": " << seed << ",\n  \"losses\": [";
   for (size_t i = 0; i < losses.size(); ++i)
     json << (i ? ", " : "") << jsonNumber(losses[i]);
   json << "],\n  \"step_seconds\": [";
@@ -739,6 +742,7 @@ Status Trainer::Core::save() {
   const char *optimizer = spec.optimizer == OptimizerKind::Adam  ? "adam"
                           : spec.optimizer == OptimizerKind::Sgd ? "sgd"
                                                                  : "sgd-momentum";
+  contents.placecVersion = spec.placecVersion;
   contents.description = {
       {"model", describeModel()},
       {"run", "\"" + spec.run + "\""},

@@ -11,11 +11,12 @@ Modes:
   reshard  a checkpoint of zero3 on 4 ranks continues under other placements and rank counts
            (and their checkpoints under yet others) like one device (--check) and like the
            uninterrupted run
-  bad      missing, truncated or corrupted shards, another model's checkpoint, unfinished saves
-           and directories that are no checkpoint: a clear error, no training, and `placec
-           inspect` agrees; and, as controls, a checkpoint rewritten in another layout by an
-           independent writer loads to the same bytes, and a `latest` naming a missing
-           checkpoint falls back to the newest complete one
+  bad      missing, truncated or corrupted shards, another model's checkpoint, unfinished saves,
+           directories that are no checkpoint, and format versions this placert does not read
+           (newer, older, none): a clear error, no training, and `placec inspect` agrees; and,
+           as controls, a checkpoint rewritten in another layout by an independent writer loads
+           to the same bytes, a format 1 manifest loads to the same bytes, and a `latest`
+           naming a missing checkpoint falls back to the newest complete one
   gqa      grouped-query attention (configs/checkpoint_gqa.place): exact resume under tp x sp, the
            manifest's qkv shape and each tensor rank's group of rows, a tp x sp checkpoint
            continued on one rank, under zero3 and under tp x dp, one rank's under tp; a
@@ -43,7 +44,7 @@ import sys
 import time
 import zlib
 
-from run_e2e import compare, fail, mpi_env, run
+from run_e2e import compare, configure, fail, mpi_env, placec_version, run
 
 RANKS = {"ck_zero3": 4, "ck_tp_dp": 4, "ck_pp_zero1": 4, "ck_tp_zero3": 4, "ck_hsdp": 4,
          "ck_single": 1, "ck_zero1_bf16": 4, "ck_sgd": 1, "ck_other": 1,
@@ -72,8 +73,8 @@ class Context:
             return
         source, build = self.path(name, "src"), self.path(name, "build")
         run([self.args.placec, "compile", self.args.place, "--run", name, "-o", source])
-        run(["cmake", "-S", source, "-B", build, f"-Dplacert_DIR={self.args.placert_dir}",
-             "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CXX_FLAGS_RELEASE=-O1"], echo=False)
+        configure(source, build, self.args.placert_dir,
+                  ["-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CXX_FLAGS_RELEASE=-O1"])
         run(["cmake", "--build", build], echo=False)
         self.programs[name] = os.path.join(build, name)
 
@@ -89,6 +90,9 @@ class Context:
 
     def inspect(self, directory):
         return run([self.args.placec, "inspect", directory], check=False)
+
+    def placec_version(self):
+        return placec_version(self.args.placec)
 
 
 def load_metrics(path):
@@ -190,6 +194,7 @@ def check_resume(ctx, name):
         fail(f"{name}: parameter checksums differ: {a['checksum']} vs {b['checksum']}")
     for step in (STEP2, STEP4):
         same_bytes(os.path.join(whole, step), os.path.join(split, step))
+    check_versions(ctx, name, os.path.join(whole, STEP4), a)
     # Saving and loading move no counted bytes: the resumed run's collectives per step are
     # still exactly the report's.
     report = json.loads(run([ctx.args.placec, "report", "--format=json", ctx.args.place,
@@ -205,6 +210,23 @@ def check_resume(ctx, name):
         fail(f"{name}: placec inspect did not verify the checkpoint")
     print(f"e2e: ok: {name} stopped at step 2 and resumed equals the uninterrupted run bit "
           f"for bit (losses, params, optimizer state)")
+
+
+def check_versions(ctx, name, checkpoint, metrics):
+    """The manifest and the metrics name the placec that generated the program, the manifest its
+    format version (docs/checkpoints.md)."""
+    with open(os.path.join(checkpoint, "manifest.json")) as file:
+        manifest = json.load(file)
+    version = ctx.placec_version()
+    if manifest.get("format_version") != 2 or "version" in manifest:
+        fail(f"{name}: the manifest's format version is {manifest.get('format_version')}")
+    for what, record in (("manifest", manifest), ("metrics", metrics)):
+        if record.get("placec_version") != version:
+            fail(f"{name}: the {what} names placec {record.get('placec_version')}, not {version}")
+        if not record.get("placert_version"):
+            fail(f"{name}: the {what} does not name its placert version")
+    if f"written by placec {version} with placert" not in ctx.inspect(checkpoint).stdout:
+        fail(f"{name}: placec inspect does not print the versions")
 
 
 def mode_reshard(ctx):
@@ -259,11 +281,13 @@ def check_reshard(ctx, origin, targets, chains):
 
 
 def expect_refusal(ctx, name, checkpoint, message, what):
+    """`message`: a text the error contains, or a list of them."""
     result, seconds = ctx.train(name, "--steps", "4", "--resume", checkpoint, expect_ok=False)
     if result.returncode == 0:
         fail(f"{what}: the program resumed from a bad checkpoint")
-    if message not in result.stdout:
-        fail(f"{what}: the error does not say '{message}'")
+    for text in [message] if isinstance(message, str) else message:
+        if text not in result.stdout:
+            fail(f"{what}: the error does not say '{text}'")
     if "step 3:" in result.stdout or "step 1:" in result.stdout:
         fail(f"{what}: the program trained after a failed load")
     print(f"e2e: ok: {what}: refused in {seconds:.1f}s, saying '{message}'")
@@ -299,7 +323,27 @@ def mode_bad(ctx):
 
     def garble(d):
         with open(os.path.join(d, "manifest.json"), "w") as file:
-            file.write('{"format": "placert-checkpoint", "version": 1, "tensors": [')
+            file.write('{"format": "placert-checkpoint", "format_version": 2, "tensors": [')
+
+    def edit_manifest(change):
+        def damage(d):
+            path = os.path.join(d, "manifest.json")
+            with open(path) as file:
+                manifest = json.load(file)
+            change(manifest)
+            with open(path, "w") as file:
+                json.dump(manifest, file, indent=1)
+        return damage
+
+    def newer(manifest):
+        manifest["format_version"] = 3
+        manifest["placec_version"] = "9.9.9"
+
+    def older(manifest):
+        manifest["format_version"] = 0
+
+    def unversioned(manifest):
+        del manifest["format_version"]
 
     cases = [
         ("missing shard file", damaged("missing", remove("rank-00002.bin")), "is missing",
@@ -310,6 +354,16 @@ def mode_bad(ctx):
          "unfinished save"),
         ("manifest that is not JSON", damaged("garbled", garble), "not valid JSON",
          "not valid JSON"),
+        # Format versions this placert does not read: both versions are named.
+        ("newer format version", damaged("newer", edit_manifest(newer)),
+         ["has format version 3 (written by a program of placec 9.9.9 with placert ",
+          "which is newer than this placert supports", "reads format versions 1 to 2"],
+         "which is newer than this placec supports"),
+        ("older format version", damaged("older", edit_manifest(older)),
+         ["has format version 0", "which is older than this placert supports",
+          "reads format versions 1 to 2"], "which is older than this placec supports"),
+        ("manifest without a format version", damaged("unversioned", edit_manifest(unversioned)),
+         ["has no format version", "reads format versions 1 to 2"], "has no format version"),
     ]
     for what, directory, message, inspect_message in cases:
         expect_refusal(ctx, "ck_zero3", directory, message, what)
@@ -330,6 +384,19 @@ def mode_bad(ctx):
         fail("placec inspect rejects the rewritten checkpoint")
     print("e2e: ok: a checkpoint rewritten by an independent writer (one file, strided shards) "
           "resumes to the same bytes")
+
+    # Format 1 (its version under "version", no placec or placert version) is still read.
+    def format1(manifest):
+        for key in ("format_version", "placec_version", "placert_version"):
+            del manifest[key]
+        manifest["version"] = 1
+    legacy = damaged("format1", edit_manifest(format1))
+    ctx.train("ck_zero3", "--steps", "4", "--resume", legacy, "--save", ctx.path("from-format1"))
+    same_bytes(os.path.join(ctx.path("from-good"), STEP4),
+               os.path.join(ctx.path("from-format1"), STEP4))
+    if "format version 1, written by placec unknown" not in ctx.inspect(legacy).stdout:
+        fail("placec inspect does not read a format 1 checkpoint")
+    print("e2e: ok: a format 1 checkpoint resumes to the same bytes")
 
     # A directory of checkpoints whose only save did not finish.
     only_tmp = ctx.path("cases", "only-tmp")

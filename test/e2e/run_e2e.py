@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """End-to-end test of one .place run: compile it with placec, build the generated program against
-placert, run it under mpirun, and demand that it trains like one device (--check) and that the
-bytes each collective moved and the persistent memory of each state equal what
-`placec report --format=json` predicts, exactly. Activation memory is not compared: the report
+placert (the one next to placec that the generated CMakeLists.txt finds by itself, or
+--placert-dir), run it under mpirun, and demand that it trains like one device (--check), that it
+records the placec that generated it, and that the bytes each collective moved and the persistent
+memory of each state equal what `placec report --format=json` predicts, exactly. Activation memory is not compared: the report
 uses Korthikanti et al.'s per-layer formula, the CPU runtime keeps other buffers
 (docs/runtime.md).
 
@@ -49,6 +50,28 @@ def mpi_env():
     # LeakSanitizer runs, so their stacks cannot be told apart from placert's.
     env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS", ""), "detect_leaks=0"]))
     return env
+
+
+def placec_version(placec):
+    """The version `placec --version` prints on its first line ("placec version 0.1.0")."""
+    first = run([placec, "--version"], echo=False).stdout.splitlines()[0]
+    if not first.startswith("placec version "):
+        fail(f"placec --version printed '{first}'")
+    return first.split()[-1]
+
+
+def configure(source, build, placert_dir, extra=()):
+    """Configures a generated project, with -Dplacert_DIR when `placert_dir` is given; returns
+    the placert directory the project says it found, which must be `placert_dir` when given."""
+    flags = [f"-Dplacert_DIR={placert_dir}"] if placert_dir else []
+    output = run(["cmake", "-S", source, "-B", build] + flags + list(extra)).stdout
+    found = [line.split(": ", 1)[1].strip() for line in output.splitlines()
+             if line.startswith("-- Found placert ")]
+    if len(found) != 1:
+        fail("configuring the generated project did not say which placert it found")
+    if placert_dir and os.path.realpath(found[0]) != os.path.realpath(placert_dir):
+        fail(f"-Dplacert_DIR={placert_dir} was not used: the project found {found[0]}")
+    return found[0]
 
 
 def compare(metrics, report_run):
@@ -113,7 +136,8 @@ def print_table(metrics, report_run):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--placec", required=True)
-    parser.add_argument("--placert-dir", required=True)
+    parser.add_argument("--placert-dir", default=None,
+                        help="pass -Dplacert_DIR (default: let the project find placert itself)")
     parser.add_argument("--mpiexec", default="mpirun")
     parser.add_argument("--place", required=True)
     parser.add_argument("--run", required=True)
@@ -139,8 +163,8 @@ def main():
         return
 
     build = os.path.join(args.work, "build")
-    run(["cmake", "-S", source, "-B", build, f"-Dplacert_DIR={args.placert_dir}",
-         "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CXX_FLAGS_RELEASE=-O1"])
+    configure(source, build, args.placert_dir,
+              ["-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_CXX_FLAGS_RELEASE=-O1"])
     run(["cmake", "--build", build])
     program = os.path.join(build, args.run)
     metrics_path = os.path.join(args.work, "metrics.json")
@@ -177,6 +201,9 @@ def main():
     report_run = next(r for r in report["runs"] if r["name"] == args.run)
     if not metrics.get("check", {}).get("passed"):
         fail("the run differs from the single-device reference")
+    if metrics.get("placec_version") != placec_version(args.placec):
+        fail(f"the metrics name placec {metrics.get('placec_version')}, not the placec that "
+             f"generated the program")
     if len(metrics["per_rank"]) != args.np:
         fail(f"metrics from {len(metrics['per_rank'])} ranks, expected {args.np}")
     if args.mode == "demo":

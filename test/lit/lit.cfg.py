@@ -16,6 +16,15 @@ for name in ["ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "HOME", "TMPDIR"]:
     if name in os.environ:
         config.environment[name] = os.environ[name]
 
+# Braced names first: none of them may be rewritten by a shorter one such as %placec.
+config.substitutions.append(("%{placec_version}", config.placec_version))
+# Where this build's placec points generated projects for placert and placert_cuda.
+config.substitutions.append(("%{placert_dir}", os.path.join(config.placec_obj_root, "runtime")))
+config.substitutions.append(
+    ("%{placert_cuda_dir}", os.path.join(config.placec_obj_root, "runtime", "cuda")))
 config.substitutions.append(("%placec", os.path.join(config.placec_tools_dir, "placec")))
+# The source tree is a git checkout (not a tarball): `placec --version` names its revision.
+if os.path.exists(os.path.join(config.placec_src_root, ".git")):
+    config.available_features.add("git-checkout")
 config.substitutions.append(("%examples", os.path.join(config.placec_src_root, "examples")))
 config.substitutions.append(("%srcroot", config.placec_src_root))

@@ -5,6 +5,7 @@
 // expected value is computed here from the cited formula, never taken from placec's output.
 #include "placec/passes/Analysis.h"
 
+#include "fmt/format.h"
 #include "placec/frontend/Frontend.h"
 #include "placec/passes/Passes.h"
 #include "placec/passes/StepPlan.h"
@@ -207,21 +208,22 @@ double zeroFormula(int stage, double psi, double n) {
   }
 }
 
+/// The name of Table 1's run of model row r on N devices under ZeRO stage z.
+std::string table1RunName(int z, size_t r, int64_t n) { return fmt::format("z{}_r{}_{}", z, r, n); }
+
 /// Every Table 1 run: model row r, N, ZeRO stage z, named `z<z>_r<r>_<N>`.
 std::string table1Program() {
   std::string text;
   for (size_t r = 0; r < std::size(kTable1); ++r)
-    text += "model m" + std::to_string(r) + " { params = " + kTable1[r].name + "; }\n";
+    text += fmt::format("model m{} {{ params = {}; }}\n", r, kTable1[r].name);
   for (int64_t n : kTableDegrees)
-    text += clusterOf("c" + std::to_string(n), n);
+    text += clusterOf(fmt::format("c{}", n), n);
   for (size_t r = 0; r < std::size(kTable1); ++r)
     for (int64_t n : kTableDegrees) {
-      std::string suffix = std::to_string(r) + "_" + std::to_string(n);
-      std::string model = "m" + std::to_string(r), cl = "c" + std::to_string(n);
+      std::string model = fmt::format("m{}", r), cl = fmt::format("c{}", n);
       for (int z = 1; z <= 3; ++z)
-        text += run("z" + std::to_string(z) + "_r" + suffix, model, cl,
-                    "zero" + std::to_string(z) + "(dp = " + std::to_string(n) + ")", 1, n);
-      text += run("dp_r" + suffix, model, cl, "dp(" + std::to_string(n) + ")", 1, n);
+        text += run(table1RunName(z, r, n), model, cl, fmt::format("zero{}(dp = {})", z, n), 1, n);
+      text += run(fmt::format("dp_r{}_{}", r, n), model, cl, fmt::format("dp({})", n), 1, n);
     }
   return text;
 }
@@ -233,8 +235,7 @@ TEST(AnalysisZeroTable1, PersistentStatesMatchFormulas) {
   for (size_t r = 0; r < std::size(kTable1); ++r)
     for (int64_t n : kTableDegrees)
       for (int z = 1; z <= 3; ++z) {
-        std::string name =
-            "z" + std::to_string(z) + "_r" + std::to_string(r) + "_" + std::to_string(n);
+        std::string name = table1RunName(z, r, n);
         SCOPED_TRACE(name);
         const Session::Result *result = session.get(name);
         ASSERT_NE(result, nullptr);
@@ -260,8 +261,7 @@ TEST(AnalysisZeroTable1, MatchesPublishedTableWithinRounding) {
     for (size_t i = 0; i < kTableDegrees.size(); ++i)
       for (int z = 1; z <= 3; ++z) {
         int64_t n = kTableDegrees[i];
-        std::string name =
-            "z" + std::to_string(z) + "_r" + std::to_string(r) + "_" + std::to_string(n);
+        std::string name = table1RunName(z, r, n);
         SCOPED_TRACE(name);
         const Session::Result *result = session.get(name);
         ASSERT_NE(result, nullptr);
@@ -321,13 +321,13 @@ constexpr double kCommPsi = 7.5e9;
 std::string commProgram(const std::vector<int64_t> &degrees, int64_t accumulation = 1) {
   std::string text = "model m { params = 7.5B; }\n";
   for (int64_t n : degrees) {
-    std::string cl = "c" + std::to_string(n), dp = "(dp = " + std::to_string(n) + ")",
-                suffix = "_" + std::to_string(n);
+    std::string cl = fmt::format("c{}", n), dp = fmt::format("(dp = {})", n),
+                suffix = fmt::format("_{}", n);
     int64_t batch = n * accumulation;
     text += clusterOf(cl, n);
     text += run("dp" + suffix, "m", cl, "dp" + dp, 1, batch);
     for (int z = 1; z <= 3; ++z)
-      text += run("zero" + std::to_string(z) + suffix, "m", cl, "zero" + std::to_string(z) + dp, 1,
+      text += run(fmt::format("zero{}{}", z, suffix), "m", cl, fmt::format("zero{}{}", z, dp), 1,
                   batch);
   }
   return text;
@@ -904,11 +904,11 @@ pipelineProgram(const std::string &links = "intra_bandwidth = 300 GB/s; "
                                            "inter_bandwidth = 25 GB/s; latency = 5 us;") {
   std::string text = transformer("m", kPipeModel);
   for (int64_t p : {2, 4, 8})
-    text += cluster("c" + std::to_string(p), 1, p, links);
+    text += cluster(fmt::format("c{}", p), 1, p, links);
   auto add = [&](const std::string &name, int64_t p, const std::string &schedule, int64_t m) {
     text += "strategy s_" + name + " { mesh [pp = " + std::to_string(p) +
             "]; pipeline = " + schedule + "; }\n";
-    text += run(name, "m", "c" + std::to_string(p), "s_" + name, 2, 2 * m);
+    text += run(name, "m", fmt::format("c{}", p), "s_" + name, 2, 2 * m);
   };
   for (int64_t p : {2, 4, 8}) {
     std::string ps = std::to_string(p);

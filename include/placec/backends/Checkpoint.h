@@ -39,8 +39,18 @@ struct File {
   int64_t bytes = 0;
 };
 
+/// The manifest format versions this placec reads: the same as placert's
+/// (kCheckpointFormatVersion and kOldestCheckpointFormatVersion in runtime/src/Checkpoint.h, which
+/// docs/checkpoints.md describes; a unit test keeps them equal).
+constexpr int64_t kFormatVersion = 2;
+constexpr int64_t kOldestFormatVersion = 1;
+
 struct Manifest {
   std::string directory; ///< The checkpoint directory the manifest is in.
+  int64_t formatVersion = 0;
+  /// The versions of the placec that generated the program that wrote it and of its placert
+  /// (empty in format 1, which did not record them).
+  std::string placecVersion, placertVersion;
   std::string run, strategy, model, optimizer;
   std::string mesh; ///< "dp=4", "pp=2 x dp=2".
   int64_t ranks = 0;
@@ -53,6 +63,10 @@ struct Manifest {
 /// `latest`). Checks its structure: types, files that exist, shards inside their file, and every
 /// tensor covered exactly once.
 llvm::Expected<Manifest> readManifest(llvm::StringRef path);
+
+/// The same checks on the text of a manifest; `manifestPath` only names it in messages, and no
+/// file is read (the fuzzer calls it). `directory` is left empty.
+llvm::Expected<Manifest> parseManifest(llvm::StringRef text, llvm::StringRef manifestPath);
 
 /// Prints the manifest as tables: run, strategy, mesh, scalars, files, tensors and shards.
 void printManifest(const Manifest &manifest, llvm::raw_ostream &os);

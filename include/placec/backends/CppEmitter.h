@@ -27,11 +27,18 @@ bool checkCpuSupported(const ir::Run &run, DiagnosticEngine &diags);
 /// The generated program's main.cpp. Fails for plans the runtime cannot execute, naming what.
 llvm::Expected<std::string> emitMainCpp(const plan::StepPlan &plan, llvm::StringRef sourceName,
                                         Target target = Target::Cpu);
-/// The generated program's CMakeLists.txt.
-std::string emitCMakeLists(const plan::StepPlan &plan, llvm::StringRef sourceName);
+/// The lines of a generated CMakeLists.txt that find placert's CMake package `package` (placert,
+/// placert_cuda) and print where it was found. `hint` (when not empty) is searched after
+/// -D<package>_DIR and CMAKE_PREFIX_PATH, before the system prefixes: the package that belongs to
+/// the placec that writes the file.
+std::string emitFindPackage(llvm::StringRef package, llvm::StringRef hint);
+/// The generated program's CMakeLists.txt; `placertHint` as `hint` above.
+std::string emitCMakeLists(const plan::StepPlan &plan, llvm::StringRef sourceName,
+                           llvm::StringRef placertHint = "");
 /// Writes both into `directory` (created when missing).
 llvm::Error emitCppProject(const plan::StepPlan &plan, llvm::StringRef sourceName,
-                           llvm::StringRef directory, Target target = Target::Cpu);
+                           llvm::StringRef directory, llvm::StringRef placertHint = "",
+                           Target target = Target::Cpu);
 
 } // namespace placec::codegen
 

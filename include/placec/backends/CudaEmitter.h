@@ -19,12 +19,14 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags);
 /// The generated main.cpp (call only after checkCudaSupported succeeded). `predictedPeakBytes` is
 /// the report's per-device peak, printed next to the measured one (0: none).
 std::string emitCudaMain(const ir::Run &run, llvm::StringRef sourceName, double predictedPeakBytes);
-/// The generated CMakeLists.txt.
-std::string emitCudaCMakeLists(const ir::Run &run, llvm::StringRef sourceName);
+/// The generated CMakeLists.txt; `placertHint` is searched for placert_cuda's CMake package before
+/// the system prefixes (empty: none; see emitFindPackage in CppEmitter.h).
+std::string emitCudaCMakeLists(const ir::Run &run, llvm::StringRef sourceName,
+                               llvm::StringRef placertHint = "");
 /// Checks, then writes both files into `directory`. False after a diagnostic or when a file
 /// cannot be written (`error` says why).
 bool emitCudaProject(const ir::Run &run, llvm::StringRef sourceName, llvm::StringRef directory,
-                     DiagnosticEngine &diags, std::string &error);
+                     llvm::StringRef placertHint, DiagnosticEngine &diags, std::string &error);
 
 } // namespace placec::codegen
 

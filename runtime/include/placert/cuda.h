@@ -107,6 +107,8 @@ struct GptRunSpec {
   double learningRate = 3e-4;
   double peakFlops = 0;          ///< Per device, bf16 dense, for MFU (the .place cluster's).
   double predictedPeakBytes = 0; ///< The report's per-device peak, for the comparison (0: none).
+  /// The version of the placec that generated the program ("0.1.0"), written into --metrics.
+  std::string placecVersion;
 };
 
 struct GptOptions {

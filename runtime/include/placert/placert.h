@@ -8,6 +8,12 @@
 #define PLACERT_VERSION_MAJOR 0
 #define PLACERT_VERSION_MINOR 3
 #define PLACERT_VERSION_PATCH 0
+#define PLACERT_STRINGIFY_(x) #x
+#define PLACERT_STRINGIFY(x) PLACERT_STRINGIFY_(x)
+/// "0.1.0": recorded in checkpoint manifests and metrics next to the generating placec's version.
+#define PLACERT_VERSION_STRING                                                                     \
+  PLACERT_STRINGIFY(PLACERT_VERSION_MAJOR)                                                         \
+  "." PLACERT_STRINGIFY(PLACERT_VERSION_MINOR) "." PLACERT_STRINGIFY(PLACERT_VERSION_PATCH)
 
 #include <cstdint>
 #include <functional>
@@ -416,6 +422,9 @@ struct GptShape {
 struct TrainingSpec {
   std::string run;
   std::string strategy; ///< The strategy's name, recorded in checkpoints.
+  /// The version of the placec that generated the program ("0.1.0"), written into --metrics and
+  /// checkpoint manifests.
+  std::string placecVersion;
   int64_t globalBatch = 0, microBatch = 0;
   int64_t microbatches = 1; ///< Per step per batch replica.
   Schedule schedule = Schedule::OneFOneB;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes a checkpoint in placert's format (docs/checkpoints.md) by hand, with zlib's CRC-32, so
 that `placec inspect` is tested against an independent writer. Usage: make_checkpoint.py DIR
-[good|flip|truncate|missing|gap|stride|no-manifest]."""
+[good|flip|truncate|missing|gap|beyond|stride|no-manifest|v1|newer|older|unversioned|bad-latest|
+huge-shape|huge-offset|huge-stride|huge-blocks]."""
 import json
 import os
 import struct
@@ -27,7 +28,8 @@ rank0_w = rank0
 rank0 = rank0_w + rank0_s
 crc = lambda data: "%08x" % zlib.crc32(data)
 manifest = {
-    "format": "placert-checkpoint", "version": 1,
+    "format": "placert-checkpoint", "format_version": 2, "placec_version": "1.2.3",
+    "placert_version": "4.5.6",
     "model": {"name": "toy", "kind": "mlp"}, "run": "train_toy", "strategy": "zero1(dp = 2)",
     "mesh": [{"name": "dp", "kind": "batch", "size": 2}], "optimizer": "sgd", "ranks": 2,
     "scalars": {"step": 5, "data_position": 80, "seed": 3},
@@ -50,10 +52,33 @@ if damage == "flip":
     rank1 = rank1[:21] + bytes([rank1[21] ^ 1]) + rank1[22:]
 if damage == "truncate":
     rank1 = rank1[:30]
-if damage == "stride":
+if damage == "stride":  # Blocks at 2 and 7: element 6 is in no shard, 8 in two.
     manifest["tensors"][2]["shards"][1]["stride"] = 5
-if damage == "gap":
+    manifest["tensors"][2]["shards"][1]["blocks"] = 2
+if damage == "gap":  # Element 7 of "w" is in no shard.
     manifest["tensors"][1]["shards"][1]["offset"] = 8
+    manifest["tensors"][1]["shards"][1]["elements"] = 4
+if damage == "beyond":  # The second shard of "w" ends past its 12 elements.
+    manifest["tensors"][1]["shards"][1]["offset"] = 8
+# Numbers that overflowed the reader's arithmetic before it checked them without overflow.
+if damage == "huge-shape":
+    manifest["tensors"][1]["shape"] = [4611686018427387904, 4]
+if damage == "huge-offset":
+    manifest["tensors"][1]["shards"][1]["file_offset"] = 9223372036854775807
+if damage == "huge-stride":
+    manifest["tensors"][2]["shards"][1]["stride"] = 4611686018427387904
+if damage == "huge-blocks":
+    manifest["tensors"][2]["shards"][1]["blocks"] = 4294967296
+if damage == "v1":  # Format 1: its version under "version", no placec or placert version.
+    for key in ("format_version", "placec_version", "placert_version"):
+        del manifest[key]
+    manifest["version"] = 1
+if damage == "newer":
+    manifest["format_version"] = 3
+if damage == "older":
+    manifest["format_version"] = 0
+if damage == "unversioned":
+    del manifest["format_version"]
 with open(os.path.join(step, "rank-00000.bin"), "wb") as file:
     file.write(rank0)
 if damage != "missing":
@@ -63,4 +88,4 @@ if damage != "no-manifest":
     with open(os.path.join(step, "manifest.json"), "w") as file:
         json.dump(manifest, file, indent=1)
     with open(os.path.join(directory, "latest"), "w") as file:
-        file.write("step-00000005\n")
+        file.write("../step-00000005\n" if damage == "bad-latest" else "step-00000005\n")

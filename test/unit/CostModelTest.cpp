@@ -1,0 +1,142 @@
+// The cost model's pieces against numbers computed here from the formulas' sources: NCCL's ring
+// latency and bus bandwidth, the ring's bytes on the wire, the overlap window, the schedules'
+// bubbles (Narayanan et al. 2021, Qi et al. 2024, DeepSeek-AI 2024) and in-flight micro-batches.
+
+#include "placec/passes/CostModel.h"
+
+#include "TestSupport.h"
+
+#include <gtest/gtest.h>
+
+using namespace placec;
+using namespace placec::cost;
+
+namespace {
+
+/// A cluster of 4 DGX H100 nodes from the h100_sxm preset.
+const char *kH100 = R"(
+cluster h100 { device = h100_sxm; nodes = 4; devices_per_node = 8; }
+)";
+
+TEST(CostModelTest, SentBytesOfRingCollectives) {
+  // Ring all-reduce: 2(n − 1)/n of the buffer; all-gather and reduce-scatter (n − 1)/n.
+  EXPECT_DOUBLE_EQ(getSentBytes(Collective::AllReduce, 8, 800), 2.0 * 7 / 8 * 800);
+  EXPECT_DOUBLE_EQ(getSentBytes(Collective::AllGather, 8, 800), 7.0 / 8 * 800);
+  EXPECT_DOUBLE_EQ(getSentBytes(Collective::ReduceScatter, 4, 800), 3.0 / 4 * 800);
+  EXPECT_DOUBLE_EQ(getSentBytes(Collective::PointToPoint, 8, 800), 800);
+}
+
+TEST(CostModelTest, GroupShapeOnNodes) {
+  // Eight ranks of stride 1 fill one node of 8; stride 8 puts each in its own node.
+  GroupShape inside = getGroupShape({GroupAxis{1, 8}}, 8);
+  EXPECT_EQ(inside.size, 8);
+  EXPECT_TRUE(inside.isIntraNode());
+  GroupShape across = getGroupShape({GroupAxis{8, 4}}, 8);
+  EXPECT_EQ(across.size, 4);
+  EXPECT_EQ(across.perNode, 1);
+  EXPECT_EQ(across.getNodes(), 4);
+  // [dp = 4 (stride 8), tp = 8 (stride 1)]: all 32 ranks, 8 in each of 4 nodes.
+  GroupShape both = getGroupShape({GroupAxis{8, 4}, GroupAxis{1, 8}}, 8);
+  EXPECT_EQ(both.size, 32);
+  EXPECT_EQ(both.perNode, 8);
+}
+
+TEST(CostModelTest, NcclRingInsideANode) {
+  auto compiled = unittest::compile(kH100);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Cluster &cluster = *compiled->program->findCluster("h100");
+  CostModel model(cluster, ir::Precision::MixedBF16);
+  // All-gather of 1 GB over the 8 GPUs of a node: NCCL's base latency 8.4 us, 7 NVLink steps of
+  // 3.4 us, and 7/8 GB at 450 GB/s × 0.82 (nccl-tests' bus bandwidth on H100).
+  double bytes = 1e9;
+  double expected = 8.4e-6 + 7 * 3.4e-6 + 7.0 / 8 * bytes / (450e9 * 0.82);
+  GroupShape node{8, 8};
+  EXPECT_NEAR(model.getCollectiveSeconds(Collective::AllGather, node, bytes), expected,
+              1e-9 * expected);
+  // The all-reduce takes twice the steps and twice the bytes.
+  double reduce = 8.4e-6 + 14 * 3.4e-6 + 2 * 7.0 / 8 * bytes / (450e9 * 0.82);
+  EXPECT_NEAR(model.getCollectiveSeconds(Collective::AllReduce, node, bytes), reduce,
+              1e-9 * reduce);
+}
+
+TEST(CostModelTest, NcclRingAcrossNodesIsLimitedByTheNics) {
+  auto compiled = unittest::compile(kH100);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Cluster &cluster = *compiled->program->findCluster("h100");
+  CostModel model(cluster, ir::Precision::MixedBF16);
+  // A reduce-scatter over one GPU of each of the 4 nodes: 3 network steps at the cluster's
+  // latency, and 3/4 of the buffer through one NIC at inter_bandwidth × 0.95.
+  double bytes = 4e8;
+  double expected =
+      8.4e-6 + 3 * cluster.latency + 3.0 / 4 * bytes / (cluster.interBandwidth * 0.95);
+  EXPECT_NEAR(model.getCollectiveSeconds(Collective::ReduceScatter, GroupShape{4, 1}, bytes),
+              expected, 1e-9 * expected);
+  // With all 8 GPUs of each node in the group, 8 NICs carry the rings side by side, up to NVLink.
+  double bus = std::min(450e9 * 0.82, 8 * cluster.interBandwidth * 0.95);
+  double wide = 8.4e-6 + (31 - 3) * 3.4e-6 + 3 * cluster.latency + 31.0 / 32 * bytes / bus;
+  EXPECT_NEAR(model.getCollectiveSeconds(Collective::ReduceScatter, GroupShape{32, 8}, bytes), wide,
+              1e-9 * wide);
+}
+
+TEST(CostModelTest, OverlapWindow) {
+  double k = kOverlapComputeSlowdown;
+  // Communication shorter than the compute beside it exposes X·κ/(1 + κ).
+  EXPECT_NEAR(getOverlapExposedSeconds(1.0, 10.0), k / (1 + k), 1e-12);
+  // Longer communication exposes its excess.
+  EXPECT_NEAR(getOverlapExposedSeconds(10.0, 1.0), 9.0, 1e-12);
+  EXPECT_DOUBLE_EQ(getOverlapExposedSeconds(0.0, 5.0), 0.0);
+}
+
+TEST(CostModelTest, BubblesOfEverySchedule) {
+  MicrobatchTimes times;
+  times.forward = 3;  // F
+  times.backward = 6; // the whole backward: B (input gradients, 4) + W (weight gradients, 2)
+  times.weight = 2;   // W
+  times.exposed = 1;  // pipeline communication per micro-batch
+  int64_t p = 8, m = 32;
+  // 1F1B and GPipe: (p − 1)(F + B + comm) (Narayanan et al. 2021 §2.2).
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::OneFOneB, p, m, 1, times), 7 * 10.0);
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::GPipe, p, m, 1, times), 7 * 10.0);
+  // Interleaved with v = 4: divided by v.
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::Interleaved, p, m, 4, times), 7 * 10.0 / 4);
+  // ZB-H1: (p − 1)(F + B − W + comm) (Qi et al. 2024 §2.1), B the input-gradient pass.
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubble, p, m, 1, times),
+                   7 * (3 + 4 - 2 + 1.0));
+  // ZB-V: (p − 1)(F + B − 2W + comm)/2 on chunks of half a stage (Qi et al. 2024 §4).
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubbleV, p, m, 2, times),
+                   7 * (3 + 4 - 4 + 1.0) / 2);
+  // DualPipeV: (p/2 − 1)(F&B + B − 3W + comm)/2 with F&B = F + B (DeepSeek-V3 report, Table 2,
+  // half-stage chunks).
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::DualPipeV, p, m, 2, times),
+                   3 * ((3 + 4) + 4 - 6 + 1.0) / 2);
+  // When the weight passes are longer than what they must hide, no negative bubble.
+  MicrobatchTimes heavy = times;
+  heavy.weight = 6;
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubbleV, p, m, 2, heavy), 7 * 1.0 / 2);
+}
+
+TEST(CostModelTest, InFlightMicrobatches) {
+  // 1F1B: stage s holds min(p − s, m); GPipe all m; ZB-V min(p, m) everywhere; DualPipeV
+  // min(p + 1, m) (DeepSeek-V3, Table 2).
+  EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::OneFOneB, 8, 32, 1, 0), 8);
+  EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::OneFOneB, 8, 32, 1, 5), 3);
+  EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::OneFOneB, 8, 4, 1, 0), 4);
+  EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::GPipe, 8, 32, 1, 3), 32);
+  EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::ZeroBubbleV, 8, 32, 2, 7), 8);
+  EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::DualPipeV, 8, 32, 2, 0), 9);
+  // Interleaved: min(p − s, m)·(1 + (p − 1)/(p·v)) (Korthikanti et al. 2022 §4.2.3).
+  EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::Interleaved, 8, 32, 2, 0),
+                   8 * (1 + 7.0 / 16));
+}
+
+TEST(CostModelTest, SchedulePreconditions) {
+  EXPECT_TRUE(isScheduleValid(ir::Schedule::Interleaved, 4, 8, 2));
+  EXPECT_FALSE(isScheduleValid(ir::Schedule::Interleaved, 4, 6, 2));
+  EXPECT_FALSE(isScheduleValid(ir::Schedule::ZeroBubble, 8, 4, 1));
+  EXPECT_TRUE(isScheduleValid(ir::Schedule::ZeroBubbleV, 8, 8, 2));
+  EXPECT_FALSE(isScheduleValid(ir::Schedule::DualPipeV, 8, 15, 2));
+  EXPECT_FALSE(isScheduleValid(ir::Schedule::DualPipeV, 7, 28, 2));
+  EXPECT_TRUE(isScheduleValid(ir::Schedule::DualPipeV, 8, 16, 2));
+}
+
+} // namespace
