@@ -1755,26 +1755,7 @@ void Sema::applyDefaults(ir::Strategy &strategy) {
       }
     }
   }
-  // The routed experts' states: split over the expert axes, by tensor kind over the tensor axes
-  // and by stage over the layers axis; on the other batch axes as written, else as the dense
-  // state is placed there.
-  for (ir::State state : ir::kAllStates) {
-    const ir::StatePlacement &dense = strategy.getPlacement(state);
-    ir::StatePlacement &placement = strategy.getExpertPlacement(state);
-    placement.axes.resize(strategy.mesh.axes.size());
-    placement.tier = dense.tier;
-    for (size_t i = 0; i < strategy.mesh.axes.size(); ++i) {
-      ir::AxisPlacement &slot = placement.axes[i];
-      if (slot.isExplicit)
-        continue;
-      if (strategy.mesh.axes[i].kind == ir::AxisKind::Expert && state != ir::State::Activations) {
-        slot.mode = ir::PlacementMode::Sharded;
-        continue;
-      }
-      slot.mode = dense.axes[i].mode;
-      slot.keepAfterForward = dense.axes[i].keepAfterForward;
-    }
-  }
+  ir::resolveExpertPlacements(strategy);
 }
 
 std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> operands,

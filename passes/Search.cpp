@@ -886,6 +886,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     pipeline.chunks = c.chunks;
     strategy->pipeline = pipeline;
   }
+  ir::resolveExpertPlacements(*strategy);
   return strategy;
 }
 

@@ -403,6 +403,11 @@ public:
   }
 };
 
+/// Fills every expert placement slot that was not written: sharded on expert axes, the dense
+/// state's mode (and tier) elsewhere. Sema calls it for each strategy it binds; code that builds or
+/// changes a strategy calls it again after changing the dense placements.
+void resolveExpertPlacements(Strategy &strategy);
+
 //===----------------------------------------------------------------------===//
 // Runs and programs
 //===----------------------------------------------------------------------===//
