@@ -66,8 +66,10 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
   // With `head_dim` the query and output projections are heads·head_dim wide instead of h.
   const int64_t headDim = config.getHeadDim();
   const int64_t queryWidth = config.headDim > 0 ? saturatingMul(config.heads, headDim) : h;
-  const int64_t qkvRows =
-      saturatingAdd(queryWidth, saturatingMul(2, saturatingMul(config.getKvHeads(), headDim)));
+  const bool grouped = config.kvHeads > 0 && config.kvHeads != config.heads && config.heads > 0;
+  const int64_t kvWidth =
+      config.headDim > 0 || grouped ? saturatingMul(config.getKvHeads(), headDim) : h;
+  const int64_t qkvRows = saturatingAdd(queryWidth, saturatingMul(2, kvWidth));
   const bool layerNorm = config.norm == NormKind::LayerNorm;
   const int64_t numLayers = std::max<int64_t>(config.layers, 0);
   const int headLayer = toLayerIndex(numLayers);
