@@ -247,8 +247,11 @@ std::vector<std::pair<int64_t, int64_t>> GptModel::getReplicatedRanges(UnitKind 
   std::vector<std::pair<int64_t, int64_t>> ranges;
   if (kind == UnitKind::Embed)
     return ranges;
+  // The router and the routed experts see every token of the tensor-parallel group (the MoE
+  // block gathers the sequence first), so their gradients are whole on each tensor rank.
   for (const TensorInfo &tensor : getTensors(kind, layer))
-    if (tensor.split == Split::Replicated)
+    if (tensor.split == Split::Replicated && !tensor.expertSplit &&
+        tensor.name.find(".moe.router.") == std::string::npos)
       ranges.emplace_back(tensor.localOffset, tensor.localRows * tensor.localCols);
   return ranges;
 }
@@ -1054,7 +1057,7 @@ Status GptModel::moeForward(int64_t layer, const float *weights, const float *ex
     if (ep > 1) {
       std::vector<float> mine(sendRows.begin(), sendRows.end()), theirs(mine.size());
       std::vector<int64_t> chunks(static_cast<size_t>(ep), El);
-      PLACERT_TRY(comm.expertAllToAll(mine.data(), chunks, theirs.data(), chunks, false));
+      PLACERT_TRY(comm.expertCounts(mine.data(), chunks, theirs.data(), chunks));
       for (size_t i = 0; i < theirs.size(); ++i)
         saved.moeExpertRows[i] = static_cast<int64_t>(theirs[i]);
     } else {
@@ -1164,11 +1167,6 @@ Status GptModel::moeBackward(int64_t layer, const float *weights, const float *e
   const int64_t E = e.experts, K = e.topK, ep = config.expertDegree, El = E / ep;
   const int64_t fl = e.expertFfn / t, fused = m.swiglu ? 2 : 1;
   const bool capacity = getExpertCapacity() > 0;
-  // Under sequence parallelism the gradients of what tensor parallelism replicates are partial
-  // sums that the plan all-reduces over the tensor axes: those computed here from every row
-  // (identical on the tensor ranks) are counted once, on tensor rank 0.
-  const bool once = config.sequenceParallel && t > 1;
-  const bool replicatedHere = !once || config.tensorIndex == 0;
   if (!expertWeights || !expertGrads)
     return Status(StatusCode::InvalidArgument,
                   "layer " + std::to_string(layer) + " runs without its experts' weights");
@@ -1192,7 +1190,9 @@ Status GptModel::moeBackward(int64_t layer, const float *weights, const float *e
       dot += static_cast<double>(d[c]) * y[c];
     dw[static_cast<size_t>(i)] = static_cast<float>(dot);
   }
-  if (t > 1)
+  // With top_k = 1 the renormalised weight is 1 whatever the scores: nothing flows back through
+  // it, and the exchange is left out.
+  if (t > 1 && K > 1)
     PLACERT_TRY(comm.allReduce(dw.data(), R * K));
 
   // The choices' output gradients (weight · dout) to the experts, as the dispatch went.
@@ -1231,7 +1231,7 @@ Status GptModel::moeBackward(int64_t layer, const float *weights, const float *e
         saved.moeG.data() + row * fl, dy.data() + row * h, n, h, fl,
         DX("moe.experts.up.weight") + i * fused * fl * h,
         dUpBias ? dUpBias + i * fused * fl : nullptr, DX("moe.experts.down.weight") + i * h * fl,
-        dDownBias && replicatedHere ? dDownBias + i * h : nullptr, dx.data() + row * h);
+        dDownBias ? dDownBias + i * h : nullptr, dx.data() + row * h);
   }
   // The inputs' gradients (partial over the tensor ranks) back to their tokens.
   std::vector<float> back(received.size()), combined(dispatch.size());
@@ -1299,8 +1299,7 @@ Status GptModel::moeBackward(int64_t layer, const float *weights, const float *e
         dz[x] = static_cast<float>(dp[static_cast<size_t>(x)] * p[x] * (1.0 - p[x]));
     }
   }
-  if (replicatedHere)
-    kernels->linearWeightGrad(y2, dlogits.data(), G("moe.router.weight"), nullptr, R, h, E);
+  kernels->linearWeightGrad(y2, dlogits.data(), G("moe.router.weight"), nullptr, R, h, E);
   if (config.tensorIndex == 0) {
     // The input gradient joins the tensor ranks' partial sums once.
     std::vector<float> dRouter(static_cast<size_t>(R * h));

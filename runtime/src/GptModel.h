@@ -77,6 +77,14 @@ public:
     (void)input, (void)sendCounts, (void)output, (void)recvCounts, (void)capacity;
     return Status(StatusCode::InvalidArgument, "an expert-parallel all-to-all without expert axes");
   }
+  /// Dropless routing's row counts per expert, before the dispatch: as expertAllToAll, but not an
+  /// op of the plan (its size is the experts', and the plan's dropless all-to-alls are
+  /// expectations anyway); counted with the expert all-to-alls.
+  virtual Status expertCounts(const float *input, const std::vector<int64_t> &sendCounts,
+                              float *output, const std::vector<int64_t> &recvCounts) {
+    (void)input, (void)sendCounts, (void)output, (void)recvCounts;
+    return Status(StatusCode::InvalidArgument, "an expert-parallel all-to-all without expert axes");
+  }
   /// The load-balancing loss's statistics summed over the batch-like axes (batch, sequence,
   /// expert; only when their degree is > 1).
   virtual Status batchAllReduce(float *buffer, int64_t elements) {

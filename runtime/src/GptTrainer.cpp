@@ -52,6 +52,8 @@ public:
   Status ringStep(const float *input, float *output, int64_t elements) override;
   Status expertAllToAll(const float *input, const std::vector<int64_t> &sendCounts, float *output,
                         const std::vector<int64_t> &recvCounts, bool capacity) override;
+  Status expertCounts(const float *input, const std::vector<int64_t> &sendCounts, float *output,
+                      const std::vector<int64_t> &recvCounts) override;
   Status batchAllReduce(float *buffer, int64_t elements) override;
   /// Fails when planned collectives were left over.
   Status finish();
@@ -284,16 +286,23 @@ Status PlannedCollectives::ringStep(const float *input, float *output, int64_t e
 Status PlannedCollectives::expertAllToAll(const float *input,
                                           const std::vector<int64_t> &sendCounts, float *output,
                                           const std::vector<int64_t> &recvCounts, bool capacity) {
-  // The plan counts what a rank sends to the other ranks of the group.
+  // The plan counts a rank's whole buffer, as for every all-to-all.
   int64_t elements = 0;
-  for (size_t k = 0; k < sendCounts.size(); ++k)
-    if (static_cast<int>(k) != core.expertIndex)
-      elements += sendCounts[k];
+  for (int64_t count : sendCounts)
+    elements += count;
   const PlannedCollective *op;
   Communicator *group;
   PLACERT_TRY(next(Collective::AllToAll, elements, op, group, Over::Expert, capacity));
   return core.runtime.allToAllv(*group, join(op->axes), input, sendCounts, output, recvCounts,
                                 core.info(State::Activations, phase, op->dtype));
+}
+
+Status PlannedCollectives::expertCounts(const float *input, const std::vector<int64_t> &sendCounts,
+                                        float *output, const std::vector<int64_t> &recvCounts) {
+  Communicator *group;
+  PLACERT_TRY(core.runtime.getGroup(core.expertAxes, group));
+  return core.runtime.allToAllv(*group, join(core.expertAxes), input, sendCounts, output,
+                                recvCounts, core.info(State::Activations, phase, DType::FP32));
 }
 
 Status PlannedCollectives::batchAllReduce(float *buffer, int64_t elements) {
@@ -624,12 +633,9 @@ Status expertTensorsOf(GptCore &core, UnitState &unit, const char *what, bool gr
                         expertUnit->spec.name + ") params were gathered");
   experts.weights = core.weights(*expertUnit);
   if (grads) {
-    // Under sequence parallelism the experts' replicated tensors (the down biases) get partial
-    // gradients, all-reduced with allReduceReplicatedGrads like the layer's.
-    bool separate =
-        core.sequenceParallel && core.tensorDegree > 1 &&
-        !core.model->getReplicatedRanges(UnitKind::Experts, core.of(unit).layer).empty();
-    experts.grads = core.gradTarget(*expertUnit, separate);
+    // Whole on every tensor rank (their rows are the whole micro-batch's), so they accumulate
+    // like the layer's under any parallelism.
+    experts.grads = core.gradTarget(*expertUnit);
   }
   return Status::success();
 }

@@ -439,9 +439,8 @@ Status Runtime::allToAllv(Communicator &group, const std::string &label, const f
                           const std::vector<int64_t> &sendCounts, float *output,
                           const std::vector<int64_t> &recvCounts, const CallInfo &info) {
   int64_t sent = 0;
-  for (size_t k = 0; k < sendCounts.size(); ++k)
-    if (static_cast<int>(k) != group.getRank())
-      sent += sendCounts[k];
+  for (int64_t count : sendCounts)
+    sent += count;
   impl->count({info.stage, label, Collective::AllToAll, info.state, info.phase},
               sent * getSize(info.dtype));
   Armed armed(*impl->watchdog, impl->describe(Collective::AllToAll, label));

@@ -371,8 +371,8 @@ public:
   /// Counts the buffer sent to the next rank (`elements`).
   Status ringStep(Communicator &group, const std::string &label, const float *input, float *output,
                   int64_t elements, const CallInfo &info);
-  /// Counts the elements this rank sends to the other ranks of the group (its own chunk stays),
-  /// as an `all-to-all` entry: expert parallelism's dispatch and combine.
+  /// Counts this rank's whole buffer (the sum of `sendCounts`), as an `all-to-all` entry like
+  /// allToAll's: expert parallelism's dispatch and combine.
   Status allToAllv(Communicator &group, const std::string &label, const float *input,
                    const std::vector<int64_t> &sendCounts, float *output,
                    const std::vector<int64_t> &recvCounts, const CallInfo &info);

@@ -6,7 +6,8 @@
 // checkpoints). The expected element counts are written from docs/runtime.md's layout and the
 // MoE contract's formulas, independently of the runtime's code:
 //   per-source-rank capacity C = ceil(capacity_factor · tokens · top_k / experts) rows per expert,
-//   dispatch and combine all-to-alls of (ep − 1) · (experts / ep) · C · hidden elements sent.
+//   dispatch and combine all-to-alls of a rank's whole buffer, experts · C · hidden elements
+//   (as every all-to-all of the plan counts; (ep − 1) / ep of it leaves the rank).
 #include "placert/placert.h"
 
 #include <cmath>
@@ -200,8 +201,9 @@ Plan makePlan(const Config &config) {
     } else {
       // The router [E, h] (replicated) and the shared experts, one MLP of width S · f_s.
       int64_t width = e.sharedExperts * e.sharedExpertFfn;
+      // Its gradient is whole on every tensor rank (the block sees the gathered rows): not part
+      // of sequence parallelism's all-reduce.
       layer.params += e.experts * h;
-      layer.replicated += e.experts * h;
       if (width > 0) {
         layer.params += (fused + 1) * width * h / t + bias * (fused * width / t + h);
         layer.replicated += bias * h;
@@ -214,7 +216,7 @@ Plan makePlan(const Config &config) {
       experts.kind = PlanUnit::Experts;
       int64_t local = e.experts / plan.ep, f = e.expertFfn;
       experts.params = local * ((fused + 1) * f * h / t + bias * (fused * f / t + h));
-      experts.replicated = local * bias * h;
+      experts.replicated = 0; // the experts see every row too
       plan.units.push_back(experts);
     }
   }
@@ -249,13 +251,13 @@ List collectivesOf(const Plan &plan, const PlanUnit &unit, bool forward) {
     else if (parallel)
       tp(Collective::AllReduce, R * h);
   };
-  // Dispatch and combine: (ep − 1) · (E / ep) · C · h sent, C the capacity; dropless: the
-  // routing decides (the trainer checks only the kind and the axes).
+  // Dispatch and combine: E · C · h, C the capacity; dropless: the plan's expectation T · k · h
+  // (the routing decides; the trainer checks only the kind and the axes).
   int64_t capacity = e.capacityFactor > 0
                          ? static_cast<int64_t>(std::ceil(
                                e.capacityFactor * static_cast<double>(R * e.topK) / e.experts))
                          : 0;
-  int64_t exchanged = (ep - 1) * (e.experts / ep) * capacity * h;
+  int64_t exchanged = capacity > 0 ? e.experts * capacity * h : R * e.topK * h;
   auto expertExchange = [&] {
     if (ep > 1)
       list.push_back({Collective::AllToAll, plan.epAxes, exchanged, DType::FP32});
@@ -286,9 +288,6 @@ List collectivesOf(const Plan &plan, const PlanUnit &unit, bool forward) {
       if (unit.moe) {
         if (e.auxLoss > 0 && plan.batchLike > 1)
           list.push_back({Collective::AllReduce, plan.batchAxes, 2 * e.experts, DType::FP32});
-        if (capacity == 0 && ep > 1) // dropless: each expert's row count first
-          list.push_back(
-              {Collective::AllToAll, plan.epAxes, (ep - 1) * (e.experts / ep), DType::FP32});
         expertExchange();
         expertExchange();
       }
@@ -296,7 +295,7 @@ List collectivesOf(const Plan &plan, const PlanUnit &unit, bool forward) {
     } else {
       gather();
       if (unit.moe) {
-        if (parallel) // the combine weights' gradients, b·s·top_k
+        if (parallel && e.topK > 1) // the combine weights' gradients, b·s·top_k
           tp(Collective::AllReduce, R * e.topK);
         expertExchange();
         expertExchange();

@@ -48,19 +48,20 @@ def expert_all_to_all_bytes(metrics, phase):
 
 
 # The all-to-all bytes of one rank per step and direction (forward or backward) in the
-# configurations with a capacity factor, from the contract: each exchange sends (ep - 1) chunks
-# of (experts / ep) * C * hidden fp32 values, C = ceil(c * tokens * top_k / experts), two
-# exchanges (dispatch, combine) per MoE layer per micro-batch and direction.
-#   ep_dp: tokens = 1 * 8, C = ceil(2 * 8 * 2 / 4) = 8; 1 * 2 * 8 * 16 * 4 = 1024 bytes per
-#          exchange; 2 MoE layers x 2 micro-batches x 2 exchanges = 8192.
-#   ep_tp: tokens = 2 * 8, C = ceil(4 * 16 * 1 / 4) = 16; 1 * 2 * 16 * 16 * 4 = 2048 bytes; one
-#          MoE layer (layer 1), 1 micro-batch, 2 exchanges = 4096.
-#   ep_tp_sp: tokens = 16, C = ceil(2 * 16 * 2 / 4) = 16; 2048 bytes; layers 0 and 1 are MoE, 2
-#          exchanges: 8192 forward; the backward adds the full recomputation's 8192 to its own.
+# configurations with a capacity factor, from the contract: each exchange is a rank's whole buffer
+# of experts * C * hidden fp32 values, C = ceil(c * tokens * top_k / experts) (the contract's
+# tokens * top_k * c * hidden when that is whole), two exchanges (dispatch, combine) per MoE
+# layer per micro-batch and direction.
+#   ep_dp: tokens = 1 * 8, C = ceil(2 * 8 * 2 / 4) = 8; 4 * 8 * 16 * 4 = 2048 bytes per
+#          exchange; 2 MoE layers x 2 micro-batches x 2 exchanges = 16384.
+#   ep_tp: tokens = 2 * 8, C = ceil(4 * 16 * 1 / 4) = 16; 4 * 16 * 16 * 4 = 4096 bytes; one
+#          MoE layer (layer 1), 1 micro-batch, 2 exchanges = 8192.
+#   ep_tp_sp: tokens = 16, C = ceil(2 * 16 * 2 / 4) = 16; 4096 bytes; layers 0 and 1 are MoE, 2
+#          exchanges: 16384 forward; the backward adds the full recomputation's 16384 to its own.
 EXPECTED = {
-    "ep_dp": {"forward": 8192, "backward": 8192},
-    "ep_tp": {"forward": 4096, "backward": 4096},
-    "ep_tp_sp": {"forward": 8192, "backward": 16384},
+    "ep_dp": {"forward": 16384, "backward": 16384},
+    "ep_tp": {"forward": 8192, "backward": 8192},
+    "ep_tp_sp": {"forward": 16384, "backward": 32768},
 }
 
 
