@@ -146,10 +146,17 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "the trainer's attention heads are hidden/heads wide");
     if (config.qkNorm)
       refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
-    if (config.moe.isEnabled())
-      refuse(model.loc, "experts = " + Twine(config.moe.experts),
-             "placert's transformer blocks have dense MLPs; mixture-of-experts layers are "
-             "analysed, not compiled");
+    // Mixtures of experts: placert routes without dropping tokens (docs/running.md).
+    const ir::MoeConfig &moe = config.moe;
+    if (moe.isEnabled()) {
+      if (moe.capacityFactor &&
+          *moe.capacityFactor * static_cast<double>(moe.topK) < static_cast<double>(moe.experts))
+        refuse(model.loc,
+               "capacity_factor = " + Twine(fmt::format("{}", *moe.capacityFactor)) + " with " +
+                   Twine(moe.experts) + " experts and top_k = " + Twine(moe.topK),
+               "placert routes without dropping tokens: the capacity factor must be at least "
+               "experts / top_k, or absent (dropless)");
+    }
     if (config.tiedEmbeddings && stages > 1)
       refuse(strategy.pipeline ? strategy.pipeline->loc : strategyLoc,
              "tied embeddings across " + Twine(stages) + " pipeline stages",
@@ -198,12 +205,15 @@ private:
       result += (Twine(i ? ", " : "") + quoted(mesh.axes[axes[i]].name)).str();
     return result + "}";
   }
-  std::string batchAxesWith(ir::State state, std::initializer_list<ir::PlacementMode> modes) const {
+  std::string batchAxesWith(ir::State state, std::initializer_list<ir::PlacementMode> modes,
+                            bool expert = false) const {
     std::vector<unsigned> axes;
-    const ir::StatePlacement &placement = strategy.getPlacement(state);
+    const ir::StatePlacement &placement =
+        expert ? strategy.getExpertPlacement(state) : strategy.getPlacement(state);
     for (unsigned i = 0; i < mesh.axes.size(); ++i)
-      if (ir::isDataParallel(mesh.axes[i].kind) &&
-          llvm::is_contained(modes, placement.axes[i].mode))
+      if ((expert ? ir::isExpertDataParallel(mesh.axes[i].kind)
+                  : ir::isDataParallel(mesh.axes[i].kind)) &&
+          i < placement.axes.size() && llvm::is_contained(modes, placement.axes[i].mode))
         axes.push_back(i);
     return axisGroup(axes);
   }
@@ -411,6 +421,7 @@ void Emitter::emitMain() {
       const char *kind = axis.kind == ir::AxisKind::Batch      ? "Batch"
                          : axis.kind == ir::AxisKind::Tensor   ? "Tensor"
                          : axis.kind == ir::AxisKind::Sequence ? "Sequence"
+                         : axis.kind == ir::AxisKind::Expert   ? "Expert"
                                                                : "Layers";
       os.line(fmt::format("{{\"{}\", placert::AxisKind::{}, {}}},", axis.name, kind, axis.size));
     }
@@ -442,6 +453,33 @@ void Emitter::emitMain() {
                     flag(gpt.tiedEmbeddings), flag(gpt.mlp == ir::MlpActivation::Swiglu),
                     flag(gpt.norm == ir::NormKind::RmsNorm), flag(gpt.bias),
                     flag(gpt.positions == ir::PositionKind::Rope), gpt.getKvHeads()));
+    const ir::MoeConfig &moe = gpt.moe;
+    if (moe.isEnabled()) {
+      // The widths as the IR resolves them: expert_ffn defaults to ffn, shared_expert_ffn to
+      // expert_ffn.
+      int64_t expertFfn = moe.expertFfn > 0 ? moe.expertFfn : ffn;
+      int64_t sharedFfn = moe.sharedExpertFfn > 0 ? moe.sharedExpertFfn : expertFfn;
+      os.comment(fmt::format(
+          "experts = {}; top_k = {}; expert_ffn = {}; shared_experts = {}; shared_expert_ffn = "
+          "{}; moe_every = {}; dense_layers = {}; router = {}; capacity_factor = {}; aux_loss = "
+          "{};",
+          moe.experts, moe.topK, expertFfn, moe.sharedExperts, sharedFfn, moe.every,
+          moe.denseLayers, ir::toString(moe.router).str(),
+          moe.capacityFactor ? fmt::format("{}", *moe.capacityFactor) : "none (dropless)",
+          moe.auxLoss));
+      os.line(fmt::format("shape.moe.experts = {};", moe.experts));
+      os.line(fmt::format("shape.moe.topK = {};", moe.topK));
+      os.line(fmt::format("shape.moe.expertFfn = {};", expertFfn));
+      os.line(fmt::format("shape.moe.sharedExperts = {};", moe.sharedExperts));
+      os.line(fmt::format("shape.moe.sharedExpertFfn = {};", sharedFfn));
+      os.line(fmt::format("shape.moe.moeEvery = {};", moe.every));
+      os.line(fmt::format("shape.moe.denseLayers = {};", moe.denseLayers));
+      os.line(fmt::format("shape.moe.router = placert::MoeRouter::{};",
+                          moe.router == ir::RouterKind::Softmax ? "Softmax" : "Sigmoid"));
+      os.line(fmt::format("shape.moe.capacityFactor = {}; // 0: dropless",
+                          moe.capacityFactor ? *moe.capacityFactor : 0.0));
+      os.line(fmt::format("shape.moe.auxLoss = {};", moe.auxLoss));
+    }
   } else {
     const ir::MlpConfig &mlp = model.mlp;
     os.comment(fmt::format("model {} : mlp {{ layers = {}; width = {}; input = {}; output = {}; }}",
@@ -522,6 +560,43 @@ void Emitter::emitMain() {
                       strategy.contextMethod == ir::ContextMethod::AllToAll ? "AllToAll" : "Ring"));
       trainerArgs += ", context";
     }
+    if (model.isMoe()) {
+      // Expert parallelism: the expert axes split the routed experts, whose states live over the
+      // expert-data-parallel axes.
+      std::vector<unsigned> expertAxes;
+      for (unsigned i = 0; i < mesh.axes.size(); ++i)
+        if (mesh.axes[i].kind == ir::AxisKind::Expert)
+          expertAxes.push_back(i);
+      const ir::StatePlacement &expertParams = strategy.getExpertPlacement(ir::State::Params);
+      const ir::StatePlacement &expertGrads = strategy.getExpertPlacement(ir::State::Grads);
+      const ir::StatePlacement &expertOptimizer = strategy.getExpertPlacement(ir::State::Optimizer);
+      bool expertOptimizerOnHost = expertOptimizer.tier != ir::Tier::Device;
+      std::string expertGradShard =
+          batchAxesWith(ir::State::Grads, {ir::PlacementMode::Sharded}, /*expert=*/true);
+      bool expertGradsOnHost =
+          expertGrads.tier != ir::Tier::Device ||
+          (expertOptimizerOnHost && !expertGrads.tierExplicit && expertGradShard != "{}");
+      os.comment("The routed experts' states over the expert-data-parallel axes.");
+      os.line("placert::StatePlacement expertPlacement;");
+      os.line(fmt::format(
+          "expertPlacement.paramShard = {};",
+          batchAxesWith(ir::State::Params,
+                        {ir::PlacementMode::Sharded, ir::PlacementMode::ShardedWithGather},
+                        /*expert=*/true)));
+      os.line(fmt::format("expertPlacement.gradShard = {};", expertGradShard));
+      os.line(fmt::format(
+          "expertPlacement.optimizerShard = {};",
+          batchAxesWith(ir::State::Optimizer, {ir::PlacementMode::Sharded}, /*expert=*/true)));
+      os.line(fmt::format("expertPlacement.paramsTier = {};",
+                          tier(expertParams.tier != ir::Tier::Device)));
+      os.line(fmt::format("expertPlacement.gradsTier = {};", tier(expertGradsOnHost)));
+      os.line(fmt::format("expertPlacement.optimizerTier = {};", tier(expertOptimizerOnHost)));
+      os.line(fmt::format("placert::ExpertParallelism expert{{{}, {}, expertPlacement}};",
+                          axisGroup(expertAxes), mesh.getDegree(ir::AxisKind::Expert)));
+      if (sequenceAxes.empty())
+        trainerArgs += ", placert::ContextParallelism{}";
+      trainerArgs += ", expert";
+    }
     os.line(fmt::format("placert::GptTrainer trainer({});", trainerArgs));
   } else {
     os.line("placert::MlpTrainer trainer(*runtime, shape, spec, placement);");
@@ -529,8 +604,9 @@ void Emitter::emitMain() {
   os.comment("The units in model order: name, layer, stage, parameters per device after the");
   os.comment("tensor-parallel split.");
   for (const plan::Unit &unit : plan.units)
-    os.line(fmt::format("trainer.addUnit({{\"{}\", {}, /*stage=*/{}, /*params=*/{}}});", unit.name,
-                        unit.layer, unit.stage, unit.params));
+    os.line(fmt::format("trainer.addUnit({{\"{}\", {}, /*stage=*/{}, /*params=*/{}{}}});",
+                        unit.name, unit.layer, unit.stage, unit.params,
+                        unit.expert ? ", /*experts=*/true" : ""));
   os.line("status = trainer.setup();");
   os.line("if (!status.isOk())");
   os.line("  runtime->abort(status);");

@@ -266,6 +266,7 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   layout.context = contextDegree;
   layout.expert = expertDegree;
   unitLayout.expert = expertDegree;
+  unitLayout.samples = product(mesh, batchAxes);
   unitLayout.microBatch = run.microBatch;
   unitLayout.tensor = tensorDegree;
   unitLayout.sequenceParallel = strategy.sequenceParallel;
@@ -467,6 +468,7 @@ void Lowering::lowerStage(StagePlan &stage) {
       ops.push_back(collective(c.kind, phase, ir::State::Activations, unitIndex,
                                c.over == ir::AxisKind::Tensor   ? tensorAxes
                                : c.over == ir::AxisKind::Expert ? expertAxes
+                               : c.over == ir::AxisKind::Batch  ? batchAxes
                                                                 : contextAxes,
                                c.elements, aType, true, (c.what + Twine(" (") + why + ")").str()));
   };
@@ -828,24 +830,35 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
   }
   // An MoE layer's dispatch and combine over the expert axes (the rows of getMoeShape).
   std::vector<UnitCollective> experts;
-  if (layout.expert > 1 && unit == cost::UnitKind::Layer &&
-      model.kind == ir::ModelKind::Transformer && model.transformer.moe.isMoeLayer(layer)) {
-    cost::Layout moeLayout;
-    moeLayout.microBatch = static_cast<double>(layout.microBatch);
-    moeLayout.context = layout.context;
-    moeLayout.expert = layout.expert;
-    cost::MoeShape shape = cost::getMoeShape(model.transformer, moeLayout);
-    int64_t rows = static_cast<int64_t>(shape.dispatchRows) * model.transformer.hidden;
-    if (forwardPass)
-      experts = {{OpKind::AllToAll, ir::AxisKind::Expert, rows,
-                  "expert parallelism: dispatch the routed rows to their experts"},
-                 {OpKind::AllToAll, ir::AxisKind::Expert, rows,
-                  "expert parallelism: combine the experts' outputs back"}};
-    else
-      experts = {{OpKind::AllToAll, ir::AxisKind::Expert, rows,
-                  "expert parallelism: the combine's gradients to the experts"},
-                 {OpKind::AllToAll, ir::AxisKind::Expert, rows,
-                  "expert parallelism: the dispatch's gradients back to the tokens"}};
+  if (unit == cost::UnitKind::Layer && model.kind == ir::ModelKind::Transformer &&
+      model.transformer.moe.isMoeLayer(layer)) {
+    const ir::MoeConfig &moe = model.transformer.moe;
+    if (forwardPass && moe.auxLoss > 0 && layout.samples > 1)
+      experts.push_back({OpKind::AllReduce, ir::AxisKind::Batch, 2 * moe.experts,
+                         "load-balancing loss: sum the routing statistics of the micro-batch"});
+    if (!forwardPass && moe.topK > 1 && layout.tensor > 1)
+      experts.push_back({OpKind::AllReduce, ir::AxisKind::Tensor,
+                         b * model.transformer.seq / layout.context * moe.topK,
+                         "MoE: sum the combine weights' gradients over the tensor axes"});
+    if (layout.expert > 1) {
+      cost::Layout moeLayout;
+      moeLayout.microBatch = static_cast<double>(layout.microBatch);
+      moeLayout.context = layout.context;
+      moeLayout.expert = layout.expert;
+      cost::MoeShape shape = cost::getMoeShape(model.transformer, moeLayout);
+      int64_t rows = static_cast<int64_t>(shape.dispatchRows) * model.transformer.hidden;
+      if (forwardPass) {
+        experts.push_back({OpKind::AllToAll, ir::AxisKind::Expert, rows,
+                           "expert parallelism: dispatch the routed rows to their experts"});
+        experts.push_back({OpKind::AllToAll, ir::AxisKind::Expert, rows,
+                           "expert parallelism: combine the experts' outputs back"});
+      } else {
+        experts.push_back({OpKind::AllToAll, ir::AxisKind::Expert, rows,
+                           "expert parallelism: the combine's gradients to the experts"});
+        experts.push_back({OpKind::AllToAll, ir::AxisKind::Expert, rows,
+                           "expert parallelism: the dispatch's gradients back to the tokens"});
+      }
+    }
   }
   bool sp = layout.sequenceParallel && model.kind == ir::ModelKind::Transformer;
   // Where the exchanges go among the tensor collectives: the attention's inside the attention

@@ -310,6 +310,32 @@ Status NcclCommunicator::allToAll(const float *input, float *output, int64_t ele
   return synchronize("all-to-all");
 }
 
+Status NcclCommunicator::allToAllv(const float *input, const std::vector<int64_t> &sendCounts,
+                                   float *output, const std::vector<int64_t> &recvCounts) {
+  if (static_cast<int>(sendCounts.size()) != impl->size ||
+      static_cast<int>(recvCounts.size()) != impl->size || input == output)
+    return {StatusCode::InvalidArgument,
+            rankPrefix(impl->job) + "all-to-all over '" + impl->name +
+                "' needs one send and one receive count per rank and distinct buffers"};
+  // Grouped point-to-point calls of each peer's count, as allToAll.
+  size_t sendOffset = 0, recvOffset = 0;
+  ncclResult_t got = ncclGroupStart();
+  for (int peer = 0; peer < impl->size && got == ncclSuccess; ++peer) {
+    size_t sendCount = static_cast<size_t>(sendCounts[peer]);
+    size_t recvCount = static_cast<size_t>(recvCounts[peer]);
+    if (sendCount > 0)
+      got = ncclSend(input + sendOffset, sendCount, ncclFloat32, peer, impl->comm, impl->stream);
+    if (got == ncclSuccess && recvCount > 0)
+      got = ncclRecv(output + recvOffset, recvCount, ncclFloat32, peer, impl->comm, impl->stream);
+    sendOffset += sendCount;
+    recvOffset += recvCount;
+  }
+  ncclResult_t ended = ncclGroupEnd();
+  if (got != ncclSuccess || ended != ncclSuccess)
+    return impl->fail("all-to-all", got != ncclSuccess ? got : ended);
+  return synchronize("all-to-all");
+}
+
 Status NcclCommunicator::ringStep(const float *input, float *output, int64_t elements) {
   size_t count = static_cast<size_t>(elements);
   // In place, the block to send is copied first: the receive overwrites the buffer.

@@ -88,7 +88,24 @@ std::vector<TensorInfo> GptModel::getTensors(UnitKind kind, int64_t layer) const
     add(p + "ln2.weight", h, 1, Split::Replicated, Init::NormWeight, 1);
     if (norm)
       add(p + "ln2.bias", h, 1, Split::Replicated, Init::Bias, h);
-    if (m.swiglu) {
+    if (isMoeLayer(layer)) {
+      // The router and the shared experts (one MLP of width shared_experts · shared_expert_ffn,
+      // swiglu's gate and up fused in one tensor, gate rows first).
+      const MoeShape &e = m.moe;
+      add(p + "moe.router.weight", e.experts, h, Split::Replicated, Init::Weight, h);
+      int64_t fused = m.swiglu ? 2 : 1, width = e.sharedExperts * e.sharedExpertFfn;
+      if (width > 0) {
+        add(p + "moe.shared.up.weight", fused * width, h, Split::Column, Init::Weight, h);
+        tensors.back().fused = fused;
+        if (bias) {
+          add(p + "moe.shared.up.bias", fused * width, 1, Split::Column, Init::Bias, h);
+          tensors.back().fused = fused;
+        }
+        add(p + "moe.shared.down.weight", h, width, Split::Row, Init::Weight, width);
+        if (bias)
+          add(p + "moe.shared.down.bias", h, 1, Split::Replicated, Init::Bias, width);
+      }
+    } else if (m.swiglu) {
       add(p + "mlp.gate.weight", m.ffn, h, Split::Column, Init::Weight, h);
       if (bias)
         add(p + "mlp.gate.bias", m.ffn, 1, Split::Column, Init::Bias, h);
@@ -106,6 +123,31 @@ std::vector<TensorInfo> GptModel::getTensors(UnitKind kind, int64_t layer) const
       if (bias)
         add(p + "mlp.proj.bias", h, 1, Split::Replicated, Init::Bias, m.ffn);
     }
+  } else if (kind == UnitKind::Experts) {
+    // [experts, fused · expert_ffn, hidden], [experts, hidden, expert_ffn] and their biases,
+    // flattened to [experts · rows, cols]; each rank holds experts / ep of them.
+    const MoeShape &e = m.moe;
+    std::string p = "layers." + std::to_string(layer) + ".moe.experts.";
+    int64_t fused = m.swiglu ? 2 : 1, E = e.experts, f = e.expertFfn;
+    auto expert = [&](std::vector<int64_t> dims) {
+      TensorInfo &tensor = tensors.back();
+      tensor.blocks = E;
+      tensor.expertSplit = true;
+      tensor.fused = tensor.split == Split::Column ? fused : 1;
+      tensor.dims = std::move(dims);
+    };
+    add(p + "up.weight", E * fused * f, h, Split::Column, Init::Weight, h);
+    expert({E, fused * f, h});
+    if (bias) {
+      add(p + "up.bias", E * fused * f, 1, Split::Column, Init::Bias, h);
+      expert({E, fused * f});
+    }
+    add(p + "down.weight", E * h, f, Split::Row, Init::Weight, f);
+    expert({E, h, f});
+    if (bias) {
+      add(p + "down.bias", E * h, 1, Split::Replicated, Init::Bias, f);
+      expert({E, h});
+    }
   } else {
     add("final_norm.weight", h, 1, Split::Replicated, Init::NormWeight, 1);
     if (norm)
@@ -117,7 +159,30 @@ std::vector<TensorInfo> GptModel::getTensors(UnitKind kind, int64_t layer) const
   for (TensorInfo &tensor : tensors) {
     tensor.localRows = tensor.rows;
     tensor.localCols = tensor.cols;
-    if (tensor.split == Split::Column || tensor.split == Split::Vocabulary) {
+    if (tensor.blocks > 1 || tensor.fused > 1) {
+      // Blocks of rows (experts), split over the expert ranks, whose fused segments a column
+      // split cuts in t pieces each.
+      int64_t ep = tensor.expertSplit ? config.expertDegree : 1;
+      int64_t blockRows = tensor.rows / tensor.blocks, localBlocks = tensor.blocks / ep;
+      int64_t firstBlock = tensor.expertSplit ? config.expertIndex * localBlocks : 0;
+      if (tensor.split == Split::Column) {
+        int64_t width = blockRows / tensor.fused;
+        tensor.segmentRows = width / t;
+        tensor.segments = tensor.fused;
+        tensor.blockRows = blockRows;
+        tensor.segmentStride = width;
+        tensor.firstBlock = firstBlock;
+        tensor.rowOffset = config.tensorIndex * tensor.segmentRows;
+        tensor.localRows = localBlocks * tensor.fused * tensor.segmentRows;
+      } else {
+        tensor.localRows = localBlocks * blockRows;
+        tensor.rowOffset = firstBlock * blockRows;
+        if (tensor.split == Split::Row) {
+          tensor.localCols = tensor.cols / t;
+          tensor.colOffset = config.tensorIndex * tensor.localCols;
+        }
+      }
+    } else if (tensor.split == Split::Column || tensor.split == Split::Vocabulary) {
       tensor.localRows = tensor.rows / t;
       tensor.rowOffset = config.tensorIndex * tensor.localRows;
     } else if (tensor.split == Split::Row) {
@@ -182,9 +247,12 @@ std::vector<std::pair<int64_t, int64_t>> GptModel::getReplicatedRanges(UnitKind 
   std::vector<std::pair<int64_t, int64_t>> ranges;
   if (kind == UnitKind::Embed)
     return ranges;
+  // The router and the routed experts see every token of the tensor-parallel group (the MoE
+  // block gathers the sequence first), so their gradients are whole on each tensor rank.
   for (const TensorInfo &tensor : getTensors(kind, layer))
-    if (tensor.split == Split::Replicated)
-      ranges.emplace_back(tensor.localOffset, tensor.rows * tensor.cols);
+    if (tensor.split == Split::Replicated && !tensor.expertSplit &&
+        tensor.name.find(".moe.router.") == std::string::npos)
+      ranges.emplace_back(tensor.localOffset, tensor.localRows * tensor.localCols);
   return ranges;
 }
 
@@ -291,7 +359,7 @@ void GptModel::splitQkv(float *qkv, float *q, float *k, float *v, int64_t rows,
 Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
                          const int32_t *tokens, const int32_t *targets, const float *input,
                          float *output, UnitActivations &saved, UnitCollectives &comm, double &loss,
-                         bool recomputing) {
+                         bool recomputing, ExpertTensors experts) {
   const GptShape &m = config.shape;
   const int64_t h = m.hidden, s = m.seq, b = config.microBatch, R = b * getLocalSeq();
   const int64_t t = config.tensorDegree, Rl = getLocalRows();
@@ -368,6 +436,21 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
     normForward(saved.x1.data(), W("ln2.weight"), W("ln2.bias"), y2l.data(), saved.mean2,
                 saved.rstd2, Rl);
     PLACERT_TRY(gather(y2l, saved.y2));
+    if (isMoeLayer(layer)) {
+      std::vector<float> o2, o2Reduced;
+      PLACERT_TRY(moeForward(layer, weights, experts.weights, saved, comm, o2));
+      PLACERT_TRY(reduce(o2, o2Reduced));
+      residual(saved.x1.data(), o2Reduced.data(), W("moe.shared.down.bias"), output);
+      saved.complete = true;
+      if (config.recompute == Recompute::Selective && !recomputing)
+        saved.probs = std::vector<float>();
+      if (config.recompute == Recompute::Full && !recomputing) {
+        double aux = saved.auxLoss; // the step's loss still counts it
+        saved = UnitActivations();
+        saved.auxLoss = aux;
+      }
+      return Status::success();
+    }
     saved.f.resize(static_cast<size_t>(R * fl));
     saved.g.resize(static_cast<size_t>(R * fl));
     const float *down;
@@ -467,7 +550,7 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
 Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
                           const float *tiedTable, const int32_t *tokens, const float *input,
                           const float *outputGrad, float *inputGrad, float *grads, float *tiedGrads,
-                          UnitActivations &saved, UnitCollectives &comm) {
+                          UnitActivations &saved, UnitCollectives &comm, ExpertTensors experts) {
   const GptShape &m = config.shape;
   const int64_t h = m.hidden, s = m.seq, b = config.microBatch, R = b * getLocalSeq();
   const int64_t t = config.tensorDegree, Rl = getLocalRows();
@@ -508,15 +591,23 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
     const int64_t localHeads = m.heads / t, localKvHeads = m.getKvHeads() / t;
     const int64_t headDim = h / m.heads, hl = h / t, kvl = localKvHeads * headDim, fl = m.ffn / t;
     const int64_t qkvl = getQkvRows() / t;
+    const bool moe = isMoeLayer(layer);
     const char *downName = m.swiglu ? "mlp.down.weight" : "mlp.proj.weight";
-    addBiasGrad(outputGrad, G(m.swiglu ? "mlp.down.bias" : "mlp.proj.bias"));
+    addBiasGrad(outputGrad, G(moe        ? "moe.shared.down.bias"
+                              : m.swiglu ? "mlp.down.bias"
+                                         : "mlp.proj.bias"));
     std::vector<float> dout;
     PLACERT_TRY(gather(outputGrad, dout));
-    kernels->linearWeightGrad(saved.g.data(), dout.data(), G(downName), nullptr, R, fl, h);
-    std::vector<float> dg(static_cast<size_t>(R * fl));
-    kernels->linearInputGrad(dout.data(), W(downName), dg.data(), R, fl, h);
     std::vector<float> dy2(static_cast<size_t>(R * h)), dy2Reduced;
-    if (m.swiglu) {
+    std::vector<float> dg(static_cast<size_t>(moe ? 0 : R * fl));
+    if (moe) {
+      PLACERT_TRY(moeBackward(layer, weights, experts.weights, grads, experts.grads, saved, comm,
+                              dout.data(), dy2));
+    } else {
+      kernels->linearWeightGrad(saved.g.data(), dout.data(), G(downName), nullptr, R, fl, h);
+      kernels->linearInputGrad(dout.data(), W(downName), dg.data(), R, fl, h);
+    }
+    if (!moe && m.swiglu) {
       std::vector<float> dgate(dg.size()), dup(dg.size()), dy2Up(dy2.size());
       swigluBackward(saved.f.data(), saved.u.data(), dg.data(), dgate.data(), dup.data(), R * fl);
       kernels->linearWeightGrad(saved.y2.data(), dgate.data(), G("mlp.gate.weight"),
@@ -527,7 +618,7 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
       kernels->linearInputGrad(dup.data(), W("mlp.up.weight"), dy2Up.data(), R, h, fl);
       for (size_t i = 0; i < dy2.size(); ++i)
         dy2[i] += dy2Up[i];
-    } else {
+    } else if (!moe) {
       kernels->geluBackward(saved.f.data(), dg.data(), dg.data(), R * fl);
       kernels->linearWeightGrad(saved.y2.data(), dg.data(), G("mlp.fc.weight"), G("mlp.fc.bias"), R,
                                 h, fl);
@@ -776,6 +867,445 @@ Status GptModel::contextAttentionBackward(UnitCollectives &comm, UnitActivations
     unpack(dq, width, from, j * hq, hq);
     unpack(dk, kvWidth, from + R * hq * d, j * hk, hk);
     unpack(dv, kvWidth, from + R * (hq + hk) * d, j * hk, hk);
+  }
+  return Status::success();
+}
+
+int64_t GptModel::getExpertCapacity() const {
+  const MoeShape &e = config.shape.moe;
+  if (e.capacityFactor <= 0)
+    return 0;
+  double tokens = static_cast<double>(config.microBatch * getLocalSeq());
+  return static_cast<int64_t>(std::ceil(e.capacityFactor * tokens * static_cast<double>(e.topK) /
+                                        static_cast<double>(e.experts)));
+}
+
+namespace {
+
+/// One expert MLP (or the shared experts' MLP) on `rows` rows of x [rows, h]: `up` holds the
+/// [fl, h] gate rows then the [fl, h] up rows (swiglu) or the [fl, h] fc rows (gelu), `down` is
+/// [h, fl]; keeps f (the gate or the gelu input), u (swiglu's up) and g (the activation) and
+/// writes y [rows, h] (+ downBias when not null).
+void expertMlpForward(Kernels &kernels, bool swiglu, const float *x, const float *up,
+                      const float *upBias, const float *down, const float *downBias, int64_t rows,
+                      int64_t h, int64_t fl, float *f, float *u, float *g, float *y) {
+  kernels.linearForward(x, up, upBias, f, rows, h, fl);
+  if (swiglu) {
+    kernels.linearForward(x, up + fl * h, upBias ? upBias + fl : nullptr, u, rows, h, fl);
+    swigluForward(f, u, g, rows * fl);
+  } else {
+    kernels.geluForward(f, g, rows * fl);
+  }
+  kernels.linearForward(g, down, downBias, y, rows, fl, h);
+}
+
+/// Its backward from dy [rows, h]: accumulates the weight gradients (and the biases' when not
+/// null) and writes dx [rows, h].
+void expertMlpBackward(Kernels &kernels, bool swiglu, const float *x, const float *up,
+                       const float *down, const float *f, const float *u, const float *g,
+                       const float *dy, int64_t rows, int64_t h, int64_t fl, float *dUp,
+                       float *dUpBias, float *dDown, float *dDownBias, float *dx) {
+  kernels.linearWeightGrad(g, dy, dDown, dDownBias, rows, fl, h);
+  std::vector<float> dg(static_cast<size_t>(rows * fl));
+  kernels.linearInputGrad(dy, down, dg.data(), rows, fl, h);
+  if (swiglu) {
+    std::vector<float> dgate(dg.size()), dup(dg.size()), dxUp(static_cast<size_t>(rows * h));
+    swigluBackward(f, u, dg.data(), dgate.data(), dup.data(), rows * fl);
+    kernels.linearWeightGrad(x, dgate.data(), dUp, dUpBias, rows, h, fl);
+    kernels.linearWeightGrad(x, dup.data(), dUp + fl * h, dUpBias ? dUpBias + fl : nullptr, rows, h,
+                             fl);
+    kernels.linearInputGrad(dgate.data(), up, dx, rows, h, fl);
+    kernels.linearInputGrad(dup.data(), up + fl * h, dxUp.data(), rows, h, fl);
+    for (size_t i = 0; i < dxUp.size(); ++i)
+      dx[i] += dxUp[i];
+  } else {
+    kernels.geluBackward(f, dg.data(), dg.data(), rows * fl);
+    kernels.linearWeightGrad(x, dg.data(), dUp, dUpBias, rows, h, fl);
+    kernels.linearInputGrad(dg.data(), up, dx, rows, h, fl);
+  }
+}
+
+/// Where the rows of this rank's local experts are in the received dispatch buffer: source rank
+/// s's chunk holds, for each local expert i in order, rows[s · El + i] rows; the experts' input
+/// matrix holds expert i's rows from every source in source order. Calls visit(i, received row,
+/// expert row, count) for each (source, expert) piece.
+template <class Visit>
+void forEachExpertPiece(const std::vector<int64_t> &rows, int64_t sources, int64_t localExperts,
+                        Visit visit) {
+  std::vector<int64_t> expertStart(static_cast<size_t>(localExperts + 1), 0);
+  for (int64_t i = 0; i < localExperts; ++i) {
+    int64_t total = 0;
+    for (int64_t s = 0; s < sources; ++s)
+      total += rows[static_cast<size_t>(s * localExperts + i)];
+    expertStart[static_cast<size_t>(i + 1)] = expertStart[static_cast<size_t>(i)] + total;
+  }
+  std::vector<int64_t> filled(static_cast<size_t>(localExperts), 0);
+  int64_t received = 0;
+  for (int64_t s = 0; s < sources; ++s)
+    for (int64_t i = 0; i < localExperts; ++i) {
+      int64_t count = rows[static_cast<size_t>(s * localExperts + i)];
+      visit(i, received, expertStart[static_cast<size_t>(i)] + filled[static_cast<size_t>(i)],
+            count);
+      filled[static_cast<size_t>(i)] += count;
+      received += count;
+    }
+}
+
+} // namespace
+
+Status GptModel::moeForward(int64_t layer, const float *weights, const float *expertWeights,
+                            UnitActivations &saved, UnitCollectives &comm,
+                            std::vector<float> &partial) {
+  const GptShape &m = config.shape;
+  const MoeShape &e = m.moe;
+  const int64_t h = m.hidden, R = config.microBatch * getLocalSeq(), t = config.tensorDegree;
+  const int64_t E = e.experts, K = e.topK, ep = config.expertDegree, El = E / ep;
+  const int64_t fl = e.expertFfn / t, fused = m.swiglu ? 2 : 1;
+  if (!expertWeights)
+    return Status(StatusCode::InvalidArgument,
+                  "layer " + std::to_string(layer) + " runs without its experts' weights");
+  Offsets offsets(getTensors(UnitKind::Layer, layer));
+  Offsets expertOffsets(getTensors(UnitKind::Experts, layer));
+  auto W = [&](const char *name) { return offsets.at(weights, name); };
+  auto X = [&](const char *name) { return expertOffsets.at(expertWeights, name); };
+  const float *y2 = saved.y2.data();
+
+  // The router's scores and each token's top_k experts (ties to the lower index), with their
+  // scores renormalised to sum to 1 (Mixtral; DeepSeek-V3 for the sigmoid).
+  std::vector<float> logits(static_cast<size_t>(R * E));
+  kernels->linearForward(y2, W("moe.router.weight"), nullptr, logits.data(), R, h, E);
+  saved.moeScores.resize(logits.size());
+  saved.moeExperts.resize(static_cast<size_t>(R * K));
+  saved.moeWeights.resize(static_cast<size_t>(R * K));
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  for (int64_t r = 0; r < R; ++r) {
+    const float *z = logits.data() + r * E;
+    float *p = saved.moeScores.data() + r * E;
+    if (e.router == MoeRouter::Softmax) {
+      double best = -INFINITY, sum = 0;
+      for (int64_t x = 0; x < E; ++x)
+        best = std::max(best, static_cast<double>(z[x]));
+      for (int64_t x = 0; x < E; ++x)
+        sum += std::exp(z[x] - best);
+      for (int64_t x = 0; x < E; ++x)
+        p[x] = static_cast<float>(std::exp(z[x] - best) / sum);
+    } else {
+      for (int64_t x = 0; x < E; ++x)
+        p[x] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(z[x]))));
+    }
+    for (int64_t x = 0; x < E; ++x)
+      order[static_cast<size_t>(x)] = x;
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    double selected = 0;
+    for (int64_t j = 0; j < K; ++j)
+      selected += p[order[static_cast<size_t>(j)]];
+    for (int64_t j = 0; j < K; ++j) {
+      int64_t x = order[static_cast<size_t>(j)];
+      saved.moeExperts[static_cast<size_t>(r * K + j)] = x;
+      saved.moeWeights[static_cast<size_t>(r * K + j)] = static_cast<float>(p[x] / selected);
+    }
+  }
+
+  // The load-balancing loss (Fedus et al. 2021, eq. 4): aux_loss · E · Σ_e f_e · P_e over the
+  // global micro-batch's N tokens, f_e the fraction of the N · top_k choices that went to e and
+  // P_e the mean score of e; the counts and score sums are summed over the batch-like ranks.
+  saved.auxLoss = 0;
+  saved.moeFraction.assign(static_cast<size_t>(E), 0.0f);
+  if (e.auxLoss > 0) {
+    std::vector<double> sums(static_cast<size_t>(2 * E), 0.0);
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t j = 0; j < K; ++j)
+        sums[static_cast<size_t>(saved.moeExperts[static_cast<size_t>(r * K + j)])] += 1;
+      for (int64_t x = 0; x < E; ++x)
+        sums[static_cast<size_t>(E + x)] += saved.moeScores[static_cast<size_t>(r * E + x)];
+    }
+    std::vector<float> stats(sums.begin(), sums.end());
+    if (config.batchLikeDegree > 1)
+      PLACERT_TRY(comm.batchAllReduce(stats.data(), 2 * E));
+    double N =
+        static_cast<double>(config.globalBatch * m.seq) / static_cast<double>(config.microbatches);
+    double aux = 0;
+    for (int64_t x = 0; x < E; ++x) {
+      double fraction = stats[static_cast<size_t>(x)] / (N * static_cast<double>(K));
+      saved.moeFraction[static_cast<size_t>(x)] = static_cast<float>(fraction);
+      aux += fraction * stats[static_cast<size_t>(E + x)] / N;
+    }
+    saved.auxLoss =
+        e.auxLoss * static_cast<double>(E) * aux / static_cast<double>(config.microbatches);
+  }
+
+  // Dispatch: the dispatch buffer holds, for each expert in order (the experts of expert rank q
+  // are chunk q), its rows: with a capacity factor C rows (the choices in token order, then
+  // zeros), dropless exactly its choices.
+  const int64_t C = getExpertCapacity();
+  const bool capacity = C > 0;
+  std::vector<int64_t> count(static_cast<size_t>(E), 0), rank(static_cast<size_t>(R * K));
+  for (int64_t i = 0; i < R * K; ++i)
+    rank[static_cast<size_t>(i)] =
+        count[static_cast<size_t>(saved.moeExperts[static_cast<size_t>(i)])]++;
+  std::vector<int64_t> sendRows(static_cast<size_t>(E)), start(static_cast<size_t>(E));
+  int64_t sendTotal = 0;
+  for (int64_t x = 0; x < E; ++x) {
+    sendRows[static_cast<size_t>(x)] = capacity ? C : count[static_cast<size_t>(x)];
+    start[static_cast<size_t>(x)] = sendTotal;
+    sendTotal += sendRows[static_cast<size_t>(x)];
+  }
+  // How many rows each source sends for each of this rank's experts.
+  saved.moeExpertRows.assign(static_cast<size_t>(ep * El), C);
+  if (!capacity) {
+    if (ep > 1) {
+      std::vector<float> mine(sendRows.begin(), sendRows.end()), theirs(mine.size());
+      std::vector<int64_t> chunks(static_cast<size_t>(ep), El);
+      PLACERT_TRY(comm.expertCounts(mine.data(), chunks, theirs.data(), chunks));
+      for (size_t i = 0; i < theirs.size(); ++i)
+        saved.moeExpertRows[i] = static_cast<int64_t>(theirs[i]);
+    } else {
+      saved.moeExpertRows = sendRows;
+    }
+  }
+  saved.moeSlot.resize(static_cast<size_t>(R * K));
+  std::vector<float> dispatch(static_cast<size_t>(sendTotal * h), 0.0f);
+  for (int64_t i = 0; i < R * K; ++i) {
+    int64_t x = saved.moeExperts[static_cast<size_t>(i)];
+    int64_t slot = start[static_cast<size_t>(x)] + rank[static_cast<size_t>(i)];
+    saved.moeSlot[static_cast<size_t>(i)] = slot;
+    std::copy(y2 + (i / K) * h, y2 + (i / K + 1) * h, dispatch.data() + slot * h);
+  }
+  saved.moeSendCounts.assign(static_cast<size_t>(ep), 0);
+  saved.moeRecvCounts.assign(static_cast<size_t>(ep), 0);
+  int64_t recvTotal = 0;
+  for (int64_t q = 0; q < ep; ++q)
+    for (int64_t i = 0; i < El; ++i) {
+      saved.moeSendCounts[static_cast<size_t>(q)] += sendRows[static_cast<size_t>(q * El + i)] * h;
+      saved.moeRecvCounts[static_cast<size_t>(q)] +=
+          saved.moeExpertRows[static_cast<size_t>(q * El + i)] * h;
+      recvTotal += saved.moeExpertRows[static_cast<size_t>(q * El + i)];
+    }
+  std::vector<float> received(static_cast<size_t>(recvTotal * h));
+  if (ep > 1)
+    PLACERT_TRY(comm.expertAllToAll(dispatch.data(), saved.moeSendCounts, received.data(),
+                                    saved.moeRecvCounts, capacity));
+  else
+    received = dispatch;
+
+  // The experts: each local expert's rows from every source, through its MLP (this tensor
+  // rank's column and row pieces; the down bias on tensor rank 0, before the reduction).
+  saved.moeInput.resize(received.size());
+  forEachExpertPiece(saved.moeExpertRows, ep, El,
+                     [&](int64_t, int64_t from, int64_t to, int64_t n) {
+                       std::copy(received.data() + from * h, received.data() + (from + n) * h,
+                                 saved.moeInput.data() + to * h);
+                     });
+  std::vector<int64_t> expertRows(static_cast<size_t>(El), 0);
+  for (int64_t s = 0; s < ep; ++s)
+    for (int64_t i = 0; i < El; ++i)
+      expertRows[static_cast<size_t>(i)] += saved.moeExpertRows[static_cast<size_t>(s * El + i)];
+  saved.moeF.assign(static_cast<size_t>(recvTotal * fl), 0.0f);
+  saved.moeU.assign(m.swiglu ? saved.moeF.size() : 0, 0.0f);
+  saved.moeG.assign(saved.moeF.size(), 0.0f);
+  std::vector<float> outputs(static_cast<size_t>(recvTotal * h), 0.0f);
+  const float *upBias = X("moe.experts.up.bias"), *downBias = X("moe.experts.down.bias");
+  for (int64_t i = 0, row = 0; i < El; row += expertRows[static_cast<size_t>(i)], ++i) {
+    int64_t n = expertRows[static_cast<size_t>(i)];
+    if (n == 0)
+      continue;
+    expertMlpForward(
+        *kernels, m.swiglu, saved.moeInput.data() + row * h,
+        X("moe.experts.up.weight") + i * fused * fl * h, upBias ? upBias + i * fused * fl : nullptr,
+        X("moe.experts.down.weight") + i * h * fl,
+        downBias && config.tensorIndex == 0 ? downBias + i * h : nullptr, n, h, fl,
+        saved.moeF.data() + row * fl, m.swiglu ? saved.moeU.data() + row * fl : nullptr,
+        saved.moeG.data() + row * fl, outputs.data() + row * h);
+  }
+
+  // Combine: the outputs go back in the dispatch buffer's layout and each token sums its
+  // choices' outputs by their weights.
+  std::vector<float> back(received.size());
+  forEachExpertPiece(
+      saved.moeExpertRows, ep, El, [&](int64_t, int64_t to, int64_t from, int64_t n) {
+        std::copy(outputs.data() + from * h, outputs.data() + (from + n) * h, back.data() + to * h);
+      });
+  saved.moeCombined.assign(dispatch.size(), 0.0f);
+  if (ep > 1)
+    PLACERT_TRY(comm.expertAllToAll(back.data(), saved.moeRecvCounts, saved.moeCombined.data(),
+                                    saved.moeSendCounts, capacity));
+  else
+    saved.moeCombined = back;
+  partial.assign(static_cast<size_t>(R * h), 0.0f);
+  for (int64_t i = 0; i < R * K; ++i) {
+    float weight = saved.moeWeights[static_cast<size_t>(i)];
+    const float *y = saved.moeCombined.data() + saved.moeSlot[static_cast<size_t>(i)] * h;
+    float *out = partial.data() + (i / K) * h;
+    for (int64_t c = 0; c < h; ++c)
+      out[c] += weight * y[c];
+  }
+
+  // The shared experts: one column/row-split MLP on every token (its bias after the reduction).
+  const int64_t sharedWidth = e.sharedExperts * e.sharedExpertFfn / t;
+  if (sharedWidth > 0) {
+    saved.sharedF.assign(static_cast<size_t>(R * sharedWidth), 0.0f);
+    saved.sharedU.assign(m.swiglu ? saved.sharedF.size() : 0, 0.0f);
+    saved.sharedG.assign(saved.sharedF.size(), 0.0f);
+    std::vector<float> shared(static_cast<size_t>(R * h));
+    expertMlpForward(*kernels, m.swiglu, y2, W("moe.shared.up.weight"), W("moe.shared.up.bias"),
+                     W("moe.shared.down.weight"), nullptr, R, h, sharedWidth, saved.sharedF.data(),
+                     m.swiglu ? saved.sharedU.data() : nullptr, saved.sharedG.data(),
+                     shared.data());
+    for (size_t i = 0; i < shared.size(); ++i)
+      partial[i] += shared[i];
+  }
+  return Status::success();
+}
+
+Status GptModel::moeBackward(int64_t layer, const float *weights, const float *expertWeights,
+                             float *grads, float *expertGrads, UnitActivations &saved,
+                             UnitCollectives &comm, const float *dout, std::vector<float> &dy2) {
+  const GptShape &m = config.shape;
+  const MoeShape &e = m.moe;
+  const int64_t h = m.hidden, R = config.microBatch * getLocalSeq(), t = config.tensorDegree;
+  const int64_t E = e.experts, K = e.topK, ep = config.expertDegree, El = E / ep;
+  const int64_t fl = e.expertFfn / t, fused = m.swiglu ? 2 : 1;
+  const bool capacity = getExpertCapacity() > 0;
+  if (!expertWeights || !expertGrads)
+    return Status(StatusCode::InvalidArgument,
+                  "layer " + std::to_string(layer) + " runs without its experts' weights");
+  Offsets offsets(getTensors(UnitKind::Layer, layer));
+  Offsets expertOffsets(getTensors(UnitKind::Experts, layer));
+  auto W = [&](const char *name) { return offsets.at(weights, name); };
+  auto G = [&](const char *name) { return offsets.at(grads, name); };
+  auto X = [&](const char *name) { return expertOffsets.at(expertWeights, name); };
+  auto DX = [&](const char *name) { return expertOffsets.at(expertGrads, name); };
+  const float *y2 = saved.y2.data();
+  std::fill(dy2.begin(), dy2.end(), 0.0f);
+
+  // The combine weights' gradients: the output gradient against each choice's output, a partial
+  // sum over the tensor ranks' pieces of the experts, summed over the tensor axes.
+  std::vector<float> dw(static_cast<size_t>(R * K));
+  for (int64_t i = 0; i < R * K; ++i) {
+    const float *y = saved.moeCombined.data() + saved.moeSlot[static_cast<size_t>(i)] * h;
+    const float *d = dout + (i / K) * h;
+    double dot = 0;
+    for (int64_t c = 0; c < h; ++c)
+      dot += static_cast<double>(d[c]) * y[c];
+    dw[static_cast<size_t>(i)] = static_cast<float>(dot);
+  }
+  // With top_k = 1 the renormalised weight is 1 whatever the scores: nothing flows back through
+  // it, and the exchange is left out.
+  if (t > 1 && K > 1)
+    PLACERT_TRY(comm.allReduce(dw.data(), R * K));
+
+  // The choices' output gradients (weight · dout) to the experts, as the dispatch went.
+  std::vector<float> dispatch(saved.moeCombined.size(), 0.0f);
+  for (int64_t i = 0; i < R * K; ++i) {
+    float weight = saved.moeWeights[static_cast<size_t>(i)];
+    const float *d = dout + (i / K) * h;
+    float *to = dispatch.data() + saved.moeSlot[static_cast<size_t>(i)] * h;
+    for (int64_t c = 0; c < h; ++c)
+      to[c] = weight * d[c];
+  }
+  std::vector<float> received(saved.moeInput.size());
+  if (ep > 1)
+    PLACERT_TRY(comm.expertAllToAll(dispatch.data(), saved.moeSendCounts, received.data(),
+                                    saved.moeRecvCounts, capacity));
+  else
+    received = dispatch;
+  std::vector<float> dy(received.size()), dx(received.size(), 0.0f);
+  forEachExpertPiece(
+      saved.moeExpertRows, ep, El, [&](int64_t, int64_t from, int64_t to, int64_t n) {
+        std::copy(received.data() + from * h, received.data() + (from + n) * h, dy.data() + to * h);
+      });
+  std::vector<int64_t> expertRows(static_cast<size_t>(El), 0);
+  for (int64_t s = 0; s < ep; ++s)
+    for (int64_t i = 0; i < El; ++i)
+      expertRows[static_cast<size_t>(i)] += saved.moeExpertRows[static_cast<size_t>(s * El + i)];
+  float *dUpBias = DX("moe.experts.up.bias"), *dDownBias = DX("moe.experts.down.bias");
+  for (int64_t i = 0, row = 0; i < El; row += expertRows[static_cast<size_t>(i)], ++i) {
+    int64_t n = expertRows[static_cast<size_t>(i)];
+    if (n == 0)
+      continue;
+    expertMlpBackward(
+        *kernels, m.swiglu, saved.moeInput.data() + row * h,
+        X("moe.experts.up.weight") + i * fused * fl * h, X("moe.experts.down.weight") + i * h * fl,
+        saved.moeF.data() + row * fl, m.swiglu ? saved.moeU.data() + row * fl : nullptr,
+        saved.moeG.data() + row * fl, dy.data() + row * h, n, h, fl,
+        DX("moe.experts.up.weight") + i * fused * fl * h,
+        dUpBias ? dUpBias + i * fused * fl : nullptr, DX("moe.experts.down.weight") + i * h * fl,
+        dDownBias ? dDownBias + i * h : nullptr, dx.data() + row * h);
+  }
+  // The inputs' gradients (partial over the tensor ranks) back to their tokens.
+  std::vector<float> back(received.size()), combined(dispatch.size());
+  forEachExpertPiece(
+      saved.moeExpertRows, ep, El, [&](int64_t, int64_t to, int64_t from, int64_t n) {
+        std::copy(dx.data() + from * h, dx.data() + (from + n) * h, back.data() + to * h);
+      });
+  if (ep > 1)
+    PLACERT_TRY(comm.expertAllToAll(back.data(), saved.moeRecvCounts, combined.data(),
+                                    saved.moeSendCounts, capacity));
+  else
+    combined = back;
+  for (int64_t i = 0; i < R * K; ++i) {
+    const float *from = combined.data() + saved.moeSlot[static_cast<size_t>(i)] * h;
+    float *to = dy2.data() + (i / K) * h;
+    for (int64_t c = 0; c < h; ++c)
+      to[c] += from[c];
+  }
+
+  // The shared experts, as a dense MLP.
+  const int64_t sharedWidth = e.sharedExperts * e.sharedExpertFfn / t;
+  if (sharedWidth > 0) {
+    std::vector<float> dShared(static_cast<size_t>(R * h), 0.0f);
+    expertMlpBackward(*kernels, m.swiglu, y2, W("moe.shared.up.weight"),
+                      W("moe.shared.down.weight"), saved.sharedF.data(),
+                      m.swiglu ? saved.sharedU.data() : nullptr, saved.sharedG.data(), dout, R, h,
+                      sharedWidth, G("moe.shared.up.weight"), G("moe.shared.up.bias"),
+                      G("moe.shared.down.weight"), nullptr, dShared.data());
+    for (size_t i = 0; i < dShared.size(); ++i)
+      dy2[i] += dShared[i];
+  }
+
+  // The router: through the renormalisation w_j = p_j / Σ p (dp_j = (dw_j − Σ_i dw_i w_i) / Σ p),
+  // the load-balancing loss (d/dp_{t,e} = aux_loss · E · f_e / N per micro-batch), and the
+  // softmax or the sigmoid; identical on every tensor rank.
+  const double N =
+      static_cast<double>(config.globalBatch * m.seq) / static_cast<double>(config.microbatches);
+  const double auxScale =
+      e.auxLoss * static_cast<double>(E) / (N * static_cast<double>(config.microbatches));
+  std::vector<float> dlogits(static_cast<size_t>(R * E));
+  std::vector<double> dp(static_cast<size_t>(E));
+  for (int64_t r = 0; r < R; ++r) {
+    const float *p = saved.moeScores.data() + r * E;
+    for (int64_t x = 0; x < E; ++x)
+      dp[static_cast<size_t>(x)] =
+          e.auxLoss > 0 ? auxScale * saved.moeFraction[static_cast<size_t>(x)] : 0.0;
+    double selected = 0, dot = 0;
+    for (int64_t j = 0; j < K; ++j) {
+      selected += p[saved.moeExperts[static_cast<size_t>(r * K + j)]];
+      dot += static_cast<double>(dw[static_cast<size_t>(r * K + j)]) *
+             saved.moeWeights[static_cast<size_t>(r * K + j)];
+    }
+    for (int64_t j = 0; j < K; ++j)
+      dp[static_cast<size_t>(saved.moeExperts[static_cast<size_t>(r * K + j)])] +=
+          (dw[static_cast<size_t>(r * K + j)] - dot) / selected;
+    float *dz = dlogits.data() + r * E;
+    if (e.router == MoeRouter::Softmax) {
+      double inner = 0;
+      for (int64_t x = 0; x < E; ++x)
+        inner += p[x] * dp[static_cast<size_t>(x)];
+      for (int64_t x = 0; x < E; ++x)
+        dz[x] = static_cast<float>(p[x] * (dp[static_cast<size_t>(x)] - inner));
+    } else {
+      for (int64_t x = 0; x < E; ++x)
+        dz[x] = static_cast<float>(dp[static_cast<size_t>(x)] * p[x] * (1.0 - p[x]));
+    }
+  }
+  kernels->linearWeightGrad(y2, dlogits.data(), G("moe.router.weight"), nullptr, R, h, E);
+  if (config.tensorIndex == 0) {
+    // The input gradient joins the tensor ranks' partial sums once.
+    std::vector<float> dRouter(static_cast<size_t>(R * h));
+    kernels->linearInputGrad(dlogits.data(), W("moe.router.weight"), dRouter.data(), R, h, E);
+    for (size_t i = 0; i < dRouter.size(); ++i)
+      dy2[i] += dRouter[i];
   }
   return Status::success();
 }

@@ -15,7 +15,9 @@
 namespace placert {
 namespace gpt {
 
-enum class UnitKind { Embed, Layer, Head };
+/// `Experts`: the routed experts of a mixture-of-experts layer, a unit of their own for the states
+/// (placed over the expert-data-parallel axes) whose math is part of the layer's.
+enum class UnitKind { Embed, Layer, Experts, Head };
 enum class Split { Column, Row, Vocabulary, Replicated };
 
 /// One parameter tensor: [rows, cols] (a vector has cols 1), as in docs/ir.md.
@@ -25,10 +27,32 @@ struct TensorInfo {
   Split split = Split::Replicated;
   enum class Init { Weight, NormWeight, Bias } init = Init::Weight;
   int64_t fanIn = 1;
-  // After the tensor-parallel split.
+  /// Mixture of experts: the tensor is `blocks` blocks of rows, one per expert (1 otherwise),
+  /// split over the expert-parallel ranks when `expertSplit`; each block's rows are `fused`
+  /// segments (swiglu's gate and up projections: 2) that a column split cuts each in t pieces.
+  int64_t blocks = 1, fused = 1;
+  bool expertSplit = false;
+  /// The logical shape a checkpoint records ([experts, rows, cols]); empty: [rows] or [rows, cols].
+  std::vector<int64_t> dims;
+  // After the tensor- and expert-parallel splits.
   int64_t localRows = 0, localCols = 0, rowOffset = 0, colOffset = 0;
   int64_t localOffset = 0; ///< In the unit's local piece.
+  /// Segmented rows (blocks or fused segments under a column split): local row j·segmentRows + i
+  /// is global row (firstBlock + j / segments)·blockRows + (j % segments)·segmentStride +
+  /// rowOffset + i. 0: local row r is global row rowOffset + r.
+  int64_t segmentRows = 0, segments = 1, blockRows = 0, segmentStride = 0, firstBlock = 0;
   bool isVector() const { return cols == 1; }
+  int64_t globalRow(int64_t localRow) const {
+    if (segmentRows == 0)
+      return rowOffset + localRow;
+    int64_t j = localRow / segmentRows;
+    return (firstBlock + j / segments) * blockRows + (j % segments) * segmentStride + rowOffset +
+           localRow % segmentRows;
+  }
+  /// The row-major index in the whole tensor of element `k` of the local piece.
+  int64_t logicalIndex(int64_t k) const {
+    return globalRow(k / localCols) * cols + k % localCols + colOffset;
+  }
 };
 
 /// The collectives inside a unit's computation as the math calls them: over the tensor axes
@@ -43,6 +67,30 @@ public:
   /// Context parallelism, as Communicator::allToAll and Communicator::ringStep.
   virtual Status allToAll(const float *input, float *output, int64_t elements) = 0;
   virtual Status ringStep(const float *input, float *output, int64_t elements) = 0;
+  /// Expert parallelism (only with expert degree > 1): Communicator::allToAllv over the expert
+  /// axes, the group's rank being the expert index. `capacity`: the chunks have the sizes the
+  /// capacity factor fixes (the plan's element count is exact); otherwise dropless routing's
+  /// sizes, which depend on the routing.
+  virtual Status expertAllToAll(const float *input, const std::vector<int64_t> &sendCounts,
+                                float *output, const std::vector<int64_t> &recvCounts,
+                                bool capacity) {
+    (void)input, (void)sendCounts, (void)output, (void)recvCounts, (void)capacity;
+    return Status(StatusCode::InvalidArgument, "an expert-parallel all-to-all without expert axes");
+  }
+  /// Dropless routing's row counts per expert, before the dispatch: as expertAllToAll, but not an
+  /// op of the plan (its size is the experts', and the plan's dropless all-to-alls are
+  /// expectations anyway); counted with the expert all-to-alls.
+  virtual Status expertCounts(const float *input, const std::vector<int64_t> &sendCounts,
+                              float *output, const std::vector<int64_t> &recvCounts) {
+    (void)input, (void)sendCounts, (void)output, (void)recvCounts;
+    return Status(StatusCode::InvalidArgument, "an expert-parallel all-to-all without expert axes");
+  }
+  /// The load-balancing loss's statistics summed over the batch-like axes (batch, sequence,
+  /// expert; only when their degree is > 1).
+  virtual Status batchAllReduce(float *buffer, int64_t elements) {
+    (void)buffer, (void)elements;
+    return Status(StatusCode::InvalidArgument, "a batch all-reduce without batch axes");
+  }
 };
 
 /// What a unit keeps of one micro-batch between its forward and backward.
@@ -57,6 +105,16 @@ struct UnitActivations {
   /// Context parallelism: the log-sum-exp of each query row's scores per head, from which the
   /// blockwise backward recomputes the probabilities (they are never kept whole).
   std::vector<double> lse;
+  /// Mixture of experts: the router's scores [rows, experts] (softmax or sigmoid), each token's
+  /// top_k experts and combine weights [rows, top_k], where each choice sits in the dispatch
+  /// buffer, the fraction of the global micro-batch's choices each expert got, the chunk sizes
+  /// of the all-to-alls, the experts' inputs and intermediate values on this rank, the combined
+  /// expert outputs [dispatch rows, hidden], and the shared experts' intermediate values.
+  std::vector<float> moeScores, moeWeights, moeFraction;
+  std::vector<int64_t> moeExperts, moeSlot, moeSendCounts, moeRecvCounts, moeExpertRows;
+  std::vector<float> moeInput, moeF, moeU, moeG, moeCombined, sharedF, sharedU, sharedG;
+  /// The load-balancing loss of this micro-batch (already divided by the micro-batches).
+  double auxLoss = 0;
   std::vector<float> dlogits;   ///< The head: the loss gradient of its logits.
   std::vector<float> lossStats; ///< The head: per row max, sum of exponentials, target.
   bool complete = false;        ///< Every tensor above present (else recompute first).
@@ -74,6 +132,21 @@ struct GptConfig {
   /// `contextMethod`.
   int contextDegree = 1, contextIndex = 0;
   ContextMethod contextMethod = ContextMethod::Ring;
+  /// Expert parallelism: this rank holds experts [expertIndex·E/expertDegree, …) of every
+  /// mixture-of-experts layer. `batchLikeDegree` is the number of ranks whose tokens make the
+  /// global micro-batch (batch × sequence × expert axes), over which the load-balancing loss's
+  /// statistics are summed; `microbatches` the micro-batches of a step (the loss of each is
+  /// divided by them).
+  int expertDegree = 1, expertIndex = 0;
+  int batchLikeDegree = 1;
+  int64_t microbatches = 1;
+};
+
+/// The weights and gradients of a mixture-of-experts layer's routed experts (the `Experts` unit's
+/// local piece), which the layer's forward and backward use.
+struct ExpertTensors {
+  const float *weights = nullptr;
+  float *grads = nullptr;
 };
 
 /// Megatron-Core's load-balanced split of a sequence of `seq` tokens among `degree` context
@@ -113,13 +186,13 @@ public:
   Status forward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
                  const int32_t *tokens, const int32_t *targets, const float *input, float *output,
                  UnitActivations &saved, UnitCollectives &collectives, double &loss,
-                 bool recomputing);
+                 bool recomputing, ExpertTensors experts = {});
   /// Backward: accumulates into `grads` (the unit's local piece; `tiedGrads` the embedding's for
   /// a tied head) and writes the input gradient (layers and head) to `inputGrad`.
   Status backward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
                   const int32_t *tokens, const float *input, const float *outputGrad,
                   float *inputGrad, float *grads, float *tiedGrads, UnitActivations &saved,
-                  UnitCollectives &collectives);
+                  UnitCollectives &collectives, ExpertTensors experts = {});
   /// Selective recomputation: the attention probabilities again from the saved q, k, v (nothing
   /// under context parallelism, whose backward recomputes them block by block).
   void recomputeAttention(UnitActivations &saved);
@@ -127,7 +200,24 @@ public:
   /// (norms, row-parallel biases): what sequence parallelism all-reduces.
   std::vector<std::pair<int64_t, int64_t>> getReplicatedRanges(UnitKind kind, int64_t layer) const;
 
+  /// Whether layer `layer` has a mixture-of-experts block instead of the dense MLP.
+  bool isMoeLayer(int64_t layer) const { return config.shape.moe.isMoeLayer(layer); }
+  /// The per-source-rank capacity of an expert, ceil(c · tokens · top_k / experts) for this
+  /// rank's tokens; 0 for dropless routing.
+  int64_t getExpertCapacity() const;
+
 private:
+  /// The mixture-of-experts block on the normed input saved.y2 [rows, hidden] (the rows of the
+  /// whole micro-batch piece, identical on the tensor ranks): router, top-k, load-balancing
+  /// loss, dispatch, experts, combine, shared experts; `partial` receives this tensor rank's
+  /// partial output [rows, hidden] (before the tensor-parallel reduction).
+  Status moeForward(int64_t layer, const float *weights, const float *expertWeights,
+                    UnitActivations &saved, UnitCollectives &comm, std::vector<float> &partial);
+  /// Its backward from the output gradient `dout` [rows, hidden] into this tensor rank's partial
+  /// `dy2` [rows, hidden].
+  Status moeBackward(int64_t layer, const float *weights, const float *expertWeights, float *grads,
+                     float *expertGrads, UnitActivations &saved, UnitCollectives &comm,
+                     const float *dout, std::vector<float> &dy2);
   /// The tensor-parallel reduction of a partial [rows, hidden] product into the local layout:
   /// reduce-scattered over the rows under sequence parallelism, all-reduced otherwise.
   Status reduceRows(UnitCollectives &comm, std::vector<float> &partial,

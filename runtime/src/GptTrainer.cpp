@@ -50,12 +50,21 @@ public:
   Status reduceScatter(const float *input, float *output, int64_t inputElements) override;
   Status allToAll(const float *input, float *output, int64_t elements) override;
   Status ringStep(const float *input, float *output, int64_t elements) override;
+  Status expertAllToAll(const float *input, const std::vector<int64_t> &sendCounts, float *output,
+                        const std::vector<int64_t> &recvCounts, bool capacity) override;
+  Status expertCounts(const float *input, const std::vector<int64_t> &sendCounts, float *output,
+                      const std::vector<int64_t> &recvCounts) override;
+  Status batchAllReduce(float *buffer, int64_t elements) override;
   /// Fails when planned collectives were left over.
   Status finish();
 
 private:
+  /// Which axes a collective of the computation runs over.
+  enum class Over { Tensor, Sequence, Expert, Batch };
+  /// `exact`: the plan's element count must be the computation's (dropless routing's chunks
+  /// depend on the routing, so its all-to-alls check only the kind and the axes).
   Status next(Collective collective, int64_t elements, const PlannedCollective *&op,
-              Communicator *&group);
+              Communicator *&group, Over over, bool exact = true);
   GptCore &core;
   const UnitState &unit;
   Phase phase;
@@ -72,28 +81,59 @@ struct GptCore : Trainer::Core {
   std::unique_ptr<gpt::GptModel> model;
   std::vector<GptUnit> layout; ///< Parallel to `units`.
 
+  ExpertParallelism expert;
+
   GptCore(Runtime &runtime, GptShape shape, TrainingSpec spec, StatePlacement placement,
-          Recompute recompute, bool sequenceParallel, ContextParallelism context)
+          Recompute recompute, bool sequenceParallel, ContextParallelism context,
+          ExpertParallelism expert)
       : Core(runtime, std::move(spec), std::move(placement), shape.name), shape(std::move(shape)),
-        recompute(recompute), sequenceParallel(sequenceParallel), context(std::move(context)) {}
+        recompute(recompute), sequenceParallel(sequenceParallel), context(std::move(context)),
+        expert(std::move(expert)) {
+    expertPlacement = this->expert.placement;
+  }
 
   GptUnit &of(const UnitState &unit) { return layout[static_cast<size_t>(&unit - units.data())]; }
   const GptUnit &of(const UnitState &unit) const {
     return layout[static_cast<size_t>(&unit - units.data())];
   }
   int64_t boundaryElements() const { return model->getLocalRows() * shape.hidden; }
-  /// The unit's input: the previous unit's output on this stage, or what the previous stage sent.
+  /// The unit's input: the previous unit's output on this stage, or what the previous stage sent
+  /// (expert units are part of their layer's computation, not a unit of the chain).
   Buffer &input(UnitState &unit, int mb) {
     size_t index = static_cast<size_t>(&unit - units.data());
-    if (index > 0 && units[index - 1].local)
-      return layout[index - 1].stash[mb].output;
+    size_t previous = index;
+    while (previous > 0 && units[previous - 1].spec.experts)
+      --previous;
+    if (previous > 0 && units[previous - 1].local)
+      return layout[previous - 1].stash[mb].output;
     return of(unit).stash[mb].received;
   }
   Buffer &outputGrad(UnitState &unit, int mb) {
     size_t index = static_cast<size_t>(&unit - units.data());
-    if (index + 1 < units.size() && units[index + 1].local)
-      return layout[index + 1].stash[mb].inputGrad;
+    size_t next = index + 1;
+    while (next < units.size() && units[next].spec.experts)
+      ++next;
+    if (next < units.size() && units[next].local)
+      return layout[next].stash[mb].inputGrad;
     return of(unit).stash[mb].receivedGrad;
+  }
+  /// The expert unit of a mixture-of-experts layer's unit (the one after it), or null.
+  UnitState *expertsOf(const UnitState &unit) {
+    size_t index = static_cast<size_t>(&unit - units.data());
+    if (of(unit).kind != UnitKind::Layer || !shape.moe.isMoeLayer(of(unit).layer) ||
+        index + 1 >= units.size() || !units[index + 1].spec.experts)
+      return nullptr;
+    return &units[index + 1];
+  }
+  /// Whether this rank adds the load-balancing loss to the step's loss (it is the same on every
+  /// batch-like rank): coordinate 0 on the tensor and every batch-like axis.
+  bool countsAuxLoss() const {
+    if (tensorIndex != 0)
+      return false;
+    for (const std::string &axis : batchAxes)
+      if (runtime.getCoordinate(axis) != 0)
+        return false;
+    return true;
   }
   /// The micro-batch's token ids and next-token targets, b · seq/cp each: this rank's tokens of
   /// each sample, at their global positions (context parallelism's load-balanced split).
@@ -140,7 +180,24 @@ struct GptCore : Trainer::Core {
            ", \"ffn\": " + std::to_string(shape.ffn) +
            ", \"tied_embeddings\": " + flag(shape.tiedEmbeddings) +
            ", \"swiglu\": " + flag(shape.swiglu) + ", \"rmsnorm\": " + flag(shape.rmsNorm) +
-           ", \"bias\": " + flag(shape.bias) + ", \"rope\": " + flag(shape.rope) + "}";
+           ", \"bias\": " + flag(shape.bias) + ", \"rope\": " + flag(shape.rope) + moeJson() + "}";
+  }
+  std::string moeJson() const {
+    const MoeShape &e = shape.moe;
+    if (e.experts == 0)
+      return "";
+    char factor[64], aux[64];
+    std::snprintf(factor, sizeof factor, "%.17g", e.capacityFactor);
+    std::snprintf(aux, sizeof aux, "%.17g", e.auxLoss);
+    return ", \"experts\": " + std::to_string(e.experts) +
+           ", \"top_k\": " + std::to_string(e.topK) +
+           ", \"expert_ffn\": " + std::to_string(e.expertFfn) +
+           ", \"shared_experts\": " + std::to_string(e.sharedExperts) +
+           ", \"shared_expert_ffn\": " + std::to_string(e.sharedExpertFfn) +
+           ", \"moe_every\": " + std::to_string(e.moeEvery) +
+           ", \"dense_layers\": " + std::to_string(e.denseLayers) + ", \"router\": \"" +
+           (e.router == MoeRouter::Softmax ? "softmax" : "sigmoid") +
+           "\", \"capacity_factor\": " + factor + ", \"aux_loss\": " + aux;
   }
   void clearActivations() override {
     for (GptUnit &unit : layout)
@@ -156,32 +213,40 @@ struct GptCore : Trainer::Core {
 };
 
 Status PlannedCollectives::next(Collective collective, int64_t elements,
-                                const PlannedCollective *&op, Communicator *&group) {
-  // Context parallelism's exchanges run over the sequence axes, the rest over the tensor axes.
-  bool context = collective == Collective::AllToAll || collective == Collective::RingStep;
-  const AxisGroup &axes = context ? core.contextAxes : core.tensorAxes;
+                                const PlannedCollective *&op, Communicator *&group, Over over,
+                                bool exact) {
+  // Context parallelism's exchanges run over the sequence axes, expert parallelism's over the
+  // expert axes, the load-balancing statistics over every batch-like axis, the rest over the
+  // tensor axes.
+  const AxisGroup &axes = over == Over::Sequence ? core.contextAxes
+                          : over == Over::Expert ? core.expertAxes
+                          : over == Over::Batch  ? core.batchAxes
+                                                 : core.tensorAxes;
+  const char *kind = over == Over::Sequence ? "sequence"
+                     : over == Over::Expert ? "expert"
+                     : over == Over::Batch  ? "batch-like"
+                                            : "tensor";
   auto fail = [&](const std::string &why) {
     return core.invalid(std::string("plan mismatch in the ") + what + " of " + unit.spec.name +
                         ": the computation needs " + withArticle(collective) + " of " +
-                        std::to_string(elements) + " elements over the " +
-                        (context ? "sequence" : "tensor") + " axes, " + why);
+                        std::to_string(elements) + " elements over the " + kind + " axes, " + why);
   };
   if (position >= planned.size())
     return fail("but the plan lists no more collectives for it");
   op = &planned[position++];
-  if (op->collective != collective || op->elements != elements)
+  if (op->collective != collective || (exact && op->elements != elements))
     return fail("but the plan's next one is " + withArticle(op->collective) + " of " +
                 std::to_string(op->elements) + " elements");
   if (!sameSet(op->axes, axes))
     return fail("but the plan's runs over '" + join(op->axes) + "'");
-  // The group in mesh order, so that its ranks are the context (or tensor) indices.
-  return core.runtime.getGroup(context ? axes : op->axes, group);
+  // The group in mesh order, so that its ranks are the context (or expert, or tensor) indices.
+  return core.runtime.getGroup(over == Over::Tensor ? op->axes : axes, group);
 }
 
 Status PlannedCollectives::allReduce(float *buffer, int64_t elements) {
   const PlannedCollective *op;
   Communicator *group;
-  PLACERT_TRY(next(Collective::AllReduce, elements, op, group));
+  PLACERT_TRY(next(Collective::AllReduce, elements, op, group, Over::Tensor));
   return core.runtime.allReduce(*group, join(op->axes), buffer, elements,
                                 core.info(State::Activations, phase, op->dtype));
 }
@@ -189,7 +254,7 @@ Status PlannedCollectives::allReduce(float *buffer, int64_t elements) {
 Status PlannedCollectives::allGather(const float *input, float *output, int64_t outputElements) {
   const PlannedCollective *op;
   Communicator *group;
-  PLACERT_TRY(next(Collective::AllGather, outputElements, op, group));
+  PLACERT_TRY(next(Collective::AllGather, outputElements, op, group, Over::Tensor));
   return core.runtime.allGather(*group, join(op->axes), input, output, outputElements,
                                 core.info(State::Activations, phase, op->dtype));
 }
@@ -197,7 +262,7 @@ Status PlannedCollectives::allGather(const float *input, float *output, int64_t 
 Status PlannedCollectives::reduceScatter(const float *input, float *output, int64_t inputElements) {
   const PlannedCollective *op;
   Communicator *group;
-  PLACERT_TRY(next(Collective::ReduceScatter, inputElements, op, group));
+  PLACERT_TRY(next(Collective::ReduceScatter, inputElements, op, group, Over::Tensor));
   return core.runtime.reduceScatter(*group, join(op->axes), input, output, inputElements,
                                     core.info(State::Activations, phase, op->dtype));
 }
@@ -205,7 +270,7 @@ Status PlannedCollectives::reduceScatter(const float *input, float *output, int6
 Status PlannedCollectives::allToAll(const float *input, float *output, int64_t elements) {
   const PlannedCollective *op;
   Communicator *group;
-  PLACERT_TRY(next(Collective::AllToAll, elements, op, group));
+  PLACERT_TRY(next(Collective::AllToAll, elements, op, group, Over::Sequence));
   return core.runtime.allToAll(*group, join(op->axes), input, output, elements,
                                core.info(State::Activations, phase, op->dtype));
 }
@@ -213,9 +278,39 @@ Status PlannedCollectives::allToAll(const float *input, float *output, int64_t e
 Status PlannedCollectives::ringStep(const float *input, float *output, int64_t elements) {
   const PlannedCollective *op;
   Communicator *group;
-  PLACERT_TRY(next(Collective::RingStep, elements, op, group));
+  PLACERT_TRY(next(Collective::RingStep, elements, op, group, Over::Sequence));
   return core.runtime.ringStep(*group, join(op->axes), input, output, elements,
                                core.info(State::Activations, phase, op->dtype));
+}
+
+Status PlannedCollectives::expertAllToAll(const float *input,
+                                          const std::vector<int64_t> &sendCounts, float *output,
+                                          const std::vector<int64_t> &recvCounts, bool capacity) {
+  // The plan counts a rank's whole buffer, as for every all-to-all.
+  int64_t elements = 0;
+  for (int64_t count : sendCounts)
+    elements += count;
+  const PlannedCollective *op;
+  Communicator *group;
+  PLACERT_TRY(next(Collective::AllToAll, elements, op, group, Over::Expert, capacity));
+  return core.runtime.allToAllv(*group, join(op->axes), input, sendCounts, output, recvCounts,
+                                core.info(State::Activations, phase, op->dtype));
+}
+
+Status PlannedCollectives::expertCounts(const float *input, const std::vector<int64_t> &sendCounts,
+                                        float *output, const std::vector<int64_t> &recvCounts) {
+  Communicator *group;
+  PLACERT_TRY(core.runtime.getGroup(core.expertAxes, group));
+  return core.runtime.allToAllv(*group, join(core.expertAxes), input, sendCounts, output,
+                                recvCounts, core.info(State::Activations, phase, DType::FP32));
+}
+
+Status PlannedCollectives::batchAllReduce(float *buffer, int64_t elements) {
+  const PlannedCollective *op;
+  Communicator *group;
+  PLACERT_TRY(next(Collective::AllReduce, elements, op, group, Over::Batch));
+  return core.runtime.allReduce(*group, join(op->axes), buffer, elements,
+                                core.info(State::Activations, phase, op->dtype));
 }
 
 Status PlannedCollectives::finish() {
@@ -230,10 +325,17 @@ Status PlannedCollectives::finish() {
 
 Status GptCore::layoutUnits() {
   int64_t t = tensorDegree;
-  if (static_cast<int64_t>(units.size()) != shape.layers + 2)
+  const MoeShape &moe = shape.moe;
+  int64_t moeLayers = 0;
+  for (int64_t l = 0; l < shape.layers; ++l)
+    moeLayers += moe.isMoeLayer(l) ? 1 : 0;
+  if (static_cast<int64_t>(units.size()) != shape.layers + 2 + moeLayers)
     return invalid("the program declares " + std::to_string(units.size()) + " units for a " +
-                   "transformer of " + std::to_string(shape.layers) +
-                   " layers (embed, the layers, head)");
+                   "transformer of " + std::to_string(shape.layers) + " layers (embed, the layers" +
+                   (moeLayers > 0 ? ", the experts of its " + std::to_string(moeLayers) +
+                                        " mixture-of-experts layers"
+                                  : std::string()) +
+                   ", head)");
   auto divides = [&](int64_t value, const char *what) -> Status {
     if (value % t != 0)
       return invalid(std::string(what) + " " + std::to_string(value) + " does not divide among " +
@@ -275,6 +377,39 @@ Status GptCore::layoutUnits() {
   if (sequenceParallel)
     PLACERT_TRY(
         divides(spec.microBatch * shape.seq / cp, "micro-batch x seq / cp (sequence parallelism)"));
+  // Expert parallelism: the program's expert axes are the mesh's; experts divide among them.
+  int64_t ep = expertDegree;
+  if ((ep > 1 || !expert.axes.empty()) &&
+      (!sameSet(expert.axes, expertAxes) || expert.degree != ep))
+    return invalid("the program's expert parallelism over '" + join(expert.axes) + "' (" +
+                   std::to_string(expert.degree) + " ranks) does not match the mesh, " +
+                   (expertAxes.empty() ? std::string("which has no expert axis")
+                                       : "whose expert axes are '" + join(expertAxes) + "' (" +
+                                             std::to_string(ep) + " ranks)"));
+  if (moe.experts > 0) {
+    if (moe.experts < 2 || moe.topK < 1 || moe.topK > moe.experts)
+      return invalid("a mixture of experts needs at least 2 experts and top_k in [1, experts] (" +
+                     std::to_string(moe.experts) + " experts, top_k " + std::to_string(moe.topK) +
+                     ")");
+    if (moe.experts % ep != 0)
+      return invalid("experts " + std::to_string(moe.experts) + " do not divide among " +
+                     std::to_string(ep) + " expert-parallel ranks");
+    PLACERT_TRY(divides(moe.expertFfn, "expert_ffn"));
+    PLACERT_TRY(
+        divides(moe.sharedExperts * moe.sharedExpertFfn, "shared_experts x shared_expert_ffn"));
+    // Token dropping is not implemented: a capacity factor must leave room for every token.
+    if (moe.capacityFactor > 0 &&
+        moe.capacityFactor * static_cast<double>(moe.topK) < static_cast<double>(moe.experts))
+      return invalid("capacity_factor " + std::to_string(moe.capacityFactor) +
+                     " could drop tokens (it must be at least experts / top_k = " +
+                     std::to_string(moe.experts) + " / " + std::to_string(moe.topK) +
+                     "): the runtime routes without dropping");
+    if (moe.auxLoss < 0)
+      return invalid("aux_loss must not be negative");
+  } else if (ep > 1) {
+    return invalid("an expert axis of " + std::to_string(ep) +
+                   " ranks for a model without experts");
+  }
   if (shape.tiedEmbeddings && units.front().spec.stage != units.back().spec.stage)
     return invalid("tied embeddings with the embedding on stage " +
                    std::to_string(units.front().spec.stage) + " and the head on stage " +
@@ -290,19 +425,38 @@ Status GptCore::layoutUnits() {
   config.contextDegree = contextDegree;
   config.contextIndex = contextIndex;
   config.contextMethod = context.method;
+  config.expertDegree = expertDegree;
+  config.expertIndex = expertIndex;
+  config.batchLikeDegree = runtime.getGroupSize(batchAxes);
+  config.microbatches = spec.microbatches;
   model = std::make_unique<gpt::GptModel>(config);
   layout.clear();
   layout.resize(units.size());
+  // embed, then each layer followed by its experts when it is a mixture-of-experts layer, head.
+  int64_t nextLayer = 0;
   for (size_t index = 0; index < units.size(); ++index) {
     GptUnit &unit = layout[index];
+    bool expertUnit = index > 0 && layout[index - 1].kind == UnitKind::Layer &&
+                      moe.isMoeLayer(layout[index - 1].layer);
     unit.kind = index == 0                  ? UnitKind::Embed
                 : index + 1 == units.size() ? UnitKind::Head
+                : expertUnit                ? UnitKind::Experts
                                             : UnitKind::Layer;
-    unit.layer = static_cast<int64_t>(index) - 1;
-    if (units[index].spec.layer != unit.layer)
+    unit.layer = unit.kind == UnitKind::Embed     ? -1
+                 : unit.kind == UnitKind::Experts ? nextLayer - 1
+                                                  : nextLayer++;
+    if (units[index].spec.layer != unit.layer ||
+        units[index].spec.experts != (unit.kind == UnitKind::Experts))
       return invalid(units[index].spec.name + ": unit " + std::to_string(index) +
-                     " of a transformer is layer " + std::to_string(unit.layer) +
-                     ", the program says " + std::to_string(units[index].spec.layer));
+                     " of a transformer is " +
+                     (unit.kind == UnitKind::Experts ? "the experts of layer " : "layer ") +
+                     std::to_string(unit.layer) + ", the program says " +
+                     (units[index].spec.experts ? "the experts of layer " : "layer ") +
+                     std::to_string(units[index].spec.layer));
+    if (unit.kind == UnitKind::Experts && units[index].spec.stage != units[index - 1].spec.stage)
+      return invalid(units[index].spec.name + " is on stage " +
+                     std::to_string(units[index].spec.stage) + ", its layer on stage " +
+                     std::to_string(units[index - 1].spec.stage));
     int64_t params = model->getLocalParams(unit.kind, unit.layer);
     if (params != units[index].spec.params)
       return invalid(
@@ -319,7 +473,7 @@ void GptCore::initialValues(const UnitState &state, std::vector<float> &local) {
       for (int64_t c = 0; c < tensor.localCols; ++c)
         local[static_cast<size_t>(tensor.localOffset + r * tensor.localCols + c)] =
             model->initialValue(seed, tensor,
-                                (r + tensor.rowOffset) * tensor.cols + c + tensor.colOffset);
+                                tensor.globalRow(r) * tensor.cols + c + tensor.colOffset);
 }
 
 Status GptCore::activationBuffer(UnitState &state, int mb, Phase phase, bool receiving,
@@ -356,9 +510,7 @@ int64_t GptCore::getFullIndex(const UnitState &state, int64_t localIndex) const 
     if (localIndex < tensor.localOffset + size) {
       if (tensor.split == gpt::Split::Replicated && tensorIndex != 0)
         return -1;
-      int64_t k = localIndex - tensor.localOffset;
-      int64_t r = k / tensor.localCols, c = k % tensor.localCols;
-      return offset + (r + tensor.rowOffset) * tensor.cols + c + tensor.colOffset;
+      return offset + tensor.logicalIndex(localIndex - tensor.localOffset);
     }
     offset += tensor.rows * tensor.cols;
   }
@@ -388,10 +540,19 @@ std::vector<TensorRun> tensorRuns(const std::vector<gpt::TensorInfo> &tensors, i
     for (int64_t i = from; i < to;) {
       int64_t k = i - tensor.localOffset;
       int64_t r = k / tensor.localCols, c = k % tensor.localCols;
-      int64_t logical = (r + tensor.rowOffset) * tensor.cols + c + tensor.colOffset;
-      if (tensor.localCols == tensor.cols) {
+      int64_t logical = tensor.logicalIndex(k);
+      if (tensor.localCols == tensor.cols && tensor.segmentRows == 0) {
         runs.push_back({&tensor, logical, to - i, i, 1, 0});
         break;
+      }
+      if (tensor.localCols == tensor.cols) {
+        // Segmented rows (experts, fused gate and up pieces): contiguous within a segment.
+        int64_t segmentEnd = tensor.localOffset +
+                             (r / tensor.segmentRows + 1) * tensor.segmentRows * tensor.localCols;
+        int64_t length = std::min(to, segmentEnd) - i;
+        runs.push_back({&tensor, logical, length, i, 1, 0});
+        i += length;
+        continue;
       }
       int64_t rows = c == 0 ? (to - i) / tensor.localCols : 0;
       if (rows > 1) {
@@ -419,18 +580,21 @@ Status GptCore::checkpointContents(bool save, CheckpointContents &contents) {
     for (const gpt::TensorInfo &tensor : model->getTensors(unit.kind, unit.layer))
       for (const std::string &suffix : suffixes)
         contents.tensors[tensor.name + suffix] =
-            tensor.isVector() ? std::vector<int64_t>{tensor.rows}
-                              : std::vector<int64_t>{tensor.rows, tensor.cols};
+            !tensor.dims.empty() ? tensor.dims
+            : tensor.isVector()  ? std::vector<int64_t>{tensor.rows}
+                                 : std::vector<int64_t>{tensor.rows, tensor.cols};
 
   // This rank owns `owned` elements of its local unit; replicas of them (other coordinates on
   // the batch axes the optimizer is not sharded over, other tensor ranks for what tensor
   // parallelism replicates) do not write them. A load fills replicated tensors on every tensor
   // rank: their place in the model does not depend on the tensor rank.
-  bool writer = isCheckpointWriter();
-  int64_t shardIndex = runtime.getGroupIndex(placement.paramShard);
+  // The experts of an expert rank are its own: only the expert-data-parallel replicas (the
+  // expert units' batch axes) hold copies.
   for (UnitState &state : units) {
     if (!state.local)
       continue;
+    bool writer = isCheckpointWriter(state);
+    int64_t shardIndex = runtime.getGroupIndex(placementOf(state).paramShard);
     const GptUnit &unit = of(state);
     std::vector<gpt::TensorInfo> tensors = model->getTensors(unit.kind, unit.layer);
     int64_t stored = state.params.getElements();
@@ -457,10 +621,32 @@ Status GptCore::checkpointContents(bool save, CheckpointContents &contents) {
   return Status::success();
 }
 
+/// A mixture-of-experts layer's experts for its computation (`grads`: their gradient target too).
+Status expertTensorsOf(GptCore &core, UnitState &unit, const char *what, bool grads,
+                       gpt::ExpertTensors &experts) {
+  experts = gpt::ExpertTensors();
+  UnitState *expertUnit = core.expertsOf(unit);
+  if (!expertUnit)
+    return Status::success();
+  if (!core.hasWeights(*expertUnit))
+    return core.invalid(std::string(what) + " of " + unit.spec.name + " before its experts' (" +
+                        expertUnit->spec.name + ") params were gathered");
+  experts.weights = core.weights(*expertUnit);
+  if (grads) {
+    // Whole on every tensor rank (their rows are the whole micro-batch's), so they accumulate
+    // like the layer's under any parallelism.
+    experts.grads = core.gradTarget(*expertUnit);
+  }
+  return Status::success();
+}
+
 Status GptCore::forward(int index, int mb, const std::vector<PlannedCollective> &planned) {
   UnitState *unit;
   PLACERT_TRY(unitOf(index, unit));
   GptUnit &piece = of(*unit);
+  if (piece.kind == UnitKind::Experts)
+    return invalid("forward of " + unit->spec.name +
+                   ": the experts compute in their layer's forward");
   GptStash &stash = piece.stash[mb];
   if (!hasWeights(*unit))
     return invalid("forward of " + unit->spec.name + " before its params were gathered");
@@ -487,14 +673,19 @@ Status GptCore::forward(int index, int mb, const std::vector<PlannedCollective> 
   }
   std::vector<int32_t> tokens, targets;
   sampleTokens(mb, tokens, targets);
+  gpt::ExpertTensors experts;
+  PLACERT_TRY(expertTensorsOf(*this, *unit, "forward", false, experts));
   PlannedCollectives collectives(*this, *unit, Phase::Forward, "forward", planned);
   double loss = 0;
   PLACERT_TRY(model->forward(piece.kind, piece.layer, weights(*unit), tiedTable, tokens.data(),
                              targets.data(), in, out, stash.saved, collectives, loss,
-                             /*recomputing=*/false));
+                             /*recomputing=*/false, experts));
   PLACERT_TRY(collectives.finish());
   if (tensorIndex == 0)
     stepLoss += loss;
+  // The load-balancing loss is the global micro-batch's, the same on every rank: counted once.
+  if (countsAuxLoss())
+    stepLoss += stash.saved.auxLoss;
   return Status::success();
 }
 
@@ -504,6 +695,9 @@ Status GptCore::recomputeUnit(int index, int mb, const std::vector<PlannedCollec
   GptUnit &piece = of(*unit);
   GptStash &stash = piece.stash[mb];
   PlannedCollectives collectives(*this, *unit, Phase::Backward, "recomputed forward", planned);
+  if (piece.kind == UnitKind::Experts)
+    return invalid("recompute of " + unit->spec.name +
+                   ": the experts compute in their layer's forward");
   if (recompute == Recompute::Selective) {
     if (piece.kind != UnitKind::Layer)
       return invalid("selective recomputation of " + unit->spec.name + ", which has no attention");
@@ -529,9 +723,11 @@ Status GptCore::recomputeUnit(int index, int mb, const std::vector<PlannedCollec
   std::vector<int32_t> tokens, targets;
   sampleTokens(mb, tokens, targets);
   double loss = 0;
+  gpt::ExpertTensors experts;
+  PLACERT_TRY(expertTensorsOf(*this, *unit, "recompute", false, experts));
   PLACERT_TRY(model->forward(piece.kind, piece.layer, weights(*unit), tiedTable, tokens.data(),
                              targets.data(), buffer.get(), scratch.data(), stash.saved, collectives,
-                             loss, /*recomputing=*/true));
+                             loss, /*recomputing=*/true, experts));
   return collectives.finish();
 }
 
@@ -547,6 +743,9 @@ Status GptCore::backward(int index, int mb, const std::vector<PlannedCollective>
   }
   GptUnit &piece = of(*unit);
   GptStash &stash = piece.stash[mb];
+  if (piece.kind == UnitKind::Experts)
+    return invalid("backward of " + unit->spec.name +
+                   ": the experts compute in their layer's backward");
   if (!hasWeights(*unit))
     return invalid("backward of " + unit->spec.name + " before its params were gathered");
   const float *tiedTable = nullptr;
@@ -584,8 +783,11 @@ Status GptCore::backward(int index, int mb, const std::vector<PlannedCollective>
   std::vector<int32_t> tokens, targets;
   sampleTokens(mb, tokens, targets);
   PlannedCollectives collectives(*this, *unit, Phase::Backward, "backward", planned);
-  Status status = model->backward(piece.kind, piece.layer, weights(*unit), tiedTable, tokens.data(),
-                                  in, outGrad, inGrad, grads, tiedGrads, stash.saved, collectives);
+  gpt::ExpertTensors experts;
+  PLACERT_TRY(expertTensorsOf(*this, *unit, "backward", true, experts));
+  Status status =
+      model->backward(piece.kind, piece.layer, weights(*unit), tiedTable, tokens.data(), in,
+                      outGrad, inGrad, grads, tiedGrads, stash.saved, collectives, experts);
   if (!status.isOk())
     return invalid("backward of " + unit->spec.name + ": " + status.getMessage());
   PLACERT_TRY(collectives.finish());
@@ -628,6 +830,7 @@ Status GptCore::allReduceReplicatedGrads(int index, int mb, const AxisGroup &axe
     }
   }
   // Whole gradients on the device accumulate here; sharded ones go on to their reduce-scatter.
+  const StatePlacement &placement = placementOf(*unit);
   if (placement.gradShard.empty() && placement.gradsTier == Tier::Device) {
     for (int64_t i = 0; i < unit->grads.getElements(); ++i)
       unit->grads.get()[i] += grads[i];
@@ -640,10 +843,10 @@ Status GptCore::allReduceReplicatedGrads(int index, int mb, const AxisGroup &axe
 
 GptTrainer::GptTrainer(Runtime &runtime, GptShape shape, TrainingSpec spec,
                        StatePlacement placement, Recompute recompute, bool sequenceParallel,
-                       ContextParallelism context)
+                       ContextParallelism context, ExpertParallelism expert)
     : Trainer(std::make_unique<GptCore>(runtime, std::move(shape), std::move(spec),
                                         std::move(placement), recompute, sequenceParallel,
-                                        std::move(context))) {}
+                                        std::move(context), std::move(expert))) {}
 
 Status GptTrainer::forward(int unit, int mb, const std::vector<PlannedCollective> &collectives) {
   return static_cast<GptCore &>(*core).forward(unit, mb, collectives);

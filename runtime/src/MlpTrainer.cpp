@@ -279,11 +279,11 @@ Status MlpCore::checkpointContents(bool save, CheckpointContents &contents) {
   // This rank owns `owned` elements of its local unit; replicas of them (other coordinates on
   // the batch axes the optimizer is not sharded over, other tensor ranks for what tensor
   // parallelism replicates) do not write them.
-  bool writer = isCheckpointWriter();
   int64_t shardIndex = runtime.getGroupIndex(placement.paramShard);
   for (UnitState &state : units) {
     if (!state.local)
       continue;
+    bool writer = isCheckpointWriter(state);
     const MlpUnit &unit = of(state);
     std::string layer = "layers." + std::to_string(state.spec.layer);
     int64_t stored = state.params.getElements();

@@ -109,6 +109,33 @@ public:
     return code == MPI_SUCCESS ? Status::success() : failure(worldRank, "all-to-all", name, code);
   }
 
+  Status allToAllv(const float *input, const std::vector<int64_t> &sendCounts, float *output,
+                   const std::vector<int64_t> &recvCounts) override {
+    if (static_cast<int>(sendCounts.size()) != size || static_cast<int>(recvCounts.size()) != size)
+      return Status(StatusCode::InvalidArgument,
+                    "rank " + std::to_string(worldRank) + ": all-to-all over '" + name +
+                        "' needs one send and one receive count per rank of the group");
+    if (input == output)
+      return Status(StatusCode::InvalidArgument, "rank " + std::to_string(worldRank) +
+                                                     ": all-to-all over '" + name +
+                                                     "' needs distinct input and output buffers");
+    std::vector<int> sendInts(size), recvInts(size), sendOffsets(size), recvOffsets(size);
+    int64_t sendTotal = 0, recvTotal = 0;
+    for (int k = 0; k < size; ++k) {
+      if (sendTotal + sendCounts[k] > INT_MAX || recvTotal + recvCounts[k] > INT_MAX)
+        return tooLarge(worldRank, "all-to-all", name);
+      sendInts[k] = static_cast<int>(sendCounts[k]);
+      recvInts[k] = static_cast<int>(recvCounts[k]);
+      sendOffsets[k] = static_cast<int>(sendTotal);
+      recvOffsets[k] = static_cast<int>(recvTotal);
+      sendTotal += sendCounts[k];
+      recvTotal += recvCounts[k];
+    }
+    int code = MPI_Alltoallv(input, sendInts.data(), sendOffsets.data(), MPI_FLOAT, output,
+                             recvInts.data(), recvOffsets.data(), MPI_FLOAT, comm);
+    return code == MPI_SUCCESS ? Status::success() : failure(worldRank, "all-to-all", name, code);
+  }
+
   Status ringStep(const float *input, float *output, int64_t elements) override {
     if (elements > INT_MAX)
       return tooLarge(worldRank, "ring-step", name);

@@ -435,6 +435,18 @@ Status Runtime::ringStep(Communicator &group, const std::string &label, const fl
   return group.ringStep(input, output, elements);
 }
 
+Status Runtime::allToAllv(Communicator &group, const std::string &label, const float *input,
+                          const std::vector<int64_t> &sendCounts, float *output,
+                          const std::vector<int64_t> &recvCounts, const CallInfo &info) {
+  int64_t sent = 0;
+  for (int64_t count : sendCounts)
+    sent += count;
+  impl->count({info.stage, label, Collective::AllToAll, info.state, info.phase},
+              sent * getSize(info.dtype));
+  Armed armed(*impl->watchdog, impl->describe(Collective::AllToAll, label));
+  return group.allToAllv(input, sendCounts, output, recvCounts);
+}
+
 Status Runtime::send(Communicator &group, const std::string &label, const float *buffer,
                      int64_t elements, int peer, int tag, const CallInfo &info) {
   impl->count({info.stage, label, Collective::Send, info.state, info.phase},

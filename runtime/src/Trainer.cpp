@@ -60,6 +60,11 @@ Status Trainer::Core::setup() {
       batchAxes.push_back(axis.name);
       sampleAxes.push_back(axis.name);
       break;
+    case AxisKind::Expert:
+      batchAxes.push_back(axis.name);
+      sampleAxes.push_back(axis.name);
+      expertAxes.push_back(axis.name);
+      break;
     case AxisKind::Sequence:
       batchAxes.push_back(axis.name);
       contextAxes.push_back(axis.name);
@@ -80,19 +85,40 @@ Status Trainer::Core::setup() {
   batchDegree = runtime.getGroupSize(sampleAxes);
   contextIndex = runtime.getGroupIndex(contextAxes);
   contextDegree = runtime.getGroupSize(contextAxes);
-  const AxisGroup &P = placement.paramShard, &G = placement.gradShard,
-                  &O = placement.optimizerShard;
-  stepScatter = difference(O, G);
-  stepReduce = difference(difference(batchAxes, G), stepScatter);
+  expertIndex = runtime.getGroupIndex(expertAxes);
+  expertDegree = runtime.getGroupSize(expertAxes);
+  bool anyExperts = false;
+  for (const UnitState &unit : units)
+    anyExperts |= unit.spec.experts;
 
-  // The nestings the layout supports (docs/runtime.md).
-  for (const std::string &axis : G)
-    if (!contains(O, axis))
-      return invalid("grads sharded over '" + axis +
-                     "' feed an optimizer replicated over it: unsupported layout");
-  if (!P.empty() && !sameSet(P, G))
-    return invalid("params sharded over '" + join(P) + "' with grads sharded over '" + join(G) +
-                   "': the runtime supports params sharded like the grads, or not at all");
+  // The nestings the layout supports (docs/runtime.md), for the dense states and the experts'.
+  auto layoutStates = [&](const StatePlacement &placement, const AxisGroup &axes, const char *what,
+                          StateLayout &layout) -> Status {
+    const AxisGroup &P = placement.paramShard, &G = placement.gradShard,
+                    &O = placement.optimizerShard;
+    layout.placement = placement;
+    layout.batchAxes = axes;
+    layout.stepScatter = difference(O, G);
+    layout.stepReduce = difference(difference(axes, G), layout.stepScatter);
+    for (const AxisGroup *group : {&P, &G, &O})
+      for (const std::string &axis : *group)
+        if (!contains(axes, axis))
+          return invalid(std::string(what) + " sharded over '" + axis + "', which is not one of " +
+                         "their data-parallel axes '" + join(axes) + "'");
+    for (const std::string &axis : G)
+      if (!contains(O, axis))
+        return invalid(std::string(what) + ": grads sharded over '" + axis +
+                       "' feed an optimizer replicated over it: unsupported layout");
+    if (!P.empty() && !sameSet(P, G))
+      return invalid(std::string(what) + ": params sharded over '" + join(P) +
+                     "' with grads sharded over '" + join(G) +
+                     "': the runtime supports params sharded like the grads, or not at all");
+    return Status::success();
+  };
+  PLACERT_TRY(layoutStates(placement, batchAxes, "the states", denseLayout));
+  if (anyExperts)
+    PLACERT_TRY(layoutStates(expertPlacement, difference(batchAxes, expertAxes),
+                             "the expert states", expertLayout));
   if (spec.globalBatch != spec.microBatch * batchDegree * spec.microbatches)
     return invalid("global batch " + std::to_string(spec.globalBatch) + " is not micro-batch " +
                    std::to_string(spec.microBatch) + " x batch degree " +
@@ -102,28 +128,46 @@ Status Trainer::Core::setup() {
 
   // Every group the ops may use, created by every rank in the same order (MPI_Comm_split is
   // collective over the world; stages that met their groups in different orders would hang).
-  AxisGroup nested; // the params all-gather's keys: grads shard index outside, scatter inside
-  for (const AxisGroup *part : std::initializer_list<const AxisGroup *>{&G, &stepScatter})
-    for (const std::string &axis : *part)
-      if (contains(O, axis) && !contains(P, axis))
-        nested.push_back(axis);
   AxisGroup layers = layersAxis.empty() ? AxisGroup() : AxisGroup{layersAxis};
-  for (const AxisGroup *axes : std::initializer_list<const AxisGroup *>{
-           &tensorAxes, &contextAxes, &layers, &P, &G, &stepScatter, &stepReduce, &nested})
-    if (!axes->empty())
-      PLACERT_TRY(runtime.createGroup(*axes));
+  std::vector<AxisGroup> groups = {tensorAxes, contextAxes, layers};
+  if (anyExperts) {
+    groups.push_back(expertAxes);
+    groups.push_back(batchAxes);
+  }
+  for (const StateLayout *layout : {&denseLayout, &expertLayout}) {
+    if (layout == &expertLayout && !anyExperts)
+      continue;
+    const AxisGroup &P = layout->placement.paramShard, &G = layout->placement.gradShard,
+                    &O = layout->placement.optimizerShard;
+    AxisGroup nested; // the params all-gather's keys: grads shard index outside, scatter inside
+    for (const AxisGroup *part : std::initializer_list<const AxisGroup *>{&G, &layout->stepScatter})
+      for (const std::string &axis : *part)
+        if (contains(O, axis) && !contains(P, axis))
+          nested.push_back(axis);
+    for (const AxisGroup *axes : std::initializer_list<const AxisGroup *>{
+             &P, &G, &layout->stepScatter, &layout->stepReduce, &nested})
+      groups.push_back(*axes);
+  }
+  for (const AxisGroup &axes : groups)
+    if (!axes.empty())
+      PLACERT_TRY(runtime.createGroup(axes));
   runtime.sealGroups();
 
-  int paramShard = runtime.getGroupSize(P), gradShard = runtime.getGroupSize(G),
-      optimizerShard = runtime.getGroupSize(O);
-  int64_t gradIndex = runtime.getGroupIndex(G), scatterIndex = runtime.getGroupIndex(stepScatter);
-  int scatterSize = runtime.getGroupSize(stepScatter);
   MemoryTracker *memory = &runtime.getMemory();
   int64_t microbatches = spec.microbatches;
   for (UnitState &unit : units) {
     unit.local = unit.spec.stage == stage;
     if (!unit.local)
       continue;
+    const StateLayout &layout = layoutOf(unit);
+    const StatePlacement &placement = layout.placement;
+    const AxisGroup &P = placement.paramShard, &G = placement.gradShard,
+                    &O = placement.optimizerShard;
+    int paramShard = runtime.getGroupSize(P), gradShard = runtime.getGroupSize(G),
+        optimizerShard = runtime.getGroupSize(O);
+    int64_t gradIndex = runtime.getGroupIndex(G),
+            scatterIndex = runtime.getGroupIndex(layout.stepScatter);
+    int scatterSize = runtime.getGroupSize(layout.stepScatter);
     int64_t params = unit.spec.params;
     if (params % optimizerShard != 0 || params % paramShard != 0)
       return invalid(unit.spec.name + ": " + std::to_string(params) +
@@ -193,14 +237,14 @@ Status Trainer::gatherParams(int index, int mb, const AxisGroup &axes, int64_t e
   (void)mb;
   UnitState *unit;
   PLACERT_TRY(core->unitOf(index, unit));
-  if (!sameSet(axes, core->placement.paramShard))
+  const StatePlacement &placement = core->placementOf(*unit);
+  if (!sameSet(axes, placement.paramShard))
     return core->invalid("params gather of " + unit->spec.name + " over '" + join(axes) +
-                         "' but params are sharded over '" + join(core->placement.paramShard) +
-                         "'");
+                         "' but params are sharded over '" + join(placement.paramShard) + "'");
   if (elements != unit->spec.params)
     return core->mismatch(*unit, "all-gather", elements, unit->spec.params);
   // params @ host: the shard brought to the device just before is what is gathered.
-  bool fromHost = core->placement.paramsTier == Tier::Host;
+  bool fromHost = placement.paramsTier == Tier::Host;
   if (fromHost && !unit->deviceParams.isAllocated())
     return core->invalid("params gather of " + unit->spec.name +
                          " before its shard was brought from the host");
@@ -229,7 +273,7 @@ Status Trainer::bringParams(int index, int mb, int64_t elements, DType dtype, Ph
   (void)mb;
   UnitState *unit;
   PLACERT_TRY(core->unitOf(index, unit));
-  if (core->placement.paramsTier != Tier::Host)
+  if (core->placementOf(*unit).paramsTier != Tier::Host)
     return core->invalid("host-to-device of " + unit->spec.name + "'s params, which live on the " +
                          "device");
   if (elements != unit->params.getElements())
@@ -260,7 +304,8 @@ Status Trainer::reduceScatterGrads(int index, const AxisGroup &axes, int64_t ele
   UnitState *unit;
   PLACERT_TRY(t.unitOf(index, unit));
   bool perMicrobatch = phase != Phase::Step;
-  const AxisGroup &expectedAxes = perMicrobatch ? t.placement.gradShard : t.stepScatter;
+  const StateLayout &layout = t.layoutOf(*unit);
+  const AxisGroup &expectedAxes = perMicrobatch ? layout.placement.gradShard : layout.stepScatter;
   if (!sameSet(axes, expectedAxes))
     return t.invalid("gradient reduce-scatter of " + unit->spec.name + " over '" + join(axes) +
                      "' but the layout scatters over '" + join(expectedAxes) + "'");
@@ -269,7 +314,7 @@ Status Trainer::reduceScatterGrads(int index, const AxisGroup &axes, int64_t ele
     return t.mismatch(*unit, "reduce-scatter", elements, input.getElements());
   int size = t.runtime.getGroupSize(axes);
   int64_t chunk = elements / size;
-  Tier tier = perMicrobatch ? Tier::Device : t.placement.gradsTier;
+  Tier tier = perMicrobatch ? Tier::Device : layout.placement.gradsTier;
   Buffer output = t.transient(tier, State::Grads, chunk, t.spec.gradType);
   if (t.runtime.getOptions().skipGradReduction) {
     // Fault injection: keep this rank's own chunk, unsummed.
@@ -286,7 +331,7 @@ Status Trainer::reduceScatterGrads(int index, const AxisGroup &axes, int64_t ele
     return Status::success();
   }
   unit->gradScratch.release();
-  if (t.placement.gradsTier == Tier::Host) {
+  if (layout.placement.gradsTier == Tier::Host) {
     unit->gradChunk = std::move(output);
     return Status::success();
   }
@@ -299,9 +344,10 @@ Status Trainer::allReduceGrads(int index, const AxisGroup &axes, int64_t element
   Core &t = *core;
   UnitState *unit;
   PLACERT_TRY(t.unitOf(index, unit));
-  if (!sameSet(axes, t.stepReduce))
+  const AxisGroup &stepReduce = t.layoutOf(*unit).stepReduce;
+  if (!sameSet(axes, stepReduce))
     return t.invalid("gradient all-reduce of " + unit->spec.name + " over '" + join(axes) +
-                     "' but the layout reduces over '" + join(t.stepReduce) + "'");
+                     "' but the layout reduces over '" + join(stepReduce) + "'");
   Buffer &buffer = unit->stepGrad.isAllocated() ? unit->stepGrad : unit->grads;
   if (elements != buffer.getElements())
     return t.mismatch(*unit, "all-reduce", elements, buffer.getElements());
@@ -371,8 +417,9 @@ Status Trainer::optimizerUpdate(int index, int64_t elements) {
   std::fill(unit->grads.get(), unit->grads.get() + unit->grads.getElements(), 0.0f);
   unit->stepGrad.release();
   unit->hostGrad.release();
-  bool paramsOnHost = t.placement.paramsTier == Tier::Host;
-  if (t.placement.optimizerTier == Tier::Host && !paramsOnHost) {
+  const StatePlacement &placement = t.placementOf(*unit);
+  bool paramsOnHost = placement.paramsTier == Tier::Host;
+  if (placement.optimizerTier == Tier::Host && !paramsOnHost) {
     // The master copy is updated on the host; its rounding travels to the device with
     // paramsToDevice.
     unit->update = t.transient(Tier::Host, State::Params, elements, t.spec.paramType);
@@ -380,7 +427,7 @@ Status Trainer::optimizerUpdate(int index, int64_t elements) {
     roundTo(t.spec.paramType, unit->update.get(), elements);
     return Status::success();
   }
-  if (t.placement.optimizerTier == Tier::Device && paramsOnHost) {
+  if (placement.optimizerTier == Tier::Device && paramsOnHost) {
     // Updated on the device; paramsToHost takes the rounded params to the stored shard.
     unit->update = t.transient(Tier::Device, State::Params, elements, t.spec.paramType);
     std::copy(unit->master.begin(), unit->master.end(), unit->update.get());
@@ -411,7 +458,8 @@ Status Trainer::allGatherParams(int index, const AxisGroup &axes, int64_t elemen
   Core &t = *core;
   UnitState *unit;
   PLACERT_TRY(t.unitOf(index, unit));
-  AxisGroup expected = difference(t.placement.optimizerShard, t.placement.paramShard);
+  const StateLayout &layout = t.layoutOf(*unit);
+  AxisGroup expected = difference(layout.placement.optimizerShard, layout.placement.paramShard);
   if (!sameSet(axes, expected))
     return t.invalid("params all-gather of " + unit->spec.name + " over '" + join(axes) +
                      "' but the optimizer's pieces differ over '" + join(expected) + "'");
@@ -420,10 +468,10 @@ Status Trainer::allGatherParams(int index, const AxisGroup &axes, int64_t elemen
   // Order the group's keys as the pieces nest: the grads shard index outside, the step's
   // scatter index inside.
   AxisGroup ordered;
-  for (const std::string &axis : t.placement.gradShard)
+  for (const std::string &axis : layout.placement.gradShard)
     if (contains(axes, axis))
       ordered.push_back(axis);
-  for (const std::string &axis : t.stepScatter)
+  for (const std::string &axis : layout.stepScatter)
     if (contains(axes, axis))
       ordered.push_back(axis);
   Communicator *group;
@@ -517,15 +565,18 @@ Status Trainer::Core::gatherFullParams(std::vector<float> &full) {
   // getFullIndex says -1 elsewhere).
   int64_t total = getFullParams();
   full.assign(static_cast<size_t>(total), 0.0f);
-  bool contributes = true;
-  for (const std::string &axis : batchAxes)
-    if (!contains(placement.paramShard, axis) && runtime.getCoordinate(axis) != 0)
-      contributes = false;
-  if (contributes) {
-    int64_t shardIndex = runtime.getGroupIndex(placement.paramShard);
+  {
     for (UnitState &unit : units) {
       if (!unit.local)
         continue;
+      const StateLayout &layout = layoutOf(unit);
+      bool contributes = true;
+      for (const std::string &axis : layout.batchAxes)
+        if (!contains(layout.placement.paramShard, axis) && runtime.getCoordinate(axis) != 0)
+          contributes = false;
+      if (!contributes)
+        continue;
+      int64_t shardIndex = runtime.getGroupIndex(layout.placement.paramShard);
       int64_t stored = unit.params.getElements();
       for (int64_t k = 0; k < stored; ++k) {
         int64_t index = getFullIndex(unit, shardIndex * stored + k);
@@ -704,9 +755,9 @@ std::vector<std::string> Trainer::Core::checkpointSuffixes() const {
   return suffixes;
 }
 
-bool Trainer::Core::isCheckpointWriter() const {
+bool Trainer::Core::isCheckpointWriter(const UnitState &unit) const {
   bool writer = true;
-  for (const std::string &axis : stepReduce)
+  for (const std::string &axis : layoutOf(unit).stepReduce)
     writer &= runtime.getCoordinate(axis) == 0;
   return writer;
 }
@@ -737,6 +788,7 @@ Status Trainer::Core::save() {
             (axis.kind == AxisKind::Batch      ? "batch"
              : axis.kind == AxisKind::Tensor   ? "tensor"
              : axis.kind == AxisKind::Sequence ? "sequence"
+             : axis.kind == AxisKind::Expert   ? "expert"
                                                : "layers") +
             "\", \"size\": " + std::to_string(axis.size) + "}";
   const char *optimizer = spec.optimizer == OptimizerKind::Adam  ? "adam"
@@ -748,9 +800,16 @@ Status Trainer::Core::save() {
       {"run", "\"" + spec.run + "\""},
       {"strategy", "\"" + spec.strategy + "\""},
       {"mesh", mesh + "]"},
-      {"placement", "{\"params\": " + jsonAxes(placement.paramShard) +
-                        ", \"grads\": " + jsonAxes(placement.gradShard) +
-                        ", \"optimizer\": " + jsonAxes(placement.optimizerShard) + "}"},
+      {"placement",
+       "{\"params\": " + jsonAxes(placement.paramShard) +
+           ", \"grads\": " + jsonAxes(placement.gradShard) +
+           ", \"optimizer\": " + jsonAxes(placement.optimizerShard) +
+           (expertAxes.empty() && !hasExpertUnits()
+                ? std::string()
+                : ", \"expert_params\": " + jsonAxes(expertPlacement.paramShard) +
+                      ", \"expert_grads\": " + jsonAxes(expertPlacement.gradShard) +
+                      ", \"expert_optimizer\": " + jsonAxes(expertPlacement.optimizerShard)) +
+           "}"},
       {"optimizer", std::string("\"") + optimizer + "\""},
       {"param_dtype", std::string("\"") + toString(spec.paramType) + "\""}};
   auto start = std::chrono::steady_clock::now();

@@ -21,6 +21,16 @@ bool sameSet(const AxisGroup &a, const AxisGroup &b);
 bool contains(const AxisGroup &axes, const std::string &axis);
 AxisGroup difference(const AxisGroup &all, const AxisGroup &remove);
 
+/// Where one kind of state lives over the axes its replicas differ on: the dense units' over
+/// every batch-like axis, the expert units' over the expert-data-parallel axes (the batch-like
+/// axes but the expert axes, which split the experts instead).
+struct StateLayout {
+  StatePlacement placement;
+  AxisGroup batchAxes;   ///< The data-parallel axes of these states, in mesh order.
+  AxisGroup stepScatter; ///< O − G: the step's reduce-scatter.
+  AxisGroup stepReduce;  ///< What is left of the batch axes: the step's all-reduce.
+};
+
 /// The states of one unit on this rank.
 struct UnitState {
   UnitSpec spec;
@@ -48,11 +58,28 @@ struct Trainer::Core {
   StatePlacement placement;
   std::string modelName;
   std::vector<UnitState> units;
+  /// Expert parallelism (GptTrainer): the placement of the expert units' states and the mesh's
+  /// expert axes, which split the experts and are batch axes for everything else.
+  StatePlacement expertPlacement;
+  AxisGroup expertAxes;
+  int expertIndex = 0, expertDegree = 1;
 
-  /// The axes the states are data parallel over: the batch axes and the sequence (context)
+  /// The axes the dense states are data parallel over: the batch, sequence (context) and expert
   /// axes, in mesh order.
   AxisGroup batchAxes;
-  AxisGroup tensorAxes, stepScatter, stepReduce;
+  AxisGroup tensorAxes;
+  /// The dense units' state layout and the expert units'.
+  StateLayout denseLayout, expertLayout;
+  const StateLayout &layoutOf(const UnitState &unit) const {
+    return unit.spec.experts ? expertLayout : denseLayout;
+  }
+  const StatePlacement &placementOf(const UnitState &unit) const {
+    return layoutOf(unit).placement;
+  }
+  bool hasExpertUnits() const {
+    return std::any_of(units.begin(), units.end(),
+                       [](const UnitState &unit) { return unit.spec.experts; });
+  }
   /// The sequence axes (mesh order): their ranks share samples and split the tokens.
   AxisGroup contextAxes;
   std::string layersAxis;
@@ -131,11 +158,13 @@ struct Trainer::Core {
   /// The unit's whole tensor-parallel piece: the gathered copy, the shard brought from the host,
   /// or the stored params.
   const float *weights(UnitState &unit) {
+    const StatePlacement &placement = placementOf(unit);
     if (!placement.paramShard.empty())
       return unit.gathered.get();
     return placement.paramsTier == Tier::Host ? unit.deviceParams.get() : unit.params.get();
   }
   bool hasWeights(UnitState &unit) {
+    const StatePlacement &placement = placementOf(unit);
     if (!placement.paramShard.empty())
       return unit.gathered.isAllocated();
     return placement.paramsTier != Tier::Host || unit.deviceParams.isAllocated();
@@ -144,6 +173,7 @@ struct Trainer::Core {
   /// and on the device (and `separate` is false), else a zeroed scratch buffer, allocated on
   /// first use in the micro-batch.
   float *gradTarget(UnitState &unit, bool separate = false) {
+    const StatePlacement &placement = placementOf(unit);
     bool inPlace = !separate && placement.gradShard.empty() && placement.gradsTier == Tier::Device;
     if (inPlace && !unit.gradScratch.isAllocated())
       return unit.grads.get();
@@ -157,9 +187,9 @@ struct Trainer::Core {
   Status gatherFullParams(std::vector<float> &full);
   /// The optimizer state suffixes a checkpoint holds next to the params ("", ".exp_avg", ...).
   std::vector<std::string> checkpointSuffixes() const;
-  /// Whether this rank writes what it owns: coordinate 0 on every batch axis the optimizer
-  /// state is replicated over.
-  bool isCheckpointWriter() const;
+  /// Whether this rank writes what it owns of a unit: coordinate 0 on every batch axis the
+  /// optimizer state of its kind (dense or expert) is replicated over.
+  bool isCheckpointWriter(const UnitState &unit) const;
   Status save();
   Status resume();
   Status writeMetrics(const std::vector<double> &losses, const std::vector<double> &seconds,

@@ -55,7 +55,9 @@ RANKS = {"ck_zero3": 4, "ck_tp_dp": 4, "ck_pp_zero1": 4, "ck_tp_zero3": 4, "ck_h
          "qck_sp": 2, "qck_single": 1, "qck_zero3": 2, "qck_tp_dp": 4, "qck_tp": 2,
          "qck_mha_single": 1,
          # configs/checkpoint_cp.place
-         "cck_ring": 4, "cck_single": 1, "cck_tp_dp": 4, "cck_a2a_fsdp": 4}
+         "cck_ring": 4, "cck_single": 1, "cck_tp_dp": 4, "cck_a2a_fsdp": 4,
+         # configs/checkpoint_moe.place
+         "mck_ep2": 4, "mck_ep4": 4, "mck_single": 1}
 STEP2, STEP3, STEP4 = "step-00000002", "step-00000003", "step-00000004"
 
 
@@ -623,6 +625,34 @@ def mode_cp(ctx):
     check_reshard(ctx, "cck_ring", ["cck_single", "cck_tp_dp"], {"cck_single": "cck_a2a_fsdp"})
 
 
+def mode_moe(ctx):
+    # Mixtures of experts (configs/checkpoint_moe.place). Exact resume under dp 2 x ep 2; the
+    # manifest records the expert axis and holds each MoE layer's routed experts as whole
+    # tensors [experts, ...] (swiglu: each expert's gate rows, then its up rows).
+    check_resume(ctx, "mck_ep2")
+    step4 = os.path.join(ctx.path("mck_ep2", "whole"), STEP4)
+    with open(os.path.join(step4, "manifest.json")) as file:
+        manifest = json.load(file)
+    if manifest["mesh"] != [{"name": "dp", "kind": "batch", "size": 2},
+                            {"name": "ep", "kind": "expert", "size": 2}]:
+        fail(f"the expert-parallel checkpoint records the mesh {manifest['mesh']}")
+    shapes = {tensor["name"]: tensor["shape"] for tensor in manifest["tensors"]}
+    # 4 experts of width 32 over hidden 64; the router [4, 64]; the shared expert, width 16.
+    want = {"layers.0.moe.experts.up.weight": [4, 64, 64],
+            "layers.0.moe.experts.down.weight": [4, 64, 32],
+            "layers.1.moe.router.weight": [4, 64],
+            "layers.1.moe.shared.up.weight": [32, 64],
+            "layers.1.moe.shared.down.weight": [64, 16],
+            "layers.1.moe.experts.up.weight.exp_avg_sq": [4, 64, 64]}
+    for name, shape in want.items():
+        if shapes.get(name) != shape:
+            fail(f"the checkpoint has {name} {shapes.get(name)}, expected {shape}")
+    print("e2e: ok: the expert-parallel checkpoint names the expert axis and whole expert tensors")
+    # Other expert degrees: ep 4 and one rank continue the checkpoint of step 2; one rank's
+    # checkpoint of step 3 continues under ep 4.
+    check_reshard(ctx, "mck_ep2", ["mck_ep4", "mck_single"], {"mck_single": "mck_ep4"})
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--placec", required=True)
@@ -631,14 +661,15 @@ def main():
     parser.add_argument("--place", required=True)
     parser.add_argument("--work", required=True)
     parser.add_argument("--mode", required=True, choices=["resume", "reshard", "bad", "faults",
-                                                         "gpt", "gqa", "cp"])
+                                                         "gpt", "gqa", "cp", "moe"])
     args = parser.parse_args()
     if os.path.isdir(args.work):
         shutil.rmtree(args.work)
     os.makedirs(args.work)
     ctx = Context(args)
     {"resume": mode_resume, "reshard": mode_reshard, "bad": mode_bad,
-     "faults": mode_faults, "gpt": mode_gpt, "gqa": mode_gqa, "cp": mode_cp}[args.mode](ctx)
+     "faults": mode_faults, "gpt": mode_gpt, "gqa": mode_gqa, "cp": mode_cp,
+     "moe": mode_moe}[args.mode](ctx)
 
 
 if __name__ == "__main__":

@@ -139,6 +139,8 @@ struct UnitLayout {
   int64_t context = 1;
   ir::ContextMethod contextMethod = ir::ContextMethod::Ring;
   int64_t expert = 1;
+  /// The devices that see different tokens of the batch: batch × sequence × expert degrees.
+  int64_t samples = 1;
 };
 
 /// One collective inside a unit's pass: its kind, the axes it runs over (the tensor or the
@@ -159,8 +161,13 @@ struct UnitCollective {
 /// (Llama 3's): the forward all-gathers K and V; the backward all-gathers them again and
 /// reduce-scatters dK, dV. All-to-all (Jacobs et al. 2023, "DeepSpeed Ulysses"): Q, K, V go from
 /// sequence-split to head-split before the attention and the output back after; the backward
-/// the reverse. An MoE layer over expert axes (Lepikhin et al. 2021, GShard §2.2): the forward
-/// dispatches the routed rows to their experts' devices by an all-to-all and combines the
+/// the reverse. An MoE layer with a load-balancing loss over several batch-like devices first
+/// all-reduces its 2·E routing statistics (each expert's routed fraction and mean probability)
+/// over them, so that the loss is the one of the whole micro-batch (`over` Batch: every batch,
+/// sequence and expert axis); with top_k > 1 under tensor parallelism the backward sums the
+/// combine weights' gradients, b·s/cp·k values, over the tensor axes (each rank holds a slice of
+/// every expert's output). An MoE layer over expert axes (Lepikhin et al. 2021, GShard §2.2): the
+/// forward dispatches the routed rows to their experts' devices by an all-to-all and combines the
 /// experts' outputs back by another, between the MLP block's sequence-parallel gather and reduce
 /// (or before its all-reduce); the backward sends the gradients the same two ways.
 std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::UnitKind unit,

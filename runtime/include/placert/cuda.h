@@ -63,6 +63,8 @@ public:
   Status broadcast(float *buffer, int64_t elements, int root) override;
   Status allToAll(const float *input, float *output, int64_t elements) override;
   Status ringStep(const float *input, float *output, int64_t elements) override;
+  Status allToAllv(const float *input, const std::vector<int64_t> &sendCounts, float *output,
+                   const std::vector<int64_t> &recvCounts) override;
   Status send(const float *buffer, int64_t elements, int peer, int tag) override;
   Status recv(float *buffer, int64_t elements, int peer, int tag) override;
   Status waitSends() override;

@@ -6,7 +6,7 @@
 #define PLACERT_PLACERT_H
 
 #define PLACERT_VERSION_MAJOR 0
-#define PLACERT_VERSION_MINOR 3
+#define PLACERT_VERSION_MINOR 4
 #define PLACERT_VERSION_PATCH 0
 #define PLACERT_STRINGIFY_(x) #x
 #define PLACERT_STRINGIFY(x) PLACERT_STRINGIFY_(x)
@@ -86,10 +86,12 @@ enum class Collective {
   AllToAll, ///< Since placert 0.3, as RingStep: context parallelism's exchanges.
   RingStep
 };
-/// A mesh axis's role: data parallel (`Batch`), tensor parallel, pipeline stages (`Layers`), or
+/// A mesh axis's role: data parallel (`Batch`), tensor parallel, pipeline stages (`Layers`),
 /// context parallel (`Sequence`, since placert 0.3: the states treat it like a batch axis, the
-/// tokens of every sample split along it).
-enum class AxisKind { Batch, Tensor, Layers, Sequence };
+/// tokens of every sample split along it), or expert parallel (`Expert`, since placert 0.4: a
+/// batch axis for everything dense, its ranks training on different samples, and the split of
+/// the experts of every mixture-of-experts layer).
+enum class AxisKind { Batch, Tensor, Layers, Sequence, Expert };
 enum class Schedule { GPipe, OneFOneB, Interleaved };
 enum class OptimizerKind { Adam, Sgd, SgdMomentum };
 
@@ -237,6 +239,12 @@ public:
   /// rank's into `output`, `elements` each, as one exchange that cannot deadlock; `input` may be
   /// `output` (in place). Since placert 0.3.
   virtual Status ringStep(const float *input, float *output, int64_t elements) = 0;
+  /// An all-to-all of variable chunks: `sendCounts[k]` elements of `input` (the chunks back to
+  /// back in rank order) go to rank k, and `recvCounts[k]` elements from rank k arrive in
+  /// `output` (back to back in rank order; distinct buffers). Every rank's `recvCounts[k]` is
+  /// rank k's `sendCounts[rank]`. Since placert 0.4 (expert parallelism's dispatch and combine).
+  virtual Status allToAllv(const float *input, const std::vector<int64_t> &sendCounts,
+                           float *output, const std::vector<int64_t> &recvCounts) = 0;
   /// Starts a send; the buffer must stay alive until waitSends().
   virtual Status send(const float *buffer, int64_t elements, int peer, int tag) = 0;
   virtual Status recv(float *buffer, int64_t elements, int peer, int tag) = 0;
@@ -363,6 +371,11 @@ public:
   /// Counts the buffer sent to the next rank (`elements`).
   Status ringStep(Communicator &group, const std::string &label, const float *input, float *output,
                   int64_t elements, const CallInfo &info);
+  /// Counts this rank's whole buffer (the sum of `sendCounts`), as an `all-to-all` entry like
+  /// allToAll's: expert parallelism's dispatch and combine.
+  Status allToAllv(Communicator &group, const std::string &label, const float *input,
+                   const std::vector<int64_t> &sendCounts, float *output,
+                   const std::vector<int64_t> &recvCounts, const CallInfo &info);
   Status send(Communicator &group, const std::string &label, const float *buffer, int64_t elements,
               int peer, int tag, const CallInfo &info);
   Status recv(Communicator &group, float *buffer, int64_t elements, int peer, int tag);
@@ -401,10 +414,33 @@ struct MlpShape {
   int64_t layers = 0, width = 0, input = 0, output = 0;
 };
 
+/// How a mixture-of-experts layer scores its experts: a softmax over the router's logits (Mixtral),
+/// or a sigmoid of each logit (DeepSeek-V3, without its bias correction).
+enum class MoeRouter { Softmax, Sigmoid };
+
+/// The mixture-of-experts fields of a transformer (`experts; top_k; expert_ffn; shared_experts;
+/// shared_expert_ffn; moe_every; dense_layers; router; capacity_factor; aux_loss;`). `experts`
+/// 0 is a dense model. Layer i is a mixture-of-experts layer when i >= denseLayers and (i −
+/// denseLayers) % moeEvery == 0; its MLP is a router, `experts` routed expert MLPs of width
+/// `expertFfn` of which each token uses `topK`, and `sharedExperts` always-on ones of width
+/// `sharedExpertFfn` each. `capacityFactor` 0 is dropless routing. Since placert 0.4.
+struct MoeShape {
+  int64_t experts = 0, topK = 0, expertFfn = 0, sharedExperts = 0, sharedExpertFfn = 0;
+  int64_t moeEvery = 1, denseLayers = 0;
+  MoeRouter router = MoeRouter::Softmax;
+  double capacityFactor = 0;
+  double auxLoss = 0.01;
+
+  bool isMoeLayer(int64_t layer) const {
+    return experts > 0 && layer >= denseLayers && moeEvery > 0 &&
+           (layer - denseLayers) % moeEvery == 0;
+  }
+};
+
 /// `model g : transformer { layers; hidden; heads; seq; vocab; ffn; tied_embeddings; mlp; norm;
-/// bias; positions; kv_heads; }`; the defaults are GPT-2's (gelu MLP, layernorm, biases, learned
-/// positions, multi-head attention), the options LLaMA's (swiglu, rmsnorm, no biases, rotary
-/// positions, grouped-query attention).
+/// bias; positions; kv_heads; }` and the mixture-of-experts fields (`moe`); the defaults are
+/// GPT-2's (gelu MLP, layernorm, biases, learned positions, multi-head attention), the options
+/// LLaMA's (swiglu, rmsnorm, no biases, rotary positions, grouped-query attention).
 struct GptShape {
   std::string name;
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;
@@ -413,6 +449,8 @@ struct GptShape {
   /// Key/value heads (grouped-query attention; 1: multi-query), a divisor of `heads`; 0 or
   /// `heads`: multi-head attention. Since placert 0.2.
   int64_t kvHeads = 0;
+  /// Mixture of experts (since placert 0.4); `moe.experts` 0: every layer has a dense MLP.
+  MoeShape moe = {};
 
   /// The key/value heads: `kvHeads`, or `heads` when it is 0.
   int64_t getKvHeads() const { return kvHeads > 0 ? kvHeads : heads; }
@@ -443,13 +481,18 @@ struct StatePlacement {
   Tier paramsTier = Tier::Device, gradsTier = Tier::Device, optimizerTier = Tier::Device;
 };
 
-/// One unit of the plan (an mlp layer; a transformer's `embed`, `layer.i` or `head`), on a stage,
-/// with `params` elements per device after the tensor-parallel split.
+/// One unit of the plan (an mlp layer; a transformer's `embed`, `layer.i`, `layer.i.experts` or
+/// `head`), on a stage, with `params` elements per device after the tensor- and expert-parallel
+/// splits. An `experts` unit (since placert 0.4) holds the routed experts of mixture-of-experts
+/// layer `layer`, this rank's experts / ep of them: it follows its layer's unit, on its stage, has
+/// no computation of its own (the layer's forward and backward use it), and its states are
+/// placed by the expert placement over the expert-data-parallel axes.
 struct UnitSpec {
   std::string name;
   int layer = 0;
   int stage = 0;
   int64_t params = 0;
+  bool experts = false;
 };
 
 /// What one stage does: the per-micro-batch forward and backward, and the once-per-step ops. With
@@ -551,6 +594,17 @@ struct ContextParallelism {
   ContextMethod method = ContextMethod::Ring;
 };
 
+/// Expert parallelism of a transformer with mixture-of-experts layers (since placert 0.4): the
+/// mesh's expert axes (mesh order) and the product of their sizes, and where the expert units'
+/// states live over the other batch-like axes (the expert-data-parallel group; on the expert
+/// axes they are always split, never gathered). Degree 1 (no axes) keeps every expert on every
+/// rank.
+struct ExpertParallelism {
+  AxisGroup axes;
+  int degree = 1;
+  StatePlacement placement = {};
+};
+
 /// What the forward keeps for the backward (`activations = keep | recompute(selective) |
 /// recompute(full)`).
 enum class Recompute { None, Selective, Full };
@@ -562,7 +616,8 @@ enum class Recompute { None, Selective, Full };
 class GptTrainer : public Trainer {
 public:
   GptTrainer(Runtime &runtime, GptShape shape, TrainingSpec spec, StatePlacement placement,
-             Recompute recompute, bool sequenceParallel, ContextParallelism context = {});
+             Recompute recompute, bool sequenceParallel, ContextParallelism context = {},
+             ExpertParallelism expert = {});
 
   /// The unit's forward with the collectives the plan lists after it, in order.
   Status forward(int unit, int microbatch, const std::vector<PlannedCollective> &collectives);
