@@ -1,6 +1,7 @@
 // `placec search`: runs the strategy search on a loaded program and prints its result as a table
 // and Place text (or JSON), writes the best plan as a complete .place file, and for
 // `--max-params` prints the largest model each strategy family fits.
+#include "placec/ir/Devices.h"
 #include "placec/passes/Search.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -104,26 +105,32 @@ void printTable(const SearchResult &result, raw_ostream &out) {
   int meshWidth = 4;
   for (const Candidate &c : result.top)
     meshWidth = std::max(meshWidth, static_cast<int>(c.formatMesh().size()));
-  out << format("%-4s %-*s %-18s %-14s %-16s %-25s %4s %5s %-16s %10s %9s %6s %10s\n", text("rank"),
-                meshWidth, text("mesh"), text("params"), text("grads"), text("optimizer"),
-                text("activations"), text("b"), text("m"), text("schedule"), text("step (s)"),
-                text("TFLOP/s"), text("MFU"), text("memory"));
+  out << format("%-4s %-*s %-10s %-18s %-14s %-16s %-34s %4s %5s %-16s %-24s %10s %9s %6s %10s\n",
+                text("rank"), meshWidth, text("mesh"), text("context"), text("params"),
+                text("grads"), text("optimizer"), text("activations"), text("b"), text("m"),
+                text("schedule"), text("precision"), text("step (s)"), text("TFLOP/s"), text("MFU"),
+                text("memory"));
   for (size_t i = 0; i < result.top.size(); ++i) {
     const Candidate &c = result.top[i];
     const analysis::RunAnalysis &analysis = result.topAnalyses[i];
-    std::string activations =
-        ir::toString(c.activations).str() + (c.sequenceParallel ? " + sp" : "");
-    std::string schedule = c.pp > 1 ? ir::toString(c.schedule).str() +
-                                          (c.chunks > 1 ? ("(" + Twine(c.chunks) + ")").str() : "")
-                                    : "-";
-    out << format("%-4zu %-*s %-18s %-14s %-16s %-25s %4lld %5lld %-16s %10.3f %9.1f %5.1f%% "
-                  "%10s\n",
-                  i + 1, meshWidth, c.formatMesh().c_str(), toString(c.params).str().c_str(),
-                  toString(c.grads).str().c_str(), toString(c.optimizer).str().c_str(),
-                  activations.c_str(), static_cast<long long>(c.microBatch),
-                  static_cast<long long>(c.microbatches), schedule.c_str(),
-                  analysis.time.stepSeconds, tflopsPerDevice(analysis, devices),
-                  analysis.time.mfu * 100, formatBytes(analysis.memory.device.peak).c_str());
+    std::string activations = ir::toString(c.activations).str() +
+                              (c.sequenceParallel ? " + sp" : "") +
+                              (c.asyncTp ? " + async_tp" : "");
+    std::string schedule =
+        c.pp > 1 ? ir::toString(c.schedule).str() + (c.schedule == ir::Schedule::Interleaved
+                                                         ? ("(" + Twine(c.chunks) + ")").str()
+                                                         : "")
+                 : "-";
+    std::string context = c.cp > 1 ? ir::toString(c.context).str() : "-";
+    out << format("%-4zu %-*s %-10s %-18s %-14s %-16s %-34s %4lld %5lld %-16s %-24s %10.3f %9.1f "
+                  "%5.1f%% %10s\n",
+                  i + 1, meshWidth, c.formatMesh().c_str(), context.c_str(),
+                  toString(c.params).str().c_str(), toString(c.grads).str().c_str(),
+                  toString(c.optimizer).str().c_str(), activations.c_str(),
+                  static_cast<long long>(c.microBatch), static_cast<long long>(c.microbatches),
+                  schedule.c_str(), c.formatPrecision().c_str(), analysis.time.stepSeconds,
+                  tflopsPerDevice(analysis, devices), analysis.time.mfu * 100,
+                  formatBytes(analysis.memory.device.peak).c_str());
   }
 }
 
@@ -132,7 +139,11 @@ json::Object candidateJson(const Candidate &c) {
                       {"pp", c.pp},
                       {"dp_node", c.dpNode},
                       {"dp_local", c.dpLocal},
+                      {"cp", c.cp},
                       {"tp", c.tp},
+                      {"context", c.cp > 1 ? ir::toString(c.context) : StringRef("none")},
+                      {"async_tp", c.asyncTp},
+                      {"precision", c.formatPrecision()},
                       {"params", toString(c.params)},
                       {"grads", toString(c.grads)},
                       {"optimizer", toString(c.optimizer)},
@@ -232,6 +243,25 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       return 1;
     }
     searchOptions.memoryBudget = *budget;
+  }
+  // Precisions: the run's own unless --precision asks for others; FP8 only on a device that has
+  // FP8 tensor cores (rule `precision`).
+  std::string precisionError;
+  if (!options.precisions.empty()) {
+    std::optional<std::vector<ir::Precision>> precisions =
+        parsePrecisions(options.precisions, *run->cluster, precisionError);
+    if (!precisions) {
+      err << "placec: error: " << precisionError << "\n";
+      return 1;
+    }
+    searchOptions.precisions = *precisions;
+  } else if (run->precision == ir::Precision::MixedFP8 && run->cluster->peakFp8 <= 0) {
+    err << "placec: error: run '" << run->name << "' is mixed(fp8), but cluster '"
+        << run->cluster->name << "' has no FP8 tensor cores"
+        << (run->cluster->device ? " (" + std::string(run->cluster->device->name) + ")"
+                                 : std::string(": give it peak_fp8"))
+        << "\n";
+    return 1;
   }
   searchOptions.topK = std::max(1u, options.topK);
   searchOptions.onAccepted = options.onAccepted;

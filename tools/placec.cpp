@@ -107,6 +107,12 @@ cl::opt<std::string>
                   cl::init("cpu"), cl::cat(placecCategory));
 cl::opt<unsigned> searchTop("top", cl::desc("search: how many plans to list (default 5)"),
                             cl::init(5), cl::cat(placecCategory));
+cl::opt<std::string> searchPrecision(
+    "precision",
+    cl::desc("search: the precisions to explore, a comma-separated list of bf16, fp16, fp32 and "
+             "fp8 (default: the run's own); fp8 adds mixed(fp8) and, with gathered params, "
+             "mixed(fp8, gather = fp8)"),
+    cl::init(""), cl::cat(placecCategory));
 cl::opt<bool> searchMaxParams("max-params",
                               cl::desc("search: the largest model of the run's shape that each "
                                        "strategy family (dp, zero1-3, +tp) fits"),
@@ -185,7 +191,8 @@ COMMANDS:
             (docs/fidelity.md).
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
-            [--format=json|html] [-o best.place] [--max-params] (docs/search.md).
+            [--precision bf16,fp8] [--format=json|html] [-o best.place] [--max-params]
+            (docs/search.md).
 
 EXAMPLES:
   placec check model.place                      verify; file:line:col errors and exit code 1
@@ -456,6 +463,7 @@ int runSearch() {
   options.runName = runNames.empty() ? "" : runNames[0];
   options.devices = searchDevices;
   options.memoryBudget = searchBudget;
+  options.precisions = searchPrecision;
   options.topK = searchTop;
   options.json = outputFormat == report::Format::Json;
   options.maxParams = searchMaxParams;

@@ -42,10 +42,19 @@ llvm::StringRef toString(ParamChoice choice);
 llvm::StringRef toString(GradChoice choice);
 llvm::StringRef toString(OptimizerChoice choice);
 
-/// One point of the space. The mesh is [pp, dp_node, dp_local, tp] with axes of size one left
-/// out; when the batch degree is not split (dpLocal == 1) its one axis is `dp`.
+/// One point of the space. The mesh is [pp, dp_node, dp_local, cp, tp] with axes of size one
+/// left out; when the batch degree is not split (dpLocal == 1) its one axis is `dp`. `cp` is a
+/// sequence (context-parallel) axis; the model states are placed over it like over the batch
+/// axes (ParamChoice::GatherAll and the other `all` choices include it).
 struct Candidate {
-  int64_t pp = 1, dpNode = 1, dpLocal = 1, tp = 1;
+  int64_t pp = 1, dpNode = 1, dpLocal = 1, cp = 1, tp = 1;
+  /// How attention exchanges keys and values over `cp` (meaningful when cp > 1).
+  ir::ContextMethod context = ir::ContextMethod::Ring;
+  /// `async_tp = true;` (only with tp > 1 and sequence parallelism).
+  bool asyncTp = false;
+  /// The run's precision for this candidate; `mixed(fp8, gather = fp8)` when fp8Gather.
+  ir::Precision precision = ir::Precision::MixedBF16;
+  bool fp8Gather = false;
   ParamChoice params = ParamChoice::Replicate;
   GradChoice grads = GradChoice::Replicate;
   OptimizerChoice optimizer = OptimizerChoice::Replicate;
@@ -62,10 +71,15 @@ struct Candidate {
   double hostPeakBytes = 0; ///< Host bytes per device of that stage.
 
   int64_t getBatchDegree() const { return dpNode * dpLocal; }
+  /// The devices that hold the same parameters: batch × context.
+  int64_t getDataDegree() const { return dpNode * dpLocal * cp; }
   bool isSplit() const { return dpNode > 1 && dpLocal > 1; }
   /// `[pp = 8, dp = 16, tp = 8]`.
   std::string formatMesh() const;
-  /// A one-line summary: mesh, placements, activations, micro-batching.
+  /// `mixed(bf16)`, `mixed(fp8, gather = fp8)`: the run's `precision` value.
+  std::string formatPrecision() const;
+  /// A one-line summary: mesh, context method, placements, activations, micro-batching,
+  /// schedule, precision.
   std::string describe() const;
 };
 
@@ -83,6 +97,10 @@ struct FastVerdict {
 struct SearchOptions {
   /// Devices to search for; 0: the cluster's. Must be a multiple of devices_per_node.
   int64_t devices = 0;
+  /// The precisions to explore; empty: the run's own (and its `gather = fp8` setting) only.
+  /// MixedFP8 here explores both `mixed(fp8)` and, where parameters are gathered,
+  /// `mixed(fp8, gather = fp8)`. The caller checks that the cluster has an FP8 peak.
+  std::vector<ir::Precision> precisions;
   /// Per-device memory budget in bytes; 0: the cluster's device_memory.
   double memoryBudget = 0;
   unsigned topK = 10;
@@ -144,9 +162,16 @@ FastVerdict evaluateFast(const ir::Run &run, const ir::Cluster &cluster,
 std::string evaluateExact(const ir::Run &run, const ir::Cluster &cluster,
                           const Candidate &candidate, analysis::RunAnalysis *analysisOut);
 
-/// Enumerates every candidate of the space (before any rule), in search order.
+/// Enumerates every candidate of the space (before any rule), in search order, for the run's
+/// own precision or for `precisions` (as SearchOptions::precisions).
 void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
-                      const std::function<void(const Candidate &)> &callback);
+                      const std::function<void(const Candidate &)> &callback,
+                      const std::vector<ir::Precision> &precisions = {});
+
+/// Parses `--precision bf16,fp8` into precisions; on an error returns nullopt and sets `error`
+/// (an unknown name, or fp8 on a cluster without an FP8 peak).
+std::optional<std::vector<ir::Precision>>
+parsePrecisions(llvm::StringRef text, const ir::Cluster &cluster, std::string &error);
 
 /// Place text: `strategy NAME { … }` for the candidate.
 std::string formatStrategy(const Candidate &candidate, llvm::StringRef name);
@@ -182,6 +207,8 @@ struct SearchCommandOptions {
   std::string runName;
   int64_t devices = 0;
   std::string memoryBudget; ///< Bytes or a quantity (`80 GiB`, `70GB`); empty: device_memory.
+  /// `--precision`: a comma-separated list of bf16, fp16, fp32, fp8; empty: the run's own.
+  std::string precisions;
   unsigned topK = 5;
   bool json = false;
   bool maxParams = false;
