@@ -852,8 +852,15 @@ std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
 /// skipped). `body` also learns whether the group has V-shaped schedules.
 template <typename GroupFn, typename CandidateFn>
 void enumerate(const ir::Run &run, const ir::Cluster &cluster,
-               const std::vector<PrecisionVariant> &precisions, GroupFn body, CandidateFn inner,
+               const std::vector<PrecisionVariant> &precisions,
+               const std::vector<ir::Schedule> &schedules, GroupFn body, CandidateFn inner,
                uint64_t *meshCount = nullptr) {
+  // The schedules explored: the requested ones, or every one but gpipe.
+  auto explores = [&](ir::Schedule schedule) {
+    return schedules.empty() ? schedule != ir::Schedule::GPipe
+                             : std::find(schedules.begin(), schedules.end(), schedule) !=
+                                   schedules.end();
+  };
   const ir::Model &model = *run.model;
   const ir::TransformerConfig &config = model.transformer;
   int64_t devices = cluster.getNumDevices();
@@ -897,26 +904,33 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
           bool vShapes = false;
           for (int64_t b : divisorsOf(globalBatch / dp)) {
             int64_t m = globalBatch / (b * dp);
-            steps.push_back({b, ir::Schedule::OneFOneB, 1});
-            if (pp == 1)
+            // Without a pipeline the schedule is moot: one candidate, 1f1b.
+            if (pp == 1) {
+              steps.push_back({b, ir::Schedule::OneFOneB, 1});
               continue;
+            }
             // Schedules of one stage layout next to each other: the evaluator reuses the
             // stage times of the previous candidate when only the schedule changed. GPipe is
-            // left out: its bubble is 1F1B's and it holds all m micro-batches against 1F1B's
-            // min(p − stage, m) (cost::getBubbleSeconds, cost::getInFlightMicrobatches), so its
-            // 1F1B twin is never slower and never larger.
-            if (cost::isScheduleValid(ir::Schedule::ZeroBubble, pp, m, 1))
-              steps.push_back({b, ir::Schedule::ZeroBubble, 1});
-            for (int64_t v : divisorsOf(layers / pp))
-              if (v > 1 && cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v))
-                steps.push_back({b, ir::Schedule::Interleaved, v});
+            // left out unless asked for: its bubble is 1F1B's and it holds all m micro-batches
+            // against 1F1B's min(p − stage, m) (cost::getBubbleSeconds,
+            // cost::getInFlightMicrobatches), so its 1F1B twin is never slower and never larger.
+            for (ir::Schedule schedule :
+                 {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::ZeroBubble})
+              if (explores(schedule) && cost::isScheduleValid(schedule, pp, m, 1))
+                steps.push_back({b, schedule, 1});
+            if (explores(ir::Schedule::Interleaved))
+              for (int64_t v : divisorsOf(layers / pp))
+                if (v > 1 && cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v))
+                  steps.push_back({b, ir::Schedule::Interleaved, v});
             if (layers % (2 * pp) == 0)
               for (ir::Schedule v : {ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV})
-                if (cost::isScheduleValid(v, pp, m, 2)) {
+                if (explores(v) && cost::isScheduleValid(v, pp, m, 2)) {
                   steps.push_back({b, v, 2});
                   vShapes = true;
                 }
           }
+          if (steps.empty())
+            continue;
           // Activation modes: each without and with sequence parallelism, and with async_tp on
           // top of sequence parallelism.
           struct Mode {
@@ -1092,9 +1106,33 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
   if (!isSearchable(run))
     return;
   enumerate(
-      run, cluster, precisionVariants(run, precisions),
+      run, cluster, precisionVariants(run, precisions), {},
       [](const Candidate &, uint64_t, bool) { return true; },
       [&](const Candidate &c) { callback(c); });
+}
+
+std::optional<std::vector<ir::Schedule>> parseSchedules(StringRef text, std::string &error) {
+  std::vector<ir::Schedule> result;
+  SmallVector<StringRef, 6> names;
+  text.split(names, ',');
+  for (StringRef name : names) {
+    name = name.trim();
+    std::optional<ir::Schedule> schedule;
+    for (ir::Schedule candidate :
+         {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::Interleaved,
+          ir::Schedule::ZeroBubble, ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV})
+      if (name == ir::toString(candidate))
+        schedule = candidate;
+    if (!schedule) {
+      error = "--schedules '" + name.str() +
+              "' is not a schedule the search explores: write a comma-separated list of 1f1b, "
+              "gpipe, interleaved, zero_bubble, zbv and dualpipev";
+      return std::nullopt;
+    }
+    if (std::find(result.begin(), result.end(), *schedule) == result.end())
+      result.push_back(*schedule);
+  }
+  return result;
 }
 
 std::optional<std::vector<ir::Precision>>
@@ -1296,7 +1334,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   uint64_t total = 0;
   if (options.progress)
     enumerate(
-        run, cluster, precisions,
+        run, cluster, precisions, options.schedules,
         [&](const Candidate &c, uint64_t inner, bool) {
           if (!options.filter)
             total += inner;
@@ -1306,7 +1344,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
 
   auto search = [&](bool prune, bool collect) {
     enumerate(
-        run, cluster, precisions,
+        run, cluster, precisions, options.schedules,
         [&](const Candidate &c, uint64_t inner, bool vShapes) {
           if (!prune || options.filter)
             return true;

@@ -263,6 +263,15 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
         << "\n";
     return 1;
   }
+  if (!options.schedules.empty()) {
+    std::string error;
+    std::optional<std::vector<ir::Schedule>> schedules = parseSchedules(options.schedules, error);
+    if (!schedules) {
+      err << "placec: error: " << error << "\n";
+      return 1;
+    }
+    searchOptions.schedules = *schedules;
+  }
   searchOptions.topK = std::max(1u, options.topK);
   searchOptions.onAccepted = options.onAccepted;
   if (options.maxParams)

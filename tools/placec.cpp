@@ -113,6 +113,11 @@ cl::opt<std::string> searchPrecision(
              "fp8 (default: the run's own); fp8 adds mixed(fp8) and, with gathered params, "
              "mixed(fp8, gather = fp8)"),
     cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> searchSchedules(
+    "schedules",
+    cl::desc("search: the pipeline schedules to explore, a comma-separated list of 1f1b, gpipe, "
+             "interleaved, zero_bubble, zbv and dualpipev (default: all but gpipe)"),
+    cl::init(""), cl::cat(placecCategory));
 cl::opt<bool> searchMaxParams("max-params",
                               cl::desc("search: the largest model of the run's shape that each "
                                        "strategy family (dp, zero1-3, +tp) fits"),
@@ -191,7 +196,7 @@ COMMANDS:
             (docs/fidelity.md).
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
-            [--precision bf16,fp8] [--format=json|html] [-o best.place] [--max-params]
+            [--precision bf16,fp8] [--schedules 1f1b,zbv] [--format=json|html] [-o best.place] [--max-params]
             (docs/search.md).
 
 EXAMPLES:
@@ -464,6 +469,7 @@ int runSearch() {
   options.devices = searchDevices;
   options.memoryBudget = searchBudget;
   options.precisions = searchPrecision;
+  options.schedules = searchSchedules;
   options.topK = searchTop;
   options.json = outputFormat == report::Format::Json;
   options.maxParams = searchMaxParams;

@@ -101,6 +101,9 @@ struct SearchOptions {
   /// MixedFP8 here explores both `mixed(fp8)` and, where parameters are gathered,
   /// `mixed(fp8, gather = fp8)`. The caller checks that the cluster has an FP8 peak.
   std::vector<ir::Precision> precisions;
+  /// The pipeline schedules to explore; empty: 1f1b, interleaved, zero_bubble, zbv and dualpipev
+  /// (gpipe only when listed: 1F1B is never slower and never larger).
+  std::vector<ir::Schedule> schedules;
   /// Per-device memory budget in bytes; 0: the cluster's device_memory.
   double memoryBudget = 0;
   unsigned topK = 10;
@@ -168,6 +171,9 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
                       const std::function<void(const Candidate &)> &callback,
                       const std::vector<ir::Precision> &precisions = {});
 
+/// Parses `--schedules 1f1b,zbv` into schedules; on an error returns nullopt and sets `error`.
+std::optional<std::vector<ir::Schedule>> parseSchedules(llvm::StringRef text, std::string &error);
+
 /// Parses `--precision bf16,fp8` into precisions; on an error returns nullopt and sets `error`
 /// (an unknown name, or fp8 on a cluster without an FP8 peak).
 std::optional<std::vector<ir::Precision>>
@@ -209,6 +215,8 @@ struct SearchCommandOptions {
   std::string memoryBudget; ///< Bytes or a quantity (`80 GiB`, `70GB`); empty: device_memory.
   /// `--precision`: a comma-separated list of bf16, fp16, fp32, fp8; empty: the run's own.
   std::string precisions;
+  /// `--schedules`: a comma-separated list of pipeline schedules; empty: the default set.
+  std::string schedules;
   unsigned topK = 5;
   bool json = false;
   bool maxParams = false;
