@@ -25,6 +25,8 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <tuple>
+#include <unordered_map>
 
 using namespace llvm;
 
@@ -220,6 +222,19 @@ int unitIndex(cost::UnitKind kind) {
   return kind == cost::UnitKind::Embedding ? 0 : kind == cost::UnitKind::Layer ? 1 : 2;
 }
 
+/// A hash of a tuple of integers and booleans (the evaluator's cache keys).
+struct TupleHash {
+  template <typename... T> size_t operator()(const std::tuple<T...> &key) const {
+    uint64_t hash = 0x9e3779b97f4a7c15ull;
+    std::apply(
+        [&](const T &...values) {
+          ((hash = (hash ^ static_cast<uint64_t>(values)) * 0x100000001b3ull), ...);
+        },
+        key);
+    return static_cast<size_t>(hash ^ (hash >> 29));
+  }
+};
+
 /// Precomputed facts of a run's model on a cluster at one precision, shared by every candidate.
 class Evaluator {
 public:
@@ -309,9 +324,13 @@ private:
   ir::StateBytes bytes{};
   unsigned activationBytes = 2;
   unsigned paramBytes = 2;
-  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, std::vector<StageShape>> shapes;
-  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t>, UnitTimes> unitTimes;
-  std::map<std::tuple<int64_t, int64_t, bool, int64_t, int>, UnitTraffic> unitTraffic;
+  std::unordered_map<std::tuple<int64_t, int64_t, int64_t, bool>, std::vector<StageShape>,
+                     TupleHash>
+      shapes;
+  std::unordered_map<std::tuple<int64_t, int64_t, bool, int, int64_t>, UnitTimes, TupleHash>
+      unitTimes;
+  std::unordered_map<std::tuple<int64_t, int64_t, bool, int64_t, int>, UnitTraffic, TupleHash>
+      unitTraffic;
   // The placement costs of the last (mesh, placement), which the candidates of a group share.
   std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int, bool, bool> placementKey;
   PlacementTimes placement;
@@ -857,9 +876,9 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                uint64_t *meshCount = nullptr) {
   // The schedules explored: the requested ones, or every one but gpipe.
   auto explores = [&](ir::Schedule schedule) {
-    return schedules.empty() ? schedule != ir::Schedule::GPipe
-                             : std::find(schedules.begin(), schedules.end(), schedule) !=
-                                   schedules.end();
+    return schedules.empty()
+               ? schedule != ir::Schedule::GPipe
+               : std::find(schedules.begin(), schedules.end(), schedule) != schedules.end();
   };
   const ir::Model &model = *run.model;
   const ir::TransformerConfig &config = model.transformer;
@@ -1028,6 +1047,16 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
         }
       }
     }
+}
+
+/// True when two candidates differ at most in their schedule and chunks.
+bool sameExceptSchedule(const Candidate &x, const Candidate &y) {
+  return x.pp == y.pp && x.dpNode == y.dpNode && x.dpLocal == y.dpLocal && x.cp == y.cp &&
+         x.tp == y.tp && x.context == y.context && x.asyncTp == y.asyncTp &&
+         x.precision == y.precision && x.fp8Gather == y.fp8Gather && x.params == y.params &&
+         x.grads == y.grads && x.optimizer == y.optimizer && x.activations == y.activations &&
+         x.sequenceParallel == y.sequenceParallel && x.microBatch == y.microBatch &&
+         x.microbatches == y.microbatches;
 }
 
 bool isBetter(const Candidate &x, const Candidate &y) {
@@ -1342,7 +1371,9 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
         },
         [&](const Candidate &c) { total += options.filter(c) ? 1 : 0; });
 
+  std::optional<Candidate> overBudget;
   auto search = [&](bool prune, bool collect) {
+    overBudget.reset();
     enumerate(
         run, cluster, precisions, options.schedules,
         [&](const Candidate &c, uint64_t inner, bool vShapes) {
@@ -1366,7 +1397,24 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
         [&](const Candidate &candidate) {
           if (options.filter && !options.filter(candidate))
             return;
+          // A schedule of the same stage layout as a capacity-rejected 1f1b or zbv candidate
+          // (which hold the fewest micro-batches in flight on every stage of their layouts:
+          // cost::getInFlightMicrobatches) does not fit either.
+          if (prune && !options.filter && overBudget && candidate.pp > 1 &&
+              isVShape(candidate.schedule) == isVShape(overBudget->schedule) &&
+              sameExceptSchedule(candidate, *overBudget)) {
+            if (collect) {
+              ++result.spaceSize;
+              ++result.rejectedByRule["capacity"];
+              ++result.prunedBySchedule;
+              ++done;
+            }
+            return;
+          }
           evaluatorFor(candidate).evaluate(candidate, verdict);
+          if (verdict.rejectedBy == "capacity" && (candidate.schedule == ir::Schedule::OneFOneB ||
+                                                   candidate.schedule == ir::Schedule::ZeroBubbleV))
+            overBudget = candidate;
           if (collect) {
             ++result.spaceSize;
             if (options.progress && ++done >= nextReport) {

@@ -313,6 +313,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
                       {"meshes", static_cast<int64_t>(result.meshes)},
                       {"accepted", static_cast<int64_t>(result.accepted)},
                       {"pruned_by_lower_bound", static_cast<int64_t>(result.prunedByLowerBound)},
+                      {"pruned_by_schedule", static_cast<int64_t>(result.prunedBySchedule)},
                       {"rejected", std::move(rejected)},
                       {"seconds", result.seconds},
                       {"top", std::move(top)}};
@@ -335,9 +336,15 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     out << "accepted: " << result.accepted << "\n";
     for (const auto &[rule, count] : result.rejectedByRule)
       out << "rejected by " << rule << ": " << count
-          << (rule == "capacity" && result.prunedByLowerBound
+          << (rule == "capacity" && (result.prunedByLowerBound || result.prunedBySchedule)
                   ? " (" + std::to_string(result.prunedByLowerBound) +
-                        " by the closed-form lower bound)"
+                        " by the closed-form lower bound" +
+                        (result.prunedBySchedule
+                             ? ", " + std::to_string(result.prunedBySchedule) +
+                                   " as schedules holding more micro-batches than one over "
+                                   "the budget"
+                             : std::string()) +
+                        ")"
                   : std::string())
           << "\n";
     if (!result.top.empty()) {

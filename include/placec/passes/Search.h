@@ -124,6 +124,9 @@ struct SearchResult {
   uint64_t accepted = 0;
   /// Candidates rejected by capacity in groups by the closed-form lower bound, unevaluated.
   uint64_t prunedByLowerBound = 0;
+  /// Candidates rejected by capacity unevaluated because the same plan with a schedule that
+  /// keeps fewer micro-batches in flight (1f1b, zbv) is over the budget.
+  uint64_t prunedBySchedule = 0;
   uint64_t meshes = 0;
   /// The best accepted candidates, fastest first (ties: less memory), each re-checked by the
   /// real pipeline; their analyses in the same order.
