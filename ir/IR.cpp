@@ -79,6 +79,10 @@ StringRef toString(PositionKind positions) {
   llvm_unreachable("unknown PositionKind");
 }
 
+StringRef toString(RouterKind router) {
+  return router == RouterKind::Softmax ? "softmax" : "sigmoid";
+}
+
 StringRef toString(AttentionKind attention) {
   switch (attention) {
   case AttentionKind::Flash:
@@ -111,6 +115,8 @@ StringRef toString(AxisKind kind) {
     return "layers";
   case AxisKind::Sequence:
     return "sequence";
+  case AxisKind::Expert:
+    return "expert";
   }
   llvm_unreachable("unknown AxisKind");
 }

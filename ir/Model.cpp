@@ -82,6 +82,58 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
       builder.add(prefix + ".bias", {h}, TensorSplit::Replicated, layer);
   };
 
+  // A feed-forward block of `width` (times `experts` stacked on the first dimension when
+  // `experts` > 0): gelu's fc and proj, or swiglu's gate, up and down, as Megatron-LM splits them.
+  auto addMlp = [&](const std::string &prefix, int64_t width, int64_t experts, int layer,
+                    bool expert) {
+    auto shape = [&](std::vector<int64_t> dims) {
+      if (experts > 0)
+        dims.insert(dims.begin(), experts);
+      return dims;
+    };
+    auto add = [&](const Twine &name, std::vector<int64_t> dims, TensorSplit split) {
+      builder.add(name, shape(std::move(dims)), split, layer);
+      tensors.back().expert = expert;
+    };
+    // A row-parallel bias is replicated over the tensor axes; stacked per expert it is still
+    // one row per expert.
+    switch (config.mlp) {
+    case MlpActivation::Gelu:
+      add(prefix + ".fc.weight", {width, h}, TensorSplit::Column);
+      if (config.bias)
+        add(prefix + ".fc.bias", {width}, TensorSplit::Column);
+      add(prefix + ".proj.weight", {h, width}, TensorSplit::Row);
+      if (config.bias)
+        add(prefix + ".proj.bias", {h}, TensorSplit::Replicated);
+      break;
+    case MlpActivation::Swiglu:
+      add(prefix + ".gate.weight", {width, h}, TensorSplit::Column);
+      if (config.bias)
+        add(prefix + ".gate.bias", {width}, TensorSplit::Column);
+      add(prefix + ".up.weight", {width, h}, TensorSplit::Column);
+      if (config.bias)
+        add(prefix + ".up.bias", {width}, TensorSplit::Column);
+      add(prefix + ".down.weight", {h, width}, TensorSplit::Row);
+      if (config.bias)
+        add(prefix + ".down.bias", {h}, TensorSplit::Replicated);
+      break;
+    }
+  };
+  // A mixture-of-experts block (Shazeer et al. 2017; Fedus et al. 2021): the router's linear
+  // scores, the routed experts stacked, and the shared experts as one MLP of their summed width
+  // (DeepSeek-V3's and Qwen2-MoE's shared experts are one wide MLP of the same activation).
+  const MoeConfig &moe = config.moe;
+  auto addMoe = [&](const std::string &prefix, int layer) {
+    builder.add(prefix + ".router.weight", {moe.experts, h}, TensorSplit::Replicated, layer);
+    addMlp(prefix + ".experts", moe.expertFfn > 0 ? moe.expertFfn : ffn, moe.experts, layer, true);
+    if (moe.sharedExperts > 0)
+      addMlp(prefix + ".shared",
+             saturatingMul(moe.sharedExperts, moe.sharedExpertFfn > 0 ? moe.sharedExpertFfn
+                                              : moe.expertFfn > 0     ? moe.expertFfn
+                                                                      : ffn),
+             0, layer, false);
+  };
+
   for (int64_t l = 0; l < numLayers; ++l) {
     const int layer = toLayerIndex(l);
     const std::string prefix = (Twine("layers.") + Twine(l)).str();
@@ -93,27 +145,11 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
     if (config.bias)
       builder.add(prefix + ".attn.proj.bias", {h}, TensorSplit::Replicated, layer);
     addNorm(prefix + ".ln2", layer);
-    switch (config.mlp) {
-    case MlpActivation::Gelu:
-      builder.add(prefix + ".mlp.fc.weight", {ffn, h}, TensorSplit::Column, layer);
-      if (config.bias)
-        builder.add(prefix + ".mlp.fc.bias", {ffn}, TensorSplit::Column, layer);
-      builder.add(prefix + ".mlp.proj.weight", {h, ffn}, TensorSplit::Row, layer);
-      if (config.bias)
-        builder.add(prefix + ".mlp.proj.bias", {h}, TensorSplit::Replicated, layer);
-      break;
-    case MlpActivation::Swiglu:
-      builder.add(prefix + ".mlp.gate.weight", {ffn, h}, TensorSplit::Column, layer);
-      if (config.bias)
-        builder.add(prefix + ".mlp.gate.bias", {ffn}, TensorSplit::Column, layer);
-      builder.add(prefix + ".mlp.up.weight", {ffn, h}, TensorSplit::Column, layer);
-      if (config.bias)
-        builder.add(prefix + ".mlp.up.bias", {ffn}, TensorSplit::Column, layer);
-      builder.add(prefix + ".mlp.down.weight", {h, ffn}, TensorSplit::Row, layer);
-      if (config.bias)
-        builder.add(prefix + ".mlp.down.bias", {h}, TensorSplit::Replicated, layer);
-      break;
+    if (config.moe.isMoeLayer(l)) {
+      addMoe(prefix + ".moe", layer);
+      continue;
     }
+    addMlp(prefix + ".mlp", ffn, 0, layer, false);
   }
 
   // The head, after the last layer.
@@ -192,6 +228,19 @@ int64_t Model::getParamsWithSplit(TensorSplit split) const {
 
 int64_t Model::getTensorParams() const {
   return sumParams(tensors, [](const Tensor &) { return true; });
+}
+
+int64_t Model::getExpertParams() const {
+  return sumParams(tensors, [](const Tensor &t) { return t.expert; });
+}
+
+int64_t Model::getActiveParams() const {
+  if (!isMoe())
+    return numParams;
+  // Each routed expert's share of the stacked tensors is the same, so a token's top_k experts
+  // use top_k / experts of them.
+  const MoeConfig &moe = transformer.moe;
+  return numParams - getExpertParams() + getExpertParams() / moe.experts * moe.topK;
 }
 
 } // namespace placec::ir
