@@ -840,10 +840,12 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
   }
 }
 
-/// True when the search can handle the run's model.
+/// True when the search can handle the run's model: a dense transformer (the fast path's units
+/// are the embedding, identical layers and the head; mixture-of-experts layers and expert
+/// parallelism are not part of the space).
 bool isSearchable(const ir::Run &run) {
-  return run.model->kind == ir::ModelKind::Transformer && run.model->getNumLayers() > 0 &&
-         run.globalBatch > 0;
+  return run.model->kind == ir::ModelKind::Transformer && !run.model->isMoe() &&
+         run.model->getNumLayers() > 0 && run.globalBatch > 0;
 }
 
 /// The precisions a search explores, each with the `gather = fp8` settings it tries: the run's

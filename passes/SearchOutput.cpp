@@ -227,6 +227,13 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
         << run->model->name << "' is " << ir::toString(run->model->kind) << "\n";
     return 1;
   }
+  if (run->model->isMoe()) {
+    err << "placec: error: run '" << run->name << "': the search does not explore "
+        << "mixture-of-experts models (expert parallelism and the experts' placements); model '"
+        << run->model->name << "' has " << run->model->transformer.moe.experts
+        << " routed experts per MoE layer\n";
+    return 1;
+  }
   SearchOptions searchOptions;
   searchOptions.devices = options.devices ? options.devices : run->cluster->getNumDevices();
   if (searchOptions.devices % run->cluster->devicesPerNode != 0) {
