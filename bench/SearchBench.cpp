@@ -42,9 +42,8 @@ run gpt3 {
 /// sequences, `globalBatch` sequences per step (2,048 for 405B: 16M tokens, the paper's batch in
 /// its first stage of pre-training, §3.4.1).
 std::string llamaProgram(bool big, int nodes, int globalBatch) {
-  std::string model =
-      big ? "layers = 126; hidden = 16384; heads = 128; kv_heads = 8; ffn = 53248;"
-          : "layers = 80; hidden = 8192; heads = 64; kv_heads = 8; ffn = 28672;";
+  std::string model = big ? "layers = 126; hidden = 16384; heads = 128; kv_heads = 8; ffn = 53248;"
+                          : "layers = 80; hidden = 8192; heads = 64; kv_heads = 8; ffn = 28672;";
   return "model llama3 : transformer {\n  " + model +
          " seq = 8192; vocab = 128256;\n  mlp = swiglu; norm = rmsnorm; bias = false; "
          "positions = rope; tied_embeddings = false;\n}\n"
@@ -52,16 +51,16 @@ std::string llamaProgram(bool big, int nodes, int globalBatch) {
          std::to_string(nodes) +
          "; devices_per_node = 8; }\n"
          "run llama3 {\n  model = llama3; cluster = h100; strategy = fsdp(" +
-         std::to_string(nodes * 8) + ");\n  micro_batch = 1; global_batch = " +
-         std::to_string(globalBatch) + ";\n}\n";
+         std::to_string(nodes * 8) +
+         ");\n  micro_batch = 1; global_batch = " + std::to_string(globalBatch) + ";\n}\n";
 }
 
 void BM_Search(benchmark::State &state, std::string text, bool prune, bool fp8) {
   llvm::SourceMgr sourceMgr;
   placec::DiagnosticEngine diags(sourceMgr);
   diags.setQuiet(true);
-  auto files = placec::parseProgram(
-      llvm::MemoryBuffer::getMemBufferCopy(text, "search-bench.place"), diags);
+  auto files =
+      placec::parseProgram(llvm::MemoryBuffer::getMemBufferCopy(text, "search-bench.place"), diags);
   std::unique_ptr<placec::ir::Program> program =
       files.empty() ? nullptr : placec::buildProgram(files, diags);
   if (!program) {

@@ -134,6 +134,34 @@ void printTable(const SearchResult &result, raw_ostream &out) {
   }
 }
 
+/// The same table as GitHub Markdown.
+void printMarkdownTable(const SearchResult &result, raw_ostream &out) {
+  int64_t devices = result.cluster->getNumDevices();
+  out << "| rank | mesh | context | params | grads | optimizer | activations | b | m | schedule | "
+         "precision | step (s) | TFLOP/s | MFU | memory |\n"
+      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (size_t i = 0; i < result.top.size(); ++i) {
+    const Candidate &c = result.top[i];
+    const analysis::RunAnalysis &analysis = result.topAnalyses[i];
+    std::string activations = ir::toString(c.activations).str() +
+                              (c.sequenceParallel ? " + sp" : "") +
+                              (c.asyncTp ? " + async_tp" : "");
+    std::string schedule =
+        c.pp > 1 ? ir::toString(c.schedule).str() + (c.schedule == ir::Schedule::Interleaved
+                                                         ? ("(" + Twine(c.chunks) + ")").str()
+                                                         : "")
+                 : "-";
+    out << "| " << i + 1 << " | `" << c.formatMesh() << "` | "
+        << (c.cp > 1 ? ir::toString(c.context).str() : "-") << " | " << toString(c.params) << " | "
+        << toString(c.grads) << " | " << toString(c.optimizer) << " | " << activations << " | "
+        << c.microBatch << " | " << c.microbatches << " | " << schedule << " | "
+        << c.formatPrecision() << " | " << format("%.3f", analysis.time.stepSeconds) << " | "
+        << format("%.1f", tflopsPerDevice(analysis, devices)) << " | "
+        << format("%.1f%%", analysis.time.mfu * 100) << " | "
+        << formatBytes(analysis.memory.device.peak) << " |\n";
+  }
+}
+
 json::Object candidateJson(const Candidate &c) {
   return json::Object{{"mesh", c.formatMesh()},
                       {"pp", c.pp},
@@ -330,6 +358,20 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       root["smallest"] = candidateJson(*result.smallest);
     }
     out << formatv("{0:2}", json::Value(std::move(root))) << "\n";
+  } else if (options.markdown) {
+    out << "## Search for run `" << run->name << "`\n\n"
+        << "Model `" << run->model->name << "` ("
+        << formatv("{0:F1}B", static_cast<double>(run->model->numParams) / 1e9) << " params) on "
+        << devices << " devices of cluster `" << cluster.name << "`, memory budget "
+        << formatBytes(cluster.deviceMemory) << " per device. Space: " << result.spaceSize
+        << " candidates over " << result.meshes << " meshes; accepted: " << result.accepted;
+    for (const auto &[rule, count] : result.rejectedByRule)
+      out << "; rejected by " << rule << ": " << count;
+    out << ".\n\n";
+    if (!result.top.empty()) {
+      printMarkdownTable(result, out);
+      out << "\nThe best plan:\n\n```\n" << placeText << "```\n";
+    }
   } else {
     out << "search for run '" << run->name << "': model '" << run->model->name << "' ("
         << formatv("{0:F1}B", static_cast<double>(run->model->numParams) / 1e9) << " params) on "

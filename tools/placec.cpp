@@ -196,7 +196,7 @@ COMMANDS:
             (docs/fidelity.md).
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
-            [--precision bf16,fp8] [--schedules 1f1b,zbv] [--format=json|html] [-o best.place] [--max-params]
+            [--precision bf16,fp8] [--schedules 1f1b,zbv] [--format=json|md|html] [-o best.place] [--max-params]
             (docs/search.md).
 
 EXAMPLES:
@@ -451,10 +451,11 @@ bool runDiff(raw_ostream &out) {
 /// `placec search FILE --run NAME`: the output goes to stdout, `-o` names the .place file the
 /// best plan is written to.
 int runSearch() {
-  if (inputFiles.size() != 1 || runNames.size() > 1 || outputFormat == report::Format::Markdown ||
-      (outputFormat == report::Format::Html && searchMaxParams)) {
-    printError("search takes one input file, at most one --run and --format=text, json or html "
-               "(--max-params: text or json)");
+  if (inputFiles.size() != 1 || runNames.size() > 1 ||
+      ((outputFormat == report::Format::Html || outputFormat == report::Format::Markdown) &&
+       searchMaxParams)) {
+    printError("search takes one input file, at most one --run and --format=text, json, md or "
+               "html (--max-params: text or json)");
     return 1;
   }
   // The run's own strategy is not searched from, so it is not verified: only the front end.
@@ -472,6 +473,7 @@ int runSearch() {
   options.schedules = searchSchedules;
   options.topK = searchTop;
   options.json = outputFormat == report::Format::Json;
+  options.markdown = outputFormat == report::Format::Markdown;
   options.maxParams = searchMaxParams;
   options.outputFile = outputFile == "-" ? std::string() : outputFile.getValue();
   options.progress = true;

@@ -222,6 +222,8 @@ struct SearchCommandOptions {
   std::string schedules;
   unsigned topK = 5;
   bool json = false;
+  /// `--format=md`: the table as GitHub Markdown and the best plan in a code block.
+  bool markdown = false;
   bool maxParams = false;
   std::string outputFile; ///< `-o`: the best plan as a complete .place file; empty: none.
   bool progress = false;  ///< Show a progress bar on stderr (when it is a terminal).
