@@ -24,6 +24,7 @@
 #include <cassert>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <tuple>
 #include <unordered_map>
@@ -222,6 +223,13 @@ int unitIndex(cost::UnitKind kind) {
   return kind == cost::UnitKind::Embedding ? 0 : kind == cost::UnitKind::Layer ? 1 : 2;
 }
 
+/// The stage layouts among a group's schedules: the even split (1f1b, zero_bubble, interleaved),
+/// the V (zbv, dualpipev), and uneven first and last stages of `edges` layers each.
+struct Layouts {
+  bool even = false, vShape = false;
+  std::vector<int64_t> edges;
+};
+
 /// A hash of a tuple of integers and booleans (the evaluator's cache keys).
 struct TupleHash {
   template <typename... T> size_t operator()(const std::tuple<T...> &key) const {
@@ -247,12 +255,13 @@ public:
   }
 
   /// The stage classes of a layout, cached.
-  const std::vector<StageShape> &getShapes(int64_t tp, int64_t pp, int64_t chunks, bool vShape);
+  const std::vector<StageShape> &getShapes(int64_t tp, int64_t pp, int64_t chunks, bool vShape,
+                                           int64_t edge = 0);
   /// Per-device memory that no activation mode, micro-batch or schedule can lower: the model
   /// states and transient buffers of the fullest stage, the smaller of the two stage layouts
   /// (the embedding and the head on the first and last stages, or both on the first under the
-  /// V schedules) when `vShapes` says the group has V schedules.
-  double lowerBound(const Candidate &candidate, bool vShapes);
+  /// V schedules, or the first and last stages lighter), the smallest over the group's `layouts`.
+  double lowerBound(const Candidate &candidate, const Layouts &layouts);
   void evaluate(const Candidate &candidate, FastVerdict &verdict);
 
 private:
@@ -324,7 +333,7 @@ private:
   ir::StateBytes bytes{};
   unsigned activationBytes = 2;
   unsigned paramBytes = 2;
-  std::unordered_map<std::tuple<int64_t, int64_t, int64_t, bool>, std::vector<StageShape>,
+  std::unordered_map<std::tuple<int64_t, int64_t, int64_t, bool, int64_t>, std::vector<StageShape>,
                      TupleHash>
       shapes;
   std::unordered_map<std::tuple<int64_t, int64_t, bool, int, int64_t>, UnitTimes, TupleHash>
@@ -338,13 +347,13 @@ private:
   // The stage times of the last candidate timed.
   using TimeKey = std::tuple<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>,
                              std::tuple<int, int, int, bool>,
-                             std::tuple<int, bool, bool, int64_t, int64_t, bool>>;
+                             std::tuple<int, bool, bool, int64_t, int64_t, bool, int64_t>>;
   TimeKey lastTimeKey;
   bool hasTimes = false;
   StageTimes lastStages[3];
   double lastSendIntra = 0, lastSendInter = 0;
   // The last entries looked up (consecutive candidates mostly share them).
-  std::tuple<int64_t, int64_t, int64_t, bool> lastShapesKey;
+  std::tuple<int64_t, int64_t, int64_t, bool, int64_t> lastShapesKey;
   const std::vector<StageShape> *lastShapes = nullptr;
   std::tuple<int64_t, int64_t, bool, int, int64_t> lastTimesKey;
   const UnitTimes *lastTimes = nullptr;
@@ -432,8 +441,8 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
 }
 
 const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int64_t chunks,
-                                                    bool vShape) {
-  auto key = std::make_tuple(tp, pp, chunks, vShape);
+                                                    bool vShape, int64_t edge) {
+  auto key = std::make_tuple(tp, pp, chunks, vShape, edge);
   if (lastShapes && lastShapesKey == key)
     return *lastShapes;
   auto it = shapes.find(key);
@@ -518,7 +527,12 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
     bool hasEmbedding = stage == 0 && unitParams.count(-1);
     if (hasEmbedding)
       addGroup(unitParams[-1], 1, cost::UnitKind::Embedding, -1);
-    addGroup(unitParams[0], layers / pp, cost::UnitKind::Layer, 0);
+    // Layers per stage: an even share, or with uneven edges `edge` on the first and the last
+    // stage and the rest shared by the others (plan::getPipelineLayout).
+    int64_t stageLayers = edge == 0                       ? layers / pp
+                          : stage == 0 || stage == pp - 1 ? edge
+                                                          : (layers - 2 * edge) / (pp - 2);
+    addGroup(unitParams[0], stageLayers, cost::UnitKind::Layer, 0);
     if (stage == headStage && unitParams.count(headLayer)) {
       addGroup(unitParams[headLayer], 1, cost::UnitKind::Head, headLayer);
       shape.hasHead = true;
@@ -538,7 +552,7 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
   return *(lastShapes = &shapes.emplace(key, std::move(result)).first->second);
 }
 
-double Evaluator::lowerBound(const Candidate &c, bool vShapes) {
+double Evaluator::lowerBound(const Candidate &c, const Layouts &layouts) {
   Geometry g = geometry(c);
   cost::StageStates states;
   states.paramShard = degree(g, paramMask(c.params));
@@ -549,9 +563,9 @@ double Evaluator::lowerBound(const Candidate &c, bool vShapes) {
   states.gradsOnHost = states.optimizerOnHost && (gradMask(c.grads) & g.present);
   states.gathers = paramMask(c.params) & g.present;
   states.keepAfterForward = keepsAfterForward(c.params);
-  auto fullest = [&](bool vShape) {
+  auto fullest = [&](bool vShape, int64_t edge) {
     double best = 0;
-    for (const StageShape &shape : getShapes(c.tp, c.pp, vShape ? 2 : 1, vShape)) {
+    for (const StageShape &shape : getShapes(c.tp, c.pp, vShape ? 2 : 1, vShape, edge)) {
       states.params = static_cast<double>(shape.sumParams);
       states.largestUnit = static_cast<double>(shape.maxParams);
       states.units = shape.numUnits;
@@ -561,9 +575,15 @@ double Evaluator::lowerBound(const Candidate &c, bool vShapes) {
     }
     return best;
   };
-  double bound = fullest(false);
-  if (vShapes && c.pp > 1)
-    bound = std::min(bound, fullest(true));
+  if (c.pp == 1)
+    return fullest(false, 0);
+  double bound = std::numeric_limits<double>::infinity();
+  if (layouts.even)
+    bound = std::min(bound, fullest(false, 0));
+  if (layouts.vShape)
+    bound = std::min(bound, fullest(true, 0));
+  for (int64_t edge : layouts.edges)
+    bound = std::min(bound, fullest(false, edge));
   return bound;
 }
 
@@ -586,7 +606,8 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
   }
 
   bool vShape = c.pp > 1 && isVShape(c.schedule);
-  const std::vector<StageShape> &stageShapes = getShapes(c.tp, c.pp, c.chunks, vShape);
+  const std::vector<StageShape> &stageShapes =
+      getShapes(c.tp, c.pp, c.chunks, vShape, c.edgeLayers);
   const UnitTimes &times = getUnitTimes(c);
   cost::StageStates states;
   states.paramShard = degree(g, paramAxes);
@@ -638,7 +659,7 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
       std::make_tuple(static_cast<int>(c.params), static_cast<int>(c.grads),
                       static_cast<int>(c.optimizer), c.fp8Gather),
       std::make_tuple(static_cast<int>(c.activations), c.sequenceParallel, c.asyncTp, c.microBatch,
-                      c.microbatches, vShape));
+                      c.microbatches, vShape, c.edgeLayers));
   if (!hasTimes || timeKey != lastTimeKey) {
     timeStages(c, g, states, stageShapes);
     hasTimes = true;
@@ -894,8 +915,18 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
       if (devices % tp || config.heads % tp || kvHeads % tp || config.hidden % tp ||
           config.ffn % tp)
         continue;
-      for (int64_t pp : divisorsOf(layers)) {
-        if (devices % (tp * pp))
+      for (int64_t pp : divisorsOf(devices / tp)) {
+        if (pp > layers)
+          break;
+        // Uneven stages (pp ≥ 3): the first and the last stage one layer short of the others,
+        // to make room for the embedding and the output layer (Megatron-LM's first/last
+        // pipeline layers; Llama 3's 126 layers on 16 stages of 8, the first and last of 7,
+        // Dubey et al. 2024 §3.3.2): when pp divides layers + 2.
+        bool evenSplit = layers % pp == 0;
+        std::vector<int64_t> edges;
+        if (pp >= 3 && (layers + 2) % pp == 0 && (layers + 2) / pp >= 2)
+          edges.push_back((layers + 2) / pp - 1);
+        if (!evenSplit && edges.empty())
           continue;
         for (int64_t cp : divisorsOf(devices / (tp * pp))) {
           int64_t dp = devices / (tp * pp * cp);
@@ -920,16 +951,31 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
             int64_t microBatch;
             ir::Schedule schedule;
             int64_t chunks;
+            int64_t edge = 0;
           };
           std::vector<Step> steps;
-          bool vShapes = false;
+          Layouts layouts;
           for (int64_t b : divisorsOf(globalBatch / dp)) {
             int64_t m = globalBatch / (b * dp);
             // Without a pipeline the schedule is moot: one candidate, 1f1b.
             if (pp == 1) {
               steps.push_back({b, ir::Schedule::OneFOneB, 1});
+              layouts.even = true;
               continue;
             }
+            // Uneven stages with the schedules that take `first` and `last` (1f1b, gpipe,
+            // zero_bubble), one layout after the other.
+            for (int64_t edge : edges)
+              for (ir::Schedule schedule :
+                   {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::ZeroBubble})
+                if (explores(schedule) && cost::isScheduleValid(schedule, pp, m, 1)) {
+                  steps.push_back({b, schedule, 1, edge});
+                  if (std::find(layouts.edges.begin(), layouts.edges.end(), edge) ==
+                      layouts.edges.end())
+                    layouts.edges.push_back(edge);
+                }
+            if (!evenSplit)
+              continue;
             // Schedules of one stage layout next to each other: the evaluator reuses the
             // stage times of the previous candidate when only the schedule changed. GPipe is
             // left out unless asked for: its bubble is 1F1B's and it holds all m micro-batches
@@ -937,17 +983,21 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
             // cost::getInFlightMicrobatches), so its 1F1B twin is never slower and never larger.
             for (ir::Schedule schedule :
                  {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::ZeroBubble})
-              if (explores(schedule) && cost::isScheduleValid(schedule, pp, m, 1))
+              if (explores(schedule) && cost::isScheduleValid(schedule, pp, m, 1)) {
                 steps.push_back({b, schedule, 1});
+                layouts.even = true;
+              }
             if (explores(ir::Schedule::Interleaved))
               for (int64_t v : divisorsOf(layers / pp))
-                if (v > 1 && cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v))
+                if (v > 1 && cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v)) {
                   steps.push_back({b, ir::Schedule::Interleaved, v});
+                  layouts.even = true;
+                }
             if (layers % (2 * pp) == 0)
               for (ir::Schedule v : {ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV})
                 if (explores(v) && cost::isScheduleValid(v, pp, m, 2)) {
                   steps.push_back({b, v, 2});
-                  vShapes = true;
+                  layouts.vShape = true;
                 }
           }
           if (steps.empty())
@@ -1030,7 +1080,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                                     : !(variant.plainGather || !gathers))
                         continue;
                       c.fp8Gather = fp8Gather;
-                      if (!body(c, innerCount, vShapes))
+                      if (!body(c, innerCount, layouts))
                         continue;
                       for (const Mode &mode : activationModes)
                         for (const Step &step : steps) {
@@ -1041,6 +1091,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                           c.microbatches = globalBatch / (step.microBatch * dp);
                           c.schedule = step.schedule;
                           c.chunks = step.chunks;
+                          c.edgeLayers = step.edge;
                           inner(c);
                         }
                     }
@@ -1117,7 +1168,8 @@ std::string Candidate::describe() const {
           " m=" + std::to_string(microbatches);
   if (pp > 1)
     text += " " + ir::toString(schedule).str() +
-            (schedule == ir::Schedule::Interleaved ? "/" + std::to_string(chunks) : "");
+            (schedule == ir::Schedule::Interleaved ? "/" + std::to_string(chunks) : "") +
+            (edgeLayers > 0 ? " first=last=" + std::to_string(edgeLayers) : "");
   return text + " " + formatPrecision();
 }
 
@@ -1138,7 +1190,7 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
     return;
   enumerate(
       run, cluster, precisionVariants(run, precisions), {},
-      [](const Candidate &, uint64_t, bool) { return true; },
+      [](const Candidate &, uint64_t, const Layouts &) { return true; },
       [&](const Candidate &c) { callback(c); });
 }
 
@@ -1294,6 +1346,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     pipeline.schedule = c.schedule;
     pipeline.microbatches = c.microbatches;
     pipeline.chunks = c.chunks;
+    pipeline.firstStageLayers = pipeline.lastStageLayers = c.edgeLayers;
     strategy->pipeline = pipeline;
   }
   return strategy;
@@ -1367,7 +1420,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   if (options.progress)
     enumerate(
         run, cluster, precisions, options.schedules,
-        [&](const Candidate &c, uint64_t inner, bool) {
+        [&](const Candidate &c, uint64_t inner, const Layouts &) {
           if (!options.filter)
             total += inner;
           return static_cast<bool>(options.filter);
@@ -1379,7 +1432,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
     overBudget.reset();
     enumerate(
         run, cluster, precisions, options.schedules,
-        [&](const Candidate &c, uint64_t inner, bool vShapes) {
+        [&](const Candidate &c, uint64_t inner, const Layouts &layouts) {
           if (!prune || options.filter)
             return true;
           // Rule order: gradient-integrity before capacity, as in the verifier's report.
@@ -1387,7 +1440,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
                              (c.cp > 1 ? kContext : 0);
           if (gradMask(c.grads) & present & ~(optimizerMask(c.optimizer) & present))
             return true;
-          if (evaluatorFor(c).lowerBound(c, vShapes) <= cluster.deviceMemory)
+          if (evaluatorFor(c).lowerBound(c, layouts) <= cluster.deviceMemory)
             return true;
           if (collect) {
             result.spaceSize += inner;
@@ -1405,6 +1458,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
           // cost::getInFlightMicrobatches) does not fit either.
           if (prune && !options.filter && overBudget && candidate.pp > 1 &&
               isVShape(candidate.schedule) == isVShape(overBudget->schedule) &&
+              candidate.edgeLayers == overBudget->edgeLayers &&
               sameExceptSchedule(candidate, *overBudget)) {
             if (collect) {
               ++result.spaceSize;
@@ -1634,6 +1688,9 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
             "(microbatches = " + std::to_string(c.microbatches);
     if (c.schedule == ir::Schedule::Interleaved)
       text += ", chunks = " + std::to_string(c.chunks);
+    if (c.edgeLayers > 0)
+      text +=
+          ", first = " + std::to_string(c.edgeLayers) + ", last = " + std::to_string(c.edgeLayers);
     text += ");\n";
   }
   return text + "}\n";

@@ -100,12 +100,26 @@ private:
   bool shown = false;
 };
 
+/// `interleaved(4)`, `1f1b(first = last = 7)`, `-` without a pipeline.
+std::string scheduleText(const Candidate &c) {
+  if (c.pp == 1)
+    return "-";
+  std::string text;
+  raw_string_ostream os(text);
+  os << ir::toString(c.schedule);
+  if (c.schedule == ir::Schedule::Interleaved)
+    os << "(" << c.chunks << ")";
+  if (c.edgeLayers > 0)
+    os << "(first = last = " << c.edgeLayers << ")";
+  return text;
+}
+
 void printTable(const SearchResult &result, raw_ostream &out) {
   int64_t devices = result.cluster->getNumDevices();
   int meshWidth = 4;
   for (const Candidate &c : result.top)
     meshWidth = std::max(meshWidth, static_cast<int>(c.formatMesh().size()));
-  out << format("%-4s %-*s %-10s %-18s %-14s %-16s %-34s %4s %5s %-16s %-24s %10s %9s %6s %10s\n",
+  out << format("%-4s %-*s %-10s %-18s %-14s %-16s %-34s %4s %5s %-30s %-24s %10s %9s %6s %10s\n",
                 text("rank"), meshWidth, text("mesh"), text("context"), text("params"),
                 text("grads"), text("optimizer"), text("activations"), text("b"), text("m"),
                 text("schedule"), text("precision"), text("step (s)"), text("TFLOP/s"), text("MFU"),
@@ -116,13 +130,9 @@ void printTable(const SearchResult &result, raw_ostream &out) {
     std::string activations = ir::toString(c.activations).str() +
                               (c.sequenceParallel ? " + sp" : "") +
                               (c.asyncTp ? " + async_tp" : "");
-    std::string schedule =
-        c.pp > 1 ? ir::toString(c.schedule).str() + (c.schedule == ir::Schedule::Interleaved
-                                                         ? ("(" + Twine(c.chunks) + ")").str()
-                                                         : "")
-                 : "-";
+    std::string schedule = scheduleText(c);
     std::string context = c.cp > 1 ? ir::toString(c.context).str() : "-";
-    out << format("%-4zu %-*s %-10s %-18s %-14s %-16s %-34s %4lld %5lld %-16s %-24s %10.3f %9.1f "
+    out << format("%-4zu %-*s %-10s %-18s %-14s %-16s %-34s %4lld %5lld %-30s %-24s %10.3f %9.1f "
                   "%5.1f%% %10s\n",
                   i + 1, meshWidth, c.formatMesh().c_str(), context.c_str(),
                   toString(c.params).str().c_str(), toString(c.grads).str().c_str(),
@@ -146,11 +156,7 @@ void printMarkdownTable(const SearchResult &result, raw_ostream &out) {
     std::string activations = ir::toString(c.activations).str() +
                               (c.sequenceParallel ? " + sp" : "") +
                               (c.asyncTp ? " + async_tp" : "");
-    std::string schedule =
-        c.pp > 1 ? ir::toString(c.schedule).str() + (c.schedule == ir::Schedule::Interleaved
-                                                         ? ("(" + Twine(c.chunks) + ")").str()
-                                                         : "")
-                 : "-";
+    std::string schedule = scheduleText(c);
     out << "| " << i + 1 << " | `" << c.formatMesh() << "` | "
         << (c.cp > 1 ? ir::toString(c.context).str() : "-") << " | " << toString(c.params) << " | "
         << toString(c.grads) << " | " << toString(c.optimizer) << " | " << activations << " | "
@@ -181,6 +187,7 @@ json::Object candidateJson(const Candidate &c) {
                       {"microbatches", c.microbatches},
                       {"schedule", c.pp > 1 ? ir::toString(c.schedule) : StringRef("none")},
                       {"chunks", c.chunks},
+                      {"first_last_layers", c.edgeLayers},
                       {"step_seconds", c.stepSeconds},
                       {"peak_bytes", c.peakBytes}};
 }

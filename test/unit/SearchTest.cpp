@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,9 @@ run llama {
 /// some candidates do not fit. The GPT has tied embeddings (the V schedules put the embedding
 /// and the head on the first stage), the LLaMA grouped-query attention (4 key/value heads, so
 /// that all_to_all needs tp × cp to divide 4). 16 layers over 8 stages leave some stage
-/// boundaries inside a node (4 devices per stage, 8 per node).
+/// boundaries inside a node (4 devices per stage, 8 per node). 14 layers (`uneven`) split evenly
+/// only into 1, 2 or 7 stages; 4 and 8 stages (dividing 32 devices and 14 + 2 layers) get the
+/// first and the last stage one layer short: 3, 4, 4, 3 and 1, 2, …, 2, 1.
 const char *const kContext = R"(
 model gpt_cp : transformer {
   layers = 16; hidden = 1024; heads = 16; seq = 8192; vocab = 32000;
@@ -88,6 +91,11 @@ run gpt { model = gpt_cp; cluster = h100_32; strategy = zero3(dp = 32);
           micro_batch = 1; global_batch = 64; precision = mixed(bf16); optimizer = adam; }
 run llama { model = llama_cp; cluster = h100_32; strategy = zero3(dp = 32);
             micro_batch = 1; global_batch = 32; precision = mixed(bf16); optimizer = adam; }
+model gpt_14 : transformer {
+  layers = 14; hidden = 1024; heads = 16; seq = 8192; vocab = 32000;
+}
+run uneven { model = gpt_14; cluster = h100_32; strategy = zero3(dp = 32);
+             micro_batch = 1; global_batch = 64; precision = mixed(bf16); optimizer = adam; }
 )";
 
 /// A small space with every option: host tier, host memory, a small budget, pipelines.
@@ -142,7 +150,7 @@ void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned sam
   for (const Candidate &c : space)
     kinds[std::to_string(c.cp > 1 ? static_cast<int>(c.context) : -1) + "/" +
           std::to_string(static_cast<int>(c.schedule)) + "/" + std::to_string(c.asyncTp) + "/" +
-          c.formatPrecision()]
+          std::to_string(c.edgeLayers > 0) + "/" + c.formatPrecision()]
         .push_back(&c);
   for (auto &[kind, members] : kinds)
     for (unsigned i = 0; i < 4; ++i)
@@ -195,7 +203,7 @@ TEST(SearchTest, FastPathAgreesWithVerifierAndAnalysesAtScale) {
 TEST(SearchTest, FastPathAgreesOnContextFp8AndNewSchedules) {
   auto compiled = compile(kContext);
   ASSERT_TRUE(compiled->program) << compiled->messages;
-  for (const char *name : {"gpt", "llama"}) {
+  for (const char *name : {"gpt", "llama", "uneven"}) {
     const ir::Run &run = runOf(*compiled, name);
     checkAgreement(run, *run.cluster, 400, 5, {ir::Precision::MixedBF16, ir::Precision::MixedFP8});
   }
@@ -263,6 +271,23 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
   EXPECT_GT(async, 0u);
   EXPECT_GT(fp8, 0u);
   EXPECT_GT(fp8Gather, 0u);
+  // Uneven stages where pp divides layers + 2 and not the layers (14 layers on 32 devices:
+  // pp = 4 with 3, 4, 4, 3 layers; pp = 8 with 1, 2, …, 2, 1), one layer short at each end,
+  // with the schedules that take first and last; never zbv (14 % 4 ≠ 0 for pp = 2).
+  const ir::Run &uneven = runOf(*compiled, "uneven");
+  std::map<int64_t, std::set<int64_t>> edges;
+  forEachCandidate(uneven, *uneven.cluster, [&](const Candidate &c) {
+    if (c.edgeLayers > 0) {
+      edges[c.pp].insert(c.edgeLayers);
+      EXPECT_TRUE(c.schedule == ir::Schedule::OneFOneB || c.schedule == ir::Schedule::ZeroBubble)
+          << c.describe();
+      EXPECT_EQ(c.chunks, 1);
+    } else {
+      EXPECT_EQ(14 % c.pp, 0) << c.describe();
+    }
+    EXPECT_NE(c.schedule, ir::Schedule::ZeroBubbleV) << c.describe();
+  });
+  EXPECT_EQ(edges, (std::map<int64_t, std::set<int64_t>>{{4, {3}}, {8, {1}}}));
   // Without --precision the run's own precision alone.
   forEachCandidate(run, *run.cluster, [&](const Candidate &c) {
     EXPECT_EQ(c.precision, ir::Precision::MixedBF16);
@@ -287,7 +312,7 @@ TEST(SearchTest, EveryReportedCandidatePassesTheVerifier) {
       [](const Candidate &c) { return c.fp8Gather; },
       [](const Candidate &c) { return c.precision == ir::Precision::MixedFP8 && !c.fp8Gather; },
   };
-  for (const char *name : {"gpt", "llama"}) {
+  for (const char *name : {"gpt", "llama", "uneven"}) {
     const ir::Run &run = runOf(*compiled, name);
     std::vector<Candidate> accepted;
     SearchOptions all;
@@ -307,16 +332,19 @@ TEST(SearchTest, EveryReportedCandidatePassesTheVerifier) {
           << c.describe() << ": " << c.stepSeconds << " vs " << exact.time.stepSeconds;
       EXPECT_LT(relativeDifference(c.peakBytes, exact.memory.device.peak), 1e-9) << c.describe();
     }
-    for (size_t k = 0; k < kinds.size(); ++k) {
+    std::vector<std::function<bool(const Candidate &)>> runKinds = kinds;
+    if (std::string(name) == "uneven")
+      runKinds = {[](const Candidate &c) { return c.edgeLayers > 0; }};
+    for (size_t k = 0; k < runKinds.size(); ++k) {
       SearchOptions options = all;
       options.onAccepted = nullptr;
       options.topK = 5;
-      options.filter = kinds[k];
+      options.filter = runKinds[k];
       SearchResult result = searchStrategies(run, options);
       EXPECT_EQ(result.disagreements, 0u) << name << " kind " << k;
       ASSERT_FALSE(result.top.empty()) << name << " kind " << k;
       for (const Candidate &c : result.top) {
-        EXPECT_TRUE(kinds[k](c));
+        EXPECT_TRUE(runKinds[k](c));
         analysis::RunAnalysis exact;
         ASSERT_EQ(evaluateExact(run, *run.cluster, c, &exact), "") << c.describe();
         FastVerdict fast = evaluateFast(run, *run.cluster, c);
@@ -345,24 +373,26 @@ TEST(SearchTest, PruningByLowerBoundsChangesNothing) {
   EXPECT_EQ(a.disagreements, 0u);
 }
 
-TEST(SearchTest, PruningByLowerBoundsChangesNothingWithContextAndVSchedules) {
+TEST(SearchTest, PruningChangesNothingWithContextVSchedulesAndUnevenStages) {
   auto compiled = compile(kContext);
   ASSERT_TRUE(compiled->program) << compiled->messages;
-  const ir::Run &run = runOf(*compiled, "gpt");
-  SearchOptions pruned, full;
-  pruned.precisions = full.precisions = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
-  pruned.memoryBudget = full.memoryBudget = 2e9;
-  full.pruneByLowerBound = false;
-  SearchResult a = searchStrategies(run, pruned), b = searchStrategies(run, full);
-  EXPECT_GT(a.prunedByLowerBound, 0u);
-  EXPECT_GT(a.prunedBySchedule, 0u);
-  EXPECT_EQ(b.prunedBySchedule, 0u);
-  EXPECT_EQ(a.spaceSize, b.spaceSize);
-  EXPECT_EQ(a.accepted, b.accepted);
-  EXPECT_EQ(a.rejectedByRule, b.rejectedByRule);
-  ASSERT_EQ(a.top.size(), b.top.size());
-  for (size_t i = 0; i < a.top.size(); ++i)
-    EXPECT_EQ(a.top[i].describe(), b.top[i].describe());
+  for (const char *name : {"gpt", "uneven"}) {
+    const ir::Run &run = runOf(*compiled, name);
+    SearchOptions pruned, full;
+    pruned.precisions = full.precisions = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
+    pruned.memoryBudget = full.memoryBudget = 2e9;
+    full.pruneByLowerBound = false;
+    SearchResult a = searchStrategies(run, pruned), b = searchStrategies(run, full);
+    EXPECT_GT(a.prunedByLowerBound, 0u) << name;
+    EXPECT_GT(a.prunedBySchedule, 0u) << name;
+    EXPECT_EQ(b.prunedBySchedule, 0u);
+    EXPECT_EQ(a.spaceSize, b.spaceSize);
+    EXPECT_EQ(a.accepted, b.accepted);
+    EXPECT_EQ(a.rejectedByRule, b.rejectedByRule);
+    ASSERT_EQ(a.top.size(), b.top.size());
+    for (size_t i = 0; i < a.top.size(); ++i)
+      EXPECT_EQ(a.top[i].describe(), b.top[i].describe());
+  }
 }
 
 TEST(SearchTest, Gpt3On1536GpusUsesTensorParallelismAndBeatsZero3) {
@@ -525,8 +555,9 @@ TEST(SearchTest, PlaceTextMeansWhatWasSearched) {
     std::vector<ir::Precision> precisions;
   };
   std::vector<ir::Precision> both = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
-  for (const Case &test : {Case{kSmall, "gpt", {}}, Case{kSmall, "llama", {}},
-                           Case{kContext, "gpt", both}, Case{kContext, "llama", both}}) {
+  for (const Case &test :
+       {Case{kSmall, "gpt", {}}, Case{kSmall, "llama", {}}, Case{kContext, "gpt", both},
+        Case{kContext, "llama", both}, Case{kContext, "uneven", both}}) {
     auto compiled = compile(test.source);
     ASSERT_TRUE(compiled->program) << compiled->messages;
     const ir::Run &base = runOf(*compiled, test.name);
@@ -577,6 +608,8 @@ TEST(SearchTest, PlaceTextMeansWhatWasSearched) {
         EXPECT_EQ(actual.pipeline->schedule, expected->pipeline->schedule);
         EXPECT_EQ(actual.pipeline->microbatches, expected->pipeline->microbatches);
         EXPECT_EQ(actual.pipeline->chunks, expected->pipeline->chunks);
+        EXPECT_EQ(actual.pipeline->firstStageLayers, c.edgeLayers) << text;
+        EXPECT_EQ(actual.pipeline->lastStageLayers, c.edgeLayers) << text;
       }
       EXPECT_EQ(run.microBatch, c.microBatch);
       EXPECT_EQ(run.microbatchesPerStep, c.microbatches);
