@@ -150,13 +150,14 @@ std::shared_ptr<ir::Cluster> makeSearchCluster(const ir::Cluster &cluster, int64
                                                double budget);
 
 /// Searches the space of the run's model on `options.devices` devices of the run's cluster.
-/// The run's own strategy is ignored; its batch sizes, precision and optimizer are kept.
+/// The run's own strategy is ignored; its batch sizes and optimizer are kept, and its precision
+/// unless `options.precisions` names others.
 SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options = {});
 
 /// A candidate's bound strategy, as Sema would build it from `formatStrategy`'s text.
 std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &candidate, llvm::StringRef name);
 
-/// A run of `base`'s model, batch, precision and optimizer with the candidate's strategy (which
+/// A run of `base`'s model, batch and optimizer, the candidate's precision, with its strategy (which
 /// the caller keeps alive) on `cluster`.
 std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluster,
                                   const ir::Strategy &strategy, const Candidate &candidate);
