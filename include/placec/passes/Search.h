@@ -157,8 +157,8 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options =
 /// A candidate's bound strategy, as Sema would build it from `formatStrategy`'s text.
 std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &candidate, llvm::StringRef name);
 
-/// A run of `base`'s model, batch and optimizer, the candidate's precision, with its strategy (which
-/// the caller keeps alive) on `cluster`.
+/// A run of `base`'s model, batch and optimizer, the candidate's precision, with its strategy
+/// (which the caller keeps alive) on `cluster`.
 std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluster,
                                   const ir::Strategy &strategy, const Candidate &candidate);
 
