@@ -141,6 +141,11 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "seq = " + Twine(config.seq) + " over " + Twine(contextDegree) + " context ranks",
              "placert splits each sequence into 2 x " + Twine(contextDegree) +
                  " load-balanced chunks (Megatron-Core's split), for all_to_all too");
+    if (config.headDim > 0 && config.headDim * config.heads != config.hidden)
+      refuse(model.loc, "head_dim = " + Twine(config.headDim),
+             "the trainer's attention heads are hidden/heads wide");
+    if (config.qkNorm)
+      refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
     if (config.moe.isEnabled())
       refuse(model.loc, "experts = " + Twine(config.moe.experts),
              "placert's transformer blocks have dense MLPs; mixture-of-experts layers are "

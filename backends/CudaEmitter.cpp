@@ -135,6 +135,11 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
            "the GPU trainer ties the output layer to the embedding");
   if (!config.bias)
     refuse(model.loc, "bias = false", "the GPU trainer's layers have biases");
+  if (config.headDim > 0 && config.headDim * config.heads != config.hidden)
+    refuse(model.loc, "head_dim = " + Twine(config.headDim),
+           "the trainer's attention heads are hidden/heads wide");
+  if (config.qkNorm)
+    refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
   if (config.moe.isEnabled())
     refuse(model.loc, "experts = " + Twine(config.moe.experts),
            "the GPU trainer's layers have dense MLPs; mixture-of-experts layers are analysed, not "

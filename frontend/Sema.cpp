@@ -679,7 +679,9 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "router",
                                                   "capacity_factor",
                                                   "aux_loss",
-                                                  "imbalance"};
+                                                  "imbalance",
+                                                  "head_dim",
+                                                  "qk_norm"};
     auto fields = collectFields(decl, "a transformer", keys);
     ok &= requireFields(decl, "transformer", fields, {"layers", "hidden", "heads", "seq", "vocab"});
     ir::TransformerConfig &config = model->transformer;
@@ -698,6 +700,12 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     config.ffn = 4 * config.hidden;
     count("ffn", config.ffn, 1 << 26);
     count("kv_heads", config.kvHeads, 1 << 20);
+    count("head_dim", config.headDim, 1 << 16);
+    if (const ast::Field *field = fields.lookup("qk_norm")) {
+      std::optional<bool> value = getBool(field->value, "qk_norm");
+      ok &= value.has_value();
+      config.qkNorm = value.value_or(false);
+    }
     if (const ast::Field *field = fields.lookup("attention")) {
       std::optional<std::string> choice =
           getChoice(field->value, "attention", {"flash", "materialized"});
@@ -744,7 +752,7 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     }
     if (!ok)
       return;
-    if (config.hidden % config.heads != 0) {
+    if (config.headDim == 0 && config.hidden % config.heads != 0) {
       diags.error(fields["heads"]->value.getLoc(), Twine("hidden size ") + Twine(config.hidden) +
                                                        " is not divisible by " +
                                                        Twine(config.heads) + " heads");
@@ -759,13 +767,16 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       return;
     }
     double h = config.hidden, l = config.layers, f = config.ffn;
+    // Attention projections wider than h with head_dim.
+    double attentionWidth =
+        config.headDim > 0 ? static_cast<double>(config.heads) * config.headDim : h;
     // MoE layers hold every routed and shared expert's MLP in place of the dense one.
     const ir::MoeConfig &moe = config.moe;
     double moeLayers = static_cast<double>(moe.getNumMoeLayers(config.layers));
     double mlpWidth = (l - moeLayers) * f +
                       moeLayers * (static_cast<double>(moe.experts) * moe.expertFfn +
                                    static_cast<double>(moe.sharedExperts) * moe.sharedExpertFfn);
-    double estimate = l * (4 * h * h + 16 * h) + mlpWidth * (3 * h + 3) +
+    double estimate = l * (4 * h * std::max(h, attentionWidth) + 16 * h) + mlpWidth * (3 * h + 3) +
                       moeLayers * static_cast<double>(moe.experts) * 2 * h +
                       (2.0 * config.vocab + config.seq + 2) * h;
     if (estimate > kMaxParams) {
@@ -1744,26 +1755,7 @@ void Sema::applyDefaults(ir::Strategy &strategy) {
       }
     }
   }
-  // The routed experts' states: split over the expert axes, by tensor kind over the tensor axes
-  // and by stage over the layers axis; on the other batch axes as written, else as the dense
-  // state is placed there.
-  for (ir::State state : ir::kAllStates) {
-    const ir::StatePlacement &dense = strategy.getPlacement(state);
-    ir::StatePlacement &placement = strategy.getExpertPlacement(state);
-    placement.axes.resize(strategy.mesh.axes.size());
-    placement.tier = dense.tier;
-    for (size_t i = 0; i < strategy.mesh.axes.size(); ++i) {
-      ir::AxisPlacement &slot = placement.axes[i];
-      if (slot.isExplicit)
-        continue;
-      if (strategy.mesh.axes[i].kind == ir::AxisKind::Expert && state != ir::State::Activations) {
-        slot.mode = ir::PlacementMode::Sharded;
-        continue;
-      }
-      slot.mode = dense.axes[i].mode;
-      slot.keepAfterForward = dense.axes[i].keepAfterForward;
-    }
-  }
+  ir::resolveExpertPlacements(strategy);
 }
 
 std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> operands,

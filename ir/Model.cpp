@@ -63,10 +63,13 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
   const int64_t vocab = config.vocab;
   // Grouped-query attention (Ainslie et al. 2023): the queries keep `heads` heads of h/heads
   // columns, keys and values have `kv_heads` heads each.
+  // With `head_dim` the query and output projections are heads·head_dim wide instead of h.
+  const int64_t headDim = config.getHeadDim();
+  const int64_t queryWidth = config.headDim > 0 ? saturatingMul(config.heads, headDim) : h;
   const bool grouped = config.kvHeads > 0 && config.kvHeads != config.heads && config.heads > 0;
-  const int64_t qkvRows =
-      grouped ? saturatingAdd(h, saturatingMul(2, saturatingMul(config.kvHeads, h / config.heads)))
-              : saturatingMul(3, h);
+  const int64_t kvWidth =
+      config.headDim > 0 || grouped ? saturatingMul(config.getKvHeads(), headDim) : h;
+  const int64_t qkvRows = saturatingAdd(queryWidth, saturatingMul(2, kvWidth));
   const bool layerNorm = config.norm == NormKind::LayerNorm;
   const int64_t numLayers = std::max<int64_t>(config.layers, 0);
   const int headLayer = toLayerIndex(numLayers);
@@ -141,7 +144,11 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
     builder.add(prefix + ".attn.qkv.weight", {qkvRows, h}, TensorSplit::Column, layer);
     if (config.bias)
       builder.add(prefix + ".attn.qkv.bias", {qkvRows}, TensorSplit::Column, layer);
-    builder.add(prefix + ".attn.proj.weight", {h, h}, TensorSplit::Row, layer);
+    if (config.qkNorm) {
+      builder.add(prefix + ".attn.q_norm.weight", {headDim}, TensorSplit::Replicated, layer);
+      builder.add(prefix + ".attn.k_norm.weight", {headDim}, TensorSplit::Replicated, layer);
+    }
+    builder.add(prefix + ".attn.proj.weight", {h, queryWidth}, TensorSplit::Row, layer);
     if (config.bias)
       builder.add(prefix + ".attn.proj.bias", {h}, TensorSplit::Replicated, layer);
     addNorm(prefix + ".ln2", layer);

@@ -195,6 +195,9 @@ void IRPrinter::print(const Model &model) {
     line() << "tied_embeddings = " << (config.tiedEmbeddings ? "true" : "false") << '\n';
     line() << "kv_heads = " << config.getKvHeads() << '\n';
     line() << "attention = " << toString(config.attention) << '\n';
+    if (config.headDim > 0 || config.qkNorm)
+      line() << "head_dim = " << config.getHeadDim()
+             << ", qk_norm = " << (config.qkNorm ? "true" : "false") << '\n';
     if (config.moe.isEnabled()) {
       const MoeConfig &moe = config.moe;
       line() << "experts = " << moe.experts << ", top_k = " << moe.topK

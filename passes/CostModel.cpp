@@ -618,7 +618,9 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // token. Selective recomputation recomputes the norm outputs and the MLP activation from the
   // stored inputs (4 and the activation's output fewer).
   bool selective = mode == ir::ActivationMode::RecomputeSelective;
-  double qkv = 2 * (x.a + 2 * x.kv) / x.a;
+  // Q, K and V, and the attention output, over h (a·d = h unless head_dim says otherwise).
+  double qkv = 2 * (x.a + 2 * x.kv) * x.d / x.h;
+  double attentionOutput = 2 * x.a * x.d / x.h;
   // An MLP of width w keeps (swiglu) gate, up and their product, 6·w/h, or 4·w/h with the
   // product recomputed; (gelu) its input and output, 4·w/h, or 2·w/h.
   auto mlpOf = [&](double width) {
@@ -637,7 +639,7 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
     moeText = r;
   }
   double outside = selective ? 4 : 8;
-  double inside = qkv + 2 + mlp;
+  double inside = qkv + attentionOutput + mlp;
   double lse = 4 * x.a / x.h; // 4 bytes per head and token, over h.
   double coefficient = outside / (sp ? t : 1) + (inside + lse) / t + routed;
   if (formula) {
@@ -645,11 +647,11 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
                               ? fmt::format("{}·{}/{}", selective ? 4 : 6, num(x.f), num(x.h))
                               : num(mlp);
     *formula = fmt::format(
-        "{}·({}{} + ({} + 2 + {} + 4·{}/{})/{}) B per layer [s·b·h·(norm and product inputs{} + "
-        "(QKV 2·(a + 2·kv)/a + attention output + MLP intermediates + softmax statistics)/t), "
+        "{}·({}{} + ({} + {} + {} + 4·{}/{})/{}) B per layer [s·b·h·(norm and product inputs{} + "
+        "(QKV 2·(a + 2·kv)·d/h + attention output + MLP intermediates + softmax statistics)/t), "
         "flash attention{}]{}",
-        sbhText, num(outside), sp ? fmt::format("/{}", num(t)) : std::string(), num(qkv), mlpText,
-        num(x.a), num(x.h), num(t), sp ? "/t" : "",
+        sbhText, num(outside), sp ? fmt::format("/{}", num(t)) : std::string(), num(qkv),
+        num(attentionOutput), mlpText, num(x.a), num(x.h), num(t), sp ? "/t" : "",
         selective ? ", norms and MLP activation recomputed" : "", scaleText);
     if (x.moe)
       *formula += fmt::format(" + s·b·h·(2·R + 4·E/h) = {}·(2·{} + 4·{}/{}) B [MoE: the experts' "

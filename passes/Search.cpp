@@ -1349,6 +1349,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     pipeline.firstStageLayers = pipeline.lastStageLayers = c.edgeLayers;
     strategy->pipeline = pipeline;
   }
+  ir::resolveExpertPlacements(*strategy);
   return strategy;
 }
 

@@ -940,7 +940,10 @@ struct Variant {
 
 double analyzePeak(const ir::Run &run, const ir::Strategy &strategy) {
   ir::Run copy = run;
-  copy.strategy = &strategy;
+  // The experts follow the changed dense placements where theirs are not written.
+  ir::Strategy resolved = strategy;
+  ir::resolveExpertPlacements(resolved);
+  copy.strategy = &resolved;
   std::unique_ptr<plan::StepPlan> plan = plan::lowerRun(copy);
   return analysis::analyze(*plan).memory.device.peak;
 }

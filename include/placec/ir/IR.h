@@ -111,6 +111,11 @@ struct TransformerConfig {
   /// Key/value heads (grouped-query attention); 0 means `heads` (multi-head attention).
   int64_t kvHeads = 0;
   AttentionKind attention = AttentionKind::Flash;
+  /// The width of one attention head when it is not hidden/heads (Qwen3, Gemma); 0: hidden/heads.
+  int64_t headDim = 0;
+  /// RMSNorm of each head's queries and keys before the attention (Qwen3, OLMo 2): two weights of
+  /// the head width per layer.
+  bool qkNorm = false;
   MlpActivation mlp = MlpActivation::Gelu;
   NormKind norm = NormKind::LayerNorm;
   bool bias = true;
@@ -121,7 +126,7 @@ struct TransformerConfig {
   /// The key/value heads: `kvHeads`, or `heads` when it is not given.
   int64_t getKvHeads() const { return kvHeads > 0 ? kvHeads : heads; }
   /// The width of one attention head.
-  int64_t getHeadDim() const { return heads > 0 ? hidden / heads : 0; }
+  int64_t getHeadDim() const { return headDim > 0 ? headDim : heads > 0 ? hidden / heads : 0; }
 };
 
 struct MlpConfig {
@@ -397,6 +402,11 @@ public:
     return expertPlacements[static_cast<unsigned>(state)];
   }
 };
+
+/// Fills every expert placement slot that was not written: sharded on expert axes, the dense
+/// state's mode (and tier) elsewhere. Sema calls it for each strategy it binds; code that builds or
+/// changes a strategy calls it again after changing the dense placements.
+void resolveExpertPlacements(Strategy &strategy);
 
 //===----------------------------------------------------------------------===//
 // Runs and programs
