@@ -1,6 +1,7 @@
 // Google Benchmark timings of the strategy search (placec search): the exhaustive search of
-// GPT-3 175B on 1,024 and 1,536 A100s, with and without the closed-form lower-bound pruning.
-// Reports the space size and candidates per second as counters.
+// GPT-3 175B on 1,024 and 1,536 A100s, with and without the pruning, and of Llama 3 70B on 1,024
+// H100s and Llama 3 405B on 16,384 H100s with BF16 and FP8 explored. Reports the space size and
+// candidates per second as counters.
 #include "placec/frontend/Frontend.h"
 #include "placec/ir/Diagnostics.h"
 #include "placec/passes/Passes.h"
@@ -35,12 +36,31 @@ run gpt3 {
 )";
 }
 
-void BM_Search(benchmark::State &state, int nodes, bool prune) {
+/// Llama 3 (Dubey et al. 2024, Table 3: 70B has 80 layers of 8,192 with 64 heads, 8 key/value
+/// heads and an FFN of 28,672; 405B has 126 layers of 16,384 with 128 heads, 8 key/value heads
+/// and an FFN of 53,248; vocabulary 128,256) on `nodes` nodes of 8 H100 SXM, 8,192-token
+/// sequences, `globalBatch` sequences per step (2,048 for 405B: 16M tokens, the paper's batch in
+/// its first stage of pre-training, §3.4.1).
+std::string llamaProgram(bool big, int nodes, int globalBatch) {
+  std::string model = big ? "layers = 126; hidden = 16384; heads = 128; kv_heads = 8; ffn = 53248;"
+                          : "layers = 80; hidden = 8192; heads = 64; kv_heads = 8; ffn = 28672;";
+  return "model llama3 : transformer {\n  " + model +
+         " seq = 8192; vocab = 128256;\n  mlp = swiglu; norm = rmsnorm; bias = false; "
+         "positions = rope; tied_embeddings = false;\n}\n"
+         "cluster h100 { device = h100_sxm; nodes = " +
+         std::to_string(nodes) +
+         "; devices_per_node = 8; }\n"
+         "run llama3 {\n  model = llama3; cluster = h100; strategy = fsdp(" +
+         std::to_string(nodes * 8) +
+         ");\n  micro_batch = 1; global_batch = " + std::to_string(globalBatch) + ";\n}\n";
+}
+
+void BM_Search(benchmark::State &state, std::string text, bool prune, bool fp8) {
   llvm::SourceMgr sourceMgr;
   placec::DiagnosticEngine diags(sourceMgr);
   diags.setQuiet(true);
-  auto files = placec::parseProgram(
-      llvm::MemoryBuffer::getMemBufferCopy(gpt3Program(nodes), "search-bench.place"), diags);
+  auto files =
+      placec::parseProgram(llvm::MemoryBuffer::getMemBufferCopy(text, "search-bench.place"), diags);
   std::unique_ptr<placec::ir::Program> program =
       files.empty() ? nullptr : placec::buildProgram(files, diags);
   if (!program) {
@@ -50,6 +70,8 @@ void BM_Search(benchmark::State &state, int nodes, bool prune) {
   const placec::ir::Run &run = *program->runs.front();
   placec::search::SearchOptions options;
   options.pruneByLowerBound = prune;
+  if (fp8)
+    options.precisions = {placec::ir::Precision::MixedBF16, placec::ir::Precision::MixedFP8};
   uint64_t candidates = 0;
   for (auto _ : state) {
     placec::search::SearchResult result = placec::search::searchStrategies(run, options);
@@ -64,8 +86,15 @@ void BM_Search(benchmark::State &state, int nodes, bool prune) {
 
 } // namespace
 
-BENCHMARK_CAPTURE(BM_Search, gpt3_1024, 128, true)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Search, gpt3_1024_unpruned, 128, false)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Search, gpt3_1536, 192, true)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Search, gpt3_1024, gpt3Program(128), true, false)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Search, gpt3_1024_unpruned, gpt3Program(128), false, false)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Search, gpt3_1536, gpt3Program(192), true, false)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Search, llama3_70b_1024_fp8, llamaProgram(false, 128, 1024), true, true)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Search, llama3_405b_16384_fp8, llamaProgram(true, 2048, 2048), true, true)
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

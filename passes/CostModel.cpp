@@ -1060,8 +1060,12 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatc
   bool valid = isScheduleValid(schedule, stages, microbatches, chunks);
   std::string name = ir::toString(schedule).str();
   double bubble = (p - 1) * total;
-  std::string text = fmt::format("(p - 1) × slowest micro-batch = ({} - 1) × {} ({}, m = {})",
-                                 num(p), fmtSeconds(total), name, microbatches);
+  // The formula is written out only when asked for (the search calls this millions of times).
+  std::string text;
+  if (formula)
+    if (formula)
+      text = fmt::format("(p - 1) × slowest micro-batch = ({} - 1) × {} ({}, m = {})", num(p),
+                         fmtSeconds(total), name, microbatches);
   switch (valid ? schedule : ir::Schedule::OneFOneB) {
   case ir::Schedule::OneFOneB:
   case ir::Schedule::GPipe:
@@ -1069,29 +1073,34 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatc
   case ir::Schedule::Interleaved: {
     double v = static_cast<double>(std::max<int64_t>(1, chunks));
     bubble = (p - 1) * total / v;
-    text = fmt::format("(p - 1)/v × slowest micro-batch = ({} - 1)/{} × {} (interleaved, m = {} "
-                       "a multiple of p)",
-                       num(p), num(v), fmtSeconds(total), microbatches);
+    if (formula)
+      text = fmt::format("(p - 1)/v × slowest micro-batch = ({} - 1)/{} × {} (interleaved, m = {} "
+                         "a multiple of p)",
+                         num(p), num(v), fmtSeconds(total), microbatches);
     break;
   }
   case ir::Schedule::ZeroBubble:
     bubble = (p - 1) * std::max(0.0, f + b - w + comm);
-    text = fmt::format("(p - 1) × (F + B - W + comm) = ({} - 1) × ({} + {} - {} + {}) (zero "
-                       "bubble ZB-H1, W filling the cool-down)",
-                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm));
+    if (formula)
+      text = fmt::format("(p - 1) × (F + B - W + comm) = ({} - 1) × ({} + {} - {} + {}) (zero "
+                         "bubble ZB-H1, W filling the cool-down)",
+                         num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm));
     break;
   case ir::Schedule::ZeroBubbleV:
     bubble = (p - 1) * (std::max(0.0, f + b - 2 * w) + comm) / 2;
-    text = fmt::format("(p - 1) × (max(0, F + B - 2W) + comm)/2 = ({} - 1) × (max(0, {} + {} - "
-                       "2·{}) + {})/2 (ZB-V, chunks of half a stage)",
-                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm));
+    if (formula)
+      text = fmt::format("(p - 1) × (max(0, F + B - 2W) + comm)/2 = ({} - 1) × (max(0, {} + {} - "
+                         "2·{}) + {})/2 (ZB-V, chunks of half a stage)",
+                         num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm));
     break;
   case ir::Schedule::DualPipeV:
   case ir::Schedule::DualPipe:
     bubble = (p / 2 - 1) * (std::max(0.0, f + 2 * b - 3 * w) + comm) / 2;
-    text = fmt::format("(p/2 - 1) × (max(0, F&B + B - 3W) + comm)/2, F&B = F + B: ({}/2 - 1) × "
-                       "(max(0, {} + 2·{} - 3·{}) + {})/2 ({}, chunks of half a stage)",
-                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), name);
+    if (formula)
+      text =
+          fmt::format("(p/2 - 1) × (max(0, F&B + B - 3W) + comm)/2, F&B = F + B: ({}/2 - 1) × "
+                      "(max(0, {} + 2·{} - 3·{}) + {})/2 ({}, chunks of half a stage)",
+                      num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), name);
     break;
   }
   if (formula)

@@ -12,6 +12,7 @@
 // search re-checks its winners with the real pipeline.
 #include "placec/passes/Search.h"
 
+#include "placec/ir/Devices.h"
 #include "placec/ir/Diagnostics.h"
 #include "placec/passes/Passes.h"
 #include "placec/passes/StepPlan.h"
@@ -23,7 +24,10 @@
 #include <cassert>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <tuple>
+#include <unordered_map>
 
 using namespace llvm;
 
@@ -91,9 +95,9 @@ StringRef toString(Family family) {
 
 namespace {
 
-// Bits of a set of batch sub-axes: the outer (`dp_node`, or the one `dp` axis when the batch
-// degree is not split) and the inner (`dp_local`).
-constexpr unsigned kOuter = 1, kInner = 2;
+// Bits of a set of data-parallel axes: the outer batch axis (`dp_node`, or the one `dp` axis when
+// the batch degree is not split), the inner one (`dp_local`) and the context axis (`cp`).
+constexpr unsigned kOuter = 1, kInner = 2, kContext = 4, kAll = kOuter | kInner | kContext;
 
 unsigned paramMask(ParamChoice choice) {
   switch (choice) {
@@ -103,23 +107,20 @@ unsigned paramMask(ParamChoice choice) {
   case ParamChoice::GatherAll:
   case ParamChoice::GatherAllKeep:
   case ParamChoice::HostGatherAll:
-    return kOuter | kInner;
+    return kAll;
   default:
     return 0;
   }
 }
 
 unsigned gradMask(GradChoice choice) {
-  return choice == GradChoice::ShardInner ? kInner
-         : choice == GradChoice::ShardAll ? kOuter | kInner
-                                          : 0;
+  return choice == GradChoice::ShardInner ? kInner : choice == GradChoice::ShardAll ? kAll : 0;
 }
 
 unsigned optimizerMask(OptimizerChoice choice) {
-  return choice == OptimizerChoice::ShardInner ? kInner
-         : choice == OptimizerChoice::ShardAll || choice == OptimizerChoice::HostShardAll
-             ? kOuter | kInner
-             : 0;
+  return choice == OptimizerChoice::ShardInner                                            ? kInner
+         : choice == OptimizerChoice::ShardAll || choice == OptimizerChoice::HostShardAll ? kAll
+                                                                                          : 0;
 }
 
 bool keepsAfterForward(ParamChoice choice) {
@@ -128,6 +129,10 @@ bool keepsAfterForward(ParamChoice choice) {
 
 bool paramsOnHost(ParamChoice choice) {
   return choice == ParamChoice::Host || choice == ParamChoice::HostGatherAll;
+}
+
+bool isVShape(ir::Schedule schedule) {
+  return schedule == ir::Schedule::ZeroBubbleV || schedule == ir::Schedule::DualPipeV;
 }
 
 std::vector<int64_t> divisorsOf(int64_t n) {
@@ -144,6 +149,11 @@ std::vector<int64_t> divisorsOf(int64_t n) {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/// Bytes of the plan's parameter and gradient dtype (plan::Lowering: BF16 under mixed(fp8)).
+unsigned planParamBytes(ir::Precision precision) {
+  return precision == ir::Precision::FP32 ? 4 : 2;
+}
+
 /// A kind of unit on a stage and how many of them there are.
 struct UnitGroup {
   cost::UnitKind kind = cost::UnitKind::Layer;
@@ -151,81 +161,145 @@ struct UnitGroup {
   /// Plan::Unit::sequenceParallelParams: replicated tensors of layers and the head.
   int64_t sequenceParallelParams = 0;
   int64_t count = 0;
-  /// The unit's tensor-parallel collectives (plan::getTensorCollectives) of the forward pass and
-  /// the backward pass, without ([0]) and with ([1]) sequence parallelism.
-  std::vector<plan::OpKind> tensorForward[2], tensorBackward[2];
 };
 
-/// One stage class of a (tp, pp, chunks) layout.
+/// One stage class of a (tp, pp, chunks, V shape) layout.
 struct StageShape {
   int stage = 0;
   std::vector<UnitGroup> groups;
   int64_t numUnits = 0, numLayers = 0, sumParams = 0, maxParams = 0;
-  int64_t sendsForward = 0, sendsBackward = 0;
-  /// Whether the stage's forward sends (to the next stage) and backward sends (to the previous)
-  /// cross nodes; for the middle class, those of the middle stage with the most such crossings.
-  bool interForward = false, interBackward = false;
+  /// Pipeline sends per micro-batch (forward and backward together) inside a node and across
+  /// nodes; for the middle class, those of the middle stage with the most sends across nodes.
+  int64_t intraSends = 0, interSends = 0;
   /// Tied embeddings with the embedding and the head on this stage: the embedding stays
   /// gathered from its forward through the head's (cost::getStageMemory).
   int64_t tiedEmbedParams = 0;
   bool hasHead = false;
 };
 
-/// The compute of each kind of unit for one layout (tp, micro-batch, sequence parallelism,
-/// activation mode), in seconds per micro-batch: [unit kind][pass].
+/// What depends on a candidate's per-device work layout (tp, micro-batch, sequence parallelism,
+/// activation mode, cp): the compute of each kind of unit in seconds per micro-batch
+/// ([unit kind][pass]), the weight-gradient part of each backward, and the activation bytes of
+/// a layer and of the head's loss.
 struct UnitTimes {
   double seconds[3][4] = {};
-  /// The weight-gradient part of each kind's backward.
   double weight[3] = {};
+  double layerActivation = 0, headActivation = 0;
 };
 
-/// Precomputed facts of a run's model on a cluster, shared by every candidate.
+/// The seconds of the collectives inside each kind of unit's forward ([kind][0]) and backward
+/// ([kind][1]) (plan::getUnitCollectives), for one (tp, micro-batch, sequence parallelism, cp,
+/// method), by where they run (Analyzer::isBeside): the tensor-parallel ones (beside the compute
+/// under async_tp, on the critical path otherwise), the ring steps (beside), the other
+/// context-parallel exchanges (critical); and the vocabulary-parallel cross-entropy's
+/// all-gather of the head (a tensor-parallel collective too).
+struct UnitTraffic {
+  double tensor[3][2] = {}, ring[3][2] = {}, context[3][2] = {};
+  double headGather = 0;
+};
+
+/// What a candidate's placement costs each kind of unit, in seconds (the parts of
+/// Analyzer::analyze that depend on the mesh and the placements, not on the activation mode,
+/// micro-batch or schedule): host transfers on the critical path per micro-batch, the parameter
+/// gather before a pass, the gradient reductions after a unit's backward, the step's
+/// reductions, the step's exposed transfers and all-gathers, and the optimizer step.
+struct PlacementTimes {
+  bool known[3] = {};
+  double critical[3] = {}, gather[3] = {}, backwardReduce[3] = {}, stepReduce[3] = {},
+         stepExposed[3] = {}, optimizer[3] = {};
+};
+
+/// One stage class's time without its pipeline sends (Analyzer::analyze's StageTime): the
+/// compute of a micro-batch (forward, backward, the backward's weight gradients, their sum),
+/// the communication it exposes on the critical path and around its units' compute, what the
+/// step's reductions and transfers expose, and the optimizer.
+struct StageTimes {
+  double forward = 0, backward = 0, weight = 0, compute = 0, critical = 0, passes = 0, step = 0,
+         optimizer = 0;
+};
+
+/// The index of a unit kind in UnitTimes.
+int unitIndex(cost::UnitKind kind) {
+  return kind == cost::UnitKind::Embedding ? 0 : kind == cost::UnitKind::Layer ? 1 : 2;
+}
+
+/// The stage layouts among a group's schedules: the even split (1f1b, zero_bubble, interleaved),
+/// the V (zbv, dualpipev), and uneven first and last stages of `edges` layers each.
+struct Layouts {
+  bool even = false, vShape = false;
+  std::vector<int64_t> edges;
+};
+
+/// A hash of a tuple of integers and booleans (the evaluator's cache keys).
+struct TupleHash {
+  template <typename... T> size_t operator()(const std::tuple<T...> &key) const {
+    uint64_t hash = 0x9e3779b97f4a7c15ull;
+    std::apply(
+        [&](const T &...values) {
+          ((hash = (hash ^ static_cast<uint64_t>(values)) * 0x100000001b3ull), ...);
+        },
+        key);
+    return static_cast<size_t>(hash ^ (hash >> 29));
+  }
+};
+
+/// Precomputed facts of a run's model on a cluster at one precision, shared by every candidate.
 class Evaluator {
 public:
-  Evaluator(const ir::Run &run, const ir::Cluster &cluster)
-      : model(*run.model), cluster(cluster), costModel(cluster, run.precision) {
+  Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision)
+      : model(*run.model), cluster(cluster), costModel(cluster, precision), precision(precision) {
     layers = model.getNumLayers();
-    bytes = ir::getStateBytes(run.precision, run.optimizer);
-    activationBytes = ir::getActivationBytes(run.precision);
-    precision = run.precision;
+    bytes = ir::getStateBytes(precision, run.optimizer);
+    activationBytes = ir::getActivationBytes(precision);
+    paramBytes = planParamBytes(precision);
   }
 
   /// The stage classes of a layout, cached.
-  const std::vector<StageShape> &getShapes(int64_t tp, int64_t pp, int64_t chunks);
+  const std::vector<StageShape> &getShapes(int64_t tp, int64_t pp, int64_t chunks, bool vShape,
+                                           int64_t edge = 0);
   /// Per-device memory that no activation mode, micro-batch or schedule can lower: the model
-  /// states and transient buffers of the fullest stage.
-  double lowerBound(const Candidate &candidate);
+  /// states and transient buffers of the fullest stage, the smaller of the two stage layouts
+  /// (the embedding and the head on the first and last stages, or both on the first under the
+  /// V schedules, or the first and last stages lighter), the smallest over the group's `layouts`.
+  double lowerBound(const Candidate &candidate, const Layouts &layouts);
   void evaluate(const Candidate &candidate, FastVerdict &verdict);
 
 private:
   struct Geometry {
-    /// The sizes of the batch sub-axes, indexed by their bit (kOuter, kInner); [0] unused.
+    /// The sizes and rank strides of the data-parallel axes, indexed by bit position (outer,
+    /// inner, context); [pp, dp_node, dp_local, cp, tp] is row-major.
     int64_t sizes[3] = {1, 1, 1};
-    /// Rank strides of the sub-axes ([pp, dp_node, dp_local, tp] is row-major).
     int64_t strides[3] = {1, 1, 1};
     unsigned present = 0;
   };
   Geometry geometry(const Candidate &c) const {
     Geometry g;
-    g.sizes[kOuter] = c.dpNode;
-    g.sizes[kInner] = c.dpLocal;
-    g.strides[kOuter] = c.dpLocal * c.tp;
-    g.strides[kInner] = c.tp;
-    g.present = (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0);
+    g.sizes[0] = c.dpNode;
+    g.sizes[1] = c.dpLocal;
+    g.sizes[2] = c.cp;
+    g.strides[2] = c.tp;
+    g.strides[1] = c.cp * c.tp;
+    g.strides[0] = c.dpLocal * c.cp * c.tp;
+    g.present =
+        (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0) | (c.cp > 1 ? kContext : 0);
     return g;
   }
   int64_t degree(const Geometry &g, unsigned mask) const {
     mask &= g.present;
-    return (mask & kOuter ? g.sizes[kOuter] : 1) * (mask & kInner ? g.sizes[kInner] : 1);
+    int64_t result = 1;
+    for (unsigned i = 0; i < 3; ++i)
+      if (mask & (1u << i))
+        result *= g.sizes[i];
+    return result;
   }
-  /// The cluster shape of the group over the batch sub-axes in `mask`.
-  cost::GroupShape group(const Geometry &g, unsigned mask) const {
+  /// The cluster shape of the group over the data-parallel axes in `mask`.
+  cost::GroupShape groupOf(const Geometry &g, unsigned mask) const {
     mask &= g.present;
-    cost::GroupAxis axes[2];
+    cost::GroupAxis axes[3];
     size_t count = 0;
-    for (unsigned bit : {kOuter, kInner})
-      if (mask & bit)
-        axes[count++] = {g.strides[bit], g.sizes[bit]};
+    for (unsigned i = 0; i < 3; ++i)
+      if (mask & (1u << i))
+        axes[count++] = {g.strides[i], g.sizes[i]};
     return cost::getGroupShape(ArrayRef(axes, count), cluster.devicesPerNode);
   }
   double collective(plan::OpKind kind, const cost::GroupShape &shape, double bytes) const {
@@ -236,13 +310,20 @@ private:
     cost::Layout layout;
     layout.microBatch = static_cast<double>(c.microBatch);
     layout.tensor = c.tp;
+    layout.context = c.cp;
     layout.sequenceParallel = c.sequenceParallel;
     layout.activations = c.activations;
     layout.precision = precision;
     return layout;
   }
-  /// The compute of every kind of unit for a candidate's layout, cached.
+  /// The compute and activations of every kind of unit for a candidate's layout, cached.
   const UnitTimes &getUnitTimes(const Candidate &c);
+  /// The collectives of every kind of unit for a candidate's layout, cached.
+  const UnitTraffic &getUnitTraffic(const Candidate &c);
+  /// The time of each stage class of a candidate without its pipeline sends (lastStages), and
+  /// the time of one send inside a node and across nodes.
+  void timeStages(const Candidate &c, const Geometry &g, const cost::StageStates &states,
+                  const std::vector<StageShape> &stageShapes);
 
   const ir::Model &model;
   const ir::Cluster &cluster;
@@ -251,22 +332,45 @@ private:
   int64_t layers = 0;
   ir::StateBytes bytes{};
   unsigned activationBytes = 2;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<StageShape>> shapes;
-  std::map<std::tuple<int64_t, int64_t, bool, int>, UnitTimes> unitTimes;
-  std::map<std::tuple<int64_t, int64_t, bool, int>, double> activationCache, headCache;
+  unsigned paramBytes = 2;
+  std::unordered_map<std::tuple<int64_t, int64_t, int64_t, bool, int64_t>, std::vector<StageShape>,
+                     TupleHash>
+      shapes;
+  std::unordered_map<std::tuple<int64_t, int64_t, bool, int, int64_t>, UnitTimes, TupleHash>
+      unitTimes;
+  std::unordered_map<std::tuple<int64_t, int64_t, bool, int64_t, int>, UnitTraffic, TupleHash>
+      unitTraffic;
+  // The placement costs of the last (mesh, placement), which the candidates of a group share.
+  std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int, bool, bool> placementKey;
+  PlacementTimes placement;
+  bool hasPlacement = false;
+  // The stage times of the last candidate timed.
+  using TimeKey = std::tuple<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>,
+                             std::tuple<int, int, int, bool>,
+                             std::tuple<int, bool, bool, int64_t, int64_t, bool, int64_t>>;
+  TimeKey lastTimeKey;
+  bool hasTimes = false;
+  StageTimes lastStages[3];
+  double lastSendIntra = 0, lastSendInter = 0;
+  // The last entries looked up (consecutive candidates mostly share them).
+  std::tuple<int64_t, int64_t, int64_t, bool, int64_t> lastShapesKey;
+  const std::vector<StageShape> *lastShapes = nullptr;
+  std::tuple<int64_t, int64_t, bool, int, int64_t> lastTimesKey;
+  const UnitTimes *lastTimes = nullptr;
+  std::tuple<int64_t, int64_t, bool, int64_t, int> lastTrafficKey;
+  const UnitTraffic *lastTraffic = nullptr;
 };
 
-/// The index of a unit kind in UnitTimes.
-int unitIndex(cost::UnitKind kind) {
-  return kind == cost::UnitKind::Embedding ? 0 : kind == cost::UnitKind::Layer ? 1 : 2;
-}
-
 const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
-  auto key =
-      std::make_tuple(c.tp, c.microBatch, c.sequenceParallel, static_cast<int>(c.activations));
+  auto key = std::make_tuple(c.tp, c.microBatch, c.sequenceParallel,
+                             static_cast<int>(c.activations), c.cp);
+  if (lastTimes && lastTimesKey == key)
+    return *lastTimes;
   auto it = unitTimes.find(key);
-  if (it != unitTimes.end())
-    return it->second;
+  if (it != unitTimes.end()) {
+    lastTimesKey = key;
+    return *(lastTimes = &it->second);
+  }
   UnitTimes times;
   cost::Layout layout = layoutOf(c);
   for (cost::UnitKind kind :
@@ -279,14 +383,73 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
       if (pass == cost::PassKind::Backward)
         times.weight[unitIndex(kind)] = costModel.getWeightGradientSeconds(work);
     }
-  return unitTimes.emplace(key, times).first->second;
+  times.layerActivation = cost::getLayerActivationBytes(model.transformer, layout);
+  times.headActivation = cost::getHeadActivationBytes(model.transformer, layout);
+  lastTimesKey = key;
+  return *(lastTimes = &unitTimes.emplace(key, times).first->second);
 }
 
-const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int64_t chunks) {
-  auto key = std::make_tuple(tp, pp, chunks);
+const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
+  auto key = std::make_tuple(c.tp, c.microBatch, c.sequenceParallel, c.cp,
+                             static_cast<int>(c.cp > 1 ? c.context : ir::ContextMethod::Ring));
+  if (lastTraffic && lastTrafficKey == key)
+    return *lastTraffic;
+  auto it = unitTraffic.find(key);
+  if (it != unitTraffic.end()) {
+    lastTrafficKey = key;
+    return *(lastTraffic = &it->second);
+  }
+  UnitTraffic traffic;
+  plan::UnitLayout layout;
+  layout.microBatch = c.microBatch;
+  layout.tensor = c.tp;
+  layout.sequenceParallel = c.sequenceParallel;
+  layout.context = c.cp;
+  layout.contextMethod = c.context;
+  // The tensor axis is innermost (stride 1), the context axis next (stride tp).
+  cost::GroupAxis tensorAxis{1, c.tp}, contextAxis{c.tp, c.cp};
+  cost::GroupShape tensorGroup =
+      cost::getGroupShape(ArrayRef(&tensorAxis, 1), cluster.devicesPerNode);
+  cost::GroupShape contextGroup =
+      cost::getGroupShape(ArrayRef(&contextAxis, 1), cluster.devicesPerNode);
+  for (cost::UnitKind kind :
+       {cost::UnitKind::Embedding, cost::UnitKind::Layer, cost::UnitKind::Head}) {
+    int layer = kind == cost::UnitKind::Embedding ? -1
+                : kind == cost::UnitKind::Layer   ? 0
+                                                  : static_cast<int>(layers);
+    int index = unitIndex(kind);
+    for (int pass = 0; pass < 2; ++pass)
+      for (const plan::UnitCollective &op :
+           plan::getUnitCollectives(model, kind, layer, pass == 0, layout)) {
+        double opBytes = static_cast<double>(op.elements) * activationBytes;
+        if (op.kind == plan::OpKind::RingStep)
+          traffic.ring[index][pass] +=
+              costModel.getPointToPointSeconds(opBytes, !contextGroup.isIntraNode());
+        else if (op.over == ir::AxisKind::Tensor)
+          traffic.tensor[index][pass] += collective(op.kind, tensorGroup, opBytes);
+        else
+          traffic.context[index][pass] += collective(op.kind, contextGroup, opBytes);
+      }
+  }
+  if (c.tp > 1)
+    traffic.headGather =
+        collective(plan::OpKind::AllGather, tensorGroup,
+                   static_cast<double>(3 * c.microBatch * model.transformer.seq / c.cp * c.tp) *
+                       activationBytes);
+  lastTrafficKey = key;
+  return *(lastTraffic = &unitTraffic.emplace(key, traffic).first->second);
+}
+
+const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int64_t chunks,
+                                                    bool vShape, int64_t edge) {
+  auto key = std::make_tuple(tp, pp, chunks, vShape, edge);
+  if (lastShapes && lastShapesKey == key)
+    return *lastShapes;
   auto it = shapes.find(key);
-  if (it != shapes.end())
-    return it->second;
+  if (it != shapes.end()) {
+    lastShapesKey = key;
+    return *(lastShapes = &it->second);
+  }
   // The units of the model after the tensor-parallel split, as Lowering::buildUnits builds them.
   std::map<int, int64_t> unitParams, sequenceParallelParams;
   for (const ir::Tensor &tensor : model.tensors) {
@@ -297,6 +460,45 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
       sequenceParallelParams[tensor.layer] += tensor.numElements;
   }
   const ir::TransformerConfig &config = model.transformer;
+  int headLayer = static_cast<int>(layers);
+  // The stage of the embedding and of the head: the first chunk's and the last chunk's
+  // (plan::getPipelineLayout; the V schedules end on the first stage).
+  int64_t headStage = vShape ? 0 : pp - 1;
+
+  // The pipeline sends of stage s per micro-batch, to each peer stage (Lowering: a send at
+  // each end of a chunk whose neighbouring layer is on another stage). Consecutive chunks
+  // c and c + 1 lie on stages c % p and (c + 1) % p, or along the V: stage s holds chunks s and
+  // 2p − 1 − s, whose neighbours are on s ± 1 and the turn at stage p − 1 sends nothing.
+  int64_t stride = cluster.getNumDevices() / pp;
+  auto sendsOf = [&](int64_t s) {
+    std::vector<int64_t> peers; // One entry per send, forward and backward.
+    if (pp <= 1)
+      return peers;
+    if (!vShape) {
+      for (int64_t i = 0; i < chunks - (s == pp - 1 ? 1 : 0); ++i)
+        peers.push_back((s + 1) % pp);
+      for (int64_t i = 0; i < chunks - (s == 0 ? 1 : 0); ++i)
+        peers.push_back((s + pp - 1) % pp);
+    } else if (s == 0) {
+      peers = {1, 1};
+    } else if (s == pp - 1) {
+      peers = {pp - 2, pp - 2};
+    } else {
+      peers = {s + 1, s - 1, s - 1, s + 1};
+    }
+    return peers;
+  };
+  auto linksOf = [&](int64_t s) {
+    std::pair<int64_t, int64_t> links{0, 0}; // intra, inter
+    for (int64_t peer : sendsOf(s)) {
+      if (cost::crossesNodes(stride, pp, static_cast<int>(s), static_cast<int>(peer),
+                             cluster.getNumDevices(), cluster.devicesPerNode))
+        ++links.second;
+      else
+        ++links.first;
+    }
+    return links;
+  };
 
   std::vector<int> classes = {0};
   if (pp > 2)
@@ -315,10 +517,6 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
       group.params = params;
       group.sequenceParallelParams = sequenceParallelParams[layer];
       group.count = count;
-      for (int sp = 0; sp < 2; ++sp) {
-        group.tensorForward[sp] = plan::getTensorCollectives(model, kind, layer, true, sp);
-        group.tensorBackward[sp] = plan::getTensorCollectives(model, kind, layer, false, sp);
-      }
       if (kind == cost::UnitKind::Layer)
         shape.numLayers += count;
       shape.groups.push_back(group);
@@ -326,43 +524,35 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
       shape.sumParams += params * count;
       shape.maxParams = std::max(shape.maxParams, params);
     };
-    if (stage == 0 && unitParams.count(-1))
+    bool hasEmbedding = stage == 0 && unitParams.count(-1);
+    if (hasEmbedding)
       addGroup(unitParams[-1], 1, cost::UnitKind::Embedding, -1);
-    addGroup(unitParams[0], layers / pp, cost::UnitKind::Layer, 0);
-    if (stage == pp - 1 && unitParams.count(static_cast<int>(layers))) {
-      addGroup(unitParams[static_cast<int>(layers)], 1, cost::UnitKind::Head,
-               static_cast<int>(layers));
+    // Layers per stage: an even share, or with uneven edges `edge` on the first and the last
+    // stage and the rest shared by the others (plan::getPipelineLayout).
+    int64_t stageLayers = edge == 0                       ? layers / pp
+                          : stage == 0 || stage == pp - 1 ? edge
+                                                          : (layers - 2 * edge) / (pp - 2);
+    addGroup(unitParams[0], stageLayers, cost::UnitKind::Layer, 0);
+    if (stage == headStage && unitParams.count(headLayer)) {
+      addGroup(unitParams[headLayer], 1, cost::UnitKind::Head, headLayer);
       shape.hasHead = true;
     }
-    if (config.tiedEmbeddings && pp == 1 && unitParams.count(-1) &&
-        unitParams.count(static_cast<int>(layers)))
+    if (config.tiedEmbeddings && hasEmbedding && shape.hasHead)
       shape.tiedEmbedParams = unitParams[-1];
-    if (pp > 1) {
-      shape.sendsForward = chunks - (stage == pp - 1 ? 1 : 0);
-      shape.sendsBackward = chunks - (stage == 0 ? 1 : 0);
-      // The layers axis is outermost: stage s holds the ranks [s·stride, (s+1)·stride).
-      int64_t stride = cluster.getNumDevices() / pp;
-      auto linksOf = [&](int64_t s) {
-        auto crosses = [&](int64_t peer) {
-          return cost::crossesNodes(stride, pp, static_cast<int>(s), static_cast<int>(peer),
-                                    cluster.getNumDevices(), cluster.devicesPerNode);
-        };
-        return std::make_pair(crosses((s + 1) % pp), crosses((s + pp - 1) % pp));
-      };
-      std::tie(shape.interForward, shape.interBackward) = linksOf(stage);
-      if (stage == 1)
-        for (int64_t middle = 2; middle + 1 < pp; ++middle) {
-          auto [forward, backward] = linksOf(middle);
-          if (int(forward) + int(backward) > int(shape.interForward) + int(shape.interBackward))
-            std::tie(shape.interForward, shape.interBackward) = std::make_pair(forward, backward);
-        }
-    }
+    std::tie(shape.intraSends, shape.interSends) = linksOf(stage);
+    if (stage == 1)
+      for (int64_t middle = 2; middle + 1 < pp; ++middle) {
+        auto links = linksOf(middle);
+        if (links.second > shape.interSends)
+          std::tie(shape.intraSends, shape.interSends) = links;
+      }
     result.push_back(std::move(shape));
   }
-  return shapes.emplace(key, std::move(result)).first->second;
+  lastShapesKey = key;
+  return *(lastShapes = &shapes.emplace(key, std::move(result)).first->second);
 }
 
-double Evaluator::lowerBound(const Candidate &c) {
+double Evaluator::lowerBound(const Candidate &c, const Layouts &layouts) {
   Geometry g = geometry(c);
   cost::StageStates states;
   states.paramShard = degree(g, paramMask(c.params));
@@ -373,16 +563,28 @@ double Evaluator::lowerBound(const Candidate &c) {
   states.gradsOnHost = states.optimizerOnHost && (gradMask(c.grads) & g.present);
   states.gathers = paramMask(c.params) & g.present;
   states.keepAfterForward = keepsAfterForward(c.params);
-  double best = 0;
-  for (const StageShape &shape : getShapes(c.tp, c.pp, 1)) {
-    states.params = static_cast<double>(shape.sumParams);
-    states.largestUnit = static_cast<double>(shape.maxParams);
-    states.units = shape.numUnits;
-    states.tiedEmbedding = static_cast<double>(shape.tiedEmbedParams);
-    // No activations: the device peak without them is the bound.
-    best = std::max(best, cost::getStageMemory(states, bytes).device.peak);
-  }
-  return best;
+  auto fullest = [&](bool vShape, int64_t edge) {
+    double best = 0;
+    for (const StageShape &shape : getShapes(c.tp, c.pp, vShape ? 2 : 1, vShape, edge)) {
+      states.params = static_cast<double>(shape.sumParams);
+      states.largestUnit = static_cast<double>(shape.maxParams);
+      states.units = shape.numUnits;
+      states.tiedEmbedding = static_cast<double>(shape.tiedEmbedParams);
+      // No activations: the device peak without them is the bound.
+      best = std::max(best, cost::getStageMemory(states, bytes).device.peak);
+    }
+    return best;
+  };
+  if (c.pp == 1)
+    return fullest(false, 0);
+  double bound = std::numeric_limits<double>::infinity();
+  if (layouts.even)
+    bound = std::min(bound, fullest(false, 0));
+  if (layouts.vShape)
+    bound = std::min(bound, fullest(true, 0));
+  for (int64_t edge : layouts.edges)
+    bound = std::min(bound, fullest(false, edge));
+  return bound;
 }
 
 void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
@@ -403,7 +605,10 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
     return;
   }
 
-  const std::vector<StageShape> &stageShapes = getShapes(c.tp, c.pp, c.chunks);
+  bool vShape = c.pp > 1 && isVShape(c.schedule);
+  const std::vector<StageShape> &stageShapes =
+      getShapes(c.tp, c.pp, c.chunks, vShape, c.edgeLayers);
+  const UnitTimes &times = getUnitTimes(c);
   cost::StageStates states;
   states.paramShard = degree(g, paramAxes);
   states.gradShard = degree(g, gradAxes);
@@ -415,21 +620,7 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
   states.gradsOnHost = states.optimizerOnHost && gradAxes;
   states.gathers = paramAxes != 0;
   states.keepAfterForward = keepsAfterForward(c.params);
-  auto activationKey =
-      std::make_tuple(c.tp, c.microBatch, c.sequenceParallel, static_cast<int>(c.activations));
-  auto cached = activationCache.find(activationKey);
-  if (cached == activationCache.end())
-    cached =
-        activationCache
-            .emplace(activationKey, cost::getLayerActivationBytes(model.transformer, layoutOf(c)))
-            .first;
-  states.layerActivationBytes = cached->second;
-  auto headCached = headCache.find(activationKey);
-  if (headCached == headCache.end())
-    headCached =
-        headCache
-            .emplace(activationKey, cost::getHeadActivationBytes(model.transformer, layoutOf(c)))
-            .first;
+  states.layerActivationBytes = times.layerActivation;
 
   // Memory (Analyzer::stageStates): the stage with the highest device peak, the first on ties.
   double peak = -1, hostPeak = 0;
@@ -441,7 +632,7 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
     states.tiedEmbedding = static_cast<double>(shape.tiedEmbedParams);
     states.inFlight =
         cost::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks, shape.stage);
-    states.headBuffers = shape.hasHead ? headCached->second * states.inFlight : 0;
+    states.headBuffers = shape.hasHead ? times.headActivation * states.inFlight : 0;
     cost::StageMemoryResult memory = cost::getStageMemory(states, bytes);
     if (memory.device.peak > peak) {
       peak = memory.device.peak;
@@ -460,51 +651,88 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
 
   // Time (Analyzer::analyze): per stage class, per micro-batch compute, overlapped and critical
   // communication, then the once-per-step reductions, the optimizer and the pipeline bubble.
+  // Candidates that differ from the previous one only in the schedule have the same stages
+  // but for their pipeline sends (the number of chunks) where the stage layout is the same
+  // (1f1b, zero_bubble and interleaved; zbv and dualpipev): the stages are timed once.
+  auto timeKey = std::make_tuple(
+      std::make_tuple(c.tp, c.pp, c.dpNode, c.dpLocal, c.cp, static_cast<int>(c.context)),
+      std::make_tuple(static_cast<int>(c.params), static_cast<int>(c.grads),
+                      static_cast<int>(c.optimizer), c.fp8Gather),
+      std::make_tuple(static_cast<int>(c.activations), c.sequenceParallel, c.asyncTp, c.microBatch,
+                      c.microbatches, vShape, c.edgeLayers));
+  if (!hasTimes || timeKey != lastTimeKey) {
+    timeStages(c, g, states, stageShapes);
+    hasTimes = true;
+    lastTimeKey = timeKey;
+  }
+  // The stages with this candidate's pipeline sends (their count depends on the chunks).
+  double m = static_cast<double>(c.microbatches);
+  double slowestStage = 0;
+  cost::MicrobatchTimes slowestMicrobatch;
+  for (size_t i = 0; i < stageShapes.size(); ++i) {
+    const StageShape &shape = stageShapes[i];
+    const StageTimes &stage = lastStages[i];
+    double exposedPerMicrobatch = static_cast<double>(shape.intraSends) * lastSendIntra +
+                                  static_cast<double>(shape.interSends) * lastSendInter +
+                                  stage.critical + stage.passes;
+    double exposed = m * exposedPerMicrobatch + stage.step;
+    slowestStage = std::max(slowestStage, m * stage.compute + exposed + stage.optimizer);
+    cost::MicrobatchTimes microbatch{stage.forward, stage.backward, stage.weight,
+                                     exposedPerMicrobatch};
+    if (microbatch.getTotal() > slowestMicrobatch.getTotal())
+      slowestMicrobatch = microbatch;
+  }
+  verdict.stepSeconds = slowestStage + cost::getBubbleSeconds(c.schedule, c.pp, c.microbatches,
+                                                              c.chunks, slowestMicrobatch);
+}
+
+void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::StageStates &states,
+                           const std::vector<StageShape> &stageShapes) {
+  unsigned paramAxes = paramMask(c.params) & g.present;
+  unsigned gradAxes = gradMask(c.grads) & g.present;
+  unsigned optimizerAxes = optimizerMask(c.optimizer) & g.present;
   const UnitTimes &times = getUnitTimes(c);
-  double b = static_cast<double>(c.microBatch), m = static_cast<double>(c.microbatches);
-  double s = static_cast<double>(model.transformer.seq);
-  double h = static_cast<double>(model.transformer.hidden);
+  const UnitTraffic &traffic = getUnitTraffic(c);
   int64_t paramShard = states.paramShard, gradShard = states.gradShard,
           optimizerShard = states.optimizerShard;
   bool onHostParams = states.paramsOnHost, onHostOptimizer = states.optimizerOnHost;
   bool gradsOnHost = states.gradsOnHost, keep = states.keepAfterForward;
-  cost::GroupAxis tensorAxis{1, c.tp};
-  cost::GroupShape tensorGroup =
-      cost::getGroupShape(ArrayRef(&tensorAxis, 1), cluster.devicesPerNode);
-  double tpBytes = b * s * h * activationBytes;
+  double pBytes = paramBytes, gatherBytes = c.fp8Gather ? 1 : paramBytes;
   double sendIntra = 0, sendInter = 0;
   if (c.pp > 1) {
-    int64_t elements = c.microBatch * model.transformer.seq * model.transformer.hidden;
+    int64_t elements = c.microBatch * model.transformer.seq / c.cp * model.transformer.hidden;
     if (c.sequenceParallel)
       elements /= c.tp;
     double sendBytes = static_cast<double>(elements) * activationBytes;
     sendIntra = costModel.getPointToPointSeconds(sendBytes, false);
     sendInter = costModel.getPointToPointSeconds(sendBytes, true);
   }
-  cost::GroupShape gatherGroup = group(g, paramAxes), gradGroup = group(g, gradAxes);
+  lastSendIntra = sendIntra;
+  lastSendInter = sendInter;
   unsigned scatterAxes = optimizerAxes & ~gradAxes;
   unsigned reduceAxes = g.present & ~gradAxes & ~scatterAxes;
   unsigned syncAxes = optimizerAxes & ~paramAxes;
   int64_t scatterDegree = degree(g, scatterAxes);
-  cost::GroupShape scatterGroup = group(g, scatterAxes), reduceGroup = group(g, reduceAxes),
-                   syncGroup = group(g, syncAxes);
   bool hostStepTransfer = onHostOptimizer != onHostParams;
   bool fullRecompute = c.activations == ir::ActivationMode::RecomputeFull;
   bool selectiveRecompute = c.activations == ir::ActivationMode::RecomputeSelective;
-  int sp = c.sequenceParallel && c.tp > 1 ? 1 : 0;
+  bool sp = c.sequenceParallel && c.tp > 1;
+  auto key =
+      std::make_tuple(c.tp, c.dpNode, c.dpLocal, c.cp, static_cast<int>(c.params),
+                      static_cast<int>(c.grads), static_cast<int>(c.optimizer), c.fp8Gather, sp);
+  if (!hasPlacement || key != placementKey) {
+    placement = PlacementTimes();
+    placementKey = key;
+    hasPlacement = true;
+  }
 
-  double slowestStage = 0;
-  cost::MicrobatchTimes slowestMicrobatch;
   cost::PassUnit forwardPass[3], backwardPass[3], stepPass[3];
+  size_t shapeIndex = 0;
   for (const StageShape &shape : stageShapes) {
     double forwardCompute = 0, backwardCompute = 0, weightCompute = 0, critical = 0,
            stepExposed = 0, optimizer = 0;
     size_t numGroups = shape.groups.size();
     assert(numGroups <= 3 && "a stage holds the embedding, layers and the head at most");
-    critical +=
-        static_cast<double>(shape.sendsForward) * (shape.interForward ? sendInter : sendIntra);
-    critical +=
-        static_cast<double>(shape.sendsBackward) * (shape.interBackward ? sendInter : sendIntra);
     for (size_t index = 0; index < numGroups; ++index) {
       const UnitGroup &group = shape.groups[index];
       // The backward pass visits the groups in reverse order.
@@ -512,7 +740,8 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
       cost::PassUnit &backwardUnit = backwardPass[numGroups - 1 - index];
       cost::PassUnit &stepUnit = stepPass[numGroups - 1 - index];
       double count = static_cast<double>(group.count);
-      const double *unitTime = times.seconds[unitIndex(group.kind)];
+      int kind = unitIndex(group.kind);
+      const double *unitTime = times.seconds[kind];
       bool recomputed = group.kind == cost::UnitKind::Layer;
       double forward = unitTime[static_cast<int>(cost::PassKind::Forward)];
       double recompute = recomputed && fullRecompute
@@ -527,206 +756,360 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
       backwardUnit = cost::PassUnit();
       backwardUnit.compute = backward;
       backwardUnit.count = group.count;
-      stepUnit = backwardUnit;
       forwardCompute += count * forward;
       backwardCompute += count * backward;
-      weightCompute += count * times.weight[unitIndex(group.kind)];
-      if (c.tp > 1) {
-        double tensor = 0;
-        for (plan::OpKind kind : group.tensorForward[sp])
-          tensor += collective(kind, tensorGroup, tpBytes);
-        if (recomputed && fullRecompute)
-          tensor *= 2;
-        for (plan::OpKind kind : group.tensorBackward[sp])
-          tensor += collective(kind, tensorGroup, tpBytes);
-        critical += count * tensor;
-        // The vocabulary-parallel cross-entropy's all-gather (Lowering).
-        if (group.kind == cost::UnitKind::Head)
-          critical += count * collective(plan::OpKind::AllGather, tensorGroup,
-                                         3 * b * s * static_cast<double>(c.tp) * activationBytes);
+      weightCompute += count * times.weight[kind];
+      // Tensor-parallel and context-parallel traffic inside the unit; a fully recomputed layer
+      // repeats its forward's in the backward.
+      double unitCritical = 0;
+      auto addPass = [&](int pass, cost::PassUnit &unit) {
+        unit.beside += traffic.ring[kind][pass];
+        (c.asyncTp ? unit.beside : unitCritical) += traffic.tensor[kind][pass];
+        unitCritical += traffic.context[kind][pass];
+      };
+      addPass(0, forwardUnit);
+      if (recomputed && fullRecompute)
+        addPass(0, backwardUnit);
+      addPass(1, backwardUnit);
+      // The vocabulary-parallel cross-entropy's all-gather (Lowering).
+      if (c.tp > 1 && group.kind == cost::UnitKind::Head)
+        (c.asyncTp ? forwardUnit.beside : unitCritical) += traffic.headGather;
+      critical += count * unitCritical;
+      if (!placement.known[kind]) {
+        // Once per (mesh, placement) and kind of unit.
+        placement.known[kind] = true;
+        cost::GroupAxis tensorAxis{1, c.tp};
+        cost::GroupShape tensorGroup =
+            cost::getGroupShape(ArrayRef(&tensorAxis, 1), cluster.devicesPerNode);
+        cost::GroupShape gatherGroup = groupOf(g, paramAxes), gradGroup = groupOf(g, gradAxes);
+        cost::GroupShape scatterGroup = groupOf(g, scatterAxes),
+                         reduceGroup = groupOf(g, reduceAxes), syncGroup = groupOf(g, syncAxes);
+        double unitParams = static_cast<double>(group.params);
+        double hostCritical = 0;
+        if (onHostParams)
+          hostCritical +=
+              2 * hostTransfer(static_cast<double>(ceilDiv(group.params, paramShard)) * pBytes);
+        if (gradsOnHost)
+          hostCritical +=
+              hostTransfer(static_cast<double>(ceilDiv(group.params, gradShard)) * bytes.grads);
+        placement.critical[kind] = hostCritical;
+        if (paramAxes)
+          placement.gather[kind] =
+              collective(plan::OpKind::AllGather, gatherGroup, unitParams * gatherBytes);
+        double reduce = 0;
+        if (sp && group.sequenceParallelParams > 0)
+          reduce += collective(plan::OpKind::AllReduce, tensorGroup,
+                               static_cast<double>(group.sequenceParallelParams) * bytes.grads);
+        if (gradAxes)
+          reduce += collective(plan::OpKind::ReduceScatter, gradGroup, unitParams * bytes.grads);
+        placement.backwardReduce[kind] = reduce;
+        double stepReduce = 0, unitStepExposed = 0;
+        int64_t gradElements = ceilDiv(group.params, gradShard);
+        if (scatterAxes) {
+          stepReduce += collective(plan::OpKind::ReduceScatter, scatterGroup,
+                                   static_cast<double>(gradElements) * bytes.grads);
+          gradElements = ceilDiv(gradElements, scatterDegree);
+        }
+        if (reduceAxes)
+          stepReduce += collective(plan::OpKind::AllReduce, reduceGroup,
+                                   static_cast<double>(gradElements) * bytes.grads);
+        placement.stepReduce[kind] = stepReduce;
+        if (onHostOptimizer && !gradAxes)
+          unitStepExposed += hostTransfer(static_cast<double>(gradElements) * bytes.grads);
+        double owned = static_cast<double>(ceilDiv(group.params, optimizerShard));
+        placement.optimizer[kind] = onHostOptimizer
+                                        ? costModel.getHostOptimizerSeconds(owned, bytes)
+                                        : costModel.getOptimizerSeconds(owned, bytes);
+        if (hostStepTransfer)
+          unitStepExposed += hostTransfer(owned * pBytes);
+        if (syncAxes)
+          unitStepExposed +=
+              collective(plan::OpKind::AllGather, syncGroup,
+                         static_cast<double>(ceilDiv(group.params, paramShard)) * pBytes);
+        placement.stepExposed[kind] = unitStepExposed;
       }
-      double unitParams = static_cast<double>(group.params);
-      if (onHostParams)
-        critical +=
-            count * 2 *
-            hostTransfer(static_cast<double>(ceilDiv(group.params, paramShard)) * bytes.params);
-      if (gradsOnHost)
-        critical += count * hostTransfer(static_cast<double>(ceilDiv(group.params, gradShard)) *
-                                         bytes.grads);
+      critical += count * placement.critical[kind];
       if (paramAxes) {
-        double gather = collective(plan::OpKind::AllGather, gatherGroup, unitParams * bytes.params);
+        double gather = placement.gather[kind];
         forwardUnit.gather = gather;
-        // Tied embeddings without a pipeline: the head's backward gathers the embedding again
-        // (Lowering), before the head's compute.
+        // Tied embeddings on one stage: the head's backward gathers the embedding again
+        // (Lowering), before the head's compute; the embedding's own backward does not.
         bool tiedEmbedding = shape.tiedEmbedParams > 0 && group.kind == cost::UnitKind::Embedding;
         bool tiedHead = shape.tiedEmbedParams > 0 && group.kind == cost::UnitKind::Head;
         if (!keep && !tiedEmbedding)
           backwardUnit.gather += gather;
         if (!keep && tiedHead)
-          backwardUnit.gather +=
-              collective(plan::OpKind::AllGather, gatherGroup,
-                         static_cast<double>(shape.tiedEmbedParams) * bytes.params);
+          backwardUnit.gather += placement.gather[unitIndex(cost::UnitKind::Embedding)];
       }
-      if (sp && group.sequenceParallelParams > 0)
-        backwardUnit.reduce +=
-            collective(plan::OpKind::AllReduce, tensorGroup,
-                       static_cast<double>(group.sequenceParallelParams) * bytes.grads);
-      if (gradAxes)
-        backwardUnit.reduce +=
-            collective(plan::OpKind::ReduceScatter, gradGroup, unitParams * bytes.grads);
-      int64_t gradElements = ceilDiv(group.params, gradShard);
-      if (scatterAxes) {
-        stepUnit.reduce += collective(plan::OpKind::ReduceScatter, scatterGroup,
-                                      static_cast<double>(gradElements) * bytes.grads);
-        gradElements = ceilDiv(gradElements, scatterDegree);
-      }
-      if (reduceAxes)
-        stepUnit.reduce += collective(plan::OpKind::AllReduce, reduceGroup,
-                                      static_cast<double>(gradElements) * bytes.grads);
-      if (onHostOptimizer && !gradAxes)
-        stepExposed += count * hostTransfer(static_cast<double>(gradElements) * bytes.grads);
-      double owned = static_cast<double>(ceilDiv(group.params, optimizerShard));
-      optimizer += count * (onHostOptimizer ? costModel.getHostOptimizerSeconds(owned, bytes)
-                                            : costModel.getOptimizerSeconds(owned, bytes));
-      if (hostStepTransfer)
-        stepExposed +=
-            count *
-            hostTransfer(static_cast<double>(ceilDiv(group.params, optimizerShard)) * bytes.params);
-      if (syncAxes)
-        stepExposed += count * collective(plan::OpKind::AllGather, syncGroup,
-                                          static_cast<double>(ceilDiv(group.params, paramShard)) *
-                                              bytes.params);
+      stepUnit = backwardUnit;
+      stepUnit.gather = 0;
+      stepUnit.reduce = placement.stepReduce[kind];
+      backwardUnit.reduce = placement.backwardReduce[kind];
+      stepExposed += count * placement.stepExposed[kind];
+      optimizer += count * placement.optimizer[kind];
     }
-    double exposedPerMicrobatch = critical +
-                                  cost::getPassExposedSeconds(ArrayRef(forwardPass, numGroups)) +
-                                  cost::getPassExposedSeconds(ArrayRef(backwardPass, numGroups));
-    double computePerMicrobatch = forwardCompute + backwardCompute;
-    double exposed = m * exposedPerMicrobatch +
-                     cost::getPassExposedSeconds(ArrayRef(stepPass, numGroups)) + stepExposed;
-    slowestStage = std::max(slowestStage, m * computePerMicrobatch + exposed + optimizer);
-    cost::MicrobatchTimes microbatch{forwardCompute, backwardCompute, weightCompute,
-                                     exposedPerMicrobatch};
-    if (microbatch.getTotal() > slowestMicrobatch.getTotal())
-      slowestMicrobatch = microbatch;
+    StageTimes &stage = lastStages[shapeIndex++];
+    stage.forward = forwardCompute;
+    stage.backward = backwardCompute;
+    stage.weight = weightCompute;
+    stage.compute = forwardCompute + backwardCompute;
+    stage.critical = critical;
+    stage.passes = cost::getPassExposedSeconds(ArrayRef(forwardPass, numGroups)) +
+                   cost::getPassExposedSeconds(ArrayRef(backwardPass, numGroups));
+    stage.step = cost::getPassExposedSeconds(ArrayRef(stepPass, numGroups)) + stepExposed;
+    stage.optimizer = optimizer;
   }
-  verdict.stepSeconds = slowestStage + cost::getBubbleSeconds(c.schedule, c.pp, c.microbatches,
-                                                              c.chunks, slowestMicrobatch);
 }
 
-/// True when the search can handle the run's model.
+/// True when the search can handle the run's model: a dense transformer (the fast path's units
+/// are the embedding, identical layers and the head; mixture-of-experts layers and expert
+/// parallelism are not part of the space).
 bool isSearchable(const ir::Run &run) {
-  return run.model->kind == ir::ModelKind::Transformer && run.model->getNumLayers() > 0 &&
-         run.globalBatch > 0;
+  return run.model->kind == ir::ModelKind::Transformer && !run.model->isMoe() &&
+         run.model->getNumLayers() > 0 && run.globalBatch > 0;
 }
 
-/// Calls `body(candidate, innerCount)` for each (mesh, placement) group, and `inner(candidate)`
-/// for each candidate of a group, unless `body` returns false (the group is skipped).
+/// The precisions a search explores, each with the `gather = fp8` settings it tries: the run's
+/// own (with its setting) when `requested` is empty; mixed(fp8) with both otherwise.
+struct PrecisionVariant {
+  ir::Precision precision;
+  bool plainGather, fp8Gather;
+};
+std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
+                                                const std::vector<ir::Precision> &requested) {
+  std::vector<PrecisionVariant> result;
+  if (requested.empty()) {
+    result.push_back({run.precision, !run.fp8Gather, run.fp8Gather});
+    return result;
+  }
+  for (ir::Precision precision : requested) {
+    bool fp8 = precision == ir::Precision::MixedFP8;
+    result.push_back({precision, true, fp8});
+  }
+  return result;
+}
+
+/// Calls `body(candidate, innerCount)` for each (precision, mesh, placement) group, and
+/// `inner(candidate)` for each candidate of a group, unless `body` returns false (the group is
+/// skipped). `body` also learns whether the group has V-shaped schedules.
 template <typename GroupFn, typename CandidateFn>
-void enumerate(const ir::Run &run, const ir::Cluster &cluster, GroupFn body, CandidateFn inner,
+void enumerate(const ir::Run &run, const ir::Cluster &cluster,
+               const std::vector<PrecisionVariant> &precisions,
+               const std::vector<ir::Schedule> &schedules, GroupFn body, CandidateFn inner,
                uint64_t *meshCount = nullptr) {
+  // The schedules explored: the requested ones, or every one but gpipe.
+  auto explores = [&](ir::Schedule schedule) {
+    return schedules.empty()
+               ? schedule != ir::Schedule::GPipe
+               : std::find(schedules.begin(), schedules.end(), schedule) != schedules.end();
+  };
   const ir::Model &model = *run.model;
   const ir::TransformerConfig &config = model.transformer;
   int64_t devices = cluster.getNumDevices();
   int64_t layers = model.getNumLayers();
   int64_t globalBatch = run.globalBatch;
+  int64_t kvHeads = config.getKvHeads();
   bool host = cluster.hostBandwidth.has_value() && *cluster.hostBandwidth > 0;
-  for (int64_t tp : divisorsOf(cluster.devicesPerNode)) {
-    if (devices % tp || config.heads % tp || config.hidden % tp || config.ffn % tp)
-      continue;
-    for (int64_t pp : divisorsOf(layers)) {
-      if (devices % (tp * pp))
+  for (const PrecisionVariant &variant : precisions)
+    for (int64_t tp : divisorsOf(cluster.devicesPerNode)) {
+      if (devices % tp || config.heads % tp || kvHeads % tp || config.hidden % tp ||
+          config.ffn % tp)
         continue;
-      int64_t dp = devices / (tp * pp);
-      if (globalBatch % dp)
-        continue;
-      // Micro-batch sizes with their schedules (schedule, chunks): interleaving only where its
-      // formulas hold (cost::isScheduleValid: the micro-batches a multiple of the stages).
-      struct Step {
-        int64_t microBatch;
-        ir::Schedule schedule;
-        int64_t chunks;
-      };
-      std::vector<Step> steps;
-      for (int64_t b : divisorsOf(globalBatch / dp)) {
-        int64_t m = globalBatch / (b * dp);
-        steps.push_back({b, ir::Schedule::OneFOneB, 1});
-        if (pp == 1)
+      for (int64_t pp : divisorsOf(devices / tp)) {
+        if (pp > layers)
+          break;
+        // Uneven stages (pp ≥ 3): the first and the last stage one layer short of the others,
+        // to make room for the embedding and the output layer (Megatron-LM's first/last
+        // pipeline layers; Llama 3's 126 layers on 16 stages of 8, the first and last of 7,
+        // Dubey et al. 2024 §3.3.2): when pp divides layers + 2.
+        bool evenSplit = layers % pp == 0;
+        std::vector<int64_t> edges;
+        if (pp >= 3 && (layers + 2) % pp == 0 && (layers + 2) / pp >= 2)
+          edges.push_back((layers + 2) / pp - 1);
+        if (!evenSplit && edges.empty())
           continue;
-        steps.push_back({b, ir::Schedule::GPipe, 1});
-        for (int64_t v : divisorsOf(layers / pp))
-          if (v > 1 && cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v))
-            steps.push_back({b, ir::Schedule::Interleaved, v});
-      }
-      std::vector<std::pair<ir::ActivationMode, bool>> activationModes;
-      for (ir::ActivationMode mode :
-           {ir::ActivationMode::Keep, ir::ActivationMode::RecomputeSelective,
-            ir::ActivationMode::RecomputeFull}) {
-        activationModes.push_back({mode, false});
-        if (tp > 1)
-          activationModes.push_back({mode, true});
-      }
-      uint64_t innerCount = activationModes.size() * steps.size();
-      // Batch splits: unsplit, or node × local with the local part inside a node.
-      std::vector<int64_t> locals = {1};
-      for (int64_t local : divisorsOf(std::gcd(dp, cluster.devicesPerNode / tp)))
-        if (local > 1 && local < dp)
-          locals.push_back(local);
-      for (int64_t local : locals) {
-        if (meshCount)
-          ++*meshCount;
-        Candidate c;
-        c.tp = tp;
-        c.pp = pp;
-        c.dpLocal = local;
-        c.dpNode = dp / local;
-        bool split = c.isSplit();
-        std::vector<ParamChoice> params = {ParamChoice::Replicate};
-        std::vector<GradChoice> grads = {GradChoice::Replicate};
-        std::vector<OptimizerChoice> optimizers = {OptimizerChoice::Replicate};
-        if (dp > 1) {
-          if (split)
-            params.insert(params.end(), {ParamChoice::GatherInner, ParamChoice::GatherInnerKeep});
-          params.insert(params.end(), {ParamChoice::GatherAll, ParamChoice::GatherAllKeep});
-          if (split) {
-            grads.push_back(GradChoice::ShardInner);
-            optimizers.push_back(OptimizerChoice::ShardInner);
+        for (int64_t cp : divisorsOf(devices / (tp * pp))) {
+          int64_t dp = devices / (tp * pp * cp);
+          if (globalBatch % dp)
+            continue;
+          // Context methods whose divisibility holds (rule `divisibility`, docs/rules.md).
+          std::vector<ir::ContextMethod> methods;
+          if (cp == 1) {
+            methods.push_back(ir::ContextMethod::Ring);
+          } else {
+            if (config.seq % (2 * cp) == 0)
+              methods.insert(methods.end(),
+                             {ir::ContextMethod::Ring, ir::ContextMethod::AllGather});
+            if (config.heads % (tp * cp) == 0 && kvHeads % (tp * cp) == 0 && config.seq % cp == 0)
+              methods.push_back(ir::ContextMethod::AllToAll);
           }
-          grads.push_back(GradChoice::ShardAll);
-          optimizers.push_back(OptimizerChoice::ShardAll);
-        }
-        if (host) {
-          params.push_back(ParamChoice::Host);
-          if (dp > 1)
-            params.push_back(ParamChoice::HostGatherAll);
-          optimizers.push_back(OptimizerChoice::HostShardAll);
-        }
-        for (ParamChoice param : params)
-          for (GradChoice grad : grads)
-            for (OptimizerChoice optimizer : optimizers) {
-              // A split mesh whose placements never name the inner sub-axis alone is the
-              // unsplit mesh again (the same groups, the same costs): skipped as a duplicate.
-              if (split && paramMask(param) != kInner && gradMask(grad) != kInner &&
-                  optimizerMask(optimizer) != kInner)
-                continue;
-              c.params = param;
-              c.grads = grad;
-              c.optimizer = optimizer;
-              if (!body(c, innerCount))
-                continue;
-              for (auto [mode, sp] : activationModes)
-                for (const Step &step : steps) {
-                  c.activations = mode;
-                  c.sequenceParallel = sp;
-                  c.microBatch = step.microBatch;
-                  c.microbatches = globalBatch / (step.microBatch * dp);
-                  c.schedule = step.schedule;
-                  c.chunks = step.chunks;
-                  inner(c);
-                }
+          if (methods.empty())
+            continue;
+          // Micro-batch sizes with their schedules (schedule, chunks), each only where its
+          // formulas hold (cost::isScheduleValid) and the layers divide by the stages × chunks.
+          struct Step {
+            int64_t microBatch;
+            ir::Schedule schedule;
+            int64_t chunks;
+            int64_t edge = 0;
+          };
+          std::vector<Step> steps;
+          Layouts layouts;
+          for (int64_t b : divisorsOf(globalBatch / dp)) {
+            int64_t m = globalBatch / (b * dp);
+            // Without a pipeline the schedule is moot: one candidate, 1f1b.
+            if (pp == 1) {
+              steps.push_back({b, ir::Schedule::OneFOneB, 1});
+              layouts.even = true;
+              continue;
             }
+            // Uneven stages with the schedules that take `first` and `last` (1f1b, gpipe,
+            // zero_bubble), one layout after the other.
+            for (int64_t edge : edges)
+              for (ir::Schedule schedule :
+                   {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::ZeroBubble})
+                if (explores(schedule) && cost::isScheduleValid(schedule, pp, m, 1)) {
+                  steps.push_back({b, schedule, 1, edge});
+                  if (std::find(layouts.edges.begin(), layouts.edges.end(), edge) ==
+                      layouts.edges.end())
+                    layouts.edges.push_back(edge);
+                }
+            if (!evenSplit)
+              continue;
+            // Schedules of one stage layout next to each other: the evaluator reuses the
+            // stage times of the previous candidate when only the schedule changed. GPipe is
+            // left out unless asked for: its bubble is 1F1B's and it holds all m micro-batches
+            // against 1F1B's min(p − stage, m) (cost::getBubbleSeconds,
+            // cost::getInFlightMicrobatches), so its 1F1B twin is never slower and never larger.
+            for (ir::Schedule schedule :
+                 {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::ZeroBubble})
+              if (explores(schedule) && cost::isScheduleValid(schedule, pp, m, 1)) {
+                steps.push_back({b, schedule, 1});
+                layouts.even = true;
+              }
+            if (explores(ir::Schedule::Interleaved))
+              for (int64_t v : divisorsOf(layers / pp))
+                if (v > 1 && cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v)) {
+                  steps.push_back({b, ir::Schedule::Interleaved, v});
+                  layouts.even = true;
+                }
+            if (layers % (2 * pp) == 0)
+              for (ir::Schedule v : {ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV})
+                if (explores(v) && cost::isScheduleValid(v, pp, m, 2)) {
+                  steps.push_back({b, v, 2});
+                  layouts.vShape = true;
+                }
+          }
+          if (steps.empty())
+            continue;
+          // Activation modes: each without and with sequence parallelism, and with async_tp on
+          // top of sequence parallelism.
+          struct Mode {
+            ir::ActivationMode mode;
+            bool sp, async;
+          };
+          std::vector<Mode> activationModes;
+          for (ir::ActivationMode mode :
+               {ir::ActivationMode::Keep, ir::ActivationMode::RecomputeSelective,
+                ir::ActivationMode::RecomputeFull}) {
+            activationModes.push_back({mode, false, false});
+            if (tp > 1) {
+              activationModes.push_back({mode, true, false});
+              activationModes.push_back({mode, true, true});
+            }
+          }
+          uint64_t innerCount = activationModes.size() * steps.size();
+          // Batch splits: unsplit, or node × local with the local part inside a node (the
+          // dp_local groups, of stride cp·tp, within devices_per_node).
+          std::vector<int64_t> locals = {1};
+          if (cluster.devicesPerNode % (tp * cp) == 0)
+            for (int64_t local : divisorsOf(std::gcd(dp, cluster.devicesPerNode / (tp * cp))))
+              if (local > 1 && local < dp)
+                locals.push_back(local);
+          for (ir::ContextMethod method : methods)
+            for (int64_t local : locals) {
+              if (meshCount)
+                ++*meshCount;
+              Candidate c;
+              c.precision = variant.precision;
+              c.tp = tp;
+              c.pp = pp;
+              c.cp = cp;
+              c.context = method;
+              c.dpLocal = local;
+              c.dpNode = dp / local;
+              bool split = c.isSplit();
+              bool data = dp * cp > 1;
+              std::vector<ParamChoice> params = {ParamChoice::Replicate};
+              std::vector<GradChoice> grads = {GradChoice::Replicate};
+              std::vector<OptimizerChoice> optimizers = {OptimizerChoice::Replicate};
+              if (data) {
+                if (split)
+                  params.insert(params.end(),
+                                {ParamChoice::GatherInner, ParamChoice::GatherInnerKeep});
+                params.insert(params.end(), {ParamChoice::GatherAll, ParamChoice::GatherAllKeep});
+                if (split) {
+                  grads.push_back(GradChoice::ShardInner);
+                  optimizers.push_back(OptimizerChoice::ShardInner);
+                }
+                grads.push_back(GradChoice::ShardAll);
+                optimizers.push_back(OptimizerChoice::ShardAll);
+              }
+              if (host) {
+                params.push_back(ParamChoice::Host);
+                if (data)
+                  params.push_back(ParamChoice::HostGatherAll);
+                optimizers.push_back(OptimizerChoice::HostShardAll);
+              }
+              for (ParamChoice param : params)
+                for (GradChoice grad : grads)
+                  for (OptimizerChoice optimizer : optimizers) {
+                    // A split mesh whose placements never name the inner sub-axis alone is the
+                    // unsplit mesh again (the same groups, the same costs): skipped as a
+                    // duplicate.
+                    if (split && paramMask(param) != kInner && gradMask(grad) != kInner &&
+                        optimizerMask(optimizer) != kInner)
+                      continue;
+                    c.params = param;
+                    c.grads = grad;
+                    c.optimizer = optimizer;
+                    // FP8 gathers change only the bytes of parameter all-gathers.
+                    bool gathers = paramMask(param) != 0;
+                    for (bool fp8Gather : {false, true}) {
+                      if (fp8Gather ? !(variant.fp8Gather && gathers)
+                                    : !(variant.plainGather || !gathers))
+                        continue;
+                      c.fp8Gather = fp8Gather;
+                      if (!body(c, innerCount, layouts))
+                        continue;
+                      for (const Mode &mode : activationModes)
+                        for (const Step &step : steps) {
+                          c.activations = mode.mode;
+                          c.sequenceParallel = mode.sp;
+                          c.asyncTp = mode.async;
+                          c.microBatch = step.microBatch;
+                          c.microbatches = globalBatch / (step.microBatch * dp);
+                          c.schedule = step.schedule;
+                          c.chunks = step.chunks;
+                          c.edgeLayers = step.edge;
+                          inner(c);
+                        }
+                    }
+                  }
+            }
+        }
       }
     }
-  }
+}
+
+/// True when two candidates differ at most in their schedule and chunks.
+bool sameExceptSchedule(const Candidate &x, const Candidate &y) {
+  return x.pp == y.pp && x.dpNode == y.dpNode && x.dpLocal == y.dpLocal && x.cp == y.cp &&
+         x.tp == y.tp && x.context == y.context && x.asyncTp == y.asyncTp &&
+         x.precision == y.precision && x.fp8Gather == y.fp8Gather && x.params == y.params &&
+         x.grads == y.grads && x.optimizer == y.optimizer && x.activations == y.activations &&
+         x.sequenceParallel == y.sequenceParallel && x.microBatch == y.microBatch &&
+         x.microbatches == y.microbatches;
 }
 
 bool isBetter(const Candidate &x, const Candidate &y) {
@@ -755,9 +1138,11 @@ std::string Candidate::formatMesh() const {
   if (isSplit()) {
     parts.push_back("dp_node: batch = " + std::to_string(dpNode));
     parts.push_back("dp_local: batch = " + std::to_string(dpLocal));
-  } else if (getBatchDegree() > 1 || (pp == 1 && tp == 1)) {
+  } else if (getBatchDegree() > 1 || (pp == 1 && tp == 1 && cp == 1)) {
     parts.push_back("dp = " + std::to_string(getBatchDegree()));
   }
+  if (cp > 1)
+    parts.push_back("cp = " + std::to_string(cp));
   if (tp > 1)
     parts.push_back("tp = " + std::to_string(tp));
   std::string text = "[";
@@ -766,15 +1151,26 @@ std::string Candidate::formatMesh() const {
   return text + "]";
 }
 
+std::string Candidate::formatPrecision() const {
+  if (precision == ir::Precision::MixedFP8 && fp8Gather)
+    return "mixed(fp8, gather = fp8)";
+  return ir::toString(precision).str();
+}
+
 std::string Candidate::describe() const {
-  std::string text = formatMesh() + " params " + toString(params).str() + ", grads " +
-                     toString(grads).str() + ", optimizer " + toString(optimizer).str() +
-                     ", activations " + ir::toString(activations).str() +
-                     (sequenceParallel ? "+sp" : "") + ", b=" + std::to_string(microBatch) +
-                     " m=" + std::to_string(microbatches);
+  std::string text = formatMesh();
+  if (cp > 1)
+    text += " context " + ir::toString(context).str() + ",";
+  text += " params " + toString(params).str() + ", grads " + toString(grads).str() +
+          ", optimizer " + toString(optimizer).str() + ", activations " +
+          ir::toString(activations).str() + (sequenceParallel ? "+sp" : "") +
+          (asyncTp ? "+async_tp" : "") + ", b=" + std::to_string(microBatch) +
+          " m=" + std::to_string(microbatches);
   if (pp > 1)
-    text += " " + ir::toString(schedule).str() + (chunks > 1 ? "/" + std::to_string(chunks) : "");
-  return text;
+    text += " " + ir::toString(schedule).str() +
+            (schedule == ir::Schedule::Interleaved ? "/" + std::to_string(chunks) : "") +
+            (edgeLayers > 0 ? " first=last=" + std::to_string(edgeLayers) : "");
+  return text + " " + formatPrecision();
 }
 
 std::shared_ptr<ir::Cluster> makeSearchCluster(const ir::Cluster &cluster, int64_t devices,
@@ -788,17 +1184,77 @@ std::shared_ptr<ir::Cluster> makeSearchCluster(const ir::Cluster &cluster, int64
 }
 
 void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
-                      const std::function<void(const Candidate &)> &callback) {
+                      const std::function<void(const Candidate &)> &callback,
+                      const std::vector<ir::Precision> &precisions) {
   if (!isSearchable(run))
     return;
   enumerate(
-      run, cluster, [](const Candidate &, uint64_t) { return true; },
+      run, cluster, precisionVariants(run, precisions), {},
+      [](const Candidate &, uint64_t, const Layouts &) { return true; },
       [&](const Candidate &c) { callback(c); });
+}
+
+std::optional<std::vector<ir::Schedule>> parseSchedules(StringRef text, std::string &error) {
+  std::vector<ir::Schedule> result;
+  SmallVector<StringRef, 6> names;
+  text.split(names, ',');
+  for (StringRef name : names) {
+    name = name.trim();
+    std::optional<ir::Schedule> schedule;
+    for (ir::Schedule candidate :
+         {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::Interleaved,
+          ir::Schedule::ZeroBubble, ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV})
+      if (name == ir::toString(candidate))
+        schedule = candidate;
+    if (!schedule) {
+      error = "--schedules '" + name.str() +
+              "' is not a schedule the search explores: write a comma-separated list of 1f1b, "
+              "gpipe, interleaved, zero_bubble, zbv and dualpipev";
+      return std::nullopt;
+    }
+    if (std::find(result.begin(), result.end(), *schedule) == result.end())
+      result.push_back(*schedule);
+  }
+  return result;
+}
+
+std::optional<std::vector<ir::Precision>>
+parsePrecisions(StringRef text, const ir::Cluster &cluster, std::string &error) {
+  std::vector<ir::Precision> result;
+  SmallVector<StringRef, 4> names;
+  text.split(names, ',');
+  for (StringRef name : names) {
+    name = name.trim();
+    std::optional<ir::Precision> precision;
+    if (name == "bf16")
+      precision = ir::Precision::MixedBF16;
+    else if (name == "fp16")
+      precision = ir::Precision::MixedFP16;
+    else if (name == "fp32")
+      precision = ir::Precision::FP32;
+    else if (name == "fp8")
+      precision = ir::Precision::MixedFP8;
+    if (!precision) {
+      error = "--precision '" + name.str() +
+              "' is not a precision: write a comma-separated list of bf16, fp16, fp32 and fp8";
+      return std::nullopt;
+    }
+    // Rule `precision`: FP8 products need FP8 tensor cores.
+    if (*precision == ir::Precision::MixedFP8 && cluster.peakFp8 <= 0) {
+      error = "--precision fp8: cluster '" + cluster.name + "' has no FP8 tensor cores" +
+              (cluster.device ? " (" + std::string(cluster.device->name) + ")"
+                              : std::string(": give it peak_fp8"));
+      return std::nullopt;
+    }
+    if (std::find(result.begin(), result.end(), *precision) == result.end())
+      result.push_back(*precision);
+  }
+  return result;
 }
 
 FastVerdict evaluateFast(const ir::Run &run, const ir::Cluster &cluster,
                          const Candidate &candidate) {
-  Evaluator evaluator(run, cluster);
+  Evaluator evaluator(run, cluster, candidate.precision);
   FastVerdict verdict;
   evaluator.evaluate(candidate, verdict);
   return verdict;
@@ -809,7 +1265,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
   strategy->name = name.str();
   strategy->hasMesh = true;
   ir::Mesh &mesh = strategy->mesh;
-  int outer = -1, inner = -1;
+  int outer = -1, inner = -1, context = -1;
   auto addAxis = [&](std::string axisName, ir::AxisKind kind, int64_t size) {
     ir::Axis axis;
     axis.name = std::move(axisName);
@@ -823,9 +1279,11 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
   if (c.isSplit()) {
     outer = addAxis("dp_node", ir::AxisKind::Batch, c.dpNode);
     inner = addAxis("dp_local", ir::AxisKind::Batch, c.dpLocal);
-  } else if (c.getBatchDegree() > 1 || (c.pp == 1 && c.tp == 1)) {
+  } else if (c.getBatchDegree() > 1 || (c.pp == 1 && c.tp == 1 && c.cp == 1)) {
     outer = addAxis("dp", ir::AxisKind::Batch, c.getBatchDegree());
   }
+  if (c.cp > 1)
+    context = addAxis("cp", ir::AxisKind::Sequence, c.cp);
   if (c.tp > 1)
     addAxis("tp", ir::AxisKind::Tensor, c.tp);
 
@@ -858,7 +1316,8 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
   }
   auto apply = [&](ir::State state, unsigned mask, ir::PlacementMode mode, bool keep) {
     ir::StatePlacement &placement = strategy->getPlacement(state);
-    for (auto [bit, index] : {std::pair<unsigned, int>{kOuter, outer}, {kInner, inner}})
+    for (auto [bit, index] :
+         {std::pair<unsigned, int>{kOuter, outer}, {kInner, inner}, {kContext, context}})
       if ((mask & bit) && index >= 0) {
         placement.axes[index].mode = mode;
         placement.axes[index].keepAfterForward = keep;
@@ -879,11 +1338,15 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
   }
   strategy->activationMode = c.activations;
   strategy->sequenceParallel = c.sequenceParallel;
+  strategy->asyncTensorParallel = c.asyncTp;
+  if (c.cp > 1)
+    strategy->contextMethod = c.context;
   if (c.pp > 1) {
     ir::Pipeline pipeline;
     pipeline.schedule = c.schedule;
     pipeline.microbatches = c.microbatches;
     pipeline.chunks = c.chunks;
+    pipeline.firstStageLayers = pipeline.lastStageLayers = c.edgeLayers;
     strategy->pipeline = pipeline;
   }
   ir::resolveExpertPlacements(*strategy);
@@ -899,7 +1362,8 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->strategy = &strategy;
   run->microBatch = c.microBatch;
   run->globalBatch = base.globalBatch;
-  run->precision = base.precision;
+  run->precision = c.precision;
+  run->fp8Gather = c.fp8Gather;
   run->optimizer = base.optimizer;
   run->microbatchesPerStep = c.microbatches;
   return run;
@@ -939,7 +1403,15 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   const ir::Cluster &cluster = *result.cluster;
   if (!isSearchable(run))
     return result;
-  Evaluator evaluator(run, cluster);
+  std::vector<PrecisionVariant> precisions = precisionVariants(run, options.precisions);
+  // One evaluator per precision (its cost model, state bytes and caches).
+  std::map<ir::Precision, std::unique_ptr<Evaluator>> evaluators;
+  for (const PrecisionVariant &variant : precisions)
+    evaluators.emplace(variant.precision,
+                       std::make_unique<Evaluator>(run, cluster, variant.precision));
+  auto evaluatorFor = [&](const Candidate &c) -> Evaluator & {
+    return *evaluators.at(c.precision);
+  };
   unsigned keep = std::max(1u, options.topK) + 16;
   std::vector<Candidate> best; // Sorted, fastest first, at most `keep`.
   FastVerdict verdict;
@@ -948,25 +1420,28 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   uint64_t total = 0;
   if (options.progress)
     enumerate(
-        run, cluster,
-        [&](const Candidate &c, uint64_t inner) {
+        run, cluster, precisions, options.schedules,
+        [&](const Candidate &c, uint64_t inner, const Layouts &) {
           if (!options.filter)
             total += inner;
           return static_cast<bool>(options.filter);
         },
         [&](const Candidate &c) { total += options.filter(c) ? 1 : 0; });
 
+  std::optional<Candidate> overBudget;
   auto search = [&](bool prune, bool collect) {
+    overBudget.reset();
     enumerate(
-        run, cluster,
-        [&](const Candidate &c, uint64_t inner) {
+        run, cluster, precisions, options.schedules,
+        [&](const Candidate &c, uint64_t inner, const Layouts &layouts) {
           if (!prune || options.filter)
             return true;
           // Rule order: gradient-integrity before capacity, as in the verifier's report.
-          unsigned present = (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0);
+          unsigned present = (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0) |
+                             (c.cp > 1 ? kContext : 0);
           if (gradMask(c.grads) & present & ~(optimizerMask(c.optimizer) & present))
             return true;
-          if (evaluator.lowerBound(c) <= cluster.deviceMemory)
+          if (evaluatorFor(c).lowerBound(c, layouts) <= cluster.deviceMemory)
             return true;
           if (collect) {
             result.spaceSize += inner;
@@ -979,7 +1454,25 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
         [&](const Candidate &candidate) {
           if (options.filter && !options.filter(candidate))
             return;
-          evaluator.evaluate(candidate, verdict);
+          // A schedule of the same stage layout as a capacity-rejected 1f1b or zbv candidate
+          // (which hold the fewest micro-batches in flight on every stage of their layouts:
+          // cost::getInFlightMicrobatches) does not fit either.
+          if (prune && !options.filter && overBudget && candidate.pp > 1 &&
+              isVShape(candidate.schedule) == isVShape(overBudget->schedule) &&
+              candidate.edgeLayers == overBudget->edgeLayers &&
+              sameExceptSchedule(candidate, *overBudget)) {
+            if (collect) {
+              ++result.spaceSize;
+              ++result.rejectedByRule["capacity"];
+              ++result.prunedBySchedule;
+              ++done;
+            }
+            return;
+          }
+          evaluatorFor(candidate).evaluate(candidate, verdict);
+          if (verdict.rejectedBy == "capacity" && (candidate.schedule == ir::Schedule::OneFOneB ||
+                                                   candidate.schedule == ir::Schedule::ZeroBubbleV))
+            overBudget = candidate;
           if (collect) {
             ++result.spaceSize;
             if (options.progress && ++done >= nextReport) {
@@ -1050,7 +1543,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
 }
 
 bool isInFamily(const Candidate &c, Family family, bool tensorParallel) {
-  if (c.pp != 1 || c.isSplit() || (c.tp > 1) != tensorParallel)
+  if (c.pp != 1 || c.cp != 1 || c.isSplit() || (c.tp > 1) != tensorParallel || c.asyncTp)
     return false;
   switch (family) {
   case Family::Dp:
@@ -1147,9 +1640,11 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
         text = outer;
       if (mask & kInner)
         text += (text.empty() ? "" : ", ") + inner;
-    } else if (c.getBatchDegree() > 1 && mask) {
+    } else if (c.getBatchDegree() > 1 && (mask & kOuter)) {
       text = outer;
     }
+    if (c.cp > 1 && (mask & kContext))
+      text += (text.empty() ? "" : ", ") + std::string("cp");
     return text;
   };
   std::string text = "strategy " + name.str() + " {\n  mesh " + c.formatMesh() + ";\n";
@@ -1185,11 +1680,18 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
     break;
   }
   text += "  activations = " + activations + ";\n";
+  if (c.cp > 1)
+    text += "  context     = " + ir::toString(c.context).str() + ";\n";
+  if (c.asyncTp)
+    text += "  async_tp    = true;\n";
   if (c.pp > 1) {
     text += "  pipeline    = " + ir::toString(c.schedule).str() +
             "(microbatches = " + std::to_string(c.microbatches);
     if (c.schedule == ir::Schedule::Interleaved)
       text += ", chunks = " + std::to_string(c.chunks);
+    if (c.edgeLayers > 0)
+      text +=
+          ", first = " + std::to_string(c.edgeLayers) + ", last = " + std::to_string(c.edgeLayers);
     text += ");\n";
   }
   return text + "}\n";
@@ -1205,7 +1707,10 @@ std::string formatModel(const ir::Model &model) {
      << ";\n  ffn = " << config.ffn << "; mlp = " << ir::toString(config.mlp)
      << "; norm = " << ir::toString(config.norm) << "; bias = " << (config.bias ? "true" : "false")
      << "; positions = " << ir::toString(config.positions)
-     << "; tied_embeddings = " << (config.tiedEmbeddings ? "true" : "false") << ";\n}\n";
+     << "; tied_embeddings = " << (config.tiedEmbeddings ? "true" : "false") << ";\n";
+  if (config.kvHeads > 0)
+    os << "  kv_heads = " << config.kvHeads << ";\n";
+  os << "  attention = " << ir::toString(config.attention) << ";\n}\n";
   return text;
 }
 
@@ -1221,8 +1726,12 @@ std::string formatCluster(const ir::Cluster &cluster) {
   static const std::pair<double, const char *> rateUnits[] = {{1e15, "PFLOPS"}, {1e12, "TFLOPS"}};
   std::string text;
   raw_string_ostream os(text);
-  os << "cluster " << cluster.name << " {\n"
-     << "  nodes = " << cluster.nodes << "; devices_per_node = " << cluster.devicesPerNode
+  os << "cluster " << cluster.name << " {\n";
+  // The preset selects the device family's calibration (and the shape-based compute model);
+  // every figure below overrides it with the same value.
+  if (cluster.device)
+    os << "  device = " << cluster.device->name << ";\n";
+  os << "  nodes = " << cluster.nodes << "; devices_per_node = " << cluster.devicesPerNode
      << ";\n  device_memory = " << formatQuantity(cluster.deviceMemory, memoryUnits)
      << "; peak = " << formatQuantity(cluster.peakFlops, rateUnits)
      << ";\n  intra_bandwidth = " << formatQuantity(cluster.intraBandwidth, bandwidthUnits)
@@ -1247,15 +1756,26 @@ std::string formatCluster(const ir::Cluster &cluster) {
       }
     os << "  latency = " << latency << ";\n";
   }
-  os << "  efficiency = " << format("%.12g", cluster.efficiency) << ";\n}\n";
+  if (cluster.peakFp8 > 0)
+    os << "  peak_fp8 = " << formatQuantity(cluster.peakFp8, rateUnits) << ";\n";
+  if (cluster.peakTf32 > 0)
+    os << "  peak_tf32 = " << formatQuantity(cluster.peakTf32, rateUnits) << ";\n";
+  if (cluster.hbmBandwidth > 0)
+    os << "  hbm_bandwidth = " << formatQuantity(cluster.hbmBandwidth, bandwidthUnits) << ";\n";
+  if (cluster.computeUnits > 0)
+    os << "  compute_units = " << cluster.computeUnits << ";\n";
+  if (cluster.hostMemoryBandwidth)
+    os << "  host_memory_bandwidth = "
+       << formatQuantity(*cluster.hostMemoryBandwidth, bandwidthUnits) << ";\n";
+  if (!cluster.device || cluster.efficiencyExplicit)
+    os << "  efficiency = " << format("%.12g", cluster.efficiency) << ";\n";
+  os << "}\n";
   return text;
 }
 
 std::string formatRun(const ir::Run &base, const Candidate &c, StringRef name,
                       StringRef strategyName, StringRef clusterName) {
-  std::string precision = base.precision == ir::Precision::MixedBF16   ? "mixed(bf16)"
-                          : base.precision == ir::Precision::MixedFP16 ? "mixed(fp16)"
-                                                                       : "fp32";
+  std::string precision = c.formatPrecision();
   std::string optimizer = base.optimizer == ir::OptimizerKind::Adam  ? "adam"
                           : base.optimizer == ir::OptimizerKind::Sgd ? "sgd"
                                                                      : "sgd(momentum = true)";

@@ -1,6 +1,7 @@
 // `placec search`: runs the strategy search on a loaded program and prints its result as a table
 // and Place text (or JSON), writes the best plan as a complete .place file, and for
 // `--max-params` prints the largest model each strategy family fits.
+#include "placec/ir/Devices.h"
 #include "placec/passes/Search.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -99,31 +100,71 @@ private:
   bool shown = false;
 };
 
+/// `interleaved(4)`, `1f1b(first = last = 7)`, `-` without a pipeline.
+std::string scheduleText(const Candidate &c) {
+  if (c.pp == 1)
+    return "-";
+  std::string text;
+  raw_string_ostream os(text);
+  os << ir::toString(c.schedule);
+  if (c.schedule == ir::Schedule::Interleaved)
+    os << "(" << c.chunks << ")";
+  if (c.edgeLayers > 0)
+    os << "(first = last = " << c.edgeLayers << ")";
+  return text;
+}
+
 void printTable(const SearchResult &result, raw_ostream &out) {
   int64_t devices = result.cluster->getNumDevices();
   int meshWidth = 4;
   for (const Candidate &c : result.top)
     meshWidth = std::max(meshWidth, static_cast<int>(c.formatMesh().size()));
-  out << format("%-4s %-*s %-18s %-14s %-16s %-25s %4s %5s %-16s %10s %9s %6s %10s\n", text("rank"),
-                meshWidth, text("mesh"), text("params"), text("grads"), text("optimizer"),
-                text("activations"), text("b"), text("m"), text("schedule"), text("step (s)"),
-                text("TFLOP/s"), text("MFU"), text("memory"));
+  out << format("%-4s %-*s %-10s %-18s %-14s %-16s %-34s %4s %5s %-30s %-24s %10s %9s %6s %10s\n",
+                text("rank"), meshWidth, text("mesh"), text("context"), text("params"),
+                text("grads"), text("optimizer"), text("activations"), text("b"), text("m"),
+                text("schedule"), text("precision"), text("step (s)"), text("TFLOP/s"), text("MFU"),
+                text("memory"));
   for (size_t i = 0; i < result.top.size(); ++i) {
     const Candidate &c = result.top[i];
     const analysis::RunAnalysis &analysis = result.topAnalyses[i];
-    std::string activations =
-        ir::toString(c.activations).str() + (c.sequenceParallel ? " + sp" : "");
-    std::string schedule = c.pp > 1 ? ir::toString(c.schedule).str() +
-                                          (c.chunks > 1 ? ("(" + Twine(c.chunks) + ")").str() : "")
-                                    : "-";
-    out << format("%-4zu %-*s %-18s %-14s %-16s %-25s %4lld %5lld %-16s %10.3f %9.1f %5.1f%% "
-                  "%10s\n",
-                  i + 1, meshWidth, c.formatMesh().c_str(), toString(c.params).str().c_str(),
-                  toString(c.grads).str().c_str(), toString(c.optimizer).str().c_str(),
-                  activations.c_str(), static_cast<long long>(c.microBatch),
-                  static_cast<long long>(c.microbatches), schedule.c_str(),
-                  analysis.time.stepSeconds, tflopsPerDevice(analysis, devices),
-                  analysis.time.mfu * 100, formatBytes(analysis.memory.device.peak).c_str());
+    std::string activations = ir::toString(c.activations).str() +
+                              (c.sequenceParallel ? " + sp" : "") +
+                              (c.asyncTp ? " + async_tp" : "");
+    std::string schedule = scheduleText(c);
+    std::string context = c.cp > 1 ? ir::toString(c.context).str() : "-";
+    out << format("%-4zu %-*s %-10s %-18s %-14s %-16s %-34s %4lld %5lld %-30s %-24s %10.3f %9.1f "
+                  "%5.1f%% %10s\n",
+                  i + 1, meshWidth, c.formatMesh().c_str(), context.c_str(),
+                  toString(c.params).str().c_str(), toString(c.grads).str().c_str(),
+                  toString(c.optimizer).str().c_str(), activations.c_str(),
+                  static_cast<long long>(c.microBatch), static_cast<long long>(c.microbatches),
+                  schedule.c_str(), c.formatPrecision().c_str(), analysis.time.stepSeconds,
+                  tflopsPerDevice(analysis, devices), analysis.time.mfu * 100,
+                  formatBytes(analysis.memory.device.peak).c_str());
+  }
+}
+
+/// The same table as GitHub Markdown.
+void printMarkdownTable(const SearchResult &result, raw_ostream &out) {
+  int64_t devices = result.cluster->getNumDevices();
+  out << "| rank | mesh | context | params | grads | optimizer | activations | b | m | schedule | "
+         "precision | step (s) | TFLOP/s | MFU | memory |\n"
+      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (size_t i = 0; i < result.top.size(); ++i) {
+    const Candidate &c = result.top[i];
+    const analysis::RunAnalysis &analysis = result.topAnalyses[i];
+    std::string activations = ir::toString(c.activations).str() +
+                              (c.sequenceParallel ? " + sp" : "") +
+                              (c.asyncTp ? " + async_tp" : "");
+    std::string schedule = scheduleText(c);
+    out << "| " << i + 1 << " | `" << c.formatMesh() << "` | "
+        << (c.cp > 1 ? ir::toString(c.context).str() : "-") << " | " << toString(c.params) << " | "
+        << toString(c.grads) << " | " << toString(c.optimizer) << " | " << activations << " | "
+        << c.microBatch << " | " << c.microbatches << " | " << schedule << " | "
+        << c.formatPrecision() << " | " << format("%.3f", analysis.time.stepSeconds) << " | "
+        << format("%.1f", tflopsPerDevice(analysis, devices)) << " | "
+        << format("%.1f%%", analysis.time.mfu * 100) << " | "
+        << formatBytes(analysis.memory.device.peak) << " |\n";
   }
 }
 
@@ -132,7 +173,11 @@ json::Object candidateJson(const Candidate &c) {
                       {"pp", c.pp},
                       {"dp_node", c.dpNode},
                       {"dp_local", c.dpLocal},
+                      {"cp", c.cp},
                       {"tp", c.tp},
+                      {"context", c.cp > 1 ? ir::toString(c.context) : StringRef("none")},
+                      {"async_tp", c.asyncTp},
+                      {"precision", c.formatPrecision()},
                       {"params", toString(c.params)},
                       {"grads", toString(c.grads)},
                       {"optimizer", toString(c.optimizer)},
@@ -142,6 +187,7 @@ json::Object candidateJson(const Candidate &c) {
                       {"microbatches", c.microbatches},
                       {"schedule", c.pp > 1 ? ir::toString(c.schedule) : StringRef("none")},
                       {"chunks", c.chunks},
+                      {"first_last_layers", c.edgeLayers},
                       {"step_seconds", c.stepSeconds},
                       {"peak_bytes", c.peakBytes}};
 }
@@ -216,6 +262,13 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
         << run->model->name << "' is " << ir::toString(run->model->kind) << "\n";
     return 1;
   }
+  if (run->model->isMoe()) {
+    err << "placec: error: run '" << run->name << "': the search does not explore "
+        << "mixture-of-experts models (expert parallelism and the experts' placements); model '"
+        << run->model->name << "' has " << run->model->transformer.moe.experts
+        << " routed experts per MoE layer\n";
+    return 1;
+  }
   SearchOptions searchOptions;
   searchOptions.devices = options.devices ? options.devices : run->cluster->getNumDevices();
   if (searchOptions.devices % run->cluster->devicesPerNode != 0) {
@@ -232,6 +285,34 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       return 1;
     }
     searchOptions.memoryBudget = *budget;
+  }
+  // Precisions: the run's own unless --precision asks for others; FP8 only on a device that has
+  // FP8 tensor cores (rule `precision`).
+  std::string precisionError;
+  if (!options.precisions.empty()) {
+    std::optional<std::vector<ir::Precision>> precisions =
+        parsePrecisions(options.precisions, *run->cluster, precisionError);
+    if (!precisions) {
+      err << "placec: error: " << precisionError << "\n";
+      return 1;
+    }
+    searchOptions.precisions = *precisions;
+  } else if (run->precision == ir::Precision::MixedFP8 && run->cluster->peakFp8 <= 0) {
+    err << "placec: error: run '" << run->name << "' is mixed(fp8), but cluster '"
+        << run->cluster->name << "' has no FP8 tensor cores"
+        << (run->cluster->device ? " (" + std::string(run->cluster->device->name) + ")"
+                                 : std::string(": give it peak_fp8"))
+        << "\n";
+    return 1;
+  }
+  if (!options.schedules.empty()) {
+    std::string error;
+    std::optional<std::vector<ir::Schedule>> schedules = parseSchedules(options.schedules, error);
+    if (!schedules) {
+      err << "placec: error: " << error << "\n";
+      return 1;
+    }
+    searchOptions.schedules = *schedules;
   }
   searchOptions.topK = std::max(1u, options.topK);
   searchOptions.onAccepted = options.onAccepted;
@@ -274,6 +355,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
                       {"meshes", static_cast<int64_t>(result.meshes)},
                       {"accepted", static_cast<int64_t>(result.accepted)},
                       {"pruned_by_lower_bound", static_cast<int64_t>(result.prunedByLowerBound)},
+                      {"pruned_by_schedule", static_cast<int64_t>(result.prunedBySchedule)},
                       {"rejected", std::move(rejected)},
                       {"seconds", result.seconds},
                       {"top", std::move(top)}};
@@ -283,6 +365,20 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       root["smallest"] = candidateJson(*result.smallest);
     }
     out << formatv("{0:2}", json::Value(std::move(root))) << "\n";
+  } else if (options.markdown) {
+    out << "## Search for run `" << run->name << "`\n\n"
+        << "Model `" << run->model->name << "` ("
+        << formatv("{0:F1}B", static_cast<double>(run->model->numParams) / 1e9) << " params) on "
+        << devices << " devices of cluster `" << cluster.name << "`, memory budget "
+        << formatBytes(cluster.deviceMemory) << " per device. Space: " << result.spaceSize
+        << " candidates over " << result.meshes << " meshes; accepted: " << result.accepted;
+    for (const auto &[rule, count] : result.rejectedByRule)
+      out << "; rejected by " << rule << ": " << count;
+    out << ".\n\n";
+    if (!result.top.empty()) {
+      printMarkdownTable(result, out);
+      out << "\nThe best plan:\n\n```\n" << placeText << "```\n";
+    }
   } else {
     out << "search for run '" << run->name << "': model '" << run->model->name << "' ("
         << formatv("{0:F1}B", static_cast<double>(run->model->numParams) / 1e9) << " params) on "
@@ -296,9 +392,15 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     out << "accepted: " << result.accepted << "\n";
     for (const auto &[rule, count] : result.rejectedByRule)
       out << "rejected by " << rule << ": " << count
-          << (rule == "capacity" && result.prunedByLowerBound
+          << (rule == "capacity" && (result.prunedByLowerBound || result.prunedBySchedule)
                   ? " (" + std::to_string(result.prunedByLowerBound) +
-                        " by the closed-form lower bound)"
+                        " by the closed-form lower bound" +
+                        (result.prunedBySchedule
+                             ? ", " + std::to_string(result.prunedBySchedule) +
+                                   " as schedules holding more micro-batches than one over "
+                                   "the budget"
+                             : std::string()) +
+                        ")"
                   : std::string())
           << "\n";
     if (!result.top.empty()) {

@@ -107,6 +107,17 @@ cl::opt<std::string>
                   cl::init("cpu"), cl::cat(placecCategory));
 cl::opt<unsigned> searchTop("top", cl::desc("search: how many plans to list (default 5)"),
                             cl::init(5), cl::cat(placecCategory));
+cl::opt<std::string> searchPrecision(
+    "precision",
+    cl::desc("search: the precisions to explore, a comma-separated list of bf16, fp16, fp32 and "
+             "fp8 (default: the run's own); fp8 adds mixed(fp8) and, with gathered params, "
+             "mixed(fp8, gather = fp8)"),
+    cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> searchSchedules(
+    "schedules",
+    cl::desc("search: the pipeline schedules to explore, a comma-separated list of 1f1b, gpipe, "
+             "interleaved, zero_bubble, zbv and dualpipev (default: all but gpipe)"),
+    cl::init(""), cl::cat(placecCategory));
 cl::opt<bool> searchMaxParams("max-params",
                               cl::desc("search: the largest model of the run's shape that each "
                                        "strategy family (dp, zero1-3, +tp) fits"),
@@ -185,7 +196,8 @@ COMMANDS:
             (docs/fidelity.md).
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
-            [--format=json|html] [-o best.place] [--max-params] (docs/search.md).
+            [--precision bf16,fp8] [--schedules 1f1b,zbv] [--format=json|md|html] [-o best.place] [--max-params]
+            (docs/search.md).
 
 EXAMPLES:
   placec check model.place                      verify; file:line:col errors and exit code 1
@@ -439,10 +451,11 @@ bool runDiff(raw_ostream &out) {
 /// `placec search FILE --run NAME`: the output goes to stdout, `-o` names the .place file the
 /// best plan is written to.
 int runSearch() {
-  if (inputFiles.size() != 1 || runNames.size() > 1 || outputFormat == report::Format::Markdown ||
-      (outputFormat == report::Format::Html && searchMaxParams)) {
-    printError("search takes one input file, at most one --run and --format=text, json or html "
-               "(--max-params: text or json)");
+  if (inputFiles.size() != 1 || runNames.size() > 1 ||
+      ((outputFormat == report::Format::Html || outputFormat == report::Format::Markdown) &&
+       searchMaxParams)) {
+    printError("search takes one input file, at most one --run and --format=text, json, md or "
+               "html (--max-params: text or json)");
     return 1;
   }
   // The run's own strategy is not searched from, so it is not verified: only the front end.
@@ -456,8 +469,11 @@ int runSearch() {
   options.runName = runNames.empty() ? "" : runNames[0];
   options.devices = searchDevices;
   options.memoryBudget = searchBudget;
+  options.precisions = searchPrecision;
+  options.schedules = searchSchedules;
   options.topK = searchTop;
   options.json = outputFormat == report::Format::Json;
+  options.markdown = outputFormat == report::Format::Markdown;
   options.maxParams = searchMaxParams;
   options.outputFile = outputFile == "-" ? std::string() : outputFile.getValue();
   options.progress = true;

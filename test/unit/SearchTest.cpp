@@ -14,8 +14,11 @@
 
 #include "gtest/gtest.h"
 #include <cmath>
+#include <functional>
+#include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -66,6 +69,35 @@ run llama {
 }
 )";
 
+/// Small spaces with context parallelism, FP8, the zero-bubble and V schedules and async_tp: two
+/// models on 32 H100s (4 nodes of 8, with a host link from the preset), a 24 GB budget so that
+/// some candidates do not fit. The GPT has tied embeddings (the V schedules put the embedding
+/// and the head on the first stage), the LLaMA grouped-query attention (4 key/value heads, so
+/// that all_to_all needs tp × cp to divide 4). 16 layers over 8 stages leave some stage
+/// boundaries inside a node (4 devices per stage, 8 per node). 14 layers (`uneven`) split evenly
+/// only into 1, 2 or 7 stages; 4 and 8 stages (dividing 32 devices and 14 + 2 layers) get the
+/// first and the last stage one layer short: 3, 4, 4, 3 and 1, 2, …, 2, 1.
+const char *const kContext = R"(
+model gpt_cp : transformer {
+  layers = 16; hidden = 1024; heads = 16; seq = 8192; vocab = 32000;
+}
+model llama_cp : transformer {
+  layers = 16; hidden = 2048; heads = 16; kv_heads = 4; ffn = 5632; seq = 16384; vocab = 32000;
+  mlp = swiglu; norm = rmsnorm; bias = false; positions = rope; tied_embeddings = false;
+}
+cluster h100_32 { device = h100_sxm; nodes = 4; devices_per_node = 8; device_memory = 24 GB;
+                  host_memory = 512 GB; }
+run gpt { model = gpt_cp; cluster = h100_32; strategy = zero3(dp = 32);
+          micro_batch = 1; global_batch = 64; precision = mixed(bf16); optimizer = adam; }
+run llama { model = llama_cp; cluster = h100_32; strategy = zero3(dp = 32);
+            micro_batch = 1; global_batch = 32; precision = mixed(bf16); optimizer = adam; }
+model gpt_14 : transformer {
+  layers = 14; hidden = 1024; heads = 16; seq = 8192; vocab = 32000;
+}
+run uneven { model = gpt_14; cluster = h100_32; strategy = zero3(dp = 32);
+             micro_batch = 1; global_batch = 64; precision = mixed(bf16); optimizer = adam; }
+)";
+
 /// A small space with every option: host tier, host memory, a small budget, pipelines.
 const char *const kSmall = R"(
 model gpt_1b : transformer {
@@ -92,7 +124,7 @@ double tflopsPerDevice(const analysis::RunAnalysis &analysis, int64_t devices) {
 }
 
 bool isPureZero3(const Candidate &c) {
-  return c.tp == 1 && c.pp == 1 && !c.isSplit() &&
+  return c.tp == 1 && c.pp == 1 && c.cp == 1 && !c.isSplit() &&
          (c.params == ParamChoice::GatherAll || c.params == ParamChoice::GatherAllKeep) &&
          c.grads == GradChoice::ShardAll && c.optimizer == OptimizerChoice::ShardAll;
 }
@@ -102,15 +134,29 @@ double relativeDifference(double a, double b) {
 }
 
 /// Compares the fast path with the verifier and the analyses on `samples` random candidates.
-void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned samples,
-                    unsigned seed) {
+void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned samples, unsigned seed,
+                    const std::vector<ir::Precision> &precisions = {}) {
   std::vector<Candidate> space;
-  forEachCandidate(run, cluster, [&](const Candidate &c) { space.push_back(c); });
+  forEachCandidate(run, cluster, [&](const Candidate &c) { space.push_back(c); }, precisions);
   ASSERT_FALSE(space.empty());
   std::mt19937_64 random(seed);
   std::map<std::string, unsigned> seen;
-  for (unsigned i = 0; i < samples; ++i) {
-    const Candidate &candidate = space[random() % space.size()];
+  // Uniform samples, then a few of every kind (context method, schedule, async_tp, precision),
+  // so that rare kinds are covered.
+  std::vector<const Candidate *> chosen;
+  for (unsigned i = 0; i < samples; ++i)
+    chosen.push_back(&space[random() % space.size()]);
+  std::map<std::string, std::vector<const Candidate *>> kinds;
+  for (const Candidate &c : space)
+    kinds[std::to_string(c.cp > 1 ? static_cast<int>(c.context) : -1) + "/" +
+          std::to_string(static_cast<int>(c.schedule)) + "/" + std::to_string(c.asyncTp) + "/" +
+          std::to_string(c.edgeLayers > 0) + "/" + c.formatPrecision()]
+        .push_back(&c);
+  for (auto &[kind, members] : kinds)
+    for (unsigned i = 0; i < 4; ++i)
+      chosen.push_back(members[random() % members.size()]);
+  for (const Candidate *sample : chosen) {
+    const Candidate &candidate = *sample;
     FastVerdict fast = evaluateFast(run, cluster, candidate);
     analysis::RunAnalysis exact;
     std::string rule = evaluateExact(run, cluster, candidate, &exact);
@@ -154,6 +200,161 @@ TEST(SearchTest, FastPathAgreesWithVerifierAndAnalysesAtScale) {
   }
 }
 
+TEST(SearchTest, FastPathAgreesOnContextFp8AndNewSchedules) {
+  auto compiled = compile(kContext);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  for (const char *name : {"gpt", "llama", "uneven"}) {
+    const ir::Run &run = runOf(*compiled, name);
+    checkAgreement(run, *run.cluster, 400, 5, {ir::Precision::MixedBF16, ir::Precision::MixedFP8});
+  }
+}
+
+TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
+  // What the space of kContext's GPT holds, counted from the rules (docs/rules.md): seq = 8192
+  // divides by 2·cp for every cp ≤ 32, so ring and all_gather exist for every cp > 1;
+  // all_to_all needs tp·cp to divide the 16 heads. zbv and dualpipev need 16 layers to divide
+  // by 2·pp (pp ≤ 8), zbv m ≥ pp and dualpipev an even pp and m ≥ 2·pp. async_tp only with
+  // sequence parallelism (tp > 1). mixed(fp8, gather = fp8) only where params are gathered.
+  auto compiled = compile(kContext);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "gpt");
+  std::map<ir::ContextMethod, unsigned> methods;
+  std::map<ir::Schedule, unsigned> schedules;
+  unsigned async = 0, fp8 = 0, fp8Gather = 0;
+  forEachCandidate(
+      run, *run.cluster,
+      [&](const Candidate &c) {
+        if (c.cp > 1) {
+          ++methods[c.context];
+          if (c.context == ir::ContextMethod::AllToAll) {
+            EXPECT_EQ(16 % (c.tp * c.cp), 0) << c.describe();
+          }
+          EXPECT_EQ(8192 % (2 * c.cp), 0) << c.describe();
+        }
+        EXPECT_EQ(c.getDataDegree() * c.tp * c.pp, 32) << c.describe();
+        ++schedules[c.schedule];
+        if (c.schedule == ir::Schedule::ZeroBubbleV || c.schedule == ir::Schedule::DualPipeV) {
+          EXPECT_EQ(c.chunks, 2);
+          EXPECT_EQ(16 % (2 * c.pp), 0) << c.describe();
+          EXPECT_GE(c.microbatches, c.schedule == ir::Schedule::DualPipeV ? 2 * c.pp : c.pp);
+          if (c.schedule == ir::Schedule::DualPipeV) {
+            EXPECT_EQ(c.pp % 2, 0) << c.describe();
+          }
+        }
+        if (c.schedule == ir::Schedule::ZeroBubble) {
+          EXPECT_GE(c.microbatches, c.pp) << c.describe();
+        }
+        if (c.asyncTp) {
+          ++async;
+          EXPECT_TRUE(c.tp > 1 && c.sequenceParallel) << c.describe();
+        }
+        if (c.precision == ir::Precision::MixedFP8)
+          ++fp8;
+        if (c.fp8Gather) {
+          ++fp8Gather;
+          EXPECT_EQ(c.precision, ir::Precision::MixedFP8);
+          EXPECT_TRUE(
+              c.params == ParamChoice::GatherAll || c.params == ParamChoice::GatherAllKeep ||
+              c.params == ParamChoice::GatherInner || c.params == ParamChoice::GatherInnerKeep ||
+              c.params == ParamChoice::HostGatherAll)
+              << c.describe();
+        }
+      },
+      {ir::Precision::MixedBF16, ir::Precision::MixedFP8});
+  EXPECT_GT(methods[ir::ContextMethod::Ring], 0u);
+  EXPECT_EQ(methods[ir::ContextMethod::Ring], methods[ir::ContextMethod::AllGather]);
+  EXPECT_GT(methods[ir::ContextMethod::AllToAll], 0u);
+  for (ir::Schedule schedule :
+       {ir::Schedule::OneFOneB, ir::Schedule::Interleaved, ir::Schedule::ZeroBubble,
+        ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV})
+    EXPECT_GT(schedules[schedule], 0u) << ir::toString(schedule).str();
+  EXPECT_GT(async, 0u);
+  EXPECT_GT(fp8, 0u);
+  EXPECT_GT(fp8Gather, 0u);
+  // Uneven stages where pp divides layers + 2 and not the layers (14 layers on 32 devices:
+  // pp = 4 with 3, 4, 4, 3 layers; pp = 8 with 1, 2, …, 2, 1), one layer short at each end,
+  // with the schedules that take first and last; never zbv (14 % 4 ≠ 0 for pp = 2).
+  const ir::Run &uneven = runOf(*compiled, "uneven");
+  std::map<int64_t, std::set<int64_t>> edges;
+  forEachCandidate(uneven, *uneven.cluster, [&](const Candidate &c) {
+    if (c.edgeLayers > 0) {
+      edges[c.pp].insert(c.edgeLayers);
+      EXPECT_TRUE(c.schedule == ir::Schedule::OneFOneB || c.schedule == ir::Schedule::ZeroBubble)
+          << c.describe();
+      EXPECT_EQ(c.chunks, 1);
+    } else {
+      EXPECT_EQ(14 % c.pp, 0) << c.describe();
+    }
+    EXPECT_NE(c.schedule, ir::Schedule::ZeroBubbleV) << c.describe();
+  });
+  EXPECT_EQ(edges, (std::map<int64_t, std::set<int64_t>>{{4, {3}}, {8, {1}}}));
+  // Without --precision the run's own precision alone.
+  forEachCandidate(run, *run.cluster, [&](const Candidate &c) {
+    EXPECT_EQ(c.precision, ir::Precision::MixedBF16);
+    EXPECT_FALSE(c.fp8Gather);
+  });
+}
+
+TEST(SearchTest, EveryReportedCandidatePassesTheVerifier) {
+  // The best candidates of each kind (context method, V and zero-bubble schedules, async_tp,
+  // FP8 with and without FP8 gathers): the verifier and the analyses accept each, and the
+  // analyses predict what the fast path did. A random sample of every accepted candidate too.
+  auto compiled = compile(kContext);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  std::vector<std::function<bool(const Candidate &)>> kinds = {
+      [](const Candidate &c) { return c.cp > 1 && c.context == ir::ContextMethod::Ring; },
+      [](const Candidate &c) { return c.cp > 1 && c.context == ir::ContextMethod::AllGather; },
+      [](const Candidate &c) { return c.cp > 1 && c.context == ir::ContextMethod::AllToAll; },
+      [](const Candidate &c) { return c.schedule == ir::Schedule::ZeroBubble; },
+      [](const Candidate &c) { return c.schedule == ir::Schedule::ZeroBubbleV; },
+      [](const Candidate &c) { return c.schedule == ir::Schedule::DualPipeV; },
+      [](const Candidate &c) { return c.asyncTp; },
+      [](const Candidate &c) { return c.fp8Gather; },
+      [](const Candidate &c) { return c.precision == ir::Precision::MixedFP8 && !c.fp8Gather; },
+  };
+  for (const char *name : {"gpt", "llama", "uneven"}) {
+    const ir::Run &run = runOf(*compiled, name);
+    std::vector<Candidate> accepted;
+    SearchOptions all;
+    all.precisions = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
+    all.onAccepted = [&](const Candidate &c) { accepted.push_back(c); };
+    SearchResult everything = searchStrategies(run, all);
+    EXPECT_EQ(everything.disagreements, 0u);
+    ASSERT_GT(accepted.size(), 100u);
+    // The search's predictions (made with the evaluator's caches, in search order) are the
+    // analyses'.
+    std::mt19937_64 random(9);
+    for (unsigned i = 0; i < 300; ++i) {
+      const Candidate &c = accepted[random() % accepted.size()];
+      analysis::RunAnalysis exact;
+      ASSERT_EQ(evaluateExact(run, *run.cluster, c, &exact), "") << c.describe();
+      EXPECT_LT(relativeDifference(c.stepSeconds, exact.time.stepSeconds), 1e-9)
+          << c.describe() << ": " << c.stepSeconds << " vs " << exact.time.stepSeconds;
+      EXPECT_LT(relativeDifference(c.peakBytes, exact.memory.device.peak), 1e-9) << c.describe();
+    }
+    std::vector<std::function<bool(const Candidate &)>> runKinds = kinds;
+    if (std::string(name) == "uneven")
+      runKinds = {[](const Candidate &c) { return c.edgeLayers > 0; }};
+    for (size_t k = 0; k < runKinds.size(); ++k) {
+      SearchOptions options = all;
+      options.onAccepted = nullptr;
+      options.topK = 5;
+      options.filter = runKinds[k];
+      SearchResult result = searchStrategies(run, options);
+      EXPECT_EQ(result.disagreements, 0u) << name << " kind " << k;
+      ASSERT_FALSE(result.top.empty()) << name << " kind " << k;
+      for (const Candidate &c : result.top) {
+        EXPECT_TRUE(runKinds[k](c));
+        analysis::RunAnalysis exact;
+        ASSERT_EQ(evaluateExact(run, *run.cluster, c, &exact), "") << c.describe();
+        FastVerdict fast = evaluateFast(run, *run.cluster, c);
+        EXPECT_LT(relativeDifference(fast.stepSeconds, exact.time.stepSeconds), 1e-9)
+            << c.describe();
+      }
+    }
+  }
+}
+
 TEST(SearchTest, PruningByLowerBoundsChangesNothing) {
   auto compiled = compile(kSmall);
   ASSERT_TRUE(compiled->program) << compiled->messages;
@@ -170,6 +371,28 @@ TEST(SearchTest, PruningByLowerBoundsChangesNothing) {
   for (size_t i = 0; i < a.top.size(); ++i)
     EXPECT_EQ(a.top[i].describe(), b.top[i].describe());
   EXPECT_EQ(a.disagreements, 0u);
+}
+
+TEST(SearchTest, PruningChangesNothingWithContextVSchedulesAndUnevenStages) {
+  auto compiled = compile(kContext);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  for (const char *name : {"gpt", "uneven"}) {
+    const ir::Run &run = runOf(*compiled, name);
+    SearchOptions pruned, full;
+    pruned.precisions = full.precisions = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
+    pruned.memoryBudget = full.memoryBudget = 2e9;
+    full.pruneByLowerBound = false;
+    SearchResult a = searchStrategies(run, pruned), b = searchStrategies(run, full);
+    EXPECT_GT(a.prunedByLowerBound, 0u) << name;
+    EXPECT_GT(a.prunedBySchedule, 0u) << name;
+    EXPECT_EQ(b.prunedBySchedule, 0u);
+    EXPECT_EQ(a.spaceSize, b.spaceSize);
+    EXPECT_EQ(a.accepted, b.accepted);
+    EXPECT_EQ(a.rejectedByRule, b.rejectedByRule);
+    ASSERT_EQ(a.top.size(), b.top.size());
+    for (size_t i = 0; i < a.top.size(); ++i)
+      EXPECT_EQ(a.top[i].describe(), b.top[i].describe());
+  }
 }
 
 TEST(SearchTest, Gpt3On1536GpusUsesTensorParallelismAndBeatsZero3) {
@@ -218,12 +441,24 @@ TEST(SearchTest, LlamaOnSlowLinksShardsParamsInsideNodes) {
   const ir::Run &run = runOf(*compiled, "llama");
   // AMSP's regime: memory is tight enough that the optimizer states cannot stay sharded only
   // inside a node (12 bytes per parameter over 8 devices is 10 GB for 6.7B parameters).
+  // The space AMSP compared against (2023): no context parallelism, no asynchronous tensor
+  // parallelism, 1F1B and interleaved pipelines.
   SearchOptions options;
   options.memoryBudget = 16e9;
+  options.filter = [](const Candidate &c) {
+    return c.cp == 1 && !c.asyncTp &&
+           (c.schedule == ir::Schedule::OneFOneB || c.schedule == ir::Schedule::Interleaved);
+  };
   SearchResult best = searchStrategies(run, options);
   ASSERT_FALSE(best.top.empty());
   EXPECT_EQ(best.disagreements, 0u);
   const Candidate &winner = best.top.front();
+  // The whole space holds this one: its best is at least as fast.
+  SearchOptions whole = options;
+  whole.filter = nullptr;
+  SearchResult wholeBest = searchStrategies(run, whole);
+  ASSERT_FALSE(wholeBest.top.empty());
+  EXPECT_LE(wholeBest.top.front().stepSeconds, best.top.front().stepSeconds);
   // Gradients reduce-scattered inside a node each micro-batch, the optimizer over every device.
   ASSERT_TRUE(winner.isSplit()) << winner.describe();
   EXPECT_EQ(winner.dpLocal * winner.tp, 8) << winner.describe();
@@ -315,19 +550,28 @@ TEST(SearchTest, NothingFitsSaysWhy) {
 TEST(SearchTest, PlaceTextMeansWhatWasSearched) {
   // The printed strategy and run, compiled by the front end, bind to the strategy the search
   // evaluated, and predict the same step time.
-  auto compiled = compile(kSmall);
-  ASSERT_TRUE(compiled->program) << compiled->messages;
-  for (const char *name : {"gpt", "llama"}) {
-    const ir::Run &base = runOf(*compiled, name);
+  struct Case {
+    const char *source, *name;
+    std::vector<ir::Precision> precisions;
+  };
+  std::vector<ir::Precision> both = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
+  for (const Case &test :
+       {Case{kSmall, "gpt", {}}, Case{kSmall, "llama", {}}, Case{kContext, "gpt", both},
+        Case{kContext, "llama", both}, Case{kContext, "uneven", both}}) {
+    auto compiled = compile(test.source);
+    ASSERT_TRUE(compiled->program) << compiled->messages;
+    const ir::Run &base = runOf(*compiled, test.name);
     std::vector<Candidate> space;
-    forEachCandidate(base, *base.cluster, [&](const Candidate &c) {
-      if (evaluateFast(base, *base.cluster, c).rejectedBy != "gradient-integrity")
-        space.push_back(c);
-    });
+    forEachCandidate(
+        base, *base.cluster, [&](const Candidate &c) { space.push_back(c); }, test.precisions);
     ASSERT_FALSE(space.empty());
     std::mt19937_64 random(3);
     for (unsigned i = 0; i < 40; ++i) {
-      const Candidate &c = space[random() % space.size()];
+      // A candidate the verifier does not reject for its gradients (such a strategy still
+      // parses, but the comparison of the predictions below needs an accepted one).
+      Candidate c = space[random() % space.size()];
+      while (evaluateFast(base, *base.cluster, c).rejectedBy == "gradient-integrity")
+        c = space[random() % space.size()];
       std::string text = formatModel(*base.model) + formatCluster(*base.cluster) +
                          formatStrategy(c, "best") +
                          formatRun(base, c, "searched", "best", base.cluster->name);
@@ -352,12 +596,20 @@ TEST(SearchTest, PlaceTextMeansWhatWasSearched) {
         }
       }
       EXPECT_EQ(actual.activationMode, expected->activationMode) << text;
+      EXPECT_EQ(actual.asyncTensorParallel, expected->asyncTensorParallel) << text;
+      if (c.cp > 1) {
+        EXPECT_EQ(actual.contextMethod, expected->contextMethod) << text;
+      }
+      EXPECT_EQ(run.precision, c.precision) << text;
+      EXPECT_EQ(run.fp8Gather, c.fp8Gather) << text;
       EXPECT_EQ(actual.sequenceParallel, expected->sequenceParallel) << text;
       ASSERT_EQ(actual.pipeline.has_value(), expected->pipeline.has_value()) << text;
       if (actual.pipeline) {
         EXPECT_EQ(actual.pipeline->schedule, expected->pipeline->schedule);
         EXPECT_EQ(actual.pipeline->microbatches, expected->pipeline->microbatches);
         EXPECT_EQ(actual.pipeline->chunks, expected->pipeline->chunks);
+        EXPECT_EQ(actual.pipeline->firstStageLayers, c.edgeLayers) << text;
+        EXPECT_EQ(actual.pipeline->lastStageLayers, c.edgeLayers) << text;
       }
       EXPECT_EQ(run.microBatch, c.microBatch);
       EXPECT_EQ(run.microbatchesPerStep, c.microbatches);

@@ -42,10 +42,19 @@ llvm::StringRef toString(ParamChoice choice);
 llvm::StringRef toString(GradChoice choice);
 llvm::StringRef toString(OptimizerChoice choice);
 
-/// One point of the space. The mesh is [pp, dp_node, dp_local, tp] with axes of size one left
-/// out; when the batch degree is not split (dpLocal == 1) its one axis is `dp`.
+/// One point of the space. The mesh is [pp, dp_node, dp_local, cp, tp] with axes of size one
+/// left out; when the batch degree is not split (dpLocal == 1) its one axis is `dp`. `cp` is a
+/// sequence (context-parallel) axis; the model states are placed over it like over the batch
+/// axes (ParamChoice::GatherAll and the other `all` choices include it).
 struct Candidate {
-  int64_t pp = 1, dpNode = 1, dpLocal = 1, tp = 1;
+  int64_t pp = 1, dpNode = 1, dpLocal = 1, cp = 1, tp = 1;
+  /// How attention exchanges keys and values over `cp` (meaningful when cp > 1).
+  ir::ContextMethod context = ir::ContextMethod::Ring;
+  /// `async_tp = true;` (only with tp > 1 and sequence parallelism).
+  bool asyncTp = false;
+  /// The run's precision for this candidate; `mixed(fp8, gather = fp8)` when fp8Gather.
+  ir::Precision precision = ir::Precision::MixedBF16;
+  bool fp8Gather = false;
   ParamChoice params = ParamChoice::Replicate;
   GradChoice grads = GradChoice::Replicate;
   OptimizerChoice optimizer = OptimizerChoice::Replicate;
@@ -55,6 +64,9 @@ struct Candidate {
   int64_t microbatches = 1; ///< Per step per batch replica (pipeline or accumulation).
   ir::Schedule schedule = ir::Schedule::OneFOneB;
   int64_t chunks = 1;
+  /// Uneven stages (`first = k, last = k`): the layers of the first and of the last stage, the
+  /// others sharing the rest evenly; 0: every stage the same.
+  int64_t edgeLayers = 0;
 
   // Predictions of the fast path.
   double stepSeconds = 0;
@@ -62,10 +74,15 @@ struct Candidate {
   double hostPeakBytes = 0; ///< Host bytes per device of that stage.
 
   int64_t getBatchDegree() const { return dpNode * dpLocal; }
+  /// The devices that hold the same parameters: batch × context.
+  int64_t getDataDegree() const { return dpNode * dpLocal * cp; }
   bool isSplit() const { return dpNode > 1 && dpLocal > 1; }
   /// `[pp = 8, dp = 16, tp = 8]`.
   std::string formatMesh() const;
-  /// A one-line summary: mesh, placements, activations, micro-batching.
+  /// `mixed(bf16)`, `mixed(fp8, gather = fp8)`: the run's `precision` value.
+  std::string formatPrecision() const;
+  /// A one-line summary: mesh, context method, placements, activations, micro-batching,
+  /// schedule, precision.
   std::string describe() const;
 };
 
@@ -83,6 +100,13 @@ struct FastVerdict {
 struct SearchOptions {
   /// Devices to search for; 0: the cluster's. Must be a multiple of devices_per_node.
   int64_t devices = 0;
+  /// The precisions to explore; empty: the run's own (and its `gather = fp8` setting) only.
+  /// MixedFP8 here explores both `mixed(fp8)` and, where parameters are gathered,
+  /// `mixed(fp8, gather = fp8)`. The caller checks that the cluster has an FP8 peak.
+  std::vector<ir::Precision> precisions;
+  /// The pipeline schedules to explore; empty: 1f1b, interleaved, zero_bubble, zbv and dualpipev
+  /// (gpipe only when listed: 1F1B is never slower and never larger).
+  std::vector<ir::Schedule> schedules;
   /// Per-device memory budget in bytes; 0: the cluster's device_memory.
   double memoryBudget = 0;
   unsigned topK = 10;
@@ -103,6 +127,9 @@ struct SearchResult {
   uint64_t accepted = 0;
   /// Candidates rejected by capacity in groups by the closed-form lower bound, unevaluated.
   uint64_t prunedByLowerBound = 0;
+  /// Candidates rejected by capacity unevaluated because the same plan with a schedule that
+  /// keeps fewer micro-batches in flight (1f1b, zbv) is over the budget.
+  uint64_t prunedBySchedule = 0;
   uint64_t meshes = 0;
   /// The best accepted candidates, fastest first (ties: less memory), each re-checked by the
   /// real pipeline; their analyses in the same order.
@@ -123,14 +150,15 @@ std::shared_ptr<ir::Cluster> makeSearchCluster(const ir::Cluster &cluster, int64
                                                double budget);
 
 /// Searches the space of the run's model on `options.devices` devices of the run's cluster.
-/// The run's own strategy is ignored; its batch sizes, precision and optimizer are kept.
+/// The run's own strategy is ignored; its batch sizes and optimizer are kept, and its precision
+/// unless `options.precisions` names others.
 SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options = {});
 
 /// A candidate's bound strategy, as Sema would build it from `formatStrategy`'s text.
 std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &candidate, llvm::StringRef name);
 
-/// A run of `base`'s model, batch, precision and optimizer with the candidate's strategy (which
-/// the caller keeps alive) on `cluster`.
+/// A run of `base`'s model, batch and optimizer, the candidate's precision, with its strategy
+/// (which the caller keeps alive) on `cluster`.
 std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluster,
                                   const ir::Strategy &strategy, const Candidate &candidate);
 
@@ -144,9 +172,19 @@ FastVerdict evaluateFast(const ir::Run &run, const ir::Cluster &cluster,
 std::string evaluateExact(const ir::Run &run, const ir::Cluster &cluster,
                           const Candidate &candidate, analysis::RunAnalysis *analysisOut);
 
-/// Enumerates every candidate of the space (before any rule), in search order.
+/// Enumerates every candidate of the space (before any rule), in search order, for the run's
+/// own precision or for `precisions` (as SearchOptions::precisions).
 void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
-                      const std::function<void(const Candidate &)> &callback);
+                      const std::function<void(const Candidate &)> &callback,
+                      const std::vector<ir::Precision> &precisions = {});
+
+/// Parses `--schedules 1f1b,zbv` into schedules; on an error returns nullopt and sets `error`.
+std::optional<std::vector<ir::Schedule>> parseSchedules(llvm::StringRef text, std::string &error);
+
+/// Parses `--precision bf16,fp8` into precisions; on an error returns nullopt and sets `error`
+/// (an unknown name, or fp8 on a cluster without an FP8 peak).
+std::optional<std::vector<ir::Precision>>
+parsePrecisions(llvm::StringRef text, const ir::Cluster &cluster, std::string &error);
 
 /// Place text: `strategy NAME { … }` for the candidate.
 std::string formatStrategy(const Candidate &candidate, llvm::StringRef name);
@@ -182,8 +220,14 @@ struct SearchCommandOptions {
   std::string runName;
   int64_t devices = 0;
   std::string memoryBudget; ///< Bytes or a quantity (`80 GiB`, `70GB`); empty: device_memory.
+  /// `--precision`: a comma-separated list of bf16, fp16, fp32, fp8; empty: the run's own.
+  std::string precisions;
+  /// `--schedules`: a comma-separated list of pipeline schedules; empty: the default set.
+  std::string schedules;
   unsigned topK = 5;
   bool json = false;
+  /// `--format=md`: the table as GitHub Markdown and the best plan in a code block.
+  bool markdown = false;
   bool maxParams = false;
   std::string outputFile; ///< `-o`: the best plan as a complete .place file; empty: none.
   bool progress = false;  ///< Show a progress bar on stderr (when it is a terminal).
