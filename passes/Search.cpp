@@ -97,7 +97,8 @@ namespace {
 
 // Bits of a set of data-parallel axes: the outer batch axis (`dp_node`, or the one `dp` axis when
 // the batch degree is not split), the inner one (`dp_local`) and the context axis (`cp`).
-constexpr unsigned kOuter = 1, kInner = 2, kContext = 4, kAll = kOuter | kInner | kContext;
+constexpr unsigned kOuter = 1, kInner = 2, kContext = 4, kExpert = 8,
+                   kAll = kOuter | kInner | kContext | kExpert;
 
 unsigned paramMask(ParamChoice choice) {
   switch (choice) {
@@ -1138,9 +1139,11 @@ std::string Candidate::formatMesh() const {
   if (isSplit()) {
     parts.push_back("dp_node: batch = " + std::to_string(dpNode));
     parts.push_back("dp_local: batch = " + std::to_string(dpLocal));
-  } else if (getBatchDegree() > 1 || (pp == 1 && tp == 1 && cp == 1)) {
+  } else if (getBatchDegree() > 1 || (pp == 1 && tp == 1 && cp == 1 && ep == 1)) {
     parts.push_back("dp = " + std::to_string(getBatchDegree()));
   }
+  if (ep > 1)
+    parts.push_back("ep = " + std::to_string(ep));
   if (cp > 1)
     parts.push_back("cp = " + std::to_string(cp));
   if (tp > 1)
@@ -1265,7 +1268,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
   strategy->name = name.str();
   strategy->hasMesh = true;
   ir::Mesh &mesh = strategy->mesh;
-  int outer = -1, inner = -1, context = -1;
+  int outer = -1, inner = -1, context = -1, expert = -1;
   auto addAxis = [&](std::string axisName, ir::AxisKind kind, int64_t size) {
     ir::Axis axis;
     axis.name = std::move(axisName);
@@ -1279,9 +1282,11 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
   if (c.isSplit()) {
     outer = addAxis("dp_node", ir::AxisKind::Batch, c.dpNode);
     inner = addAxis("dp_local", ir::AxisKind::Batch, c.dpLocal);
-  } else if (c.getBatchDegree() > 1 || (c.pp == 1 && c.tp == 1 && c.cp == 1)) {
+  } else if (c.getBatchDegree() > 1 || (c.pp == 1 && c.tp == 1 && c.cp == 1 && c.ep == 1)) {
     outer = addAxis("dp", ir::AxisKind::Batch, c.getBatchDegree());
   }
+  if (c.ep > 1)
+    expert = addAxis("ep", ir::AxisKind::Expert, c.ep);
   if (c.cp > 1)
     context = addAxis("cp", ir::AxisKind::Sequence, c.cp);
   if (c.tp > 1)
@@ -1316,8 +1321,10 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
   }
   auto apply = [&](ir::State state, unsigned mask, ir::PlacementMode mode, bool keep) {
     ir::StatePlacement &placement = strategy->getPlacement(state);
-    for (auto [bit, index] :
-         {std::pair<unsigned, int>{kOuter, outer}, {kInner, inner}, {kContext, context}})
+    for (auto [bit, index] : {std::pair<unsigned, int>{kOuter, outer},
+                              {kInner, inner},
+                              {kContext, context},
+                              {kExpert, expert}})
       if ((mask & bit) && index >= 0) {
         placement.axes[index].mode = mode;
         placement.axes[index].keepAfterForward = keep;
@@ -1396,11 +1403,133 @@ std::string evaluateExact(const ir::Run &base, const ir::Cluster &cluster, const
   return rule;
 }
 
+/// Mixture-of-experts models: their MoE layers differ from the dense ones and their experts have
+/// a placement of their own, which the closed-form fast path does not model, so every candidate
+/// goes through the exact path (the verifier and the analyses of its step plan). The space is
+/// smaller: meshes [pp, dp, ep, tp] (tp inside a node, ep dividing the experts), ZeRO-1, -2 or -3
+/// over every batch-like axis (the experts' states sharded over the expert-data-parallel `dp`
+/// like the dense ones), the three activation modes, micro-batches of 1, 2 or 4, 1F1B pipelines,
+/// sequence parallelism with tensor parallelism.
+void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptions &options,
+               SearchResult &result) {
+  const ir::TransformerConfig &config = run.model->transformer;
+  int64_t devices = cluster.getNumDevices();
+  std::vector<PrecisionVariant> precisions = precisionVariants(run, options.precisions);
+  struct Placement {
+    ParamChoice params;
+    GradChoice grads;
+    OptimizerChoice optimizer;
+  };
+  const Placement placements[] = {
+      {ParamChoice::Replicate, GradChoice::Replicate, OptimizerChoice::ShardAll},
+      {ParamChoice::Replicate, GradChoice::ShardAll, OptimizerChoice::ShardAll},
+      {ParamChoice::GatherAll, GradChoice::ShardAll, OptimizerChoice::ShardAll}};
+  const ir::ActivationMode activations[] = {ir::ActivationMode::RecomputeFull,
+                                            ir::ActivationMode::RecomputeSelective,
+                                            ir::ActivationMode::Keep};
+  unsigned keep = std::max(1u, options.topK);
+  std::vector<std::pair<Candidate, analysis::RunAnalysis>> best; // Fastest first.
+  for (int64_t tp : divisorsOf(std::min<int64_t>(cluster.devicesPerNode, 8))) {
+    if (devices % tp != 0)
+      continue;
+    for (int64_t pp : divisorsOf(devices / tp)) {
+      if (pp > 1 && config.layers % pp != 0)
+        continue;
+      int64_t rest = devices / (tp * pp);
+      for (int64_t ep : divisorsOf(rest)) {
+        if (config.moe.experts % ep != 0)
+          continue;
+        ++result.meshes;
+        // Memory grows with the micro-batch and with what the activations keep (full
+        // recomputation, then selective, then keep): past a plan over the budget, the same plan
+        // keeping more is over it too, and is counted without being evaluated.
+        for (const Placement &placement : placements)
+          for (const PrecisionVariant &variant : precisions)
+            for (bool fp8Gather : {false, true}) {
+              bool smallerOver = false; // The previous micro-batch size's full recomputation.
+              for (int64_t b : {1, 2, 4}) {
+                bool lessOver = false;
+                for (ir::ActivationMode mode : activations) {
+                  if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
+                      (fp8Gather && placement.params == ParamChoice::Replicate))
+                    continue;
+                  int64_t samples = (rest / ep) * ep;
+                  if (run.globalBatch % (b * samples) != 0)
+                    continue;
+                  Candidate c;
+                  c.pp = pp;
+                  c.dpNode = rest / ep;
+                  c.ep = ep;
+                  c.tp = tp;
+                  c.params = placement.params;
+                  c.grads = placement.grads;
+                  c.optimizer = placement.optimizer;
+                  c.activations = mode;
+                  c.sequenceParallel = tp > 1;
+                  c.microBatch = b;
+                  c.microbatches = run.globalBatch / (b * samples);
+                  c.precision = variant.precision;
+                  c.fp8Gather = fp8Gather;
+                  if (options.filter && !options.filter(c))
+                    continue;
+                  ++result.spaceSize;
+                  if (smallerOver || lessOver) {
+                    ++result.rejectedByRule["capacity"];
+                    ++result.prunedByMemoryOrder;
+                    continue;
+                  }
+                  analysis::RunAnalysis exact;
+                  std::string rule = evaluateExact(run, cluster, c, &exact);
+                  c.stepSeconds = exact.time.stepSeconds;
+                  c.peakBytes = exact.memory.device.peak;
+                  c.hostPeakBytes = exact.memory.host.peak;
+                  if (rule == "capacity") {
+                    lessOver = true;
+                    if (mode == ir::ActivationMode::RecomputeFull)
+                      smallerOver = true;
+                    if (!result.smallest || c.peakBytes < result.smallest->peakBytes)
+                      result.smallest = c;
+                  }
+                  if (!rule.empty()) {
+                    ++result.rejectedByRule[rule];
+                    continue;
+                  }
+                  ++result.accepted;
+                  if (options.onAccepted)
+                    options.onAccepted(c);
+                  if (best.size() == keep && !isBetter(c, best.back().first))
+                    continue;
+                  auto at = std::upper_bound(
+                      best.begin(), best.end(), c,
+                      [](const Candidate &x, const auto &y) { return isBetter(x, y.first); });
+                  best.insert(at, {c, std::move(exact)});
+                  if (best.size() > keep)
+                    best.pop_back();
+                }
+              }
+            }
+      }
+    }
+  }
+  if (result.accepted > 0)
+    result.smallest.reset();
+  for (auto &[candidate, analysis] : best) {
+    result.top.push_back(candidate);
+    result.topAnalyses.push_back(std::move(analysis));
+  }
+}
+
 SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) {
   auto start = std::chrono::steady_clock::now();
   SearchResult result;
   result.cluster = makeSearchCluster(*run.cluster, options.devices, options.memoryBudget);
   const ir::Cluster &cluster = *result.cluster;
+  if (run.model->isMoe() && run.model->getNumLayers() > 0 && run.globalBatch > 0) {
+    searchMoe(run, cluster, options, result);
+    result.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  }
   if (!isSearchable(run))
     return result;
   std::vector<PrecisionVariant> precisions = precisionVariants(run, options.precisions);
@@ -1643,6 +1772,8 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
     } else if (c.getBatchDegree() > 1 && (mask & kOuter)) {
       text = outer;
     }
+    if (c.ep > 1 && (mask & kExpert))
+      text += (text.empty() ? "" : ", ") + std::string("ep");
     if (c.cp > 1 && (mask & kContext))
       text += (text.empty() ? "" : ", ") + std::string("cp");
     return text;

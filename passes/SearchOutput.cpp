@@ -262,13 +262,6 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
         << run->model->name << "' is " << ir::toString(run->model->kind) << "\n";
     return 1;
   }
-  if (run->model->isMoe()) {
-    err << "placec: error: run '" << run->name << "': the search does not explore "
-        << "mixture-of-experts models (expert parallelism and the experts' placements); model '"
-        << run->model->name << "' has " << run->model->transformer.moe.experts
-        << " routed experts per MoE layer\n";
-    return 1;
-  }
   SearchOptions searchOptions;
   searchOptions.devices = options.devices ? options.devices : run->cluster->getNumDevices();
   if (searchOptions.devices % run->cluster->devicesPerNode != 0) {
@@ -356,6 +349,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
                       {"accepted", static_cast<int64_t>(result.accepted)},
                       {"pruned_by_lower_bound", static_cast<int64_t>(result.prunedByLowerBound)},
                       {"pruned_by_schedule", static_cast<int64_t>(result.prunedBySchedule)},
+                      {"pruned_by_memory_order", static_cast<int64_t>(result.prunedByMemoryOrder)},
                       {"rejected", std::move(rejected)},
                       {"seconds", result.seconds},
                       {"top", std::move(top)}};
@@ -390,19 +384,21 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
                   result.seconds > 0 ? static_cast<double>(result.spaceSize) / result.seconds : 0.0)
         << " candidates/s)\n";
     out << "accepted: " << result.accepted << "\n";
-    for (const auto &[rule, count] : result.rejectedByRule)
+    for (const auto &[rule, count] : result.rejectedByRule) {
+      std::vector<std::string> pruned;
+      if (rule == "capacity" && (result.prunedByLowerBound || result.prunedBySchedule))
+        pruned.push_back(std::to_string(result.prunedByLowerBound) +
+                         " by the closed-form lower bound");
+      if (rule == "capacity" && result.prunedBySchedule)
+        pruned.push_back(std::to_string(result.prunedBySchedule) +
+                         " as schedules holding more micro-batches than one over the budget");
+      if (rule == "capacity" && result.prunedByMemoryOrder)
+        pruned.push_back(std::to_string(result.prunedByMemoryOrder) +
+                         " as plans keeping more activations or larger micro-batches than one "
+                         "over the budget");
       out << "rejected by " << rule << ": " << count
-          << (rule == "capacity" && (result.prunedByLowerBound || result.prunedBySchedule)
-                  ? " (" + std::to_string(result.prunedByLowerBound) +
-                        " by the closed-form lower bound" +
-                        (result.prunedBySchedule
-                             ? ", " + std::to_string(result.prunedBySchedule) +
-                                   " as schedules holding more micro-batches than one over "
-                                   "the budget"
-                             : std::string()) +
-                        ")"
-                  : std::string())
-          << "\n";
+          << (pruned.empty() ? std::string() : " (" + llvm::join(pruned, ", ") + ")") << "\n";
+    }
     if (!result.top.empty()) {
       out << "\n";
       printTable(result, out);

@@ -48,6 +48,11 @@ llvm::StringRef toString(OptimizerChoice choice);
 /// axes (ParamChoice::GatherAll and the other `all` choices include it).
 struct Candidate {
   int64_t pp = 1, dpNode = 1, dpLocal = 1, cp = 1, tp = 1;
+  /// Expert parallelism (mixture-of-experts models): an `ep` axis after the batch axes, a batch
+  /// axis for the dense tensors (the `all` choices include it) that splits the routed experts,
+  /// whose placement follows the dense one over `dp` (ZeRO over the expert-data-parallel group
+  /// when the dense states are sharded over all batch axes).
+  int64_t ep = 1;
   /// How attention exchanges keys and values over `cp` (meaningful when cp > 1).
   ir::ContextMethod context = ir::ContextMethod::Ring;
   /// `async_tp = true;` (only with tp > 1 and sequence parallelism).
@@ -130,6 +135,10 @@ struct SearchResult {
   /// Candidates rejected by capacity unevaluated because the same plan with a schedule that
   /// keeps fewer micro-batches in flight (1f1b, zbv) is over the budget.
   uint64_t prunedBySchedule = 0;
+  /// Mixture-of-experts search: candidates rejected by capacity unevaluated because the same plan
+  /// keeping fewer activations (a stronger recomputation) or a smaller micro-batch is over the
+  /// budget.
+  uint64_t prunedByMemoryOrder = 0;
   uint64_t meshes = 0;
   /// The best accepted candidates, fastest first (ties: less memory), each re-checked by the
   /// real pipeline; their analyses in the same order.
