@@ -134,7 +134,7 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
     refuse(model.loc, "untied embeddings",
            "the GPU trainer ties the output layer to the embedding");
   if (!config.bias)
-    refuse(model.loc, "bias = false", "the GPU trainer's layers have biases");
+    refuse(model.loc, "bias = " + config.getBiasText(), "the GPU trainer's layers have biases");
   if (config.getKvHeads() != config.heads)
     refuse(model.loc,
            "kv_heads = " + Twine(config.getKvHeads()) + " with heads = " + Twine(config.heads),

@@ -87,7 +87,7 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
     const std::string prefix = (Twine("layers.") + Twine(l)).str();
     addNorm(prefix + ".ln1", layer);
     builder.add(prefix + ".attn.qkv.weight", {qkvRows, h}, TensorSplit::Column, layer);
-    if (config.bias)
+    if (config.bias || config.qkvBias)
       builder.add(prefix + ".attn.qkv.bias", {qkvRows}, TensorSplit::Column, layer);
     builder.add(prefix + ".attn.proj.weight", {h, h}, TensorSplit::Row, layer);
     if (config.bias)
