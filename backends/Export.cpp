@@ -82,13 +82,28 @@ MeshView viewMesh(const ir::Mesh &mesh) {
   return view;
 }
 
+/// The axes of `among` on which a state has `mode`.
+std::vector<unsigned> axesWithMode(ArrayRef<unsigned> among, const ir::StatePlacement &placement,
+                                   ir::PlacementMode mode) {
+  std::vector<unsigned> axes;
+  for (unsigned index : among)
+    if (index < placement.axes.size() && placement.axes[index].mode == mode)
+      axes.push_back(index);
+  return axes;
+}
+
 /// The batch axes on which a state has `mode` (with `all`, those of size 1 too).
 std::vector<unsigned> axesWithMode(const MeshView &view, const ir::StatePlacement &placement,
                                    ir::PlacementMode mode, bool all = false) {
-  std::vector<unsigned> axes;
-  for (unsigned index : all ? view.allBatchAxes : view.batchAxes)
-    if (index < placement.axes.size() && placement.axes[index].mode == mode)
-      axes.push_back(index);
+  return axesWithMode(all ? view.allBatchAxes : view.batchAxes, placement, mode);
+}
+
+/// The data-parallel axes of a target whose data-parallel group spans the context-parallel
+/// ranks too (Megatron-LM's data-parallel group with context parallelism, DeepSpeed's
+/// sequence-data-parallel group): the batch axes, then the sequence axes.
+std::vector<unsigned> dataAndContextAxes(const MeshView &view) {
+  std::vector<unsigned> axes = view.batchAxes;
+  axes.insert(axes.end(), view.contextAxes.begin(), view.contextAxes.end());
   return axes;
 }
 
@@ -131,9 +146,9 @@ public:
   bool exportTo(raw_ostream &os) {
     std::string text;
     raw_string_ostream out(text);
-    if (!view.contextAxes.empty())
-      refuse("sequence axis " + axisList(mesh, view.contextAxes) +
-             ": context parallelism is not exported yet");
+    if (view.contextAxes.size() > 1)
+      refuse("several sequence axes " + axisList(mesh, view.contextAxes) + ": " + toString(target) +
+             " has one context-parallel group");
     switch (target) {
     case Target::DeepSpeed:
       writeDeepSpeed(out);
@@ -197,6 +212,18 @@ private:
              ": no framework runs the forward pass on parameter shards");
   }
 
+  /// The pipeline's schedule when the strategy runs one over a layers axis of size > 1.
+  std::optional<ir::Schedule> schedule() const {
+    if (view.layersAxes.empty())
+      return std::nullopt;
+    return strategy.pipeline ? strategy.pipeline->schedule : ir::Schedule::OneFOneB;
+  }
+  bool unevenStages() const {
+    return !view.layersAxes.empty() && strategy.pipeline &&
+           (strategy.pipeline->firstStageLayers > 0 || strategy.pipeline->lastStageLayers > 0);
+  }
+  StringRef contextName() const { return ir::toString(strategy.contextMethod); }
+
   int64_t gradientAccumulation() const {
     return run.microbatchesPerStep > 0 ? run.microbatchesPerStep : 1;
   }
@@ -214,17 +241,30 @@ private:
     refuseTier(ir::State::Grads, "DeepSpeed offloads gradients only together with the optimizer "
                                  "(offload_optimizer); place the optimizer there instead");
 
+    // Ulysses (DeepSpeed's sequence parallelism, `sequence_parallel_size`): consecutive ranks
+    // form a sequence-parallel group, and ZeRO shards over data and sequence ranks together.
+    int64_t ulysses = view.contextDegree;
+    if (!view.contextAxes.empty()) {
+      if (strategy.contextMethod != ir::ContextMethod::AllToAll)
+        refuse("context = " + contextName() + " over " + axisList(mesh, view.contextAxes) +
+               ": DeepSpeed's sequence parallelism is Ulysses, whose all-to-alls are "
+               "context = all_to_all; it has no ring or all-gather attention");
+      if (view.order.back() != view.contextAxes.back())
+        refuse("sequence axis " + axisList(mesh, view.contextAxes) +
+               " is not the innermost axis: DeepSpeed's sequence-parallel groups are "
+               "consecutive ranks");
+    }
+
     const ir::StatePlacement &params = placement(ir::State::Params);
     const ir::StatePlacement &grads = placement(ir::State::Grads);
     const ir::StatePlacement &optimizer = placement(ir::State::Optimizer);
     // Axes of size 1 are left out, unless every batch axis has size 1 (a single rank).
-    bool single = view.batchAxes.empty();
-    std::vector<unsigned> optShard =
-        axesWithMode(view, optimizer, ir::PlacementMode::Sharded, single);
-    std::vector<unsigned> gradShard = axesWithMode(view, grads, ir::PlacementMode::Sharded, single);
+    bool single = view.batchAxes.empty() && view.contextAxes.empty();
+    std::vector<unsigned> all = single ? view.allBatchAxes : dataAndContextAxes(view);
+    std::vector<unsigned> optShard = axesWithMode(all, optimizer, ir::PlacementMode::Sharded);
+    std::vector<unsigned> gradShard = axesWithMode(all, grads, ir::PlacementMode::Sharded);
     std::vector<unsigned> paramGather =
-        axesWithMode(view, params, ir::PlacementMode::ShardedWithGather, single);
-    const std::vector<unsigned> &all = single ? view.allBatchAxes : view.batchAxes;
+        axesWithMode(all, params, ir::PlacementMode::ShardedWithGather);
 
     int stage = -1;
     int64_t hpzSize = 0, micsSize = 0;
@@ -250,6 +290,13 @@ private:
              "or params over the innermost axes only (hpZ) or all states over the innermost "
              "axes only (MiCS)");
     }
+    if ((hpzSize > 1 || micsSize > 1) && ulysses > 1)
+      refuse(Twine(hpzSize > 1 ? "ZeRO++ hpZ" : "MiCS") +
+             " with sequence parallelism: placec does not export DeepSpeed's partial sharding "
+             "together with Ulysses");
+    if (run.precision == ir::Precision::MixedFP8)
+      refuse("precision mixed(fp8): DeepSpeed's config has no FP8 training (Transformer "
+             "Engine's FP8 comes from the model code)");
     if (params.tier != ir::Tier::Device && stage != 3)
       refuse("params at tier '" + ir::toString(params.tier) +
              "' without ZeRO stage 3: DeepSpeed offloads parameters (offload_param) only in "
@@ -279,6 +326,8 @@ private:
       json.attribute("train_batch_size", run.globalBatch);
       json.attribute("train_micro_batch_size_per_gpu", run.microBatch);
       json.attribute("gradient_accumulation_steps", gradientAccumulation());
+      if (ulysses > 1)
+        json.attribute("sequence_parallel_size", ulysses);
       if (run.precision == ir::Precision::MixedBF16)
         json.attributeObject("bf16", [&] { json.attribute("enabled", true); });
       if (run.precision == ir::Precision::MixedFP16)
@@ -322,21 +371,26 @@ private:
 
   // Megatron-LM -----------------------------------------------------------------------------
 
-  /// Megatron orders ranks tensor innermost, then data, then pipeline outermost.
+  /// Megatron orders ranks tensor innermost, then context, then data, then pipeline outermost
+  /// (Megatron-Core's default order tp-cp-ep-dp-pp).
   void checkMegatronOrder() {
-    int last = -1; // 0 pipeline, 1 data, 2 tensor, in the order Megatron nests them.
+    int last = -1; // 0 pipeline, 1 data, 2 context, 3 tensor, in the order Megatron nests them.
+    unsigned lastAxis = 0;
     for (unsigned index : view.order) {
-      int rank = mesh.axes[index].kind == ir::AxisKind::Layers  ? 0
-                 : mesh.axes[index].kind == ir::AxisKind::Batch ? 1
-                                                                : 2;
+      ir::AxisKind kind = mesh.axes[index].kind;
+      int rank = kind == ir::AxisKind::Layers     ? 0
+                 : kind == ir::AxisKind::Batch    ? 1
+                 : kind == ir::AxisKind::Sequence ? 2
+                                                  : 3;
       if (rank < last) {
-        refuse("axis '" + mesh.axes[index].name + "' is inside a " +
-               (rank == 0 ? "data or tensor" : "tensor") +
-               " axis: Megatron-LM numbers ranks tensor innermost, then data, then pipeline "
-               "outermost (write the mesh as [pp, dp, tp])");
+        refuse("axis '" + mesh.axes[index].name + "' is inside the " +
+               ir::toString(mesh.axes[lastAxis].kind) + " axis '" + mesh.axes[lastAxis].name +
+               "': Megatron-LM numbers ranks tensor innermost, then context, then data, then "
+               "pipeline outermost (write the mesh as [pp, dp, cp, tp])");
         return;
       }
       last = rank;
+      lastAxis = index;
     }
   }
 
@@ -351,29 +405,38 @@ private:
              ": Megatron-LM has one tensor-parallel group");
     checkMegatronOrder();
     refuseShardedParams();
+    // Megatron-LM's data-parallel group spans the context-parallel ranks: gradients are reduced
+    // and the distributed optimizer shards over data and context ranks together.
+    std::vector<unsigned> dataAxes = dataAndContextAxes(view);
     std::vector<unsigned> paramGather =
-        axesWithMode(view, placement(ir::State::Params), ir::PlacementMode::ShardedWithGather);
+        axesWithMode(dataAxes, placement(ir::State::Params), ir::PlacementMode::ShardedWithGather);
     if (!paramGather.empty())
       refuse("params gathered over " + axisList(mesh, paramGather) +
              ": Megatron-LM has no ZeRO-3 (its distributed optimizer shards the optimizer state "
              "only)");
     std::vector<unsigned> gradShard =
-        axesWithMode(view, placement(ir::State::Grads), ir::PlacementMode::Sharded);
+        axesWithMode(dataAxes, placement(ir::State::Grads), ir::PlacementMode::Sharded);
     if (!gradShard.empty())
       refuse("grads sharded over " + axisList(mesh, gradShard) +
              ": Megatron-LM keeps full gradient buffers (the distributed optimizer reduce-scatters "
              "into them but does not free them)");
     std::vector<unsigned> optShard =
-        axesWithMode(view, placement(ir::State::Optimizer), ir::PlacementMode::Sharded);
-    if (!optShard.empty() && optShard != view.batchAxes)
+        axesWithMode(dataAxes, placement(ir::State::Optimizer), ir::PlacementMode::Sharded);
+    if (!optShard.empty() && optShard != dataAxes)
       refuse("optimizer sharded over " + axisList(mesh, optShard) + " but not over " +
-             axisList(mesh, ArrayRef<unsigned>(view.batchAxes)) +
-             ": --use-distributed-optimizer shards over the whole data-parallel group");
+             axisList(mesh, ArrayRef<unsigned>(dataAxes)) +
+             ": --use-distributed-optimizer shards over the whole data-parallel group (with the "
+             "context-parallel ranks)");
     for (ir::State state : ir::kAllStates)
       refuseTier(state, "Megatron-LM's flags place every state on the device");
-    if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::GPipe &&
-        !view.layersAxes.empty())
+    std::optional<ir::Schedule> pipelineSchedule = schedule();
+    if (pipelineSchedule == ir::Schedule::GPipe)
       refuse("pipeline schedule gpipe: Megatron-LM runs 1F1B or interleaved 1F1B");
+    if (pipelineSchedule == ir::Schedule::ZeroBubble ||
+        pipelineSchedule == ir::Schedule::ZeroBubbleV ||
+        pipelineSchedule == ir::Schedule::DualPipe || pipelineSchedule == ir::Schedule::DualPipeV)
+      refuse("pipeline schedule " + ir::toString(*pipelineSchedule) +
+             ": Megatron-LM has no flag for it (its schedules are 1F1B and interleaved 1F1B)");
     if (refused)
       return;
 
@@ -384,16 +447,37 @@ private:
         view.layersDegree > 1)
       flag("--num-layers-per-virtual-pipeline-stage",
            Twine(model.getNumLayers() / (view.layersDegree * strategy.pipeline->chunks)));
+    if (unevenStages()) {
+      if (strategy.pipeline->firstStageLayers > 0)
+        flag("--decoder-first-pipeline-num-layers", Twine(strategy.pipeline->firstStageLayers));
+      if (strategy.pipeline->lastStageLayers > 0)
+        flag("--decoder-last-pipeline-num-layers", Twine(strategy.pipeline->lastStageLayers));
+    }
+    if (view.contextDegree > 1) {
+      flag("--context-parallel-size", Twine(view.contextDegree));
+      flag("--cp-comm-type", strategy.contextMethod == ir::ContextMethod::Ring        ? "p2p"
+                             : strategy.contextMethod == ir::ContextMethod::AllGather ? "all_gather"
+                                                                                      : "a2a");
+    }
     if (strategy.sequenceParallel)
       os << "--sequence-parallel\n";
+    if (strategy.asyncTensorParallel && view.tensorDegree > 1)
+      os << "--tp-comm-overlap\n";
     if (!optShard.empty())
       os << "--use-distributed-optimizer\n";
     flag("--micro-batch-size", Twine(run.microBatch));
     flag("--global-batch-size", Twine(run.globalBatch));
-    if (run.precision == ir::Precision::MixedBF16)
+    if (run.precision == ir::Precision::MixedBF16 || run.precision == ir::Precision::MixedFP8)
       os << "--bf16\n";
     if (run.precision == ir::Precision::MixedFP16)
       os << "--fp16\n";
+    if (run.precision == ir::Precision::MixedFP8) {
+      // E4M3 in the forward, E5M2 for the gradients: Transformer Engine's recipe, which the
+      // import reads back as mixed(fp8) like e4m3.
+      flag("--fp8-format", "hybrid");
+      if (run.fp8Gather)
+        os << "--fp8-param-gather\n";
+    }
     switch (run.optimizer) {
     case ir::OptimizerKind::Adam:
       flag("--optimizer", "adam");
@@ -433,6 +517,12 @@ private:
       flag("--normalization", "RMSNorm");
     if (!config.bias)
       os << "--disable-bias-linear\n";
+    if (config.qkvBias)
+      os << "--add-qkv-bias\n";
+    if (config.getKvHeads() != config.heads) {
+      os << "--group-query-attention\n";
+      flag("--num-query-groups", Twine(config.getKvHeads()));
+    }
     if (config.positions == ir::PositionKind::Rope)
       flag("--position-embedding-type", "rope");
     if (!config.tiedEmbeddings)
@@ -477,25 +567,55 @@ private:
                "optimizer sharded)");
       }
     }
+    // torchtitan applies FSDP over data and context ranks together (its dp_shard_cp mesh), so
+    // a context axis must be FSDP-sharded like the shard axes.
+    for (unsigned index : view.contextAxes) {
+      ir::PlacementMode p = params.axes[index].mode, g = grads.axes[index].mode,
+                        o = optimizer.axes[index].mode;
+      if (p == ir::PlacementMode::ShardedWithGather && g == ir::PlacementMode::Sharded &&
+          o == ir::PlacementMode::Sharded)
+        (params.axes[index].keepAfterForward ? keepAfterForward : reshardAfterForward) = true;
+      else
+        refuse("params, grads and optimizer over sequence axis '" + mesh.axes[index].name +
+               "' are not FSDP-sharded (params gathered, grads and optimizer sharded): "
+               "torchtitan shards the model with FSDP over the context-parallel ranks too");
+    }
     if (keepAfterForward && reshardAfterForward)
       refuse("keep_after_forward differs between the sharded axes: torchtitan has one "
              "fsdp_reshard_after_forward setting");
-    // torchtitan's mesh, outermost first: pp, dp_replicate, dp_shard, tp.
+    // torchtitan's mesh, outermost first: pp, dp_replicate, dp_shard, cp, tp.
     int last = -1;
     for (unsigned index : view.order) {
       const ir::Axis &axis = mesh.axes[index];
       int rank = axis.kind == ir::AxisKind::Layers      ? 0
-                 : axis.kind == ir::AxisKind::Tensor    ? 3
+                 : axis.kind == ir::AxisKind::Tensor    ? 4
+                 : axis.kind == ir::AxisKind::Sequence  ? 3
                  : llvm::is_contained(shardAxes, index) ? 2
                                                         : 1;
       if (rank < last) {
         refuse("axis '" + axis.name +
-               "' is out of torchtitan's order: its mesh is pp, dp_replicate, dp_shard, tp from "
-               "outermost to innermost");
+               "' is out of torchtitan's order: its mesh is pp, dp_replicate, dp_shard, cp, tp "
+               "from outermost to innermost");
         break;
       }
       last = rank;
     }
+    // torchtitan's rotate methods (PyTorch's context-parallel attention): "allgather" gathers
+    // the other ranks' K/V shards, "alltoall" passes them from rank to rank as a ring does.
+    if (view.contextDegree > 1 && strategy.contextMethod == ir::ContextMethod::AllToAll)
+      refuse("context = all_to_all over " + axisList(mesh, view.contextAxes) +
+             ": torchtitan's context parallelism passes K/V shards (a ring, \"alltoall\") or "
+             "gathers them (\"allgather\"); it has no Ulysses head exchange");
+    std::optional<ir::Schedule> pipelineSchedule = schedule();
+    if (pipelineSchedule == ir::Schedule::ZeroBubble)
+      refuse("pipeline schedule zero_bubble: torchtitan's zero-bubble schedules run several "
+             "stages per rank (InterleavedZeroBubble, ZBVZeroBubble); ZB-H1 over one stage per "
+             "rank is neither");
+    if (pipelineSchedule == ir::Schedule::DualPipe)
+      refuse("pipeline schedule dualpipe: torchtitan runs DualPipeV, the one-copy form");
+    if (unevenStages())
+      refuse("uneven first and last pipeline stages: torchtitan places stage boundaries by "
+             "module name (pipeline_parallel_split_points), which placec does not write");
     if (!view.tensorAxes.empty() && !strategy.sequenceParallel)
       refuse("tensor axis " + axisList(mesh, view.tensorAxes) +
              " without sequence parallelism: torchtitan's tensor parallelism always shards the "
@@ -506,6 +626,8 @@ private:
                         "params, grads and optimizer together and is not modelled)");
     if (run.precision == ir::Precision::MixedFP16)
       refuse("precision mixed(fp16): torchtitan trains in bf16 or fp32 (no loss scaling)");
+    if (run.fp8Gather && shardAxes.empty() && view.contextAxes.empty())
+      refuse("mixed(fp8, gather = fp8) without FSDP: torchtitan's FP8 all-gathers are FSDP's");
     if (run.optimizer != ir::OptimizerKind::Adam)
       refuse(Twine("optimizer '") + ir::toString(run.optimizer) +
              "': torchtitan's optimizers are Adam and AdamW");
@@ -523,19 +645,42 @@ private:
     if (shard > 1)
       os << "fsdp_reshard_after_forward = \"" << (keepAfterForward ? "never" : "always") << "\"\n";
     os << "tensor_parallel_degree = " << view.tensorDegree << "\n";
-    os << "enable_async_tensor_parallel = false\n";
+    bool async = strategy.asyncTensorParallel && view.tensorDegree > 1;
+    os << "enable_async_tensor_parallel = " << (async ? "true" : "false") << "\n";
+    if (view.contextDegree > 1) {
+      os << "context_parallel_degree = " << view.contextDegree << "\n";
+      os << "context_parallel_rotate_method = \""
+         << (strategy.contextMethod == ir::ContextMethod::Ring ? "alltoall" : "allgather")
+         << "\"\n";
+    }
     os << "pipeline_parallel_degree = " << view.layersDegree << "\n";
     if (pipelined) {
-      StringRef schedule = "1F1B";
-      if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::GPipe)
-        schedule = "GPipe";
-      if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::Interleaved)
-        schedule = "Interleaved1F1B";
-      os << "pipeline_parallel_schedule = \"" << schedule << "\"\n";
+      StringRef name = "1F1B";
+      int64_t chunks = 1;
+      switch (*pipelineSchedule) {
+      case ir::Schedule::GPipe:
+        name = "GPipe";
+        break;
+      case ir::Schedule::Interleaved:
+        name = "Interleaved1F1B";
+        chunks = strategy.pipeline->chunks;
+        break;
+      case ir::Schedule::ZeroBubbleV:
+        name = "ZBVZeroBubble";
+        chunks = 2;
+        break;
+      case ir::Schedule::DualPipeV:
+        name = "DualPipeV";
+        chunks = 2;
+        break;
+      default:
+        break;
+      }
+      os << "pipeline_parallel_schedule = \"" << name << "\"\n";
       os << "pipeline_parallel_microbatch_size = " << run.microBatch << "\n";
-      if (schedule == "Interleaved1F1B" && run.model->getNumLayers() > 0)
+      if (chunks > 1 && run.model->getNumLayers() > 0)
         os << "pipeline_parallel_layers_per_stage = "
-           << run.model->getNumLayers() / (view.layersDegree * strategy.pipeline->chunks) << "\n";
+           << run.model->getNumLayers() / (view.layersDegree * chunks) << "\n";
     }
     os << "\n[training]\n";
     // With a pipeline, the local batch is split into micro-batches; without one, the micro-batch
@@ -548,6 +693,16 @@ private:
     os << "mixed_precision_param = \""
        << (run.precision == ir::Precision::FP32 ? "float32" : "bfloat16") << "\"\n";
     os << "mixed_precision_reduce = \"float32\"\n";
+    if (async)
+      os << "compile = true\n"; // torchtitan's async tensor parallelism needs torch.compile.
+    if (run.precision == ir::Precision::MixedFP8) {
+      // torchao's float8 training with tensorwise scaling; the output layer stays in bf16, as
+      // in placec's mixed(fp8).
+      os << "\n[model]\nconverters = [\"float8\"]\n";
+      os << "\n[float8]\n";
+      os << "enable_fsdp_float8_all_gather = " << (run.fp8Gather ? "true" : "false") << "\n";
+      os << "filter_fqns = [\"output\"]\n";
+    }
     os << "\n[optimizer]\nname = \"Adam\"\n";
     os << "\n[activation_checkpoint]\n";
     switch (strategy.activationMode) {

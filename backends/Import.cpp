@@ -1,6 +1,7 @@
 // Imports a DeepSpeed JSON config or Megatron-LM flags as a Place strategy and run, so that the
 // configuration a user already has can be checked and reported on. Unknown keys and flags are
 // errors at their line and column, with the closest known spelling.
+#include "ImportSupport.h"
 #include "placec/backends/Export.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -22,7 +23,7 @@ using namespace llvm;
 
 namespace placec::bridge {
 
-namespace {
+namespace detail {
 
 /// The names of the prelude's strategies, which no declaration may reuse.
 bool isPreludeName(StringRef name) {
@@ -47,6 +48,25 @@ std::string makeName(StringRef wanted, StringRef inputName, StringRef fallback) 
   return name;
 }
 
+std::optional<json::Value> parseJsonDocument(StringRef text, DiagnosticEngine &diags) {
+  Expected<json::Value> parsed = json::parse(text);
+  if (parsed)
+    return std::move(*parsed);
+  // json::ParseError logs "[line:column, byte=offset]: message"; the offset places the error.
+  std::string message = toString(parsed.takeError());
+  size_t offset = 0;
+  StringRef rest = message;
+  if (size_t at = rest.find("byte="); at != StringRef::npos) {
+    StringRef digits = rest.drop_front(at + 5).take_while(isDigit);
+    if (digits.getAsInteger(10, offset) || offset > text.size())
+      offset = 0;
+  }
+  if (size_t colon = rest.find("]: "); colon != StringRef::npos)
+    rest = rest.drop_front(colon + 3);
+  diags.error(SMLoc::getFromPointer(text.data() + offset), "not a JSON document: " + rest);
+  return std::nullopt;
+}
+
 /// The closest of `candidates` to `word`, when close enough to be a likely misspelling.
 std::string closest(StringRef word, ArrayRef<StringRef> candidates, unsigned maxDistance) {
   unsigned best = maxDistance + 1;
@@ -60,17 +80,6 @@ std::string closest(StringRef word, ArrayRef<StringRef> candidates, unsigned max
   }
   return found;
 }
-
-/// What an import found, written out as Place.
-struct Imported {
-  std::vector<std::pair<std::string, int64_t>> axes; ///< Mesh, outermost first (name: kind = size).
-  std::vector<std::string> axisKinds;                ///< Written kind, or empty when implied.
-  std::string params, grads, optimizer, activations; ///< Placement right-hand sides, or empty.
-  std::string pipeline;
-  int64_t microBatch = 0, globalBatch = 0;
-  std::string precision = "mixed(bf16)";
-  std::string optimizerKind = "adam";
-};
 
 void writePlace(const Imported &imported, const ImportOptions &options, StringRef source,
                 StringRef name, StringRef modelText, StringRef modelName, raw_ostream &os) {
@@ -92,6 +101,10 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
   os << "];\n";
   if (!imported.pipeline.empty())
     os << "  pipeline = " << imported.pipeline << ";\n";
+  if (!imported.context.empty())
+    os << "  context = " << imported.context << ";\n";
+  if (imported.asyncTp)
+    os << "  async_tp = true;\n";
   auto line = [&](StringRef state, StringRef value) {
     if (!value.empty())
       os << "  " << state << " = " << value << ";\n";
@@ -110,6 +123,12 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
   os << "  optimizer = " << imported.optimizerKind << ";\n";
   os << "}\n";
 }
+
+} // namespace detail
+
+namespace {
+
+using namespace detail;
 
 //===----------------------------------------------------------------------===//
 // DeepSpeed
@@ -133,6 +152,7 @@ constexpr const char *kDeepSpeedKeys[] = {
     "zero_force_ds_cpu_optimizer",
     "memory_breakdown",
     "seed",
+    "sequence_parallel_size",
     "optimizer",
     "optimizer.type",
     "optimizer.params*",
@@ -206,64 +226,6 @@ constexpr const char *kDeepSpeedKeys[] = {
     "data_types*",
 };
 
-/// A small scan of JSON text that records where each object key is, by its path (`a.b.c`).
-/// llvm::json::parse checks the syntax and gives the values; it keeps no positions.
-class KeyLocator {
-public:
-  explicit KeyLocator(StringRef text) : text(text) {
-    std::vector<std::string> stack; // Object paths; arrays push their parent's path.
-    std::vector<bool> isObject;
-    std::string pendingKey;
-    size_t i = 0;
-    while (i < text.size()) {
-      char c = text[i];
-      if (c == '"') {
-        size_t start = i++;
-        std::string value;
-        while (i < text.size() && text[i] != '"') {
-          if (text[i] == '\\' && i + 1 < text.size())
-            ++i;
-          value += text[i++];
-        }
-        ++i;
-        size_t after = i;
-        while (after < text.size() && isSpace(text[after]))
-          ++after;
-        if (after < text.size() && text[after] == ':' && !isObject.empty() && isObject.back()) {
-          std::string path = stack.back().empty() ? value : stack.back() + "." + value;
-          locations.try_emplace(path, start);
-          pendingKey = path;
-        }
-        continue;
-      }
-      if (c == '{' || c == '[') {
-        std::string parent = stack.empty() ? "" : stack.back();
-        stack.push_back(c == '{' && !pendingKey.empty() ? pendingKey : parent);
-        isObject.push_back(c == '{');
-        pendingKey.clear();
-      } else if (c == '}' || c == ']') {
-        if (!stack.empty()) {
-          stack.pop_back();
-          isObject.pop_back();
-        }
-      } else if (c == ',') {
-        pendingKey.clear();
-      }
-      ++i;
-    }
-  }
-
-  /// The key's offset in the text, or npos.
-  size_t find(StringRef path) const {
-    auto it = locations.find(path);
-    return it == locations.end() ? StringRef::npos : it->second;
-  }
-
-private:
-  StringRef text;
-  StringMap<size_t> locations;
-};
-
 class DeepSpeedImporter {
 public:
   DeepSpeedImporter(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags)
@@ -278,12 +240,9 @@ public:
   }
 
   bool run(raw_ostream &os) {
-    Expected<json::Value> parsed = json::parse(text);
-    if (!parsed) {
-      diags.error(SMLoc::getFromPointer(text.data()),
-                  "not a JSON document: " + toString(parsed.takeError()));
+    std::optional<json::Value> parsed = parseJsonDocument(text, diags);
+    if (!parsed)
       return false;
-    }
     const json::Object *root = parsed->getAsObject();
     if (!root) {
       diags.error(SMLoc::getFromPointer(text.data()), "a DeepSpeed config is a JSON object");
@@ -417,12 +376,23 @@ private:
     std::string paramsTier = getTier(root, "zero_optimization.offload_param.device");
     bool bf16 = getBool(root, "bf16.enabled"), fp16 = getBool(root, "fp16.enabled");
     bool cpuCheckpointing = getBool(root, "activation_checkpointing.cpu_checkpointing");
+    int64_t ulysses = getInt(root, "sequence_parallel_size").value_or(1);
     if (diags.hasErrors())
       return false;
     SMLoc start = SMLoc::getFromPointer(text.data());
 
     // Batch: train = micro × accumulation × data-parallel ranks; DeepSpeed derives a missing one.
+    // Ulysses' sequence-parallel ranks share their samples, so they are not data-parallel ranks.
     int64_t devices = options.devices;
+    if (devices > 0 && ulysses > 1) {
+      if (devices % ulysses != 0) {
+        diags.error(locOf("sequence_parallel_size"),
+                    "sequence_parallel_size " + Twine(ulysses) + " does not divide the " +
+                        Twine(devices) + " devices of cluster '" + options.clusterName + "'");
+        return false;
+      }
+      devices /= ulysses;
+    }
     if (devices <= 0) {
       if (!train || !micro) {
         diags.error(start, "the data-parallel size is unknown: give the cluster (--cluster with "
@@ -515,6 +485,12 @@ private:
       inner = *mics;
       variant = "zero_optimization.mics_shard_size";
     }
+    if (inner && ulysses > 1) {
+      diags.error(locOf(variant), "'" + variant +
+                                      "' with sequence_parallel_size: placec does not import "
+                                      "DeepSpeed's partial sharding together with Ulysses");
+      return false;
+    }
     if (inner) {
       if (stage != 3) {
         diags.error(locOf(variant), "'" + variant + "' needs ZeRO stage 3");
@@ -532,14 +508,22 @@ private:
       imported.grads = isMics ? "shard(dp_shard)" : "shard(dp_replicate, dp_shard)";
       imported.optimizer = imported.grads;
     } else {
+      // Ulysses (DeepSpeed's sequence parallelism): consecutive ranks split each sequence and
+      // exchange heads all-to-all around attention; ZeRO shards over data and sequence ranks.
       imported.axes = {{"dp", devices}};
-      imported.axisKinds = {""};
+      std::string axes = "dp";
+      if (ulysses > 1) {
+        imported.axes.push_back({"cp", ulysses});
+        imported.context = "all_to_all";
+        axes = "dp, cp";
+      }
+      imported.axisKinds.assign(imported.axes.size(), "");
       if (stage >= 1)
-        imported.optimizer = "shard(dp)";
+        imported.optimizer = "shard(" + axes + ")";
       if (stage >= 2)
-        imported.grads = "shard(dp)";
+        imported.grads = "shard(" + axes + ")";
       if (stage >= 3)
-        imported.params = "gather(dp)";
+        imported.params = "gather(" + axes + ")";
     }
     auto withTier = [](std::string &placement, StringRef tier) {
       if (tier.empty())
@@ -605,6 +589,15 @@ constexpr const char *kMegatronFlags[] = {
     "--untie-embeddings-and-output-weights",
     "--group-query-attention",
     "--num-query-groups=",
+    "--add-qkv-bias",
+    "--context-parallel-size=",
+    "--cp-comm-type=",
+    "--fp8-format=",
+    "--fp8-recipe=",
+    "--fp8-param-gather",
+    "--tp-comm-overlap",
+    "--decoder-first-pipeline-num-layers=",
+    "--decoder-last-pipeline-num-layers=",
 };
 
 /// Megatron-LM flags that change the model or the placement in ways `placec import` does not
@@ -614,20 +607,20 @@ struct UntranslatedFlag {
   const char *name;
   const char *neutral;
   const char *what;
+  /// True when Place has no equivalent at all (rather than one the import does not write yet).
+  bool inexpressible = false;
 };
 const UntranslatedFlag kUntranslatedMegatronFlags[] = {
-    {"--context-parallel-size", "1", "context parallelism"},
-    {"--cp-comm-type", nullptr, "context parallelism"},
-    {"--hierarchical-context-parallel-sizes", nullptr, "context parallelism"},
+    {"--hierarchical-context-parallel-sizes", nullptr,
+     "hierarchical context parallelism (a2a+p2p), which has no Place equivalent", true},
     {"--expert-model-parallel-size", "1", "expert parallelism"},
     {"--expert-tensor-parallel-size", "1", "expert parallelism"},
     {"--num-experts", nullptr, "mixtures of experts"},
     {"--moe-router-topk", nullptr, "mixtures of experts"},
-    {"--fp8-format", nullptr, "FP8 training (write precision = mixed(fp8))"},
-    {"--fp8", nullptr, "FP8 training (write precision = mixed(fp8))"},
-    {"--fp8-param-gather", nullptr, "FP8 parameter gathers"},
-    {"--decoder-first-pipeline-num-layers", nullptr, "uneven pipeline stages"},
-    {"--decoder-last-pipeline-num-layers", nullptr, "uneven pipeline stages"},
+    {"--fp8", nullptr,
+     "FP8 training through an abbreviation that Megatron-LM's parser may not resolve: write "
+     "--fp8-format e4m3 or hybrid",
+     true},
     {"--pipeline-model-parallel-layout", nullptr, "a custom pipeline layout"},
 };
 
@@ -716,9 +709,11 @@ private:
         if (!untranslated->neutral || value != untranslated->neutral)
           diags.error(locAt(offset),
                       Twine("Megatron-LM flag '") + word + "' sets " + untranslated->what +
-                          ", which placec import does not translate yet; ignoring it would "
-                          "write a plan that is not this job's: write that part of the .place "
-                          "file by hand, or drop the flag");
+                          (untranslated->inexpressible
+                               ? ""
+                               : ", which placec import does not translate yet; ignoring it "
+                                 "would write a plan that is not this job's: write that part of "
+                                 "the .place file by hand, or drop the flag"));
         continue;
       }
       if (!llvm::is_contained(names, word)) {
@@ -790,6 +785,9 @@ private:
   bool translate(raw_ostream &os) {
     int64_t t = getInt("--tensor-model-parallel-size").value_or(1);
     int64_t p = getInt("--pipeline-model-parallel-size").value_or(1);
+    int64_t c = getInt("--context-parallel-size").value_or(1);
+    std::optional<int64_t> firstLayers = getInt("--decoder-first-pipeline-num-layers");
+    std::optional<int64_t> lastLayers = getInt("--decoder-last-pipeline-num-layers");
     std::optional<int64_t> micro = getInt("--micro-batch-size");
     std::optional<int64_t> global = getInt("--global-batch-size");
     std::optional<int64_t> virtualLayers = getInt("--num-layers-per-virtual-pipeline-stage");
@@ -812,13 +810,14 @@ private:
                          "--from), whose device count is divided by tensor and pipeline sizes");
       return false;
     }
-    if (devices % (t * p) != 0) {
+    if (devices % (t * p * c) != 0) {
       diags.error(locOf("--tensor-model-parallel-size"),
-                  "tensor " + Twine(t) + " × pipeline " + Twine(p) + " does not divide the " +
-                      Twine(devices) + " devices of cluster '" + options.clusterName + "'");
+                  "tensor " + Twine(t) + " × pipeline " + Twine(p) + " × context " + Twine(c) +
+                      " does not divide the " + Twine(devices) + " devices of cluster '" +
+                      options.clusterName + "'");
       return false;
     }
-    int64_t d = devices / (t * p);
+    int64_t d = devices / (t * p * c);
     int64_t globalBatch = global.value_or(*micro * d);
     if (globalBatch % (*micro * d) != 0) {
       diags.error(locOf("--global-batch-size"), "--global-batch-size " + Twine(globalBatch) +
@@ -875,7 +874,7 @@ private:
       else if (norm != "LayerNorm")
         diags.error(locOf("--normalization"),
                     "normalization '" + norm + "' has no Place equivalent (LayerNorm, RMSNorm)");
-      if (has("--disable-bias-linear"))
+      if (has("--disable-bias-linear") && !has("--add-qkv-bias"))
         m << "  bias = false;\n";
       std::string positions = getString("--position-embedding-type", "learned_absolute");
       if (positions == "rope")
@@ -886,6 +885,11 @@ private:
                         "' has no Place equivalent (learned_absolute, rope)");
       if (has("--untie-embeddings-and-output-weights"))
         m << "  tied_embeddings = false;\n";
+      if (has("--add-qkv-bias") && !has("--disable-bias-linear"))
+        diags.error(locOf("--add-qkv-bias"),
+                    "--add-qkv-bias without --disable-bias-linear keeps every bias; drop one");
+      else if (has("--add-qkv-bias"))
+        m << "  bias = qkv;\n";
       // Megatron-LM reads --num-query-groups (default 1) only with --group-query-attention.
       if (has("--group-query-attention"))
         m << "  kv_heads = " << getInt("--num-query-groups").value_or(1) << ";\n";
@@ -893,13 +897,55 @@ private:
       modelText = body;
     }
 
+    if (!options.modelName.empty() && has("--add-qkv-bias")) {
+      diags.error(locOf("--add-qkv-bias"),
+                  "--add-qkv-bias describes the model, but the model is named with --model '" +
+                      modelName + "': write bias = qkv in its declaration and drop the flag");
+      return false;
+    }
+
     Imported imported;
     if (p > 1)
       imported.axes.push_back({"pp", p});
     imported.axes.push_back({"dp", d});
+    if (c > 1)
+      imported.axes.push_back({"cp", c});
     if (t > 1)
       imported.axes.push_back({"tp", t});
     imported.axisKinds.assign(imported.axes.size(), "");
+
+    // Context parallelism: Megatron-Core's --cp-comm-type (default p2p, a ring).
+    std::string commType = getString("--cp-comm-type", "p2p");
+    if (commType == "p2p")
+      imported.context = "ring";
+    else if (commType == "all_gather")
+      imported.context = "all_gather";
+    else if (commType == "a2a")
+      imported.context = "all_to_all";
+    else if (commType == "a2a+p2p")
+      diags.error(locOf("--cp-comm-type"),
+                  "--cp-comm-type a2a+p2p is hierarchical context parallelism (all-to-all inside "
+                  "groups, a ring across them), which has no Place equivalent");
+    else
+      diags.error(locOf("--cp-comm-type"), "--cp-comm-type is p2p, all_gather, a2a or a2a+p2p, "
+                                           "not '" +
+                                               commType + "'");
+    if (c == 1 && has("--cp-comm-type"))
+      diags.error(locOf("--cp-comm-type"),
+                  "--cp-comm-type without --context-parallel-size above 1 has no effect; drop it "
+                  "or give the context-parallel size");
+    if (c == 1)
+      imported.context.clear();
+
+    if ((firstLayers || lastLayers) && p == 1)
+      diags.error(locOf(firstLayers ? "--decoder-first-pipeline-num-layers"
+                                    : "--decoder-last-pipeline-num-layers"),
+                  "uneven pipeline stages need --pipeline-model-parallel-size above 1");
+    if ((firstLayers || lastLayers) && virtualLayers)
+      diags.error(locOf(firstLayers ? "--decoder-first-pipeline-num-layers"
+                                    : "--decoder-last-pipeline-num-layers"),
+                  "uneven first and last stages with --num-layers-per-virtual-pipeline-stage have "
+                  "no Place equivalent (Place's interleaved schedule splits the layers evenly)");
     if (p > 1) {
       if (virtualLayers) {
         if (numLayers <= 0 || numLayers % (p * *virtualLayers) != 0) {
@@ -911,11 +957,18 @@ private:
         imported.pipeline = "interleaved(microbatches = " + std::to_string(microbatches) +
                             ", chunks = " + std::to_string(numLayers / (p * *virtualLayers)) + ")";
       } else {
-        imported.pipeline = "1f1b(microbatches = " + std::to_string(microbatches) + ")";
+        imported.pipeline = "1f1b(microbatches = " + std::to_string(microbatches);
+        if (firstLayers)
+          imported.pipeline += ", first = " + std::to_string(*firstLayers);
+        if (lastLayers)
+          imported.pipeline += ", last = " + std::to_string(*lastLayers);
+        imported.pipeline += ")";
       }
     }
+    // The distributed optimizer shards over the data-parallel group, which spans the
+    // context-parallel ranks.
     if (has("--use-distributed-optimizer"))
-      imported.optimizer = "shard(dp)";
+      imported.optimizer = c > 1 ? "shard(dp, cp)" : "shard(dp)";
     std::string granularity = getString("--recompute-granularity", "");
     if (has("--recompute-activations"))
       granularity = "selective";
@@ -936,11 +989,41 @@ private:
       imported.activations = recompute.empty() ? "shard(tp)" : "shard(tp), " + recompute;
     else
       imported.activations = recompute;
+    if (has("--tp-comm-overlap")) {
+      if (t == 1 || !has("--sequence-parallel"))
+        diags.error(locOf("--tp-comm-overlap"),
+                    "--tp-comm-overlap overlaps the all-gathers and reduce-scatters of sequence "
+                    "parallelism; it needs --tensor-model-parallel-size above 1 and "
+                    "--sequence-parallel");
+      else
+        imported.asyncTp = true;
+    }
     imported.microBatch = *micro;
     imported.globalBatch = globalBatch;
     if (has("--bf16") && has("--fp16"))
       diags.error(locOf("--fp16"), "--bf16 and --fp16 are both given");
     imported.precision = has("--bf16") ? "mixed(bf16)" : has("--fp16") ? "mixed(fp16)" : "fp32";
+    // FP8: --fp8-format e4m3 (every tensor E4M3) or hybrid (E4M3 forward, E5M2 gradients); both
+    // run the layers' products in FP8 over bf16 training, which is Place's mixed(fp8).
+    if (has("--fp8-format")) {
+      std::string format = getString("--fp8-format", "");
+      if (format != "e4m3" && format != "hybrid")
+        diags.error(locOf("--fp8-format"), "--fp8-format is e4m3 or hybrid, not '" + format + "'");
+      else if (!has("--bf16"))
+        diags.error(locOf("--fp8-format"),
+                    "--fp8-format without --bf16: Place's mixed(fp8) keeps bf16 outside the "
+                    "FP8 products");
+      std::string recipe = getString("--fp8-recipe", "delayed");
+      if (recipe != "delayed" && recipe != "tensorwise")
+        diags.error(locOf("--fp8-recipe"),
+                    "--fp8-recipe " + recipe +
+                        " scales blocks of a tensor; placec models delayed or tensorwise scaling");
+      imported.precision = has("--fp8-param-gather") ? "mixed(fp8, gather = fp8)" : "mixed(fp8)";
+    } else {
+      for (StringRef flag : {"--fp8-param-gather", "--fp8-recipe"})
+        if (has(flag))
+          diags.error(locOf(flag), flag + " needs --fp8-format");
+    }
     std::string optimizer = getString("--optimizer", "adam");
     if (optimizer == "adam")
       imported.optimizerKind = "adam";
