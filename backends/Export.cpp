@@ -2,6 +2,8 @@
 // config, refusing (rule `export`) every part of the placement that the target cannot express.
 #include "placec/backends/Export.h"
 
+#include "ImportSupport.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringSwitch.h"
@@ -695,10 +697,17 @@ private:
     os << "mixed_precision_reduce = \"float32\"\n";
     if (async)
       os << "compile = true\n"; // torchtitan's async tensor parallelism needs torch.compile.
+    // The model, when it is one of torchtitan's llama3 flavors; torchao's float8 training with
+    // tensorwise scaling keeps the output layer in bf16, as placec's mixed(fp8) does.
+    const char *flavor = run.model->kind == ir::ModelKind::Transformer
+                             ? detail::findTorchtitanFlavor(run.model->transformer)
+                             : nullptr;
+    if (flavor || run.precision == ir::Precision::MixedFP8)
+      os << "\n[model]\n";
+    if (flavor)
+      os << "name = \"llama3\"\nflavor = \"" << flavor << "\"\n";
     if (run.precision == ir::Precision::MixedFP8) {
-      // torchao's float8 training with tensorwise scaling; the output layer stays in bf16, as
-      // in placec's mixed(fp8).
-      os << "\n[model]\nconverters = [\"float8\"]\n";
+      os << "converters = [\"float8\"]\n";
       os << "\n[float8]\n";
       os << "enable_fsdp_float8_all_gather = " << (run.fp8Gather ? "true" : "false") << "\n";
       os << "filter_fqns = [\"output\"]\n";

@@ -30,6 +30,9 @@ std::string closest(llvm::StringRef word, llvm::ArrayRef<llvm::StringRef> candid
 /// stopped and returns nullopt.
 std::optional<llvm::json::Value> parseJsonDocument(llvm::StringRef text, DiagnosticEngine &diags);
 
+/// The torchtitan llama3 flavor ("8B", "70B", "405B") whose shape `config` is, or nullptr.
+const char *findTorchtitanFlavor(const ir::TransformerConfig &config);
+
 /// What an import found, written out as Place.
 struct Imported {
   std::vector<std::pair<std::string, int64_t>> axes; ///< Mesh, outermost first (name: kind = size).

@@ -128,6 +128,22 @@ constexpr Flavor kLlama3Flavors[] = {
 };
 constexpr int64_t kLlama3Vocab = 128256;
 
+} // namespace
+
+const char *detail::findTorchtitanFlavor(const ir::TransformerConfig &config) {
+  for (const Flavor &flavor : kLlama3Flavors)
+    if (config.layers == flavor.layers && config.hidden == flavor.hidden &&
+        config.heads == flavor.heads && config.getKvHeads() == flavor.kvHeads &&
+        config.ffn == flavor.ffn && config.vocab == kLlama3Vocab &&
+        config.mlp == ir::MlpActivation::Swiglu && config.norm == ir::NormKind::RmsNorm &&
+        !config.bias && !config.qkvBias && config.positions == ir::PositionKind::Rope &&
+        !config.tiedEmbeddings)
+      return flavor.name;
+  return nullptr;
+}
+
+namespace {
+
 class TorchtitanImporter {
 public:
   TorchtitanImporter(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags)
@@ -475,8 +491,8 @@ private:
                   "torchtitan key 'activation_checkpoint.selective_ac_option' is \"" + option +
                       "\"" +
                       (lookup("activation_checkpoint.mode") ? "" : " (torchtitan's default)") +
-                      ": recomputing every " + option +
-                      "th layer whole has no Place equivalent; write mode = \"full\", \"none\" or "
+                      ": recomputing one layer in every " + option +
+                      " whole has no Place equivalent; write mode = \"full\", \"none\" or "
                       "selective_ac_option = \"op\"");
     else if (mode != "none")
       refuse("activation_checkpoint.mode",
