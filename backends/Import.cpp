@@ -810,14 +810,14 @@ private:
                          "--from), whose device count is divided by tensor and pipeline sizes");
       return false;
     }
-    if (devices % (t * p * c) != 0) {
+    if (devices % saturatingMul(saturatingMul(t, p), c) != 0) {
       diags.error(locOf("--tensor-model-parallel-size"),
                   "tensor " + Twine(t) + " × pipeline " + Twine(p) + " × context " + Twine(c) +
                       " does not divide the " + Twine(devices) + " devices of cluster '" +
                       options.clusterName + "'");
       return false;
     }
-    int64_t d = devices / (t * p * c);
+    int64_t d = devices / (t * p * c); // t · p · c divides the device count.
     int64_t globalBatch = global.value_or(*micro * d);
     if (globalBatch % (*micro * d) != 0) {
       diags.error(locOf("--global-batch-size"), "--global-batch-size " + Twine(globalBatch) +

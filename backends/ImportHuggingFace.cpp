@@ -244,8 +244,10 @@ private:
     }
   }
 
-  /// A whole number of at least 1 at `key`; nullopt (and an error when `required`) otherwise.
-  std::optional<int64_t> getInt(StringRef key, bool required = true) {
+  /// A whole number from 1 to `max` at `key` (Place's limit for the field it becomes); nullopt
+  /// (and an error when `required`) otherwise.
+  std::optional<int64_t> getInt(StringRef key, bool required = true,
+                                int64_t max = int64_t(1) << 30) {
     const json::Value *value = root->get(key);
     if (!value || value->kind() == json::Value::Null) {
       if (required)
@@ -253,9 +255,15 @@ private:
                     "missing '" + key + "', which the model needs");
       return std::nullopt;
     }
-    if (std::optional<int64_t> number = value->getAsInteger())
-      if (*number >= 1)
+    if (std::optional<int64_t> number = value->getAsInteger()) {
+      if (*number >= 1 && *number <= max)
         return number;
+      if (*number > max) {
+        diags.error(locOf(key), "'" + key + "' is " + quoted(key) +
+                                    ": Place's field takes at most " + Twine(max));
+        return std::nullopt;
+      }
+    }
     diags.error(locOf(key),
                 "'" + key + "' must be a whole number of at least 1, not " + quoted(key));
     return std::nullopt;
@@ -289,18 +297,23 @@ private:
   std::string translate(const FamilyInfo &info) {
     bool gpt2 = family == Family::Gpt2, neox = family == Family::GptNeox;
     bool gated = !gpt2 && !neox;
-    std::optional<int64_t> layers = getInt(gpt2 ? "n_layer" : "num_hidden_layers");
-    std::optional<int64_t> hidden = getInt(gpt2 ? "n_embd" : "hidden_size");
-    std::optional<int64_t> heads = getInt(gpt2 ? "n_head" : "num_attention_heads");
+    std::optional<int64_t> layers = getInt(gpt2 ? "n_layer" : "num_hidden_layers", true, 1 << 20);
+    std::optional<int64_t> hidden = getInt(gpt2 ? "n_embd" : "hidden_size", true, 1 << 24);
+    std::optional<int64_t> heads = getInt(gpt2 ? "n_head" : "num_attention_heads", true, 1 << 20);
     std::optional<int64_t> vocab = getInt("vocab_size");
-    std::optional<int64_t> ffn = getInt(gpt2 ? "n_inner" : "intermediate_size", !gpt2);
+    std::optional<int64_t> ffn = getInt(gpt2 ? "n_inner" : "intermediate_size", !gpt2, 1 << 26);
     std::optional<int64_t> positions = getInt(gpt2 ? "n_positions" : "max_position_embeddings");
-    int64_t kvHeads = gated ? getInt("num_key_value_heads", false).value_or(0) : 0;
+    int64_t kvHeads = gated ? getInt("num_key_value_heads", false, 1 << 20).value_or(0) : 0;
     if (diags.hasErrors())
       return "";
 
     // The sequence: --seq, else the longest the model was trained for.
     int64_t seq = options.seq > 0 ? options.seq : *positions;
+    if (seq > (int64_t(1) << 30)) {
+      diags.error(SMLoc::getFromPointer(text.data()),
+                  "--seq " + Twine(seq) + " is longer than Place's limit of 2^30 tokens");
+      return "";
+    }
     if (gpt2 && options.seq > *positions)
       diags.error(locOf("n_positions"),
                   "--seq " + Twine(options.seq) + " is longer than 'n_positions' " +
@@ -317,7 +330,7 @@ private:
       refuse(gpt2 ? "n_head" : "num_attention_heads",
              "it does not divide the hidden size " + Twine(*hidden) +
                  ", and Place's heads are hidden / heads wide");
-    if (std::optional<int64_t> headDim = gated ? getInt("head_dim", false) : std::nullopt;
+    if (std::optional<int64_t> headDim = gated ? getInt("head_dim", false, 1 << 24) : std::nullopt;
         headDim && *headDim * *heads != *hidden)
       refuse("head_dim", "heads × head_dim = " + Twine(*heads * *headDim) +
                              " differs from the hidden size " + Twine(*hidden) +

@@ -12,11 +12,19 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace placec::bridge::detail {
+
+/// a × b, or INT64_MAX when that overflows (products of degrees and batch sizes read from
+/// untrusted input; the checks that follow reject the saturated value).
+inline int64_t saturatingMul(int64_t a, int64_t b) {
+  int64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? INT64_MAX : product;
+}
 
 /// The names of the prelude's strategies, which no declaration may reuse.
 bool isPreludeName(llvm::StringRef name);

@@ -245,13 +245,18 @@ private:
     return table->as_table()->get(std::string_view(key.data(), key.size()));
   }
 
+  /// A whole number from `min` to 2⁴⁰ (far above any degree, batch or sequence, so that their
+  /// products are checked without overflow).
   std::optional<int64_t> getInt(StringRef path, int64_t min = 1) {
+    constexpr int64_t kMax = int64_t(1) << 40;
     const toml::node *node = lookup(path);
     if (!node)
       return std::nullopt;
-    if (std::optional<int64_t> value = node->value_exact<int64_t>(); value && *value >= min)
+    if (std::optional<int64_t> value = node->value_exact<int64_t>();
+        value && *value >= min && *value <= kMax)
       return value;
-    diags.error(locOf(path), "'" + path + "' must be a whole number of at least " + Twine(min));
+    diags.error(locOf(path),
+                "'" + path + "' must be a whole number from " + Twine(min) + " to 2^40");
     return std::nullopt;
   }
 
@@ -384,7 +389,7 @@ private:
                   "the device count is unknown: give the cluster (--cluster with --from)");
       return false;
     }
-    int64_t others = replicate * tp * pp * cp;
+    int64_t others = saturatingMul(saturatingMul(replicate, tp), saturatingMul(pp, cp));
     int64_t shard = shardValue.value_or(-1);
     if (shard == 0 || shard < -1) {
       refuse("parallelism.data_parallel_shard_degree", "it is -1 (the ranks left over) or at "
@@ -401,11 +406,12 @@ private:
       }
       shard = devices / others;
     }
-    if (others * shard != devices) {
+    if (saturatingMul(others, shard) != devices) {
       diags.error(locOf(shardValue ? "parallelism.data_parallel_shard_degree"
                                    : "parallelism.data_parallel_replicate_degree"),
-                  "the degrees multiply to " + Twine(others * shard) + ", but cluster '" +
-                      options.clusterName + "' has " + Twine(devices) + " devices");
+                  "the degrees multiply to " + Twine(saturatingMul(others, shard)) +
+                      ", but cluster '" + options.clusterName + "' has " + Twine(devices) +
+                      " devices");
       return false;
     }
     if (pp > 1)
@@ -514,21 +520,22 @@ private:
 
     // Batch: local_batch_size per data-parallel rank, global_batch_size reached by gradient
     // accumulation (default: local × data-parallel degree).
-    int64_t dp = replicate * shard;
+    int64_t dp = replicate * shard; // Both divide the device count.
     int64_t global = globalValue.value_or(-1);
     if (global == 0 || global < -1) {
       refuse("training.global_batch_size", "it is -1 (local × data-parallel degree) or at least 1");
       return false;
     }
+    int64_t perStep = saturatingMul(local, dp);
     if (global == -1)
-      global = local * dp;
-    if (global % (local * dp) != 0) {
+      global = perStep;
+    if (perStep == INT64_MAX || global % perStep != 0) {
       refuse("training.global_batch_size",
              Twine(global) + " is not a multiple of local_batch_size × data-parallel degree = " +
-                 Twine(local * dp));
+                 Twine(perStep));
       return false;
     }
-    int64_t accumulation = global / (local * dp);
+    int64_t accumulation = global / perStep;
     if (pp > 1) {
       if (local % microSize != 0) {
         refuse("parallelism.pipeline_parallel_microbatch_size",
@@ -548,7 +555,7 @@ private:
                      "that the number of stages is known");
           return std::nullopt;
         }
-        if (layers <= 0 || layers % (pp * *layersPerStage) != 0) {
+        if (layers <= 0 || layers % saturatingMul(pp, *layersPerStage) != 0) {
           refuse("parallelism.pipeline_parallel_layers_per_stage",
                  Twine(*layersPerStage) + " layers per stage do not divide the model's " +
                      Twine(layers) + " layers into " + Twine(pp) + " ranks");
