@@ -162,7 +162,78 @@ public:
     }
   }
 
+  /// toml++ 3.3 asks whether a character is whitespace with a generated table that reaches an
+  /// unreachable branch for U+00A1-U+0499, U+2D6E-U+3167 (but U+3000) and U+FCD6-U+FEFE, and it
+  /// asks that of characters in strings too. The offset of the first such character that is not
+  /// in a comment (where toml++ does not ask), or npos. A string opens only where TOML allows one
+  /// (after `=`, `[`, `,`, `{`, `.` or at the start of a line), as toml++ reads it.
+  size_t findUnsafeCharacter() const {
+    auto unsafe = [](uint32_t c) {
+      return (c >= 0xA1 && c <= 0x499) || (c >= 0x2D6E && c <= 0x3167 && c != 0x3000) ||
+             (c >= 0xFCD6 && c <= 0xFEFE);
+    };
+    size_t i = 0, n = text.size();
+    char last = '\n';
+    bool inString = false;
+    char quote = 0;
+    bool multiLine = false;
+    while (i < n) {
+      unsigned char c = text[i];
+      if (!inString && c == '#') {
+        while (i < n && text[i] != '\n')
+          ++i;
+        continue;
+      }
+      if (!inString && (c == '"' || c == '\'') &&
+          (last == '=' || last == '[' || last == ',' || last == '{' || last == '.' ||
+           last == '\n')) {
+        inString = true;
+        quote = c;
+        multiLine = text.substr(i).starts_with(StringRef(std::string(3, c)));
+        i += multiLine ? 3 : 1;
+        continue;
+      }
+      if (inString) {
+        if (c == '\\' && quote == '"') {
+          i += 2;
+          continue;
+        }
+        if (multiLine ? text.substr(i).starts_with(StringRef(std::string(3, quote))) : c == quote) {
+          inString = false;
+          i += multiLine ? 3 : 1;
+          last = quote;
+          continue;
+        }
+        if (c == '\n' && !multiLine)
+          inString = false;
+      }
+      if (c >= 0x80) {
+        // Decode the UTF-8 sequence (toml++ rejects malformed ones itself).
+        size_t length = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        uint32_t cp = length == 4 ? c & 0x07 : length == 3 ? c & 0x0F : c & 0x1F;
+        for (size_t k = 1; k < length && i + k < n; ++k)
+          cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+        if (length > 1 && unsafe(cp))
+          return i;
+        i += length;
+        if (!inString)
+          last = 'x';
+        continue;
+      }
+      if (!inString && c != ' ' && c != '\t' && c != '\r')
+        last = c;
+      ++i;
+    }
+    return StringRef::npos;
+  }
+
   bool run(raw_ostream &os) {
+    if (size_t unsafe = findUnsafeCharacter(); unsafe != StringRef::npos) {
+      diags.error(SMLoc::getFromPointer(text.data() + unsafe),
+                  "placec's TOML reader (toml++ 3.3) misreads this character outside a comment; "
+                  "remove it or move it into a comment");
+      return false;
+    }
     toml::parse_result result =
         toml::parse(std::string_view(text.data(), text.size()), options.inputName);
     if (!result) {
