@@ -163,14 +163,16 @@ public:
   }
 
   /// toml++ 3.3 asks whether a character is whitespace with a generated table that reaches an
-  /// unreachable branch for U+00A1-U+0499, U+2D6E-U+3167 (but U+3000) and U+FCD6-U+FEFE, and it
+  /// unreachable branch for U+00A1-U+0499, U+2C5E-U+3057 (but U+3000) and U+FB26-U+FEFE (the
+  /// blocks of 0x3FA code points from U+00A0 whose bit is clear in its mask and that its switch
+  /// does not list: blocks 0, 11 and 63), and it
   /// asks that of characters in strings too. The offset of the first such character that is not
   /// in a comment (where toml++ does not ask), or npos. A string opens only where TOML allows one
   /// (after `=`, `[`, `,`, `{`, `.` or at the start of a line), as toml++ reads it.
   size_t findUnsafeCharacter() const {
     auto unsafe = [](uint32_t c) {
-      return (c >= 0xA1 && c <= 0x499) || (c >= 0x2D6E && c <= 0x3167 && c != 0x3000) ||
-             (c >= 0xFCD6 && c <= 0xFEFE);
+      return (c >= 0xA1 && c <= 0x499) || (c >= 0x2C5E && c <= 0x3057 && c != 0x3000) ||
+             (c >= 0xFB26 && c <= 0xFEFE);
     };
     size_t i = 0, n = text.size();
     char last = '\n';
