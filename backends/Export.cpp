@@ -615,9 +615,22 @@ private:
              "rank is neither");
     if (pipelineSchedule == ir::Schedule::DualPipe)
       refuse("pipeline schedule dualpipe: torchtitan runs DualPipeV, the one-copy form");
-    if (unevenStages())
-      refuse("uneven first and last pipeline stages: torchtitan places stage boundaries by "
-             "module name (pipeline_parallel_split_points), which placec does not write");
+    // Uneven stages become split points: the module names where each stage after the first
+    // starts.
+    std::vector<int64_t> splitPoints;
+    if (unevenStages()) {
+      int64_t layers = run.model->getNumLayers(), stages = view.layersDegree;
+      const ir::Pipeline &pipeline = *strategy.pipeline;
+      int64_t first = pipeline.firstStageLayers, last = pipeline.lastStageLayers;
+      int64_t middleStages = stages - (first > 0) - (last > 0);
+      int64_t rest = layers - first - last;
+      int64_t share = middleStages > 0 ? rest / middleStages : 0;
+      int64_t start = 0;
+      for (int64_t stage = 0; stage + 1 < stages; ++stage) {
+        start += stage == 0 && first > 0 ? first : share;
+        splitPoints.push_back(start);
+      }
+    }
     if (!view.tensorAxes.empty() && !strategy.sequenceParallel)
       refuse("tensor axis " + axisList(mesh, view.tensorAxes) +
              " without sequence parallelism: torchtitan's tensor parallelism always shards the "
@@ -679,6 +692,12 @@ private:
         break;
       }
       os << "pipeline_parallel_schedule = \"" << name << "\"\n";
+      if (!splitPoints.empty()) {
+        os << "pipeline_parallel_split_points = [";
+        for (size_t i = 0; i < splitPoints.size(); ++i)
+          os << (i ? ", " : "") << "\"layers." << splitPoints[i] << "\"";
+        os << "]\n";
+      }
       os << "pipeline_parallel_microbatch_size = " << run.microBatch << "\n";
       if (chunks > 1 && run.model->getNumLayers() > 0)
         os << "pipeline_parallel_layers_per_stage = "

@@ -196,8 +196,12 @@ public:
         continue;
       }
       if (inString) {
+        // An escape: the backslash, then the escaped character (checked below when it is not
+        // ASCII, since toml++ tests it for whitespace).
         if (c == '\\' && quote == '"') {
-          i += 2;
+          ++i;
+          if (i < n && static_cast<unsigned char>(text[i]) < 0x80)
+            ++i;
           continue;
         }
         if (multiLine ? text.substr(i).starts_with(StringRef(std::string(3, quote))) : c == quote) {
@@ -384,6 +388,60 @@ private:
   /// Reports a key whose value Place cannot express.
   void refuse(StringRef path, const Twine &why) {
     diags.error(locOf(path), "torchtitan key '" + path + "': " + why);
+  }
+
+  /// `pipeline_parallel_split_points` as Place's `, first = f, last = l` (empty for an even
+  /// split); reports what Place cannot express.
+  std::string readSplitPoints(ArrayRef<std::string> points, int64_t pp, int64_t layers,
+                              StringRef schedule) {
+    StringRef key = "parallelism.pipeline_parallel_split_points";
+    if (schedule != "1F1B" && schedule != "GPipe") {
+      refuse(key, "split points with '" + schedule +
+                      "': Place gives the first and last stages their own sizes under 1F1B and "
+                      "GPipe only");
+      return "";
+    }
+    if (int64_t(points.size()) != pp - 1) {
+      refuse(key, Twine(points.size()) + " split points make " + Twine(points.size() + 1) +
+                      " stages, but pipeline_parallel_degree is " + Twine(pp));
+      return "";
+    }
+    if (layers <= 0) {
+      refuse(key, "the model's layer count is unknown");
+      return "";
+    }
+    std::vector<int64_t> starts = {0};
+    for (const std::string &point : points) {
+      StringRef rest(point);
+      int64_t index = 0;
+      if (!rest.consume_front("layers.") || rest.getAsInteger(10, index) ||
+          index <= starts.back() || index >= layers) {
+        refuse(key, "'" + point + "' is not \"layers.N\" with N increasing from 1 to " +
+                        Twine(layers - 1));
+        return "";
+      }
+      starts.push_back(index);
+    }
+    starts.push_back(layers);
+    std::vector<int64_t> sizes;
+    for (size_t i = 0; i + 1 < starts.size(); ++i)
+      sizes.push_back(starts[i + 1] - starts[i]);
+    int64_t first = sizes.front(), last = sizes.back();
+    for (size_t i = 1; i + 1 < sizes.size(); ++i)
+      if (sizes[i] != sizes[1]) {
+        refuse(key, "the middle stages hold different numbers of layers; Place gives the first "
+                    "and the last stage their own sizes and the others an even share");
+        return "";
+      }
+    int64_t middle = sizes.size() > 2 ? sizes[1] : 0;
+    if (sizes.size() > 2 && first == middle && last == middle)
+      return ""; // An even split.
+    std::string out;
+    if (sizes.size() == 2 || first != middle)
+      out += ", first = " + std::to_string(first);
+    if (sizes.size() == 2 || last != middle)
+      out += ", last = " + std::to_string(last);
+    return out;
   }
 
   bool translate(Imported &imported, StringRef name, std::string &modelText,
@@ -584,12 +642,13 @@ private:
         !getString("parallelism.pipeline_parallel_schedule_csv").value_or("").empty())
       refuse("parallelism.pipeline_parallel_schedule_csv",
              "a schedule read from a file has no Place equivalent");
+    // Split points "layers.N" (where each stage after the first starts) with one stage per rank:
+    // Place's first and last stage sizes when the middle stages share the rest evenly.
+    std::string uneven;
     if (std::optional<std::vector<std::string>> points =
             getList("parallelism.pipeline_parallel_split_points");
         points && !points->empty())
-      refuse("parallelism.pipeline_parallel_split_points",
-             "split points by module name are not translated; placec splits the layers evenly "
-             "(or with first and last stage sizes)");
+      uneven = readSplitPoints(*points, pp, layers, schedule);
 
     // Batch: local_batch_size per data-parallel rank, global_batch_size reached by gradient
     // accumulation (default: local × data-parallel degree).
@@ -647,7 +706,8 @@ private:
         if (layersPerStage)
           chunksOf(1);
         imported.pipeline =
-            (schedule == "1F1B" ? "1f1b(microbatches = " : "gpipe(microbatches = ") + n + ")";
+            (schedule == "1F1B" ? "1f1b(microbatches = " : "gpipe(microbatches = ") + n + uneven +
+            ")";
       } else if (schedule == "Interleaved1F1B") {
         if (std::optional<int64_t> chunks = chunksOf(0))
           imported.pipeline =
