@@ -145,6 +145,15 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
       refuse(model.loc, "bias = qkv",
              "placert's transformer has biases on every linear layer or on none; declare "
              "bias = true or bias = false");
+    if (config.headDim > 0 && config.headDim * config.heads != config.hidden)
+      refuse(model.loc, "head_dim = " + Twine(config.headDim),
+             "the trainer's attention heads are hidden/heads wide");
+    if (config.qkNorm)
+      refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+    if (config.moe.isEnabled())
+      refuse(model.loc, "experts = " + Twine(config.moe.experts),
+             "placert's transformer blocks have dense MLPs; mixture-of-experts layers are "
+             "analysed, not compiled");
     if (config.tiedEmbeddings && stages > 1)
       refuse(strategy.pipeline ? strategy.pipeline->loc : strategyLoc,
              "tied embeddings across " + Twine(stages) + " pipeline stages",

@@ -135,6 +135,15 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
            "the GPU trainer ties the output layer to the embedding");
   if (!config.bias)
     refuse(model.loc, "bias = " + config.getBiasText(), "the GPU trainer's layers have biases");
+  if (config.headDim > 0 && config.headDim * config.heads != config.hidden)
+    refuse(model.loc, "head_dim = " + Twine(config.headDim),
+           "the trainer's attention heads are hidden/heads wide");
+  if (config.qkNorm)
+    refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+  if (config.moe.isEnabled())
+    refuse(model.loc, "experts = " + Twine(config.moe.experts),
+           "the GPU trainer's layers have dense MLPs; mixture-of-experts layers are analysed, not "
+           "compiled for CUDA");
   if (config.getKvHeads() != config.heads)
     refuse(model.loc,
            "kv_heads = " + Twine(config.getKvHeads()) + " with heads = " + Twine(config.heads),
@@ -161,6 +170,9 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
       refuseStrategy(loc, "sequence axis '" + axis.name + "' of size " + Twine(axis.size),
                      "context parallelism is not implemented on CUDA yet (the CPU target runs "
                      "it)");
+    else if (axis.kind == ir::AxisKind::Expert)
+      refuseStrategy(loc, "expert axis '" + axis.name + "' of size " + Twine(axis.size),
+                     "expert parallelism is not implemented on CUDA");
     else
       refuseStrategy(loc, "layers axis '" + axis.name + "' of size " + Twine(axis.size),
                      "pipeline parallelism is not implemented on CUDA yet");

@@ -50,7 +50,8 @@ struct MeshView {
   std::vector<unsigned> layersAxes;
   std::vector<unsigned> order; ///< Every axis of size > 1, outermost first.
   std::vector<unsigned> contextAxes;
-  int64_t batchDegree = 1, tensorDegree = 1, layersDegree = 1, contextDegree = 1;
+  std::vector<unsigned> expertAxes;
+  int64_t batchDegree = 1, tensorDegree = 1, layersDegree = 1, contextDegree = 1, expertDegree = 1;
 };
 
 MeshView viewMesh(const ir::Mesh &mesh) {
@@ -78,6 +79,10 @@ MeshView viewMesh(const ir::Mesh &mesh) {
     case ir::AxisKind::Sequence:
       view.contextAxes.push_back(index);
       view.contextDegree *= axis.size;
+      break;
+    case ir::AxisKind::Expert:
+      view.expertAxes.push_back(index);
+      view.expertDegree *= axis.size;
       break;
     }
   }
@@ -151,6 +156,8 @@ public:
     if (view.contextAxes.size() > 1)
       refuse("several sequence axes " + axisList(mesh, view.contextAxes) + ": " + toString(target) +
              " has one context-parallel group");
+    if (!view.expertAxes.empty() || run.model->isMoe())
+      refuse("mixture-of-experts layers and expert axes are not exported");
     switch (target) {
     case Target::DeepSpeed:
       writeDeepSpeed(out);

@@ -121,6 +121,26 @@ void JsonWriter::writeModel(const ir::Model &model) {
     out.attribute("seq", config.seq);
     out.attribute("vocab", config.vocab);
     out.attribute("ffn", config.ffn);
+    out.attribute("kv_heads", config.getKvHeads());
+    if (model.isMoe()) {
+      const ir::MoeConfig &moe = config.moe;
+      out.attribute("active_params", model.getActiveParams());
+      out.attribute("expert_params", model.getExpertParams());
+      out.attributeObject("moe", [&] {
+        out.attribute("experts", moe.experts);
+        out.attribute("top_k", moe.topK);
+        out.attribute("expert_ffn", moe.expertFfn);
+        out.attribute("shared_experts", moe.sharedExperts);
+        out.attribute("shared_expert_ffn", moe.sharedExpertFfn);
+        out.attribute("moe_layers", moe.getNumMoeLayers(config.layers));
+        out.attribute("router", ir::toString(moe.router));
+        if (moe.capacityFactor)
+          out.attribute("capacity_factor", *moe.capacityFactor);
+        else
+          out.attribute("capacity_factor", nullptr);
+        out.attribute("imbalance", moe.imbalance);
+      });
+    }
   } else if (model.kind == ir::ModelKind::Mlp) {
     out.attribute("layers", model.mlp.layers);
     out.attribute("width", model.mlp.width);

@@ -368,7 +368,13 @@ std::string describeOptimizerBytes(ir::Precision precision, ir::OptimizerKind op
 
 std::string describeModel(const ir::Model &model) {
   std::string text = fmt::format("{} params", formatCount(static_cast<double>(model.numParams)));
-  if (model.kind == ir::ModelKind::Transformer)
+  if (model.isMoe()) {
+    const ir::MoeConfig &moe = model.transformer.moe;
+    text += fmt::format(" ({} active), {} layers ({} MoE: {} experts, top-{})",
+                        formatCount(static_cast<double>(model.getActiveParams())),
+                        model.transformer.layers, moe.getNumMoeLayers(model.transformer.layers),
+                        moe.experts, moe.topK);
+  } else if (model.kind == ir::ModelKind::Transformer)
     text += fmt::format(", {} layers", model.transformer.layers);
   else if (model.kind == ir::ModelKind::Mlp)
     text += fmt::format(", {} layers", model.mlp.layers);
@@ -383,7 +389,7 @@ std::string describeCluster(const ir::Cluster &cluster) {
 }
 
 std::string describeBatch(const ir::Run &run) {
-  int64_t batchDegree = run.strategy->mesh.getDegree(ir::AxisKind::Batch);
+  int64_t batchDegree = run.strategy->mesh.getSampleDegree();
   return fmt::format("{} × {} × {} = {}", run.microBatch, batchDegree,
                      std::max<int64_t>(1, run.microbatchesPerStep), run.globalBatch);
 }

@@ -8,6 +8,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -148,6 +149,9 @@ private:
   std::optional<double> getQuantity(const ast::Value &value, StringRef what, Dimension dimension,
                                     bool allowZero = false);
   std::optional<double> getFraction(const ast::Value &value, StringRef what);
+  /// A plain number in [min, max] (in (min, max] when `minExclusive`).
+  std::optional<double> getReal(const ast::Value &value, StringRef what, double min, double max,
+                                bool minExclusive = false);
   std::optional<bool> getBool(const ast::Value &value, StringRef what);
   /// A name from a fixed set of choices.
   std::optional<std::string> getChoice(const ast::Value &value, StringRef what,
@@ -161,6 +165,9 @@ private:
   //===--------------------------------------------------------------------===//
 
   void buildModel(const ast::ModelDecl &decl);
+  /// Reads the mixture-of-experts fields of a transformer into `config.moe`.
+  bool buildMoe(const ast::ModelDecl &decl, const StringMap<const ast::Field *> &fields,
+                ir::TransformerConfig &config);
   void buildCluster(const ast::ClusterDecl &decl);
   void buildRun(const ast::RunDecl &decl);
 
@@ -456,6 +463,30 @@ std::optional<double> Sema::getFraction(const ast::Value &value, StringRef what)
   return value.number;
 }
 
+/// A real number as `%g` spells it: 1000, 0.01, 4.
+static std::string spellReal(double value) {
+  std::string text;
+  raw_string_ostream(text) << format("%g", value);
+  return text;
+}
+
+std::optional<double> Sema::getReal(const ast::Value &value, StringRef what, double min, double max,
+                                    bool minExclusive) {
+  if (value.kind != ast::Value::Kind::Number) {
+    diags.error(value.getLoc(), Twine("'") + what + "' must be a plain number, found " +
+                                    kindNoun(value.kind) + " '" + spell(value) + "'");
+    return std::nullopt;
+  }
+  bool below = minExclusive ? !(value.number > min) : !(value.number >= min);
+  if (below || !(value.number <= max)) {
+    diags.error(value.getLoc(), Twine("'") + what + "' must be in " + (minExclusive ? "(" : "[") +
+                                    spellReal(min) + ", " + spellReal(max) + "], found " +
+                                    value.numberText);
+    return std::nullopt;
+  }
+  return value.number;
+}
+
 std::optional<bool> Sema::getBool(const ast::Value &value, StringRef what) {
   if (value.kind == ast::Value::Kind::Name && (value.text == "true" || value.text == "false"))
     return value.text == "true";
@@ -519,6 +550,88 @@ std::optional<ParamValue> Sema::getParamCount(const ast::Value &value, StringRef
 // Models
 //===----------------------------------------------------------------------===//
 
+bool Sema::buildMoe(const ast::ModelDecl &decl, const StringMap<const ast::Field *> &fields,
+                    ir::TransformerConfig &config) {
+  static const char *const moeKeys[] = {
+      "top_k",        "expert_ffn", "shared_experts",  "shared_expert_ffn", "moe_every",
+      "dense_layers", "router",     "capacity_factor", "aux_loss",          "imbalance"};
+  const ast::Field *expertsField = fields.lookup("experts");
+  if (!expertsField) {
+    bool ok = true;
+    for (const char *key : moeKeys)
+      if (const ast::Field *field = fields.lookup(key)) {
+        diags.error(field->keyLoc, Twine("'") + key +
+                                       "' applies to mixture-of-experts layers; write 'experts = "
+                                       "N;' to make this a mixture-of-experts model");
+        ok = false;
+      }
+    return ok;
+  }
+  ir::MoeConfig &moe = config.moe;
+  bool ok = true;
+  auto count = [&](StringRef key, int64_t &out, int64_t min, int64_t max) {
+    if (const ast::Field *field = fields.lookup(key)) {
+      std::optional<int64_t> value = getCount(field->value, key, min, max);
+      ok &= value.has_value();
+      out = value.value_or(out);
+    }
+  };
+  count("experts", moe.experts, 2, 1 << 16);
+  if (!ok)
+    return false;
+  if (!fields.lookup("top_k")) {
+    diags.error(expertsField->keyLoc,
+                "a mixture-of-experts model needs 'top_k', the experts each token is sent to");
+    return false;
+  }
+  count("top_k", moe.topK, 1, moe.experts);
+  moe.expertFfn = config.ffn;
+  count("expert_ffn", moe.expertFfn, 1, 1 << 26);
+  count("shared_experts", moe.sharedExperts, 0, 1 << 10);
+  moe.sharedExpertFfn = moe.expertFfn;
+  if (const ast::Field *field = fields.lookup("shared_expert_ffn")) {
+    if (moe.sharedExperts == 0) {
+      diags.error(field->keyLoc,
+                  "'shared_expert_ffn' needs shared experts: write 'shared_experts = N;'");
+      ok = false;
+    }
+    count("shared_expert_ffn", moe.sharedExpertFfn, 1, 1 << 26);
+  }
+  count("moe_every", moe.every, 1, std::max<int64_t>(config.layers, 1));
+  count("dense_layers", moe.denseLayers, 0, std::max<int64_t>(config.layers - 1, 0));
+  if (const ast::Field *field = fields.lookup("router")) {
+    std::optional<std::string> choice = getChoice(field->value, "router", {"softmax", "sigmoid"});
+    ok &= choice.has_value();
+    if (choice)
+      moe.router = *choice == "softmax" ? ir::RouterKind::Softmax : ir::RouterKind::Sigmoid;
+  }
+  if (const ast::Field *field = fields.lookup("capacity_factor")) {
+    std::optional<double> value = getReal(field->value, "capacity_factor", 0, 1e3, true);
+    ok &= value.has_value();
+    moe.capacityFactor = value;
+  }
+  if (const ast::Field *field = fields.lookup("aux_loss")) {
+    std::optional<double> value = getReal(field->value, "aux_loss", 0, 1);
+    ok &= value.has_value();
+    moe.auxLoss = value.value_or(moe.auxLoss);
+  }
+  if (const ast::Field *field = fields.lookup("imbalance")) {
+    // The busiest expert cannot get more than every token, experts / top_k times the mean.
+    double most = static_cast<double>(moe.experts) / std::max<int64_t>(moe.topK, 1);
+    std::optional<double> value = getReal(field->value, "imbalance", 1, most);
+    ok &= value.has_value();
+    moe.imbalance = value.value_or(1.0);
+    if (value && moe.capacityFactor) {
+      diags.error(field->keyLoc,
+                  "'imbalance' describes dropless routing; with 'capacity_factor' every expert "
+                  "computes its full capacity");
+      ok = false;
+    }
+  }
+  (void)decl;
+  return ok;
+}
+
 void Sema::buildModel(const ast::ModelDecl &decl) {
   auto model = std::make_unique<ir::Model>();
   model->name = decl.name;
@@ -543,9 +656,32 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     model->numParams = *params;
   } else if (decl.modelKind == "transformer") {
     model->kind = ir::ModelKind::Transformer;
-    static const std::vector<std::string> keys = {
-        "layers", "hidden",   "heads",     "seq",       "vocab",          "ffn", "mlp", "norm",
-        "bias",   "kv_heads", "attention", "positions", "tied_embeddings"};
+    static const std::vector<std::string> keys = {"layers",
+                                                  "hidden",
+                                                  "heads",
+                                                  "seq",
+                                                  "vocab",
+                                                  "ffn",
+                                                  "mlp",
+                                                  "norm",
+                                                  "bias",
+                                                  "kv_heads",
+                                                  "attention",
+                                                  "positions",
+                                                  "tied_embeddings",
+                                                  "experts",
+                                                  "top_k",
+                                                  "expert_ffn",
+                                                  "shared_experts",
+                                                  "shared_expert_ffn",
+                                                  "moe_every",
+                                                  "dense_layers",
+                                                  "router",
+                                                  "capacity_factor",
+                                                  "aux_loss",
+                                                  "imbalance",
+                                                  "head_dim",
+                                                  "qk_norm"};
     auto fields = collectFields(decl, "a transformer", keys);
     ok &= requireFields(decl, "transformer", fields, {"layers", "hidden", "heads", "seq", "vocab"});
     ir::TransformerConfig &config = model->transformer;
@@ -564,6 +700,12 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     config.ffn = 4 * config.hidden;
     count("ffn", config.ffn, 1 << 26);
     count("kv_heads", config.kvHeads, 1 << 20);
+    count("head_dim", config.headDim, 1 << 16);
+    if (const ast::Field *field = fields.lookup("qk_norm")) {
+      std::optional<bool> value = getBool(field->value, "qk_norm");
+      ok &= value.has_value();
+      config.qkNorm = value.value_or(false);
+    }
     if (const ast::Field *field = fields.lookup("attention")) {
       std::optional<std::string> choice =
           getChoice(field->value, "attention", {"flash", "materialized"});
@@ -602,9 +744,16 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       ok &= value.has_value();
       config.tiedEmbeddings = value.value_or(true);
     }
+    ok &= buildMoe(decl, fields, config);
+    if (ok && config.moe.isEnabled() && config.attention == ir::AttentionKind::Materialized) {
+      diags.error(fields["attention"]->value.getLoc(),
+                  "attention = materialized keeps Korthikanti et al.'s accounting of dense "
+                  "layers; mixture-of-experts layers are accounted with fused attention (flash)");
+      ok = false;
+    }
     if (!ok)
       return;
-    if (config.hidden % config.heads != 0) {
+    if (config.headDim == 0 && config.hidden % config.heads != 0) {
       diags.error(fields["heads"]->value.getLoc(), Twine("hidden size ") + Twine(config.hidden) +
                                                        " is not divisible by " +
                                                        Twine(config.heads) + " heads");
@@ -619,8 +768,18 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       return;
     }
     double h = config.hidden, l = config.layers, f = config.ffn;
-    double estimate =
-        l * (4 * h * h + 3 * h * f + 16 * h + 3 * f) + (2.0 * config.vocab + config.seq + 2) * h;
+    // Attention projections wider than h with head_dim.
+    double attentionWidth =
+        config.headDim > 0 ? static_cast<double>(config.heads) * config.headDim : h;
+    // MoE layers hold every routed and shared expert's MLP in place of the dense one.
+    const ir::MoeConfig &moe = config.moe;
+    double moeLayers = static_cast<double>(moe.getNumMoeLayers(config.layers));
+    double mlpWidth = (l - moeLayers) * f +
+                      moeLayers * (static_cast<double>(moe.experts) * moe.expertFfn +
+                                   static_cast<double>(moe.sharedExperts) * moe.sharedExpertFfn);
+    double estimate = l * (4 * h * std::max(h, attentionWidth) + 16 * h) + mlpWidth * (3 * h + 3) +
+                      moeLayers * static_cast<double>(moe.experts) * 2 * h +
+                      (2.0 * config.vocab + config.seq + 2) * h;
     if (estimate > kMaxParams) {
       diags.error(decl.nameLoc, Twine("model '") + decl.name + "' is too large: about " +
                                     formatEstimate(estimate) +
@@ -983,6 +1142,8 @@ std::optional<ir::AxisKind> parseAxisKind(StringRef text) {
     return ir::AxisKind::Layers;
   if (text == "sequence")
     return ir::AxisKind::Sequence;
+  if (text == "expert")
+    return ir::AxisKind::Expert;
   return std::nullopt;
 }
 
@@ -1008,11 +1169,12 @@ std::unique_ptr<ir::Strategy> Sema::bindBody(const ast::StrategyDecl &decl, cons
       if (!axisDecl.kind.empty()) {
         std::optional<ir::AxisKind> kind = parseAxisKind(axisDecl.kind);
         if (!kind) {
-          diags.error(axisDecl.kindLoc,
-                      Twine("unknown axis kind '") + axisDecl.kind +
-                          "': expected batch, tensor, layers or sequence" +
-                          didYouMean(axisDecl.kind, {"batch", "tensor", "layers", "sequence"}),
-                      "placement");
+          diags.error(
+              axisDecl.kindLoc,
+              Twine("unknown axis kind '") + axisDecl.kind +
+                  "': expected batch, tensor, layers, sequence or expert" +
+                  didYouMean(axisDecl.kind, {"batch", "tensor", "layers", "sequence", "expert"}),
+              "placement");
           ok = false;
           continue;
         }
@@ -1025,11 +1187,13 @@ std::unique_ptr<ir::Strategy> Sema::bindBody(const ast::StrategyDecl &decl, cons
         axis.kind = ir::AxisKind::Layers;
       } else if (axisDecl.name == "cp") {
         axis.kind = ir::AxisKind::Sequence;
+      } else if (axisDecl.name == "ep") {
+        axis.kind = ir::AxisKind::Expert;
       } else {
         diags.error(axisDecl.nameLoc,
                     Twine("axis '") + axisDecl.name + "' needs a kind: write '" + axisDecl.name +
-                        ": batch = …' (or tensor, layers, sequence); only dp, tp, "
-                        "pp and cp imply theirs",
+                        ": batch = …' (or tensor, layers, sequence, expert); only dp, "
+                        "tp, pp, cp and ep imply theirs",
                     "placement");
         ok = false;
         continue;
@@ -1070,6 +1234,8 @@ std::unique_ptr<ir::Strategy> Sema::bindBody(const ast::StrategyDecl &decl, cons
     return nullptr;
 
   for (ir::StatePlacement &placement : strategy->placements)
+    placement.axes.resize(strategy->mesh.axes.size());
+  for (ir::StatePlacement &placement : strategy->expertPlacements)
     placement.axes.resize(strategy->mesh.axes.size());
 
   StringMap<SMLoc> statesSeen;
@@ -1156,26 +1322,42 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
   if (placement.state == "context" || placement.state == "async_tp")
     return bindSetting(placement, strategy);
   std::optional<ir::State> state;
-  if (placement.state == "params")
+  StringRef stateName = placement.state;
+  // `expert_params`, `expert_grads`, `expert_optimizer`: the routed experts' states.
+  bool expert = stateName.consume_front("expert_");
+  if (stateName == "params")
     state = ir::State::Params;
-  else if (placement.state == "grads")
+  else if (stateName == "grads")
     state = ir::State::Grads;
-  else if (placement.state == "optimizer")
+  else if (stateName == "optimizer")
     state = ir::State::Optimizer;
-  else if (placement.state == "activations")
+  else if (stateName == "activations" && !expert)
     state = ir::State::Activations;
   if (!state) {
-    diags.error(placement.stateLoc,
-                Twine("unknown state '") + placement.state +
-                    "': expected params, grads, optimizer or activations (or the settings "
-                    "context and async_tp)" +
-                    didYouMean(placement.state, {"params", "grads", "optimizer", "activations",
-                                                 "mesh", "pipeline", "context", "async_tp"}));
+    diags.error(
+        placement.stateLoc,
+        Twine("unknown state '") + placement.state +
+            "': expected params, grads, optimizer or activations, their experts' "
+            "expert_params, expert_grads and expert_optimizer, or the settings context "
+            "and async_tp" +
+            didYouMean(placement.state, {"params", "grads", "optimizer", "activations",
+                                         "expert_params", "expert_grads", "expert_optimizer",
+                                         "mesh", "pipeline", "context", "async_tp"}));
     return false;
   }
-  ir::StatePlacement &target = strategy.getPlacement(*state);
+  ir::StatePlacement &target =
+      expert ? strategy.getExpertPlacement(*state) : strategy.getPlacement(*state);
   target.loc = placement.stateLoc;
   bool ok = true;
+  if (expert && !placement.tier.empty()) {
+    diags.error(placement.tierLoc,
+                Twine("'") + placement.state +
+                    "' takes no tier: the experts' states live where the dense ones do; write "
+                    "the tier on '" +
+                    stateName + "'",
+                "placement");
+    return false;
+  }
   if (!placement.tier.empty()) {
     if (placement.tier == "device")
       target.tier = ir::Tier::Device;
@@ -1311,6 +1493,16 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
         ok = false;
         continue;
       }
+      if (axis.kind == ir::AxisKind::Expert && expert && *kind != ir::PlacementMode::Sharded) {
+        diags.error(value.getLoc(),
+                    Twine("'") + mode.name + "(" + axis.name + ")' is not allowed: '" + axis.name +
+                        "' is an expert axis, which splits the routed experts among its devices "
+                        "and never gathers them; leave it out or write 'shard(" +
+                        axis.name + ")'",
+                    "placement");
+        ok = false;
+        continue;
+      }
       if (axis.kind == ir::AxisKind::Tensor && *kind != ir::PlacementMode::Sharded) {
         diags.error(value.getLoc(),
                     Twine("'") + mode.name + "(" + axis.name + ")' is not allowed: '" + axis.name +
@@ -1418,7 +1610,8 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
       if (axis.kind != ir::AxisKind::Tensor) {
         diags.error(value.getLoc(),
                     Twine("activations are always split ") +
-                        (axis.kind == ir::AxisKind::Batch      ? "by the batch"
+                        (axis.kind == ir::AxisKind::Batch || axis.kind == ir::AxisKind::Expert
+                             ? "by the batch"
                          : axis.kind == ir::AxisKind::Sequence ? "along the sequence"
                                                                : "by pipeline stage") +
                         " over '" + axis.name +
@@ -1555,9 +1748,15 @@ void Sema::applyDefaults(ir::Strategy &strategy) {
         slot.mode = state == ir::State::Activations ? ir::PlacementMode::SequenceSplit
                                                     : ir::PlacementMode::Replicated;
         break;
+      case ir::AxisKind::Expert:
+        // Dense tensors see an expert axis as a batch axis.
+        slot.mode = state == ir::State::Activations ? ir::PlacementMode::BatchSplit
+                                                    : ir::PlacementMode::Replicated;
+        break;
       }
     }
   }
+  ir::resolveExpertPlacements(strategy);
 }
 
 std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> operands,
@@ -1679,6 +1878,9 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
       }
       if (!to.loc.isValid())
         to.loc = from.loc;
+      ir::StatePlacement &toExpert = result->getExpertPlacement(state);
+      if (!toExpert.loc.isValid())
+        toExpert.loc = operand.getExpertPlacement(state).loc;
     }
   }
   if (!ok)
@@ -1688,8 +1890,11 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
   for (const ir::Strategy *operand : operands) {
     for (size_t a = 0; a < operand->mesh.axes.size(); ++a) {
       result->mesh.axes.push_back(operand->mesh.axes[a]);
-      for (ir::State state : ir::kAllStates)
+      for (ir::State state : ir::kAllStates) {
         result->getPlacement(state).axes.push_back(operand->getPlacement(state).axes[a]);
+        result->getExpertPlacement(state).axes.push_back(
+            operand->getExpertPlacement(state).axes[a]);
+      }
     }
   }
   if (result->mesh.getNumDevices() > kMaxDevices) {
@@ -1848,7 +2053,7 @@ void Sema::buildRun(const ast::RunDecl &decl) {
   if (strategy.pipeline && strategy.pipeline->microbatches) {
     run->microbatchesPerStep = *strategy.pipeline->microbatches;
   } else {
-    int64_t perStep = run->microBatch * strategy.mesh.getDegree(ir::AxisKind::Batch);
+    int64_t perStep = run->microBatch * strategy.mesh.getSampleDegree();
     run->microbatchesPerStep =
         perStep > 0 && run->globalBatch % perStep == 0 ? run->globalBatch / perStep : 0;
   }

@@ -79,6 +79,33 @@ StringRef toString(PositionKind positions) {
   llvm_unreachable("unknown PositionKind");
 }
 
+void resolveExpertPlacements(Strategy &strategy) {
+  // The routed experts' states: split over the expert axes, by tensor kind over the tensor axes
+  // and by stage over the layers axis; on the other batch axes as written, else as the dense
+  // state is placed there.
+  for (State state : kAllStates) {
+    const StatePlacement &dense = strategy.getPlacement(state);
+    StatePlacement &placement = strategy.getExpertPlacement(state);
+    placement.axes.resize(strategy.mesh.axes.size());
+    placement.tier = dense.tier;
+    for (size_t i = 0; i < strategy.mesh.axes.size(); ++i) {
+      AxisPlacement &slot = placement.axes[i];
+      if (slot.isExplicit)
+        continue;
+      if (strategy.mesh.axes[i].kind == AxisKind::Expert && state != State::Activations) {
+        slot.mode = PlacementMode::Sharded;
+        continue;
+      }
+      slot.mode = i < dense.axes.size() ? dense.axes[i].mode : PlacementMode::Replicated;
+      slot.keepAfterForward = i < dense.axes.size() && dense.axes[i].keepAfterForward;
+    }
+  }
+}
+
+StringRef toString(RouterKind router) {
+  return router == RouterKind::Softmax ? "softmax" : "sigmoid";
+}
+
 StringRef toString(AttentionKind attention) {
   switch (attention) {
   case AttentionKind::Flash:
@@ -111,6 +138,8 @@ StringRef toString(AxisKind kind) {
     return "layers";
   case AxisKind::Sequence:
     return "sequence";
+  case AxisKind::Expert:
+    return "expert";
   }
   llvm_unreachable("unknown AxisKind");
 }

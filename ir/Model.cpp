@@ -63,10 +63,13 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
   const int64_t vocab = config.vocab;
   // Grouped-query attention (Ainslie et al. 2023): the queries keep `heads` heads of h/heads
   // columns, keys and values have `kv_heads` heads each.
+  // With `head_dim` the query and output projections are heads·head_dim wide instead of h.
+  const int64_t headDim = config.getHeadDim();
+  const int64_t queryWidth = config.headDim > 0 ? saturatingMul(config.heads, headDim) : h;
   const bool grouped = config.kvHeads > 0 && config.kvHeads != config.heads && config.heads > 0;
-  const int64_t qkvRows =
-      grouped ? saturatingAdd(h, saturatingMul(2, saturatingMul(config.kvHeads, h / config.heads)))
-              : saturatingMul(3, h);
+  const int64_t kvWidth =
+      config.headDim > 0 || grouped ? saturatingMul(config.getKvHeads(), headDim) : h;
+  const int64_t qkvRows = saturatingAdd(queryWidth, saturatingMul(2, kvWidth));
   const bool layerNorm = config.norm == NormKind::LayerNorm;
   const int64_t numLayers = std::max<int64_t>(config.layers, 0);
   const int headLayer = toLayerIndex(numLayers);
@@ -82,6 +85,58 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
       builder.add(prefix + ".bias", {h}, TensorSplit::Replicated, layer);
   };
 
+  // A feed-forward block of `width` (times `experts` stacked on the first dimension when
+  // `experts` > 0): gelu's fc and proj, or swiglu's gate, up and down, as Megatron-LM splits them.
+  auto addMlp = [&](const std::string &prefix, int64_t width, int64_t experts, int layer,
+                    bool expert) {
+    auto shape = [&](std::vector<int64_t> dims) {
+      if (experts > 0)
+        dims.insert(dims.begin(), experts);
+      return dims;
+    };
+    auto add = [&](const Twine &name, std::vector<int64_t> dims, TensorSplit split) {
+      builder.add(name, shape(std::move(dims)), split, layer);
+      tensors.back().expert = expert;
+    };
+    // A row-parallel bias is replicated over the tensor axes; stacked per expert it is still
+    // one row per expert.
+    switch (config.mlp) {
+    case MlpActivation::Gelu:
+      add(prefix + ".fc.weight", {width, h}, TensorSplit::Column);
+      if (config.bias)
+        add(prefix + ".fc.bias", {width}, TensorSplit::Column);
+      add(prefix + ".proj.weight", {h, width}, TensorSplit::Row);
+      if (config.bias)
+        add(prefix + ".proj.bias", {h}, TensorSplit::Replicated);
+      break;
+    case MlpActivation::Swiglu:
+      add(prefix + ".gate.weight", {width, h}, TensorSplit::Column);
+      if (config.bias)
+        add(prefix + ".gate.bias", {width}, TensorSplit::Column);
+      add(prefix + ".up.weight", {width, h}, TensorSplit::Column);
+      if (config.bias)
+        add(prefix + ".up.bias", {width}, TensorSplit::Column);
+      add(prefix + ".down.weight", {h, width}, TensorSplit::Row);
+      if (config.bias)
+        add(prefix + ".down.bias", {h}, TensorSplit::Replicated);
+      break;
+    }
+  };
+  // A mixture-of-experts block (Shazeer et al. 2017; Fedus et al. 2021): the router's linear
+  // scores, the routed experts stacked, and the shared experts as one MLP of their summed width
+  // (DeepSeek-V3's and Qwen2-MoE's shared experts are one wide MLP of the same activation).
+  const MoeConfig &moe = config.moe;
+  auto addMoe = [&](const std::string &prefix, int layer) {
+    builder.add(prefix + ".router.weight", {moe.experts, h}, TensorSplit::Replicated, layer);
+    addMlp(prefix + ".experts", moe.expertFfn > 0 ? moe.expertFfn : ffn, moe.experts, layer, true);
+    if (moe.sharedExperts > 0)
+      addMlp(prefix + ".shared",
+             saturatingMul(moe.sharedExperts, moe.sharedExpertFfn > 0 ? moe.sharedExpertFfn
+                                              : moe.expertFfn > 0     ? moe.expertFfn
+                                                                      : ffn),
+             0, layer, false);
+  };
+
   for (int64_t l = 0; l < numLayers; ++l) {
     const int layer = toLayerIndex(l);
     const std::string prefix = (Twine("layers.") + Twine(l)).str();
@@ -89,31 +144,19 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
     builder.add(prefix + ".attn.qkv.weight", {qkvRows, h}, TensorSplit::Column, layer);
     if (config.bias || config.qkvBias)
       builder.add(prefix + ".attn.qkv.bias", {qkvRows}, TensorSplit::Column, layer);
-    builder.add(prefix + ".attn.proj.weight", {h, h}, TensorSplit::Row, layer);
+    if (config.qkNorm) {
+      builder.add(prefix + ".attn.q_norm.weight", {headDim}, TensorSplit::Replicated, layer);
+      builder.add(prefix + ".attn.k_norm.weight", {headDim}, TensorSplit::Replicated, layer);
+    }
+    builder.add(prefix + ".attn.proj.weight", {h, queryWidth}, TensorSplit::Row, layer);
     if (config.bias)
       builder.add(prefix + ".attn.proj.bias", {h}, TensorSplit::Replicated, layer);
     addNorm(prefix + ".ln2", layer);
-    switch (config.mlp) {
-    case MlpActivation::Gelu:
-      builder.add(prefix + ".mlp.fc.weight", {ffn, h}, TensorSplit::Column, layer);
-      if (config.bias)
-        builder.add(prefix + ".mlp.fc.bias", {ffn}, TensorSplit::Column, layer);
-      builder.add(prefix + ".mlp.proj.weight", {h, ffn}, TensorSplit::Row, layer);
-      if (config.bias)
-        builder.add(prefix + ".mlp.proj.bias", {h}, TensorSplit::Replicated, layer);
-      break;
-    case MlpActivation::Swiglu:
-      builder.add(prefix + ".mlp.gate.weight", {ffn, h}, TensorSplit::Column, layer);
-      if (config.bias)
-        builder.add(prefix + ".mlp.gate.bias", {ffn}, TensorSplit::Column, layer);
-      builder.add(prefix + ".mlp.up.weight", {ffn, h}, TensorSplit::Column, layer);
-      if (config.bias)
-        builder.add(prefix + ".mlp.up.bias", {ffn}, TensorSplit::Column, layer);
-      builder.add(prefix + ".mlp.down.weight", {h, ffn}, TensorSplit::Row, layer);
-      if (config.bias)
-        builder.add(prefix + ".mlp.down.bias", {h}, TensorSplit::Replicated, layer);
-      break;
+    if (config.moe.isMoeLayer(l)) {
+      addMoe(prefix + ".moe", layer);
+      continue;
     }
+    addMlp(prefix + ".mlp", ffn, 0, layer, false);
   }
 
   // The head, after the last layer.
@@ -192,6 +235,19 @@ int64_t Model::getParamsWithSplit(TensorSplit split) const {
 
 int64_t Model::getTensorParams() const {
   return sumParams(tensors, [](const Tensor &) { return true; });
+}
+
+int64_t Model::getExpertParams() const {
+  return sumParams(tensors, [](const Tensor &t) { return t.expert; });
+}
+
+int64_t Model::getActiveParams() const {
+  if (!isMoe())
+    return numParams;
+  // Each routed expert's share of the stacked tensors is the same, so a token's top_k experts
+  // use top_k / experts of them.
+  const MoeConfig &moe = transformer.moe;
+  return numParams - getExpertParams() + getExpertParams() / moe.experts * moe.topK;
 }
 
 } // namespace placec::ir

@@ -105,7 +105,7 @@ private:
   void print(const Cluster &cluster);
   void print(const Strategy &strategy);
   void print(const Run &run);
-  void printState(const Strategy &strategy, State state);
+  void printState(const Strategy &strategy, State state, bool expert = false);
   void printGroups(const Mesh &mesh, const Cluster &cluster);
   void printGroup(int64_t first, int64_t stride, int64_t size);
 
@@ -195,6 +195,21 @@ void IRPrinter::print(const Model &model) {
     line() << "tied_embeddings = " << (config.tiedEmbeddings ? "true" : "false") << '\n';
     line() << "kv_heads = " << config.getKvHeads() << '\n';
     line() << "attention = " << toString(config.attention) << '\n';
+    if (config.headDim > 0 || config.qkNorm)
+      line() << "head_dim = " << config.getHeadDim()
+             << ", qk_norm = " << (config.qkNorm ? "true" : "false") << '\n';
+    if (config.moe.isEnabled()) {
+      const MoeConfig &moe = config.moe;
+      line() << "experts = " << moe.experts << ", top_k = " << moe.topK
+             << ", expert_ffn = " << moe.expertFfn << ", shared_experts = " << moe.sharedExperts
+             << ", shared_expert_ffn = " << moe.sharedExpertFfn << '\n';
+      line() << "moe_every = " << moe.every << ", dense_layers = " << moe.denseLayers
+             << ", moe_layers = " << moe.getNumMoeLayers(config.layers)
+             << ", router = " << toString(moe.router) << ", capacity_factor = "
+             << (moe.capacityFactor ? formatNumber(*moe.capacityFactor) : "dropless")
+             << ", aux_loss = " << formatNumber(moe.auxLoss)
+             << ", imbalance = " << formatNumber(moe.imbalance) << '\n';
+    }
   } else {
     const MlpConfig &config = model.mlp;
     line() << "layers = " << config.layers << '\n';
@@ -210,7 +225,7 @@ void IRPrinter::print(const Model &model) {
     line() << tensor.name << " : [";
     interleaveComma(tensor.shape, os);
     os << "], elements = " << tensor.numElements << ", split = " << toString(tensor.split)
-       << ", layer = " << tensor.layer << '\n';
+       << ", layer = " << tensor.layer << (tensor.expert ? ", expert" : "") << '\n';
   }
   close();
 
@@ -221,6 +236,10 @@ void IRPrinter::print(const Model &model) {
   line() << "layers = " << layerParams << '\n';
   line() << "embeddings = " << embeddingParams << '\n';
   line() << "head = " << model.getHeadParams() << '\n';
+  if (model.isMoe()) {
+    line() << "experts = " << model.getExpertParams() << " (routed)\n";
+    line() << "active = " << model.getActiveParams() << " (per token: top_k of the routed)\n";
+  }
   if (model.kind == ModelKind::Transformer) {
     int64_t narayanan;
     if (__builtin_add_overflow(layerParams, embeddingParams, &narayanan))
@@ -301,6 +320,13 @@ void IRPrinter::print(const Strategy &strategy) {
   }
   for (State state : kAllStates)
     printState(strategy, state);
+  bool experts = strategy.mesh.getDegree(AxisKind::Expert) > 1 ||
+                 llvm::any_of(strategy.expertPlacements, [](const StatePlacement &placement) {
+                   return placement.loc.isValid();
+                 });
+  if (experts)
+    for (State state : {State::Params, State::Grads, State::Optimizer})
+      printState(strategy, state, /*expert=*/true);
   if (strategy.pipeline) {
     const Pipeline &pipeline = *strategy.pipeline;
     line() << "pipeline = " << toString(pipeline.schedule) << "(microbatches = ";
@@ -315,9 +341,10 @@ void IRPrinter::print(const Strategy &strategy) {
   close();
 }
 
-void IRPrinter::printState(const Strategy &strategy, State state) {
-  const StatePlacement &placement = strategy.getPlacement(state);
-  line() << toString(state) << " {\n";
+void IRPrinter::printState(const Strategy &strategy, State state, bool expert) {
+  const StatePlacement &placement =
+      expert ? strategy.getExpertPlacement(state) : strategy.getPlacement(state);
+  line() << (expert ? "expert_" : "") << toString(state) << " {\n";
   open();
   if (strategy.hasMesh) {
     for (unsigned i = 0, e = strategy.mesh.axes.size(); i != e; ++i) {

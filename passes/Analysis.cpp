@@ -147,6 +147,7 @@ public:
     layout.microBatch = static_cast<double>(run.microBatch);
     layout.tensor = mesh.getDegree(ir::AxisKind::Tensor);
     layout.context = mesh.getDegree(ir::AxisKind::Sequence);
+    layout.expert = mesh.getDegree(ir::AxisKind::Expert);
     layout.sequenceParallel = strategy.sequenceParallel;
     layout.activations = strategy.activationMode;
     layout.precision = run.precision;
@@ -159,7 +160,9 @@ private:
     int64_t degree = 1;
     std::string text; ///< ` / 64 (gather over dp)` or ` (replicated over dp = 64)`.
   };
-  Shard shardOf(ir::State state) const;
+  /// The shard degree of a state over its batch axes; of the routed experts' over their
+  /// expert-data-parallel axes with `expert`.
+  Shard shardOf(ir::State state, bool expert = false) const;
   /// What a stage holds, for the cost model's memory formula.
   cost::StageStates stageStates(const plan::StagePlan &stage, bool explain) const;
 
@@ -220,13 +223,14 @@ private:
   std::map<std::pair<int, int>, double> computeCache;
 };
 
-Analyzer::Shard Analyzer::shardOf(ir::State state) const {
+Analyzer::Shard Analyzer::shardOf(ir::State state, bool expert) const {
   Shard shard;
-  const ir::StatePlacement &placement = strategy.getPlacement(state);
+  const ir::StatePlacement &placement =
+      expert ? strategy.getExpertPlacement(state) : strategy.getPlacement(state);
   std::vector<std::string> split, replicated;
   for (unsigned i = 0; i < mesh.axes.size() && i < placement.axes.size(); ++i) {
     const ir::Axis &axis = mesh.axes[i];
-    if (!ir::isDataParallel(axis.kind))
+    if (expert ? !ir::isExpertDataParallel(axis.kind) : !ir::isDataParallel(axis.kind))
       continue;
     switch (placement.axes[i].mode) {
     case ir::PlacementMode::Sharded:
@@ -277,16 +281,35 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
   x.gradShardText = gradShard.text;
   x.optimizerShardText = optimizerShard.text;
 
+  if (model.isMoe()) {
+    int64_t ep = mesh.getDegree(ir::AxisKind::Expert);
+    Shard expertParams = shardOf(ir::State::Params, true),
+          expertGrads = shardOf(ir::State::Grads, true),
+          expertOptimizer = shardOf(ir::State::Optimizer, true);
+    x.expertParamShard = expertParams.degree;
+    x.expertGradShard = expertGrads.degree;
+    x.expertOptimizerShard = expertOptimizer.degree;
+    std::string split = ep > 1 ? fmt::format(" (E/{} experts per device)", ep) : std::string();
+    x.expertParamShardText = expertParams.text + split;
+    x.expertGradShardText = expertGrads.text;
+    x.expertOptimizerShardText = expertOptimizer.text;
+  }
+
   double embedParams = 0;
   bool hasHead = false;
   for (unsigned index : stage.units) {
     const plan::Unit &unit = plan.units[index];
     double elements = static_cast<double>(unit.params);
-    x.params += elements;
+    (unit.expert ? x.expertParams : x.params) += elements;
     if (elements > x.largestUnit) {
       x.largestUnit = elements;
       x.largestName = unit.name;
     }
+    if (unit.expert)
+      continue;
+    if (unit.kind == cost::UnitKind::Layer && model.kind == ir::ModelKind::Transformer &&
+        model.transformer.moe.isMoeLayer(unit.layer))
+      ++x.moeLayers;
     if (unit.kind == cost::UnitKind::Layer || unit.kind == cost::UnitKind::MlpLayer)
       ++x.layers;
     if (unit.kind == cost::UnitKind::Embedding)
@@ -306,10 +329,14 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
 
   x.activationsKnown = model.kind != ir::ModelKind::Abstract;
   std::string *activationText = explain ? &x.layerActivationText : nullptr;
-  if (model.kind == ir::ModelKind::Transformer)
+  if (model.kind == ir::ModelKind::Transformer) {
     x.layerActivationBytes =
         cost::getLayerActivationBytes(model.transformer, layout, activationText);
-  else if (model.kind == ir::ModelKind::Mlp)
+    if (x.moeLayers > 0)
+      x.moeLayerActivationBytes = cost::getLayerActivationBytes(
+          model.transformer, layout, explain ? &x.moeLayerActivationText : nullptr,
+          /*moeLayer=*/true);
+  } else if (model.kind == ir::ModelKind::Mlp)
     x.layerActivationBytes = cost::getMlpLayerActivationBytes(model.mlp, layout, activationText);
   x.inFlight = cost::getInFlightMicrobatches(
       plan.schedule, static_cast<int64_t>(plan.stages.size()), plan.microbatches, plan.chunks,

@@ -168,6 +168,11 @@ namespace {
 struct TransformerDims {
   double b, s, keys, tokens, h, a, kv, d, f, vocab, t, e;
   bool sp, materialized, swiglu, rope, fp8;
+  /// An MoE layer: its routed experts (getMoeShape), their width, E, and the summed width of
+  /// its shared experts.
+  bool moe = false;
+  MoeShape experts;
+  double expertFfn = 0, numExperts = 0, sharedFfn = 0;
   /// Elements of a [tokens, h] tensor outside the tensor-parallel region (norms, residuals):
   /// split over the tensor axes under sequence parallelism.
   double outside() const { return tokens * h / (sp ? t : 1); }
@@ -197,27 +202,56 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   return dims;
 }
 
+/// The dimensions of layer `moeLayer` ? an MoE layer : a dense one.
+TransformerDims getLayerDims(const ir::TransformerConfig &config, const Layout &layout,
+                             bool moeLayer) {
+  TransformerDims dims = getDims(config, layout);
+  if (!moeLayer || !config.moe.isEnabled())
+    return dims;
+  const ir::MoeConfig &moe = config.moe;
+  dims.moe = true;
+  dims.experts = getMoeShape(config, layout);
+  dims.expertFfn = static_cast<double>(moe.expertFfn);
+  dims.numExperts = static_cast<double>(moe.experts);
+  dims.sharedFfn =
+      static_cast<double>(moe.sharedExperts) * static_cast<double>(moe.sharedExpertFfn);
+  return dims;
+}
+
 std::vector<Gemm> layerProjectionShapes(const TransformerDims &x);
 
 /// The products of a layer's forward outside the attention core (in FP8 under mixed(fp8)).
 std::vector<Gemm> layerProjections(const TransformerDims &x) {
   std::vector<Gemm> gemms = layerProjectionShapes(x);
   for (Gemm &gemm : gemms)
-    gemm.fp8 = x.fp8;
+    gemm.fp8 = x.fp8 && gemm.name != "router"; // The router stays in BF16 (Transformer Engine).
   return gemms;
+}
+
+/// A feed-forward block of `width` over `rows` tokens, `batch` of them (grouped experts).
+void addMlpShapes(const TransformerDims &x, const std::string &name, double rows, double width,
+                  double batch, std::vector<Gemm> &gemms) {
+  if (x.swiglu)
+    gemms.push_back({name + " gate and up", rows, 2 * width / x.t, x.h, batch});
+  else
+    gemms.push_back({name + " up", rows, width / x.t, x.h, batch});
+  gemms.push_back({name + " down", rows, x.h, width / x.t, batch});
 }
 
 std::vector<Gemm> layerProjectionShapes(const TransformerDims &x) {
   std::vector<Gemm> gemms;
   gemms.push_back({"qkv", x.tokens, (x.a + 2 * x.kv) * x.d / x.t, x.h});
   gemms.push_back({"attention output", x.tokens, x.h, x.a * x.d / x.t});
-  if (x.swiglu) {
-    gemms.push_back({"mlp gate and up", x.tokens, 2 * x.f / x.t, x.h});
-    gemms.push_back({"mlp down", x.tokens, x.h, x.f / x.t});
-  } else {
-    gemms.push_back({"mlp up", x.tokens, x.f / x.t, x.h});
-    gemms.push_back({"mlp down", x.tokens, x.h, x.f / x.t});
+  if (!x.moe) {
+    addMlpShapes(x, "mlp", x.tokens, x.f, 1, gemms);
+    return gemms;
   }
+  // The routed experts as grouped GEMMs (one product per local expert over its rows), the
+  // router's scores of every expert, and the shared experts as one MLP over every token.
+  gemms.push_back({"router", x.tokens, x.numExperts, x.h});
+  addMlpShapes(x, "experts", x.experts.tokensPerExpert, x.expertFfn, x.experts.localExperts, gemms);
+  if (x.sharedFfn > 0)
+    addMlpShapes(x, "shared experts", x.tokens, x.sharedFfn, 1, gemms);
   return gemms;
 }
 
@@ -270,16 +304,42 @@ void addFp8Casts(const TransformerDims &x, bool backward, Work &work) {
   if (!x.fp8)
     return;
   double elements = 0;
-  for (const Gemm &gemm : layerProjectionShapes(x))
-    elements += backward ? gemm.m * gemm.n : gemm.m * gemm.k;
+  for (const Gemm &gemm : layerProjections(x))
+    if (gemm.fp8)
+      elements += (backward ? gemm.m * gemm.n : gemm.m * gemm.k) * gemm.batch;
   work.memory.push_back(
       {backward ? "fp8 casts of the gradients" : "fp8 casts of the inputs", elements * (x.e + 1)});
 }
 
+/// Bytes of one [rows, width/t] slab over the layer's feed-forward blocks: the dense MLP, or the
+/// routed experts' rows and the shared experts'.
+double mlpWidthBytes(const TransformerDims &x) {
+  if (!x.moe)
+    return x.tokens * x.f / x.t * x.e;
+  return (x.experts.tokensPerExpert * x.experts.localExperts * x.expertFfn +
+          x.tokens * x.sharedFfn) /
+         x.t * x.e;
+}
+
+/// An MoE layer's routing: the router's softmax (or sigmoid) and top-k over fp32 scores, and the
+/// permutation of the token rows into the dispatch buffer and back (the combine weighs and sums
+/// them), each read and written once.
+void addRouting(const TransformerDims &x, bool backward, Work &work) {
+  if (!x.moe)
+    return;
+  double scores = x.tokens * x.numExperts * 4;
+  double rows = x.experts.dispatchRows * x.h * x.e;
+  work.memory.push_back(
+      {backward ? "router backward" : "router scores and top-k", (backward ? 3 : 2) * scores});
+  work.memory.push_back(
+      {backward ? "token permutation backward" : "token permutation", 2 * 2 * rows});
+}
+
 void addLayerElementwise(const TransformerDims &x, Work &work) {
   addFp8Casts(x, /*backward=*/false, work);
+  addRouting(x, /*backward=*/false, work);
   double outside = x.outside() * x.e;
-  double mlpWidth = x.tokens * x.f / x.t * x.e;
+  double mlpWidth = mlpWidthBytes(x);
   work.memory.push_back({"norms", 2 * 2 * outside});
   if (x.rope)
     work.memory.push_back({"rotary embedding", 2 * x.tokens * (x.a + x.kv) * x.d / x.t * x.e});
@@ -291,8 +351,9 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
 
 void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
   addFp8Casts(x, /*backward=*/true, work);
+  addRouting(x, /*backward=*/true, work);
   double outside = x.outside() * x.e;
-  double mlpWidth = x.tokens * x.f / x.t * x.e;
+  double mlpWidth = mlpWidthBytes(x);
   work.memory.push_back({"norms backward", 2 * 3 * outside});
   if (x.rope)
     work.memory.push_back(
@@ -303,8 +364,8 @@ void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
 }
 
 Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKind pass,
-                     const Layout &layout) {
-  TransformerDims x = getDims(config, layout);
+                     const Layout &layout, bool moeLayer = false) {
+  TransformerDims x = getLayerDims(config, layout, moeLayer);
   Work work;
   bool backward = pass == PassKind::Backward;
   switch (unit) {
@@ -353,7 +414,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
       addMaterializedAttention(x, /*backward=*/false, work);
     } else {
       work.memory.push_back({"norms", 2 * 2 * x.outside() * x.e});
-      work.memory.push_back({"mlp activation", (x.swiglu ? 3 : 2) * x.tokens * x.f / x.t * x.e});
+      work.memory.push_back({"mlp activation", (x.swiglu ? 3 : 2) * mlpWidthBytes(x)});
     }
     return work;
   case PassKind::Backward:
@@ -396,10 +457,47 @@ Work mlpWork(const ir::MlpConfig &config, int64_t layer, PassKind pass, const La
 Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind pass,
                  const Layout &layout) {
   if (model.kind == ir::ModelKind::Transformer)
-    return transformerWork(model.transformer, unit, pass, layout);
+    return transformerWork(model.transformer, unit, pass, layout,
+                           unit == UnitKind::Layer && model.transformer.moe.isMoeLayer(layer));
   if (model.kind == ir::ModelKind::Mlp && unit == UnitKind::MlpLayer)
     return mlpWork(model.mlp, layer, pass, layout);
   return {};
+}
+
+MoeShape getMoeShape(const ir::TransformerConfig &config, const Layout &layout,
+                     std::string *formula) {
+  MoeShape shape;
+  const ir::MoeConfig &moe = config.moe;
+  if (!moe.isEnabled())
+    return shape;
+  double context = static_cast<double>(std::max<int64_t>(1, layout.context));
+  double ep = static_cast<double>(std::max<int64_t>(1, layout.expert));
+  double experts = static_cast<double>(moe.experts), k = static_cast<double>(moe.topK);
+  shape.tokens = layout.microBatch * static_cast<double>(config.seq) / context;
+  shape.localExperts = experts / ep;
+  if (moe.capacityFactor) {
+    // GShard (Lepikhin et al. 2021, §2.2) and Megatron-Core's --moe-expert-capacity-factor with
+    // padding: every expert's slot count per source, whether filled or not.
+    shape.capacity = std::ceil(*moe.capacityFactor * shape.tokens * k / experts);
+    shape.dispatchRows = experts * shape.capacity;
+    shape.tokensPerExpert = ep * shape.capacity;
+    if (formula)
+      *formula =
+          fmt::format("C = ⌈c·T·k/E⌉ = ⌈{}·{}·{}/{}⌉ = {}; dispatch E·C = {} rows; each "
+                      "expert computes ep·C = {} rows",
+                      num(*moe.capacityFactor), num(shape.tokens), num(k), num(experts),
+                      num(shape.capacity), num(shape.dispatchRows), num(shape.tokensPerExpert));
+    return shape;
+  }
+  shape.dispatchRows = shape.tokens * k;
+  shape.tokensPerExpert = shape.tokens * k * ep / experts * moe.imbalance;
+  if (formula)
+    *formula =
+        fmt::format("dropless: dispatch T·k = {}·{} = {} rows; each expert computes "
+                    "T·k·ep/E × imbalance = {}·{}·{}/{} × {} = {} rows",
+                    num(shape.tokens), num(k), num(shape.dispatchRows), num(shape.tokens), num(k),
+                    num(ep), num(experts), num(moe.imbalance), num(shape.tokensPerExpert));
+  return shape;
 }
 
 double getModelFlops(const ir::Model &model, double globalBatch, std::string *formula) {
@@ -413,8 +511,8 @@ double getModelFlops(const ir::Model &model, double globalBatch, std::string *fo
     return 0;
   // One sample's forward on one device, the attention counted over the whole s×s.
   Layout layout;
-  auto forward = [&](UnitKind unit) {
-    Work work = transformerWork(model.transformer, unit, PassKind::Forward, layout);
+  auto forwardOf = [&](const ir::TransformerConfig &config, UnitKind unit, bool moeLayer) {
+    Work work = transformerWork(config, unit, PassKind::Forward, layout, moeLayer);
     double flops = 0;
     for (const Gemm &gemm : work.gemms)
       flops += gemm.getFlops();
@@ -424,8 +522,27 @@ double getModelFlops(const ir::Model &model, double globalBatch, std::string *fo
     }
     return flops;
   };
+  auto forward = [&](UnitKind unit) { return forwardOf(model.transformer, unit, false); };
   double layers = static_cast<double>(model.transformer.layers);
   double layer = forward(UnitKind::Layer), head = forward(UnitKind::Head);
+  const ir::MoeConfig &moe = model.transformer.moe;
+  if (moe.isEnabled()) {
+    // Dense and MoE layers apart; an MoE layer's experts counted at even routing (the FLOPs a
+    // token needs, whatever the imbalance or the capacity padding).
+    ir::TransformerConfig even = model.transformer;
+    even.moe.capacityFactor.reset();
+    even.moe.imbalance = 1;
+    double moeLayers = static_cast<double>(moe.getNumMoeLayers(model.transformer.layers));
+    double moeLayer = forwardOf(even, UnitKind::Layer, true);
+    double flops = 3 * ((layers - moeLayers) * layer + moeLayers * moeLayer + head) * globalBatch;
+    if (formula)
+      *formula =
+          fmt::format("3 × (dense layers × layer forward + MoE layers × MoE layer forward "
+                      "+ head forward) × B = 3 × ({} × {} + {} × {} + {}) × {}",
+                      num(layers - moeLayers), fmtAmount(layer, "FLOP"), num(moeLayers),
+                      fmtAmount(moeLayer, "FLOP"), fmtAmount(head, "FLOP"), num(globalBatch));
+    return flops;
+  }
   double flops = 3 * (layers * layer + head) * globalBatch;
   if (formula)
     *formula = fmt::format("3 × (l × layer forward + head forward) × B = 3 × ({} × {} + {}) × {}",
@@ -439,8 +556,8 @@ double getModelFlops(const ir::Model &model, double globalBatch, std::string *fo
 //===----------------------------------------------------------------------===//
 
 double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
-                               std::string *formula) {
-  TransformerDims x = getDims(config, layout);
+                               std::string *formula, bool moeLayer) {
+  TransformerDims x = getLayerDims(config, layout, moeLayer);
   double scale = x.e / 2.0;
   double t = x.t;
   bool sp = x.sp;
@@ -501,24 +618,46 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // token. Selective recomputation recomputes the norm outputs and the MLP activation from the
   // stored inputs (4 and the activation's output fewer).
   bool selective = mode == ir::ActivationMode::RecomputeSelective;
-  double qkv = 2 * (x.a + 2 * x.kv) / x.a;
-  double mlp = x.swiglu ? 6 * x.f / x.h : (selective ? 8 : 16) * x.f / (4 * x.h);
-  if (x.swiglu && selective)
-    mlp = 4 * x.f / x.h;
+  // Q, K and V, and the attention output, over h (a·d = h unless head_dim says otherwise).
+  double qkv = 2 * (x.a + 2 * x.kv) * x.d / x.h;
+  double attentionOutput = 2 * x.a * x.d / x.h;
+  // An MLP of width w keeps (swiglu) gate, up and their product, 6·w/h, or 4·w/h with the
+  // product recomputed; (gelu) its input and output, 4·w/h, or 2·w/h.
+  auto mlpOf = [&](double width) {
+    return (x.swiglu ? (selective ? 4 : 6) : (selective ? 2 : 4)) * width / x.h;
+  };
+  double mlp = mlpOf(x.f);
+  // An MoE layer (Megatron-Core's MoE layer keeps the same tensors per routed row): each of the
+  // R = (rows the local experts compute)/T routed copies of a token keeps its permuted input
+  // (2, not split over t: every tensor-parallel rank routes all its tokens) and its experts'
+  // intermediates; the router keeps its fp32 probabilities (4·E/h); the shared experts are an MLP.
+  double routed = 0, moeText = 0;
+  if (x.moe) {
+    double r = x.experts.tokensPerExpert * x.experts.localExperts / x.tokens;
+    mlp = r * mlpOf(x.expertFfn) + (x.sharedFfn > 0 ? mlpOf(x.sharedFfn) : 0);
+    routed = 2 * r + 4 * x.numExperts / x.h;
+    moeText = r;
+  }
   double outside = selective ? 4 : 8;
-  double inside = qkv + 2 + mlp;
+  double inside = qkv + attentionOutput + mlp;
   double lse = 4 * x.a / x.h; // 4 bytes per head and token, over h.
-  double coefficient = outside / (sp ? t : 1) + (inside + lse) / t;
+  double coefficient = outside / (sp ? t : 1) + (inside + lse) / t + routed;
   if (formula) {
-    std::string mlpText =
-        x.swiglu ? fmt::format("{}·{}/{}", selective ? 4 : 6, num(x.f), num(x.h)) : num(mlp);
+    std::string mlpText = x.swiglu && !x.moe
+                              ? fmt::format("{}·{}/{}", selective ? 4 : 6, num(x.f), num(x.h))
+                              : num(mlp);
     *formula = fmt::format(
-        "{}·({}{} + ({} + 2 + {} + 4·{}/{})/{}) B per layer [s·b·h·(norm and product inputs{} + "
-        "(QKV 2·(a + 2·kv)/a + attention output + MLP intermediates + softmax statistics)/t), "
+        "{}·({}{} + ({} + {} + {} + 4·{}/{})/{}) B per layer [s·b·h·(norm and product inputs{} + "
+        "(QKV 2·(a + 2·kv)·d/h + attention output + MLP intermediates + softmax statistics)/t), "
         "flash attention{}]{}",
-        sbhText, num(outside), sp ? fmt::format("/{}", num(t)) : std::string(), num(qkv), mlpText,
-        num(x.a), num(x.h), num(t), sp ? "/t" : "",
+        sbhText, num(outside), sp ? fmt::format("/{}", num(t)) : std::string(), num(qkv),
+        num(attentionOutput), mlpText, num(x.a), num(x.h), num(t), sp ? "/t" : "",
         selective ? ", norms and MLP activation recomputed" : "", scaleText);
+    if (x.moe)
+      *formula += fmt::format(" + s·b·h·(2·R + 4·E/h) = {}·(2·{} + 4·{}/{}) B [MoE: the experts' "
+                              "intermediates of R = {} routed rows per token in the MLP term, "
+                              "their permuted inputs and the router's probabilities]",
+                              sbhText, num(moeText), num(x.numExperts), num(x.h), num(moeText));
   }
   return scale * sbh * coefficient;
 }
@@ -601,13 +740,20 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
 StageMemoryResult getStageMemory(const StageStates &x, ir::StateBytes bytes,
                                  std::vector<Explanation> *device, std::vector<Explanation> *host) {
   StageMemoryResult result;
-  double paramBytes = x.params * bytes.params / static_cast<double>(x.paramShard);
-  double gradBytes = x.params * bytes.grads / static_cast<double>(x.gradShard);
-  double optimizerBytes = x.params * bytes.optimizer / static_cast<double>(x.optimizerShard);
+  // Routed experts by their own shard degrees (over the expert-data-parallel axes).
+  double paramBytes = x.params * bytes.params / static_cast<double>(x.paramShard) +
+                      x.expertParams * bytes.params / static_cast<double>(x.expertParamShard);
+  double gradBytes = x.params * bytes.grads / static_cast<double>(x.gradShard) +
+                     x.expertParams * bytes.grads / static_cast<double>(x.expertGradShard);
+  double optimizerBytes =
+      x.params * bytes.optimizer / static_cast<double>(x.optimizerShard) +
+      x.expertParams * bytes.optimizer / static_cast<double>(x.expertOptimizerShard);
   (x.paramsOnHost ? result.host : result.device).params = paramBytes;
   (x.gradsOnHost ? result.host : result.device).grads = gradBytes;
   (x.optimizerOnHost ? result.host : result.device).optimizer = optimizerBytes;
-  double activations = static_cast<double>(x.layers) * x.layerActivationBytes * x.inFlight;
+  double activations = (static_cast<double>(x.layers - x.moeLayers) * x.layerActivationBytes +
+                        static_cast<double>(x.moeLayers) * x.moeLayerActivationBytes) *
+                       x.inFlight;
   (x.activationsOnHost ? result.host : result.device).activations = activations;
 
   // Transient buffers.
@@ -642,16 +788,26 @@ StageMemoryResult getStageMemory(const StageStates &x, ir::StateBytes bytes,
           ? (bytes.params == 4 ? "8 B (momentum, variance)" : "8 B (fp32 master, momentum)")
       : bytes.optimizer == 4 ? (bytes.params == 4 ? "4 B (momentum)" : "4 B (fp32 master)")
                              : fmt::format("{} B", bytes.optimizer);
+  auto experts = [&](unsigned perParam, const std::string &shardText) {
+    if (x.expertParams <= 0)
+      return std::string();
+    return fmt::format(" + {} × {} B{} (routed experts)", num(x.expertParams), perParam, shardText);
+  };
   add(x.paramsOnHost, "params",
-      fmt::format("{} × {} B{}", x.paramsText, bytes.params, x.paramShardText), paramBytes);
+      fmt::format("{} × {} B{}{}", x.paramsText, bytes.params, x.paramShardText,
+                  experts(bytes.params, x.expertParamShardText)),
+      paramBytes);
   add(x.gradsOnHost, "grads",
-      fmt::format("{} × {} B{}{}", num(x.params), bytes.grads, x.gradShardText,
+      fmt::format("{} × {} B{}{}{}", num(x.params), bytes.grads, x.gradShardText,
+                  experts(bytes.grads, x.expertGradShardText),
                   x.gradsOnHostWithOptimizer
                       ? " (on the host with the optimizer, after each reduce-scatter)"
                       : ""),
       gradBytes);
   add(x.optimizerOnHost, "optimizer",
-      fmt::format("{} × {}{}", num(x.params), optimizerText, x.optimizerShardText), optimizerBytes);
+      fmt::format("{} × {}{}{}", num(x.params), optimizerText, x.optimizerShardText,
+                  experts(bytes.optimizer, x.expertOptimizerShardText)),
+      optimizerBytes);
   device->push_back(
       {"model states",
        fmt::format("params + grads + optimizer = {} + {} + {}",
@@ -663,7 +819,11 @@ StageMemoryResult getStageMemory(const StageStates &x, ir::StateBytes bytes,
         "unknown: an abstract model gives its parameter count only", 0, "");
   else
     add(x.activationsOnHost, "activations",
-        fmt::format("{} layers × {} × {}", x.layers, x.layerActivationText, x.inFlightText),
+        x.moeLayers > 0
+            ? fmt::format("({} dense layers × {} + {} MoE layers × {}) × {}",
+                          x.layers - x.moeLayers, x.layerActivationText, x.moeLayers,
+                          x.moeLayerActivationText, x.inFlightText)
+            : fmt::format("{} layers × {} × {}", x.layers, x.layerActivationText, x.inFlightText),
         activations);
 
   std::vector<std::string> parts;

@@ -94,18 +94,6 @@ StringRef toString(ComputeKind kind) {
 
 namespace {
 
-/// The batch axes of a mesh whose mode for a state is one of `modes`.
-std::vector<unsigned> axesWithMode(const ir::Strategy &strategy, ir::State state,
-                                   std::initializer_list<ir::PlacementMode> modes) {
-  std::vector<unsigned> result;
-  const ir::StatePlacement &placement = strategy.getPlacement(state);
-  for (unsigned i = 0; i < strategy.mesh.axes.size(); ++i)
-    if (ir::isDataParallel(strategy.mesh.axes[i].kind) &&
-        llvm::is_contained(modes, placement.axes[i].mode))
-      result.push_back(i);
-  return result;
-}
-
 int64_t product(const ir::Mesh &mesh, ArrayRef<unsigned> axes) {
   int64_t result = 1;
   for (unsigned axis : axes)
@@ -177,17 +165,51 @@ private:
   cost::Layout layout;
   UnitLayout unitLayout;
   PipelineLayout pipelineLayout;
-  int64_t stages = 1, chunks = 1, tensorDegree = 1, contextDegree = 1;
+  int64_t stages = 1, chunks = 1, tensorDegree = 1, contextDegree = 1, expertDegree = 1;
   std::vector<unsigned> contextAxes;
+  std::vector<unsigned> expertAxes;
   std::vector<unsigned> tensorAxes;
   std::optional<unsigned> layersAxis;
-  // Batch axes by what each state does on them.
-  std::vector<unsigned> gatherAxes;         ///< params gather(ax)
-  std::vector<unsigned> paramShardAxes;     ///< params shard(ax) or gather(ax)
-  std::vector<unsigned> gradShardAxes;      ///< grads shard(ax)
-  std::vector<unsigned> optimizerShardAxes; ///< optimizer shard(ax)
+  /// The batch axes of the dense tensors, or of the routed experts' (expertAxes left out), by
+  /// what each state does on them.
+  struct StateAxes {
+    std::vector<unsigned> gatherAxes;         ///< params gather(ax)
+    std::vector<unsigned> paramShardAxes;     ///< params shard(ax) or gather(ax)
+    std::vector<unsigned> gradShardAxes;      ///< grads shard(ax)
+    std::vector<unsigned> optimizerShardAxes; ///< optimizer shard(ax)
+    std::vector<unsigned> batchAxes;
+  };
+  StateAxes getStateAxes(bool expert) const;
+  StateAxes dense, experts;
   std::vector<unsigned> batchAxes;
 };
+
+Lowering::StateAxes Lowering::getStateAxes(bool expert) const {
+  StateAxes result;
+  auto placementOf = [&](ir::State state) -> const ir::StatePlacement & {
+    return expert ? strategy.getExpertPlacement(state) : strategy.getPlacement(state);
+  };
+  auto withMode = [&](ir::State state, std::initializer_list<ir::PlacementMode> modes) {
+    std::vector<unsigned> axes;
+    const ir::StatePlacement &placement = placementOf(state);
+    for (unsigned i = 0; i < mesh.axes.size(); ++i)
+      if ((expert ? ir::isExpertDataParallel(mesh.axes[i].kind)
+                  : ir::isDataParallel(mesh.axes[i].kind)) &&
+          i < placement.axes.size() && llvm::is_contained(modes, placement.axes[i].mode))
+        axes.push_back(i);
+    return axes;
+  };
+  result.gatherAxes = withMode(ir::State::Params, {ir::PlacementMode::ShardedWithGather});
+  result.paramShardAxes = withMode(
+      ir::State::Params, {ir::PlacementMode::Sharded, ir::PlacementMode::ShardedWithGather});
+  result.gradShardAxes = withMode(ir::State::Grads, {ir::PlacementMode::Sharded});
+  result.optimizerShardAxes = withMode(ir::State::Optimizer, {ir::PlacementMode::Sharded});
+  for (unsigned i = 0; i < mesh.axes.size(); ++i)
+    if (expert ? ir::isExpertDataParallel(mesh.axes[i].kind)
+               : ir::isDataParallel(mesh.axes[i].kind))
+      result.batchAxes.push_back(i);
+  return result;
+}
 
 std::unique_ptr<StepPlan> Lowering::lower() {
   plan = std::make_unique<StepPlan>();
@@ -233,9 +255,17 @@ std::unique_ptr<StepPlan> Lowering::lower() {
       contextAxes.push_back(i);
       contextDegree *= mesh.axes[i].size;
       break;
+    case ir::AxisKind::Expert:
+      // Expert parallelism: a batch axis for the dense tensors, the split of the experts.
+      batchAxes.push_back(i);
+      expertAxes.push_back(i);
+      expertDegree *= mesh.axes[i].size;
+      break;
     }
   }
   layout.context = contextDegree;
+  layout.expert = expertDegree;
+  unitLayout.expert = expertDegree;
   unitLayout.microBatch = run.microBatch;
   unitLayout.tensor = tensorDegree;
   unitLayout.sequenceParallel = strategy.sequenceParallel;
@@ -248,11 +278,8 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   layout.sequenceParallel = strategy.sequenceParallel;
   layout.activations = strategy.activationMode;
   layout.precision = run.precision;
-  gatherAxes = axesWithMode(strategy, ir::State::Params, {ir::PlacementMode::ShardedWithGather});
-  paramShardAxes = axesWithMode(strategy, ir::State::Params,
-                                {ir::PlacementMode::Sharded, ir::PlacementMode::ShardedWithGather});
-  gradShardAxes = axesWithMode(strategy, ir::State::Grads, {ir::PlacementMode::Sharded});
-  optimizerShardAxes = axesWithMode(strategy, ir::State::Optimizer, {ir::PlacementMode::Sharded});
+  dense = getStateAxes(/*expert=*/false);
+  experts = getStateAxes(/*expert=*/true);
 
   buildUnits();
   plan->stages.resize(stages);
@@ -293,16 +320,21 @@ void Lowering::buildUnits() {
       return pipe.stageOfChunk.back();
     return pipe.stageOfChunk[pipe.chunkOfLayer[layer]];
   };
-  std::map<int, size_t> unitOfLayer;
+  // An MoE layer's routed experts are a unit of their own, after the layer's.
+  std::map<std::pair<int, bool>, size_t> unitOfLayer;
   for (const ir::Tensor &tensor : model.tensors) {
-    auto [it, inserted] = unitOfLayer.try_emplace(tensor.layer, plan->units.size());
+    auto [it, inserted] =
+        unitOfLayer.try_emplace({tensor.layer, tensor.expert}, plan->units.size());
     if (inserted) {
       Unit unit;
       unit.layer = tensor.layer;
       unit.stage = stageOf(tensor.layer);
+      unit.expert = tensor.expert;
       unit.name = tensor.layer < 0         ? std::string("embed")
                   : tensor.layer >= layers ? std::string("head")
                                            : "layer." + std::to_string(tensor.layer);
+      if (tensor.expert)
+        unit.name += ".experts";
       unit.kind = model.kind == ir::ModelKind::Mlp ? cost::UnitKind::MlpLayer
                   : tensor.layer < 0               ? cost::UnitKind::Embedding
                   : tensor.layer >= layers         ? cost::UnitKind::Head
@@ -311,10 +343,14 @@ void Lowering::buildUnits() {
     }
     Unit &unit = plan->units[it->second];
     unit.fullParams += tensor.numElements;
-    unit.params += tensor.split == ir::TensorSplit::Replicated
-                       ? tensor.numElements
-                       : ceilDiv(tensor.numElements, tensorDegree);
-    if (tensor.split == ir::TensorSplit::Replicated && tensor.layer >= 0)
+    // The routed experts are stacked on the first dimension: each expert rank holds E/ep of them.
+    int64_t elements = tensor.expert ? tensor.numElements / expertDegree : tensor.numElements;
+    unit.params +=
+        tensor.split == ir::TensorSplit::Replicated ? elements : ceilDiv(elements, tensorDegree);
+    // The router and the experts see every token of the tensor-parallel group (the MoE block
+    // gathers the sequence first), so their gradients are whole on each tensor rank.
+    bool routing = tensor.expert || StringRef(tensor.name).contains(".moe.router.");
+    if (tensor.split == ir::TensorSplit::Replicated && tensor.layer >= 0 && !routing)
       unit.sequenceParallelParams += tensor.numElements;
   }
 }
@@ -364,24 +400,45 @@ void Lowering::lowerStage(StagePlan &stage) {
   DType pType = plan->paramType, gType = plan->gradType, aType = plan->activationType;
   const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
   const ir::StatePlacement &optimizer = strategy.getPlacement(ir::State::Optimizer);
-  bool keepAfterForward =
-      llvm::any_of(gatherAxes, [&](unsigned axis) { return params.axes[axis].keepAfterForward; });
   bool paramsOnHost = params.tier != ir::Tier::Device;
   bool optimizerOnHost = optimizer.tier != ir::Tier::Device;
   bool fullRecompute = strategy.activationMode == ir::ActivationMode::RecomputeFull;
   bool selectiveRecompute = strategy.activationMode == ir::ActivationMode::RecomputeSelective;
-  int64_t paramShard = product(mesh, paramShardAxes);
-  int64_t gradShard = product(mesh, gradShardAxes);
-  // Gradient reductions (gradient integrity): sharded grads are reduce-scattered every
-  // micro-batch; replicated grads are accumulated and reduced once per step, scattered where the
-  // optimizer is sharded and all-reduced where it is replicated.
-  std::vector<unsigned> stepScatterAxes = difference(optimizerShardAxes, gradShardAxes);
-  std::vector<unsigned> stepReduceAxes =
-      difference(difference(batchAxes, gradShardAxes), stepScatterAxes);
-  // State consistency: where the optimizer is sharded and params are replicated, the updated
-  // shards are all-gathered.
-  std::vector<unsigned> syncAxes = difference(optimizerShardAxes, paramShardAxes);
-  int64_t optimizerShard = product(mesh, optimizerShardAxes);
+  // What the placement of the dense tensors, or of the routed experts, implies for a unit.
+  struct Reductions {
+    const StateAxes *axes = nullptr;
+    bool keepAfterForward = false;
+    int64_t paramShard = 1, gradShard = 1, optimizerShard = 1;
+    std::vector<unsigned> stepScatterAxes, stepReduceAxes, syncAxes;
+  };
+  auto reductionsOf = [&](const StateAxes &axes, const ir::StatePlacement &paramPlacement) {
+    Reductions r;
+    r.axes = &axes;
+    r.keepAfterForward = llvm::any_of(
+        axes.gatherAxes, [&](unsigned axis) { return paramPlacement.axes[axis].keepAfterForward; });
+    r.paramShard = product(mesh, axes.paramShardAxes);
+    r.gradShard = product(mesh, axes.gradShardAxes);
+    // Gradient reductions (gradient integrity): sharded grads are reduce-scattered every
+    // micro-batch; replicated grads are accumulated and reduced once per step, scattered where
+    // the optimizer is sharded and all-reduced where it is replicated. The routed experts' are
+    // reduced over their expert-data-parallel axes only: the expert axes hold other experts.
+    r.stepScatterAxes = difference(axes.optimizerShardAxes, axes.gradShardAxes);
+    r.stepReduceAxes =
+        difference(difference(axes.batchAxes, axes.gradShardAxes), r.stepScatterAxes);
+    // State consistency: where the optimizer is sharded and params are replicated, the updated
+    // shards are all-gathered.
+    r.syncAxes = difference(axes.optimizerShardAxes, axes.paramShardAxes);
+    r.optimizerShard = product(mesh, axes.optimizerShardAxes);
+    return r;
+  };
+  const Reductions denseReductions = reductionsOf(dense, params);
+  const Reductions expertReductions =
+      reductionsOf(experts, strategy.getExpertPlacement(ir::State::Params));
+  auto reductions = [&](const Unit &unit) -> const Reductions & {
+    return unit.expert ? expertReductions : denseReductions;
+  };
+  bool keepAfterForward = denseReductions.keepAfterForward;
+  const std::vector<unsigned> &gatherAxes = dense.gatherAxes;
 
   bool hasTensorTraffic = tensorDegree > 1 && model.kind != ir::ModelKind::Abstract;
   int64_t layers = model.getNumLayers();
@@ -390,11 +447,11 @@ void Lowering::lowerStage(StagePlan &stage) {
   const PipelineLayout &pipe = pipelineLayout;
   auto stageOfLayer = [&](int64_t layer) { return pipe.stageOfChunk[pipe.chunkOfLayer[layer]]; };
   auto chunkStart = [&](const Unit &unit) {
-    return isLayer(unit) && unit.layer != 0 &&
+    return isLayer(unit) && !unit.expert && unit.layer != 0 &&
            stageOfLayer(unit.layer - 1) != stageOfLayer(unit.layer);
   };
   auto chunkEnd = [&](const Unit &unit) {
-    return isLayer(unit) && unit.layer + 1 != layers &&
+    return isLayer(unit) && !unit.expert && unit.layer + 1 != layers &&
            stageOfLayer(unit.layer + 1) != stageOfLayer(unit.layer);
   };
   auto prevStageOf = [&](const Unit &unit) { return stageOfLayer(unit.layer - 1); };
@@ -408,7 +465,9 @@ void Lowering::lowerStage(StagePlan &stage) {
     for (const UnitCollective &c :
          getUnitCollectives(model, unit.kind, unit.layer, forwardPass, unitLayout))
       ops.push_back(collective(c.kind, phase, ir::State::Activations, unitIndex,
-                               c.over == ir::AxisKind::Tensor ? tensorAxes : contextAxes,
+                               c.over == ir::AxisKind::Tensor   ? tensorAxes
+                               : c.over == ir::AxisKind::Expert ? expertAxes
+                                                                : contextAxes,
                                c.elements, aType, true, (c.what + Twine(" (") + why + ")").str()));
   };
 
@@ -417,20 +476,29 @@ void Lowering::lowerStage(StagePlan &stage) {
   // freed after it.
   auto bringIn = [&](std::vector<Op> &ops, Phase phase, int unitIndex, const Unit &unit,
                      StringRef use) {
+    const Reductions &r = reductions(unit);
     if (paramsOnHost)
       ops.push_back(collective(OpKind::HostToDevice, phase, ir::State::Params, unitIndex, {},
-                               ceilDiv(unit.params, paramShard), pType, true,
+                               ceilDiv(unit.params, r.paramShard), pType, true,
                                ("params @ host: the unit's shard to the device for " + use).str()));
-    if (!gatherAxes.empty())
-      ops.push_back(collective(OpKind::AllGather, phase, ir::State::Params, unitIndex, gatherAxes,
-                               unit.params, plan->gatherType, true,
+    if (!r.axes->gatherAxes.empty())
+      ops.push_back(collective(OpKind::AllGather, phase, ir::State::Params, unitIndex,
+                               r.axes->gatherAxes, unit.params, plan->gatherType, true,
                                ("params gather: the whole unit for " + use).str()));
   };
   auto release = [&](std::vector<Op> &ops, Phase phase, int unitIndex, const Unit &unit,
                      StringRef what) {
-    if (!gatherAxes.empty())
+    if (!reductions(unit).axes->gatherAxes.empty())
       ops.push_back(collective(OpKind::Free, phase, ir::State::Params, unitIndex, {}, unit.params,
                                pType, true, ("free " + what).str()));
+  };
+  // An MoE layer's routed experts (their own unit, right after the layer's) are brought in and
+  // released with the layer, since the layer's compute uses them.
+  auto expertsOf = [&](unsigned index) -> int {
+    if (index + 1 < plan->units.size() && plan->units[index + 1].expert &&
+        plan->units[index + 1].layer == plan->units[index].layer && !plan->units[index].expert)
+      return static_cast<int>(index + 1);
+    return -1;
   };
   // Tied embeddings: the head's output layer is the embedding matrix, so where both units are on
   // this stage and parameters are brought in around each use, the embedding stays gathered from
@@ -451,6 +519,9 @@ void Lowering::lowerStage(StagePlan &stage) {
   for (unsigned index : stage.units) {
     const Unit &unit = plan->units[index];
     int u = static_cast<int>(index);
+    if (unit.expert)
+      continue;
+    int x = expertsOf(index);
     if (stages > 1 && chunkStart(unit)) {
       Op op = collective(OpKind::Recv, Phase::Forward, ir::State::Activations, u, {},
                          boundaryElements(), aType, true, "activations from the previous stage");
@@ -460,6 +531,8 @@ void Lowering::lowerStage(StagePlan &stage) {
       stage.forward.push_back(op);
     }
     bringIn(stage.forward, Phase::Forward, u, unit, "its forward");
+    if (x >= 0)
+      bringIn(stage.forward, Phase::Forward, x, plan->units[x], "the layer's forward");
     stage.forward.push_back(computeOp(u, unit, cost::PassKind::Forward));
     tensorTraffic(stage.forward, Phase::Forward, /*forwardPass=*/true, u, unit, "forward");
     // Vocabulary-parallel cross-entropy (Megatron-LM, Shoeybi et al. 2019 §3): each tensor rank
@@ -472,6 +545,8 @@ void Lowering::lowerStage(StagePlan &stage) {
           3 * run.microBatch * model.transformer.seq / contextDegree * tensorDegree, aType, true,
           "vocabulary-parallel cross-entropy: every rank's row maxima, sums of exponentials and "
           "target logits"));
+    if (x >= 0 && !expertReductions.keepAfterForward)
+      release(stage.forward, Phase::Forward, x, plan->units[x], "the experts after the forward");
     if (!keepAfterForward && !(tiedHere && u == embedUnit)) {
       release(stage.forward, Phase::Forward, u, unit, "the unit after its forward");
       if (tiedHere && u == headUnit)
@@ -492,6 +567,9 @@ void Lowering::lowerStage(StagePlan &stage) {
   for (unsigned index : llvm::reverse(stage.units)) {
     const Unit &unit = plan->units[index];
     int u = static_cast<int>(index);
+    if (unit.expert)
+      continue;
+    int x = expertsOf(index);
     if (stages > 1 && chunkEnd(unit)) {
       Op op =
           collective(OpKind::Recv, Phase::Backward, ir::State::Activations, u, {},
@@ -507,6 +585,8 @@ void Lowering::lowerStage(StagePlan &stage) {
         bringIn(stage.backward, Phase::Backward, embedUnit, plan->units[embedUnit],
                 "the head's backward (tied embedding)");
     }
+    if (x >= 0 && !expertReductions.keepAfterForward)
+      bringIn(stage.backward, Phase::Backward, x, plan->units[x], "the layer's backward");
     // Full recomputation stores only each layer's input and repeats the layer's forward (and its
     // tensor-parallel traffic) before the backward; the embedding's output is the first layer's
     // stored input, and the head is not recomputed (Megatron-LM checkpoints the transformer
@@ -527,6 +607,8 @@ void Lowering::lowerStage(StagePlan &stage) {
     stage.backward.push_back(computeOp(u, unit, cost::PassKind::Backward));
     tensorTraffic(stage.backward, Phase::Backward, /*forwardPass=*/false, u, unit, "backward");
     release(stage.backward, Phase::Backward, u, unit, "the unit after its backward");
+    if (x >= 0)
+      release(stage.backward, Phase::Backward, x, plan->units[x], "the experts after the backward");
     // Sequence parallelism (Korthikanti et al. 2022, §4.2.2): the norms and row-parallel biases
     // run on each rank's slice of the sequence, so their gradients are partial sums over the
     // tensor axes; gradient integrity needs them summed before any batch-axis reduction.
@@ -537,18 +619,28 @@ void Lowering::lowerStage(StagePlan &stage) {
           unit.sequenceParallelParams, gType, true,
           "sequence parallelism: sum the norm and row-parallel bias gradients over the tensor "
           "axes"));
-    if (!gradShardAxes.empty())
-      stage.backward.push_back(collective(
-          OpKind::ReduceScatter, Phase::Backward, ir::State::Grads, u, gradShardAxes, unit.params,
-          gType, true, "grads shard: sum this micro-batch's gradients, keep this rank's shard"));
-    // ZeRO-Offload (Ren et al. 2021, §4): sharded gradients go to the host as soon as each
-    // micro-batch's reduce-scatter produces them and accumulate there; replicated gradients
-    // accumulate on the device and go once per step, after their reduction.
-    if (optimizerOnHost && !gradShardAxes.empty())
-      stage.backward.push_back(collective(OpKind::DeviceToHost, Phase::Backward, ir::State::Grads,
-                                          u, {}, ceilDiv(unit.params, gradShard), gType, true,
-                                          "optimizer @ host: this rank's gradient shard goes to "
-                                          "the host"));
+    for (int v : {u, x}) {
+      if (v < 0)
+        continue;
+      const Unit &reduced = plan->units[v];
+      const Reductions &r = reductions(reduced);
+      if (!r.axes->gradShardAxes.empty())
+        stage.backward.push_back(collective(
+            OpKind::ReduceScatter, Phase::Backward, ir::State::Grads, v, r.axes->gradShardAxes,
+            reduced.params, gType, true,
+            reduced.expert
+                ? "expert grads shard: sum this micro-batch's gradients over the devices that "
+                  "hold the same experts, keep this rank's shard"
+                : "grads shard: sum this micro-batch's gradients, keep this rank's shard"));
+      // ZeRO-Offload (Ren et al. 2021, §4): sharded gradients go to the host as soon as each
+      // micro-batch's reduce-scatter produces them and accumulate there; replicated gradients
+      // accumulate on the device and go once per step, after their reduction.
+      if (optimizerOnHost && !r.axes->gradShardAxes.empty())
+        stage.backward.push_back(
+            collective(OpKind::DeviceToHost, Phase::Backward, ir::State::Grads, v, {},
+                       ceilDiv(reduced.params, r.gradShard), gType, true,
+                       "optimizer @ host: this rank's gradient shard goes to the host"));
+    }
     if (stages > 1 && chunkStart(unit)) {
       Op op =
           collective(OpKind::Send, Phase::Backward, ir::State::Activations, u, {},
@@ -564,7 +656,11 @@ void Lowering::lowerStage(StagePlan &stage) {
   for (unsigned index : stage.units) {
     const Unit &unit = plan->units[index];
     int u = static_cast<int>(index);
-    int64_t gradElements = ceilDiv(unit.params, gradShard);
+    const Reductions &r = reductions(unit);
+    const std::vector<unsigned> &stepScatterAxes = r.stepScatterAxes;
+    const std::vector<unsigned> &stepReduceAxes = r.stepReduceAxes;
+    const std::vector<unsigned> &syncAxes = r.syncAxes;
+    int64_t gradElements = ceilDiv(unit.params, r.gradShard);
     if (!stepScatterAxes.empty()) {
       stage.step.push_back(collective(
           OpKind::ReduceScatter, Phase::Step, ir::State::Grads, u, stepScatterAxes, gradElements,
@@ -578,11 +674,11 @@ void Lowering::lowerStage(StagePlan &stage) {
                                       stepReduceAxes, gradElements, gType, false,
                                       "grads and optimizer replicated: sum the accumulated "
                                       "gradients on every replica"));
-    if (optimizerOnHost && gradShardAxes.empty())
+    if (optimizerOnHost && r.axes->gradShardAxes.empty())
       stage.step.push_back(collective(OpKind::DeviceToHost, Phase::Step, ir::State::Grads, u, {},
                                       gradElements, gType, false,
                                       "optimizer @ host: the reduced gradients go to the host"));
-    int64_t owned = ceilDiv(unit.params, optimizerShard);
+    int64_t owned = ceilDiv(unit.params, r.optimizerShard);
     Op update;
     update.kind = OpKind::OptimizerUpdate;
     update.phase = Phase::Step;
@@ -608,7 +704,7 @@ void Lowering::lowerStage(StagePlan &stage) {
     if (!syncAxes.empty())
       stage.step.push_back(
           collective(OpKind::AllGather, Phase::Step, ir::State::Params, u, syncAxes,
-                     ceilDiv(unit.params, paramShard), pType, false,
+                     ceilDiv(unit.params, r.paramShard), pType, false,
                      "optimizer shard, params replicated: all-gather the updated params (state "
                      "consistency)"));
   }
@@ -730,12 +826,41 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
     }
     }
   }
+  // An MoE layer's dispatch and combine over the expert axes (the rows of getMoeShape).
+  std::vector<UnitCollective> experts;
+  if (layout.expert > 1 && unit == cost::UnitKind::Layer &&
+      model.kind == ir::ModelKind::Transformer && model.transformer.moe.isMoeLayer(layer)) {
+    cost::Layout moeLayout;
+    moeLayout.microBatch = static_cast<double>(layout.microBatch);
+    moeLayout.context = layout.context;
+    moeLayout.expert = layout.expert;
+    cost::MoeShape shape = cost::getMoeShape(model.transformer, moeLayout);
+    int64_t rows = static_cast<int64_t>(shape.dispatchRows) * model.transformer.hidden;
+    if (forwardPass)
+      experts = {{OpKind::AllToAll, ir::AxisKind::Expert, rows,
+                  "expert parallelism: dispatch the routed rows to their experts"},
+                 {OpKind::AllToAll, ir::AxisKind::Expert, rows,
+                  "expert parallelism: combine the experts' outputs back"}};
+    else
+      experts = {{OpKind::AllToAll, ir::AxisKind::Expert, rows,
+                  "expert parallelism: the combine's gradients to the experts"},
+                 {OpKind::AllToAll, ir::AxisKind::Expert, rows,
+                  "expert parallelism: the dispatch's gradients back to the tokens"}};
+  }
   bool sp = layout.sequenceParallel && model.kind == ir::ModelKind::Transformer;
-  size_t attentionAt = 0; // Where the exchange goes among the tensor collectives.
-  if (unit == cost::UnitKind::Layer && !tensor.empty())
+  // Where the exchanges go among the tensor collectives: the attention's inside the attention
+  // block's pair, the experts' inside the MLP block's (forward: attention block first).
+  size_t attentionAt = 0, expertsAt = 0;
+  if (unit == cost::UnitKind::Layer && !tensor.empty()) {
     attentionAt = forwardPass ? (sp ? 1 : 0) : (sp ? 3 : 1);
+    expertsAt = forwardPass ? (sp ? 3 : 1) : (sp ? 1 : 0);
+  }
   for (size_t i = 0; i <= tensor.size(); ++i) {
-    if (i == attentionAt)
+    if (forwardPass && i == attentionAt)
+      result.insert(result.end(), context.begin(), context.end());
+    if (i == expertsAt)
+      result.insert(result.end(), experts.begin(), experts.end());
+    if (!forwardPass && i == attentionAt)
       result.insert(result.end(), context.begin(), context.end());
     if (i < tensor.size())
       addTensor(tensor[i]);

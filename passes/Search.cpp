@@ -836,6 +836,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
       ir::AxisPlacement &slot = placement.axes[i];
       switch (mesh.axes[i].kind) {
       case ir::AxisKind::Batch:
+      case ir::AxisKind::Expert:
         slot.mode = state == ir::State::Activations ? ir::PlacementMode::BatchSplit
                                                     : ir::PlacementMode::Replicated;
         break;
@@ -885,6 +886,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     pipeline.chunks = c.chunks;
     strategy->pipeline = pipeline;
   }
+  ir::resolveExpertPlacements(*strategy);
   return strategy;
 }
 

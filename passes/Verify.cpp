@@ -159,6 +159,10 @@ private:
   void checkStateConsistency(const ir::Run &run);
   /// `coverage`: params sharded on a batch axis and never gathered.
   bool checkCoverage(const ir::Run &run);
+  /// Expert parallelism: an expert axis needs routed experts it divides, and the routed experts'
+  /// placement keeps gradient integrity, coverage and state consistency over the
+  /// expert-data-parallel axes.
+  bool checkExperts(const ir::Run &run);
   /// `pipeline-sharding`: per-micro-batch collectives of the batch axes under a pipeline.
   void checkPipelineSharding(const ir::Run &run, const analysis::RunAnalysis *analysis);
   /// `offload`: the cluster fields an offloaded tier needs.
@@ -282,6 +286,7 @@ bool VerifyPass::run(ir::Program &program, DiagnosticEngine &diags) {
     runOk &= checkGradientIntegrity(*run);
     checkStateConsistency(*run);
     runOk &= checkCoverage(*run);
+    runOk &= checkExperts(*run);
     runOk &= checkOffloadLinks(*run);
     if (!runOk) {
       checkPipelineSharding(*run, nullptr);
@@ -430,7 +435,7 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     }
   }
 
-  int64_t batchDegree = mesh.getDegree(ir::AxisKind::Batch);
+  int64_t batchDegree = mesh.getSampleDegree();
   int64_t perMicrobatch = run.microBatch * batchDegree;
   if (strategy.pipeline && strategy.pipeline->microbatches) {
     int64_t microbatches = *strategy.pipeline->microbatches;
@@ -614,6 +619,136 @@ bool VerifyPass::checkCoverage(const ir::Run &run) {
                                       neverGathered.args() + ")'");
          });
   return false;
+}
+
+//===----------------------------------------------------------------------===//
+// experts
+//===----------------------------------------------------------------------===//
+
+bool VerifyPass::checkExperts(const ir::Run &run) {
+  const ir::Strategy &strategy = *run.strategy;
+  const ir::Mesh &mesh = strategy.mesh;
+  const ir::Model &model = *run.model;
+  bool ok = true;
+  int64_t ep = mesh.getDegree(ir::AxisKind::Expert);
+  int firstExpertAxis = -1;
+  for (unsigned i = 0; i < mesh.axes.size(); ++i)
+    if (mesh.axes[i].kind == ir::AxisKind::Expert && firstExpertAxis < 0)
+      firstExpertAxis = static_cast<int>(i);
+  if (!model.isMoe()) {
+    if (firstExpertAxis >= 0) {
+      const ir::Axis &axis = mesh.axes[firstExpertAxis];
+      Where where = locate(run, axis.loc);
+      report(Severity::Error, run, where,
+             Twine("expert axis '") + axis.name + "' splits routed experts, but model '" +
+                 model.name + "' has none",
+             "placement", [&] {
+               diags->note(model.loc, Twine("write 'experts = N; top_k = K;' in model '") +
+                                          model.name + "', or make '" + axis.name +
+                                          "' a batch axis ('" + axis.name +
+                                          ": batch = " + Twine(axis.size) + "')");
+             });
+      ok = false;
+    }
+    for (ir::State state : {ir::State::Params, ir::State::Grads, ir::State::Optimizer}) {
+      SMLoc loc = strategy.getExpertPlacement(state).loc;
+      if (!loc.isValid())
+        continue;
+      report(Severity::Error, run, locate(run, loc),
+             Twine("'expert_") + ir::toString(state) + "' places routed experts, but model '" +
+                 model.name + "' has none",
+             "placement",
+             [&] { diags->note(model.loc, Twine("model '") + model.name + "' is declared here"); });
+      ok = false;
+    }
+    return ok;
+  }
+  const ir::MoeConfig &moe = model.transformer.moe;
+  if (ep > 1 && moe.experts % ep != 0) {
+    Where where = locate(run, mesh.axes[firstExpertAxis].loc);
+    report(Severity::Error, run, where,
+           Twine("expert-parallel degree ") + Twine(ep) + " does not divide the " +
+               Twine(moe.experts) + " routed experts of model '" + model.name +
+               "': each expert rank holds an equal share of every MoE layer's experts",
+           "divisibility",
+           [&] { diags->note(model.loc, Twine("model '") + model.name + "' is declared here"); });
+    ok = false;
+  }
+
+  // The routed experts over their expert-data-parallel axes (batch and sequence, size > 1).
+  auto with = [&](ir::State state, std::initializer_list<ir::PlacementMode> modes) {
+    AxisSet set{&mesh, {}};
+    const ir::StatePlacement &placement = strategy.getExpertPlacement(state);
+    for (unsigned i = 0; i < mesh.axes.size(); ++i)
+      if (ir::isExpertDataParallel(mesh.axes[i].kind) && mesh.axes[i].size > 1 &&
+          llvm::is_contained(modes, placement.axes[i].mode))
+        set.axes.push_back(i);
+    return set;
+  };
+  auto modeOf = [&](ir::State state, unsigned axis) {
+    return strategy.getExpertPlacement(state).axes[axis].mode;
+  };
+  auto locOf = [&](ir::State state, unsigned axis) {
+    const ir::StatePlacement &placement = strategy.getExpertPlacement(state);
+    SMLoc loc = placement.axes[axis].loc;
+    if (!loc.isValid())
+      loc = placement.loc;
+    return loc.isValid() ? loc : axisLoc(strategy, state, axis);
+  };
+  AxisSet gradsSharded = with(ir::State::Grads, {ir::PlacementMode::Sharded});
+  AxisSet broken{&mesh, {}};
+  for (unsigned axis : gradsSharded.axes)
+    if (modeOf(ir::State::Optimizer, axis) == ir::PlacementMode::Replicated)
+      broken.axes.push_back(axis);
+  if (!broken.empty()) {
+    int64_t n = broken.getDegree();
+    Where where = locate(run, locOf(ir::State::Grads, broken.axes.front()));
+    report(Severity::Error, run, where,
+           Twine("the routed experts' optimizer is replicated over ") + broken.quoted() +
+               " but their grads are sharded there: each replica would update its experts "
+               "from 1/" +
+               Twine(n) + " of their summed gradient, breaking gradient integrity",
+           "gradient-integrity", [&] {
+             diags->note(where.loc, Twine("write 'expert_optimizer = shard(") + broken.args() +
+                                        ");' or replicate the experts' grads over " +
+                                        broken.quoted());
+           });
+    ok = false;
+  }
+  AxisSet neverGathered = with(ir::State::Params, {ir::PlacementMode::Sharded});
+  if (!neverGathered.empty()) {
+    int64_t n = neverGathered.getDegree();
+    Where where = locate(run, locOf(ir::State::Params, neverGathered.axes.front()));
+    report(Severity::Error, run, where,
+           Twine("the routed experts' params sharded over ") + neverGathered.quoted() +
+               " are never gathered, so their forward cannot run: each of the " + Twine(n) +
+               " ranks that hold the same experts keeps 1/" + Twine(n) +
+               " of them but computes whole experts",
+           "coverage", [&] {
+             diags->note(where.loc, Twine("write 'expert_params = gather(") + neverGathered.args() +
+                                        ");' or 'replicate(" + neverGathered.args() + ")'");
+           });
+    ok = false;
+  }
+  AxisSet wasteful = with(ir::State::Params, {ir::PlacementMode::ShardedWithGather});
+  llvm::erase_if(wasteful.axes, [&](unsigned axis) {
+    return modeOf(ir::State::Optimizer, axis) != ir::PlacementMode::Replicated;
+  });
+  if (!wasteful.empty()) {
+    int64_t n = wasteful.getDegree();
+    Where where = locate(run, locOf(ir::State::Params, wasteful.axes.front()));
+    report(Severity::Warning, run, where,
+           Twine("the routed experts' params are gathered over ") + wasteful.quoted() +
+               " but their optimizer is replicated there: every replica updates whole experts "
+               "and keeps 1/" +
+               Twine(n) + " of them, wasting " + Twine(n - 1) + "/" + Twine(n) +
+               " of the experts' optimizer memory",
+           "state-consistency", [&] {
+             diags->note(where.loc,
+                         Twine("write 'expert_optimizer = shard(") + wasteful.args() + ");'");
+           });
+  }
+  return ok;
 }
 
 //===----------------------------------------------------------------------===//
@@ -805,7 +940,10 @@ struct Variant {
 
 double analyzePeak(const ir::Run &run, const ir::Strategy &strategy) {
   ir::Run copy = run;
-  copy.strategy = &strategy;
+  // The experts follow the changed dense placements where theirs are not written.
+  ir::Strategy resolved = strategy;
+  ir::resolveExpertPlacements(resolved);
+  copy.strategy = &resolved;
   std::unique_ptr<plan::StepPlan> plan = plan::lowerRun(copy);
   return analysis::analyze(*plan).memory.device.peak;
 }

@@ -139,4 +139,72 @@ TEST(CostModelTest, SchedulePreconditions) {
   EXPECT_TRUE(isScheduleValid(ir::Schedule::DualPipeV, 8, 16, 2));
 }
 
+// The routed rows of an MoE layer (GShard, Lepikhin et al. 2021, §2.2): a micro-batch of 2
+// sequences of 1,024 tokens over cp = 2 leaves T = 1,024 tokens per device; 64 experts, top-4.
+TEST(CostModelTest, MoeShapeDroplessAndPadded) {
+  ir::TransformerConfig config;
+  config.layers = 2;
+  config.hidden = 512;
+  config.heads = 8;
+  config.seq = 1024;
+  config.vocab = 1000;
+  config.moe.experts = 64;
+  config.moe.topK = 4;
+  config.moe.expertFfn = 256;
+  Layout layout;
+  layout.microBatch = 2;
+  layout.context = 2;
+  layout.expert = 8;
+
+  // Dropless: T·k = 4,096 rows sent; each of the 64/8 = 8 local experts computes
+  // T·k·ep/E = 1024·4·8/64 = 512 rows.
+  MoeShape dropless = getMoeShape(config, layout);
+  EXPECT_DOUBLE_EQ(dropless.tokens, 1024);
+  EXPECT_DOUBLE_EQ(dropless.dispatchRows, 4096);
+  EXPECT_DOUBLE_EQ(dropless.localExperts, 8);
+  EXPECT_DOUBLE_EQ(dropless.tokensPerExpert, 512);
+  EXPECT_DOUBLE_EQ(dropless.capacity, 0);
+
+  // An imbalance of 1.5 makes the busiest expert compute 768 rows; the bytes sent do not change.
+  config.moe.imbalance = 1.5;
+  EXPECT_DOUBLE_EQ(getMoeShape(config, layout).tokensPerExpert, 768);
+  EXPECT_DOUBLE_EQ(getMoeShape(config, layout).dispatchRows, 4096);
+
+  // Capacity factor 1.1: C = ⌈1.1·1024·4/64⌉ = ⌈70.4⌉ = 71 rows per expert per device, padded:
+  // 64·71 = 4,544 rows sent, and each expert computes the 8 sources' 8·71 = 568 rows.
+  config.moe.imbalance = 1;
+  config.moe.capacityFactor = 1.1;
+  MoeShape padded = getMoeShape(config, layout);
+  EXPECT_DOUBLE_EQ(padded.capacity, 71);
+  EXPECT_DOUBLE_EQ(padded.dispatchRows, 4544);
+  EXPECT_DOUBLE_EQ(padded.tokensPerExpert, 568);
+}
+
+// An MoE layer's FLOPs at even routing equal a dense layer's with the MLP replaced by top_k experts
+// and the router: the difference in a forward is 2·T·h·E for the router plus
+// 3 · 2·T·h·(k·f_e − f) for the swiglu products.
+TEST(CostModelTest, MoeLayerFlops) {
+  ir::Model model;
+  model.kind = ir::ModelKind::Transformer;
+  ir::TransformerConfig &config = model.transformer;
+  config.layers = 2;
+  config.hidden = 256;
+  config.heads = 4;
+  config.seq = 128;
+  config.vocab = 512;
+  config.ffn = 1024;
+  config.mlp = ir::MlpActivation::Swiglu;
+  config.moe.experts = 16;
+  config.moe.topK = 2;
+  config.moe.expertFfn = 384;
+  config.moe.denseLayers = 1; // layer 0 dense, layer 1 MoE
+  Layout layout;
+  layout.expert = 4;
+  double dense = getUnitWork(model, UnitKind::Layer, 0, PassKind::Forward, layout).getFlops();
+  double moe = getUnitWork(model, UnitKind::Layer, 1, PassKind::Forward, layout).getFlops();
+  double t = 128, h = 256;
+  double expected = 2 * t * h * 16 + 3 * 2 * t * h * (2 * 384 - 1024);
+  EXPECT_NEAR(moe - dense, expected, 1e-6 * std::abs(expected));
+}
+
 } // namespace

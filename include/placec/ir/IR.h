@@ -48,6 +48,10 @@ struct Tensor {
   /// before the first layer (embeddings), and `numLayers` for tensors after the last (final
   /// norm, output layer).
   int layer = 0;
+  /// A routed expert's tensor (`layers.i.moe.experts.*`, the experts stacked on the first
+  /// dimension): split over the expert axes and placed by `expert_params`, `expert_grads` and
+  /// `expert_optimizer`. The router and shared experts are dense tensors.
+  bool expert = false;
 };
 
 enum class ModelKind { Transformer, Mlp, Abstract };
@@ -58,18 +62,60 @@ enum class PositionKind { Learned, Rope };
 /// memory, recomputed in the backward) or materialized (scores and probabilities written to
 /// device memory and kept for the backward, Korthikanti et al. 2022's accounting).
 enum class AttentionKind { Flash, Materialized };
+/// How a mixture-of-experts router scores the experts of a token: a softmax over the experts
+/// (Mixtral, Qwen3-MoE) or an independent sigmoid per expert (DeepSeek-V3).
+enum class RouterKind { Softmax, Sigmoid };
 
 llvm::StringRef toString(ModelKind kind);
 llvm::StringRef toString(MlpActivation activation);
 llvm::StringRef toString(NormKind norm);
 llvm::StringRef toString(PositionKind positions);
 llvm::StringRef toString(AttentionKind attention);
+llvm::StringRef toString(RouterKind router);
+
+/// The mixture-of-experts layers of a transformer (`experts` written): in each MoE layer a
+/// router sends every token to `topK` of `experts` feed-forward experts and sums their outputs,
+/// weighted by the renormalized router scores, with the output of `sharedExperts` always-on ones.
+struct MoeConfig {
+  int64_t experts = 0; ///< Routed experts per MoE layer; 0: a dense model.
+  int64_t topK = 0;
+  int64_t expertFfn = 0;       ///< FFN width of one routed expert.
+  int64_t sharedExperts = 0;   ///< Always-on experts per MoE layer.
+  int64_t sharedExpertFfn = 0; ///< FFN width of one shared expert.
+  int64_t every = 1;           ///< Every k-th layer after the dense ones is an MoE layer.
+  int64_t denseLayers = 0;     ///< The first n layers are dense.
+  RouterKind router = RouterKind::Softmax;
+  /// Expert capacity as a multiple of the tokens an expert gets under even routing; nullopt:
+  /// dropless routing.
+  std::optional<double> capacityFactor;
+  double auxLoss = 0.01; ///< The load-balancing loss coefficient.
+  /// The busiest expert's tokens over the mean under dropless routing (the step waits for the
+  /// busiest rank). 1: even routing, the default (docs/language.md).
+  double imbalance = 1.0;
+
+  bool isEnabled() const { return experts > 0; }
+  /// True when layer `layer` (from 0) is an MoE layer.
+  bool isMoeLayer(int64_t layer) const {
+    return isEnabled() && layer >= denseLayers && (layer - denseLayers) % every == 0;
+  }
+  /// The number of MoE layers among `layers`.
+  int64_t getNumMoeLayers(int64_t layers) const {
+    if (!isEnabled() || layers <= denseLayers)
+      return 0;
+    return (layers - denseLayers + every - 1) / every;
+  }
+};
 
 struct TransformerConfig {
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;
   /// Key/value heads (grouped-query attention); 0 means `heads` (multi-head attention).
   int64_t kvHeads = 0;
   AttentionKind attention = AttentionKind::Flash;
+  /// The width of one attention head when it is not hidden/heads (Qwen3, Gemma); 0: hidden/heads.
+  int64_t headDim = 0;
+  /// RMSNorm of each head's queries and keys before the attention (Qwen3, OLMo 2): two weights of
+  /// the head width per layer.
+  bool qkNorm = false;
   MlpActivation mlp = MlpActivation::Gelu;
   NormKind norm = NormKind::LayerNorm;
   bool bias = true;
@@ -78,11 +124,12 @@ struct TransformerConfig {
   bool qkvBias = false;
   PositionKind positions = PositionKind::Learned;
   bool tiedEmbeddings = true;
+  MoeConfig moe;
 
   /// The key/value heads: `kvHeads`, or `heads` when it is not given.
   int64_t getKvHeads() const { return kvHeads > 0 ? kvHeads : heads; }
   /// The width of one attention head.
-  int64_t getHeadDim() const { return heads > 0 ? hidden / heads : 0; }
+  int64_t getHeadDim() const { return headDim > 0 ? headDim : heads > 0 ? hidden / heads : 0; }
   /// The `bias` field as written: `true`, `false` or `qkv`.
   llvm::StringRef getBiasText() const { return bias ? "true" : qkvBias ? "qkv" : "false"; }
 };
@@ -115,6 +162,13 @@ public:
   int64_t getParamsWithSplit(TensorSplit split) const;
   /// The sum of the element counts of every tensor (what `numParams` is for a non-abstract model).
   int64_t getTensorParams() const;
+  /// Parameters in routed experts' tensors.
+  int64_t getExpertParams() const;
+  /// The parameters one token uses: every dense tensor and `top_k` of each MoE layer's routed
+  /// experts (`numParams` for a dense model).
+  int64_t getActiveParams() const;
+  /// True for a transformer with mixture-of-experts layers.
+  bool isMoe() const { return kind == ModelKind::Transformer && transformer.moe.isEnabled(); }
 };
 
 /// Builds the tensors of a transformer (GPT-2 layout, or LLaMA with swiglu/rmsnorm/rope/untied).
@@ -175,14 +229,22 @@ enum class AxisKind {
   Tensor,   ///< Every weight matrix and the work of a layer (tensor parallelism).
   Layers,   ///< The layers, into consecutive stages (pipeline parallelism).
   Sequence, ///< Every sequence, into contiguous parts (context parallelism).
+  /// The routed experts of every MoE layer (expert parallelism); for everything else a batch
+  /// axis: its devices see different samples.
+  Expert,
 };
 
 llvm::StringRef toString(AxisKind kind);
 
 /// True for the axes whose devices hold the same parameters and compute the gradients of
 /// different tokens, so that the model states are placed over them and the gradients summed
-/// over them: batch axes and sequence (context-parallel) axes.
+/// over them: batch axes, sequence (context-parallel) axes and, for dense tensors, expert axes.
 inline bool isDataParallel(AxisKind kind) {
+  return kind == AxisKind::Batch || kind == AxisKind::Sequence || kind == AxisKind::Expert;
+}
+/// The same for routed experts' tensors: the expert axes split them, so only the batch and
+/// sequence axes replicate them (the expert-data-parallel group).
+inline bool isExpertDataParallel(AxisKind kind) {
   return kind == AxisKind::Batch || kind == AxisKind::Sequence;
 }
 
@@ -215,6 +277,11 @@ public:
   int64_t getStride(unsigned axis) const;
   /// The product of the sizes of every axis of a kind (1 when there is none).
   int64_t getDegree(AxisKind kind) const;
+  /// The devices that see different samples: the batch axes and the expert axes (which are
+  /// batch axes for everything but the routed experts).
+  int64_t getSampleDegree() const {
+    return getDegree(AxisKind::Batch) * getDegree(AxisKind::Expert);
+  }
   /// The rank groups of an axis: each group holds the ranks that differ only in that axis's
   /// coordinate, in coordinate order; groups are ordered by their first rank.
   std::vector<std::vector<int64_t>> getGroups(unsigned axis) const;
@@ -311,6 +378,11 @@ public:
   bool hasMesh = false;
   Mesh mesh;
   std::array<StatePlacement, kNumStates> placements;
+  /// The placements of routed experts' params, grads and optimizer state (`expert_params = …;`):
+  /// as written on batch and sequence axes, else the dense state's mode there; always sharded
+  /// on expert axes; split by each tensor's kind on tensor axes. Indexed by State (activations
+  /// unused).
+  std::array<StatePlacement, kNumStates> expertPlacements;
   ActivationMode activationMode = ActivationMode::Keep;
   llvm::SMLoc activationModeLoc;
   /// Activations sharded along the sequence over the tensor axes (sequence parallelism).
@@ -328,7 +400,18 @@ public:
     return placements[static_cast<unsigned>(state)];
   }
   StatePlacement &getPlacement(State state) { return placements[static_cast<unsigned>(state)]; }
+  const StatePlacement &getExpertPlacement(State state) const {
+    return expertPlacements[static_cast<unsigned>(state)];
+  }
+  StatePlacement &getExpertPlacement(State state) {
+    return expertPlacements[static_cast<unsigned>(state)];
+  }
 };
+
+/// Fills every expert placement slot that was not written: sharded on expert axes, the dense
+/// state's mode (and tier) elsewhere. Sema calls it for each strategy it binds; code that builds or
+/// changes a strategy calls it again after changing the dense placements.
+void resolveExpertPlacements(Strategy &strategy);
 
 //===----------------------------------------------------------------------===//
 // Runs and programs

@@ -153,6 +153,7 @@ struct Layout {
   double microBatch = 1;
   int64_t tensor = 1;  ///< Tensor-parallel degree.
   int64_t context = 1; ///< Context-parallel degree (the sequence split across devices).
+  int64_t expert = 1;  ///< Expert-parallel degree (the routed experts split across devices).
   bool sequenceParallel = false;
   ir::ActivationMode activations = ir::ActivationMode::Keep;
   ir::Precision precision = ir::Precision::MixedBF16;
@@ -168,6 +169,21 @@ struct Layout {
 Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind pass,
                  const Layout &layout);
 
+/// Mixture-of-experts layers on one device for one micro-batch (Fedus et al. 2021, "Switch
+/// Transformers", §2.1; Megatron-Core's token dispatcher). Every device routes its own T = b·s/cp
+/// tokens (all of them on every tensor-parallel rank) and sends each to its top_k experts'
+/// devices. Dropless, the dispatch buffer holds T·k rows of h; with a capacity factor c each
+/// expert takes C = ⌈c·T·k/E⌉ rows from each source device, padded, so the buffer is E·C rows.
+struct MoeShape {
+  double tokens = 0;          ///< T: tokens routed by one device.
+  double dispatchRows = 0;    ///< Rows of h in one device's dispatch buffer.
+  double capacity = 0;        ///< C per expert per source device; 0 when dropless.
+  double localExperts = 0;    ///< E/ep experts on one device.
+  double tokensPerExpert = 0; ///< Rows each local expert computes (× imbalance when dropless).
+};
+MoeShape getMoeShape(const ir::TransformerConfig &config, const Layout &layout,
+                     std::string *formula = nullptr);
+
 /// Model FLOPs of one training step for `globalBatch` samples: three times the forward of every
 /// unit (forward and backward, no recomputation), with the attention scores counted over the
 /// whole s×s (the convention of Narayanan et al. 2021 and of MFU figures).
@@ -181,8 +197,10 @@ double getModelFlops(const ir::Model &model, double globalBatch, std::string *fo
 /// `attention = materialized`: Korthikanti et al. 2022, Table 2 (s·b·h·(34 + 5·a·s/h) and its
 /// tensor-parallel, sequence-parallel and recomputation rows). `attention = flash`: the tensors
 /// the backward reads, listed one by one (no s×s scores: the softmax statistics instead).
+/// An MoE layer (`moeLayer`) keeps its routed experts' inputs and intermediates (top_k of them
+/// per token, times the imbalance) and the router's fp32 probabilities in place of the MLP's.
 double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
-                               std::string *formula = nullptr);
+                               std::string *formula = nullptr, bool moeLayer = false);
 
 /// The head's loss buffers for one micro-batch on one device, alive from the head's forward to its
 /// backward: the logits in the activation type and the softmax in fp32 that the cross-entropy's
@@ -215,6 +233,15 @@ struct StageStates {
   std::string headBuffersText;
   int64_t units = 0;  ///< Units on the stage.
   int64_t layers = 0; ///< Transformer blocks or mlp layers on the stage.
+  /// Routed experts' parameter elements per device (after the expert and tensor splits), their
+  /// shard degrees over the expert-data-parallel axes and how they were counted.
+  double expertParams = 0;
+  int64_t expertParamShard = 1, expertGradShard = 1, expertOptimizerShard = 1;
+  std::string expertParamShardText, expertGradShardText, expertOptimizerShardText;
+  /// MoE layers among `layers`, and the activation bytes of one of them for one micro-batch.
+  int64_t moeLayers = 0;
+  double moeLayerActivationBytes = 0;
+  std::string moeLayerActivationText;
   int64_t paramShard = 1, gradShard = 1, optimizerShard = 1;
   /// Explanations of the shard degrees: ` / 64 (gather over dp)`.
   std::string paramShardText, gradShardText, optimizerShardText;

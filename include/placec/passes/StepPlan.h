@@ -101,6 +101,9 @@ struct Unit {
   /// (norms, row-parallel biases). Under sequence parallelism each tensor-parallel rank sees only
   /// its slice of the sequence, so their gradients must be summed over the tensor axes.
   int64_t sequenceParallelParams = 0;
+  /// The routed experts of an MoE layer: a unit of parameters only (their compute is the
+  /// layer's), split over the expert axes and placed by the expert placements.
+  bool expert = false;
 };
 
 /// What one pipeline stage does in a step. Without a pipeline there is one stage.
@@ -135,6 +138,7 @@ struct UnitLayout {
   bool sequenceParallel = false;
   int64_t context = 1;
   ir::ContextMethod contextMethod = ir::ContextMethod::Ring;
+  int64_t expert = 1;
 };
 
 /// One collective inside a unit's pass: its kind, the axes it runs over (the tensor or the
@@ -155,7 +159,10 @@ struct UnitCollective {
 /// (Llama 3's): the forward all-gathers K and V; the backward all-gathers them again and
 /// reduce-scatters dK, dV. All-to-all (Jacobs et al. 2023, "DeepSpeed Ulysses"): Q, K, V go from
 /// sequence-split to head-split before the attention and the output back after; the backward
-/// the reverse.
+/// the reverse. An MoE layer over expert axes (Lepikhin et al. 2021, GShard §2.2): the forward
+/// dispatches the routed rows to their experts' devices by an all-to-all and combines the
+/// experts' outputs back by another, between the MLP block's sequence-parallel gather and reduce
+/// (or before its all-reduce); the backward sends the gradients the same two ways.
 std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::UnitKind unit,
                                                int64_t layer, bool forwardPass,
                                                const UnitLayout &layout);
