@@ -6,6 +6,7 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -24,7 +25,7 @@ namespace {
 using namespace detail;
 
 /// The model families placec maps. Gated families have a three-matrix MLP (gate, up, down).
-enum class Family { Llama, Mistral, Qwen2, Qwen3, Gemma, Phi3, Gpt2, GptNeox };
+enum class Family { Llama, Mistral, Qwen2, Qwen3, Gemma, Phi3, Mixtral, Qwen3Moe, Gpt2, GptNeox };
 
 struct FamilyInfo {
   const char *modelType;
@@ -36,10 +37,11 @@ struct FamilyInfo {
 // Qwen2Config, Qwen3Config, Phi3Config and GPTNeoXConfig default to False; GemmaConfig and
 // GPT2Config tie).
 constexpr FamilyInfo kFamilies[] = {
-    {"llama", Family::Llama, false}, {"mistral", Family::Mistral, false},
-    {"qwen2", Family::Qwen2, false}, {"qwen3", Family::Qwen3, false},
-    {"gemma", Family::Gemma, true},  {"phi3", Family::Phi3, false},
-    {"gpt2", Family::Gpt2, true},    {"gpt_neox", Family::GptNeox, false},
+    {"llama", Family::Llama, false},     {"mistral", Family::Mistral, false},
+    {"qwen2", Family::Qwen2, false},     {"qwen3", Family::Qwen3, false},
+    {"gemma", Family::Gemma, true},      {"phi3", Family::Phi3, false},
+    {"gpt2", Family::Gpt2, true},        {"gpt_neox", Family::GptNeox, false},
+    {"mixtral", Family::Mixtral, false}, {"qwen3_moe", Family::Qwen3Moe, false},
 };
 
 /// Keys of every family that change neither the parameter count nor the FLOPs: token ids,
@@ -125,25 +127,15 @@ std::vector<StringRef> familyKeys(Family family) {
             "partial_rotary_factor",
             "use_parallel_residual"};
   default:
-    return {"model_type",
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "intermediate_size",
-            "max_position_embeddings",
-            "original_max_position_embeddings",
-            "head_dim",
-            "hidden_act",
-            "hidden_activation",
-            "tie_word_embeddings",
-            "attention_bias",
-            "mlp_bias",
-            "sliding_window",
-            "use_sliding_window",
-            "max_window_layers",
-            "partial_rotary_factor"};
+    return {"model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "intermediate_size", "max_position_embeddings",
+            "original_max_position_embeddings", "head_dim", "hidden_act", "hidden_activation",
+            "tie_word_embeddings", "attention_bias", "mlp_bias", "sliding_window",
+            "use_sliding_window", "max_window_layers", "partial_rotary_factor",
+            // Mixtral and Qwen3-MoE.
+            "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+            "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob", "router_aux_loss_coef",
+            "output_router_logits", "router_jitter_noise"};
   }
 }
 
@@ -179,6 +171,24 @@ public:
       known.push_back(candidate.modelType);
       if (*type == candidate.modelType)
         info = &candidate;
+    }
+    // Families whose attention Place cannot express: an error naming what, without the key
+    // checks (their other keys would only repeat it).
+    if (*type == "deepseek_v3" || *type == "deepseek_v2") {
+      StringRef key = root->get("q_lora_rank") ? "q_lora_rank" : "model_type";
+      diags.error(locOf(key), "'" + key + "' is " + quoted(key) +
+                                  ": DeepSeek's multi-head latent attention (q_lora_rank, "
+                                  "kv_lora_rank: queries, keys and values through low-rank "
+                                  "projections) has no Place equivalent; Place's attention is "
+                                  "multi-head or grouped-query");
+      return false;
+    }
+    if (*type == "gpt_oss") {
+      diags.error(locOf("model_type"),
+                  "'model_type' is \"gpt_oss\": gpt-oss's attention has learned sinks (a logit "
+                  "per head) and alternates sliding-window and full layers (layer_types, "
+                  "sliding_window), which Place's attention cannot express");
+      return false;
     }
     if (!info) {
       diags.error(locOf("model_type"),
@@ -296,6 +306,7 @@ private:
 
   std::string translate(const FamilyInfo &info) {
     bool gpt2 = family == Family::Gpt2, neox = family == Family::GptNeox;
+    bool moe = family == Family::Mixtral || family == Family::Qwen3Moe;
     bool gated = !gpt2 && !neox;
     std::optional<int64_t> layers = getInt(gpt2 ? "n_layer" : "num_hidden_layers", true, 1 << 20);
     std::optional<int64_t> hidden = getInt(gpt2 ? "n_embd" : "hidden_size", true, 1 << 24);
@@ -326,16 +337,14 @@ private:
                             ", and Place's model has one sequence length");
     }
 
-    if (*hidden % *heads != 0)
+    if (*hidden % *heads != 0 && !(gated && root->get("head_dim")))
       refuse(gpt2 ? "n_head" : "num_attention_heads",
              "it does not divide the hidden size " + Twine(*hidden) +
                  ", and Place's heads are hidden / heads wide");
-    if (std::optional<int64_t> headDim = gated ? getInt("head_dim", false, 1 << 24) : std::nullopt;
-        headDim && *headDim * *heads != *hidden)
-      refuse("head_dim", "heads × head_dim = " + Twine(*heads * *headDim) +
-                             " differs from the hidden size " + Twine(*hidden) +
-                             ": Place's attention heads are hidden / heads wide, so the "
-                             "projections' parameters and FLOPs would be wrong");
+    // A head width other than hidden / heads (Gemma 7B, most Qwen3 sizes) is Place's head_dim.
+    int64_t headDim = gated ? getInt("head_dim", false, 1 << 24).value_or(0) : 0;
+    if (headDim > 0 && headDim * *heads == *hidden)
+      headDim = 0;
     if (kvHeads > 0 && *heads % kvHeads != 0)
       refuse("num_key_value_heads", "it does not divide the " + Twine(*heads) + " heads");
 
@@ -343,7 +352,8 @@ private:
     // longer than the window.
     if (gated && root->get("sliding_window")) {
       std::optional<int64_t> window = getInt("sliding_window", false);
-      bool used = family != Family::Qwen2 || getBool("use_sliding_window").value_or(false);
+      bool qwen = family == Family::Qwen2 || family == Family::Qwen3 || family == Family::Qwen3Moe;
+      bool used = !qwen || getBool("use_sliding_window").value_or(false);
       if (used && window && *window < seq)
         refuse("sliding_window",
                "attention looks back " + Twine(*window) + " tokens, fewer than the sequence of " +
@@ -388,10 +398,69 @@ private:
       refuse("add_cross_attention", "cross-attention layers are not part of Place's decoder");
 
     // Families whose layers hold weights that Place's transformer has no field for.
-    if (family == Family::Qwen3)
-      refuse("model_type", "Qwen3 normalizes queries and keys per head (q_norm and k_norm, "
-                           "2 × head_dim weights a layer), which Place's transformer has no "
-                           "field for");
+    // Qwen3 (dense and MoE) normalizes each head's queries and keys: qk_norm.
+    bool qkNorm = family == Family::Qwen3 || family == Family::Qwen3Moe;
+
+    // Mixtures of experts.
+    std::string moeText;
+    if (moe) {
+      bool mixtral = family == Family::Mixtral;
+      StringRef expertsKey = mixtral ? "num_local_experts" : "num_experts";
+      std::optional<int64_t> experts = getInt(expertsKey, true, 1 << 16);
+      std::optional<int64_t> topK = getInt("num_experts_per_tok", true, 1 << 16);
+      std::optional<int64_t> expertFfn =
+          mixtral ? ffn : getInt("moe_intermediate_size", true, 1 << 26);
+      int64_t every = 1, dense = 0;
+      if (!mixtral) {
+        // Qwen3-MoE: layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is not in
+        // mlp_only_layers; Place's layers are MoE from dense_layers on, every moe_every-th.
+        int64_t step = getInt("decoder_sparse_step", false, 1 << 20).value_or(1);
+        if (step != 1)
+          refuse("decoder_sparse_step",
+                 "Qwen3-MoE makes layers step - 1, 2·step - 1, … sparse; Place's MoE layers are "
+                 "0, k, 2k, … after the dense ones");
+        if (const json::Value *only = root->get("mlp_only_layers")) {
+          const json::Array *list = only->getAsArray();
+          bool prefix = list != nullptr;
+          for (size_t i = 0; list && i < list->size(); ++i)
+            prefix &= (*list)[i].getAsInteger() == std::optional<int64_t>(int64_t(i));
+          if (!prefix)
+            refuse("mlp_only_layers", "Place's dense layers are the first n (dense_layers); "
+                                      "these are not 0, 1, …, n - 1");
+          else
+            dense = int64_t(list->size());
+        }
+        if (!getBool("norm_topk_prob").value_or(false))
+          refuse(root->get("norm_topk_prob") ? "norm_topk_prob" : "model_type",
+                 "Place's router renormalizes the top-k probabilities (norm_topk_prob = true); "
+                 "without it the combine weights differ");
+      }
+      double auxLoss = 0.001; // MixtralConfig's and Qwen3MoeConfig's default.
+      if (const json::Value *value = root->get("router_aux_loss_coef")) {
+        std::optional<double> number = value->getAsNumber();
+        if (!number || *number < 0 || *number > 1)
+          diags.error(locOf("router_aux_loss_coef"),
+                      "'router_aux_loss_coef' must be a number from 0 to 1, not " +
+                          quoted("router_aux_loss_coef"));
+        else
+          auxLoss = *number;
+      }
+      if (experts && topK && *topK > *experts)
+        refuse("num_experts_per_tok", "it exceeds the " + Twine(*experts) + " experts");
+      if (experts && *experts < 2)
+        refuse(expertsKey, "a mixture of experts has at least 2");
+      if (experts && topK && expertFfn) {
+        raw_string_ostream e(moeText);
+        e << "  experts = " << *experts << ";\n  top_k = " << *topK << ";\n";
+        if (*expertFfn != ffn.value_or(0))
+          e << "  expert_ffn = " << *expertFfn << ";\n";
+        if (dense > 0)
+          e << "  dense_layers = " << dense << ";\n";
+        if (every != 1)
+          e << "  moe_every = " << every << ";\n";
+        e << "  aux_loss = " << format("%g", auxLoss) << ";\n";
+      }
+    }
 
     bool tied = getBool("tie_word_embeddings").value_or(info.tiedByDefault);
     if (diags.hasErrors())
@@ -412,6 +481,10 @@ private:
       << ";\n";
     if (kvHeads > 0 && kvHeads != *heads)
       m << "  kv_heads = " << kvHeads << ";\n";
+    if (headDim > 0)
+      m << "  head_dim = " << headDim << ";\n";
+    if (qkNorm)
+      m << "  qk_norm = true;\n";
     m << "  seq = " << seq << ";\n  vocab = " << *vocab << ";\n";
     int64_t ffnValue = ffn.value_or(4 * *hidden);
     if (ffnValue != 4 * *hidden || gated)
@@ -424,6 +497,7 @@ private:
       m << "  positions = rope;\n";
     if (!tied)
       m << "  tied_embeddings = false;\n";
+    m << moeText;
     m << "}\n";
     return out;
   }
