@@ -7,6 +7,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -156,8 +157,12 @@ public:
     if (view.contextAxes.size() > 1)
       refuse("several sequence axes " + axisList(mesh, view.contextAxes) + ": " + toString(target) +
              " has one context-parallel group");
-    if (!view.expertAxes.empty() || run.model->isMoe())
-      refuse("mixture-of-experts layers and expert axes are not exported");
+    if (view.expertAxes.size() > 1)
+      refuse("several expert axes " + axisList(mesh, view.expertAxes) + ": " + toString(target) +
+             " has one expert-parallel group");
+    if (target == Target::DeepSpeed && (!view.expertAxes.empty() || run.model->isMoe()))
+      refuse("mixture-of-experts layers: DeepSpeed-MoE is configured in the model code (its "
+             "MoE layer's ep_size), not in the JSON config");
     switch (target) {
     case Target::DeepSpeed:
       writeDeepSpeed(out);
@@ -389,13 +394,14 @@ private:
       ir::AxisKind kind = mesh.axes[index].kind;
       int rank = kind == ir::AxisKind::Layers     ? 0
                  : kind == ir::AxisKind::Batch    ? 1
-                 : kind == ir::AxisKind::Sequence ? 2
-                                                  : 3;
+                 : kind == ir::AxisKind::Expert   ? 2
+                 : kind == ir::AxisKind::Sequence ? 3
+                                                  : 4;
       if (rank < last) {
         refuse("axis '" + mesh.axes[index].name + "' is inside the " +
                ir::toString(mesh.axes[lastAxis].kind) + " axis '" + mesh.axes[lastAxis].name +
-               "': Megatron-LM numbers ranks tensor innermost, then context, then data, then "
-               "pipeline outermost (write the mesh as [pp, dp, cp, tp])");
+               "': Megatron-LM numbers ranks tensor innermost, then context, expert, data, and "
+               "pipeline outermost (write the mesh as [pp, dp, ep, cp, tp])");
         return;
       }
       last = rank;
@@ -417,6 +423,8 @@ private:
     // Megatron-LM's data-parallel group spans the context-parallel ranks: gradients are reduced
     // and the distributed optimizer shards over data and context ranks together.
     std::vector<unsigned> dataAxes = dataAndContextAxes(view);
+    dataAxes.insert(dataAxes.end(), view.expertAxes.begin(), view.expertAxes.end());
+    llvm::sort(dataAxes);
     std::vector<unsigned> paramGather =
         axesWithMode(dataAxes, placement(ir::State::Params), ir::PlacementMode::ShardedWithGather);
     if (!paramGather.empty())
@@ -438,6 +446,35 @@ private:
              "context-parallel ranks)");
     for (ir::State state : ir::kAllStates)
       refuseTier(state, "Megatron-LM's flags place every state on the device");
+    const ir::MoeConfig &moe = model.transformer.moe;
+    if (model.isMoe()) {
+      if (view.expertDegree > 1 && view.contextDegree > 1)
+        refuse("expert axis " + axisList(mesh, view.expertAxes) + " with sequence axis " +
+               axisList(mesh, view.contextAxes) +
+               ": placec does not export expert parallelism together with context parallelism");
+      // The experts' states over the expert-data-parallel group (the data axes but ep): the
+      // distributed optimizer shards them there when it shards the dense ones.
+      std::vector<unsigned> expertData = dataAndContextAxes(view);
+      const ir::StatePlacement &expertOptimizer = strategy.getExpertPlacement(ir::State::Optimizer);
+      std::vector<unsigned> expertShard =
+          axesWithMode(expertData, expertOptimizer, ir::PlacementMode::Sharded);
+      if (!axesWithMode(expertData, strategy.getExpertPlacement(ir::State::Params),
+                        ir::PlacementMode::ShardedWithGather)
+               .empty() ||
+          !axesWithMode(expertData, strategy.getExpertPlacement(ir::State::Grads),
+                        ir::PlacementMode::Sharded)
+               .empty())
+        refuse("expert params gathered or expert grads sharded: Megatron-LM has no ZeRO-3 or "
+               "ZeRO-2 for the experts either");
+      if (expertShard != (optShard.empty() ? std::vector<unsigned>{} : expertData))
+        refuse("expert optimizer sharded over " + axisList(mesh, expertShard) +
+               " with the dense optimizer over " + axisList(mesh, optShard) +
+               ": --use-distributed-optimizer shards the experts' optimizer over the whole "
+               "expert-data-parallel group exactly when it shards the dense one");
+      if (moe.denseLayers > 0 && moe.every > 1)
+        refuse("dense_layers with moe_every = " + Twine(moe.every) +
+               ": placec writes --moe-layer-freq as a number or as ([0]*N+[1]*M)");
+    }
     std::optional<ir::Schedule> pipelineSchedule = schedule();
     if (pipelineSchedule == ir::Schedule::GPipe)
       refuse("pipeline schedule gpipe: Megatron-LM runs 1F1B or interleaved 1F1B");
@@ -452,6 +489,8 @@ private:
     auto flag = [&](StringRef name, const Twine &value) { os << name << " " << value << "\n"; };
     flag("--tensor-model-parallel-size", Twine(view.tensorDegree));
     flag("--pipeline-model-parallel-size", Twine(view.layersDegree));
+    if (view.expertDegree > 1)
+      flag("--expert-model-parallel-size", Twine(view.expertDegree));
     if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::Interleaved &&
         view.layersDegree > 1)
       flag("--num-layers-per-virtual-pipeline-stage",
@@ -532,6 +571,29 @@ private:
       os << "--group-query-attention\n";
       flag("--num-query-groups", Twine(config.getKvHeads()));
     }
+    if (model.isMoe()) {
+      const ir::MoeConfig &moe = config.moe;
+      flag("--num-experts", Twine(moe.experts));
+      flag("--moe-router-topk", Twine(moe.topK));
+      flag("--moe-ffn-hidden-size", Twine(moe.expertFfn));
+      if (moe.sharedExperts > 0)
+        flag("--moe-shared-expert-intermediate-size",
+             Twine(moe.sharedExperts * moe.sharedExpertFfn));
+      if (moe.denseLayers > 0)
+        flag("--moe-layer-freq", "([0]*" + Twine(moe.denseLayers) + "+[1]*" +
+                                     Twine(config.layers - moe.denseLayers) + ")");
+      else if (moe.every > 1)
+        flag("--moe-layer-freq", Twine(moe.every));
+      flag("--moe-router-score-function",
+           moe.router == ir::RouterKind::Sigmoid ? "sigmoid" : "softmax");
+      if (moe.capacityFactor) {
+        os << "--moe-expert-capacity-factor " << format("%g", *moe.capacityFactor) << "\n";
+        os << "--moe-pad-expert-input-to-capacity\n";
+      }
+      os << "--moe-aux-loss-coeff " << format("%g", moe.auxLoss) << "\n";
+      if (view.expertDegree > 1)
+        flag("--moe-token-dispatcher-type", "alltoall");
+    }
     if (config.positions == ir::PositionKind::Rope)
       flag("--position-embedding-type", "rope");
     if (!config.tiedEmbeddings)
@@ -578,16 +640,37 @@ private:
     }
     // torchtitan applies FSDP over data and context ranks together (its dp_shard_cp mesh), so
     // a context axis must be FSDP-sharded like the shard axes.
-    for (unsigned index : view.contextAxes) {
+    // Expert parallelism (torchtitan's "dp2ep") is carved out of the FSDP ranks: an expert axis
+    // is FSDP-sharded for the dense tensors, and the experts are FSDP-sharded over the other
+    // shard axes (their default placement).
+    if (view.expertDegree > 1 && view.contextDegree > 1)
+      refuse("expert axis " + axisList(mesh, view.expertAxes) + " with sequence axis " +
+             axisList(mesh, view.contextAxes) +
+             ": placec does not export expert parallelism together with context parallelism");
+    for (ir::State state : {ir::State::Params, ir::State::Grads, ir::State::Optimizer})
+      for (unsigned index : view.batchAxes)
+        if (strategy.getExpertPlacement(state).axes[index].mode !=
+            placement(state).axes[index].mode) {
+          refuse("expert " + toString(state) + " over '" + mesh.axes[index].name +
+                 "' placed unlike the dense " + toString(state) +
+                 ": torchtitan shards the experts with FSDP over the same data-parallel ranks "
+                 "as the rest of the model, but the expert-parallel ones");
+          break;
+        }
+    std::vector<unsigned> fsdpAxes = view.contextAxes;
+    fsdpAxes.insert(fsdpAxes.end(), view.expertAxes.begin(), view.expertAxes.end());
+    for (unsigned index : fsdpAxes) {
       ir::PlacementMode p = params.axes[index].mode, g = grads.axes[index].mode,
                         o = optimizer.axes[index].mode;
       if (p == ir::PlacementMode::ShardedWithGather && g == ir::PlacementMode::Sharded &&
           o == ir::PlacementMode::Sharded)
         (params.axes[index].keepAfterForward ? keepAfterForward : reshardAfterForward) = true;
       else
-        refuse("params, grads and optimizer over sequence axis '" + mesh.axes[index].name +
+        refuse("params, grads and optimizer over " + ir::toString(mesh.axes[index].kind) +
+               " axis '" + mesh.axes[index].name +
                "' are not FSDP-sharded (params gathered, grads and optimizer sharded): "
-               "torchtitan shards the model with FSDP over the context-parallel ranks too");
+               "torchtitan shards the model with FSDP over the context- and expert-parallel "
+               "ranks too");
     }
     if (keepAfterForward && reshardAfterForward)
       refuse("keep_after_forward differs between the sharded axes: torchtitan has one "
@@ -597,14 +680,15 @@ private:
     for (unsigned index : view.order) {
       const ir::Axis &axis = mesh.axes[index];
       int rank = axis.kind == ir::AxisKind::Layers      ? 0
-                 : axis.kind == ir::AxisKind::Tensor    ? 4
-                 : axis.kind == ir::AxisKind::Sequence  ? 3
+                 : axis.kind == ir::AxisKind::Tensor    ? 5
+                 : axis.kind == ir::AxisKind::Sequence  ? 4
+                 : axis.kind == ir::AxisKind::Expert    ? 3
                  : llvm::is_contained(shardAxes, index) ? 2
                                                         : 1;
       if (rank < last) {
         refuse("axis '" + axis.name +
-               "' is out of torchtitan's order: its mesh is pp, dp_replicate, dp_shard, cp, tp "
-               "from outermost to innermost");
+               "' is out of torchtitan's order: its mesh is pp, dp_replicate, dp_shard (its "
+               "expert-parallel part innermost), cp, tp from outermost to innermost");
         break;
       }
       last = rank;
@@ -656,7 +740,8 @@ private:
     if (refused)
       return;
 
-    int64_t replicate = productOf(mesh, replicateAxes), shard = productOf(mesh, shardAxes);
+    int64_t replicate = productOf(mesh, replicateAxes),
+            shard = productOf(mesh, shardAxes) * view.expertDegree;
     int64_t microbatches = gradientAccumulation();
     bool pipelined = view.layersDegree > 1;
     os << "# Generated by placec from run '" << run.name << "' (model '" << run.model->name << "', "
@@ -666,6 +751,8 @@ private:
     os << "data_parallel_shard_degree = " << shard << "\n";
     if (shard > 1)
       os << "fsdp_reshard_after_forward = \"" << (keepAfterForward ? "never" : "always") << "\"\n";
+    if (view.expertDegree > 1)
+      os << "expert_parallel_degree = " << view.expertDegree << "\n";
     os << "tensor_parallel_degree = " << view.tensorDegree << "\n";
     bool async = strategy.asyncTensorParallel && view.tensorDegree > 1;
     os << "enable_async_tensor_parallel = " << (async ? "true" : "false") << "\n";

@@ -113,6 +113,9 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
   line("grads", imported.grads);
   line("optimizer", imported.optimizer);
   line("activations", imported.activations);
+  line("expert_params", imported.expertParams);
+  line("expert_grads", imported.expertGrads);
+  line("expert_optimizer", imported.expertOptimizer);
   os << "}\n\nrun " << name << " {\n";
   os << "  model = " << modelName << ";\n";
   os << "  cluster = " << options.clusterName << ";\n";
@@ -598,6 +601,19 @@ constexpr const char *kMegatronFlags[] = {
     "--tp-comm-overlap",
     "--decoder-first-pipeline-num-layers=",
     "--decoder-last-pipeline-num-layers=",
+    "--num-experts=",
+    "--moe-router-topk=",
+    "--expert-model-parallel-size=",
+    "--expert-tensor-parallel-size=",
+    "--moe-ffn-hidden-size=",
+    "--moe-shared-expert-intermediate-size=",
+    "--moe-router-score-function=",
+    "--moe-expert-capacity-factor=",
+    "--moe-pad-expert-input-to-capacity",
+    "--moe-aux-loss-coeff=",
+    "--moe-layer-freq=",
+    "--moe-token-dispatcher-type=",
+    "--moe-router-load-balancing-type=",
 };
 
 /// Megatron-LM flags that change the model or the placement in ways `placec import` does not
@@ -613,16 +629,23 @@ struct UntranslatedFlag {
 const UntranslatedFlag kUntranslatedMegatronFlags[] = {
     {"--hierarchical-context-parallel-sizes", nullptr,
      "hierarchical context parallelism (a2a+p2p), which has no Place equivalent", true},
-    {"--expert-model-parallel-size", "1", "expert parallelism"},
-    {"--expert-tensor-parallel-size", "1", "expert parallelism"},
-    {"--num-experts", nullptr, "mixtures of experts"},
-    {"--moe-router-topk", nullptr, "mixtures of experts"},
     {"--fp8", nullptr,
      "FP8 training through an abbreviation that Megatron-LM's parser may not resolve: write "
      "--fp8-format e4m3 or hybrid",
      true},
     {"--pipeline-model-parallel-layout", nullptr, "a custom pipeline layout"},
 };
+
+/// Megatron-LM flags that describe a mixture-of-experts model (errors with a model named by
+/// --model, whose declaration says it).
+constexpr StringRef kMegatronMoeModelFlags[] = {"--num-experts",
+                                                "--moe-router-topk",
+                                                "--moe-ffn-hidden-size",
+                                                "--moe-shared-expert-intermediate-size",
+                                                "--moe-router-score-function",
+                                                "--moe-expert-capacity-factor",
+                                                "--moe-aux-loss-coeff",
+                                                "--moe-layer-freq"};
 
 class MegatronImporter {
 public:
@@ -782,10 +805,88 @@ private:
     return locAt(it == flags.end() ? 0 : it->second.second);
   }
 
+  /// The MoE fields of a model declared from the flags (nothing for a dense model).
+  std::string moeModelText(int64_t ffn, int64_t layers) {
+    if (!has("--num-experts")) {
+      for (StringRef flag : kMegatronMoeModelFlags)
+        if (has(flag))
+          diags.error(locOf(flag), flag + " describes mixture-of-experts layers, but there is no "
+                                          "--num-experts");
+      return "";
+    }
+    std::string text;
+    raw_string_ostream m(text);
+    std::optional<int64_t> experts = getInt("--num-experts");
+    int64_t topK = getInt("--moe-router-topk").value_or(2); // Megatron-LM's default.
+    if (!experts)
+      return "";
+    m << "  experts = " << *experts << ";\n  top_k = " << topK << ";\n";
+    if (std::optional<int64_t> width = getInt("--moe-ffn-hidden-size"); width && *width != ffn)
+      m << "  expert_ffn = " << *width << ";\n";
+    if (std::optional<int64_t> shared = getInt("--moe-shared-expert-intermediate-size"))
+      m << "  shared_experts = 1;\n  shared_expert_ffn = " << *shared << ";\n";
+    // --moe-layer-freq k: layers 0, k, 2k, … are MoE; "([0]*N+[1]*M)": the first N dense.
+    std::string freq = getString("--moe-layer-freq", "1");
+    int64_t every = 0, dense = 0, moe = 0;
+    StringRef pattern(freq);
+    pattern = pattern.trim();
+    if (!pattern.getAsInteger(10, every) && every >= 1) {
+      if (every > 1)
+        m << "  moe_every = " << every << ";\n";
+    } else if (pattern.consume_front("([0]*") && !pattern.consumeInteger(10, dense) &&
+               pattern.consume_front("+[1]*") && !pattern.consumeInteger(10, moe) &&
+               pattern == ")" && dense + moe == layers && moe >= 1) {
+      if (dense > 0)
+        m << "  dense_layers = " << dense << ";\n";
+    } else {
+      diags.error(locOf("--moe-layer-freq"),
+                  "--moe-layer-freq '" + freq +
+                      "' is neither a whole number k (every k-th layer, from the first) nor "
+                      "([0]*N+[1]*M) with N + M = " +
+                      Twine(layers) + " layers (the first N dense), the patterns Place expresses");
+    }
+    std::string scoring = getString("--moe-router-score-function", "softmax");
+    if (scoring == "sigmoid")
+      m << "  router = sigmoid;\n";
+    else if (scoring != "softmax")
+      diags.error(locOf("--moe-router-score-function"),
+                  "--moe-router-score-function is softmax or sigmoid, not '" + scoring + "'");
+    if (has("--moe-expert-capacity-factor")) {
+      std::string factor = getString("--moe-expert-capacity-factor", "");
+      double value = 0;
+      if (StringRef(factor).getAsDouble(value) || !(value > 0) || value > 1e3)
+        diags.error(locOf("--moe-expert-capacity-factor"),
+                    "--moe-expert-capacity-factor takes a number above 0, not '" + factor + "'");
+      else if (!has("--moe-pad-expert-input-to-capacity"))
+        diags.error(locOf("--moe-expert-capacity-factor"),
+                    "--moe-expert-capacity-factor without --moe-pad-expert-input-to-capacity "
+                    "drops tokens without padding; Place models padded expert buffers");
+      else
+        m << "  capacity_factor = " << factor << ";\n";
+    }
+    // Megatron-LM's load-balancing loss: coefficient 0 unless given.
+    std::string balancing = getString("--moe-router-load-balancing-type", "aux_loss");
+    std::string coefficient = getString("--moe-aux-loss-coeff", "0");
+    double value = 0;
+    if (balancing == "none")
+      coefficient = "0";
+    else if (balancing != "aux_loss")
+      diags.error(locOf("--moe-router-load-balancing-type"),
+                  "--moe-router-load-balancing-type " + balancing +
+                      ": Place's load-balancing loss is the Switch Transformer's (aux_loss)");
+    if (StringRef(coefficient).getAsDouble(value) || value < 0 || value > 1)
+      diags.error(locOf("--moe-aux-loss-coeff"),
+                  "--moe-aux-loss-coeff takes a number from 0 to 1, not '" + coefficient + "'");
+    else
+      m << "  aux_loss = " << coefficient << ";\n";
+    return text;
+  }
+
   bool translate(raw_ostream &os) {
     int64_t t = getInt("--tensor-model-parallel-size").value_or(1);
     int64_t p = getInt("--pipeline-model-parallel-size").value_or(1);
     int64_t c = getInt("--context-parallel-size").value_or(1);
+    int64_t e = getInt("--expert-model-parallel-size").value_or(1);
     std::optional<int64_t> firstLayers = getInt("--decoder-first-pipeline-num-layers");
     std::optional<int64_t> lastLayers = getInt("--decoder-last-pipeline-num-layers");
     std::optional<int64_t> micro = getInt("--micro-batch-size");
@@ -818,6 +919,20 @@ private:
       return false;
     }
     int64_t d = devices / (t * p * c); // t · p · c divides the device count.
+    // Expert parallelism is carved out of the data-parallel ranks (Megatron-Core's rank order
+    // tp-cp-ep-dp-pp): [dp = d / e, ep = e].
+    if (e > 1 && d % e != 0) {
+      diags.error(locOf("--expert-model-parallel-size"), "--expert-model-parallel-size " +
+                                                             Twine(e) + " does not divide the " +
+                                                             Twine(d) + " data-parallel ranks");
+      return false;
+    }
+    if (e > 1 && c > 1) {
+      diags.error(locOf("--expert-model-parallel-size"),
+                  "expert parallelism together with context parallelism is not translated: "
+                  "Megatron-Core forms its expert groups from the data and context ranks");
+      return false;
+    }
     int64_t globalBatch = global.value_or(*micro * d);
     if (globalBatch % (*micro * d) != 0) {
       diags.error(locOf("--global-batch-size"), "--global-batch-size " + Twine(globalBatch) +
@@ -893,10 +1008,42 @@ private:
       // Megatron-LM reads --num-query-groups (default 1) only with --group-query-attention.
       if (has("--group-query-attention"))
         m << "  kv_heads = " << getInt("--num-query-groups").value_or(1) << ";\n";
+      m << moeModelText(ffn.value_or(4 * *hidden), *layers);
       m << "}\n";
       modelText = body;
     }
 
+    if (!options.modelName.empty())
+      for (StringRef flag : kMegatronMoeModelFlags)
+        if (has(flag))
+          diags.error(locOf(flag), flag +
+                                       " describes the model, but the model is named with "
+                                       "--model '" +
+                                       options.modelName +
+                                       "': write it in the model's declaration and drop the flag");
+    if (e > 1 && !options.modelName.empty() && options.modelExperts == 0)
+      diags.error(locOf("--expert-model-parallel-size"),
+                  "--expert-model-parallel-size needs a mixture-of-experts model, but model '" +
+                      options.modelName + "' has no experts");
+    if (e > 1 && !has("--num-experts") && options.modelName.empty())
+      diags.error(locOf("--expert-model-parallel-size"),
+                  "--expert-model-parallel-size needs --num-experts: expert parallelism splits "
+                  "the experts");
+    if (has("--expert-tensor-parallel-size") && getInt("--expert-tensor-parallel-size") != t)
+      diags.error(locOf("--expert-tensor-parallel-size"),
+                  "Place splits the experts over the tensor axis like the dense MLP: the expert "
+                  "tensor-parallel size must be --tensor-model-parallel-size " +
+                      Twine(t));
+    // Place models the all-to-all token dispatch; Megatron-Core's default is "allgather".
+    if (e > 1 && getString("--moe-token-dispatcher-type", "allgather") != "alltoall")
+      diags.error(locOf(has("--moe-token-dispatcher-type") ? "--moe-token-dispatcher-type"
+                                                           : "--expert-model-parallel-size"),
+                  "--moe-token-dispatcher-type " +
+                      getString("--moe-token-dispatcher-type", "allgather (the default)") +
+                      ": Place models the tokens' all-to-all dispatch over the expert-parallel "
+                      "ranks; write --moe-token-dispatcher-type alltoall");
+    if (diags.hasErrors())
+      return false;
     if (!options.modelName.empty() && has("--add-qkv-bias")) {
       diags.error(locOf("--add-qkv-bias"),
                   "--add-qkv-bias describes the model, but the model is named with --model '" +
@@ -907,7 +1054,9 @@ private:
     Imported imported;
     if (p > 1)
       imported.axes.push_back({"pp", p});
-    imported.axes.push_back({"dp", d});
+    imported.axes.push_back({"dp", d / e});
+    if (e > 1)
+      imported.axes.push_back({"ep", e});
     if (c > 1)
       imported.axes.push_back({"cp", c});
     if (t > 1)
@@ -968,7 +1117,10 @@ private:
     // The distributed optimizer shards over the data-parallel group, which spans the
     // context-parallel ranks.
     if (has("--use-distributed-optimizer"))
-      imported.optimizer = c > 1 ? "shard(dp, cp)" : "shard(dp)";
+      imported.optimizer = c > 1 ? "shard(dp, cp)" : e > 1 ? "shard(dp, ep)" : "shard(dp)";
+    // ... and the experts' optimizer over the expert-data-parallel group.
+    if (has("--use-distributed-optimizer") && e > 1)
+      imported.expertOptimizer = "shard(dp)";
     std::string granularity = getString("--recompute-granularity", "");
     if (has("--recompute-activations"))
       granularity = "selective";

@@ -46,6 +46,8 @@ struct Imported {
   std::vector<std::pair<std::string, int64_t>> axes; ///< Mesh, outermost first (name: kind = size).
   std::vector<std::string> axisKinds;                ///< Written kind, or empty when implied.
   std::string params, grads, optimizer, activations; ///< Placement right-hand sides, or empty.
+  /// Expert placements (`expert_params = …;`), or empty for the defaults.
+  std::string expertParams, expertGrads, expertOptimizer;
   std::string pipeline;
   std::string context; ///< `context = …;` (with a sequence axis), or empty for the default.
   bool asyncTp = false;

@@ -137,7 +137,7 @@ const char *detail::findTorchtitanFlavor(const ir::TransformerConfig &config) {
         config.ffn == flavor.ffn && config.vocab == kLlama3Vocab &&
         config.mlp == ir::MlpActivation::Swiglu && config.norm == ir::NormKind::RmsNorm &&
         !config.bias && !config.qkvBias && config.positions == ir::PositionKind::Rope &&
-        !config.tiedEmbeddings)
+        !config.tiedEmbeddings && !config.moe.isEnabled() && config.headDim == 0 && !config.qkNorm)
       return flavor.name;
   return nullptr;
 }
@@ -463,10 +463,13 @@ private:
         getInt("parallelism.pipeline_parallel_layers_per_stage");
     if (diags.hasErrors())
       return false;
-    if (ep != 1)
+    if (ep != 1 && options.modelExperts == 0)
       refuse("parallelism.expert_parallel_degree",
-             "expert parallelism needs a mixture-of-experts model, which placec import does not "
-             "translate");
+             "expert parallelism needs a mixture-of-experts model: name one declared with "
+             "'experts' with --model");
+    if (ep != 1 && cp != 1)
+      refuse("parallelism.expert_parallel_degree",
+             "expert parallelism together with context parallelism is not translated");
     if (localValue && legacyBatch)
       refuse("training.batch_size", "give local_batch_size or its older name batch_size, not both");
     int64_t local = localValue ? *localValue : legacyBatch.value_or(8);
@@ -547,12 +550,23 @@ private:
     }
     if (pp > 1)
       imported.axes.push_back({"pp", pp});
-    bool hybrid = replicate > 1 && shard > 1;
+    // Expert parallelism ("dp2ep") takes its ranks from the FSDP ones: [dp_shard / ep, ep].
+    if (ep > 1 && shard % ep != 0) {
+      refuse("parallelism.expert_parallel_degree",
+             Twine(ep) + " does not divide data_parallel_shard_degree " + Twine(shard));
+      return false;
+    }
+    if (diags.hasErrors())
+      return false;
+    int64_t shardRest = shard / ep;
+    bool hybrid = replicate > 1 && shardRest > 1;
     std::string shardAxis = hybrid ? "dp_shard" : "dp";
-    if (replicate > 1 || shard == 1)
+    if (replicate > 1 || (shardRest == 1 && ep == 1))
       imported.axes.push_back({hybrid ? "dp_replicate" : "dp", replicate});
-    if (shard > 1)
-      imported.axes.push_back({shardAxis, shard});
+    if (shardRest > 1)
+      imported.axes.push_back({shardAxis, shardRest});
+    if (ep > 1)
+      imported.axes.push_back({"ep", ep});
     if (cp > 1)
       imported.axes.push_back({"cp", cp});
     if (tp > 1)
@@ -562,8 +576,10 @@ private:
 
     // FSDP shards over data and context together (torchtitan's dp_shard_cp mesh).
     std::vector<std::string> fsdpAxes;
-    if (shard > 1)
+    if (shardRest > 1)
       fsdpAxes.push_back(shardAxis);
+    if (ep > 1)
+      fsdpAxes.push_back("ep");
     if (cp > 1)
       fsdpAxes.push_back("cp");
     std::string reshard = getString("parallelism.fsdp_reshard_after_forward").value_or("default");

@@ -615,8 +615,10 @@ int runImport() {
         return 1;
       }
       options.layers = model->getNumLayers();
-      if (model->kind == ir::ModelKind::Transformer)
+      if (model->kind == ir::ModelKind::Transformer) {
         options.modelSeq = model->transformer.seq;
+        options.modelExperts = model->transformer.moe.experts;
+      }
     }
     // The import line is relative to the output file's folder.
     if (outputFile != "-" && !sys::path::is_absolute(importFrom)) {

@@ -48,6 +48,8 @@ struct ImportOptions {
   int64_t seq = 0;
   /// The named model's sequence length, which a torchtitan job's seq_len must match; 0 if none.
   int64_t modelSeq = 0;
+  /// The named model's routed experts (0 for a dense model or none named).
+  int64_t modelExperts = 0;
 };
 
 /// Reads a DeepSpeed JSON config from buffer `bufferId` of the diagnostic engine's source manager
