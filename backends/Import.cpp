@@ -835,7 +835,8 @@ private:
         m << "  moe_every = " << every << ";\n";
     } else if (pattern.consume_front("([0]*") && !pattern.consumeInteger(10, dense) &&
                pattern.consume_front("+[1]*") && !pattern.consumeInteger(10, moe) &&
-               pattern == ")" && dense + moe == layers && moe >= 1) {
+               pattern == ")" && moe >= 1 && dense <= layers && moe <= layers &&
+               dense + moe == layers) {
       if (dense > 0)
         m << "  dense_layers = " << dense << ";\n";
     } else {

@@ -556,8 +556,6 @@ private:
              Twine(ep) + " does not divide data_parallel_shard_degree " + Twine(shard));
       return false;
     }
-    if (diags.hasErrors())
-      return false;
     int64_t shardRest = shard / ep;
     bool hybrid = replicate > 1 && shardRest > 1;
     std::string shardAxis = hybrid ? "dp_shard" : "dp";
