@@ -141,6 +141,10 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "seq = " + Twine(config.seq) + " over " + Twine(contextDegree) + " context ranks",
              "placert splits each sequence into 2 x " + Twine(contextDegree) +
                  " load-balanced chunks (Megatron-Core's split), for all_to_all too");
+    if (config.qkvBias)
+      refuse(model.loc, "bias = qkv",
+             "placert's transformer has biases on every linear layer or on none; declare "
+             "bias = true or bias = false");
     if (config.headDim > 0 && config.headDim * config.heads != config.hidden)
       refuse(model.loc, "head_dim = " + Twine(config.headDim),
              "the trainer's attention heads are hidden/heads wide");

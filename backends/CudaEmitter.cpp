@@ -134,7 +134,7 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
     refuse(model.loc, "untied embeddings",
            "the GPU trainer ties the output layer to the embedding");
   if (!config.bias)
-    refuse(model.loc, "bias = false", "the GPU trainer's layers have biases");
+    refuse(model.loc, "bias = " + config.getBiasText(), "the GPU trainer's layers have biases");
   if (config.headDim > 0 && config.headDim * config.heads != config.hidden)
     refuse(model.loc, "head_dim = " + Twine(config.headDim),
            "the trainer's attention heads are hidden/heads wide");

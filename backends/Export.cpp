@@ -2,9 +2,12 @@
 // config, refusing (rule `export`) every part of the placement that the target cannot express.
 #include "placec/backends/Export.h"
 
+#include "ImportSupport.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -87,13 +90,28 @@ MeshView viewMesh(const ir::Mesh &mesh) {
   return view;
 }
 
+/// The axes of `among` on which a state has `mode`.
+std::vector<unsigned> axesWithMode(ArrayRef<unsigned> among, const ir::StatePlacement &placement,
+                                   ir::PlacementMode mode) {
+  std::vector<unsigned> axes;
+  for (unsigned index : among)
+    if (index < placement.axes.size() && placement.axes[index].mode == mode)
+      axes.push_back(index);
+  return axes;
+}
+
 /// The batch axes on which a state has `mode` (with `all`, those of size 1 too).
 std::vector<unsigned> axesWithMode(const MeshView &view, const ir::StatePlacement &placement,
                                    ir::PlacementMode mode, bool all = false) {
-  std::vector<unsigned> axes;
-  for (unsigned index : all ? view.allBatchAxes : view.batchAxes)
-    if (index < placement.axes.size() && placement.axes[index].mode == mode)
-      axes.push_back(index);
+  return axesWithMode(all ? view.allBatchAxes : view.batchAxes, placement, mode);
+}
+
+/// The data-parallel axes of a target whose data-parallel group spans the context-parallel
+/// ranks too (Megatron-LM's data-parallel group with context parallelism, DeepSpeed's
+/// sequence-data-parallel group): the batch axes, then the sequence axes.
+std::vector<unsigned> dataAndContextAxes(const MeshView &view) {
+  std::vector<unsigned> axes = view.batchAxes;
+  axes.insert(axes.end(), view.contextAxes.begin(), view.contextAxes.end());
   return axes;
 }
 
@@ -136,11 +154,15 @@ public:
   bool exportTo(raw_ostream &os) {
     std::string text;
     raw_string_ostream out(text);
-    if (!view.contextAxes.empty())
-      refuse("sequence axis " + axisList(mesh, view.contextAxes) +
-             ": context parallelism is not exported yet");
-    if (!view.expertAxes.empty() || run.model->isMoe())
-      refuse("mixture-of-experts layers and expert axes are not exported");
+    if (view.contextAxes.size() > 1)
+      refuse("several sequence axes " + axisList(mesh, view.contextAxes) + ": " + toString(target) +
+             " has one context-parallel group");
+    if (view.expertAxes.size() > 1)
+      refuse("several expert axes " + axisList(mesh, view.expertAxes) + ": " + toString(target) +
+             " has one expert-parallel group");
+    if (target == Target::DeepSpeed && (!view.expertAxes.empty() || run.model->isMoe()))
+      refuse("mixture-of-experts layers: DeepSpeed-MoE is configured in the model code (its "
+             "MoE layer's ep_size), not in the JSON config");
     switch (target) {
     case Target::DeepSpeed:
       writeDeepSpeed(out);
@@ -204,6 +226,18 @@ private:
              ": no framework runs the forward pass on parameter shards");
   }
 
+  /// The pipeline's schedule when the strategy runs one over a layers axis of size > 1.
+  std::optional<ir::Schedule> schedule() const {
+    if (view.layersAxes.empty())
+      return std::nullopt;
+    return strategy.pipeline ? strategy.pipeline->schedule : ir::Schedule::OneFOneB;
+  }
+  bool unevenStages() const {
+    return !view.layersAxes.empty() && strategy.pipeline &&
+           (strategy.pipeline->firstStageLayers > 0 || strategy.pipeline->lastStageLayers > 0);
+  }
+  StringRef contextName() const { return ir::toString(strategy.contextMethod); }
+
   int64_t gradientAccumulation() const {
     return run.microbatchesPerStep > 0 ? run.microbatchesPerStep : 1;
   }
@@ -221,17 +255,30 @@ private:
     refuseTier(ir::State::Grads, "DeepSpeed offloads gradients only together with the optimizer "
                                  "(offload_optimizer); place the optimizer there instead");
 
+    // Ulysses (DeepSpeed's sequence parallelism, `sequence_parallel_size`): consecutive ranks
+    // form a sequence-parallel group, and ZeRO shards over data and sequence ranks together.
+    int64_t ulysses = view.contextDegree;
+    if (!view.contextAxes.empty()) {
+      if (strategy.contextMethod != ir::ContextMethod::AllToAll)
+        refuse("context = " + contextName() + " over " + axisList(mesh, view.contextAxes) +
+               ": DeepSpeed's sequence parallelism is Ulysses, whose all-to-alls are "
+               "context = all_to_all; it has no ring or all-gather attention");
+      if (view.order.back() != view.contextAxes.back())
+        refuse("sequence axis " + axisList(mesh, view.contextAxes) +
+               " is not the innermost axis: DeepSpeed's sequence-parallel groups are "
+               "consecutive ranks");
+    }
+
     const ir::StatePlacement &params = placement(ir::State::Params);
     const ir::StatePlacement &grads = placement(ir::State::Grads);
     const ir::StatePlacement &optimizer = placement(ir::State::Optimizer);
     // Axes of size 1 are left out, unless every batch axis has size 1 (a single rank).
-    bool single = view.batchAxes.empty();
-    std::vector<unsigned> optShard =
-        axesWithMode(view, optimizer, ir::PlacementMode::Sharded, single);
-    std::vector<unsigned> gradShard = axesWithMode(view, grads, ir::PlacementMode::Sharded, single);
+    bool single = view.batchAxes.empty() && view.contextAxes.empty();
+    std::vector<unsigned> all = single ? view.allBatchAxes : dataAndContextAxes(view);
+    std::vector<unsigned> optShard = axesWithMode(all, optimizer, ir::PlacementMode::Sharded);
+    std::vector<unsigned> gradShard = axesWithMode(all, grads, ir::PlacementMode::Sharded);
     std::vector<unsigned> paramGather =
-        axesWithMode(view, params, ir::PlacementMode::ShardedWithGather, single);
-    const std::vector<unsigned> &all = single ? view.allBatchAxes : view.batchAxes;
+        axesWithMode(all, params, ir::PlacementMode::ShardedWithGather);
 
     int stage = -1;
     int64_t hpzSize = 0, micsSize = 0;
@@ -257,6 +304,13 @@ private:
              "or params over the innermost axes only (hpZ) or all states over the innermost "
              "axes only (MiCS)");
     }
+    if ((hpzSize > 1 || micsSize > 1) && ulysses > 1)
+      refuse(Twine(hpzSize > 1 ? "ZeRO++ hpZ" : "MiCS") +
+             " with sequence parallelism: placec does not export DeepSpeed's partial sharding "
+             "together with Ulysses");
+    if (run.precision == ir::Precision::MixedFP8)
+      refuse("precision mixed(fp8): DeepSpeed's config has no FP8 training (Transformer "
+             "Engine's FP8 comes from the model code)");
     if (params.tier != ir::Tier::Device && stage != 3)
       refuse("params at tier '" + ir::toString(params.tier) +
              "' without ZeRO stage 3: DeepSpeed offloads parameters (offload_param) only in "
@@ -286,6 +340,8 @@ private:
       json.attribute("train_batch_size", run.globalBatch);
       json.attribute("train_micro_batch_size_per_gpu", run.microBatch);
       json.attribute("gradient_accumulation_steps", gradientAccumulation());
+      if (ulysses > 1)
+        json.attribute("sequence_parallel_size", ulysses);
       if (run.precision == ir::Precision::MixedBF16)
         json.attributeObject("bf16", [&] { json.attribute("enabled", true); });
       if (run.precision == ir::Precision::MixedFP16)
@@ -329,21 +385,27 @@ private:
 
   // Megatron-LM -----------------------------------------------------------------------------
 
-  /// Megatron orders ranks tensor innermost, then data, then pipeline outermost.
+  /// Megatron orders ranks tensor innermost, then context, then data, then pipeline outermost
+  /// (Megatron-Core's default order tp-cp-ep-dp-pp).
   void checkMegatronOrder() {
-    int last = -1; // 0 pipeline, 1 data, 2 tensor, in the order Megatron nests them.
+    int last = -1; // 0 pipeline, 1 data, 2 context, 3 tensor, in the order Megatron nests them.
+    unsigned lastAxis = 0;
     for (unsigned index : view.order) {
-      int rank = mesh.axes[index].kind == ir::AxisKind::Layers  ? 0
-                 : mesh.axes[index].kind == ir::AxisKind::Batch ? 1
-                                                                : 2;
+      ir::AxisKind kind = mesh.axes[index].kind;
+      int rank = kind == ir::AxisKind::Layers     ? 0
+                 : kind == ir::AxisKind::Batch    ? 1
+                 : kind == ir::AxisKind::Expert   ? 2
+                 : kind == ir::AxisKind::Sequence ? 3
+                                                  : 4;
       if (rank < last) {
-        refuse("axis '" + mesh.axes[index].name + "' is inside a " +
-               (rank == 0 ? "data or tensor" : "tensor") +
-               " axis: Megatron-LM numbers ranks tensor innermost, then data, then pipeline "
-               "outermost (write the mesh as [pp, dp, tp])");
+        refuse("axis '" + mesh.axes[index].name + "' is inside the " +
+               ir::toString(mesh.axes[lastAxis].kind) + " axis '" + mesh.axes[lastAxis].name +
+               "': Megatron-LM numbers ranks tensor innermost, then context, expert, data, and "
+               "pipeline outermost (write the mesh as [pp, dp, ep, cp, tp])");
         return;
       }
       last = rank;
+      lastAxis = index;
     }
   }
 
@@ -358,49 +420,112 @@ private:
              ": Megatron-LM has one tensor-parallel group");
     checkMegatronOrder();
     refuseShardedParams();
+    // Megatron-LM's data-parallel group spans the context-parallel ranks: gradients are reduced
+    // and the distributed optimizer shards over data and context ranks together.
+    std::vector<unsigned> dataAxes = dataAndContextAxes(view);
+    dataAxes.insert(dataAxes.end(), view.expertAxes.begin(), view.expertAxes.end());
+    llvm::sort(dataAxes);
     std::vector<unsigned> paramGather =
-        axesWithMode(view, placement(ir::State::Params), ir::PlacementMode::ShardedWithGather);
+        axesWithMode(dataAxes, placement(ir::State::Params), ir::PlacementMode::ShardedWithGather);
     if (!paramGather.empty())
       refuse("params gathered over " + axisList(mesh, paramGather) +
              ": Megatron-LM has no ZeRO-3 (its distributed optimizer shards the optimizer state "
              "only)");
     std::vector<unsigned> gradShard =
-        axesWithMode(view, placement(ir::State::Grads), ir::PlacementMode::Sharded);
+        axesWithMode(dataAxes, placement(ir::State::Grads), ir::PlacementMode::Sharded);
     if (!gradShard.empty())
       refuse("grads sharded over " + axisList(mesh, gradShard) +
              ": Megatron-LM keeps full gradient buffers (the distributed optimizer reduce-scatters "
              "into them but does not free them)");
     std::vector<unsigned> optShard =
-        axesWithMode(view, placement(ir::State::Optimizer), ir::PlacementMode::Sharded);
-    if (!optShard.empty() && optShard != view.batchAxes)
+        axesWithMode(dataAxes, placement(ir::State::Optimizer), ir::PlacementMode::Sharded);
+    if (!optShard.empty() && optShard != dataAxes)
       refuse("optimizer sharded over " + axisList(mesh, optShard) + " but not over " +
-             axisList(mesh, ArrayRef<unsigned>(view.batchAxes)) +
-             ": --use-distributed-optimizer shards over the whole data-parallel group");
+             axisList(mesh, ArrayRef<unsigned>(dataAxes)) +
+             ": --use-distributed-optimizer shards over the whole data-parallel group (with the "
+             "context-parallel ranks)");
     for (ir::State state : ir::kAllStates)
       refuseTier(state, "Megatron-LM's flags place every state on the device");
-    if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::GPipe &&
-        !view.layersAxes.empty())
+    const ir::MoeConfig &moe = model.transformer.moe;
+    if (model.isMoe()) {
+      if (view.expertDegree > 1 && view.contextDegree > 1)
+        refuse("expert axis " + axisList(mesh, view.expertAxes) + " with sequence axis " +
+               axisList(mesh, view.contextAxes) +
+               ": placec does not export expert parallelism together with context parallelism");
+      // The experts' states over the expert-data-parallel group (the data axes but ep): the
+      // distributed optimizer shards them there when it shards the dense ones.
+      std::vector<unsigned> expertData = dataAndContextAxes(view);
+      const ir::StatePlacement &expertOptimizer = strategy.getExpertPlacement(ir::State::Optimizer);
+      std::vector<unsigned> expertShard =
+          axesWithMode(expertData, expertOptimizer, ir::PlacementMode::Sharded);
+      if (!axesWithMode(expertData, strategy.getExpertPlacement(ir::State::Params),
+                        ir::PlacementMode::ShardedWithGather)
+               .empty() ||
+          !axesWithMode(expertData, strategy.getExpertPlacement(ir::State::Grads),
+                        ir::PlacementMode::Sharded)
+               .empty())
+        refuse("expert params gathered or expert grads sharded: Megatron-LM has no ZeRO-3 or "
+               "ZeRO-2 for the experts either");
+      if (expertShard != (optShard.empty() ? std::vector<unsigned>{} : expertData))
+        refuse("expert optimizer sharded over " + axisList(mesh, expertShard) +
+               " with the dense optimizer over " + axisList(mesh, optShard) +
+               ": --use-distributed-optimizer shards the experts' optimizer over the whole "
+               "expert-data-parallel group exactly when it shards the dense one");
+      if (moe.denseLayers > 0 && moe.every > 1)
+        refuse("dense_layers with moe_every = " + Twine(moe.every) +
+               ": placec writes --moe-layer-freq as a number or as ([0]*N+[1]*M)");
+    }
+    std::optional<ir::Schedule> pipelineSchedule = schedule();
+    if (pipelineSchedule == ir::Schedule::GPipe)
       refuse("pipeline schedule gpipe: Megatron-LM runs 1F1B or interleaved 1F1B");
+    if (pipelineSchedule == ir::Schedule::ZeroBubble ||
+        pipelineSchedule == ir::Schedule::ZeroBubbleV ||
+        pipelineSchedule == ir::Schedule::DualPipe || pipelineSchedule == ir::Schedule::DualPipeV)
+      refuse("pipeline schedule " + ir::toString(*pipelineSchedule) +
+             ": Megatron-LM has no flag for it (its schedules are 1F1B and interleaved 1F1B)");
     if (refused)
       return;
 
     auto flag = [&](StringRef name, const Twine &value) { os << name << " " << value << "\n"; };
     flag("--tensor-model-parallel-size", Twine(view.tensorDegree));
     flag("--pipeline-model-parallel-size", Twine(view.layersDegree));
+    if (view.expertDegree > 1)
+      flag("--expert-model-parallel-size", Twine(view.expertDegree));
     if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::Interleaved &&
         view.layersDegree > 1)
       flag("--num-layers-per-virtual-pipeline-stage",
            Twine(model.getNumLayers() / (view.layersDegree * strategy.pipeline->chunks)));
+    if (unevenStages()) {
+      if (strategy.pipeline->firstStageLayers > 0)
+        flag("--decoder-first-pipeline-num-layers", Twine(strategy.pipeline->firstStageLayers));
+      if (strategy.pipeline->lastStageLayers > 0)
+        flag("--decoder-last-pipeline-num-layers", Twine(strategy.pipeline->lastStageLayers));
+    }
+    if (view.contextDegree > 1) {
+      flag("--context-parallel-size", Twine(view.contextDegree));
+      flag("--cp-comm-type", strategy.contextMethod == ir::ContextMethod::Ring        ? "p2p"
+                             : strategy.contextMethod == ir::ContextMethod::AllGather ? "all_gather"
+                                                                                      : "a2a");
+    }
     if (strategy.sequenceParallel)
       os << "--sequence-parallel\n";
+    if (strategy.asyncTensorParallel && view.tensorDegree > 1)
+      os << "--tp-comm-overlap\n";
     if (!optShard.empty())
       os << "--use-distributed-optimizer\n";
     flag("--micro-batch-size", Twine(run.microBatch));
     flag("--global-batch-size", Twine(run.globalBatch));
-    if (run.precision == ir::Precision::MixedBF16)
+    if (run.precision == ir::Precision::MixedBF16 || run.precision == ir::Precision::MixedFP8)
       os << "--bf16\n";
     if (run.precision == ir::Precision::MixedFP16)
       os << "--fp16\n";
+    if (run.precision == ir::Precision::MixedFP8) {
+      // E4M3 in the forward, E5M2 for the gradients: Transformer Engine's recipe, which the
+      // import reads back as mixed(fp8) like e4m3.
+      flag("--fp8-format", "hybrid");
+      if (run.fp8Gather)
+        os << "--fp8-param-gather\n";
+    }
     switch (run.optimizer) {
     case ir::OptimizerKind::Adam:
       flag("--optimizer", "adam");
@@ -440,6 +565,35 @@ private:
       flag("--normalization", "RMSNorm");
     if (!config.bias)
       os << "--disable-bias-linear\n";
+    if (config.qkvBias)
+      os << "--add-qkv-bias\n";
+    if (config.getKvHeads() != config.heads) {
+      os << "--group-query-attention\n";
+      flag("--num-query-groups", Twine(config.getKvHeads()));
+    }
+    if (model.isMoe()) {
+      const ir::MoeConfig &moe = config.moe;
+      flag("--num-experts", Twine(moe.experts));
+      flag("--moe-router-topk", Twine(moe.topK));
+      flag("--moe-ffn-hidden-size", Twine(moe.expertFfn));
+      if (moe.sharedExperts > 0)
+        flag("--moe-shared-expert-intermediate-size",
+             Twine(moe.sharedExperts * moe.sharedExpertFfn));
+      if (moe.denseLayers > 0)
+        flag("--moe-layer-freq", "([0]*" + Twine(moe.denseLayers) + "+[1]*" +
+                                     Twine(config.layers - moe.denseLayers) + ")");
+      else if (moe.every > 1)
+        flag("--moe-layer-freq", Twine(moe.every));
+      flag("--moe-router-score-function",
+           moe.router == ir::RouterKind::Sigmoid ? "sigmoid" : "softmax");
+      if (moe.capacityFactor) {
+        os << "--moe-expert-capacity-factor " << format("%g", *moe.capacityFactor) << "\n";
+        os << "--moe-pad-expert-input-to-capacity\n";
+      }
+      os << "--moe-aux-loss-coeff " << format("%g", moe.auxLoss) << "\n";
+      if (view.expertDegree > 1)
+        flag("--moe-token-dispatcher-type", "alltoall");
+    }
     if (config.positions == ir::PositionKind::Rope)
       flag("--position-embedding-type", "rope");
     if (!config.tiedEmbeddings)
@@ -484,24 +638,89 @@ private:
                "optimizer sharded)");
       }
     }
+    // torchtitan applies FSDP over data and context ranks together (its dp_shard_cp mesh), so
+    // a context axis must be FSDP-sharded like the shard axes.
+    // Expert parallelism (torchtitan's "dp2ep") is carved out of the FSDP ranks: an expert axis
+    // is FSDP-sharded for the dense tensors, and the experts are FSDP-sharded over the other
+    // shard axes (their default placement).
+    if (view.expertDegree > 1 && view.contextDegree > 1)
+      refuse("expert axis " + axisList(mesh, view.expertAxes) + " with sequence axis " +
+             axisList(mesh, view.contextAxes) +
+             ": placec does not export expert parallelism together with context parallelism");
+    for (ir::State state : {ir::State::Params, ir::State::Grads, ir::State::Optimizer})
+      for (unsigned index : view.batchAxes)
+        if (strategy.getExpertPlacement(state).axes[index].mode !=
+            placement(state).axes[index].mode) {
+          refuse("expert " + toString(state) + " over '" + mesh.axes[index].name +
+                 "' placed unlike the dense " + toString(state) +
+                 ": torchtitan shards the experts with FSDP over the same data-parallel ranks "
+                 "as the rest of the model, but the expert-parallel ones");
+          break;
+        }
+    std::vector<unsigned> fsdpAxes = view.contextAxes;
+    fsdpAxes.insert(fsdpAxes.end(), view.expertAxes.begin(), view.expertAxes.end());
+    for (unsigned index : fsdpAxes) {
+      ir::PlacementMode p = params.axes[index].mode, g = grads.axes[index].mode,
+                        o = optimizer.axes[index].mode;
+      if (p == ir::PlacementMode::ShardedWithGather && g == ir::PlacementMode::Sharded &&
+          o == ir::PlacementMode::Sharded)
+        (params.axes[index].keepAfterForward ? keepAfterForward : reshardAfterForward) = true;
+      else
+        refuse("params, grads and optimizer over " + ir::toString(mesh.axes[index].kind) +
+               " axis '" + mesh.axes[index].name +
+               "' are not FSDP-sharded (params gathered, grads and optimizer sharded): "
+               "torchtitan shards the model with FSDP over the context- and expert-parallel "
+               "ranks too");
+    }
     if (keepAfterForward && reshardAfterForward)
       refuse("keep_after_forward differs between the sharded axes: torchtitan has one "
              "fsdp_reshard_after_forward setting");
-    // torchtitan's mesh, outermost first: pp, dp_replicate, dp_shard, tp.
+    // torchtitan's mesh, outermost first: pp, dp_replicate, dp_shard, cp, tp.
     int last = -1;
     for (unsigned index : view.order) {
       const ir::Axis &axis = mesh.axes[index];
       int rank = axis.kind == ir::AxisKind::Layers      ? 0
-                 : axis.kind == ir::AxisKind::Tensor    ? 3
+                 : axis.kind == ir::AxisKind::Tensor    ? 5
+                 : axis.kind == ir::AxisKind::Sequence  ? 4
+                 : axis.kind == ir::AxisKind::Expert    ? 3
                  : llvm::is_contained(shardAxes, index) ? 2
                                                         : 1;
       if (rank < last) {
         refuse("axis '" + axis.name +
-               "' is out of torchtitan's order: its mesh is pp, dp_replicate, dp_shard, tp from "
-               "outermost to innermost");
+               "' is out of torchtitan's order: its mesh is pp, dp_replicate, dp_shard (its "
+               "expert-parallel part innermost), cp, tp from outermost to innermost");
         break;
       }
       last = rank;
+    }
+    // torchtitan's rotate methods (PyTorch's context-parallel attention): "allgather" gathers
+    // the other ranks' K/V shards, "alltoall" passes them from rank to rank as a ring does.
+    if (view.contextDegree > 1 && strategy.contextMethod == ir::ContextMethod::AllToAll)
+      refuse("context = all_to_all over " + axisList(mesh, view.contextAxes) +
+             ": torchtitan's context parallelism passes K/V shards (a ring, \"alltoall\") or "
+             "gathers them (\"allgather\"); it has no Ulysses head exchange");
+    std::optional<ir::Schedule> pipelineSchedule = schedule();
+    if (pipelineSchedule == ir::Schedule::ZeroBubble)
+      refuse("pipeline schedule zero_bubble: torchtitan's zero-bubble schedules run several "
+             "stages per rank (InterleavedZeroBubble, ZBVZeroBubble); ZB-H1 over one stage per "
+             "rank is neither");
+    if (pipelineSchedule == ir::Schedule::DualPipe)
+      refuse("pipeline schedule dualpipe: torchtitan runs DualPipeV, the one-copy form");
+    // Uneven stages become split points: the module names where each stage after the first
+    // starts.
+    std::vector<int64_t> splitPoints;
+    if (unevenStages()) {
+      int64_t layers = run.model->getNumLayers(), stages = view.layersDegree;
+      const ir::Pipeline &pipeline = *strategy.pipeline;
+      int64_t first = pipeline.firstStageLayers, last = pipeline.lastStageLayers;
+      int64_t middleStages = stages - (first > 0) - (last > 0);
+      int64_t rest = layers - first - last;
+      int64_t share = middleStages > 0 ? rest / middleStages : 0;
+      int64_t start = 0;
+      for (int64_t stage = 0; stage + 1 < stages; ++stage) {
+        start += stage == 0 && first > 0 ? first : share;
+        splitPoints.push_back(start);
+      }
     }
     if (!view.tensorAxes.empty() && !strategy.sequenceParallel)
       refuse("tensor axis " + axisList(mesh, view.tensorAxes) +
@@ -513,13 +732,16 @@ private:
                         "params, grads and optimizer together and is not modelled)");
     if (run.precision == ir::Precision::MixedFP16)
       refuse("precision mixed(fp16): torchtitan trains in bf16 or fp32 (no loss scaling)");
+    if (run.fp8Gather && shardAxes.empty() && view.contextAxes.empty())
+      refuse("mixed(fp8, gather = fp8) without FSDP: torchtitan's FP8 all-gathers are FSDP's");
     if (run.optimizer != ir::OptimizerKind::Adam)
       refuse(Twine("optimizer '") + ir::toString(run.optimizer) +
              "': torchtitan's optimizers are Adam and AdamW");
     if (refused)
       return;
 
-    int64_t replicate = productOf(mesh, replicateAxes), shard = productOf(mesh, shardAxes);
+    int64_t replicate = productOf(mesh, replicateAxes),
+            shard = productOf(mesh, shardAxes) * view.expertDegree;
     int64_t microbatches = gradientAccumulation();
     bool pipelined = view.layersDegree > 1;
     os << "# Generated by placec from run '" << run.name << "' (model '" << run.model->name << "', "
@@ -529,20 +751,51 @@ private:
     os << "data_parallel_shard_degree = " << shard << "\n";
     if (shard > 1)
       os << "fsdp_reshard_after_forward = \"" << (keepAfterForward ? "never" : "always") << "\"\n";
+    if (view.expertDegree > 1)
+      os << "expert_parallel_degree = " << view.expertDegree << "\n";
     os << "tensor_parallel_degree = " << view.tensorDegree << "\n";
-    os << "enable_async_tensor_parallel = false\n";
+    bool async = strategy.asyncTensorParallel && view.tensorDegree > 1;
+    os << "enable_async_tensor_parallel = " << (async ? "true" : "false") << "\n";
+    if (view.contextDegree > 1) {
+      os << "context_parallel_degree = " << view.contextDegree << "\n";
+      os << "context_parallel_rotate_method = \""
+         << (strategy.contextMethod == ir::ContextMethod::Ring ? "alltoall" : "allgather")
+         << "\"\n";
+    }
     os << "pipeline_parallel_degree = " << view.layersDegree << "\n";
     if (pipelined) {
-      StringRef schedule = "1F1B";
-      if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::GPipe)
-        schedule = "GPipe";
-      if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::Interleaved)
-        schedule = "Interleaved1F1B";
-      os << "pipeline_parallel_schedule = \"" << schedule << "\"\n";
+      StringRef name = "1F1B";
+      int64_t chunks = 1;
+      switch (*pipelineSchedule) {
+      case ir::Schedule::GPipe:
+        name = "GPipe";
+        break;
+      case ir::Schedule::Interleaved:
+        name = "Interleaved1F1B";
+        chunks = strategy.pipeline->chunks;
+        break;
+      case ir::Schedule::ZeroBubbleV:
+        name = "ZBVZeroBubble";
+        chunks = 2;
+        break;
+      case ir::Schedule::DualPipeV:
+        name = "DualPipeV";
+        chunks = 2;
+        break;
+      default:
+        break;
+      }
+      os << "pipeline_parallel_schedule = \"" << name << "\"\n";
+      if (!splitPoints.empty()) {
+        os << "pipeline_parallel_split_points = [";
+        for (size_t i = 0; i < splitPoints.size(); ++i)
+          os << (i ? ", " : "") << "\"layers." << splitPoints[i] << "\"";
+        os << "]\n";
+      }
       os << "pipeline_parallel_microbatch_size = " << run.microBatch << "\n";
-      if (schedule == "Interleaved1F1B" && run.model->getNumLayers() > 0)
+      if (chunks > 1 && run.model->getNumLayers() > 0)
         os << "pipeline_parallel_layers_per_stage = "
-           << run.model->getNumLayers() / (view.layersDegree * strategy.pipeline->chunks) << "\n";
+           << run.model->getNumLayers() / (view.layersDegree * chunks) << "\n";
     }
     os << "\n[training]\n";
     // With a pipeline, the local batch is split into micro-batches; without one, the micro-batch
@@ -555,6 +808,23 @@ private:
     os << "mixed_precision_param = \""
        << (run.precision == ir::Precision::FP32 ? "float32" : "bfloat16") << "\"\n";
     os << "mixed_precision_reduce = \"float32\"\n";
+    if (async)
+      os << "compile = true\n"; // torchtitan's async tensor parallelism needs torch.compile.
+    // The model, when it is one of torchtitan's llama3 flavors; torchao's float8 training with
+    // tensorwise scaling keeps the output layer in bf16, as placec's mixed(fp8) does.
+    const char *flavor = run.model->kind == ir::ModelKind::Transformer
+                             ? detail::findTorchtitanFlavor(run.model->transformer)
+                             : nullptr;
+    if (flavor || run.precision == ir::Precision::MixedFP8)
+      os << "\n[model]\n";
+    if (flavor)
+      os << "name = \"llama3\"\nflavor = \"" << flavor << "\"\n";
+    if (run.precision == ir::Precision::MixedFP8) {
+      os << "converters = [\"float8\"]\n";
+      os << "\n[float8]\n";
+      os << "enable_fsdp_float8_all_gather = " << (run.fp8Gather ? "true" : "false") << "\n";
+      os << "filter_fqns = [\"output\"]\n";
+    }
     os << "\n[optimizer]\nname = \"Adam\"\n";
     os << "\n[activation_checkpoint]\n";
     switch (strategy.activationMode) {

@@ -1,6 +1,7 @@
 // Imports a DeepSpeed JSON config or Megatron-LM flags as a Place strategy and run, so that the
 // configuration a user already has can be checked and reported on. Unknown keys and flags are
 // errors at their line and column, with the closest known spelling.
+#include "ImportSupport.h"
 #include "placec/backends/Export.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -22,7 +23,7 @@ using namespace llvm;
 
 namespace placec::bridge {
 
-namespace {
+namespace detail {
 
 /// The names of the prelude's strategies, which no declaration may reuse.
 bool isPreludeName(StringRef name) {
@@ -47,6 +48,25 @@ std::string makeName(StringRef wanted, StringRef inputName, StringRef fallback) 
   return name;
 }
 
+std::optional<json::Value> parseJsonDocument(StringRef text, DiagnosticEngine &diags) {
+  Expected<json::Value> parsed = json::parse(text);
+  if (parsed)
+    return std::move(*parsed);
+  // json::ParseError logs "[line:column, byte=offset]: message"; the offset places the error.
+  std::string message = toString(parsed.takeError());
+  size_t offset = 0;
+  StringRef rest = message;
+  if (size_t at = rest.find("byte="); at != StringRef::npos) {
+    StringRef digits = rest.drop_front(at + 5).take_while(isDigit);
+    if (digits.getAsInteger(10, offset) || offset > text.size())
+      offset = 0;
+  }
+  if (size_t colon = rest.find("]: "); colon != StringRef::npos)
+    rest = rest.drop_front(colon + 3);
+  diags.error(SMLoc::getFromPointer(text.data() + offset), "not a JSON document: " + rest);
+  return std::nullopt;
+}
+
 /// The closest of `candidates` to `word`, when close enough to be a likely misspelling.
 std::string closest(StringRef word, ArrayRef<StringRef> candidates, unsigned maxDistance) {
   unsigned best = maxDistance + 1;
@@ -60,17 +80,6 @@ std::string closest(StringRef word, ArrayRef<StringRef> candidates, unsigned max
   }
   return found;
 }
-
-/// What an import found, written out as Place.
-struct Imported {
-  std::vector<std::pair<std::string, int64_t>> axes; ///< Mesh, outermost first (name: kind = size).
-  std::vector<std::string> axisKinds;                ///< Written kind, or empty when implied.
-  std::string params, grads, optimizer, activations; ///< Placement right-hand sides, or empty.
-  std::string pipeline;
-  int64_t microBatch = 0, globalBatch = 0;
-  std::string precision = "mixed(bf16)";
-  std::string optimizerKind = "adam";
-};
 
 void writePlace(const Imported &imported, const ImportOptions &options, StringRef source,
                 StringRef name, StringRef modelText, StringRef modelName, raw_ostream &os) {
@@ -92,6 +101,10 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
   os << "];\n";
   if (!imported.pipeline.empty())
     os << "  pipeline = " << imported.pipeline << ";\n";
+  if (!imported.context.empty())
+    os << "  context = " << imported.context << ";\n";
+  if (imported.asyncTp)
+    os << "  async_tp = true;\n";
   auto line = [&](StringRef state, StringRef value) {
     if (!value.empty())
       os << "  " << state << " = " << value << ";\n";
@@ -100,6 +113,9 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
   line("grads", imported.grads);
   line("optimizer", imported.optimizer);
   line("activations", imported.activations);
+  line("expert_params", imported.expertParams);
+  line("expert_grads", imported.expertGrads);
+  line("expert_optimizer", imported.expertOptimizer);
   os << "}\n\nrun " << name << " {\n";
   os << "  model = " << modelName << ";\n";
   os << "  cluster = " << options.clusterName << ";\n";
@@ -110,6 +126,12 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
   os << "  optimizer = " << imported.optimizerKind << ";\n";
   os << "}\n";
 }
+
+} // namespace detail
+
+namespace {
+
+using namespace detail;
 
 //===----------------------------------------------------------------------===//
 // DeepSpeed
@@ -133,6 +155,7 @@ constexpr const char *kDeepSpeedKeys[] = {
     "zero_force_ds_cpu_optimizer",
     "memory_breakdown",
     "seed",
+    "sequence_parallel_size",
     "optimizer",
     "optimizer.type",
     "optimizer.params*",
@@ -206,64 +229,6 @@ constexpr const char *kDeepSpeedKeys[] = {
     "data_types*",
 };
 
-/// A small scan of JSON text that records where each object key is, by its path (`a.b.c`).
-/// llvm::json::parse checks the syntax and gives the values; it keeps no positions.
-class KeyLocator {
-public:
-  explicit KeyLocator(StringRef text) : text(text) {
-    std::vector<std::string> stack; // Object paths; arrays push their parent's path.
-    std::vector<bool> isObject;
-    std::string pendingKey;
-    size_t i = 0;
-    while (i < text.size()) {
-      char c = text[i];
-      if (c == '"') {
-        size_t start = i++;
-        std::string value;
-        while (i < text.size() && text[i] != '"') {
-          if (text[i] == '\\' && i + 1 < text.size())
-            ++i;
-          value += text[i++];
-        }
-        ++i;
-        size_t after = i;
-        while (after < text.size() && isSpace(text[after]))
-          ++after;
-        if (after < text.size() && text[after] == ':' && !isObject.empty() && isObject.back()) {
-          std::string path = stack.back().empty() ? value : stack.back() + "." + value;
-          locations.try_emplace(path, start);
-          pendingKey = path;
-        }
-        continue;
-      }
-      if (c == '{' || c == '[') {
-        std::string parent = stack.empty() ? "" : stack.back();
-        stack.push_back(c == '{' && !pendingKey.empty() ? pendingKey : parent);
-        isObject.push_back(c == '{');
-        pendingKey.clear();
-      } else if (c == '}' || c == ']') {
-        if (!stack.empty()) {
-          stack.pop_back();
-          isObject.pop_back();
-        }
-      } else if (c == ',') {
-        pendingKey.clear();
-      }
-      ++i;
-    }
-  }
-
-  /// The key's offset in the text, or npos.
-  size_t find(StringRef path) const {
-    auto it = locations.find(path);
-    return it == locations.end() ? StringRef::npos : it->second;
-  }
-
-private:
-  StringRef text;
-  StringMap<size_t> locations;
-};
-
 class DeepSpeedImporter {
 public:
   DeepSpeedImporter(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags)
@@ -278,12 +243,9 @@ public:
   }
 
   bool run(raw_ostream &os) {
-    Expected<json::Value> parsed = json::parse(text);
-    if (!parsed) {
-      diags.error(SMLoc::getFromPointer(text.data()),
-                  "not a JSON document: " + toString(parsed.takeError()));
+    std::optional<json::Value> parsed = parseJsonDocument(text, diags);
+    if (!parsed)
       return false;
-    }
     const json::Object *root = parsed->getAsObject();
     if (!root) {
       diags.error(SMLoc::getFromPointer(text.data()), "a DeepSpeed config is a JSON object");
@@ -417,12 +379,23 @@ private:
     std::string paramsTier = getTier(root, "zero_optimization.offload_param.device");
     bool bf16 = getBool(root, "bf16.enabled"), fp16 = getBool(root, "fp16.enabled");
     bool cpuCheckpointing = getBool(root, "activation_checkpointing.cpu_checkpointing");
+    int64_t ulysses = getInt(root, "sequence_parallel_size").value_or(1);
     if (diags.hasErrors())
       return false;
     SMLoc start = SMLoc::getFromPointer(text.data());
 
     // Batch: train = micro × accumulation × data-parallel ranks; DeepSpeed derives a missing one.
+    // Ulysses' sequence-parallel ranks share their samples, so they are not data-parallel ranks.
     int64_t devices = options.devices;
+    if (devices > 0 && ulysses > 1) {
+      if (devices % ulysses != 0) {
+        diags.error(locOf("sequence_parallel_size"),
+                    "sequence_parallel_size " + Twine(ulysses) + " does not divide the " +
+                        Twine(devices) + " devices of cluster '" + options.clusterName + "'");
+        return false;
+      }
+      devices /= ulysses;
+    }
     if (devices <= 0) {
       if (!train || !micro) {
         diags.error(start, "the data-parallel size is unknown: give the cluster (--cluster with "
@@ -515,6 +488,12 @@ private:
       inner = *mics;
       variant = "zero_optimization.mics_shard_size";
     }
+    if (inner && ulysses > 1) {
+      diags.error(locOf(variant), "'" + variant +
+                                      "' with sequence_parallel_size: placec does not import "
+                                      "DeepSpeed's partial sharding together with Ulysses");
+      return false;
+    }
     if (inner) {
       if (stage != 3) {
         diags.error(locOf(variant), "'" + variant + "' needs ZeRO stage 3");
@@ -532,14 +511,22 @@ private:
       imported.grads = isMics ? "shard(dp_shard)" : "shard(dp_replicate, dp_shard)";
       imported.optimizer = imported.grads;
     } else {
+      // Ulysses (DeepSpeed's sequence parallelism): consecutive ranks split each sequence and
+      // exchange heads all-to-all around attention; ZeRO shards over data and sequence ranks.
       imported.axes = {{"dp", devices}};
-      imported.axisKinds = {""};
+      std::string axes = "dp";
+      if (ulysses > 1) {
+        imported.axes.push_back({"cp", ulysses});
+        imported.context = "all_to_all";
+        axes = "dp, cp";
+      }
+      imported.axisKinds.assign(imported.axes.size(), "");
       if (stage >= 1)
-        imported.optimizer = "shard(dp)";
+        imported.optimizer = "shard(" + axes + ")";
       if (stage >= 2)
-        imported.grads = "shard(dp)";
+        imported.grads = "shard(" + axes + ")";
       if (stage >= 3)
-        imported.params = "gather(dp)";
+        imported.params = "gather(" + axes + ")";
     }
     auto withTier = [](std::string &placement, StringRef tier) {
       if (tier.empty())
@@ -605,6 +592,28 @@ constexpr const char *kMegatronFlags[] = {
     "--untie-embeddings-and-output-weights",
     "--group-query-attention",
     "--num-query-groups=",
+    "--add-qkv-bias",
+    "--context-parallel-size=",
+    "--cp-comm-type=",
+    "--fp8-format=",
+    "--fp8-recipe=",
+    "--fp8-param-gather",
+    "--tp-comm-overlap",
+    "--decoder-first-pipeline-num-layers=",
+    "--decoder-last-pipeline-num-layers=",
+    "--num-experts=",
+    "--moe-router-topk=",
+    "--expert-model-parallel-size=",
+    "--expert-tensor-parallel-size=",
+    "--moe-ffn-hidden-size=",
+    "--moe-shared-expert-intermediate-size=",
+    "--moe-router-score-function=",
+    "--moe-expert-capacity-factor=",
+    "--moe-pad-expert-input-to-capacity",
+    "--moe-aux-loss-coeff=",
+    "--moe-layer-freq=",
+    "--moe-token-dispatcher-type=",
+    "--moe-router-load-balancing-type=",
 };
 
 /// Megatron-LM flags that change the model or the placement in ways `placec import` does not
@@ -614,22 +623,29 @@ struct UntranslatedFlag {
   const char *name;
   const char *neutral;
   const char *what;
+  /// True when Place has no equivalent at all (rather than one the import does not write yet).
+  bool inexpressible = false;
 };
 const UntranslatedFlag kUntranslatedMegatronFlags[] = {
-    {"--context-parallel-size", "1", "context parallelism"},
-    {"--cp-comm-type", nullptr, "context parallelism"},
-    {"--hierarchical-context-parallel-sizes", nullptr, "context parallelism"},
-    {"--expert-model-parallel-size", "1", "expert parallelism"},
-    {"--expert-tensor-parallel-size", "1", "expert parallelism"},
-    {"--num-experts", nullptr, "mixtures of experts"},
-    {"--moe-router-topk", nullptr, "mixtures of experts"},
-    {"--fp8-format", nullptr, "FP8 training (write precision = mixed(fp8))"},
-    {"--fp8", nullptr, "FP8 training (write precision = mixed(fp8))"},
-    {"--fp8-param-gather", nullptr, "FP8 parameter gathers"},
-    {"--decoder-first-pipeline-num-layers", nullptr, "uneven pipeline stages"},
-    {"--decoder-last-pipeline-num-layers", nullptr, "uneven pipeline stages"},
+    {"--hierarchical-context-parallel-sizes", nullptr,
+     "hierarchical context parallelism (a2a+p2p), which has no Place equivalent", true},
+    {"--fp8", nullptr,
+     "FP8 training through an abbreviation that Megatron-LM's parser may not resolve: write "
+     "--fp8-format e4m3 or hybrid",
+     true},
     {"--pipeline-model-parallel-layout", nullptr, "a custom pipeline layout"},
 };
+
+/// Megatron-LM flags that describe a mixture-of-experts model (errors with a model named by
+/// --model, whose declaration says it).
+constexpr StringRef kMegatronMoeModelFlags[] = {"--num-experts",
+                                                "--moe-router-topk",
+                                                "--moe-ffn-hidden-size",
+                                                "--moe-shared-expert-intermediate-size",
+                                                "--moe-router-score-function",
+                                                "--moe-expert-capacity-factor",
+                                                "--moe-aux-loss-coeff",
+                                                "--moe-layer-freq"};
 
 class MegatronImporter {
 public:
@@ -716,9 +732,11 @@ private:
         if (!untranslated->neutral || value != untranslated->neutral)
           diags.error(locAt(offset),
                       Twine("Megatron-LM flag '") + word + "' sets " + untranslated->what +
-                          ", which placec import does not translate yet; ignoring it would "
-                          "write a plan that is not this job's: write that part of the .place "
-                          "file by hand, or drop the flag");
+                          (untranslated->inexpressible
+                               ? ""
+                               : ", which placec import does not translate yet; ignoring it "
+                                 "would write a plan that is not this job's: write that part of "
+                                 "the .place file by hand, or drop the flag"));
         continue;
       }
       if (!llvm::is_contained(names, word)) {
@@ -787,9 +805,91 @@ private:
     return locAt(it == flags.end() ? 0 : it->second.second);
   }
 
+  /// The MoE fields of a model declared from the flags (nothing for a dense model).
+  std::string moeModelText(int64_t ffn, int64_t layers) {
+    if (!has("--num-experts")) {
+      for (StringRef flag : kMegatronMoeModelFlags)
+        if (has(flag))
+          diags.error(locOf(flag), flag + " describes mixture-of-experts layers, but there is no "
+                                          "--num-experts");
+      return "";
+    }
+    std::string text;
+    raw_string_ostream m(text);
+    std::optional<int64_t> experts = getInt("--num-experts");
+    int64_t topK = getInt("--moe-router-topk").value_or(2); // Megatron-LM's default.
+    if (!experts)
+      return "";
+    m << "  experts = " << *experts << ";\n  top_k = " << topK << ";\n";
+    if (std::optional<int64_t> width = getInt("--moe-ffn-hidden-size"); width && *width != ffn)
+      m << "  expert_ffn = " << *width << ";\n";
+    if (std::optional<int64_t> shared = getInt("--moe-shared-expert-intermediate-size"))
+      m << "  shared_experts = 1;\n  shared_expert_ffn = " << *shared << ";\n";
+    // --moe-layer-freq k: layers 0, k, 2k, … are MoE; "([0]*N+[1]*M)": the first N dense.
+    std::string freq = getString("--moe-layer-freq", "1");
+    int64_t every = 0, dense = 0, moe = 0;
+    StringRef pattern(freq);
+    pattern = pattern.trim();
+    if (!pattern.getAsInteger(10, every) && every >= 1) {
+      if (every > 1)
+        m << "  moe_every = " << every << ";\n";
+    } else if (pattern.consume_front("([0]*") && !pattern.consumeInteger(10, dense) &&
+               pattern.consume_front("+[1]*") && !pattern.consumeInteger(10, moe) &&
+               pattern == ")" && moe >= 1 && dense <= layers && moe <= layers &&
+               dense + moe == layers) {
+      if (dense > 0)
+        m << "  dense_layers = " << dense << ";\n";
+    } else {
+      diags.error(locOf("--moe-layer-freq"),
+                  "--moe-layer-freq '" + freq +
+                      "' is neither a whole number k (every k-th layer, from the first) nor "
+                      "([0]*N+[1]*M) with N + M = " +
+                      Twine(layers) + " layers (the first N dense), the patterns Place expresses");
+    }
+    std::string scoring = getString("--moe-router-score-function", "softmax");
+    if (scoring == "sigmoid")
+      m << "  router = sigmoid;\n";
+    else if (scoring != "softmax")
+      diags.error(locOf("--moe-router-score-function"),
+                  "--moe-router-score-function is softmax or sigmoid, not '" + scoring + "'");
+    if (has("--moe-expert-capacity-factor")) {
+      std::string factor = getString("--moe-expert-capacity-factor", "");
+      double value = 0;
+      if (StringRef(factor).getAsDouble(value) || !(value > 0) || value > 1e3)
+        diags.error(locOf("--moe-expert-capacity-factor"),
+                    "--moe-expert-capacity-factor takes a number above 0, not '" + factor + "'");
+      else if (!has("--moe-pad-expert-input-to-capacity"))
+        diags.error(locOf("--moe-expert-capacity-factor"),
+                    "--moe-expert-capacity-factor without --moe-pad-expert-input-to-capacity "
+                    "drops tokens without padding; Place models padded expert buffers");
+      else
+        m << "  capacity_factor = " << factor << ";\n";
+    }
+    // Megatron-LM's load-balancing loss: coefficient 0 unless given.
+    std::string balancing = getString("--moe-router-load-balancing-type", "aux_loss");
+    std::string coefficient = getString("--moe-aux-loss-coeff", "0");
+    double value = 0;
+    if (balancing == "none")
+      coefficient = "0";
+    else if (balancing != "aux_loss")
+      diags.error(locOf("--moe-router-load-balancing-type"),
+                  "--moe-router-load-balancing-type " + balancing +
+                      ": Place's load-balancing loss is the Switch Transformer's (aux_loss)");
+    if (StringRef(coefficient).getAsDouble(value) || value < 0 || value > 1)
+      diags.error(locOf("--moe-aux-loss-coeff"),
+                  "--moe-aux-loss-coeff takes a number from 0 to 1, not '" + coefficient + "'");
+    else
+      m << "  aux_loss = " << coefficient << ";\n";
+    return text;
+  }
+
   bool translate(raw_ostream &os) {
     int64_t t = getInt("--tensor-model-parallel-size").value_or(1);
     int64_t p = getInt("--pipeline-model-parallel-size").value_or(1);
+    int64_t c = getInt("--context-parallel-size").value_or(1);
+    int64_t e = getInt("--expert-model-parallel-size").value_or(1);
+    std::optional<int64_t> firstLayers = getInt("--decoder-first-pipeline-num-layers");
+    std::optional<int64_t> lastLayers = getInt("--decoder-last-pipeline-num-layers");
     std::optional<int64_t> micro = getInt("--micro-batch-size");
     std::optional<int64_t> global = getInt("--global-batch-size");
     std::optional<int64_t> virtualLayers = getInt("--num-layers-per-virtual-pipeline-stage");
@@ -812,13 +912,28 @@ private:
                          "--from), whose device count is divided by tensor and pipeline sizes");
       return false;
     }
-    if (devices % (t * p) != 0) {
+    if (devices % saturatingMul(saturatingMul(t, p), c) != 0) {
       diags.error(locOf("--tensor-model-parallel-size"),
-                  "tensor " + Twine(t) + " × pipeline " + Twine(p) + " does not divide the " +
-                      Twine(devices) + " devices of cluster '" + options.clusterName + "'");
+                  "tensor " + Twine(t) + " × pipeline " + Twine(p) + " × context " + Twine(c) +
+                      " does not divide the " + Twine(devices) + " devices of cluster '" +
+                      options.clusterName + "'");
       return false;
     }
-    int64_t d = devices / (t * p);
+    int64_t d = devices / (t * p * c); // t · p · c divides the device count.
+    // Expert parallelism is carved out of the data-parallel ranks (Megatron-Core's rank order
+    // tp-cp-ep-dp-pp): [dp = d / e, ep = e].
+    if (e > 1 && d % e != 0) {
+      diags.error(locOf("--expert-model-parallel-size"), "--expert-model-parallel-size " +
+                                                             Twine(e) + " does not divide the " +
+                                                             Twine(d) + " data-parallel ranks");
+      return false;
+    }
+    if (e > 1 && c > 1) {
+      diags.error(locOf("--expert-model-parallel-size"),
+                  "expert parallelism together with context parallelism is not translated: "
+                  "Megatron-Core forms its expert groups from the data and context ranks");
+      return false;
+    }
     int64_t globalBatch = global.value_or(*micro * d);
     if (globalBatch % (*micro * d) != 0) {
       diags.error(locOf("--global-batch-size"), "--global-batch-size " + Twine(globalBatch) +
@@ -875,7 +990,7 @@ private:
       else if (norm != "LayerNorm")
         diags.error(locOf("--normalization"),
                     "normalization '" + norm + "' has no Place equivalent (LayerNorm, RMSNorm)");
-      if (has("--disable-bias-linear"))
+      if (has("--disable-bias-linear") && !has("--add-qkv-bias"))
         m << "  bias = false;\n";
       std::string positions = getString("--position-embedding-type", "learned_absolute");
       if (positions == "rope")
@@ -886,20 +1001,101 @@ private:
                         "' has no Place equivalent (learned_absolute, rope)");
       if (has("--untie-embeddings-and-output-weights"))
         m << "  tied_embeddings = false;\n";
+      if (has("--add-qkv-bias") && !has("--disable-bias-linear"))
+        diags.error(locOf("--add-qkv-bias"),
+                    "--add-qkv-bias without --disable-bias-linear keeps every bias; drop one");
+      else if (has("--add-qkv-bias"))
+        m << "  bias = qkv;\n";
       // Megatron-LM reads --num-query-groups (default 1) only with --group-query-attention.
       if (has("--group-query-attention"))
         m << "  kv_heads = " << getInt("--num-query-groups").value_or(1) << ";\n";
+      m << moeModelText(ffn.value_or(4 * *hidden), *layers);
       m << "}\n";
       modelText = body;
+    }
+
+    if (!options.modelName.empty())
+      for (StringRef flag : kMegatronMoeModelFlags)
+        if (has(flag))
+          diags.error(locOf(flag), flag +
+                                       " describes the model, but the model is named with "
+                                       "--model '" +
+                                       options.modelName +
+                                       "': write it in the model's declaration and drop the flag");
+    if (e > 1 && !options.modelName.empty() && options.modelExperts == 0)
+      diags.error(locOf("--expert-model-parallel-size"),
+                  "--expert-model-parallel-size needs a mixture-of-experts model, but model '" +
+                      options.modelName + "' has no experts");
+    if (e > 1 && !has("--num-experts") && options.modelName.empty())
+      diags.error(locOf("--expert-model-parallel-size"),
+                  "--expert-model-parallel-size needs --num-experts: expert parallelism splits "
+                  "the experts");
+    if (has("--expert-tensor-parallel-size") && getInt("--expert-tensor-parallel-size") != t)
+      diags.error(locOf("--expert-tensor-parallel-size"),
+                  "Place splits the experts over the tensor axis like the dense MLP: the expert "
+                  "tensor-parallel size must be --tensor-model-parallel-size " +
+                      Twine(t));
+    // Place models the all-to-all token dispatch; Megatron-Core's default is "allgather".
+    if (e > 1 && getString("--moe-token-dispatcher-type", "allgather") != "alltoall")
+      diags.error(locOf(has("--moe-token-dispatcher-type") ? "--moe-token-dispatcher-type"
+                                                           : "--expert-model-parallel-size"),
+                  "--moe-token-dispatcher-type " +
+                      getString("--moe-token-dispatcher-type", "allgather (the default)") +
+                      ": Place models the tokens' all-to-all dispatch over the expert-parallel "
+                      "ranks; write --moe-token-dispatcher-type alltoall");
+    if (diags.hasErrors())
+      return false;
+    if (!options.modelName.empty() && has("--add-qkv-bias")) {
+      diags.error(locOf("--add-qkv-bias"),
+                  "--add-qkv-bias describes the model, but the model is named with --model '" +
+                      modelName + "': write bias = qkv in its declaration and drop the flag");
+      return false;
     }
 
     Imported imported;
     if (p > 1)
       imported.axes.push_back({"pp", p});
-    imported.axes.push_back({"dp", d});
+    imported.axes.push_back({"dp", d / e});
+    if (e > 1)
+      imported.axes.push_back({"ep", e});
+    if (c > 1)
+      imported.axes.push_back({"cp", c});
     if (t > 1)
       imported.axes.push_back({"tp", t});
     imported.axisKinds.assign(imported.axes.size(), "");
+
+    // Context parallelism: Megatron-Core's --cp-comm-type (default p2p, a ring).
+    std::string commType = getString("--cp-comm-type", "p2p");
+    if (commType == "p2p")
+      imported.context = "ring";
+    else if (commType == "all_gather")
+      imported.context = "all_gather";
+    else if (commType == "a2a")
+      imported.context = "all_to_all";
+    else if (commType == "a2a+p2p")
+      diags.error(locOf("--cp-comm-type"),
+                  "--cp-comm-type a2a+p2p is hierarchical context parallelism (all-to-all inside "
+                  "groups, a ring across them), which has no Place equivalent");
+    else
+      diags.error(locOf("--cp-comm-type"), "--cp-comm-type is p2p, all_gather, a2a or a2a+p2p, "
+                                           "not '" +
+                                               commType + "'");
+    if (c == 1 && has("--cp-comm-type"))
+      diags.error(locOf("--cp-comm-type"),
+                  "--cp-comm-type without --context-parallel-size above 1 has no effect; drop it "
+                  "or give the context-parallel size");
+    if (c == 1)
+      imported.context.clear();
+
+    if ((firstLayers || lastLayers) && p == 1)
+      diags.error(locOf(firstLayers ? "--decoder-first-pipeline-num-layers"
+                                    : "--decoder-last-pipeline-num-layers"),
+                  "uneven pipeline stages need --pipeline-model-parallel-size above 1");
+    if ((firstLayers || lastLayers) && virtualLayers)
+      diags.error(locOf(firstLayers ? "--decoder-first-pipeline-num-layers"
+                                    : "--decoder-last-pipeline-num-layers"),
+                  "uneven first and last stages with --num-layers-per-virtual-pipeline-stage have "
+                  "no Place equivalent (Place's interleaved schedule splits the layers evenly)");
     if (p > 1) {
       if (virtualLayers) {
         if (numLayers <= 0 || numLayers % (p * *virtualLayers) != 0) {
@@ -911,11 +1107,21 @@ private:
         imported.pipeline = "interleaved(microbatches = " + std::to_string(microbatches) +
                             ", chunks = " + std::to_string(numLayers / (p * *virtualLayers)) + ")";
       } else {
-        imported.pipeline = "1f1b(microbatches = " + std::to_string(microbatches) + ")";
+        imported.pipeline = "1f1b(microbatches = " + std::to_string(microbatches);
+        if (firstLayers)
+          imported.pipeline += ", first = " + std::to_string(*firstLayers);
+        if (lastLayers)
+          imported.pipeline += ", last = " + std::to_string(*lastLayers);
+        imported.pipeline += ")";
       }
     }
+    // The distributed optimizer shards over the data-parallel group, which spans the
+    // context-parallel ranks.
     if (has("--use-distributed-optimizer"))
-      imported.optimizer = "shard(dp)";
+      imported.optimizer = c > 1 ? "shard(dp, cp)" : e > 1 ? "shard(dp, ep)" : "shard(dp)";
+    // ... and the experts' optimizer over the expert-data-parallel group.
+    if (has("--use-distributed-optimizer") && e > 1)
+      imported.expertOptimizer = "shard(dp)";
     std::string granularity = getString("--recompute-granularity", "");
     if (has("--recompute-activations"))
       granularity = "selective";
@@ -936,11 +1142,41 @@ private:
       imported.activations = recompute.empty() ? "shard(tp)" : "shard(tp), " + recompute;
     else
       imported.activations = recompute;
+    if (has("--tp-comm-overlap")) {
+      if (t == 1 || !has("--sequence-parallel"))
+        diags.error(locOf("--tp-comm-overlap"),
+                    "--tp-comm-overlap overlaps the all-gathers and reduce-scatters of sequence "
+                    "parallelism; it needs --tensor-model-parallel-size above 1 and "
+                    "--sequence-parallel");
+      else
+        imported.asyncTp = true;
+    }
     imported.microBatch = *micro;
     imported.globalBatch = globalBatch;
     if (has("--bf16") && has("--fp16"))
       diags.error(locOf("--fp16"), "--bf16 and --fp16 are both given");
     imported.precision = has("--bf16") ? "mixed(bf16)" : has("--fp16") ? "mixed(fp16)" : "fp32";
+    // FP8: --fp8-format e4m3 (every tensor E4M3) or hybrid (E4M3 forward, E5M2 gradients); both
+    // run the layers' products in FP8 over bf16 training, which is Place's mixed(fp8).
+    if (has("--fp8-format")) {
+      std::string format = getString("--fp8-format", "");
+      if (format != "e4m3" && format != "hybrid")
+        diags.error(locOf("--fp8-format"), "--fp8-format is e4m3 or hybrid, not '" + format + "'");
+      else if (!has("--bf16"))
+        diags.error(locOf("--fp8-format"),
+                    "--fp8-format without --bf16: Place's mixed(fp8) keeps bf16 outside the "
+                    "FP8 products");
+      std::string recipe = getString("--fp8-recipe", "delayed");
+      if (recipe != "delayed" && recipe != "tensorwise")
+        diags.error(locOf("--fp8-recipe"),
+                    "--fp8-recipe " + recipe +
+                        " scales blocks of a tensor; placec models delayed or tensorwise scaling");
+      imported.precision = has("--fp8-param-gather") ? "mixed(fp8, gather = fp8)" : "mixed(fp8)";
+    } else {
+      for (StringRef flag : {"--fp8-param-gather", "--fp8-recipe"})
+        if (has(flag))
+          diags.error(locOf(flag), flag + " needs --fp8-format");
+    }
     std::string optimizer = getString("--optimizer", "adam");
     if (optimizer == "adam")
       imported.optimizerKind = "adam";

@@ -734,9 +734,10 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
             *choice == "learned" ? ir::PositionKind::Learned : ir::PositionKind::Rope;
     }
     if (const ast::Field *field = fields.lookup("bias")) {
-      std::optional<bool> value = getBool(field->value, "bias");
-      ok &= value.has_value();
-      config.bias = value.value_or(true);
+      std::optional<std::string> choice = getChoice(field->value, "bias", {"true", "false", "qkv"});
+      ok &= choice.has_value();
+      config.bias = !choice || *choice == "true";
+      config.qkvBias = choice == std::optional<std::string>("qkv");
     }
     if (const ast::Field *field = fields.lookup("tied_embeddings")) {
       std::optional<bool> value = getBool(field->value, "tied_embeddings");

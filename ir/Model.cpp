@@ -142,7 +142,7 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
     const std::string prefix = (Twine("layers.") + Twine(l)).str();
     addNorm(prefix + ".ln1", layer);
     builder.add(prefix + ".attn.qkv.weight", {qkvRows, h}, TensorSplit::Column, layer);
-    if (config.bias)
+    if (config.bias || config.qkvBias)
       builder.add(prefix + ".attn.qkv.bias", {qkvRows}, TensorSplit::Column, layer);
     if (config.qkNorm) {
       builder.add(prefix + ".attn.q_norm.weight", {headDim}, TensorSplit::Replicated, layer);

@@ -190,7 +190,7 @@ void IRPrinter::print(const Model &model) {
     line() << "ffn = " << ffn << '\n';
     line() << "mlp = " << toString(config.mlp) << '\n';
     line() << "norm = " << toString(config.norm) << '\n';
-    line() << "bias = " << (config.bias ? "true" : "false") << '\n';
+    line() << "bias = " << config.getBiasText() << '\n';
     line() << "positions = " << toString(config.positions) << '\n';
     line() << "tied_embeddings = " << (config.tiedEmbeddings ? "true" : "false") << '\n';
     line() << "kv_heads = " << config.getKvHeads() << '\n';

@@ -1836,7 +1836,7 @@ std::string formatModel(const ir::Model &model) {
      << "  layers = " << config.layers << "; hidden = " << config.hidden
      << "; heads = " << config.heads << "; seq = " << config.seq << "; vocab = " << config.vocab
      << ";\n  ffn = " << config.ffn << "; mlp = " << ir::toString(config.mlp)
-     << "; norm = " << ir::toString(config.norm) << "; bias = " << (config.bias ? "true" : "false")
+     << "; norm = " << ir::toString(config.norm) << "; bias = " << config.getBiasText()
      << "; positions = " << ir::toString(config.positions)
      << "; tied_embeddings = " << (config.tiedEmbeddings ? "true" : "false") << ";\n";
   if (config.kvHeads > 0)

@@ -10,8 +10,8 @@ packages=(
   antlr4 libantlr4-runtime-dev uuid-dev
   # LLVM Support, FileCheck and lit; LLVM 19 needs zstd.
   llvm-19-dev llvm-19-tools libzstd-dev
-  # Formatting, tests and benchmarks.
-  libfmt-dev libgtest-dev libbenchmark-dev
+  # Formatting, the TOML reader of torchtitan job configs, tests and benchmarks.
+  libfmt-dev libtomlplusplus-dev libgtest-dev libbenchmark-dev
   # Runtime: MPI collectives and launcher, CPU BLAS.
   libopenmpi-dev openmpi-bin libopenblas-dev
   # clang for the fuzzer build, its sanitizer and libFuzzer runtimes, and a pinned clang-format.

@@ -137,6 +137,10 @@ cl::opt<std::string> importMegatronFlags("megatron",
                                          cl::desc("import: Megatron-LM flags, or a file of them"),
                                          cl::value_desc("flags"), cl::init(""),
                                          cl::cat(placecCategory));
+cl::opt<int64_t> importSeq("seq",
+                           cl::desc("import: the sequence length of a model declared from a "
+                                    "Hugging Face config (default: max_position_embeddings)"),
+                           cl::value_desc("tokens"), cl::init(0), cl::cat(placecCategory));
 cl::opt<double> fidelityMaxMeanError(
     "max-mean-error",
     cl::desc("fidelity: fail when the mean step-time error exceeds this (percent)"), cl::init(-1),
@@ -183,8 +187,11 @@ COMMANDS:
             --target=cuda emits a GPT trainer for CUDA GPUs instead (docs/gpu.md).
             --target=deepspeed|megatron|torchtitan writes that framework's configuration
             instead (-o FILE, default stdout; docs/bridges.md).
-  import    Write a DeepSpeed config or Megatron-LM flags as a .place strategy and run:
+  import    Write a Hugging Face config.json as a .place model declaration, or a DeepSpeed
+            config, torchtitan job or Megatron-LM flags as a .place strategy and run:
+            placec import config.json [--seq N] [-o F]
             placec import ds_config.json --model M --cluster C --from models.place [-o F]
+            placec import job.toml --cluster C --from models.place [--model M] [-o F]
             placec import --megatron "FLAGS" (or a file of flags) --cluster C --from F
   format    Print a .place file in canonical layout, comments kept; -i rewrites it
             (docs/format.md).
@@ -537,14 +544,65 @@ int runExport(bridge::Target target) {
   return writeOutput(text);
 }
 
-/// `placec import CONFIG.json --model M --cluster C [--from F] [-o OUT]` and
+/// Reads an import's input: the --megatron string or file, or the one input file.
+std::unique_ptr<MemoryBuffer> readImportInput(bool megatron) {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> file =
+      !megatron ? MemoryBuffer::getFileOrSTDIN(inputFiles[0])
+      : sys::fs::is_regular_file(importMegatronFlags.getValue())
+          ? MemoryBuffer::getFile(importMegatronFlags)
+          : ErrorOr<std::unique_ptr<MemoryBuffer>>(
+                MemoryBuffer::getMemBufferCopy(importMegatronFlags, "<megatron flags>"));
+  if (!file) {
+    printError("cannot open '" + (megatron ? importMegatronFlags.getValue() : inputFiles[0]) +
+               "': " + file.getError().message());
+    return nullptr;
+  }
+  return std::move(*file);
+}
+
+/// `placec import config.json [--seq N] [-o OUT]` (Hugging Face),
+/// `placec import CONFIG.json --model M --cluster C [--from F] [-o OUT]` (DeepSpeed),
+/// `placec import job.toml --cluster C --from F [--model M] [-o OUT]` (torchtitan) and
 /// `placec import --megatron FLAGS --cluster C [--from F] [-o OUT]`.
 int runImport() {
   bool megatron = !importMegatronFlags.empty();
-  if ((megatron && !inputFiles.empty()) || (!megatron && inputFiles.size() != 1) ||
-      importCluster.empty() || (!megatron && importModel.empty())) {
-    printError("import takes a DeepSpeed config with --model and --cluster, or --megatron FLAGS "
-               "with --cluster, and --from FILE declaring them");
+  if ((megatron && !inputFiles.empty()) || (!megatron && inputFiles.size() != 1)) {
+    printError("import takes one configuration file (a Hugging Face config.json, a DeepSpeed "
+               "config, a torchtitan job .toml), or --megatron FLAGS");
+    return 1;
+  }
+  std::unique_ptr<MemoryBuffer> buffer = readImportInput(megatron);
+  if (!buffer)
+    return 1;
+  enum class Kind { HuggingFace, DeepSpeed, Torchtitan, Megatron } kind = Kind::Megatron;
+  if (!megatron) {
+    StringRef inputName = buffer->getBufferIdentifier();
+    if (sys::path::extension(inputName) == ".toml")
+      kind = Kind::Torchtitan;
+    else if (bridge::isHuggingFaceConfig(buffer->getBuffer()) ||
+             (importModel.empty() && importCluster.empty()))
+      kind = Kind::HuggingFace;
+    else
+      kind = Kind::DeepSpeed;
+  }
+  if (kind == Kind::HuggingFace &&
+      (!importModel.empty() || !importCluster.empty() || !importFrom.empty())) {
+    printError("a Hugging Face config.json declares a model only: --model, --cluster and --from "
+               "are for DeepSpeed configs, torchtitan jobs and Megatron-LM flags");
+    return 1;
+  }
+  if (kind != Kind::HuggingFace && importSeq != 0) {
+    printError("--seq is for a model declared from a Hugging Face config.json");
+    return 1;
+  }
+  if (kind == Kind::HuggingFace && importSeq < 0) {
+    printError("--seq must be a whole number of at least 1");
+    return 1;
+  }
+  if (kind != Kind::HuggingFace &&
+      (importCluster.empty() || (kind == Kind::DeepSpeed && importModel.empty()))) {
+    printError("import takes a DeepSpeed config with --model and --cluster, a torchtitan job or "
+               "--megatron FLAGS with --cluster, and --from FILE declaring them");
     return 1;
   }
   SourceMgr sourceMgr;
@@ -554,6 +612,7 @@ int runImport() {
   options.modelName = importModel;
   options.clusterName = importCluster;
   options.fromPath = importFrom;
+  options.seq = importSeq;
   if (!importFrom.empty()) {
     // The model and cluster must exist; the cluster gives the device count.
     std::unique_ptr<ir::Program> program = loadProgram(importFrom, diags);
@@ -572,6 +631,10 @@ int runImport() {
         return 1;
       }
       options.layers = model->getNumLayers();
+      if (model->kind == ir::ModelKind::Transformer) {
+        options.modelSeq = model->transformer.seq;
+        options.modelExperts = model->transformer.moe.experts;
+      }
     }
     // The import line is relative to the output file's folder.
     if (outputFile != "-" && !sys::path::is_absolute(importFrom)) {
@@ -585,34 +648,27 @@ int runImport() {
         options.fromPath = std::string(from);
     }
   }
-  std::unique_ptr<MemoryBuffer> buffer;
-  if (megatron) {
-    ErrorOr<std::unique_ptr<MemoryBuffer>> file =
-        sys::fs::is_regular_file(importMegatronFlags.getValue())
-            ? MemoryBuffer::getFile(importMegatronFlags)
-            : ErrorOr<std::unique_ptr<MemoryBuffer>>(
-                  MemoryBuffer::getMemBufferCopy(importMegatronFlags, "<megatron flags>"));
-    if (!file) {
-      printError("cannot open '" + importMegatronFlags + "': " + file.getError().message());
-      return 1;
-    }
-    buffer = std::move(*file);
-  } else {
-    ErrorOr<std::unique_ptr<MemoryBuffer>> file = MemoryBuffer::getFileOrSTDIN(inputFiles[0]);
-    if (!file) {
-      printError("cannot open '" + inputFiles[0] + "': " + file.getError().message());
-      return 1;
-    }
-    buffer = std::move(*file);
-  }
   options.inputName = buffer->getBufferIdentifier().str();
   if (outputFile != "-")
     options.name = sys::path::stem(outputFile).str();
   unsigned bufferId = sourceMgr.AddNewSourceBuffer(std::move(buffer), SMLoc());
   std::string text;
   raw_string_ostream os(text);
-  bool ok = megatron ? bridge::importMegatron(bufferId, options, diags, os)
-                     : bridge::importDeepSpeed(bufferId, options, diags, os);
+  bool ok = false;
+  switch (kind) {
+  case Kind::HuggingFace:
+    ok = bridge::importHuggingFace(bufferId, options, diags, os);
+    break;
+  case Kind::DeepSpeed:
+    ok = bridge::importDeepSpeed(bufferId, options, diags, os);
+    break;
+  case Kind::Torchtitan:
+    ok = bridge::importTorchtitan(bufferId, options, diags, os);
+    break;
+  case Kind::Megatron:
+    ok = bridge::importMegatron(bufferId, options, diags, os);
+    break;
+  }
   if (!ok || diags.hasErrors())
     return 1;
   return writeOutput(text);

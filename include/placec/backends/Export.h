@@ -43,6 +43,13 @@ struct ImportOptions {
   std::string name;
   /// The input, for the header comment.
   std::string inputName;
+  /// `--seq N`: the sequence length of a model declared from a Hugging Face config; 0 for the
+  /// config's max_position_embeddings.
+  int64_t seq = 0;
+  /// The named model's sequence length, which a torchtitan job's seq_len must match; 0 if none.
+  int64_t modelSeq = 0;
+  /// The named model's routed experts (0 for a dense model or none named).
+  int64_t modelExperts = 0;
 };
 
 /// Reads a DeepSpeed JSON config from buffer `bufferId` of the diagnostic engine's source manager
@@ -55,6 +62,21 @@ bool importDeepSpeed(unsigned bufferId, const ImportOptions &options, Diagnostic
 /// allowed) from buffer `bufferId` and writes the equivalent Place model, strategy and run.
 bool importMegatron(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags,
                     llvm::raw_ostream &os);
+
+/// Reads a torchtitan TOML job config from buffer `bufferId` and writes the equivalent Place
+/// strategy and run, with the model declared from torchtitan's Llama 3 flavors unless
+/// `options.modelName` names one. Errors carry the key path and its line.
+bool importTorchtitan(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags,
+                      llvm::raw_ostream &os);
+
+/// True when `text` is a JSON object with a `model_type` key: a Hugging Face config.json.
+bool isHuggingFaceConfig(llvm::StringRef text);
+
+/// Reads a Hugging Face config.json from buffer `bufferId` and writes the equivalent Place
+/// transformer declaration. Keys that change the parameter count or the FLOPs and that Place
+/// cannot represent are errors naming the key and its value.
+bool importHuggingFace(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags,
+                       llvm::raw_ostream &os);
 
 } // namespace placec::bridge
 

@@ -119,6 +119,9 @@ struct TransformerConfig {
   MlpActivation mlp = MlpActivation::Gelu;
   NormKind norm = NormKind::LayerNorm;
   bool bias = true;
+  /// `bias = qkv`: biases on the query, key and value projections only (Qwen2; Megatron-LM's
+  /// `--add-qkv-bias`). `bias` is false then.
+  bool qkvBias = false;
   PositionKind positions = PositionKind::Learned;
   bool tiedEmbeddings = true;
   MoeConfig moe;
@@ -127,6 +130,8 @@ struct TransformerConfig {
   int64_t getKvHeads() const { return kvHeads > 0 ? kvHeads : heads; }
   /// The width of one attention head.
   int64_t getHeadDim() const { return headDim > 0 ? headDim : heads > 0 ? hidden / heads : 0; }
+  /// The `bias` field as written: `true`, `false` or `qkv`.
+  llvm::StringRef getBiasText() const { return bias ? "true" : qkvBias ? "qkv" : "false"; }
 };
 
 struct MlpConfig {

@@ -1,0 +1,530 @@
+// Imports a Hugging Face `config.json` as a Place transformer declaration. Every key is either
+// read, known not to change the parameter count or the FLOPs, or an error: a key that placec
+// cannot represent is never dropped (docs/bridges.md, "Hugging Face configs").
+#include "ImportSupport.h"
+#include "placec/backends/Export.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace llvm;
+
+namespace placec::bridge {
+
+namespace {
+
+using namespace detail;
+
+/// The model families placec maps. Gated families have a three-matrix MLP (gate, up, down).
+enum class Family { Llama, Mistral, Qwen2, Qwen3, Gemma, Phi3, Mixtral, Qwen3Moe, Gpt2, GptNeox };
+
+struct FamilyInfo {
+  const char *modelType;
+  Family family;
+  bool tiedByDefault; ///< The config class's default for tie_word_embeddings.
+};
+
+// tie_word_embeddings defaults of the transformers config classes (LlamaConfig, MistralConfig,
+// Qwen2Config, Qwen3Config, Phi3Config and GPTNeoXConfig default to False; GemmaConfig and
+// GPT2Config tie).
+constexpr FamilyInfo kFamilies[] = {
+    {"llama", Family::Llama, false},     {"mistral", Family::Mistral, false},
+    {"qwen2", Family::Qwen2, false},     {"qwen3", Family::Qwen3, false},
+    {"gemma", Family::Gemma, true},      {"phi3", Family::Phi3, false},
+    {"gpt2", Family::Gpt2, true},        {"gpt_neox", Family::GptNeox, false},
+    {"mixtral", Family::Mixtral, false}, {"qwen3_moe", Family::Qwen3Moe, false},
+};
+
+/// Keys of every family that change neither the parameter count nor the FLOPs: token ids,
+/// initialisation, dropout, epsilons, RoPE's base and scaling, and bookkeeping.
+constexpr const char *kNeutralKeys[] = {
+    "architectures",
+    "_name_or_path",
+    "auto_map",
+    "torch_dtype",
+    "dtype",
+    "transformers_version",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "sep_token_id",
+    "decoder_start_token_id",
+    "initializer_range",
+    "use_cache",
+    "attention_dropout",
+    "hidden_dropout",
+    "classifier_dropout",
+    "resid_pdrop",
+    "embd_pdrop",
+    "attn_pdrop",
+    "rms_norm_eps",
+    "layer_norm_eps",
+    "layer_norm_epsilon",
+    "rope_theta",
+    "rope_scaling",
+    "rotary_emb_base",
+    "pretraining_tp",
+    "tokenizer_class",
+    "bos_token",
+    "eos_token",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "is_decoder",
+    "is_encoder_decoder",
+    "quantization_config",
+    "id2label",
+    "label2id",
+    "problem_type",
+    "task_specific_params",
+    "use_mrope",
+};
+
+/// The keys each family reads besides the neutral ones.
+std::vector<StringRef> familyKeys(Family family) {
+  switch (family) {
+  case Family::Gpt2:
+    return {"model_type",
+            "vocab_size",
+            "n_embd",
+            "n_layer",
+            "n_head",
+            "n_inner",
+            "n_positions",
+            "n_ctx",
+            "activation_function",
+            "tie_word_embeddings",
+            "add_cross_attention",
+            "scale_attn_weights",
+            "scale_attn_by_inverse_layer_idx",
+            "reorder_and_upcast_attn",
+            "summary_type",
+            "summary_use_proj",
+            "summary_activation",
+            "summary_proj_to_labels",
+            "summary_first_dropout"};
+  case Family::GptNeox:
+    return {"model_type",
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "hidden_act",
+            "tie_word_embeddings",
+            "attention_bias",
+            "rotary_pct",
+            "partial_rotary_factor",
+            "use_parallel_residual"};
+  default:
+    return {"model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "intermediate_size", "max_position_embeddings",
+            "original_max_position_embeddings", "head_dim", "hidden_act", "hidden_activation",
+            "tie_word_embeddings", "attention_bias", "mlp_bias", "sliding_window",
+            "use_sliding_window", "max_window_layers", "partial_rotary_factor",
+            // Mixtral and Qwen3-MoE.
+            "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+            "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob", "router_aux_loss_coef",
+            "output_router_logits", "router_jitter_noise"};
+  }
+}
+
+class HuggingFaceImporter {
+public:
+  HuggingFaceImporter(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags)
+      : options(options), diags(diags),
+        text(diags.getSourceMgr().getMemoryBuffer(bufferId)->getBuffer()), keys(text) {}
+
+  bool run(raw_ostream &os) {
+    std::optional<json::Value> parsed = parseJsonDocument(text, diags);
+    if (!parsed)
+      return false;
+    root = parsed->getAsObject();
+    if (!root) {
+      diags.error(SMLoc::getFromPointer(text.data()),
+                  "a Hugging Face config.json is a JSON object");
+      return false;
+    }
+    const json::Value *typeValue = root->get("model_type");
+    std::optional<StringRef> type = typeValue ? typeValue->getAsString() : std::nullopt;
+    if (!type) {
+      diags.error(typeValue ? locOf("model_type") : SMLoc::getFromPointer(text.data()),
+                  typeValue ? "'model_type' must be a string"
+                            : "no 'model_type': a Hugging Face config.json names its model "
+                              "type (llama, mistral, qwen2, gpt2, ...); a DeepSpeed config is "
+                              "imported with --model and --cluster");
+      return false;
+    }
+    const FamilyInfo *info = nullptr;
+    std::vector<StringRef> known;
+    for (const FamilyInfo &candidate : kFamilies) {
+      known.push_back(candidate.modelType);
+      if (*type == candidate.modelType)
+        info = &candidate;
+    }
+    // Families whose attention Place cannot express: an error naming what, without the key
+    // checks (their other keys would only repeat it).
+    if (*type == "deepseek_v3" || *type == "deepseek_v2") {
+      StringRef key = root->get("q_lora_rank") ? "q_lora_rank" : "model_type";
+      diags.error(locOf(key), "'" + key + "' is " + quoted(key) +
+                                  ": DeepSeek's multi-head latent attention (q_lora_rank, "
+                                  "kv_lora_rank: queries, keys and values through low-rank "
+                                  "projections) has no Place equivalent; Place's attention is "
+                                  "multi-head or grouped-query");
+      return false;
+    }
+    if (*type == "gpt_oss") {
+      diags.error(locOf("model_type"),
+                  "'model_type' is \"gpt_oss\": gpt-oss's attention has learned sinks (a logit "
+                  "per head) and alternates sliding-window and full layers (layer_types, "
+                  "sliding_window), which Place's attention cannot express");
+      return false;
+    }
+    if (!info) {
+      diags.error(locOf("model_type"),
+                  "'model_type' is \"" + *type + "\", which placec does not map; it maps " +
+                      join(known, ", ") + " (docs/bridges.md says why others are refused)");
+      return false;
+    }
+    family = info->family;
+    checkKeys();
+    std::string model = translate(*info);
+    if (diags.hasErrors())
+      return false;
+    os << "// Imported by placec from " << options.inputName << " (Hugging Face config.json, "
+       << "model_type " << *type << ").\n\n";
+    os << model;
+    return true;
+  }
+
+private:
+  SMLoc locOf(StringRef key) const {
+    size_t offset = keys.find(key);
+    return SMLoc::getFromPointer(text.data() + (offset == StringRef::npos ? 0 : offset));
+  }
+
+  std::string quoted(StringRef key) const {
+    const json::Value *value = root->get(key);
+    std::string out;
+    raw_string_ostream os(out);
+    if (value)
+      os << *value;
+    return out;
+  }
+
+  /// Reports `key = value` as something Place cannot represent.
+  void refuse(StringRef key, const Twine &why) {
+    diags.error(locOf(key), "'" + key + "' is " + quoted(key) + ": " + why);
+  }
+
+  /// Every top-level key must be read or known to be neutral.
+  void checkKeys() {
+    StringSet<> allowed;
+    for (const char *key : kNeutralKeys)
+      allowed.insert(key);
+    std::vector<StringRef> own = familyKeys(family);
+    for (StringRef key : own)
+      allowed.insert(key);
+    std::vector<std::string> names;
+    for (const auto &entry : *root)
+      names.push_back(entry.first.str());
+    llvm::sort(names, [&](const std::string &a, const std::string &b) {
+      return keys.find(a) < keys.find(b);
+    });
+    for (const std::string &key : names) {
+      if (allowed.contains(key))
+        continue;
+      std::vector<StringRef> candidates(own.begin(), own.end());
+      std::string suggestion = closest(key, candidates, std::max<size_t>(2, key.size() / 4));
+      diags.error(locOf(key), "unknown key '" + key + "' for model_type '" +
+                                  root->getString("model_type").value_or("") +
+                                  "': placec cannot tell whether it changes the model" +
+                                  (suggestion.empty() ? std::string()
+                                                      : "; did you mean '" + suggestion + "'?"));
+    }
+  }
+
+  /// A whole number from 1 to `max` at `key` (Place's limit for the field it becomes); nullopt
+  /// (and an error when `required`) otherwise.
+  std::optional<int64_t> getInt(StringRef key, bool required = true,
+                                int64_t max = int64_t(1) << 30) {
+    const json::Value *value = root->get(key);
+    if (!value || value->kind() == json::Value::Null) {
+      if (required)
+        diags.error(SMLoc::getFromPointer(text.data()),
+                    "missing '" + key + "', which the model needs");
+      return std::nullopt;
+    }
+    if (std::optional<int64_t> number = value->getAsInteger()) {
+      if (*number >= 1 && *number <= max)
+        return number;
+      if (*number > max) {
+        diags.error(locOf(key), "'" + key + "' is " + quoted(key) +
+                                    ": Place's field takes at most " + Twine(max));
+        return std::nullopt;
+      }
+    }
+    diags.error(locOf(key),
+                "'" + key + "' must be a whole number of at least 1, not " + quoted(key));
+    return std::nullopt;
+  }
+
+  std::optional<bool> getBool(StringRef key) {
+    const json::Value *value = root->get(key);
+    if (!value)
+      return std::nullopt;
+    if (std::optional<bool> flag = value->getAsBoolean())
+      return flag;
+    diags.error(locOf(key), "'" + key + "' must be true or false, not " + quoted(key));
+    return std::nullopt;
+  }
+
+  std::optional<StringRef> getString(StringRef key) {
+    const json::Value *value = root->get(key);
+    if (!value || value->kind() == json::Value::Null)
+      return std::nullopt;
+    if (std::optional<StringRef> string = value->getAsString())
+      return string;
+    diags.error(locOf(key), "'" + key + "' must be a string, not " + quoted(key));
+    return std::nullopt;
+  }
+
+  static bool isGelu(StringRef act) {
+    return act == "gelu" || act == "gelu_new" || act == "gelu_fast" || act == "gelu_pytorch_tanh" ||
+           act == "gelu_python" || act == "gelu_accurate";
+  }
+
+  std::string translate(const FamilyInfo &info) {
+    bool gpt2 = family == Family::Gpt2, neox = family == Family::GptNeox;
+    bool moe = family == Family::Mixtral || family == Family::Qwen3Moe;
+    bool gated = !gpt2 && !neox;
+    std::optional<int64_t> layers = getInt(gpt2 ? "n_layer" : "num_hidden_layers", true, 1 << 20);
+    std::optional<int64_t> hidden = getInt(gpt2 ? "n_embd" : "hidden_size", true, 1 << 24);
+    std::optional<int64_t> heads = getInt(gpt2 ? "n_head" : "num_attention_heads", true, 1 << 20);
+    std::optional<int64_t> vocab = getInt("vocab_size");
+    std::optional<int64_t> ffn = getInt(gpt2 ? "n_inner" : "intermediate_size", !gpt2, 1 << 26);
+    std::optional<int64_t> positions = getInt(gpt2 ? "n_positions" : "max_position_embeddings");
+    int64_t kvHeads = gated ? getInt("num_key_value_heads", false, 1 << 20).value_or(0) : 0;
+    if (diags.hasErrors())
+      return "";
+
+    // The sequence: --seq, else the longest the model was trained for.
+    int64_t seq = options.seq > 0 ? options.seq : *positions;
+    if (seq > (int64_t(1) << 30)) {
+      diags.error(SMLoc::getFromPointer(text.data()),
+                  "--seq " + Twine(seq) + " is longer than Place's limit of 2^30 tokens");
+      return "";
+    }
+    if (gpt2 && options.seq > *positions)
+      diags.error(locOf("n_positions"),
+                  "--seq " + Twine(options.seq) + " is longer than 'n_positions' " +
+                      Twine(*positions) +
+                      ": GPT-2's learned position table has no rows for the positions after it");
+    if (gpt2) {
+      if (std::optional<int64_t> context = getInt("n_ctx", false);
+          context && *context != *positions)
+        refuse("n_ctx", "it differs from n_positions " + Twine(*positions) +
+                            ", and Place's model has one sequence length");
+    }
+
+    if (*hidden % *heads != 0 && !(gated && root->get("head_dim")))
+      refuse(gpt2 ? "n_head" : "num_attention_heads",
+             "it does not divide the hidden size " + Twine(*hidden) +
+                 ", and Place's heads are hidden / heads wide");
+    // A head width other than hidden / heads (Gemma 7B, most Qwen3 sizes) is Place's head_dim.
+    int64_t headDim = gated ? getInt("head_dim", false, 1 << 24).value_or(0) : 0;
+    if (headDim > 0 && headDim * *heads == *hidden)
+      headDim = 0;
+    if (kvHeads > 0 && *heads % kvHeads != 0)
+      refuse("num_key_value_heads", "it does not divide the " + Twine(*heads) + " heads");
+
+    // Sliding-window attention computes fewer scores than placec counts once the sequence is
+    // longer than the window.
+    if (gated && root->get("sliding_window")) {
+      std::optional<int64_t> window = getInt("sliding_window", false);
+      bool qwen = family == Family::Qwen2 || family == Family::Qwen3 || family == Family::Qwen3Moe;
+      bool used = !qwen || getBool("use_sliding_window").value_or(false);
+      if (used && window && *window < seq)
+        refuse("sliding_window",
+               "attention looks back " + Twine(*window) + " tokens, fewer than the sequence of " +
+                   Twine(seq) +
+                   ", and placec counts attention over the whole sequence; import with --seq " +
+                   Twine(*window) + " or less");
+    }
+
+    // Activation.
+    StringRef actKey = family == Family::Gemma && root->get("hidden_activation")
+                           ? "hidden_activation"
+                       : gpt2 ? "activation_function"
+                              : "hidden_act";
+    StringRef act = getString(actKey).value_or(gpt2 ? "gelu_new" : gated ? "silu" : "gelu");
+    if (gated && act != "silu" && act != "swish" && !isGelu(act))
+      refuse(actKey, "the gated MLP's activation must be SiLU or GELU");
+    if (!gated && !isGelu(act))
+      refuse(actKey, "Place's two-matrix MLP is mlp = gelu");
+
+    // Biases: Place writes all, none, or the query/key/value projections only.
+    std::string bias = gated ? "false" : "true";
+    if (family == Family::Qwen2)
+      bias = "qkv"; // Qwen2Attention: q_proj, k_proj, v_proj with bias, o_proj without.
+    bool attentionBias = getBool("attention_bias").value_or(neox);
+    bool mlpBias = getBool("mlp_bias").value_or(false);
+    if (gated && family != Family::Qwen2) {
+      if (attentionBias && mlpBias)
+        bias = "true";
+      else if (attentionBias)
+        refuse("attention_bias", "biases on the query, key, value and output projections but not "
+                                 "the MLP (mlp_bias false) have no Place equivalent (bias = true "
+                                 "puts them everywhere, bias = qkv not on the output projection)");
+      else if (mlpBias)
+        refuse("mlp_bias", "biases on the MLP only have no Place equivalent");
+    }
+    if (family == Family::Qwen2 && root->get("attention_bias"))
+      refuse("attention_bias", "Qwen2 has query, key and value biases whatever this key says");
+    if (neox && !attentionBias)
+      refuse("attention_bias", "GPT-NeoX's MLP keeps its biases, so attention without biases has "
+                               "no Place equivalent");
+    if (gpt2 && getBool("add_cross_attention").value_or(false))
+      refuse("add_cross_attention", "cross-attention layers are not part of Place's decoder");
+
+    // Families whose layers hold weights that Place's transformer has no field for.
+    // Qwen3 (dense and MoE) normalizes each head's queries and keys: qk_norm.
+    bool qkNorm = family == Family::Qwen3 || family == Family::Qwen3Moe;
+
+    // Mixtures of experts.
+    std::string moeText;
+    if (moe) {
+      bool mixtral = family == Family::Mixtral;
+      StringRef expertsKey = mixtral ? "num_local_experts" : "num_experts";
+      std::optional<int64_t> experts = getInt(expertsKey, true, 1 << 16);
+      std::optional<int64_t> topK = getInt("num_experts_per_tok", true, 1 << 16);
+      std::optional<int64_t> expertFfn =
+          mixtral ? ffn : getInt("moe_intermediate_size", true, 1 << 26);
+      int64_t every = 1, dense = 0;
+      if (!mixtral) {
+        // Qwen3-MoE: layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is not in
+        // mlp_only_layers; Place's layers are MoE from dense_layers on, every moe_every-th.
+        int64_t step = getInt("decoder_sparse_step", false, 1 << 20).value_or(1);
+        if (step != 1)
+          refuse("decoder_sparse_step",
+                 "Qwen3-MoE makes layers step - 1, 2·step - 1, … sparse; Place's MoE layers are "
+                 "0, k, 2k, … after the dense ones");
+        if (const json::Value *only = root->get("mlp_only_layers")) {
+          const json::Array *list = only->getAsArray();
+          bool prefix = list != nullptr;
+          for (size_t i = 0; list && i < list->size(); ++i)
+            prefix &= (*list)[i].getAsInteger() == std::optional<int64_t>(int64_t(i));
+          if (!prefix)
+            refuse("mlp_only_layers", "Place's dense layers are the first n (dense_layers); "
+                                      "these are not 0, 1, …, n - 1");
+          else
+            dense = int64_t(list->size());
+        }
+        if (!getBool("norm_topk_prob").value_or(false))
+          refuse(root->get("norm_topk_prob") ? "norm_topk_prob" : "model_type",
+                 "Place's router renormalizes the top-k probabilities (norm_topk_prob = true); "
+                 "without it the combine weights differ");
+      }
+      double auxLoss = 0.001; // MixtralConfig's and Qwen3MoeConfig's default.
+      if (const json::Value *value = root->get("router_aux_loss_coef")) {
+        std::optional<double> number = value->getAsNumber();
+        if (!number || *number < 0 || *number > 1)
+          diags.error(locOf("router_aux_loss_coef"),
+                      "'router_aux_loss_coef' must be a number from 0 to 1, not " +
+                          quoted("router_aux_loss_coef"));
+        else
+          auxLoss = *number;
+      }
+      if (experts && topK && *topK > *experts)
+        refuse("num_experts_per_tok", "it exceeds the " + Twine(*experts) + " experts");
+      if (experts && *experts < 2)
+        refuse(expertsKey, "a mixture of experts has at least 2");
+      if (experts && topK && expertFfn) {
+        raw_string_ostream e(moeText);
+        e << "  experts = " << *experts << ";\n  top_k = " << *topK << ";\n";
+        if (*expertFfn != ffn.value_or(0))
+          e << "  expert_ffn = " << *expertFfn << ";\n";
+        if (dense > 0)
+          e << "  dense_layers = " << dense << ";\n";
+        if (every != 1)
+          e << "  moe_every = " << every << ";\n";
+        e << "  aux_loss = " << format("%g", auxLoss) << ";\n";
+      }
+    }
+
+    bool tied = getBool("tie_word_embeddings").value_or(info.tiedByDefault);
+    if (diags.hasErrors())
+      return "";
+
+    std::string name = options.name;
+    if (name.empty()) {
+      StringRef stem = sys::path::stem(options.inputName);
+      if (stem == "config")
+        stem = sys::path::filename(sys::path::parent_path(options.inputName));
+      name = stem.str();
+    }
+    name = makeName(name, "", "hf");
+    std::string out;
+    raw_string_ostream m(out);
+    m << "model " << name << " : transformer {\n";
+    m << "  layers = " << *layers << ";\n  hidden = " << *hidden << ";\n  heads = " << *heads
+      << ";\n";
+    if (kvHeads > 0 && kvHeads != *heads)
+      m << "  kv_heads = " << kvHeads << ";\n";
+    if (headDim > 0)
+      m << "  head_dim = " << headDim << ";\n";
+    if (qkNorm)
+      m << "  qk_norm = true;\n";
+    m << "  seq = " << seq << ";\n  vocab = " << *vocab << ";\n";
+    int64_t ffnValue = ffn.value_or(4 * *hidden);
+    if (ffnValue != 4 * *hidden || gated)
+      m << "  ffn = " << ffnValue << ";\n";
+    if (gated)
+      m << "  mlp = swiglu;\n  norm = rmsnorm;\n";
+    if (bias != "true")
+      m << "  bias = " << bias << ";\n";
+    if (!gpt2)
+      m << "  positions = rope;\n";
+    if (!tied)
+      m << "  tied_embeddings = false;\n";
+    m << moeText;
+    m << "}\n";
+    return out;
+  }
+
+  const ImportOptions &options;
+  DiagnosticEngine &diags;
+  StringRef text;
+  KeyLocator keys;
+  const json::Object *root = nullptr;
+  Family family = Family::Llama;
+};
+
+} // namespace
+
+bool isHuggingFaceConfig(StringRef text) {
+  Expected<json::Value> parsed = json::parse(text);
+  if (!parsed) {
+    consumeError(parsed.takeError());
+    return false;
+  }
+  const json::Object *root = parsed->getAsObject();
+  return root && root->get("model_type");
+}
+
+bool importHuggingFace(unsigned bufferId, const ImportOptions &options, DiagnosticEngine &diags,
+                       raw_ostream &os) {
+  return HuggingFaceImporter(bufferId, options, diags).run(os);
+}
+
+} // namespace placec::bridge
