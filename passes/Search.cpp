@@ -1386,6 +1386,11 @@ std::string evaluateExact(const ir::Run &base, const ir::Cluster &cluster, const
   diags.setQuiet(true);
   VerifyOptions options;
   options.capacityIsError = true;
+  options.suggestCapacityFixes = false;
+  std::optional<analysis::RunAnalysis> verified;
+  options.onAnalysis = [&](const ir::Run &, analysis::RunAnalysis &analysis) {
+    verified = std::move(analysis);
+  };
   createVerifyPass(options)->run(program, diags);
   std::string rule;
   for (const Diagnostic &diag : diags.getDiagnostics())
@@ -1393,7 +1398,8 @@ std::string evaluateExact(const ir::Run &base, const ir::Cluster &cluster, const
       rule = diag.rule.empty() ? "error" : diag.rule;
       break;
     }
-  analysis::RunAnalysis result = analysis::analyze(*plan::lowerRun(*program.runs.back()));
+  analysis::RunAnalysis result =
+      verified ? std::move(*verified) : analysis::analyze(*plan::lowerRun(*program.runs.back()));
   // The capacity rule is defined by the memory analysis; a verifier without it (it is being
   // added) is completed here so that the search never reports a plan that does not fit.
   if (rule.empty() && (!result.memory.fitsDevice || !result.memory.fitsHost))

@@ -298,6 +298,8 @@ bool VerifyPass::run(ir::Program &program, DiagnosticEngine &diags) {
     checkPipelineSharding(*run, &analysis);
     checkOffloadTraffic(*run, *plan);
     ok &= checkCapacity(*run, analysis);
+    if (options.onAnalysis)
+      options.onAnalysis(*run, analysis);
   }
   this->diags = nullptr;
   return ok;

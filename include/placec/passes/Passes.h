@@ -7,6 +7,7 @@
 
 #include "llvm/ADT/StringRef.h"
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,10 @@ public:
 };
 
 /// Options that change what the verifier treats as an error.
+namespace analysis {
+struct RunAnalysis;
+} // namespace analysis
+
 struct VerifyOptions {
   /// Per-device and host memory over capacity is an error (`placec check`); otherwise it is left
   /// to the reports.
@@ -31,6 +36,9 @@ struct VerifyOptions {
   /// and analysing variants of its strategy. A caller that needs only the verdict (the search)
   /// can turn this off.
   bool suggestCapacityFixes = true;
+  /// Called with each run's analysis when the verifier computes it (the runs that pass the rules
+  /// checked before the capacity), so that a caller does not analyse the run again.
+  std::function<void(const ir::Run &, analysis::RunAnalysis &)> onAnalysis;
 };
 
 /// Checks the composition rules of the language (docs/rules.md) on every run.
