@@ -1169,6 +1169,8 @@ std::string Candidate::describe() const {
           ir::toString(activations).str() + (sequenceParallel ? "+sp" : "") +
           (asyncTp ? "+async_tp" : "") + ", b=" + std::to_string(microBatch) +
           " m=" + std::to_string(microbatches);
+  if (expertsReplicated)
+    text += ", experts replicated over dp";
   if (pp > 1)
     text += " " + ir::toString(schedule).str() +
             (schedule == ir::Schedule::Interleaved ? "/" + std::to_string(chunks) : "") +
@@ -1343,6 +1345,13 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     strategy->getPlacement(ir::State::Optimizer).tier = ir::Tier::Host;
     strategy->getPlacement(ir::State::Optimizer).tierExplicit = true;
   }
+  if (c.expertsReplicated && outer >= 0)
+    for (ir::State state : {ir::State::Params, ir::State::Grads}) {
+      ir::StatePlacement &placement = strategy->getExpertPlacement(state);
+      placement.axes.resize(mesh.axes.size());
+      placement.axes[outer].mode = ir::PlacementMode::Replicated;
+      placement.axes[outer].isExplicit = true;
+    }
   strategy->activationMode = c.activations;
   strategy->sequenceParallel = c.sequenceParallel;
   strategy->asyncTensorParallel = c.asyncTp;
@@ -1451,69 +1460,75 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
         // keeping more is over it too, and is counted without being evaluated.
         for (const Placement &placement : placements)
           for (const PrecisionVariant &variant : precisions)
-            for (bool fp8Gather : {false, true}) {
-              bool smallerOver = false; // The previous micro-batch size's full recomputation.
-              for (int64_t b : {1, 2, 4}) {
-                bool lessOver = false;
-                for (ir::ActivationMode mode : activations) {
-                  if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
-                      (fp8Gather && placement.params == ParamChoice::Replicate))
-                    continue;
-                  int64_t samples = (rest / ep) * ep;
-                  if (run.globalBatch % (b * samples) != 0)
-                    continue;
-                  Candidate c;
-                  c.pp = pp;
-                  c.dpNode = rest / ep;
-                  c.ep = ep;
-                  c.tp = tp;
-                  c.params = placement.params;
-                  c.grads = placement.grads;
-                  c.optimizer = placement.optimizer;
-                  c.activations = mode;
-                  c.sequenceParallel = tp > 1;
-                  c.microBatch = b;
-                  c.microbatches = run.globalBatch / (b * samples);
-                  c.precision = variant.precision;
-                  c.fp8Gather = fp8Gather;
-                  if (options.filter && !options.filter(c))
-                    continue;
-                  ++result.spaceSize;
-                  if (smallerOver || lessOver) {
-                    ++result.rejectedByRule["capacity"];
-                    ++result.prunedByMemoryOrder;
-                    continue;
+            for (bool fp8Gather : {false, true})
+              for (bool expertsReplicated : {false, true}) {
+                // Under ZeRO-3 the experts may instead stay whole over dp (ZeRO-1 for them).
+                if (expertsReplicated &&
+                    (placement.params != ParamChoice::GatherAll || rest / ep == 1))
+                  continue;
+                bool smallerOver = false; // The previous micro-batch size's full recomputation.
+                for (int64_t b : {1, 2, 4}) {
+                  bool lessOver = false;
+                  for (ir::ActivationMode mode : activations) {
+                    if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
+                        (fp8Gather && placement.params == ParamChoice::Replicate))
+                      continue;
+                    int64_t samples = (rest / ep) * ep;
+                    if (run.globalBatch % (b * samples) != 0)
+                      continue;
+                    Candidate c;
+                    c.pp = pp;
+                    c.dpNode = rest / ep;
+                    c.ep = ep;
+                    c.tp = tp;
+                    c.params = placement.params;
+                    c.grads = placement.grads;
+                    c.optimizer = placement.optimizer;
+                    c.activations = mode;
+                    c.sequenceParallel = tp > 1;
+                    c.microBatch = b;
+                    c.microbatches = run.globalBatch / (b * samples);
+                    c.precision = variant.precision;
+                    c.fp8Gather = fp8Gather;
+                    c.expertsReplicated = expertsReplicated;
+                    if (options.filter && !options.filter(c))
+                      continue;
+                    ++result.spaceSize;
+                    if (smallerOver || lessOver) {
+                      ++result.rejectedByRule["capacity"];
+                      ++result.prunedByMemoryOrder;
+                      continue;
+                    }
+                    analysis::RunAnalysis exact;
+                    std::string rule = evaluateExact(run, cluster, c, &exact);
+                    c.stepSeconds = exact.time.stepSeconds;
+                    c.peakBytes = exact.memory.device.peak;
+                    c.hostPeakBytes = exact.memory.host.peak;
+                    if (rule == "capacity") {
+                      lessOver = true;
+                      if (mode == ir::ActivationMode::RecomputeFull)
+                        smallerOver = true;
+                      if (!result.smallest || c.peakBytes < result.smallest->peakBytes)
+                        result.smallest = c;
+                    }
+                    if (!rule.empty()) {
+                      ++result.rejectedByRule[rule];
+                      continue;
+                    }
+                    ++result.accepted;
+                    if (options.onAccepted)
+                      options.onAccepted(c);
+                    if (best.size() == keep && !isBetter(c, best.back().first))
+                      continue;
+                    auto at = std::upper_bound(
+                        best.begin(), best.end(), c,
+                        [](const Candidate &x, const auto &y) { return isBetter(x, y.first); });
+                    best.insert(at, {c, std::move(exact)});
+                    if (best.size() > keep)
+                      best.pop_back();
                   }
-                  analysis::RunAnalysis exact;
-                  std::string rule = evaluateExact(run, cluster, c, &exact);
-                  c.stepSeconds = exact.time.stepSeconds;
-                  c.peakBytes = exact.memory.device.peak;
-                  c.hostPeakBytes = exact.memory.host.peak;
-                  if (rule == "capacity") {
-                    lessOver = true;
-                    if (mode == ir::ActivationMode::RecomputeFull)
-                      smallerOver = true;
-                    if (!result.smallest || c.peakBytes < result.smallest->peakBytes)
-                      result.smallest = c;
-                  }
-                  if (!rule.empty()) {
-                    ++result.rejectedByRule[rule];
-                    continue;
-                  }
-                  ++result.accepted;
-                  if (options.onAccepted)
-                    options.onAccepted(c);
-                  if (best.size() == keep && !isBetter(c, best.back().first))
-                    continue;
-                  auto at = std::upper_bound(
-                      best.begin(), best.end(), c,
-                      [](const Candidate &x, const auto &y) { return isBetter(x, y.first); });
-                  best.insert(at, {c, std::move(exact)});
-                  if (best.size() > keep)
-                    best.pop_back();
                 }
               }
-            }
       }
     }
   }
@@ -1804,6 +1819,8 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
     optimizerText += std::string(optimizerText.empty() ? "" : " ") + "@ host";
   if (!optimizerText.empty())
     text += "  optimizer   = " + optimizerText + ";\n";
+  if (c.expertsReplicated && c.getBatchDegree() > 1)
+    text += "  expert_params = replicate(dp);\n  expert_grads = replicate(dp);\n";
   std::string activations = c.sequenceParallel ? "shard(tp), " : "";
   switch (c.activations) {
   case ir::ActivationMode::Keep:

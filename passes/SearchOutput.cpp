@@ -45,6 +45,12 @@ std::optional<double> parseBytes(StringRef text) {
 
 namespace {
 
+/// The params column: the choice, and `x:rep` when the routed experts' params and grads are
+/// replicated over dp instead (mixture-of-experts searches; the legend says so).
+std::string paramsText(const Candidate &c) {
+  return toString(c.params).str() + (c.expertsReplicated ? " x:rep" : "");
+}
+
 /// A string literal as a pointer, which llvm::format takes (it refuses arrays).
 const char *text(const char *literal) { return literal; }
 
@@ -134,14 +140,17 @@ void printTable(const SearchResult &result, raw_ostream &out) {
     std::string context = c.cp > 1 ? ir::toString(c.context).str() : "-";
     out << format("%-4zu %-*s %-10s %-18s %-14s %-16s %-34s %4lld %5lld %-30s %-24s %10.3f %9.1f "
                   "%5.1f%% %10s\n",
-                  i + 1, meshWidth, c.formatMesh().c_str(), context.c_str(),
-                  toString(c.params).str().c_str(), toString(c.grads).str().c_str(),
-                  toString(c.optimizer).str().c_str(), activations.c_str(),
-                  static_cast<long long>(c.microBatch), static_cast<long long>(c.microbatches),
-                  schedule.c_str(), c.formatPrecision().c_str(), analysis.time.stepSeconds,
+                  i + 1, meshWidth, c.formatMesh().c_str(), context.c_str(), paramsText(c).c_str(),
+                  toString(c.grads).str().c_str(), toString(c.optimizer).str().c_str(),
+                  activations.c_str(), static_cast<long long>(c.microBatch),
+                  static_cast<long long>(c.microbatches), schedule.c_str(),
+                  c.formatPrecision().c_str(), analysis.time.stepSeconds,
                   tflopsPerDevice(analysis, devices), analysis.time.mfu * 100,
                   formatBytes(analysis.memory.device.peak).c_str());
   }
+  if (llvm::any_of(result.top, [](const Candidate &c) { return c.expertsReplicated; }))
+    out << "x:rep: the routed experts' params and grads replicated over dp (ZeRO-1 for the "
+           "experts)\n";
 }
 
 /// The same table as GitHub Markdown.
@@ -158,7 +167,7 @@ void printMarkdownTable(const SearchResult &result, raw_ostream &out) {
                               (c.asyncTp ? " + async_tp" : "");
     std::string schedule = scheduleText(c);
     out << "| " << i + 1 << " | `" << c.formatMesh() << "` | "
-        << (c.cp > 1 ? ir::toString(c.context).str() : "-") << " | " << toString(c.params) << " | "
+        << (c.cp > 1 ? ir::toString(c.context).str() : "-") << " | " << paramsText(c) << " | "
         << toString(c.grads) << " | " << toString(c.optimizer) << " | " << activations << " | "
         << c.microBatch << " | " << c.microbatches << " | " << schedule << " | "
         << c.formatPrecision() << " | " << format("%.3f", analysis.time.stepSeconds) << " | "
@@ -178,6 +187,8 @@ json::Object candidateJson(const Candidate &c) {
                       {"context", c.cp > 1 ? ir::toString(c.context) : StringRef("none")},
                       {"async_tp", c.asyncTp},
                       {"precision", c.formatPrecision()},
+                      {"ep", c.ep},
+                      {"experts_replicated", c.expertsReplicated},
                       {"params", toString(c.params)},
                       {"grads", toString(c.grads)},
                       {"optimizer", toString(c.optimizer)},

@@ -53,6 +53,10 @@ struct Candidate {
   /// whose placement follows the dense one over `dp` (ZeRO over the expert-data-parallel group
   /// when the dense states are sharded over all batch axes).
   int64_t ep = 1;
+  /// The routed experts' params and grads replicated over `dp` (their optimizer as the dense
+  /// one's): ZeRO-1 for the experts under ZeRO-3 for the dense tensors, which saves gathering the
+  /// experts around each use at the price of memory.
+  bool expertsReplicated = false;
   /// How attention exchanges keys and values over `cp` (meaningful when cp > 1).
   ir::ContextMethod context = ir::ContextMethod::Ring;
   /// `async_tp = true;` (only with tp > 1 and sequence parallelism).
