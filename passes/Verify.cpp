@@ -102,23 +102,29 @@ struct AxisSet {
 };
 
 /// The batch axes on which `state` is placed in one of `modes`. Axes of size 1 are left out: a
-/// mode over one device changes nothing.
+/// mode over one device changes nothing. With `expert`, the routed experts' placement over their
+/// expert-data-parallel axes.
 AxisSet batchAxesWith(const ir::Strategy &strategy, ir::State state,
-                      std::initializer_list<ir::PlacementMode> modes) {
+                      std::initializer_list<ir::PlacementMode> modes, bool expert = false) {
   AxisSet set{&strategy.mesh, {}};
-  const ir::StatePlacement &placement = strategy.getPlacement(state);
-  for (unsigned i = 0; i < strategy.mesh.axes.size(); ++i)
-    if (ir::isDataParallel(strategy.mesh.axes[i].kind) && strategy.mesh.axes[i].size > 1 &&
-        llvm::is_contained(modes, placement.axes[i].mode))
+  const ir::StatePlacement &placement =
+      expert ? strategy.getExpertPlacement(state) : strategy.getPlacement(state);
+  for (unsigned i = 0; i < strategy.mesh.axes.size(); ++i) {
+    ir::AxisKind kind = strategy.mesh.axes[i].kind;
+    if ((expert ? ir::isExpertDataParallel(kind) : ir::isDataParallel(kind)) &&
+        strategy.mesh.axes[i].size > 1 && llvm::is_contained(modes, placement.axes[i].mode))
       set.axes.push_back(i);
+  }
   return set;
 }
 
-/// `axes` restricted to those where `other` is placed in one of `modes`.
+/// `axes` restricted to those where `other` (of the routed experts with `expert`) is placed in one
+/// of `modes`.
 AxisSet intersect(const AxisSet &axes, const ir::Strategy &strategy, ir::State other,
-                  std::initializer_list<ir::PlacementMode> modes) {
+                  std::initializer_list<ir::PlacementMode> modes, bool expert = false) {
   AxisSet set{axes.mesh, {}};
-  const ir::StatePlacement &placement = strategy.getPlacement(other);
+  const ir::StatePlacement &placement =
+      expert ? strategy.getExpertPlacement(other) : strategy.getPlacement(other);
   for (unsigned axis : axes.axes)
     if (llvm::is_contained(modes, placement.axes[axis].mode))
       set.axes.push_back(axis);
@@ -678,18 +684,6 @@ bool VerifyPass::checkExperts(const ir::Run &run) {
   }
 
   // The routed experts over their expert-data-parallel axes (batch and sequence, size > 1).
-  auto with = [&](ir::State state, std::initializer_list<ir::PlacementMode> modes) {
-    AxisSet set{&mesh, {}};
-    const ir::StatePlacement &placement = strategy.getExpertPlacement(state);
-    for (unsigned i = 0; i < mesh.axes.size(); ++i)
-      if (ir::isExpertDataParallel(mesh.axes[i].kind) && mesh.axes[i].size > 1 &&
-          llvm::is_contained(modes, placement.axes[i].mode))
-        set.axes.push_back(i);
-    return set;
-  };
-  auto modeOf = [&](ir::State state, unsigned axis) {
-    return strategy.getExpertPlacement(state).axes[axis].mode;
-  };
   auto locOf = [&](ir::State state, unsigned axis) {
     const ir::StatePlacement &placement = strategy.getExpertPlacement(state);
     SMLoc loc = placement.axes[axis].loc;
@@ -697,11 +691,9 @@ bool VerifyPass::checkExperts(const ir::Run &run) {
       loc = placement.loc;
     return loc.isValid() ? loc : axisLoc(strategy, state, axis);
   };
-  AxisSet gradsSharded = with(ir::State::Grads, {ir::PlacementMode::Sharded});
-  AxisSet broken{&mesh, {}};
-  for (unsigned axis : gradsSharded.axes)
-    if (modeOf(ir::State::Optimizer, axis) == ir::PlacementMode::Replicated)
-      broken.axes.push_back(axis);
+  AxisSet broken = intersect(
+      batchAxesWith(strategy, ir::State::Grads, {ir::PlacementMode::Sharded}, /*expert=*/true),
+      strategy, ir::State::Optimizer, {ir::PlacementMode::Replicated}, /*expert=*/true);
   if (!broken.empty()) {
     int64_t n = broken.getDegree();
     Where where = locate(run, locOf(ir::State::Grads, broken.axes.front()));
@@ -717,7 +709,8 @@ bool VerifyPass::checkExperts(const ir::Run &run) {
            });
     ok = false;
   }
-  AxisSet neverGathered = with(ir::State::Params, {ir::PlacementMode::Sharded});
+  AxisSet neverGathered =
+      batchAxesWith(strategy, ir::State::Params, {ir::PlacementMode::Sharded}, /*expert=*/true);
   if (!neverGathered.empty()) {
     int64_t n = neverGathered.getDegree();
     Where where = locate(run, locOf(ir::State::Params, neverGathered.axes.front()));
@@ -732,10 +725,11 @@ bool VerifyPass::checkExperts(const ir::Run &run) {
            });
     ok = false;
   }
-  AxisSet wasteful = with(ir::State::Params, {ir::PlacementMode::ShardedWithGather});
-  llvm::erase_if(wasteful.axes, [&](unsigned axis) {
-    return modeOf(ir::State::Optimizer, axis) != ir::PlacementMode::Replicated;
-  });
+  AxisSet wasteful =
+      intersect(batchAxesWith(strategy, ir::State::Params, {ir::PlacementMode::ShardedWithGather},
+                              /*expert=*/true),
+                strategy, ir::State::Optimizer, {ir::PlacementMode::Replicated},
+                /*expert=*/true);
   if (!wasteful.empty()) {
     int64_t n = wasteful.getDegree();
     Where where = locate(run, locOf(ir::State::Params, wasteful.axes.front()));
