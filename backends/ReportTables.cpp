@@ -166,10 +166,14 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
   };
   std::vector<Table> tables = sideBySide("Configuration", runs, rows, /*untitled=*/true,
                                          /*leftAligned=*/true);
+  // Explain "peak × efficiency" only where a run shows it.
+  bool flat =
+      llvm::any_of(runs, [](const RunReport &r) { return !r.run->cluster->hasShapeModel(); });
   for (Table &table : tables)
-    table.notes.push_back("bandwidths per device; peak × efficiency: compute at a flat fraction "
-                          "of peak (a cluster without a device preset, or one that writes "
-                          "efficiency)");
+    table.notes.push_back(flat ? "bandwidths per device; peak × efficiency: compute at a flat "
+                                 "fraction of peak (a cluster without a device preset, or one "
+                                 "that writes efficiency)"
+                               : "bandwidths per device");
   return tables;
 }
 
