@@ -193,11 +193,12 @@ private:
   double computeSeconds(const Op &op, std::vector<Explanation> *lines = nullptr);
   /// The weight-gradient part of a backward compute op.
   double weightSeconds(const Op &op) const { return costModel.getWeightGradientSeconds(op.work); }
-  /// Communication inside a unit that runs beside the unit's compute: tensor-parallel
-  /// collectives under async_tp.
-  bool isBeside(const Op &op) const {
-    if (op.kind == OpKind::RingStep)
-      return true; // Ring attention overlaps each block's exchange with its attention.
+  /// The GEMM seconds of a compute op by tensor-parallel slot (cost::TensorSlot).
+  const cost::TensorSlotSeconds &slotSeconds(const Op &op);
+  /// Communication inside a unit that runs beside the unit's compute: ring attention's
+  /// exchanges, and the tensor-parallel collectives under async_tp (isAsyncTensor).
+  bool isBeside(const Op &op) const { return op.kind == OpKind::RingStep || isAsyncTensor(op); }
+  bool isAsyncTensor(const Op &op) const {
     return strategy.asyncTensorParallel && op.state == ir::State::Activations &&
            plan::isCollective(op.kind) && !op.axes.empty() &&
            llvm::all_of(op.axes, [&](unsigned axis) {
@@ -221,6 +222,16 @@ private:
   std::map<std::vector<unsigned>, cost::GroupShape> groups;
   std::map<std::pair<int, int>, bool> crossings;
   std::map<std::pair<int, int>, double> computeCache;
+  std::map<std::pair<int, int>, cost::TensorSlotSeconds> slotCache;
+  /// The cache key of a compute op: its unit's kind, its pass and its reason; mlp layers, whose
+  /// work differs, by their unit.
+  std::pair<int, int> computeKey(const Op &op) const {
+    const plan::Unit &unit = plan.units[op.unit];
+    if (unit.kind == cost::UnitKind::MlpLayer)
+      return {-1 - op.unit, static_cast<int>(op.compute)};
+    return {static_cast<int>(unit.kind),
+            static_cast<int>(op.compute) * 4 + static_cast<int>(op.reason.size() % 4)};
+  }
 };
 
 Analyzer::Shard Analyzer::shardOf(ir::State state, bool expert) const {
@@ -391,12 +402,21 @@ double Analyzer::callSeconds(const Op &op, int stage, double bytes, std::string 
   }
 }
 
+const cost::TensorSlotSeconds &Analyzer::slotSeconds(const Op &op) {
+  static const cost::TensorSlotSeconds none{};
+  if (!strategy.asyncTensorParallel)
+    return none;
+  // Keyed as computeSeconds: every transformer block has the same products.
+  auto [it, inserted] = slotCache.try_emplace(computeKey(op));
+  if (inserted)
+    costModel.getComputeSeconds(op.work, nullptr, &it->second);
+  return it->second;
+}
+
 double Analyzer::computeSeconds(const Op &op, std::vector<Explanation> *lines) {
   // Every transformer block has the same work; mlp layers differ.
   bool shared = plan.units[op.unit].kind != cost::UnitKind::MlpLayer;
-  auto key =
-      std::make_pair(static_cast<int>(plan.units[op.unit].kind),
-                     static_cast<int>(op.compute) * 4 + static_cast<int>(op.reason.size() % 4));
+  auto key = computeKey(op);
   if (shared && !lines) {
     auto it = computeCache.find(key);
     if (it != computeCache.end())
@@ -637,6 +657,9 @@ RunAnalysis Analyzer::analyze() {
           double seconds = computeSeconds(op);
           unit.compute += seconds;
           compute += seconds;
+          const cost::TensorSlotSeconds &slots = slotSeconds(op);
+          for (size_t s = 0; s < slots.size(); ++s)
+            unit.slots[s] += slots[s];
           if (op.compute == plan::ComputeKind::Backward)
             st.weight += weightSeconds(op);
           continue;
@@ -644,6 +667,8 @@ RunAnalysis Analyzer::analyze() {
         double seconds = account(op);
         if (isOverlappable(op))
           (op.kind == OpKind::AllGather ? unit.gather : unit.reduce) += seconds;
+        else if (isAsyncTensor(op))
+          unit.tensorBeside += seconds;
         else if (isBeside(op))
           unit.beside += seconds;
         else
@@ -777,13 +802,22 @@ RunAnalysis Analyzer::analyze() {
        time.optimizerSeconds, "s"});
   explanation.time.push_back(
       {"exposed comm",
-       fmt::format("{} × {} per micro-batch (tensor-parallel, pipeline and host traffic in full; "
-                   "a pass's first gather and last gradient reduction in full; the others beside "
-                   "the neighbouring unit's compute, max(comm - compute, comm × κ/(1 + κ)) with "
-                   "κ = {}, the compute's slowdown beside communication) + what the step's "
-                   "reductions and updates add{}",
-                   microbatches(m), seconds(slowest->exposedPerMicrobatch),
-                   num(cost::kOverlapComputeSlowdown), stageText),
+       fmt::format(
+           "{} × {} per micro-batch ({}pipeline and host traffic in full; "
+           "a pass's first gather and last gradient reduction in full; the others beside "
+           "the neighbouring unit's compute, max(comm - compute, comm × κ/(1 + κ)) with "
+           "κ = {}, the compute's slowdown beside communication{}) + what the step's "
+           "reductions and updates add{}",
+           microbatches(m), seconds(slowest->exposedPerMicrobatch),
+           strategy.asyncTensorParallel ? "" : "tensor-parallel, ",
+           num(cost::kOverlapComputeSlowdown),
+           strategy.asyncTensorParallel
+               ? "; async_tp's tensor-parallel collectives beside the unit's compute, "
+                 "never better than each beside its own products, Σ over QKV, attention "
+                 "output, MLP in and MLP out of max(c - G, c × κ/(1 + κ)) with c the "
+                 "collectives shared equally by the slots with products and G a slot's GEMM time"
+               : "",
+           stageText),
        time.exposedCommSeconds, "s"});
   explanation.time.push_back({"bubble", bubbleFormula, time.bubbleSeconds, "s"});
   explanation.time.push_back(

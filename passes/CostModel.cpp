@@ -235,13 +235,17 @@ void addMlpShapes(const TransformerDims &x, const std::string &name, double rows
     gemms.push_back({name + " gate and up", rows, 2 * width / x.t, x.h, batch});
   else
     gemms.push_back({name + " up", rows, width / x.t, x.h, batch});
+  gemms.back().tensorSlot = kSlotMlpIn;
   gemms.push_back({name + " down", rows, x.h, width / x.t, batch});
+  gemms.back().tensorSlot = kSlotMlpOut;
 }
 
 std::vector<Gemm> layerProjectionShapes(const TransformerDims &x) {
   std::vector<Gemm> gemms;
   gemms.push_back({"qkv", x.tokens, (x.a + 2 * x.kv) * x.d / x.t, x.h});
+  gemms.back().tensorSlot = kSlotQkv;
   gemms.push_back({"attention output", x.tokens, x.h, x.a * x.d / x.t});
+  gemms.back().tensorSlot = kSlotAttentionOutput;
   if (!x.moe) {
     addMlpShapes(x, "mlp", x.tokens, x.f, 1, gemms);
     return gemms;
@@ -259,9 +263,9 @@ std::vector<Gemm> layerProjectionShapes(const TransformerDims &x) {
 void addBackwardProducts(const std::vector<Gemm> &forward, std::vector<Gemm> &out) {
   for (const Gemm &gemm : forward) {
     out.push_back({gemm.name + " input gradient", gemm.m, gemm.k, gemm.n, gemm.batch,
-                   /*weightGradient=*/false, gemm.fp8});
+                   /*weightGradient=*/false, gemm.fp8, gemm.tensorSlot});
     out.push_back({gemm.name + " weight gradient", gemm.k, gemm.n, gemm.m, gemm.batch,
-                   /*weightGradient=*/true, gemm.fp8});
+                   /*weightGradient=*/true, gemm.fp8, gemm.tensorSlot});
   }
 }
 
@@ -380,6 +384,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     if (pass != PassKind::Forward && !backward)
       return work; // The output layer is not recomputed (Megatron-LM checkpoints the blocks).
     Gemm logits{"logits", x.tokens, x.vocab / x.t, x.h};
+    logits.tensorSlot = kSlotQkv; // Beside the all-gather of the final norm's output.
     if (!backward) {
       work.gemms.push_back(logits);
       work.memory.push_back({"final norm", 2 * x.outside() * x.e});
@@ -968,6 +973,19 @@ double getOverlapExposedSeconds(double commSeconds, double computeSeconds) {
   return std::max(commSeconds - computeSeconds, commSeconds * kappa / (1 + kappa));
 }
 
+double getTensorOverlapExposedSeconds(double commSeconds, const TensorSlotSeconds &slots) {
+  int used = 0;
+  for (double gemmSeconds : slots)
+    used += gemmSeconds > 0;
+  if (commSeconds <= 0 || used == 0)
+    return 0;
+  double share = commSeconds / used, exposed = 0;
+  for (double gemmSeconds : slots)
+    if (gemmSeconds > 0)
+      exposed += getOverlapExposedSeconds(share, gemmSeconds);
+  return exposed;
+}
+
 double getPassExposedSeconds(ArrayRef<PassUnit> units) {
   double exposed = 0, previousReduce = 0;
   bool first = true;
@@ -982,16 +1000,21 @@ double getPassExposedSeconds(ArrayRef<PassUnit> units) {
     if (first)
       exposed += unit.gather;
     first = false;
-    double beside = unit.beside;
+    double beside = unit.beside + unit.tensorBeside;
+    // Async TP's collectives never hide better than beside their own products.
+    double floor =
+        unit.tensorBeside > 0 ? getTensorOverlapExposedSeconds(unit.tensorBeside, unit.slots) : 0;
+    auto window = [&](double comm) {
+      return std::max(getOverlapExposedSeconds(comm + beside, unit.compute), floor);
+    };
     if (unit.count == 1) {
-      exposed += getOverlapExposedSeconds(nextGather + previousReduce + beside, unit.compute);
+      exposed += window(nextGather + previousReduce);
     } else {
       // A run of identical units: the first overlaps the previous unit's reduction, the middle
       // ones their neighbours', the last the next unit's gather.
-      exposed += getOverlapExposedSeconds(unit.gather + previousReduce + beside, unit.compute) +
-                 static_cast<double>(unit.count - 2) *
-                     getOverlapExposedSeconds(unit.gather + unit.reduce + beside, unit.compute) +
-                 getOverlapExposedSeconds(nextGather + unit.reduce + beside, unit.compute);
+      exposed += window(unit.gather + previousReduce) +
+                 static_cast<double>(unit.count - 2) * window(unit.gather + unit.reduce) +
+                 window(nextGather + unit.reduce);
     }
     previousReduce = unit.reduce;
   }
@@ -1207,10 +1230,18 @@ double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *fo
   return rate > 0 ? flops / rate : 0;
 }
 
-double CostModel::getComputeSeconds(const Work &work, std::vector<Explanation> *lines) const {
+double CostModel::getComputeSeconds(const Work &work, std::vector<Explanation> *lines,
+                                    TensorSlotSeconds *slots) const {
+  auto addToSlot = [&](const Gemm &gemm, double seconds) {
+    if (slots && gemm.tensorSlot >= 0 && gemm.tensorSlot < kTensorSlots)
+      (*slots)[static_cast<size_t>(gemm.tensorSlot)] += seconds;
+  };
   if (!shapes) {
     double flops = work.getFlops(), rate = peak * cluster.efficiency;
     double time = rate > 0 ? flops / rate : 0;
+    if (slots)
+      for (const Gemm &gemm : work.gemms)
+        addToSlot(gemm, getGemmSeconds(gemm));
     if (lines)
       lines->push_back({"compute",
                         fmt::format("{} / (peak × efficiency = {} × {})", fmtAmount(flops, "FLOP"),
@@ -1223,6 +1254,7 @@ double CostModel::getComputeSeconds(const Work &work, std::vector<Explanation> *
   for (const Gemm &gemm : work.gemms) {
     double time = getGemmSeconds(gemm, lines ? &formula : nullptr);
     total += time;
+    addToSlot(gemm, time);
     if (lines)
       lines->push_back({"gemm", formula, time, "s"});
   }
@@ -1245,8 +1277,7 @@ double CostModel::getWeightGradientSeconds(const Work &work) const {
   double total = 0;
   for (const Gemm &gemm : work.gemms)
     if (gemm.weightGradient)
-      total += shapes ? getGemmSeconds(gemm)
-                      : (peak > 0 ? gemm.getFlops() / (peak * cluster.efficiency) : 0);
+      total += getGemmSeconds(gemm);
   return total;
 }
 

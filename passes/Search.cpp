@@ -185,6 +185,8 @@ struct StageShape {
 struct UnitTimes {
   double seconds[3][4] = {};
   double weight[3] = {};
+  /// GEMM seconds by tensor-parallel slot, for async_tp (cost::getTensorOverlapExposedSeconds).
+  cost::TensorSlotSeconds slots[3][4] = {};
   double layerActivation = 0, headActivation = 0;
 };
 
@@ -380,7 +382,8 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
          {cost::PassKind::Forward, cost::PassKind::Backward, cost::PassKind::RecomputeFull,
           cost::PassKind::RecomputeSelective}) {
       cost::Work work = cost::getUnitWork(model, kind, 0, pass, layout);
-      times.seconds[unitIndex(kind)][static_cast<int>(pass)] = costModel.getComputeSeconds(work);
+      times.seconds[unitIndex(kind)][static_cast<int>(pass)] = costModel.getComputeSeconds(
+          work, nullptr, &times.slots[unitIndex(kind)][static_cast<int>(pass)]);
       if (pass == cost::PassKind::Backward)
         times.weight[unitIndex(kind)] = costModel.getWeightGradientSeconds(work);
     }
@@ -765,16 +768,29 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
       double unitCritical = 0;
       auto addPass = [&](int pass, cost::PassUnit &unit) {
         unit.beside += traffic.ring[kind][pass];
-        (c.asyncTp ? unit.beside : unitCritical) += traffic.tensor[kind][pass];
+        (c.asyncTp ? unit.tensorBeside : unitCritical) += traffic.tensor[kind][pass];
         unitCritical += traffic.context[kind][pass];
       };
+      auto addSlots = [&](cost::PassKind pass, cost::PassUnit &unit) {
+        if (!c.asyncTp)
+          return;
+        const cost::TensorSlotSeconds &slots = times.slots[kind][static_cast<int>(pass)];
+        for (size_t s = 0; s < slots.size(); ++s)
+          unit.slots[s] += slots[s];
+      };
       addPass(0, forwardUnit);
-      if (recomputed && fullRecompute)
+      addSlots(cost::PassKind::Forward, forwardUnit);
+      if (recomputed && fullRecompute) {
         addPass(0, backwardUnit);
+        addSlots(cost::PassKind::RecomputeFull, backwardUnit);
+      } else if (recomputed && selectiveRecompute) {
+        addSlots(cost::PassKind::RecomputeSelective, backwardUnit);
+      }
       addPass(1, backwardUnit);
+      addSlots(cost::PassKind::Backward, backwardUnit);
       // The vocabulary-parallel cross-entropy's all-gather (Lowering).
       if (c.tp > 1 && group.kind == cost::UnitKind::Head)
-        (c.asyncTp ? forwardUnit.beside : unitCritical) += traffic.headGather;
+        (c.asyncTp ? forwardUnit.tensorBeside : unitCritical) += traffic.headGather;
       critical += count * unitCritical;
       if (!placement.known[kind]) {
         // Once per (mesh, placement) and kind of unit.

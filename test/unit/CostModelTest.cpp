@@ -87,6 +87,58 @@ TEST(CostModelTest, OverlapWindow) {
   EXPECT_DOUBLE_EQ(getOverlapExposedSeconds(0.0, 5.0), 0.0);
 }
 
+TEST(CostModelTest, AsyncTensorParallelOverlapsEachCollectiveWithItsProducts) {
+  double k = kOverlapComputeSlowdown, floor = k / (1 + k);
+  // Four equal collectives of 2 s: beside products of 1, 1, 10 and 10 s the first two expose
+  // their excess, the last two the slowdown floor.
+  TensorSlotSeconds slots{1.0, 1.0, 10.0, 10.0};
+  EXPECT_NEAR(getTensorOverlapExposedSeconds(8.0, slots), 1.0 + 1.0 + 2 * 2 * floor, 1e-12);
+  // Only the slots with products share the collectives.
+  TensorSlotSeconds two{0.0, 3.0, 0.0, 3.0};
+  EXPECT_NEAR(getTensorOverlapExposedSeconds(8.0, two), 2 * 1.0, 1e-12);
+  EXPECT_DOUBLE_EQ(getTensorOverlapExposedSeconds(8.0, TensorSlotSeconds{}), 0.0);
+  // In a pass, a unit exposes at least that, although its whole compute (22 s) is longer than
+  // the 8 s of collectives.
+  PassUnit unit;
+  unit.compute = 22.0;
+  unit.tensorBeside = 8.0;
+  unit.slots = slots;
+  EXPECT_NEAR(getPassExposedSeconds(llvm::ArrayRef(&unit, 1)), 2.0 + 4 * floor, 1e-12);
+  // Without slots the collectives overlap with the whole compute.
+  unit.slots = {};
+  EXPECT_NEAR(getPassExposedSeconds(llvm::ArrayRef(&unit, 1)), 8.0 * floor, 1e-12);
+}
+
+TEST(CostModelTest, ProjectionsTakeTheirTensorSlots) {
+  ir::Model model;
+  model.kind = ir::ModelKind::Transformer;
+  ir::TransformerConfig &config = model.transformer;
+  config.layers = 1;
+  config.hidden = 256;
+  config.heads = 4;
+  config.seq = 128;
+  config.vocab = 512;
+  config.ffn = 1024;
+  config.mlp = ir::MlpActivation::Swiglu;
+  Layout layout;
+  layout.tensor = 2;
+  // Forward FLOPs of each slot: QKV 2·T·h·3h/t, output 2·T·h·h/t, gate and up 2·T·h·2f/t, down
+  // 2·T·f/t·h (T = 128 tokens); the backward's input and weight gradients twice each.
+  double T = 128, h = 256, f = 1024, t = 2;
+  double expected[kTensorSlots] = {2 * T * h * 3 * h / t, 2 * T * h * h / t, 2 * T * h * 2 * f / t,
+                                   2 * T * f / t * h};
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward}) {
+    Work work = getUnitWork(model, UnitKind::Layer, 0, pass, layout);
+    double flops[kTensorSlots] = {};
+    for (const Gemm &gemm : work.gemms)
+      if (gemm.tensorSlot >= 0)
+        flops[gemm.tensorSlot] += gemm.getFlops();
+    double factor = pass == PassKind::Forward ? 1 : 2;
+    for (int s = 0; s < kTensorSlots; ++s)
+      EXPECT_NEAR(flops[s], factor * expected[s], 1e-9 * expected[s]) << "slot " << s;
+  }
+}
+
 TEST(CostModelTest, BubblesOfEverySchedule) {
   MicrobatchTimes times;
   times.forward = 3;  // F

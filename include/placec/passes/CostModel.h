@@ -11,6 +11,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -113,8 +114,22 @@ struct Gemm {
   /// Run in FP8 under mixed(fp8): the linear layers of the transformer blocks (the attention
   /// core and the output layer stay in BF16, as Transformer Engine and torchao run them).
   bool fp8 = false;
+  /// The tensor-parallel collective this product feeds or drains (TensorSlot), or -1: under
+  /// async_tp each collective overlaps only with its own products.
+  int tensorSlot = -1;
   double getFlops() const { return 2 * m * n * k * batch; }
 };
+
+/// The four tensor-parallel collectives of a transformer block, one per side of each of its
+/// column- and row-parallel products (Megatron-LM with sequence parallelism: Korthikanti et al.
+/// 2022, Figure 5): the all-gather before QKV, the reduce-scatter after the attention output, the
+/// all-gather before the MLP's (or the experts') input products, the reduce-scatter after their
+/// output products; in the backward the transposed collective beside the same products' input
+/// and weight gradients. The output layer's products take the first slot.
+enum TensorSlot : int { kSlotQkv = 0, kSlotAttentionOutput, kSlotMlpIn, kSlotMlpOut };
+inline constexpr int kTensorSlots = 4;
+/// GEMM seconds of a pass by TensorSlot.
+using TensorSlotSeconds = std::array<double, kTensorSlots>;
 
 /// A memory-bound kernel: the bytes it reads and writes in device memory.
 struct MemoryOp {
@@ -340,19 +355,32 @@ struct PassUnit {
   double gather = 0;
   double reduce = 0;
   double compute = 0;
-  /// Communication that runs beside the unit's own compute (asynchronous tensor parallelism,
-  /// ring attention's key/value exchange).
+  /// Communication that runs beside the unit's own compute (ring attention's key/value
+  /// exchange beside the attention).
   double beside = 0;
+  /// Tensor-parallel collectives under async_tp, each beside the products of its slot, whose
+  /// GEMM seconds are `slots` (all zero: beside the whole compute, as `beside`).
+  double tensorBeside = 0;
+  TensorSlotSeconds slots{};
   int64_t count = 1;
 };
+
+/// Seconds that async_tp's collectives of one unit, `commSeconds` in all and one equal share per
+/// slot with products, add when each overlaps only with its own products (the decomposed
+/// all-gather-matmul and matmul-reduce-scatter of Wang et al. 2023, "Overlap Communication with
+/// Dependent Computation via Decomposition in Large Deep Learning Models", ASPLOS '23, as
+/// Megatron-LM's and PyTorch's asynchronous tensor parallelism run them):
+/// Σ_slots max(c − G_s, c·κ/(1 + κ)), c = comm / slots with products; 0 without slots.
+double getTensorOverlapExposedSeconds(double commSeconds, const TensorSlotSeconds &slots);
 
 /// Seconds that the overlappable communication of one pass over `units` (in pass order) adds to
 /// its compute, when gathered parameters are prefetched one unit ahead and gradients are reduced
 /// as soon as a unit's backward ends: the first unit's gather has no compute beside it, unit j's
 /// compute overlaps the gather of unit j + 1 and the reduction of unit j − 1 (each window as
-/// getOverlapExposedSeconds, with the unit's own `beside` communication), and the last unit's
+/// getOverlapExposedSeconds, with the unit's own `beside` and `tensorBeside` communication, and
+/// never below what getTensorOverlapExposedSeconds leaves of the latter), and the last unit's
 /// reduction ends the pass:
-/// `G_1 + Σ_j max(X_j − C_j, X_j·κ/(1 + κ)) + R_k`, X_j = G_{j+1} + R_{j−1} + S_j.
+/// `G_1 + Σ_j max(X_j − C_j, X_j·κ/(1 + κ), T_j) + R_k`, X_j = G_{j+1} + R_{j−1} + S_j.
 double getPassExposedSeconds(llvm::ArrayRef<PassUnit> units);
 
 //===----------------------------------------------------------------------===//
@@ -413,8 +441,10 @@ public:
   double getMemorySeconds(double bytes, std::string *formula = nullptr) const;
   /// A fused attention core at the family's attention efficiency.
   double getAttentionSeconds(const AttentionCore &core, std::string *formula = nullptr) const;
-  /// Everything in a Work; flat mode: its FLOPs over peak × efficiency.
-  double getComputeSeconds(const Work &work, std::vector<Explanation> *lines = nullptr) const;
+  /// Everything in a Work; flat mode: its FLOPs over peak × efficiency. `slots`, when given,
+  /// receives the part spent in the products of each TensorSlot.
+  double getComputeSeconds(const Work &work, std::vector<Explanation> *lines = nullptr,
+                           TensorSlotSeconds *slots = nullptr) const;
   /// The part of getComputeSeconds spent in weight-gradient products.
   double getWeightGradientSeconds(const Work &work) const;
   /// The optimizer step over `elements` parameters this rank owns: bytes of every state read and
