@@ -708,11 +708,14 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     }
     if (const ast::Field *field = fields.lookup("attention")) {
       std::optional<std::string> choice =
-          getChoice(field->value, "attention", {"flash", "materialized"});
+          getChoice(field->value, "attention", {"flash", "flash3", "cudnn", "materialized"});
       ok &= choice.has_value();
+      config.attentionLoc = field->keyLoc;
       if (choice)
-        config.attention =
-            *choice == "flash" ? ir::AttentionKind::Flash : ir::AttentionKind::Materialized;
+        config.attention = *choice == "flash"    ? ir::AttentionKind::Flash
+                           : *choice == "flash3" ? ir::AttentionKind::Flash3
+                           : *choice == "cudnn"  ? ir::AttentionKind::Cudnn
+                                                 : ir::AttentionKind::Materialized;
     }
     if (const ast::Field *field = fields.lookup("mlp")) {
       std::optional<std::string> choice = getChoice(field->value, "mlp", {"gelu", "swiglu"});

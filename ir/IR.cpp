@@ -110,6 +110,10 @@ StringRef toString(AttentionKind attention) {
   switch (attention) {
   case AttentionKind::Flash:
     return "flash";
+  case AttentionKind::Flash3:
+    return "flash3";
+  case AttentionKind::Cudnn:
+    return "cudnn";
   case AttentionKind::Materialized:
     return "materialized";
   }

@@ -81,6 +81,12 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   //   FlashAttention-3's paper measures FlashAttention-2's backward on H100 below its forward
   //   (Shah et al. 2024, §4.1): 0.28. Blackwell and CDNA3 take Hopper's fractions (no published
   //   measurement of the default kernels).
+  // - FlashAttention-3 and cuDNN's fused attention on H100 SXM5, BF16, head dimension 128,
+  //   sequence 8K (Shah et al. 2024, "FlashAttention-3", Figure 5, causal forward, and Figure 6,
+  //   backward): FlashAttention-3 602 and 559 TFLOP/s (0.609, 0.565), cuDNN 529 and 518 (0.535,
+  //   0.524). FlashAttention-3 runs on Hopper only. cuDNN on Ampere and Blackwell takes the
+  //   FlashAttention-2 and Hopper fractions respectively (no published measurement); MI300X has
+  //   neither.
   // - Memory efficiency: the fraction of HBM bandwidth that streaming kernels reach, 0.85 on
   //   NVIDIA devices (STREAM-like copies reach 1.7–1.8 of 2.04 TB/s on A100 80GB), 0.80 on MI300X.
   static const FamilyConstants ampere = {
@@ -89,6 +95,10 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*memoryEfficiency=*/0.85,
       /*attentionForwardEfficiency=*/0.70,
       /*attentionBackwardEfficiency=*/0.63,
+      /*flash3ForwardEfficiency=*/0,
+      /*flash3BackwardEfficiency=*/0,
+      /*cudnnForwardEfficiency=*/0.70,
+      /*cudnnBackwardEfficiency=*/0.63,
       /*intraBusEfficiency=*/0.78,
       /*interBusEfficiency=*/0.95,
   };
@@ -98,6 +108,10 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*memoryEfficiency=*/0.85,
       /*attentionForwardEfficiency=*/0.33,
       /*attentionBackwardEfficiency=*/0.28,
+      /*flash3ForwardEfficiency=*/0.609,
+      /*flash3BackwardEfficiency=*/0.565,
+      /*cudnnForwardEfficiency=*/0.535,
+      /*cudnnBackwardEfficiency=*/0.524,
       /*intraBusEfficiency=*/0.82,
       /*interBusEfficiency=*/0.95,
   };
@@ -107,6 +121,10 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*memoryEfficiency=*/0.85,
       /*attentionForwardEfficiency=*/0.33,
       /*attentionBackwardEfficiency=*/0.28,
+      /*flash3ForwardEfficiency=*/0,
+      /*flash3BackwardEfficiency=*/0,
+      /*cudnnForwardEfficiency=*/0.535,
+      /*cudnnBackwardEfficiency=*/0.524,
       /*intraBusEfficiency=*/0.82,
       /*interBusEfficiency=*/0.95,
   };
@@ -116,6 +134,10 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*memoryEfficiency=*/0.80,
       /*attentionForwardEfficiency=*/0.33,
       /*attentionBackwardEfficiency=*/0.28,
+      /*flash3ForwardEfficiency=*/0,
+      /*flash3BackwardEfficiency=*/0,
+      /*cudnnForwardEfficiency=*/0,
+      /*cudnnBackwardEfficiency=*/0,
       /*intraBusEfficiency=*/0.70,
       /*interBusEfficiency=*/0.95,
   };
@@ -130,6 +152,20 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
     return cdna3;
   }
   return ampere;
+}
+
+bool runsAttention(ir::DeviceFamily family, ir::AttentionKind kernel) {
+  const FamilyConstants &constants = getFamilyConstants(family);
+  switch (kernel) {
+  case ir::AttentionKind::Flash3:
+    return constants.flash3ForwardEfficiency > 0;
+  case ir::AttentionKind::Cudnn:
+    return constants.cudnnForwardEfficiency > 0;
+  case ir::AttentionKind::Flash:
+  case ir::AttentionKind::Materialized:
+    return true;
+  }
+  return true;
 }
 
 //===----------------------------------------------------------------------===//
@@ -168,6 +204,7 @@ namespace {
 struct TransformerDims {
   double b, s, keys, tokens, h, a, kv, d, f, vocab, t, e;
   bool sp, materialized, swiglu, rope, fp8;
+  ir::AttentionKind attention = ir::AttentionKind::Flash;
   /// An MoE layer: its routed experts (getMoeShape), their width, E, and the summed width of
   /// its shared experts.
   bool moe = false;
@@ -196,6 +233,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.e = ir::getActivationBytes(layout.precision);
   dims.sp = layout.sequenceParallel && layout.tensor > 1;
   dims.materialized = config.attention == ir::AttentionKind::Materialized;
+  dims.attention = config.attention;
   dims.swiglu = config.mlp == ir::MlpActivation::Swiglu;
   dims.rope = config.positions == ir::PositionKind::Rope;
   dims.fp8 = layout.precision == ir::Precision::MixedFP8;
@@ -297,6 +335,7 @@ AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
   core.headDim = x.d;
   core.causal = true;
   core.backward = backward;
+  core.kernel = x.attention;
   return core;
 }
 
@@ -1216,16 +1255,33 @@ double CostModel::getMemorySeconds(double bytes, std::string *formula) const {
 
 double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *formula) const {
   double flops = core.getFlops();
-  double efficiency = !shapes         ? cluster.efficiency
-                      : core.backward ? family->attentionBackwardEfficiency
-                                      : family->attentionForwardEfficiency;
+  double efficiency = cluster.efficiency;
+  StringRef kernel;
+  if (shapes) {
+    switch (core.kernel) {
+    case ir::AttentionKind::Flash3:
+      kernel = ", FlashAttention-3";
+      efficiency =
+          core.backward ? family->flash3BackwardEfficiency : family->flash3ForwardEfficiency;
+      break;
+    case ir::AttentionKind::Cudnn:
+      kernel = ", cuDNN";
+      efficiency = core.backward ? family->cudnnBackwardEfficiency : family->cudnnForwardEfficiency;
+      break;
+    case ir::AttentionKind::Flash:
+    case ir::AttentionKind::Materialized:
+      efficiency =
+          core.backward ? family->attentionBackwardEfficiency : family->attentionForwardEfficiency;
+      break;
+    }
+  }
   double kernels = shapes ? kTrainingKernelEfficiency : 1;
   double rate = peak * efficiency * kernels;
   if (formula)
     *formula = fmt::format(
-        "fused attention{} ({} heads × {}×{} × d {}{}): {} / ({} × {}{})",
+        "fused attention{} ({} heads × {}×{} × d {}{}{}): {} / ({} × {}{})",
         core.backward ? " backward" : "", num(core.batchHeads), num(core.queries), num(core.keys),
-        num(core.headDim), core.causal ? ", causal" : "", fmtAmount(flops, "FLOP"),
+        num(core.headDim), core.causal ? ", causal" : "", kernel.str(), fmtAmount(flops, "FLOP"),
         fmtRate(peak, "FLOP/s"), num(efficiency), shapes ? " × " + num(kernels) : std::string());
   return rate > 0 ? flops / rate : 0;
 }

@@ -477,6 +477,28 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                  "schedule");
     ok = false;
   }
+  // Rule `device`: a fused attention kernel the cluster's device family cannot run.
+  if (run.model->kind == ir::ModelKind::Transformer && run.cluster->device &&
+      !cost::runsAttention(run.cluster->device->family, run.model->transformer.attention)) {
+    const ir::TransformerConfig &config = run.model->transformer;
+    ir::DeviceFamily family = run.cluster->device->family;
+    std::string instead = "flash";
+    if (cost::runsAttention(family, ir::AttentionKind::Cudnn))
+      instead += " or cudnn";
+    diags->error(config.attentionLoc.isValid() ? config.attentionLoc : run.model->loc,
+                 Twine("attention = ") + ir::toString(config.attention) + " of model '" +
+                     run.model->name + "' does not run on the " + run.cluster->device->name +
+                     " of cluster '" + run.cluster->name + "' (" + ir::toString(family) + "): " +
+                     (config.attention == ir::AttentionKind::Flash3
+                          ? "FlashAttention-3 needs a Hopper GPU"
+                          : "cuDNN's fused attention needs an NVIDIA GPU") +
+                     "; write attention = " + instead,
+                 "device");
+    diags->note(fieldLoc(run, "model"), Twine("run '") + run.name + "' trains model '" +
+                                            run.model->name + "' on cluster '" + run.cluster->name +
+                                            "' here");
+    ok = false;
+  }
   if (run.precision == ir::Precision::MixedFP8 && run.cluster->peakFp8 <= 0) {
     diags->error(fieldLoc(run, "precision"),
                  Twine("mixed(fp8) runs its products on FP8 tensor cores, but cluster '") +

@@ -59,6 +59,46 @@ TEST(CostModelTest, NcclRingInsideANode) {
               1e-9 * reduce);
 }
 
+TEST(CostModelTest, FusedAttentionByKernel) {
+  auto compiled = unittest::compile(kH100);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  CostModel model(*compiled->program->findCluster("h100"), ir::Precision::MixedBF16);
+  // 32 heads of 8192 causal queries and keys, d = 128: 4·32·8192²·128/2 FLOP forward, 2.5 times
+  // that backward, at 989.4 TFLOP/s (the preset) × the kernel's measured fraction on H100 (Shah et
+  // al. 2024, FlashAttention-3, Figures 5 and 6 at 8K: FlashAttention-3 602 and 559 TFLOP/s, cuDNN
+  // 529 and 518; FlashAttention-2 0.33 and 0.28) × the training-kernel factor.
+  AttentionCore core;
+  core.batchHeads = 32;
+  core.queries = core.keys = 8192;
+  core.headDim = 128;
+  double forward = 4.0 * 32 * 8192 * 8192 * 128 / 2;
+  auto expected = [&](double flops, double fraction) {
+    return flops / (989.4e12 * fraction * kTrainingKernelEfficiency);
+  };
+  struct Case {
+    ir::AttentionKind kernel;
+    double forward, backward;
+  } cases[] = {{ir::AttentionKind::Flash, 0.33, 0.28},
+               {ir::AttentionKind::Flash3, 0.609, 0.565},
+               {ir::AttentionKind::Cudnn, 0.535, 0.524}};
+  for (const Case &c : cases) {
+    core.kernel = c.kernel;
+    core.backward = false;
+    double f = expected(forward, c.forward);
+    EXPECT_NEAR(model.getAttentionSeconds(core), f, 1e-9 * f) << ir::toString(c.kernel).str();
+    core.backward = true;
+    double b = expected(2.5 * forward, c.backward);
+    EXPECT_NEAR(model.getAttentionSeconds(core), b, 1e-9 * b) << ir::toString(c.kernel).str();
+  }
+  // Which families run which kernel.
+  EXPECT_TRUE(runsAttention(ir::DeviceFamily::Hopper, ir::AttentionKind::Flash3));
+  EXPECT_FALSE(runsAttention(ir::DeviceFamily::Ampere, ir::AttentionKind::Flash3));
+  EXPECT_FALSE(runsAttention(ir::DeviceFamily::Blackwell, ir::AttentionKind::Flash3));
+  EXPECT_TRUE(runsAttention(ir::DeviceFamily::Ampere, ir::AttentionKind::Cudnn));
+  EXPECT_FALSE(runsAttention(ir::DeviceFamily::Cdna3, ir::AttentionKind::Cudnn));
+  EXPECT_TRUE(runsAttention(ir::DeviceFamily::Cdna3, ir::AttentionKind::Flash));
+}
+
 TEST(CostModelTest, NcclRingAcrossNodesIsLimitedByTheNics) {
   auto compiled = unittest::compile(kH100);
   ASSERT_TRUE(compiled->program) << compiled->messages;

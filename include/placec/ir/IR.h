@@ -58,10 +58,13 @@ enum class ModelKind { Transformer, Mlp, Abstract };
 enum class MlpActivation { Gelu, Swiglu };
 enum class NormKind { LayerNorm, RmsNorm };
 enum class PositionKind { Learned, Rope };
-/// How the attention core runs: fused (FlashAttention: the s×s scores live only in on-chip
-/// memory, recomputed in the backward) or materialized (scores and probabilities written to
-/// device memory and kept for the backward, Korthikanti et al. 2022's accounting).
-enum class AttentionKind { Flash, Materialized };
+/// How the attention core runs: fused (the s×s scores live only in on-chip memory, recomputed in
+/// the backward) by FlashAttention-2 (`flash`: PyTorch's SDPA, torchtitan, llm-foundry),
+/// FlashAttention-3 (`flash3`: Hopper only) or cuDNN's fused attention (`cudnn`: Transformer
+/// Engine, Megatron-Core and NeMo on Hopper), or materialized (scores and probabilities written
+/// to device memory and kept for the backward, Korthikanti et al. 2022's accounting). The fused
+/// kernels store and move the same bytes; they differ in speed.
+enum class AttentionKind { Flash, Flash3, Cudnn, Materialized };
 /// How a mixture-of-experts router scores the experts of a token: a softmax over the experts
 /// (Mixtral, Qwen3-MoE) or an independent sigmoid per expert (DeepSeek-V3).
 enum class RouterKind { Softmax, Sigmoid };
@@ -111,6 +114,8 @@ struct TransformerConfig {
   /// Key/value heads (grouped-query attention); 0 means `heads` (multi-head attention).
   int64_t kvHeads = 0;
   AttentionKind attention = AttentionKind::Flash;
+  /// Where `attention` is written (invalid when it is not).
+  llvm::SMLoc attentionLoc;
   /// The width of one attention head when it is not hidden/heads (Qwen3, Gemma); 0: hidden/heads.
   int64_t headDim = 0;
   /// RMSNorm of each head's queries and keys before the attention (Qwen3, OLMo 2): two weights of

@@ -49,9 +49,13 @@ struct FamilyConstants {
   /// Fraction of HBM bandwidth that memory-bound kernels (norms, activations, softmax,
   /// residuals, the optimizer step) reach.
   double memoryEfficiency;
-  /// Fraction of the dense peak that a fused attention kernel reaches, forward and backward.
+  /// Fraction of the dense peak that a fused attention kernel reaches, forward and backward:
+  /// FlashAttention-2 (`attention = flash`), FlashAttention-3 and cuDNN's fused attention; 0
+  /// where the kernel does not run on the family.
   double attentionForwardEfficiency;
   double attentionBackwardEfficiency;
+  double flash3ForwardEfficiency, flash3BackwardEfficiency;
+  double cudnnForwardEfficiency, cudnnBackwardEfficiency;
   /// Fraction of the link bandwidth that collectives reach as bus bandwidth (nccl-tests), over
   /// the links inside a node and over the network.
   double intraBusEfficiency;
@@ -59,6 +63,10 @@ struct FamilyConstants {
 };
 
 const FamilyConstants &getFamilyConstants(ir::DeviceFamily family);
+
+/// Whether a device family runs a fused attention kernel (FlashAttention-3 needs Hopper; cuDNN's
+/// fused attention needs an NVIDIA GPU).
+bool runsAttention(ir::DeviceFamily family, ir::AttentionKind kernel);
 
 /// Constants that hold for every device.
 ///
@@ -143,6 +151,8 @@ struct AttentionCore {
   double batchHeads = 0, queries = 0, keys = 0, headDim = 0;
   bool causal = true;
   bool backward = false;
+  /// The fused kernel (never Materialized: those products are Gemms).
+  ir::AttentionKind kernel = ir::AttentionKind::Flash;
   double getFlops() const;
 };
 
