@@ -571,6 +571,18 @@ private:
       os << "--group-query-attention\n";
       flag("--num-query-groups", Twine(config.getKvHeads()));
     }
+    switch (config.attention) {
+    case ir::AttentionKind::Flash:
+    case ir::AttentionKind::Flash3:
+      flag("--attention-backend", "flash"); // FlashAttention-3 where installed on Hopper.
+      break;
+    case ir::AttentionKind::Cudnn:
+      flag("--attention-backend", "fused");
+      break;
+    case ir::AttentionKind::Materialized:
+      flag("--attention-backend", "unfused");
+      break;
+    }
     if (model.isMoe()) {
       const ir::MoeConfig &moe = config.moe;
       flag("--num-experts", Twine(moe.experts));

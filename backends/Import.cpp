@@ -591,6 +591,7 @@ constexpr const char *kMegatronFlags[] = {
     "--position-embedding-type=",
     "--untie-embeddings-and-output-weights",
     "--group-query-attention",
+    "--attention-backend=",
     "--num-query-groups=",
     "--add-qkv-bias",
     "--context-parallel-size=",
@@ -948,6 +949,25 @@ private:
     std::string name = makeName(options.name, options.inputName, "megatron");
     std::string modelName = options.modelName, modelText;
     int64_t numLayers = layers.value_or(options.layers);
+    // Megatron-Core's attention kernels: flash (FlashAttention), fused (cuDNN through Transformer
+    // Engine), unfused and local (scores in device memory); auto, the default, picks by what is
+    // installed, read as Place's default, flash.
+    std::string backend = getString("--attention-backend", "auto");
+    std::string attention = backend == "fused"                           ? "cudnn"
+                            : backend == "unfused" || backend == "local" ? "materialized"
+                                                                         : "flash";
+    if (backend != "fused" && backend != "unfused" && backend != "local" && backend != "flash" &&
+        backend != "auto")
+      diags.error(locOf("--attention-backend"),
+                  "attention backend '" + backend +
+                      "' is none of flash, fused, unfused, local and auto");
+    else if (!modelName.empty() && has("--attention-backend") && !options.modelAttention.empty() &&
+             options.modelAttention != attention &&
+             !(attention == "flash" && options.modelAttention == "flash3"))
+      diags.error(locOf("--attention-backend"),
+                  "--attention-backend " + backend + " runs attention = " + attention +
+                      ", but model '" + modelName +
+                      "' declares attention = " + options.modelAttention + "; change one of them");
     if (!modelName.empty() && has("--group-query-attention")) {
       diags.error(locOf("--group-query-attention"),
                   "--group-query-attention describes the model, but the model is named with "
@@ -1009,6 +1029,8 @@ private:
       // Megatron-LM reads --num-query-groups (default 1) only with --group-query-attention.
       if (has("--group-query-attention"))
         m << "  kv_heads = " << getInt("--num-query-groups").value_or(1) << ";\n";
+      if (attention != "flash")
+        m << "  attention = " << attention << ";\n";
       m << moeModelText(ffn.value_or(4 * *hidden), *layers);
       m << "}\n";
       modelText = body;

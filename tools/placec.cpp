@@ -634,6 +634,7 @@ int runImport() {
       if (model->kind == ir::ModelKind::Transformer) {
         options.modelSeq = model->transformer.seq;
         options.modelExperts = model->transformer.moe.experts;
+        options.modelAttention = ir::toString(model->transformer.attention).str();
       }
     }
     // The import line is relative to the output file's folder.

@@ -50,6 +50,8 @@ struct ImportOptions {
   int64_t modelSeq = 0;
   /// The named model's routed experts (0 for a dense model or none named).
   int64_t modelExperts = 0;
+  /// The named model's `attention` (`flash`, `flash3`, `cudnn`, `materialized`); empty if none.
+  std::string modelAttention;
 };
 
 /// Reads a DeepSpeed JSON config from buffer `bufferId` of the diagnostic engine's source manager
