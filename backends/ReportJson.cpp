@@ -122,6 +122,7 @@ void JsonWriter::writeModel(const ir::Model &model) {
     out.attribute("vocab", config.vocab);
     out.attribute("ffn", config.ffn);
     out.attribute("kv_heads", config.getKvHeads());
+    out.attribute("attention", ir::toString(config.attention));
     if (model.isMoe()) {
       const ir::MoeConfig &moe = config.moe;
       out.attribute("active_params", model.getActiveParams());

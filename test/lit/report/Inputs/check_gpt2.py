@@ -25,6 +25,9 @@ for run in runs.values():
     for key in RUN_KEYS:
         assert key in run, (run["name"], key)
     assert run["model"]["params"] == psi
+    # The example writes `attention = materialized`; the key names the kernel (docs/report-json.md).
+    assert run["model"]["attention"] == "materialized", run["model"]
+    assert run["model"]["kv_heads"] == a, run["model"]
     assert run["devices"] == 64
     for axis in run["mesh"]:
         assert set(axis) >= {"name", "kind", "size", "link"}, axis
