@@ -383,6 +383,22 @@ std::string describeModel(const ir::Model &model) {
   return text;
 }
 
+std::string describeAttention(const ir::Model &model) {
+  if (model.kind != ir::ModelKind::Transformer)
+    return "-";
+  switch (model.transformer.attention) {
+  case ir::AttentionKind::Flash:
+    return "flash (FlashAttention-2)";
+  case ir::AttentionKind::Flash3:
+    return "flash3 (FlashAttention-3)";
+  case ir::AttentionKind::Cudnn:
+    return "cudnn (cuDNN fused attention)";
+  case ir::AttentionKind::Materialized:
+    return "materialized (scores in device memory)";
+  }
+  return "-";
+}
+
 std::string describeCluster(const ir::Cluster &cluster) {
   return fmt::format("{} × {}, {}", cluster.nodes, cluster.devicesPerNode,
                      formatCapacity(cluster.deviceMemory));

@@ -163,6 +163,8 @@ std::string describePrecision(const ir::Run &run);
 std::string describeOptimizer(ir::OptimizerKind optimizer);
 /// The model's size in one line: `1.56B params, 48 layers`.
 std::string describeModel(const ir::Model &model);
+/// `flash (FlashAttention-2)`: a transformer's attention kernel; `-` for other models.
+std::string describeAttention(const ir::Model &model);
 /// `8 × 8, 80 GiB`: nodes × devices per node, device memory.
 std::string describeCluster(const ir::Cluster &cluster);
 /// `4 × 64 × 2 = 512` (micro-batch × batch degree × micro-batches per step).

@@ -117,6 +117,7 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
   std::vector<std::pair<std::string, RunRow>> rows = {
       {"model", [](const RunReport &r) { return r.run->model->name; }},
       {"  size", [](const RunReport &r) { return describeModel(*r.run->model); }},
+      {"  attention", [](const RunReport &r) { return describeAttention(*r.run->model); }},
       {"cluster", [](const RunReport &r) { return r.run->cluster->name; }},
       {"  nodes × devices", [](const RunReport &r) { return describeCluster(*r.run->cluster); }},
       {"  device",
