@@ -195,9 +195,9 @@ private:
   double weightSeconds(const Op &op) const { return costModel.getWeightGradientSeconds(op.work); }
   /// The GEMM seconds of a compute op by tensor-parallel slot (cost::TensorSlot).
   const cost::TensorSlotSeconds &slotSeconds(const Op &op);
-  /// Communication inside a unit that runs beside the unit's compute: ring attention's
-  /// exchanges, and the tensor-parallel collectives under async_tp (isAsyncTensor).
-  bool isBeside(const Op &op) const { return op.kind == OpKind::RingStep || isAsyncTensor(op); }
+  /// Communication inside a unit that runs beside the unit's compute: the tensor-parallel
+  /// collectives under async_tp, beside their own products (isAsyncTensor), and ring attention's
+  /// exchanges, beside the whole unit.
   bool isAsyncTensor(const Op &op) const {
     return strategy.asyncTensorParallel && op.state == ir::State::Activations &&
            plan::isCollective(op.kind) && !op.axes.empty() &&
@@ -669,7 +669,7 @@ RunAnalysis Analyzer::analyze() {
           (op.kind == OpKind::AllGather ? unit.gather : unit.reduce) += seconds;
         else if (isAsyncTensor(op))
           unit.tensorBeside += seconds;
-        else if (isBeside(op))
+        else if (op.kind == OpKind::RingStep)
           unit.beside += seconds;
         else
           critical += seconds;

@@ -203,8 +203,9 @@ namespace {
 /// The shapes of a transformer on one device, per micro-batch.
 struct TransformerDims {
   double b, s, keys, tokens, h, a, kv, d, f, vocab, t, e;
-  bool sp, materialized, swiglu, rope, fp8;
+  bool sp, swiglu, rope, fp8;
   ir::AttentionKind attention = ir::AttentionKind::Flash;
+  bool materialized() const { return attention == ir::AttentionKind::Materialized; }
   /// An MoE layer: its routed experts (getMoeShape), their width, E, and the summed width of
   /// its shared experts.
   bool moe = false;
@@ -232,7 +233,6 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.t = static_cast<double>(std::max<int64_t>(1, layout.tensor));
   dims.e = ir::getActivationBytes(layout.precision);
   dims.sp = layout.sequenceParallel && layout.tensor > 1;
-  dims.materialized = config.attention == ir::AttentionKind::Materialized;
   dims.attention = config.attention;
   dims.swiglu = config.mlp == ir::MlpActivation::Swiglu;
   dims.rope = config.positions == ir::PositionKind::Rope;
@@ -389,7 +389,7 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
   work.memory.push_back({"mlp activation", (x.swiglu ? 3 : 2) * mlpWidth});
   // Two residual additions (bias, dropout and add fused under materialized attention, with a
   // one-byte mask each).
-  work.memory.push_back({"residuals", 2 * (3 * outside + (x.materialized ? x.outside() : 0))});
+  work.memory.push_back({"residuals", 2 * (3 * outside + (x.materialized() ? x.outside() : 0))});
 }
 
 void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
@@ -403,7 +403,7 @@ void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
         {"rotary embedding backward", 2 * x.tokens * (x.a + x.kv) * x.d / x.t * x.e});
   work.memory.push_back({"mlp activation backward", (x.swiglu ? 5 : 3) * mlpWidth});
   work.memory.push_back(
-      {"residuals backward", 2 * (2 * outside + (x.materialized ? x.outside() : 0))});
+      {"residuals backward", 2 * (2 * outside + (x.materialized() ? x.outside() : 0))});
 }
 
 Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKind pass,
@@ -444,7 +444,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
   case PassKind::Forward:
   case PassKind::RecomputeFull:
     work.gemms = layerProjections(x);
-    if (x.materialized)
+    if (x.materialized())
       addMaterializedAttention(x, /*backward=*/false, work);
     else
       work.attention.push_back(fusedAttention(x, /*backward=*/false));
@@ -454,7 +454,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     // Materialized: the attention core again (Korthikanti et al. 2022 §5). Flash: nothing of the
     // core is stored, so selective recomputation repeats the norms and the MLP activation from
     // their stored inputs (Megatron-Core's `--recompute-modules layernorm mlp`).
-    if (x.materialized) {
+    if (x.materialized()) {
       addMaterializedAttention(x, /*backward=*/false, work);
     } else {
       work.memory.push_back({"norms", 2 * 2 * x.outside() * x.e});
@@ -463,7 +463,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     return work;
   case PassKind::Backward:
     addBackwardProducts(layerProjections(x), work.gemms);
-    if (x.materialized)
+    if (x.materialized())
       addMaterializedAttention(x, /*backward=*/true, work);
     else
       work.attention.push_back(fusedAttention(x, /*backward=*/true));
@@ -621,7 +621,7 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
              : fmt::format("2·{} B per layer [2·s·b·h (layer inputs only)]{}", sbhText, scaleText);
     return bytes;
   }
-  if (x.materialized) {
+  if (x.materialized()) {
     // Korthikanti et al. 2022, Table 2: 34 bytes per s·b·h (norm inputs, QKV input, Q, K, V,
     // attention output, MLP input, its two 4h intermediates and the dropout masks), 10 of them
     // outside the tensor-parallel region, and 5·a·s/h for scores, probabilities and the mask.

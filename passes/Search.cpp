@@ -192,10 +192,10 @@ struct UnitTimes {
 
 /// The seconds of the collectives inside each kind of unit's forward ([kind][0]) and backward
 /// ([kind][1]) (plan::getUnitCollectives), for one (tp, micro-batch, sequence parallelism, cp,
-/// method), by where they run (Analyzer::isBeside): the tensor-parallel ones (beside the compute
-/// under async_tp, on the critical path otherwise), the ring steps (beside), the other
-/// context-parallel exchanges (critical); and the vocabulary-parallel cross-entropy's
-/// all-gather of the head (a tensor-parallel collective too).
+/// method), by where they run (Analyzer::isAsyncTensor and the ring steps): the tensor-parallel
+/// ones (beside the compute under async_tp, on the critical path otherwise), the ring steps
+/// (beside), the other context-parallel exchanges (critical); and the vocabulary-parallel
+/// cross-entropy's all-gather of the head (a tensor-parallel collective too).
 struct UnitTraffic {
   double tensor[3][2] = {}, ring[3][2] = {}, context[3][2] = {};
   double headGather = 0;

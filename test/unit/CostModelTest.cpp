@@ -127,6 +127,21 @@ TEST(CostModelTest, OverlapWindow) {
   EXPECT_DOUBLE_EQ(getOverlapExposedSeconds(0.0, 5.0), 0.0);
 }
 
+/// A small swiglu transformer (hidden 256, 4 heads, sequence 128, vocabulary 512, FFN 1024).
+ir::Model smallTransformer(int64_t layers) {
+  ir::Model model;
+  model.kind = ir::ModelKind::Transformer;
+  ir::TransformerConfig &config = model.transformer;
+  config.layers = layers;
+  config.hidden = 256;
+  config.heads = 4;
+  config.seq = 128;
+  config.vocab = 512;
+  config.ffn = 1024;
+  config.mlp = ir::MlpActivation::Swiglu;
+  return model;
+}
+
 TEST(CostModelTest, AsyncTensorParallelOverlapsEachCollectiveWithItsProducts) {
   double k = kOverlapComputeSlowdown, floor = k / (1 + k);
   // Four equal collectives of 2 s: beside products of 1, 1, 10 and 10 s the first two expose
@@ -150,16 +165,7 @@ TEST(CostModelTest, AsyncTensorParallelOverlapsEachCollectiveWithItsProducts) {
 }
 
 TEST(CostModelTest, ProjectionsTakeTheirTensorSlots) {
-  ir::Model model;
-  model.kind = ir::ModelKind::Transformer;
-  ir::TransformerConfig &config = model.transformer;
-  config.layers = 1;
-  config.hidden = 256;
-  config.heads = 4;
-  config.seq = 128;
-  config.vocab = 512;
-  config.ffn = 1024;
-  config.mlp = ir::MlpActivation::Swiglu;
+  ir::Model model = smallTransformer(1);
   Layout layout;
   layout.tensor = 2;
   // Forward FLOPs of each slot: QKV 2·T·h·3h/t, output 2·T·h·h/t, gate and up 2·T·h·2f/t, down
@@ -276,16 +282,8 @@ TEST(CostModelTest, MoeShapeDroplessAndPadded) {
 // and the router: the difference in a forward is 2·T·h·E for the router plus
 // 3 · 2·T·h·(k·f_e − f) for the swiglu products.
 TEST(CostModelTest, MoeLayerFlops) {
-  ir::Model model;
-  model.kind = ir::ModelKind::Transformer;
+  ir::Model model = smallTransformer(2);
   ir::TransformerConfig &config = model.transformer;
-  config.layers = 2;
-  config.hidden = 256;
-  config.heads = 4;
-  config.seq = 128;
-  config.vocab = 512;
-  config.ffn = 1024;
-  config.mlp = ir::MlpActivation::Swiglu;
   config.moe.experts = 16;
   config.moe.topK = 2;
   config.moe.expertFfn = 384;
