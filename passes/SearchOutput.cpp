@@ -106,6 +106,12 @@ private:
   bool shown = false;
 };
 
+/// The activations column: the mode, then `+ sp` and `+ async_tp` where they apply.
+std::string activationsText(const Candidate &c) {
+  return ir::toString(c.activations).str() + (c.sequenceParallel ? " + sp" : "") +
+         (c.asyncTp ? " + async_tp" : "");
+}
+
 /// `interleaved(4)`, `1f1b(first = last = 7)`, `-` without a pipeline.
 std::string scheduleText(const Candidate &c) {
   if (c.pp == 1)
@@ -133,9 +139,7 @@ void printTable(const SearchResult &result, raw_ostream &out) {
   for (size_t i = 0; i < result.top.size(); ++i) {
     const Candidate &c = result.top[i];
     const analysis::RunAnalysis &analysis = result.topAnalyses[i];
-    std::string activations = ir::toString(c.activations).str() +
-                              (c.sequenceParallel ? " + sp" : "") +
-                              (c.asyncTp ? " + async_tp" : "");
+    std::string activations = activationsText(c);
     std::string schedule = scheduleText(c);
     std::string context = c.cp > 1 ? ir::toString(c.context).str() : "-";
     out << format("%-4zu %-*s %-10s %-18s %-14s %-16s %-34s %4lld %5lld %-30s %-24s %10.3f %9.1f "
@@ -162,9 +166,7 @@ void printMarkdownTable(const SearchResult &result, raw_ostream &out) {
   for (size_t i = 0; i < result.top.size(); ++i) {
     const Candidate &c = result.top[i];
     const analysis::RunAnalysis &analysis = result.topAnalyses[i];
-    std::string activations = ir::toString(c.activations).str() +
-                              (c.sequenceParallel ? " + sp" : "") +
-                              (c.asyncTp ? " + async_tp" : "");
+    std::string activations = activationsText(c);
     std::string schedule = scheduleText(c);
     out << "| " << i + 1 << " | `" << c.formatMesh() << "` | "
         << (c.cp > 1 ? ir::toString(c.context).str() : "-") << " | " << paramsText(c) << " | "
