@@ -386,17 +386,22 @@ std::string describeModel(const ir::Model &model) {
 std::string describeAttention(const ir::Model &model) {
   if (model.kind != ir::ModelKind::Transformer)
     return "-";
-  switch (model.transformer.attention) {
+  ir::AttentionKind kind = model.transformer.attention;
+  StringRef kernel = "scores in device memory";
+  switch (kind) {
   case ir::AttentionKind::Flash:
-    return "flash (FlashAttention-2)";
+    kernel = "FlashAttention-2";
+    break;
   case ir::AttentionKind::Flash3:
-    return "flash3 (FlashAttention-3)";
+    kernel = "FlashAttention-3";
+    break;
   case ir::AttentionKind::Cudnn:
-    return "cudnn (cuDNN fused attention)";
+    kernel = "cuDNN fused attention";
+    break;
   case ir::AttentionKind::Materialized:
-    return "materialized (scores in device memory)";
+    break;
   }
-  return "-";
+  return fmt::format("{} ({})", ir::toString(kind).str(), kernel.str());
 }
 
 std::string describeCluster(const ir::Cluster &cluster) {
