@@ -150,6 +150,11 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "the trainer's attention heads are hidden/heads wide");
     if (config.qkNorm)
       refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+    if (strategy.activationMode == ir::ActivationMode::RecomputeOps)
+      refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
+             "activations = recompute(op)",
+             "placert keeps a layer's activations, its selective set or its input only; "
+             "torchtitan's per-op policy is analysed, not compiled");
     // Mixtures of experts: placert routes without dropping tokens (docs/running.md).
     const ir::MoeConfig &moe = config.moe;
     if (moe.isEnabled()) {

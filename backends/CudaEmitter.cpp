@@ -122,6 +122,10 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
     return false;
   }
   const ir::TransformerConfig &config = model.transformer;
+  if (strategy.activationMode == ir::ActivationMode::RecomputeOps)
+    refuseStrategy(strategy.activationModeLoc, "activations = recompute(op)",
+                   "the GPU trainer keeps a block's activations (recomputing the attention "
+                   "probabilities) or its input only");
   if (config.mlp != ir::MlpActivation::Gelu)
     refuse(model.loc, "mlp = " + ir::toString(config.mlp), "the GPU trainer implements GELU");
   if (config.norm != ir::NormKind::LayerNorm)

@@ -319,9 +319,11 @@ private:
       refuse("optimizer at tier '" + ir::toString(optimizer.tier) +
              "' without sharding: DeepSpeed offloads the optimizer (offload_optimizer) only in "
              "ZeRO stages 1-3");
-    if (strategy.activationMode == ir::ActivationMode::RecomputeSelective)
-      refuse("activations = recompute(selective): DeepSpeed's activation checkpointing recomputes "
-             "whole checkpointed functions (recompute)");
+    if (strategy.activationMode == ir::ActivationMode::RecomputeSelective ||
+        strategy.activationMode == ir::ActivationMode::RecomputeOps)
+      refuse("activations = " + ir::toString(strategy.activationMode) +
+             ": DeepSpeed's activation checkpointing recomputes whole checkpointed functions "
+             "(recompute)");
     if (strategy.sequenceParallel)
       refuse("activations sharded along the sequence: DeepSpeed's config has no sequence "
              "parallelism over a tensor axis");
@@ -446,6 +448,9 @@ private:
              "context-parallel ranks)");
     for (ir::State state : ir::kAllStates)
       refuseTier(state, "Megatron-LM's flags place every state on the device");
+    if (strategy.activationMode == ir::ActivationMode::RecomputeOps)
+      refuse("activations = recompute(op): Megatron-LM recomputes whole layers or the selective "
+             "modules, not every other product (write recompute or recompute(selective))");
     const ir::MoeConfig &moe = model.transformer.moe;
     if (model.isMoe()) {
       if (view.expertDegree > 1 && view.contextDegree > 1)
@@ -550,6 +555,8 @@ private:
     case ir::ActivationMode::RecomputeSelective:
       flag("--recompute-granularity", "selective");
       break;
+    case ir::ActivationMode::RecomputeOps:
+      break; // Refused.
     }
     const ir::TransformerConfig &config = model.transformer;
     flag("--num-layers", Twine(config.layers));
@@ -650,6 +657,10 @@ private:
                "optimizer sharded)");
       }
     }
+    if (strategy.activationMode == ir::ActivationMode::RecomputeSelective)
+      refuse("activations = recompute(selective): torchtitan's selective checkpointing keeps "
+             "every other product's output (\"op\", recompute(op)) or recomputes every n-th "
+             "block whole; write recompute(op), recompute or keep");
     // torchtitan applies FSDP over data and context ranks together (its dp_shard_cp mesh), so
     // a context axis must be FSDP-sharded like the shard axes.
     // Expert parallelism (torchtitan's "dp2ep") is carved out of the FSDP ranks: an expert axis
@@ -847,6 +858,8 @@ private:
       os << "mode = \"full\"\n";
       break;
     case ir::ActivationMode::RecomputeSelective:
+      break; // Refused.
+    case ir::ActivationMode::RecomputeOps:
       os << "mode = \"selective\"\nselective_ac_option = \"op\"\n";
       break;
     }

@@ -124,6 +124,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
   os << "  global_batch = " << imported.globalBatch << ";\n";
   os << "  precision = " << imported.precision << ";\n";
   os << "  optimizer = " << imported.optimizerKind << ";\n";
+  if (!imported.crossEntropy.empty())
+    os << "  cross_entropy = " << imported.crossEntropy << ";\n";
   os << "}\n";
 }
 

@@ -54,6 +54,8 @@ struct Imported {
   int64_t microBatch = 0, globalBatch = 0;
   std::string precision = "mixed(bf16)";
   std::string optimizerKind = "adam";
+  /// `cross_entropy = …;` of the run, or empty for the default (fused).
+  std::string crossEntropy;
 };
 
 /// Writes the header comment, the import of the model's file, `modelText` (a model declaration or

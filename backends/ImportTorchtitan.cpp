@@ -634,7 +634,7 @@ private:
     if (mode == "full")
       activations.push_back("recompute");
     else if (mode == "selective" && option == "op")
-      activations.push_back("recompute(selective)");
+      activations.push_back("recompute(op)");
     else if (mode == "selective")
       diags.error(locOf(lookup("activation_checkpoint.selective_ac_option")
                             ? "activation_checkpoint.selective_ac_option"
@@ -763,6 +763,8 @@ private:
                "converter '" + converter + "' has no Place equivalent (placec knows \"float8\")");
     }
     imported.precision = param == "float32" ? "fp32" : "mixed(bf16)";
+    // torchtitan's loss is F.cross_entropy over the logits cast to fp32.
+    imported.crossEntropy = "unfused";
     if (fp8) {
       if (param == "float32")
         refuse("training.mixed_precision_param",

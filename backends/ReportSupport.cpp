@@ -305,18 +305,7 @@ std::string describePlacement(const ir::Strategy &strategy, ir::State state) {
 }
 
 std::string describeActivations(const ir::Strategy &strategy) {
-  std::string text;
-  switch (strategy.activationMode) {
-  case ir::ActivationMode::Keep:
-    text = "keep";
-    break;
-  case ir::ActivationMode::RecomputeSelective:
-    text = "recompute(selective)";
-    break;
-  case ir::ActivationMode::RecomputeFull:
-    text = "recompute";
-    break;
-  }
+  std::string text = ir::toString(strategy.activationMode).str();
   if (strategy.sequenceParallel) {
     for (const ir::Axis &axis : strategy.mesh.axes)
       if (axis.kind == ir::AxisKind::Tensor)

@@ -164,6 +164,7 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
       {"batch (micro × dp × steps)", [](const RunReport &r) { return describeBatch(*r.run); }},
       {"precision", [](const RunReport &r) { return describePrecision(*r.run); }},
       {"optimizer", [](const RunReport &r) { return describeOptimizer(r.run->optimizer); }},
+      {"cross-entropy", [](const RunReport &r) { return ir::toString(r.run->crossEntropy).str(); }},
   };
   std::vector<Table> tables = sideBySide("Configuration", runs, rows, /*untitled=*/true,
                                          /*leftAligned=*/true);

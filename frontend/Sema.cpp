@@ -1538,16 +1538,19 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
         if (mode.args.size() > 1 ||
             (mode.args.size() == 1 &&
              (!mode.args[0].key.empty() || mode.args[0].value->kind != ast::Value::Kind::Name ||
-              (mode.args[0].value->text != "selective" && mode.args[0].value->text != "full")))) {
+              (mode.args[0].value->text != "selective" && mode.args[0].value->text != "full" &&
+               mode.args[0].value->text != "op")))) {
           diags.error(mode.args.empty() ? mode.nameLoc : mode.args[0].value->getLoc(),
-                      "'recompute' takes 'selective' or 'full': write 'recompute', "
-                      "'recompute(selective)' or 'recompute(full)'",
+                      "'recompute' takes 'selective', 'op' or 'full': write 'recompute', "
+                      "'recompute(selective)', 'recompute(op)' or 'recompute(full)'",
                       "placement");
           ok = false;
           continue;
         }
         if (mode.args.size() == 1 && mode.args[0].value->text == "selective")
           activationMode = ir::ActivationMode::RecomputeSelective;
+        else if (mode.args.size() == 1 && mode.args[0].value->text == "op")
+          activationMode = ir::ActivationMode::RecomputeOps;
       } else if (mode.hasParens) {
         diags.error(mode.nameLoc, "'keep' takes no arguments", "placement");
         ok = false;
@@ -1555,8 +1558,8 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
       }
       if (modeLoc.isValid()) {
         diags.error(mode.nameLoc,
-                    "activations have two modes; choose one of keep, recompute and "
-                    "recompute(selective)",
+                    "activations have two modes; choose one of keep, recompute, "
+                    "recompute(selective) and recompute(op)",
                     "placement");
         diags.note(modeLoc, "the first is here");
         ok = false;
@@ -1571,7 +1574,7 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
       diags.error(mode.nameLoc,
                   Twine("'") + mode.name +
                       "' does not apply to activations: they take keep, recompute, "
-                      "recompute(selective) and shard(t) over a tensor axis",
+                      "recompute(selective), recompute(op) and shard(t) over a tensor axis",
                   "placement");
       ok = false;
       continue;
@@ -1918,9 +1921,9 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
 //===----------------------------------------------------------------------===//
 
 void Sema::buildRun(const ast::RunDecl &decl) {
-  static const std::vector<std::string> keys = {"model",       "cluster",       "strategy",
-                                                "micro_batch", "global_batch",  "precision",
-                                                "optimizer",   "measured_step", "measured_memory"};
+  static const std::vector<std::string> keys = {
+      "model",     "cluster",   "strategy",      "micro_batch",     "global_batch",
+      "precision", "optimizer", "measured_step", "measured_memory", "cross_entropy"};
   auto fields = collectFields(decl, "a run", keys);
   bool ok = requireFields(decl, "run", fields,
                           {"model", "cluster", "strategy", "micro_batch", "global_batch"});
@@ -2034,6 +2037,19 @@ void Sema::buildRun(const ast::RunDecl &decl) {
     } else {
       diags.error(value.getLoc(), Twine("unknown optimizer '") + spell(value) +
                                       "': expected adam, sgd or sgd(momentum = true)");
+      ok = false;
+    }
+  }
+  if (const ast::Field *field = fields.lookup("cross_entropy")) {
+    const ast::Value &value = field->value;
+    if (value.kind == ast::Value::Kind::Name && value.text == "fused") {
+      run->crossEntropy = ir::CrossEntropyKind::Fused;
+    } else if (value.kind == ast::Value::Kind::Name && value.text == "unfused") {
+      run->crossEntropy = ir::CrossEntropyKind::Unfused;
+    } else {
+      diags.error(value.getLoc(), Twine("unknown cross_entropy '") + spell(value) +
+                                      "': expected fused (Megatron-LM's, the default) or unfused "
+                                      "(PyTorch's F.cross_entropy over fp32 logits)");
       ok = false;
     }
   }

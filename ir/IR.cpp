@@ -202,6 +202,8 @@ StringRef toString(ActivationMode mode) {
     return "recompute(selective)";
   case ActivationMode::RecomputeFull:
     return "recompute";
+  case ActivationMode::RecomputeOps:
+    return "recompute(op)";
   }
   llvm_unreachable("unknown ActivationMode");
 }
@@ -250,6 +252,16 @@ StringRef toString(OptimizerKind optimizer) {
     return "sgd(momentum = true)";
   }
   llvm_unreachable("unknown OptimizerKind");
+}
+
+StringRef toString(CrossEntropyKind kind) {
+  switch (kind) {
+  case CrossEntropyKind::Fused:
+    return "fused";
+  case CrossEntropyKind::Unfused:
+    return "unfused";
+  }
+  llvm_unreachable("unknown CrossEntropyKind");
 }
 
 //===----------------------------------------------------------------------===//

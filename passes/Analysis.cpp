@@ -151,6 +151,7 @@ public:
     layout.sequenceParallel = strategy.sequenceParallel;
     layout.activations = strategy.activationMode;
     layout.precision = run.precision;
+    layout.crossEntropy = run.crossEntropy;
   }
 
   RunAnalysis analyze();

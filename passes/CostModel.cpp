@@ -406,6 +406,44 @@ void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
       {"residuals backward", 2 * (2 * outside + (x.materialized() ? x.outside() : 0))});
 }
 
+/// `recompute(op)`: PyTorch's selective activation checkpointing under torchtitan's "op" policy
+/// (torchtitan `apply_ac`, December 2024) keeps the outputs of the attention kernel and of every
+/// other `aten.mm` in forward order (wq 1, wk 2, wv 3, wo 4, w1 5, w3 6, w2 7), and recomputes
+/// the rest before the layer's backward, stopping once every tensor the backward reads is back
+/// (PyTorch's non-reentrant checkpoint stops early). The recomputed products are wk, wo and, for
+/// swiglu, w3 (a gelu MLP's second product feeds no tensor the backward reads); with them the
+/// norms, the rotary embedding, the MLP activation and the attention block's residual.
+std::vector<Gemm> opRecomputedProducts(const TransformerDims &x) {
+  std::vector<Gemm> gemms;
+  gemms.push_back({"k", x.tokens, x.kv * x.d / x.t, x.h});
+  gemms.back().tensorSlot = kSlotQkv;
+  gemms.push_back({"attention output", x.tokens, x.h, x.a * x.d / x.t});
+  gemms.back().tensorSlot = kSlotAttentionOutput;
+  if (x.swiglu) {
+    gemms.push_back({"mlp up", x.tokens, x.f / x.t, x.h});
+    gemms.back().tensorSlot = kSlotMlpIn;
+  }
+  for (Gemm &gemm : gemms)
+    gemm.fp8 = x.fp8;
+  return gemms;
+}
+
+void addOpRecompute(const TransformerDims &x, Work &work) {
+  work.gemms = opRecomputedProducts(x);
+  if (x.fp8) {
+    double elements = 0;
+    for (const Gemm &gemm : work.gemms)
+      elements += gemm.m * gemm.k;
+    work.memory.push_back({"fp8 casts of the inputs", elements * (x.e + 1)});
+  }
+  double outside = x.outside() * x.e;
+  work.memory.push_back({"norms", 2 * 2 * outside});
+  if (x.rope)
+    work.memory.push_back({"rotary embedding", 2 * x.tokens * (x.a + x.kv) * x.d / x.t * x.e});
+  work.memory.push_back({"mlp activation", (x.swiglu ? 3 : 2) * mlpWidthBytes(x)});
+  work.memory.push_back({"residual", 3 * outside});
+}
+
 Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKind pass,
                      const Layout &layout, bool moeLayer = false) {
   TransformerDims x = getLayerDims(config, layout, moeLayer);
@@ -424,14 +462,21 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
       return work; // The output layer is not recomputed (Megatron-LM checkpoints the blocks).
     Gemm logits{"logits", x.tokens, x.vocab / x.t, x.h};
     logits.tensorSlot = kSlotQkv; // Beside the all-gather of the final norm's output.
+    double logitCount = x.tokens * x.vocab / x.t;
+    // Unfused (PyTorch's F.cross_entropy over fp32 logits), each kernel's reads and writes: the
+    // fp32 copy (e in, 4 out), the log-softmax (its two passes read 8, write 4); the backward's
+    // gradient of the log-probabilities (4 written), the log-softmax backward (8 in, 4 out) and
+    // the cast back (4 in, e out).
+    bool unfused = layout.crossEntropy == ir::CrossEntropyKind::Unfused;
     if (!backward) {
       work.gemms.push_back(logits);
       work.memory.push_back({"final norm", 2 * x.outside() * x.e});
-      work.memory.push_back({"cross-entropy", 2 * x.tokens * x.vocab / x.t * x.e});
+      work.memory.push_back({"cross-entropy", logitCount * (unfused ? x.e + 16 : 2 * x.e)});
     } else {
       addBackwardProducts({logits}, work.gemms);
       work.memory.push_back({"final norm backward", 3 * x.outside() * x.e});
-      work.memory.push_back({"cross-entropy backward", 2 * x.tokens * x.vocab / x.t * x.e});
+      work.memory.push_back(
+          {"cross-entropy backward", logitCount * (unfused ? x.e + 20 : 2 * x.e)});
     }
     return work;
   }
@@ -461,6 +506,9 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
       work.memory.push_back({"mlp activation", (x.swiglu ? 3 : 2) * mlpWidthBytes(x)});
     }
     return work;
+  case PassKind::RecomputeOps:
+    addOpRecompute(x, work);
+    return work;
   case PassKind::Backward:
     addBackwardProducts(layerProjections(x), work.gemms);
     if (x.materialized())
@@ -477,7 +525,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
 /// odd ones, as Lowering pairs them), then the bias and GELU.
 Work mlpWork(const ir::MlpConfig &config, int64_t layer, PassKind pass, const Layout &layout) {
   Work work;
-  if (pass == PassKind::RecomputeSelective)
+  if (pass == PassKind::RecomputeSelective || pass == PassKind::RecomputeOps)
     return work;
   double b = layout.microBatch, t = static_cast<double>(std::max<int64_t>(1, layout.tensor));
   double in = static_cast<double>(layer == 0 ? config.input : config.width);
@@ -497,6 +545,20 @@ Work mlpWork(const ir::MlpConfig &config, int64_t layer, PassKind pass, const La
 }
 
 } // namespace
+
+std::optional<PassKind> getRecomputePass(ir::ActivationMode mode) {
+  switch (mode) {
+  case ir::ActivationMode::Keep:
+    return std::nullopt;
+  case ir::ActivationMode::RecomputeSelective:
+    return PassKind::RecomputeSelective;
+  case ir::ActivationMode::RecomputeFull:
+    return PassKind::RecomputeFull;
+  case ir::ActivationMode::RecomputeOps:
+    return PassKind::RecomputeOps;
+  }
+  llvm_unreachable("unknown ActivationMode");
+}
 
 Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind pass,
                  const Layout &layout) {
@@ -621,6 +683,28 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
              : fmt::format("2·{} B per layer [2·s·b·h (layer inputs only)]{}", sbhText, scaleText);
     return bytes;
   }
+  if (mode == ir::ActivationMode::RecomputeOps) {
+    // What torchtitan's "op" policy keeps (opRecomputedProducts): the layer's input (the
+    // checkpoint's), the outputs of wq (Q before the rotary embedding), wv, the attention kernel
+    // (its output and log-sum-exp) and w1, each split by t, and w2's output, the whole [tokens, h]
+    // partial sum before its reduction; gelu: the first product's, not the second's. Under
+    // sequence parallelism the policy also keeps the outputs of the two reduce-scatters.
+    double q = 2 * x.a * x.d / x.h, v = 2 * x.kv * x.d / x.h;
+    double gate = 2 * x.f / x.h, down = x.swiglu ? 2 : 0, lse = 4 * x.a / x.h;
+    double input = 2 / (sp ? t : 1), scattered = sp ? 2 * 2 / t : 0;
+    double coefficient = input + scattered + (2 * q + v + gate + lse) / t + down;
+    if (formula)
+      *formula = fmt::format(
+          "{}·(2{}{} + ({} + {} + {} + {} + 4·{}/{})/{}{}) B per layer [s·b·h·(layer input{}{} + "
+          "(Q 2·a·d/h + V 2·kv·d/h + attention output 2·a·d/h + MLP {} 2·f/h + softmax "
+          "statistics)/t{}), recompute(op): every other product's output kept]{}",
+          sbhText, sp ? fmt::format("/{}", num(t)) : std::string(),
+          sp ? fmt::format(" + 2·2/{}", num(t)) : std::string(), num(q), num(v), num(q), num(gate),
+          num(x.a), num(x.h), num(t), x.swiglu ? " + 2" : "", sp ? "/t" : "",
+          sp ? " + the two reduce-scattered outputs 2·2/t" : "", x.swiglu ? "gate" : "up",
+          x.swiglu ? " + MLP down product 2" : "", scaleText);
+    return scale * sbh * coefficient;
+  }
   if (x.materialized()) {
     // Korthikanti et al. 2022, Table 2: 34 bytes per s·b·h (norm inputs, QKV input, Q, K, V,
     // attention output, MLP input, its two 4h intermediates and the dropout masks), 10 of them
@@ -709,6 +793,18 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
 double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
                               std::string *formula) {
   TransformerDims x = getDims(config, layout);
+  if (layout.crossEntropy == ir::CrossEntropyKind::Unfused) {
+    // The larger of the forward's peak (the logits, their fp32 copy and the fp32 log-softmax)
+    // and the backward's (the kept log-softmax, the gradient of it and the gradient of the copy;
+    // the logits are freed before the backward, as torchtitan does).
+    double perLogit = std::max(x.e + 8, 12.0);
+    if (formula)
+      *formula = fmt::format("{}·{}·{}/{}·max({} + 4 + 4, 3·4) B (unfused cross-entropy: the "
+                             "logits, an fp32 copy and log-softmax, or in the backward three "
+                             "fp32 buffers) ",
+                             num(x.b), num(x.s), num(x.vocab), num(x.t), num(x.e));
+    return x.tokens * x.vocab / x.t * perLogit;
+  }
   double bytes = x.tokens * x.vocab / x.t * (x.e + 4);
   if (formula)
     *formula = fmt::format("{}·{}·{}/{}·({} + 4) B (logits and their fp32 softmax) ", num(x.b),

@@ -279,6 +279,7 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   layout.sequenceParallel = strategy.sequenceParallel;
   layout.activations = strategy.activationMode;
   layout.precision = run.precision;
+  layout.crossEntropy = run.crossEntropy;
   dense = getStateAxes(/*expert=*/false);
   experts = getStateAxes(/*expert=*/true);
 
@@ -382,6 +383,9 @@ Op Lowering::computeOp(int unitIndex, const Unit &unit, cost::PassKind pass) con
                     ? "recompute the attention scores and softmax"
                     : "recompute the norms and the MLP activation";
     break;
+  case cost::PassKind::RecomputeOps:
+    op.reason = "recompute what the per-op policy did not keep";
+    break;
   }
   return op;
 }
@@ -403,8 +407,7 @@ void Lowering::lowerStage(StagePlan &stage) {
   const ir::StatePlacement &optimizer = strategy.getPlacement(ir::State::Optimizer);
   bool paramsOnHost = params.tier != ir::Tier::Device;
   bool optimizerOnHost = optimizer.tier != ir::Tier::Device;
-  bool fullRecompute = strategy.activationMode == ir::ActivationMode::RecomputeFull;
-  bool selectiveRecompute = strategy.activationMode == ir::ActivationMode::RecomputeSelective;
+  std::optional<cost::PassKind> recomputePass = cost::getRecomputePass(strategy.activationMode);
   // What the placement of the dense tensors, or of the routed experts, implies for a unit.
   struct Reductions {
     const StateAxes *axes = nullptr;
@@ -461,16 +464,20 @@ void Lowering::lowerStage(StagePlan &stage) {
   // Tensor-parallel traffic of one unit's forward (`forwardPass`) or backward pass, added to `ops`
   // in `phase` (a recomputed forward runs in the backward phase and repeats the forward's
   // traffic): getTensorCollectives.
-  auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, bool forwardPass, int unitIndex,
-                           const Unit &unit, StringRef why) {
-    for (const UnitCollective &c :
-         getUnitCollectives(model, unit.kind, unit.layer, forwardPass, unitLayout))
+  auto addTraffic = [&](std::vector<Op> &ops, Phase phase, int unitIndex,
+                        ArrayRef<UnitCollective> collectives, StringRef why) {
+    for (const UnitCollective &c : collectives)
       ops.push_back(collective(c.kind, phase, ir::State::Activations, unitIndex,
                                c.over == ir::AxisKind::Tensor   ? tensorAxes
                                : c.over == ir::AxisKind::Expert ? expertAxes
                                : c.over == ir::AxisKind::Batch  ? batchAxes
                                                                 : contextAxes,
                                c.elements, aType, true, (c.what + Twine(" (") + why + ")").str()));
+  };
+  auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, bool forwardPass, int unitIndex,
+                           const Unit &unit, StringRef why) {
+    addTraffic(ops, phase, unitIndex,
+               getUnitCollectives(model, unit.kind, unit.layer, forwardPass, unitLayout), why);
   };
 
   // A unit's parameters are brought in before each use (from the host where params are
@@ -595,16 +602,14 @@ void Lowering::lowerStage(StagePlan &stage) {
     // blocks; with it the plan's FLOPs are Narayanan et al. 2021's 96·B·s·l·h²·(1 + s/(6h) +
     // V/(16·l·h)) exactly). Selective recomputation repeats what the cost model says it does
     // (the attention core when it is materialized; the norms and MLP activation under flash).
-    bool recomputeFull = fullRecompute && isRecomputed(unit);
-    bool recomputeSelective = selectiveRecompute && isRecomputed(unit) &&
-                              !unitWork(unit, cost::PassKind::RecomputeSelective).empty();
-    if (recomputeFull || recomputeSelective) {
-      stage.backward.push_back(computeOp(u, unit,
-                                         recomputeFull ? cost::PassKind::RecomputeFull
-                                                       : cost::PassKind::RecomputeSelective));
-      if (recomputeFull)
-        tensorTraffic(stage.backward, Phase::Backward, /*forwardPass=*/true, u, unit,
-                      "recomputed forward");
+    // Per-op recomputation (`recompute(op)`) repeats the products and kernels whose outputs it
+    // does not keep, and the tensor-parallel collectives among them (getRecomputedCollectives).
+    if (recomputePass && isRecomputed(unit) && !unitWork(unit, *recomputePass).empty()) {
+      stage.backward.push_back(computeOp(u, unit, *recomputePass));
+      addTraffic(stage.backward, Phase::Backward, u,
+                 getRecomputedCollectives(model, unit.kind, unit.layer, strategy.activationMode,
+                                          unitLayout),
+                 "recomputed forward");
     }
     stage.backward.push_back(computeOp(u, unit, cost::PassKind::Backward));
     tensorTraffic(stage.backward, Phase::Backward, /*forwardPass=*/false, u, unit, "backward");
@@ -877,6 +882,25 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
       result.insert(result.end(), context.begin(), context.end());
     if (i < tensor.size())
       addTensor(tensor[i]);
+  }
+  return result;
+}
+
+std::vector<UnitCollective> getRecomputedCollectives(const ir::Model &model, cost::UnitKind unit,
+                                                     int64_t layer, ir::ActivationMode mode,
+                                                     const UnitLayout &layout) {
+  if (mode == ir::ActivationMode::RecomputeFull)
+    return getUnitCollectives(model, unit, layer, /*forwardPass=*/true, layout);
+  std::vector<UnitCollective> result;
+  if (mode != ir::ActivationMode::RecomputeOps || unit != cost::UnitKind::Layer)
+    return result;
+  bool first = true;
+  for (UnitCollective &c : getUnitCollectives(model, unit, layer, /*forwardPass=*/true, layout)) {
+    if (c.over != ir::AxisKind::Tensor)
+      continue;
+    if (c.kind == OpKind::AllGather || (c.kind == OpKind::AllReduce && first))
+      result.push_back(std::move(c));
+    first = false;
   }
   return result;
 }

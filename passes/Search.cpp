@@ -183,21 +183,23 @@ struct StageShape {
 /// ([unit kind][pass]), the weight-gradient part of each backward, and the activation bytes of
 /// a layer and of the head's loss.
 struct UnitTimes {
-  double seconds[3][4] = {};
+  double seconds[3][cost::kNumPassKinds] = {};
   double weight[3] = {};
   /// GEMM seconds by tensor-parallel slot, for async_tp (cost::getTensorOverlapExposedSeconds).
-  cost::TensorSlotSeconds slots[3][4] = {};
+  cost::TensorSlotSeconds slots[3][cost::kNumPassKinds] = {};
   double layerActivation = 0, headActivation = 0;
 };
 
 /// The seconds of the collectives inside each kind of unit's forward ([kind][0]) and backward
-/// ([kind][1]) (plan::getUnitCollectives), for one (tp, micro-batch, sequence parallelism, cp,
-/// method), by where they run (Analyzer::isAsyncTensor and the ring steps): the tensor-parallel
-/// ones (beside the compute under async_tp, on the critical path otherwise), the ring steps
-/// (beside), the other context-parallel exchanges (critical); and the vocabulary-parallel
-/// cross-entropy's all-gather of the head (a tensor-parallel collective too).
+/// ([kind][1]) (plan::getUnitCollectives), and those `recompute(op)` repeats ([kind][2],
+/// plan::getRecomputedCollectives; full recomputation repeats the forward's), for one (tp,
+/// micro-batch, sequence parallelism, cp, method), by where they run (Analyzer::isAsyncTensor and
+/// the ring steps): the tensor-parallel ones (beside the compute under async_tp, on the critical
+/// path otherwise), the ring steps (beside), the other context-parallel exchanges (critical); and
+/// the vocabulary-parallel cross-entropy's all-gather of the head (a tensor-parallel collective
+/// too).
 struct UnitTraffic {
-  double tensor[3][2] = {}, ring[3][2] = {}, context[3][2] = {};
+  double tensor[3][3] = {}, ring[3][3] = {}, context[3][3] = {};
   double headGather = 0;
 };
 
@@ -250,7 +252,8 @@ struct TupleHash {
 class Evaluator {
 public:
   Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision)
-      : model(*run.model), cluster(cluster), costModel(cluster, precision), precision(precision) {
+      : model(*run.model), cluster(cluster), costModel(cluster, precision), precision(precision),
+        crossEntropy(run.crossEntropy) {
     layers = model.getNumLayers();
     bytes = ir::getStateBytes(precision, run.optimizer);
     activationBytes = ir::getActivationBytes(precision);
@@ -317,6 +320,7 @@ private:
     layout.sequenceParallel = c.sequenceParallel;
     layout.activations = c.activations;
     layout.precision = precision;
+    layout.crossEntropy = crossEntropy;
     return layout;
   }
   /// The compute and activations of every kind of unit for a candidate's layout, cached.
@@ -332,6 +336,7 @@ private:
   const ir::Cluster &cluster;
   cost::CostModel costModel;
   ir::Precision precision = ir::Precision::MixedBF16;
+  ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
   int64_t layers = 0;
   ir::StateBytes bytes{};
   unsigned activationBytes = 2;
@@ -376,11 +381,13 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
   }
   UnitTimes times;
   cost::Layout layout = layoutOf(c);
+  // The forward, the backward and the candidate's recomputation (the key holds its mode).
+  std::vector<cost::PassKind> passes = {cost::PassKind::Forward, cost::PassKind::Backward};
+  if (std::optional<cost::PassKind> recompute = cost::getRecomputePass(c.activations))
+    passes.push_back(*recompute);
   for (cost::UnitKind kind :
        {cost::UnitKind::Embedding, cost::UnitKind::Layer, cost::UnitKind::Head})
-    for (cost::PassKind pass :
-         {cost::PassKind::Forward, cost::PassKind::Backward, cost::PassKind::RecomputeFull,
-          cost::PassKind::RecomputeSelective}) {
+    for (cost::PassKind pass : passes) {
       cost::Work work = cost::getUnitWork(model, kind, 0, pass, layout);
       times.seconds[unitIndex(kind)][static_cast<int>(pass)] = costModel.getComputeSeconds(
           work, nullptr, &times.slots[unitIndex(kind)][static_cast<int>(pass)]);
@@ -422,9 +429,11 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
                 : kind == cost::UnitKind::Layer   ? 0
                                                   : static_cast<int>(layers);
     int index = unitIndex(kind);
-    for (int pass = 0; pass < 2; ++pass)
+    for (int pass = 0; pass < 3; ++pass)
       for (const plan::UnitCollective &op :
-           plan::getUnitCollectives(model, kind, layer, pass == 0, layout)) {
+           pass < 2 ? plan::getUnitCollectives(model, kind, layer, pass == 0, layout)
+                    : plan::getRecomputedCollectives(model, kind, layer,
+                                                     ir::ActivationMode::RecomputeOps, layout)) {
         double opBytes = static_cast<double>(op.elements) * activationBytes;
         if (op.kind == plan::OpKind::RingStep)
           traffic.ring[index][pass] +=
@@ -718,8 +727,7 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
   unsigned syncAxes = optimizerAxes & ~paramAxes;
   int64_t scatterDegree = degree(g, scatterAxes);
   bool hostStepTransfer = onHostOptimizer != onHostParams;
-  bool fullRecompute = c.activations == ir::ActivationMode::RecomputeFull;
-  bool selectiveRecompute = c.activations == ir::ActivationMode::RecomputeSelective;
+  std::optional<cost::PassKind> recomputePass = cost::getRecomputePass(c.activations);
   bool sp = c.sequenceParallel && c.tp > 1;
   auto key =
       std::make_tuple(c.tp, c.dpNode, c.dpLocal, c.cp, static_cast<int>(c.params),
@@ -748,11 +756,8 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
       const double *unitTime = times.seconds[kind];
       bool recomputed = group.kind == cost::UnitKind::Layer;
       double forward = unitTime[static_cast<int>(cost::PassKind::Forward)];
-      double recompute = recomputed && fullRecompute
-                             ? unitTime[static_cast<int>(cost::PassKind::RecomputeFull)]
-                         : recomputed && selectiveRecompute
-                             ? unitTime[static_cast<int>(cost::PassKind::RecomputeSelective)]
-                             : 0;
+      bool recomputes = recomputed && recomputePass;
+      double recompute = recomputes ? unitTime[static_cast<int>(*recomputePass)] : 0;
       double backward = recompute + unitTime[static_cast<int>(cost::PassKind::Backward)];
       forwardUnit = cost::PassUnit();
       forwardUnit.compute = forward;
@@ -780,11 +785,12 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
       };
       addPass(0, forwardUnit);
       addSlots(cost::PassKind::Forward, forwardUnit);
-      if (recomputed && fullRecompute) {
-        addPass(0, backwardUnit);
-        addSlots(cost::PassKind::RecomputeFull, backwardUnit);
-      } else if (recomputed && selectiveRecompute) {
-        addSlots(cost::PassKind::RecomputeSelective, backwardUnit);
+      if (recomputes) {
+        if (*recomputePass == cost::PassKind::RecomputeFull)
+          addPass(0, backwardUnit);
+        else if (*recomputePass == cost::PassKind::RecomputeOps)
+          addPass(2, backwardUnit);
+        addSlots(*recomputePass, backwardUnit);
       }
       addPass(1, backwardUnit);
       addSlots(cost::PassKind::Backward, backwardUnit);
@@ -1397,6 +1403,7 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->precision = c.precision;
   run->fp8Gather = c.fp8Gather;
   run->optimizer = base.optimizer;
+  run->crossEntropy = base.crossEntropy;
   run->microbatchesPerStep = c.microbatches;
   return run;
 }
@@ -1838,17 +1845,7 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
   if (c.expertsReplicated && c.getBatchDegree() > 1)
     text += "  expert_params = replicate(dp);\n  expert_grads = replicate(dp);\n";
   std::string activations = c.sequenceParallel ? "shard(tp), " : "";
-  switch (c.activations) {
-  case ir::ActivationMode::Keep:
-    activations += "keep";
-    break;
-  case ir::ActivationMode::RecomputeSelective:
-    activations += "recompute(selective)";
-    break;
-  case ir::ActivationMode::RecomputeFull:
-    activations += "recompute";
-    break;
-  }
+  activations += ir::toString(c.activations).str();
   text += "  activations = " + activations + ";\n";
   if (c.cp > 1)
     text += "  context     = " + ir::toString(c.context).str() + ";\n";
@@ -1946,14 +1943,15 @@ std::string formatCluster(const ir::Cluster &cluster) {
 std::string formatRun(const ir::Run &base, const Candidate &c, StringRef name,
                       StringRef strategyName, StringRef clusterName) {
   std::string precision = c.formatPrecision();
-  std::string optimizer = base.optimizer == ir::OptimizerKind::Adam  ? "adam"
-                          : base.optimizer == ir::OptimizerKind::Sgd ? "sgd"
-                                                                     : "sgd(momentum = true)";
+  std::string crossEntropy =
+      base.crossEntropy == ir::CrossEntropyKind::Fused
+          ? std::string()
+          : "\n  cross_entropy = " + ir::toString(base.crossEntropy).str() + ";";
   return "run " + name.str() + " {\n  model = " + base.model->name +
          "; cluster = " + clusterName.str() + "; strategy = " + strategyName.str() +
          ";\n  micro_batch = " + std::to_string(c.microBatch) +
          "; global_batch = " + std::to_string(base.globalBatch) + ";\n  precision = " + precision +
-         "; optimizer = " + optimizer + ";\n}\n";
+         "; optimizer = " + ir::toString(base.optimizer).str() + ";" + crossEntropy + "\n}\n";
 }
 
 } // namespace placec::search

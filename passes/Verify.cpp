@@ -509,6 +509,33 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     diags->note(run.cluster->loc, Twine("cluster '") + run.cluster->name + "' is declared here");
     ok = false;
   }
+  // Rule `placement`: `recompute(op)` is torchtitan's per-op policy over a Llama-style layer
+  // (cost::getLayerActivationBytes): it keeps the outputs of `aten.mm` (linear layers without a
+  // bias; with one PyTorch runs `aten.addmm`, which the policy does not keep) and of the fused
+  // attention kernel; MoE layers' grouped products are outside it.
+  if (strategy.activationMode == ir::ActivationMode::RecomputeOps &&
+      run.model->kind != ir::ModelKind::Abstract) {
+    std::string why;
+    if (run.model->kind != ir::ModelKind::Transformer)
+      why = "it is defined for transformer layers";
+    else if (run.model->transformer.attention == ir::AttentionKind::Materialized)
+      why = "it keeps the fused attention kernel's output, and the model has attention = "
+            "materialized";
+    else if (run.model->transformer.bias || run.model->transformer.qkvBias)
+      why = "it keeps the outputs of products without a bias, and the model has bias = " +
+            run.model->transformer.getBiasText().str();
+    else if (run.model->transformer.moe.isEnabled())
+      why = "it is defined for dense layers, and the model has MoE layers";
+    if (!why.empty()) {
+      diags->error(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
+                   Twine("recompute(op) does not apply to model '") + run.model->name +
+                       "': " + why + "; write recompute(selective) or recompute",
+                   "placement");
+      diags->note(fieldLoc(run, "model"),
+                  Twine("run '") + run.name + "' trains model '" + run.model->name + "' here");
+      ok = false;
+    }
+  }
   // Rule `placement`: a setting that the mesh gives nothing to act on would be silently ignored.
   if (strategy.contextLoc.isValid() && context <= 1) {
     diags->error(strategy.contextLoc,

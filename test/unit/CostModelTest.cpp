@@ -297,4 +297,75 @@ TEST(CostModelTest, MoeLayerFlops) {
   EXPECT_NEAR(moe - dense, expected, 1e-6 * std::abs(expected));
 }
 
+/// Llama 3.1 8B's layer shape (Meta's published configuration: hidden 4096, 32 heads, 8 key/value
+/// heads, FFN 14336, sequence 8192), flash attention, no biases.
+ir::Model llama8bLayer() {
+  ir::Model model = smallTransformer(1);
+  ir::TransformerConfig &config = model.transformer;
+  config.hidden = 4096;
+  config.heads = 32;
+  config.kvHeads = 8;
+  config.seq = 8192;
+  config.vocab = 128256;
+  config.ffn = 14336;
+  config.bias = false;
+  config.positions = ir::PositionKind::Rope;
+  return model;
+}
+
+TEST(CostModelTest, PerOpRecomputationKeepsTorchtitansTensors) {
+  // torchtitan's "op" policy keeps, per layer: the checkpoint's input x [T, h], the outputs of
+  // wq [T, a·d], wv [T, kv·d], the attention kernel (out [T, a·d] and the fp32 log-sum-exp
+  // [a, T]), w1 [T, f] and w2 [T, h]; bf16 but the log-sum-exp. Counted here tensor by tensor.
+  ir::Model model = llama8bLayer();
+  double b = 2, s = 8192, T = b * s, h = 4096, a = 32, kv = 8, d = 128, f = 14336;
+  Layout layout;
+  layout.microBatch = b;
+  layout.activations = ir::ActivationMode::RecomputeOps;
+  double kept = 2 * (T * h + T * a * d + T * kv * d + T * a * d + T * f + T * h) + 4 * a * T;
+  EXPECT_NEAR(getLayerActivationBytes(model.transformer, layout), kept, 1e-9 * kept);
+  // Under tensor and sequence parallelism over t = 4 the column-split outputs and the input are
+  // split by t, w2's output is the whole partial sum, and the two reduce-scatters' outputs
+  // [T/t, h] are kept too.
+  double t = 4;
+  layout.tensor = 4;
+  layout.sequenceParallel = true;
+  double split = 2 * (T * h / t + T * a * d / t + T * kv * d / t + T * a * d / t + T * f / t +
+                      T * h + 2 * T * h / t) +
+                 4 * a * T / t;
+  EXPECT_NEAR(getLayerActivationBytes(model.transformer, layout), split, 1e-9 * split);
+}
+
+TEST(CostModelTest, PerOpRecomputationRepeatsTheProductsItDoesNotKeep) {
+  // wk, wo and w3 again: 2·T·h·(kv·d + a·d + f) FLOPs, and no attention core.
+  ir::Model model = llama8bLayer();
+  double T = 8192, h = 4096, kvd = 8 * 128, f = 14336;
+  Layout layout;
+  layout.activations = ir::ActivationMode::RecomputeOps;
+  Work work = getUnitWork(model, UnitKind::Layer, 0, PassKind::RecomputeOps, layout);
+  double expected = 2 * T * h * (kvd + h + f);
+  EXPECT_NEAR(work.getFlops(), expected, 1e-9 * expected);
+  EXPECT_TRUE(work.attention.empty());
+  // A gelu MLP's second product feeds nothing the backward reads: wk and wo only.
+  model.transformer.mlp = ir::MlpActivation::Gelu;
+  work = getUnitWork(model, UnitKind::Layer, 0, PassKind::RecomputeOps, layout);
+  EXPECT_NEAR(work.getFlops(), 2 * T * h * (kvd + h), 1e-9 * expected);
+  EXPECT_EQ(getRecomputePass(ir::ActivationMode::RecomputeOps), PassKind::RecomputeOps);
+  EXPECT_FALSE(getRecomputePass(ir::ActivationMode::Keep).has_value());
+}
+
+TEST(CostModelTest, UnfusedCrossEntropyBuffers) {
+  // Fused: bf16 logits and an fp32 softmax, 6 B per logit. Unfused: in the backward the kept
+  // fp32 log-softmax, its gradient and the copy's gradient, 12 B per logit (the forward's bf16
+  // logits, fp32 copy and log-softmax are 10).
+  ir::Model model = llama8bLayer();
+  double logits = 8192.0 * 128256;
+  Layout layout;
+  EXPECT_NEAR(getHeadActivationBytes(model.transformer, layout), 6 * logits, 1e-9 * logits);
+  layout.crossEntropy = ir::CrossEntropyKind::Unfused;
+  EXPECT_NEAR(getHeadActivationBytes(model.transformer, layout), 12 * logits, 1e-9 * logits);
+  layout.tensor = 2;
+  EXPECT_NEAR(getHeadActivationBytes(model.transformer, layout), 6 * logits, 1e-9 * logits);
+}
+
 } // namespace

@@ -115,7 +115,8 @@ cluster pod32 {
 run gpt { model = gpt_1b; cluster = pod32; strategy = zero3(dp = 32);
           micro_batch = 1; global_batch = 64; precision = mixed(bf16); optimizer = adam; }
 run llama { model = llama_small; cluster = pod32; strategy = dp(dp = 32);
-            micro_batch = 1; global_batch = 128; precision = fp32; optimizer = adam; }
+            micro_batch = 1; global_batch = 128; precision = fp32; optimizer = adam;
+            cross_entropy = unfused; }
 )";
 
 double tflopsPerDevice(const analysis::RunAnalysis &analysis, int64_t devices) {
@@ -155,6 +156,21 @@ void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned sam
   for (auto &[kind, members] : kinds)
     for (unsigned i = 0; i < 4; ++i)
       chosen.push_back(members[random() % members.size()]);
+  // The search does not propose `recompute(op)`, but evaluates it like the analyses: where the
+  // model allows it, every sampled candidate is checked under it too.
+  const ir::TransformerConfig &config = run.model->transformer;
+  bool perOp = run.model->kind == ir::ModelKind::Transformer && !config.bias && !config.qkvBias &&
+               config.attention != ir::AttentionKind::Materialized && !config.moe.isEnabled();
+  std::vector<Candidate> perOpCandidates;
+  if (perOp) {
+    perOpCandidates.reserve(chosen.size());
+    for (const Candidate *sample : chosen) {
+      perOpCandidates.push_back(*sample);
+      perOpCandidates.back().activations = ir::ActivationMode::RecomputeOps;
+    }
+    for (const Candidate &c : perOpCandidates)
+      chosen.push_back(&c);
+  }
   for (const Candidate *sample : chosen) {
     const Candidate &candidate = *sample;
     FastVerdict fast = evaluateFast(run, cluster, candidate);

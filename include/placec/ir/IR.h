@@ -326,6 +326,9 @@ enum class ActivationMode {
   Keep,               ///< Everything the backward needs.
   RecomputeSelective, ///< Everything but attention scores, softmax and dropout.
   RecomputeFull,      ///< Layer inputs only.
+  /// PyTorch's per-op selective checkpointing with torchtitan's "op" policy: the attention
+  /// kernel's outputs and every other matrix product's output in forward order are kept.
+  RecomputeOps,
 };
 
 llvm::StringRef toString(ActivationMode mode);
@@ -441,6 +444,13 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer);
 /// Bytes per stored activation element: 2 under mixed precision, 4 under fp32.
 unsigned getActivationBytes(Precision precision);
 
+/// How a run computes the loss from the logits (`cross_entropy`): `fused`, the softmax in one
+/// fp32 buffer beside the logits, worked in place (Megatron-LM's vocabulary-parallel
+/// cross-entropy); `unfused`, PyTorch's `F.cross_entropy` over an fp32 copy of the logits (as
+/// torchtitan calls it), which keeps an fp32 log-softmax and makes two fp32 gradients.
+enum class CrossEntropyKind { Fused, Unfused };
+llvm::StringRef toString(CrossEntropyKind kind);
+
 class Run {
 public:
   std::string name;
@@ -456,6 +466,7 @@ public:
   /// enable_fsdp_float8_all_gather).
   bool fp8Gather = false;
   OptimizerKind optimizer = OptimizerKind::Adam;
+  CrossEntropyKind crossEntropy = CrossEntropyKind::Fused;
   /// Micro-batches per step per batch replica: the pipeline's micro-batches, or the gradient
   /// accumulation steps without a pipeline. Derived when not written; 0 when it cannot be.
   int64_t microbatchesPerStep = 0;

@@ -171,7 +171,13 @@ struct Work {
 /// The unit a Work belongs to.
 enum class UnitKind { Embedding, Layer, Head, MlpLayer, Abstract };
 /// The pass of a unit: its forward, its backward, or the recomputation before the backward.
-enum class PassKind { Forward, Backward, RecomputeFull, RecomputeSelective };
+enum class PassKind { Forward, Backward, RecomputeFull, RecomputeSelective, RecomputeOps };
+/// The number of PassKinds, for tables indexed by them.
+constexpr int kNumPassKinds = 5;
+
+/// The pass that recomputes a layer's forward before its backward under activation mode `mode`;
+/// none when everything the backward reads is kept.
+std::optional<PassKind> getRecomputePass(ir::ActivationMode mode);
 
 /// How the model's work is split on one device.
 struct Layout {
@@ -182,6 +188,7 @@ struct Layout {
   bool sequenceParallel = false;
   ir::ActivationMode activations = ir::ActivationMode::Keep;
   ir::Precision precision = ir::Precision::MixedBF16;
+  ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
 };
 
 /// The work of one pass of a unit of `model` for one micro-batch on one device. Transformer

@@ -174,6 +174,15 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
                                                int64_t layer, bool forwardPass,
                                                const UnitLayout &layout);
 
+/// The collectives a recomputation before the backward repeats: the whole forward's under full
+/// recomputation; under `recompute(op)` the tensor-parallel ones that produce a tensor it
+/// recomputes (the sequence-parallel all-gathers before the QKV and MLP products, or without
+/// sequence parallelism the attention block's all-reduce; the reduce-scatters' outputs are kept
+/// and the attention's exchanges are not repeated); none for selective recomputation.
+std::vector<UnitCollective> getRecomputedCollectives(const ir::Model &model, cost::UnitKind unit,
+                                                     int64_t layer, ir::ActivationMode mode,
+                                                     const UnitLayout &layout);
+
 /// Where a pipeline puts the layers: the model chunk (0 … stages·chunks − 1) of each layer, the
 /// stage of each chunk (chunk c on stage c mod p; V-shaped schedules put chunk c ≥ p on stage
 /// 2p − 1 − c), and the layers of each stage.
