@@ -560,6 +560,23 @@ std::optional<PassKind> getRecomputePass(ir::ActivationMode mode) {
   llvm_unreachable("unknown ActivationMode");
 }
 
+std::string getOpRecomputeObstacle(const ir::Model &model) {
+  if (model.kind == ir::ModelKind::Abstract)
+    return std::string();
+  if (model.kind != ir::ModelKind::Transformer)
+    return "it is defined for transformer layers";
+  const ir::TransformerConfig &config = model.transformer;
+  if (config.attention == ir::AttentionKind::Materialized)
+    return "it keeps the fused attention kernel's output, and the model has attention = "
+           "materialized";
+  if (config.bias || config.qkvBias)
+    return "it keeps the outputs of products without a bias, and the model has bias = " +
+           config.getBiasText().str();
+  if (config.moe.isEnabled())
+    return "it is defined for dense layers, and the model has MoE layers";
+  return std::string();
+}
+
 Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind pass,
                  const Layout &layout) {
   if (model.kind == ir::ModelKind::Transformer)

@@ -17,6 +17,7 @@
 #include "placec/passes/Passes.h"
 #include "placec/passes/StepPlan.h"
 
+#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -912,13 +913,26 @@ std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
   return result;
 }
 
+/// The activation modes explored by default: keep, recompute(selective) and recompute, and the
+/// run's own recompute(op) where it uses it and it applies to the model.
+std::vector<ir::ActivationMode> getDefaultActivationModes(const ir::Run &run) {
+  std::vector<ir::ActivationMode> modes = {ir::ActivationMode::Keep,
+                                           ir::ActivationMode::RecomputeSelective,
+                                           ir::ActivationMode::RecomputeFull};
+  if (run.strategy && run.strategy->activationMode == ir::ActivationMode::RecomputeOps &&
+      cost::getOpRecomputeObstacle(*run.model).empty())
+    modes.push_back(ir::ActivationMode::RecomputeOps);
+  return modes;
+}
+
 /// Calls `body(candidate, innerCount)` for each (precision, mesh, placement) group, and
 /// `inner(candidate)` for each candidate of a group, unless `body` returns false (the group is
 /// skipped). `body` also learns whether the group has V-shaped schedules.
 template <typename GroupFn, typename CandidateFn>
 void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                const std::vector<PrecisionVariant> &precisions,
-               const std::vector<ir::Schedule> &schedules, GroupFn body, CandidateFn inner,
+               const std::vector<ir::Schedule> &schedules,
+               const std::vector<ir::ActivationMode> &activations, GroupFn body, CandidateFn inner,
                uint64_t *meshCount = nullptr) {
   // The schedules explored: the requested ones, or every one but gpipe.
   auto explores = [&](ir::Schedule schedule) {
@@ -930,6 +944,8 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
   const ir::TransformerConfig &config = model.transformer;
   int64_t devices = cluster.getNumDevices();
   int64_t layers = model.getNumLayers();
+  const std::vector<ir::ActivationMode> exploredModes =
+      activations.empty() ? getDefaultActivationModes(run) : activations;
   int64_t globalBatch = run.globalBatch;
   int64_t kvHeads = config.getKvHeads();
   bool host = cluster.hostBandwidth.has_value() && *cluster.hostBandwidth > 0;
@@ -1032,9 +1048,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
             bool sp, async;
           };
           std::vector<Mode> activationModes;
-          for (ir::ActivationMode mode :
-               {ir::ActivationMode::Keep, ir::ActivationMode::RecomputeSelective,
-                ir::ActivationMode::RecomputeFull}) {
+          for (ir::ActivationMode mode : exploredModes) {
             activationModes.push_back({mode, false, false});
             if (tp > 1) {
               activationModes.push_back({mode, true, false});
@@ -1216,7 +1230,7 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
   if (!isSearchable(run))
     return;
   enumerate(
-      run, cluster, precisionVariants(run, precisions), {},
+      run, cluster, precisionVariants(run, precisions), {}, {},
       [](const Candidate &, uint64_t, const Layouts &) { return true; },
       [&](const Candidate &c) { callback(c); });
 }
@@ -1241,6 +1255,40 @@ std::optional<std::vector<ir::Schedule>> parseSchedules(StringRef text, std::str
     }
     if (std::find(result.begin(), result.end(), *schedule) == result.end())
       result.push_back(*schedule);
+  }
+  return result;
+}
+
+std::optional<std::vector<ir::ActivationMode>>
+parseActivationModes(StringRef text, const ir::Model &model, std::string &error) {
+  std::vector<ir::ActivationMode> result;
+  SmallVector<StringRef, 4> names;
+  text.split(names, ',');
+  for (StringRef name : names) {
+    name = name.trim();
+    std::optional<ir::ActivationMode> mode =
+        llvm::StringSwitch<std::optional<ir::ActivationMode>>(name)
+            .Case("keep", ir::ActivationMode::Keep)
+            .Case("selective", ir::ActivationMode::RecomputeSelective)
+            .Case("full", ir::ActivationMode::RecomputeFull)
+            .Case("op", ir::ActivationMode::RecomputeOps)
+            .Default(std::nullopt);
+    if (!mode) {
+      error = "--activations '" + name.str() +
+              "' is not an activation mode: write a comma-separated list of keep, selective, "
+              "full and op";
+      return std::nullopt;
+    }
+    if (*mode == ir::ActivationMode::RecomputeOps) {
+      std::string why = cost::getOpRecomputeObstacle(model);
+      if (!why.empty()) {
+        error =
+            "--activations op: recompute(op) does not apply to model '" + model.name + "': " + why;
+        return std::nullopt;
+      }
+    }
+    if (std::find(result.begin(), result.end(), *mode) == result.end())
+      result.push_back(*mode);
   }
   return result;
 }
@@ -1446,8 +1494,8 @@ std::string evaluateExact(const ir::Run &base, const ir::Cluster &cluster, const
 /// goes through the exact path (the verifier and the analyses of its step plan). The space is
 /// smaller: meshes [pp, dp, ep, tp] (tp inside a node, ep dividing the experts), ZeRO-1, -2 or -3
 /// over every batch-like axis (the experts' states sharded over the expert-data-parallel `dp`
-/// like the dense ones), the three activation modes, micro-batches of 1, 2 or 4, 1F1B pipelines,
-/// sequence parallelism with tensor parallelism.
+/// like the dense ones), the three activation modes (or those of `--activations`), micro-batches of
+/// 1, 2 or 4, 1F1B pipelines, sequence parallelism with tensor parallelism.
 void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptions &options,
                SearchResult &result) {
   const ir::TransformerConfig &config = run.model->transformer;
@@ -1462,9 +1510,13 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
       {ParamChoice::Replicate, GradChoice::Replicate, OptimizerChoice::ShardAll},
       {ParamChoice::Replicate, GradChoice::ShardAll, OptimizerChoice::ShardAll},
       {ParamChoice::GatherAll, GradChoice::ShardAll, OptimizerChoice::ShardAll}};
-  const ir::ActivationMode activations[] = {ir::ActivationMode::RecomputeFull,
-                                            ir::ActivationMode::RecomputeSelective,
-                                            ir::ActivationMode::Keep};
+  // By growing memory, so that a mode over the budget prunes the ones after it (the requested
+  // ones in this order; recompute(op) does not apply to MoE layers).
+  std::vector<ir::ActivationMode> activations;
+  for (ir::ActivationMode mode : {ir::ActivationMode::RecomputeFull,
+                                  ir::ActivationMode::RecomputeSelective, ir::ActivationMode::Keep})
+    if (options.activations.empty() || llvm::is_contained(options.activations, mode))
+      activations.push_back(mode);
   unsigned keep = std::max(1u, options.topK);
   std::vector<std::pair<Candidate, analysis::RunAnalysis>> best; // Fastest first.
   for (int64_t tp : divisorsOf(std::min<int64_t>(cluster.devicesPerNode, 8))) {
@@ -1593,7 +1645,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   uint64_t total = 0;
   if (options.progress)
     enumerate(
-        run, cluster, precisions, options.schedules,
+        run, cluster, precisions, options.schedules, options.activations,
         [&](const Candidate &c, uint64_t inner, const Layouts &) {
           if (!options.filter)
             total += inner;
@@ -1605,7 +1657,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   auto search = [&](bool prune, bool collect) {
     overBudget.reset();
     enumerate(
-        run, cluster, precisions, options.schedules,
+        run, cluster, precisions, options.schedules, options.activations,
         [&](const Candidate &c, uint64_t inner, const Layouts &layouts) {
           if (!prune || options.filter)
             return true;

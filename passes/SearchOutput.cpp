@@ -320,6 +320,16 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     }
     searchOptions.schedules = *schedules;
   }
+  if (!options.activations.empty()) {
+    std::string error;
+    std::optional<std::vector<ir::ActivationMode>> modes =
+        parseActivationModes(options.activations, *run->model, error);
+    if (!modes) {
+      err << "placec: error: " << error << "\n";
+      return 1;
+    }
+    searchOptions.activations = *modes;
+  }
   searchOptions.topK = std::max(1u, options.topK);
   searchOptions.onAccepted = options.onAccepted;
   if (options.maxParams)

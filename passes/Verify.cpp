@@ -510,22 +510,9 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     ok = false;
   }
   // Rule `placement`: `recompute(op)` is torchtitan's per-op policy over a Llama-style layer
-  // (cost::getLayerActivationBytes): it keeps the outputs of `aten.mm` (linear layers without a
-  // bias; with one PyTorch runs `aten.addmm`, which the policy does not keep) and of the fused
-  // attention kernel; MoE layers' grouped products are outside it.
-  if (strategy.activationMode == ir::ActivationMode::RecomputeOps &&
-      run.model->kind != ir::ModelKind::Abstract) {
-    std::string why;
-    if (run.model->kind != ir::ModelKind::Transformer)
-      why = "it is defined for transformer layers";
-    else if (run.model->transformer.attention == ir::AttentionKind::Materialized)
-      why = "it keeps the fused attention kernel's output, and the model has attention = "
-            "materialized";
-    else if (run.model->transformer.bias || run.model->transformer.qkvBias)
-      why = "it keeps the outputs of products without a bias, and the model has bias = " +
-            run.model->transformer.getBiasText().str();
-    else if (run.model->transformer.moe.isEnabled())
-      why = "it is defined for dense layers, and the model has MoE layers";
+  // (cost::getOpRecomputeObstacle).
+  if (strategy.activationMode == ir::ActivationMode::RecomputeOps) {
+    std::string why = cost::getOpRecomputeObstacle(*run.model);
     if (!why.empty()) {
       diags->error(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
                    Twine("recompute(op) does not apply to model '") + run.model->name +

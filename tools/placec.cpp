@@ -118,6 +118,12 @@ cl::opt<std::string> searchSchedules(
     cl::desc("search: the pipeline schedules to explore, a comma-separated list of 1f1b, gpipe, "
              "interleaved, zero_bubble, zbv and dualpipev (default: all but gpipe)"),
     cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> searchActivations(
+    "activations",
+    cl::desc("search: the activation modes to explore, a comma-separated list of keep, "
+             "selective, full and op (default: keep, selective and full, and op where the run "
+             "uses recompute(op))"),
+    cl::init(""), cl::cat(placecCategory));
 cl::opt<bool> searchMaxParams("max-params",
                               cl::desc("search: the largest model of the run's shape that each "
                                        "strategy family (dp, zero1-3, +tp) fits"),
@@ -203,7 +209,8 @@ COMMANDS:
             (docs/fidelity.md).
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
-            [--precision bf16,fp8] [--schedules 1f1b,zbv] [--format=json|md|html] [-o best.place] [--max-params]
+            [--precision bf16,fp8] [--schedules 1f1b,zbv] [--activations keep,op]
+            [--format=json|md|html] [-o best.place] [--max-params]
             (docs/search.md).
 
 EXAMPLES:
@@ -478,6 +485,7 @@ int runSearch() {
   options.memoryBudget = searchBudget;
   options.precisions = searchPrecision;
   options.schedules = searchSchedules;
+  options.activations = searchActivations;
   options.topK = searchTop;
   options.json = outputFormat == report::Format::Json;
   options.markdown = outputFormat == report::Format::Markdown;

@@ -411,6 +411,44 @@ TEST(SearchTest, PruningChangesNothingWithContextVSchedulesAndUnevenStages) {
   }
 }
 
+TEST(SearchTest, ActivationModesAreTheRequestedOnes) {
+  // The llama run of kSmall keeps everything; its model (no biases, flash attention, dense)
+  // takes recompute(op), which the search explores only when asked. Each mode brings the same
+  // meshes, placements, micro-batches and schedules, so the space grows by one mode's share.
+  auto compiled = compile(kSmall);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "llama");
+  SearchOptions three, four, one;
+  three.pruneByLowerBound = four.pruneByLowerBound = one.pruneByLowerBound = false;
+  four.activations = {ir::ActivationMode::Keep, ir::ActivationMode::RecomputeSelective,
+                      ir::ActivationMode::RecomputeFull, ir::ActivationMode::RecomputeOps};
+  one.activations = {ir::ActivationMode::RecomputeOps};
+  SearchResult defaults = searchStrategies(run, three);
+  SearchResult all = searchStrategies(run, four);
+  SearchResult perOp = searchStrategies(run, one);
+  ASSERT_GT(defaults.spaceSize, 0u);
+  EXPECT_EQ(all.spaceSize * 3, defaults.spaceSize * 4);
+  EXPECT_EQ(perOp.spaceSize * 3, defaults.spaceSize);
+  ASSERT_FALSE(perOp.top.empty());
+  for (const Candidate &c : perOp.top)
+    EXPECT_EQ(c.activations, ir::ActivationMode::RecomputeOps) << c.describe();
+  EXPECT_EQ(perOp.disagreements, 0u);
+  // A run that uses recompute(op) has it in its default space.
+  ir::Strategy perOpStrategy = *run.strategy;
+  perOpStrategy.activationMode = ir::ActivationMode::RecomputeOps;
+  ir::Run perOpRun = run;
+  perOpRun.strategy = &perOpStrategy;
+  EXPECT_EQ(searchStrategies(perOpRun, three).spaceSize, all.spaceSize);
+
+  std::string error;
+  EXPECT_TRUE(parseActivationModes("keep, op", *run.model, error).has_value()) << error;
+  auto gpt = parseActivationModes("op", *runOf(*compiled, "gpt").model, error);
+  EXPECT_FALSE(gpt.has_value());
+  EXPECT_NE(error.find("bias = true"), std::string::npos) << error;
+  EXPECT_FALSE(parseActivationModes("keep,partial", *run.model, error).has_value());
+  EXPECT_NE(error.find("'partial'"), std::string::npos) << error;
+}
+
 TEST(SearchTest, Gpt3On1536GpusUsesTensorParallelismAndBeatsZero3) {
   auto compiled = compile(kGpt3);
   ASSERT_TRUE(compiled->program) << compiled->messages;

@@ -179,6 +179,12 @@ constexpr int kNumPassKinds = 5;
 /// none when everything the backward reads is kept.
 std::optional<PassKind> getRecomputePass(ir::ActivationMode mode);
 
+/// Why `recompute(op)` does not apply to `model`, or empty where it does: torchtitan's per-op
+/// policy keeps the outputs of `aten.mm` (linear layers without a bias; a biased one runs
+/// `aten.addmm`, which the policy does not keep) and of the fused attention kernel, over dense
+/// transformer layers (getLayerActivationBytes). An abstract model has no layers to say.
+std::string getOpRecomputeObstacle(const ir::Model &model);
+
 /// How the model's work is split on one device.
 struct Layout {
   double microBatch = 1;

@@ -116,6 +116,10 @@ struct SearchOptions {
   /// The pipeline schedules to explore; empty: 1f1b, interleaved, zero_bubble, zbv and dualpipev
   /// (gpipe only when listed: 1F1B is never slower and never larger).
   std::vector<ir::Schedule> schedules;
+  /// The activation modes to explore; empty: keep, recompute(selective) and recompute, and
+  /// recompute(op) too where the run's strategy uses it. Every mode listed applies to the model
+  /// (parseActivationModes checks it).
+  std::vector<ir::ActivationMode> activations;
   /// Per-device memory budget in bytes; 0: the cluster's device_memory.
   double memoryBudget = 0;
   unsigned topK = 10;
@@ -194,6 +198,11 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
 /// Parses `--schedules 1f1b,zbv` into schedules; on an error returns nullopt and sets `error`.
 std::optional<std::vector<ir::Schedule>> parseSchedules(llvm::StringRef text, std::string &error);
 
+/// Parses `--activations keep,selective,full,op` into activation modes; on an error returns
+/// nullopt and sets `error` (an unknown name, or op for a model it does not apply to).
+std::optional<std::vector<ir::ActivationMode>>
+parseActivationModes(llvm::StringRef text, const ir::Model &model, std::string &error);
+
 /// Parses `--precision bf16,fp8` into precisions; on an error returns nullopt and sets `error`
 /// (an unknown name, or fp8 on a cluster without an FP8 peak).
 std::optional<std::vector<ir::Precision>>
@@ -237,6 +246,9 @@ struct SearchCommandOptions {
   std::string precisions;
   /// `--schedules`: a comma-separated list of pipeline schedules; empty: the default set.
   std::string schedules;
+  /// `--activations`: a comma-separated list of keep, selective, full and op; empty: the default
+  /// set (SearchOptions::activations).
+  std::string activations;
   unsigned topK = 5;
   bool json = false;
   /// `--format=md`: the table as GitHub Markdown and the best plan in a code block.
