@@ -633,6 +633,10 @@ private:
     std::string option = getString("activation_checkpoint.selective_ac_option").value_or("2");
     if (mode == "full")
       activations.push_back("recompute");
+    else if (mode == "selective" && option == "op" && options.modelExperts > 0)
+      refuse("activation_checkpoint.selective_ac_option",
+             "\"op\" over a mixture-of-experts model: placec's recompute(op) models the policy "
+             "over dense layers; write mode = \"full\" or \"none\"");
     else if (mode == "selective" && option == "op")
       activations.push_back("recompute(op)");
     else if (mode == "selective")
