@@ -343,11 +343,12 @@ AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
 /// FP8 casts of the products' inputs (forward) or output gradients (backward), with their
 /// scaling maxima: read in the activation type, write one byte (Transformer Engine fuses the
 /// cast with the norm before a product where it can; the count here is each cast once).
-void addFp8Casts(const TransformerDims &x, bool backward, Work &work) {
+void addFp8Casts(const TransformerDims &x, const std::vector<Gemm> &products, bool backward,
+                 Work &work) {
   if (!x.fp8)
     return;
   double elements = 0;
-  for (const Gemm &gemm : layerProjections(x))
+  for (const Gemm &gemm : products)
     if (gemm.fp8)
       elements += (backward ? gemm.m * gemm.n : gemm.m * gemm.k) * gemm.batch;
   work.memory.push_back(
@@ -378,22 +379,35 @@ void addRouting(const TransformerDims &x, bool backward, Work &work) {
       {backward ? "token permutation backward" : "token permutation", 2 * 2 * rows});
 }
 
-void addLayerElementwise(const TransformerDims &x, Work &work) {
-  addFp8Casts(x, /*backward=*/false, work);
-  addRouting(x, /*backward=*/false, work);
-  double outside = x.outside() * x.e;
-  double mlpWidth = mlpWidthBytes(x);
-  work.memory.push_back({"norms", 2 * 2 * outside});
+/// The forward's element-wise kernels, each read and written once: the two norms, the rotary
+/// embedding of Q and K, the MLP activation (swiglu: gate and up in, product out), and one
+/// residual addition (bias, dropout and add fused under materialized attention, with a one-byte
+/// mask).
+void addNorms(const TransformerDims &x, Work &work) {
+  work.memory.push_back({"norms", 2 * 2 * x.outside() * x.e});
+}
+void addRotary(const TransformerDims &x, Work &work) {
   if (x.rope)
     work.memory.push_back({"rotary embedding", 2 * x.tokens * (x.a + x.kv) * x.d / x.t * x.e});
-  work.memory.push_back({"mlp activation", (x.swiglu ? 3 : 2) * mlpWidth});
-  // Two residual additions (bias, dropout and add fused under materialized attention, with a
-  // one-byte mask each).
-  work.memory.push_back({"residuals", 2 * (3 * outside + (x.materialized() ? x.outside() : 0))});
+}
+void addMlpActivation(const TransformerDims &x, Work &work) {
+  work.memory.push_back({"mlp activation", (x.swiglu ? 3 : 2) * mlpWidthBytes(x)});
+}
+double residualBytes(const TransformerDims &x) {
+  return 3 * x.outside() * x.e + (x.materialized() ? x.outside() : 0);
+}
+
+void addLayerElementwise(const TransformerDims &x, Work &work) {
+  addFp8Casts(x, layerProjections(x), /*backward=*/false, work);
+  addRouting(x, /*backward=*/false, work);
+  addNorms(x, work);
+  addRotary(x, work);
+  addMlpActivation(x, work);
+  work.memory.push_back({"residuals", 2 * residualBytes(x)});
 }
 
 void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
-  addFp8Casts(x, /*backward=*/true, work);
+  addFp8Casts(x, layerProjections(x), /*backward=*/true, work);
   addRouting(x, /*backward=*/true, work);
   double outside = x.outside() * x.e;
   double mlpWidth = mlpWidthBytes(x);
@@ -430,18 +444,11 @@ std::vector<Gemm> opRecomputedProducts(const TransformerDims &x) {
 
 void addOpRecompute(const TransformerDims &x, Work &work) {
   work.gemms = opRecomputedProducts(x);
-  if (x.fp8) {
-    double elements = 0;
-    for (const Gemm &gemm : work.gemms)
-      elements += gemm.m * gemm.k;
-    work.memory.push_back({"fp8 casts of the inputs", elements * (x.e + 1)});
-  }
-  double outside = x.outside() * x.e;
-  work.memory.push_back({"norms", 2 * 2 * outside});
-  if (x.rope)
-    work.memory.push_back({"rotary embedding", 2 * x.tokens * (x.a + x.kv) * x.d / x.t * x.e});
-  work.memory.push_back({"mlp activation", (x.swiglu ? 3 : 2) * mlpWidthBytes(x)});
-  work.memory.push_back({"residual", 3 * outside});
+  addFp8Casts(x, work.gemms, /*backward=*/false, work);
+  addNorms(x, work);
+  addRotary(x, work);
+  addMlpActivation(x, work);
+  work.memory.push_back({"residual", residualBytes(x)});
 }
 
 Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKind pass,
@@ -502,8 +509,8 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     if (x.materialized()) {
       addMaterializedAttention(x, /*backward=*/false, work);
     } else {
-      work.memory.push_back({"norms", 2 * 2 * x.outside() * x.e});
-      work.memory.push_back({"mlp activation", (x.swiglu ? 3 : 2) * mlpWidthBytes(x)});
+      addNorms(x, work);
+      addMlpActivation(x, work);
     }
     return work;
   case PassKind::RecomputeOps:
