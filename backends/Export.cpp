@@ -451,6 +451,8 @@ private:
     if (strategy.activationMode == ir::ActivationMode::RecomputeOps)
       refuse("activations = recompute(op): Megatron-LM recomputes whole layers or the selective "
              "modules, not every other product (write recompute or recompute(selective))");
+    if (run.kernels == ir::KernelMode::Eager)
+      refuse("kernels = eager: Megatron-LM runs its fused kernels (write kernels = fused)");
     const ir::MoeConfig &moe = model.transformer.moe;
     if (model.isMoe()) {
       if (view.expertDegree > 1 && view.contextDegree > 1)
@@ -657,6 +659,10 @@ private:
                "optimizer sharded)");
       }
     }
+    if (run.kernels == ir::KernelMode::Eager && strategy.asyncTensorParallel &&
+        view.tensorDegree > 1)
+      refuse("kernels = eager with async_tp: torchtitan applies asynchronous tensor parallelism "
+             "only under torch.compile (write kernels = fused)");
     if (strategy.activationMode == ir::ActivationMode::RecomputeSelective)
       refuse("activations = recompute(selective): torchtitan's selective checkpointing keeps "
              "every other product's output (\"op\", recompute(op)) or recomputes every n-th "
@@ -831,8 +837,8 @@ private:
     os << "mixed_precision_param = \""
        << (run.precision == ir::Precision::FP32 ? "float32" : "bfloat16") << "\"\n";
     os << "mixed_precision_reduce = \"float32\"\n";
-    if (async)
-      os << "compile = true\n"; // torchtitan's async tensor parallelism needs torch.compile.
+    // placec's fused kernels are torch.compile's; eager is torchtitan's default.
+    os << "compile = " << (run.kernels == ir::KernelMode::Fused ? "true" : "false") << "\n";
     // The model, when it is one of torchtitan's llama3 flavors; torchao's float8 training with
     // tensorwise scaling keeps the output layer in bf16, as placec's mixed(fp8) does.
     const char *flavor = run.model->kind == ir::ModelKind::Transformer

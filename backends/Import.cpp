@@ -126,6 +126,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
   os << "  optimizer = " << imported.optimizerKind << ";\n";
   if (!imported.crossEntropy.empty())
     os << "  cross_entropy = " << imported.crossEntropy << ";\n";
+  if (!imported.kernels.empty())
+    os << "  kernels = " << imported.kernels << ";\n";
   os << "}\n";
 }
 

@@ -56,6 +56,8 @@ struct Imported {
   std::string optimizerKind = "adam";
   /// `cross_entropy = …;` of the run, or empty for the default (fused).
   std::string crossEntropy;
+  /// `kernels = …;` of the run, or empty for the default (fused).
+  std::string kernels;
 };
 
 /// Writes the header comment, the import of the model's file, `modelText` (a model declaration or

@@ -793,6 +793,21 @@ private:
       refuse("float8.enable_fsdp_float8_all_gather",
              "FP8 all-gathers need the float8 converter (model.converters = [\"float8\"])");
     }
+    // torch.compile (false by default): placec's fused kernels are what torch.compile makes of a
+    // layer; without it each operator of torchtitan's modules is its own kernel.
+    if (!getBool("training.compile").value_or(false)) {
+      std::string value = lookup("training.compile") ? "false" : "false (torchtitan's default)";
+      if (fp8)
+        refuse("training.compile",
+               value + ": Float8 linears without torch.compile cast through separate kernels "
+                       "that placec does not count; set compile = true");
+      else if (options.modelExperts > 0)
+        refuse("training.compile",
+               value + ": placec counts eager PyTorch's kernels for dense layers, and the model "
+                       "has MoE layers; set compile = true");
+      else
+        imported.kernels = "eager";
+    }
     std::string optimizer = getString("optimizer.name").value_or("AdamW");
     if (optimizer != "AdamW" && optimizer != "Adam")
       refuse("optimizer.name", "'" + optimizer +

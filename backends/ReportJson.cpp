@@ -101,6 +101,7 @@ void JsonWriter::writeRun(const RunReport &report) {
     out.attribute("precision", describePrecision(run));
     out.attribute("optimizer", describeOptimizer(run.optimizer));
     out.attribute("cross_entropy", ir::toString(run.crossEntropy));
+    out.attribute("kernels", ir::toString(run.kernels));
     out.attributeObject("memory", [&] { writeMemory(report); });
     out.attributeArray("communication", [&] { writeCommunication(report); });
     out.attributeObject("time", [&] { writeTime(report); });

@@ -165,6 +165,7 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
       {"precision", [](const RunReport &r) { return describePrecision(*r.run); }},
       {"optimizer", [](const RunReport &r) { return describeOptimizer(r.run->optimizer); }},
       {"cross-entropy", [](const RunReport &r) { return ir::toString(r.run->crossEntropy).str(); }},
+      {"kernels", [](const RunReport &r) { return ir::toString(r.run->kernels).str(); }},
   };
   std::vector<Table> tables = sideBySide("Configuration", runs, rows, /*untitled=*/true,
                                          /*leftAligned=*/true);

@@ -1922,8 +1922,8 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
 
 void Sema::buildRun(const ast::RunDecl &decl) {
   static const std::vector<std::string> keys = {
-      "model",     "cluster",   "strategy",      "micro_batch",     "global_batch",
-      "precision", "optimizer", "measured_step", "measured_memory", "cross_entropy"};
+      "model",     "cluster",       "strategy",        "micro_batch",   "global_batch", "precision",
+      "optimizer", "measured_step", "measured_memory", "cross_entropy", "kernels"};
   auto fields = collectFields(decl, "a run", keys);
   bool ok = requireFields(decl, "run", fields,
                           {"model", "cluster", "strategy", "micro_batch", "global_batch"});
@@ -2050,6 +2050,20 @@ void Sema::buildRun(const ast::RunDecl &decl) {
       diags.error(value.getLoc(), Twine("unknown cross_entropy '") + spell(value) +
                                       "': expected fused (Megatron-LM's, the default) or unfused "
                                       "(PyTorch's F.cross_entropy over fp32 logits)");
+      ok = false;
+    }
+  }
+  if (const ast::Field *field = fields.lookup("kernels")) {
+    const ast::Value &value = field->value;
+    if (value.kind == ast::Value::Kind::Name && value.text == "fused") {
+      run->kernels = ir::KernelMode::Fused;
+    } else if (value.kind == ast::Value::Kind::Name && value.text == "eager") {
+      run->kernels = ir::KernelMode::Eager;
+    } else {
+      diags.error(value.getLoc(), Twine("unknown kernels '") + spell(value) +
+                                      "': expected fused (one kernel per norm, rotary embedding "
+                                      "and activation, the default) or eager (PyTorch without "
+                                      "torch.compile)");
       ok = false;
     }
   }

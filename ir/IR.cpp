@@ -264,6 +264,16 @@ StringRef toString(CrossEntropyKind kind) {
   llvm_unreachable("unknown CrossEntropyKind");
 }
 
+StringRef toString(KernelMode mode) {
+  switch (mode) {
+  case KernelMode::Fused:
+    return "fused";
+  case KernelMode::Eager:
+    return "eager";
+  }
+  llvm_unreachable("unknown KernelMode");
+}
+
 //===----------------------------------------------------------------------===//
 // Mesh
 //===----------------------------------------------------------------------===//

@@ -152,6 +152,7 @@ public:
     layout.activations = strategy.activationMode;
     layout.precision = run.precision;
     layout.crossEntropy = run.crossEntropy;
+    layout.kernels = run.kernels;
   }
 
   RunAnalysis analyze();

@@ -204,6 +204,9 @@ namespace {
 struct TransformerDims {
   double b, s, keys, tokens, h, a, kv, d, f, vocab, t, e;
   bool sp, swiglu, rope, fp8;
+  /// `kernels = eager`, and whether the norms are RMSNorm (eager: fp32 operators) rather than
+  /// LayerNorm (one kernel, eager or not).
+  bool eager = false, rmsnorm = false;
   ir::AttentionKind attention = ir::AttentionKind::Flash;
   bool materialized() const { return attention == ir::AttentionKind::Materialized; }
   /// An MoE layer: its routed experts (getMoeShape), their width, E, and the summed width of
@@ -237,6 +240,8 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.swiglu = config.mlp == ir::MlpActivation::Swiglu;
   dims.rope = config.positions == ir::PositionKind::Rope;
   dims.fp8 = layout.precision == ir::Precision::MixedFP8;
+  dims.eager = layout.kernels == ir::KernelMode::Eager;
+  dims.rmsnorm = config.norm == ir::NormKind::RmsNorm;
   return dims;
 }
 
@@ -383,15 +388,63 @@ void addRouting(const TransformerDims &x, bool backward, Work &work) {
 /// embedding of Q and K, the MLP activation (swiglu: gate and up in, product out), and one
 /// residual addition (bias, dropout and add fused under materialized attention, with a one-byte
 /// mask).
+///
+/// Under `kernels = eager` each operator of torchtitan's reference modules (commit 9dec370,
+/// `models/norms.py` and `models/llama/model.py`) is one PyTorch kernel that reads its inputs and
+/// writes its output, and autograd runs the derivative of each (PyTorch's
+/// `tools/autograd/derivatives.yaml` and `FunctionsManual.cpp`); per element, with e bytes per
+/// activation and 4 per fp32 value, row statistics left out:
+///  - RMSNorm, `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight`:
+///    forward float() e+4, pow 8, mean 4, the product by the row's rsqrt 8, type_as 4+e, the
+///    weight 2e: 4e + 28. Backward: the weight's product 2e and its gradient 3e + a sum e, type_as
+///    e+4, the rsqrt product 8 and its gradient 12 + a sum 4, the mean's expansion 4,
+///    pow_backward `grad * (2 * x.pow(1))` 8 + 8 + 12, the two gradients of x added 12, float()
+///    4+e: 8e + 76. A fused norm reads and writes once (2e), its backward reads two and writes one
+///    (3e). LayerNorm is one kernel either way.
+///  - The rotary embedding as a complex product, `view_as_complex(x.float()) * freqs_cis` cast
+///    back: float() e+4, the product 8, type_as 4+e: 2e + 16, and the same in the backward.
+///  Under fp32 activations the casts are no kernels: an RMSNorm moves 28 forward and 92 backward,
+///  the rotary embedding 8 each way.
+///  - swiglu, `silu(w1(x)) * w3(x)`: silu 2e, the product 3e (5e); backward: the product's two
+///    gradients 3e each, silu_backward 3e (9e). A fused one moves 3e and 5e. GELU is one kernel.
+///  - Grouped keys and values repeated to every head before the attention kernel (`repeat_kv`,
+///    an expand that reshape copies): kv·d read and a·d written per token for K and for V, and
+///    the backward sums the a·d gradients back to kv·d.
+/// The two casts to fp32 and back around an eager RMSNorm or rotary embedding, e+4 each way; none
+/// when the activations are fp32 already (`x.float()` and `type_as` return their input).
+double eagerCastBytes(const TransformerDims &x) { return x.e < 4 ? 2 * (x.e + 4) : 0; }
+double normBytesPerElement(const TransformerDims &x, bool backward) {
+  if (x.eager && x.rmsnorm)
+    return eagerCastBytes(x) + (backward ? 6 * x.e + 68 : 2 * x.e + 20);
+  return backward ? 3 * x.e : 2 * x.e;
+}
+double rotaryBytesPerElement(const TransformerDims &x) {
+  return x.eager ? eagerCastBytes(x) + 8 : 2 * x.e;
+}
+/// Tensors of the MLP's width each MLP activation kernel reads or writes.
+double mlpActivationAccesses(const TransformerDims &x, bool backward) {
+  if (!x.swiglu)
+    return backward ? 3 : 2;
+  if (x.eager)
+    return backward ? 9 : 5;
+  return backward ? 5 : 3;
+}
+
 void addNorms(const TransformerDims &x, Work &work) {
-  work.memory.push_back({"norms", 2 * 2 * x.outside() * x.e});
+  work.memory.push_back({"norms", 2 * x.outside() * normBytesPerElement(x, false)});
 }
 void addRotary(const TransformerDims &x, Work &work) {
   if (x.rope)
-    work.memory.push_back({"rotary embedding", 2 * x.tokens * (x.a + x.kv) * x.d / x.t * x.e});
+    work.memory.push_back(
+        {"rotary embedding", x.tokens * (x.a + x.kv) * x.d / x.t * rotaryBytesPerElement(x)});
+}
+void addKvExpansion(const TransformerDims &x, bool backward, Work &work) {
+  if (x.eager && x.a > x.kv)
+    work.memory.push_back({backward ? "grouped K/V gradients summed" : "grouped K/V repeated",
+                           2 * x.tokens * (x.a + x.kv) * x.d / x.t * x.e});
 }
 void addMlpActivation(const TransformerDims &x, Work &work) {
-  work.memory.push_back({"mlp activation", (x.swiglu ? 3 : 2) * mlpWidthBytes(x)});
+  work.memory.push_back({"mlp activation", mlpActivationAccesses(x, false) * mlpWidthBytes(x)});
 }
 double residualBytes(const TransformerDims &x) {
   return 3 * x.outside() * x.e + (x.materialized() ? x.outside() : 0);
@@ -402,6 +455,7 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
   addRouting(x, /*backward=*/false, work);
   addNorms(x, work);
   addRotary(x, work);
+  addKvExpansion(x, /*backward=*/false, work);
   addMlpActivation(x, work);
   work.memory.push_back({"residuals", 2 * residualBytes(x)});
 }
@@ -409,15 +463,15 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
 void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
   addFp8Casts(x, layerProjections(x), /*backward=*/true, work);
   addRouting(x, /*backward=*/true, work);
-  double outside = x.outside() * x.e;
-  double mlpWidth = mlpWidthBytes(x);
-  work.memory.push_back({"norms backward", 2 * 3 * outside});
+  work.memory.push_back({"norms backward", 2 * x.outside() * normBytesPerElement(x, true)});
   if (x.rope)
-    work.memory.push_back(
-        {"rotary embedding backward", 2 * x.tokens * (x.a + x.kv) * x.d / x.t * x.e});
-  work.memory.push_back({"mlp activation backward", (x.swiglu ? 5 : 3) * mlpWidth});
+    work.memory.push_back({"rotary embedding backward",
+                           x.tokens * (x.a + x.kv) * x.d / x.t * rotaryBytesPerElement(x)});
+  addKvExpansion(x, /*backward=*/true, work);
   work.memory.push_back(
-      {"residuals backward", 2 * (2 * outside + (x.materialized() ? x.outside() : 0))});
+      {"mlp activation backward", mlpActivationAccesses(x, true) * mlpWidthBytes(x)});
+  work.memory.push_back(
+      {"residuals backward", 2 * (2 * x.outside() * x.e + (x.materialized() ? x.outside() : 0))});
 }
 
 /// `recompute(op)`: PyTorch's selective activation checkpointing under torchtitan's "op" policy
@@ -447,6 +501,7 @@ void addOpRecompute(const TransformerDims &x, Work &work) {
   addFp8Casts(x, work.gemms, /*backward=*/false, work);
   addNorms(x, work);
   addRotary(x, work);
+  addKvExpansion(x, /*backward=*/false, work);
   addMlpActivation(x, work);
   work.memory.push_back({"residual", residualBytes(x)});
 }
@@ -477,11 +532,11 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     bool unfused = layout.crossEntropy == ir::CrossEntropyKind::Unfused;
     if (!backward) {
       work.gemms.push_back(logits);
-      work.memory.push_back({"final norm", 2 * x.outside() * x.e});
+      work.memory.push_back({"final norm", x.outside() * normBytesPerElement(x, false)});
       work.memory.push_back({"cross-entropy", logitCount * (unfused ? x.e + 16 : 2 * x.e)});
     } else {
       addBackwardProducts({logits}, work.gemms);
-      work.memory.push_back({"final norm backward", 3 * x.outside() * x.e});
+      work.memory.push_back({"final norm backward", x.outside() * normBytesPerElement(x, true)});
       work.memory.push_back(
           {"cross-entropy backward", logitCount * (unfused ? x.e + 20 : 2 * x.e)});
     }
@@ -581,6 +636,25 @@ std::string getOpRecomputeObstacle(const ir::Model &model) {
            config.getBiasText().str();
   if (config.moe.isEnabled())
     return "it is defined for dense layers, and the model has MoE layers";
+  return std::string();
+}
+
+std::string getEagerObstacle(const ir::Model &model, ir::ActivationMode mode,
+                             ir::Precision precision) {
+  if (model.kind != ir::ModelKind::Transformer)
+    return std::string();
+  const ir::TransformerConfig &config = model.transformer;
+  if (config.attention == ir::AttentionKind::Materialized)
+    return "placec counts eager PyTorch over the fused attention kernel "
+           "(scaled_dot_product_attention), and the model has attention = materialized";
+  if (config.moe.isEnabled())
+    return "placec counts eager PyTorch for dense layers, and the model has MoE layers";
+  if (precision == ir::Precision::MixedFP8)
+    return "Float8 linears without torch.compile cast through separate kernels that placec does "
+           "not count; write mixed(bf16), or kernels = fused for a compiled run";
+  if (mode == ir::ActivationMode::RecomputeSelective)
+    return "recompute(selective) is Megatron-LM's recomputation of its fused kernels; write "
+           "recompute(op) (torchtitan's per-op policy), recompute or keep";
   return std::string();
 }
 
@@ -791,9 +865,18 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
     moeText = r;
   }
   double outside = selective ? 4 : 8;
+  // Eager PyTorch (keep; getEagerObstacle refuses recompute(selective)) keeps more: each RMSNorm
+  // its input's fp32 copy (for pow and the rsqrt product; its bf16 input is kept by none), 4
+  // bytes whatever the activation type; the attention kernel the keys and values repeated to
+  // every head, 2·2·(a − kv)·d/h more; swiglu silu's output, 2·f/h.
+  double eagerFp32 = 0, eagerInside = 0;
+  if (x.eager && mode == ir::ActivationMode::Keep) {
+    eagerFp32 = x.rmsnorm ? 2 * 4 : 0;
+    eagerInside = 2 * 2 * (x.a - x.kv) * x.d / x.h + (x.swiglu ? 2 * x.f / x.h : 0);
+  }
   double inside = qkv + attentionOutput + mlp;
   double lse = 4 * x.a / x.h; // 4 bytes per head and token, over h.
-  double coefficient = outside / (sp ? t : 1) + (inside + lse) / t + routed;
+  double coefficient = outside / (sp ? t : 1) + (inside + lse + eagerInside) / t + routed;
   if (formula) {
     std::string mlpText = x.swiglu && !x.moe
                               ? fmt::format("{}·{}/{}", selective ? 4 : 6, num(x.f), num(x.h))
@@ -810,8 +893,15 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
                               "intermediates of R = {} routed rows per token in the MLP term, "
                               "their permuted inputs and the router's probabilities]",
                               sbhText, num(moeText), num(x.numExperts), num(x.h), num(moeText));
+    if (eagerInside > 0 || eagerFp32 > 0)
+      *formula += fmt::format(
+          " + {}·({}{} + {}/{}) B [kernels = eager: the norms' fp32 inputs 2·4{}, and over t K "
+          "and V repeated to every head 2·2·(a − kv)·d/h{}]",
+          sbhText, num(eagerFp32), sp ? fmt::format("/{}", num(t)) : std::string(),
+          num(eagerInside * scale), num(t), sp ? "/t" : "",
+          x.swiglu ? " and silu's output 2·f/h" : "");
   }
-  return scale * sbh * coefficient;
+  return scale * sbh * coefficient + sbh * eagerFp32 / (sp ? t : 1);
 }
 
 double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,

@@ -280,6 +280,7 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   layout.activations = strategy.activationMode;
   layout.precision = run.precision;
   layout.crossEntropy = run.crossEntropy;
+  layout.kernels = run.kernels;
   dense = getStateAxes(/*expert=*/false);
   experts = getStateAxes(/*expert=*/true);
 

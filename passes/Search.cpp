@@ -254,7 +254,7 @@ class Evaluator {
 public:
   Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision)
       : model(*run.model), cluster(cluster), costModel(cluster, precision), precision(precision),
-        crossEntropy(run.crossEntropy) {
+        crossEntropy(run.crossEntropy), kernels(run.kernels) {
     layers = model.getNumLayers();
     bytes = ir::getStateBytes(precision, run.optimizer);
     activationBytes = ir::getActivationBytes(precision);
@@ -322,6 +322,7 @@ private:
     layout.activations = c.activations;
     layout.precision = precision;
     layout.crossEntropy = crossEntropy;
+    layout.kernels = kernels;
     return layout;
   }
   /// The compute and activations of every kind of unit for a candidate's layout, cached.
@@ -338,6 +339,7 @@ private:
   cost::CostModel costModel;
   ir::Precision precision = ir::Precision::MixedBF16;
   ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
+  ir::KernelMode kernels = ir::KernelMode::Fused;
   int64_t layers = 0;
   ir::StateBytes bytes{};
   unsigned activationBytes = 2;
@@ -914,14 +916,20 @@ std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
 }
 
 /// The activation modes explored by default: keep, recompute(selective) and recompute, and the
-/// run's own recompute(op) where it uses it and it applies to the model.
+/// run's own recompute(op) where it uses it and it applies to the model; under `kernels = eager`
+/// only those placec models eager kernels for (cost::getEagerObstacle).
 std::vector<ir::ActivationMode> getDefaultActivationModes(const ir::Run &run) {
-  std::vector<ir::ActivationMode> modes = {ir::ActivationMode::Keep,
-                                           ir::ActivationMode::RecomputeSelective,
-                                           ir::ActivationMode::RecomputeFull};
+  std::vector<ir::ActivationMode> candidates = {ir::ActivationMode::Keep,
+                                                ir::ActivationMode::RecomputeSelective,
+                                                ir::ActivationMode::RecomputeFull};
   if (run.strategy && run.strategy->activationMode == ir::ActivationMode::RecomputeOps &&
       cost::getOpRecomputeObstacle(*run.model).empty())
-    modes.push_back(ir::ActivationMode::RecomputeOps);
+    candidates.push_back(ir::ActivationMode::RecomputeOps);
+  std::vector<ir::ActivationMode> modes;
+  for (ir::ActivationMode mode : candidates)
+    if (run.kernels == ir::KernelMode::Fused ||
+        cost::getEagerObstacle(*run.model, mode, run.precision).empty())
+      modes.push_back(mode);
   return modes;
 }
 
@@ -1259,8 +1267,19 @@ std::optional<std::vector<ir::Schedule>> parseSchedules(StringRef text, std::str
   return result;
 }
 
+/// Why a run under `kernels = eager` cannot be searched with activation mode `mode` at
+/// `precision`; empty for a fused run or where it can.
+static std::string eagerObstacle(const ir::Run &run, ir::ActivationMode mode,
+                                 ir::Precision precision) {
+  if (run.kernels == ir::KernelMode::Fused)
+    return std::string();
+  std::string why = cost::getEagerObstacle(*run.model, mode, precision);
+  return why.empty() ? why : "run '" + run.name + "' has kernels = eager, and " + why;
+}
+
 std::optional<std::vector<ir::ActivationMode>>
-parseActivationModes(StringRef text, const ir::Model &model, std::string &error) {
+parseActivationModes(StringRef text, const ir::Run &run, std::string &error) {
+  const ir::Model &model = *run.model;
   std::vector<ir::ActivationMode> result;
   SmallVector<StringRef, 4> names;
   text.split(names, ',');
@@ -1287,14 +1306,19 @@ parseActivationModes(StringRef text, const ir::Model &model, std::string &error)
         return std::nullopt;
       }
     }
+    if (std::string why = eagerObstacle(run, *mode, run.precision); !why.empty()) {
+      error = "--activations " + name.str() + ": " + why;
+      return std::nullopt;
+    }
     if (std::find(result.begin(), result.end(), *mode) == result.end())
       result.push_back(*mode);
   }
   return result;
 }
 
-std::optional<std::vector<ir::Precision>>
-parsePrecisions(StringRef text, const ir::Cluster &cluster, std::string &error) {
+std::optional<std::vector<ir::Precision>> parsePrecisions(StringRef text, const ir::Run &run,
+                                                          std::string &error) {
+  const ir::Cluster &cluster = *run.cluster;
   std::vector<ir::Precision> result;
   SmallVector<StringRef, 4> names;
   text.split(names, ',');
@@ -1319,6 +1343,10 @@ parsePrecisions(StringRef text, const ir::Cluster &cluster, std::string &error) 
       error = "--precision fp8: cluster '" + cluster.name + "' has no FP8 tensor cores" +
               (cluster.device ? " (" + std::string(cluster.device->name) + ")"
                               : std::string(": give it peak_fp8"));
+      return std::nullopt;
+    }
+    if (std::string why = eagerObstacle(run, ir::ActivationMode::Keep, *precision); !why.empty()) {
+      error = "--precision " + name.str() + ": " + why;
       return std::nullopt;
     }
     if (std::find(result.begin(), result.end(), *precision) == result.end())
@@ -1452,6 +1480,7 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->fp8Gather = c.fp8Gather;
   run->optimizer = base.optimizer;
   run->crossEntropy = base.crossEntropy;
+  run->kernels = base.kernels;
   run->microbatchesPerStep = c.microbatches;
   return run;
 }
@@ -1999,11 +2028,15 @@ std::string formatRun(const ir::Run &base, const Candidate &c, StringRef name,
       base.crossEntropy == ir::CrossEntropyKind::Fused
           ? std::string()
           : "\n  cross_entropy = " + ir::toString(base.crossEntropy).str() + ";";
+  std::string kernels = base.kernels == ir::KernelMode::Fused
+                            ? std::string()
+                            : "\n  kernels = " + ir::toString(base.kernels).str() + ";";
   return "run " + name.str() + " {\n  model = " + base.model->name +
          "; cluster = " + clusterName.str() + "; strategy = " + strategyName.str() +
          ";\n  micro_batch = " + std::to_string(c.microBatch) +
          "; global_batch = " + std::to_string(base.globalBatch) + ";\n  precision = " + precision +
-         "; optimizer = " + ir::toString(base.optimizer).str() + ";" + crossEntropy + "\n}\n";
+         "; optimizer = " + ir::toString(base.optimizer).str() + ";" + crossEntropy + kernels +
+         "\n}\n";
 }
 
 } // namespace placec::search

@@ -297,7 +297,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
   std::string precisionError;
   if (!options.precisions.empty()) {
     std::optional<std::vector<ir::Precision>> precisions =
-        parsePrecisions(options.precisions, *run->cluster, precisionError);
+        parsePrecisions(options.precisions, *run, precisionError);
     if (!precisions) {
       err << "placec: error: " << precisionError << "\n";
       return 1;
@@ -323,7 +323,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
   if (!options.activations.empty()) {
     std::string error;
     std::optional<std::vector<ir::ActivationMode>> modes =
-        parseActivationModes(options.activations, *run->model, error);
+        parseActivationModes(options.activations, *run, error);
     if (!modes) {
       err << "placec: error: " << error << "\n";
       return 1;

@@ -523,6 +523,17 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       ok = false;
     }
   }
+  // Rule `placement`: `kernels = eager` is modelled for the modules placec counts its kernels
+  // for (cost::getEagerObstacle).
+  if (run.kernels == ir::KernelMode::Eager) {
+    std::string why = cost::getEagerObstacle(*run.model, strategy.activationMode, run.precision);
+    if (!why.empty()) {
+      diags->error(fieldLoc(run, "kernels"),
+                   Twine("kernels = eager cannot be modelled for run '") + run.name + "': " + why,
+                   "placement");
+      ok = false;
+    }
+  }
   // Rule `placement`: a setting that the mesh gives nothing to act on would be silently ignored.
   if (strategy.contextLoc.isValid() && context <= 1) {
     diags->error(strategy.contextLoc,

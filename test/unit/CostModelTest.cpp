@@ -368,4 +368,113 @@ TEST(CostModelTest, UnfusedCrossEntropyBuffers) {
   EXPECT_NEAR(getHeadActivationBytes(model.transformer, layout), 6 * logits, 1e-9 * logits);
 }
 
+/// One PyTorch kernel of an eager operator: the bytes it reads and writes per element.
+struct EagerKernel {
+  double read, written;
+};
+double sumKernels(std::initializer_list<EagerKernel> kernels) {
+  double bytes = 0;
+  for (const EagerKernel &kernel : kernels)
+    bytes += kernel.read + kernel.written;
+  return bytes;
+}
+
+TEST(CostModelTest, EagerKernelsMoveTheBytesOfEachOperator) {
+  // torchtitan's modules at commit 9dec370 in bf16 (e = 2), each operator one kernel, listed
+  // here one by one with what it reads and writes per element (fp32: 4 bytes).
+  double e = 2;
+  // RMSNorm: (x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight.
+  double normForward = sumKernels({{e, 4},   // x.float()
+                                   {4, 4},   // pow(2)
+                                   {4, 0},   // mean over the row
+                                   {4, 4},   // the product by the row's rsqrt
+                                   {4, e},   // type_as(x)
+                                   {e, e}}); // the product by the weight
+  // Its autograd: MulBackward (weight) grad·weight, grad·normed and the weight's sum;
+  // ToCopyBackward; MulBackward (rsqrt) grad·rsqrt, grad·x and its row sum; MeanBackward's
+  // expanded division; pow_backward grad·(2·x.pow(1)): the copy, the scalar product, the product;
+  // the two gradients of x added; ToCopyBackward of x.float().
+  double normBackward = sumKernels({{e, e},
+                                    {2 * e, e},
+                                    {e, 0},
+                                    {e, 4},
+                                    {4, 4},
+                                    {8, 4},
+                                    {4, 0},
+                                    {0, 4},
+                                    {4, 4},
+                                    {4, 4},
+                                    {8, 4},
+                                    {8, 4},
+                                    {4, e}});
+  // The rotary embedding: x.float(), the complex product, type_as; the backward the same three.
+  double rotary = sumKernels({{e, 4}, {4, 4}, {4, e}});
+  // swiglu: silu, then the product with w3's output; backward: the product's two gradients and
+  // silu_backward.
+  double swigluForward = sumKernels({{e, e}, {2 * e, e}});
+  double swigluBackward = sumKernels({{2 * e, e}, {2 * e, e}, {2 * e, e}});
+
+  ir::Model model = llama8bLayer();
+  model.transformer.norm = ir::NormKind::RmsNorm;
+  double T = 8192, h = 4096, a = 32, kv = 8, d = 128, f = 14336;
+  Layout fused, eager;
+  eager.kernels = ir::KernelMode::Eager;
+  auto extra = [&](UnitKind unit, PassKind pass, Layout base) {
+    Layout other = base;
+    other.kernels = ir::KernelMode::Eager;
+    return getUnitWork(model, unit, 0, pass, other).getMemoryBytes() -
+           getUnitWork(model, unit, 0, pass, base).getMemoryBytes();
+  };
+  // Over the fused kernels (a norm 2e and 3e, the rotary embedding 2e each way, swiglu 3e and
+  // 5e), plus K and V repeated from kv to a heads (kv·d read, a·d written) and summed back.
+  double expand = 2 * T * (a + kv) * d * e;
+  double forward = 2 * T * h * (normForward - 2 * e) + T * (a + kv) * d * (rotary - 2 * e) +
+                   expand + T * f * (swigluForward - 3 * e);
+  double backward = 2 * T * h * (normBackward - 3 * e) + T * (a + kv) * d * (rotary - 2 * e) +
+                    expand + T * f * (swigluBackward - 5 * e);
+  EXPECT_NEAR(extra(UnitKind::Layer, PassKind::Forward, fused), forward, 1e-9 * forward);
+  EXPECT_NEAR(extra(UnitKind::Layer, PassKind::Backward, fused), backward, 1e-9 * backward);
+  Layout perOp = fused;
+  perOp.activations = ir::ActivationMode::RecomputeOps;
+  EXPECT_NEAR(extra(UnitKind::Layer, PassKind::RecomputeOps, perOp), forward, 1e-9 * forward);
+  EXPECT_NEAR(extra(UnitKind::Head, PassKind::Forward, fused), T * h * (normForward - 2 * e),
+              1e-9 * forward);
+  // LayerNorm is one kernel eager or not; without grouped heads nothing is repeated.
+  model.transformer.norm = ir::NormKind::LayerNorm;
+  model.transformer.kvHeads = 32;
+  double noNorm = 2 * T * a * d * (rotary - 2 * e) + T * f * (swigluForward - 3 * e);
+  EXPECT_NEAR(extra(UnitKind::Layer, PassKind::Forward, fused), noNorm, 1e-9 * noNorm);
+  model.transformer.norm = ir::NormKind::RmsNorm;
+  model.transformer.kvHeads = 8;
+
+  // In fp32 the casts are no kernels: pow, mean, the rsqrt product and the weight's product
+  // forward; the rotary embedding's complex product alone. Over the fused 2·4 and 2·4.
+  Layout fp32 = fused;
+  fp32.precision = ir::Precision::FP32;
+  double fp32Forward = 2 * T * h * (sumKernels({{4, 4}, {4, 0}, {4, 4}, {4, 4}}) - 8) +
+                       T * (a + kv) * d * (sumKernels({{4, 4}}) - 8) + 2 * T * (a + kv) * d * 4 +
+                       T * f * 4 * (5 - 3);
+  EXPECT_NEAR(extra(UnitKind::Layer, PassKind::Forward, fp32), fp32Forward, 1e-9 * fp32Forward);
+
+  // Kept under `keep`: each RMSNorm's fp32 input copy (4 bytes) where the fused norm keeps
+  // nothing more, K and V repeated to a heads where the fused kernel reads kv, silu's output.
+  double keptExtra = 2 * T * h * 4 + 2 * T * (a - kv) * d * e + T * f * e;
+  double kept = getLayerActivationBytes(model.transformer, eager) -
+                getLayerActivationBytes(model.transformer, fused);
+  EXPECT_NEAR(kept, keptExtra, 1e-9 * keptExtra);
+  // Recomputed per op, the same tensors are kept eager or not.
+  Layout eagerOp = perOp;
+  eagerOp.kernels = ir::KernelMode::Eager;
+  EXPECT_EQ(getLayerActivationBytes(model.transformer, eagerOp),
+            getLayerActivationBytes(model.transformer, perOp));
+
+  // What placec does not model eager is refused.
+  EXPECT_TRUE(
+      getEagerObstacle(model, ir::ActivationMode::RecomputeOps, ir::Precision::MixedBF16).empty());
+  EXPECT_FALSE(
+      getEagerObstacle(model, ir::ActivationMode::RecomputeSelective, ir::Precision::MixedBF16)
+          .empty());
+  EXPECT_FALSE(getEagerObstacle(model, ir::ActivationMode::Keep, ir::Precision::MixedFP8).empty());
+}
+
 } // namespace

@@ -206,6 +206,30 @@ TEST(SearchTest, FastPathAgreesWithVerifierAndAnalysesOnSmallSpaces) {
   }
 }
 
+TEST(SearchTest, FastPathAgreesUnderEagerKernels) {
+  // kernels = eager over grouped heads (their repetition is counted) and RMSNorm: the fast path
+  // and the analyses agree, and the space has no recompute(selective), which placec does not
+  // model eager.
+  auto compiled = compile(std::string(kSmall) + R"(
+model llama_gqa : transformer {
+  layers = 8; hidden = 1024; heads = 8; kv_heads = 2; seq = 1024; vocab = 32000;
+  ffn = 2816; mlp = swiglu; norm = rmsnorm; bias = false; positions = rope; tied_embeddings = false;
+}
+run eager { model = llama_gqa; cluster = pod32; strategy = dp(dp = 32);
+            micro_batch = 1; global_batch = 128; precision = mixed(bf16); optimizer = adam;
+            cross_entropy = unfused; kernels = eager; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "eager");
+  checkAgreement(run, *run.cluster, 600, 11);
+  unsigned kept = 0;
+  forEachCandidate(run, *run.cluster, [&](const Candidate &c) {
+    EXPECT_NE(c.activations, ir::ActivationMode::RecomputeSelective) << c.describe();
+    kept += c.activations == ir::ActivationMode::Keep;
+  });
+  EXPECT_GT(kept, 0u);
+}
+
 TEST(SearchTest, FastPathAgreesWithVerifierAndAnalysesAtScale) {
   auto compiled = compile(std::string(kGpt3) + kLlama);
   ASSERT_TRUE(compiled->program) << compiled->messages;
@@ -441,11 +465,11 @@ TEST(SearchTest, ActivationModesAreTheRequestedOnes) {
   EXPECT_EQ(searchStrategies(perOpRun, three).spaceSize, all.spaceSize);
 
   std::string error;
-  EXPECT_TRUE(parseActivationModes("keep, op", *run.model, error).has_value()) << error;
-  auto gpt = parseActivationModes("op", *runOf(*compiled, "gpt").model, error);
+  EXPECT_TRUE(parseActivationModes("keep, op", run, error).has_value()) << error;
+  auto gpt = parseActivationModes("op", runOf(*compiled, "gpt"), error);
   EXPECT_FALSE(gpt.has_value());
   EXPECT_NE(error.find("bias = true"), std::string::npos) << error;
-  EXPECT_FALSE(parseActivationModes("keep,partial", *run.model, error).has_value());
+  EXPECT_FALSE(parseActivationModes("keep,partial", run, error).has_value());
   EXPECT_NE(error.find("'partial'"), std::string::npos) << error;
 }
 

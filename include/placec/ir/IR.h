@@ -451,6 +451,13 @@ unsigned getActivationBytes(Precision precision);
 enum class CrossEntropyKind { Fused, Unfused };
 llvm::StringRef toString(CrossEntropyKind kind);
 
+/// How a run's element-wise work executes (`kernels`): `fused`, each norm, rotary embedding and
+/// MLP activation one kernel (Megatron-LM's and Transformer Engine's fused kernels, or
+/// torch.compile); `eager`, PyTorch without compilation, each operator of the reference modules
+/// its own kernel (cost::getEagerObstacle says where placec models it).
+enum class KernelMode { Fused, Eager };
+llvm::StringRef toString(KernelMode mode);
+
 class Run {
 public:
   std::string name;
@@ -467,6 +474,7 @@ public:
   bool fp8Gather = false;
   OptimizerKind optimizer = OptimizerKind::Adam;
   CrossEntropyKind crossEntropy = CrossEntropyKind::Fused;
+  KernelMode kernels = KernelMode::Fused;
   /// Micro-batches per step per batch replica: the pipeline's micro-batches, or the gradient
   /// accumulation steps without a pipeline. Derived when not written; 0 when it cannot be.
   int64_t microbatchesPerStep = 0;

@@ -185,6 +185,15 @@ std::optional<PassKind> getRecomputePass(ir::ActivationMode mode);
 /// transformer layers (getLayerActivationBytes). An abstract model has no layers to say.
 std::string getOpRecomputeObstacle(const ir::Model &model);
 
+/// Why `kernels = eager` cannot be modelled for `model` trained under activation mode `mode` at
+/// `precision`, or empty where it can. placec counts eager PyTorch's kernels for the reference
+/// modules of a dense transformer over the fused attention kernel (torchtitan's Llama: RMSNorm in
+/// fp32 operators, the rotary embedding as a complex product, silu and the gate product apart,
+/// grouped keys and values repeated to every head); materialized attention, MoE layers, Float8
+/// casts and Megatron-LM's recompute(selective) run kernels it does not count.
+std::string getEagerObstacle(const ir::Model &model, ir::ActivationMode mode,
+                             ir::Precision precision);
+
 /// How the model's work is split on one device.
 struct Layout {
   double microBatch = 1;
@@ -195,6 +204,7 @@ struct Layout {
   ir::ActivationMode activations = ir::ActivationMode::Keep;
   ir::Precision precision = ir::Precision::MixedBF16;
   ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
+  ir::KernelMode kernels = ir::KernelMode::Fused;
 };
 
 /// The work of one pass of a unit of `model` for one micro-batch on one device. Transformer

@@ -199,14 +199,16 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
 std::optional<std::vector<ir::Schedule>> parseSchedules(llvm::StringRef text, std::string &error);
 
 /// Parses `--activations keep,selective,full,op` into activation modes; on an error returns
-/// nullopt and sets `error` (an unknown name, or op for a model it does not apply to).
+/// nullopt and sets `error` (an unknown name, op for a model it does not apply to, or a mode
+/// that `kernels = eager` is not modelled for).
 std::optional<std::vector<ir::ActivationMode>>
-parseActivationModes(llvm::StringRef text, const ir::Model &model, std::string &error);
+parseActivationModes(llvm::StringRef text, const ir::Run &run, std::string &error);
 
 /// Parses `--precision bf16,fp8` into precisions; on an error returns nullopt and sets `error`
-/// (an unknown name, or fp8 on a cluster without an FP8 peak).
-std::optional<std::vector<ir::Precision>>
-parsePrecisions(llvm::StringRef text, const ir::Cluster &cluster, std::string &error);
+/// (an unknown name, fp8 on the run's cluster without an FP8 peak, or fp8 under
+/// `kernels = eager`).
+std::optional<std::vector<ir::Precision>> parsePrecisions(llvm::StringRef text, const ir::Run &run,
+                                                          std::string &error);
 
 /// Place text: `strategy NAME { … }` for the candidate.
 std::string formatStrategy(const Candidate &candidate, llvm::StringRef name);
