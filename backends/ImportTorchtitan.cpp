@@ -755,7 +755,7 @@ private:
              "'" + param + "' is neither \"bfloat16\" nor \"float32\"");
     if (reduce != "float32")
       refuse("training.mixed_precision_reduce",
-             "'" + reduce + "': placec reduces gradients in fp32 under mixed precision");
+             "'" + reduce + "': placec imports torchtitan's default, \"float32\", only");
     std::vector<std::string> converters =
         getList("model.converters").value_or(std::vector<std::string>{});
     bool fp8 = getBool("float8.enable_float8_linear").value_or(false);

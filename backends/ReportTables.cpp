@@ -210,7 +210,8 @@ std::vector<Table> deviceMemoryTables(ArrayRef<RunReport> runs) {
   std::vector<Table> tables = sideBySide("Memory per device", runs, rows);
   for (Table &table : tables) {
     table.notes.push_back("GB = 10^9 bytes; model states = params + grads + optimizer; "
-                          "transient: gathered params and unreduced gradients around a use");
+                          "transient: gathered params, unreduced gradients, the loss buffers and "
+                          "the recomputed layer around a use");
     if (staged)
       table.notes.push_back("with a pipeline: the stage with the highest peak");
   }

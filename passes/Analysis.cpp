@@ -351,6 +351,20 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
           /*moeLayer=*/true);
   } else if (model.kind == ir::ModelKind::Mlp)
     x.layerActivationBytes = cost::getMlpLayerActivationBytes(model.mlp, layout, activationText);
+  // The layer being recomputed (the larger of a dense and an MoE one where the stage has both).
+  if (x.layers > 0) {
+    std::string denseText, moeText;
+    double dense =
+        x.layers > x.moeLayers
+            ? cost::getRecomputedLayerBytes(model, layout, explain ? &denseText : nullptr)
+            : 0;
+    double moe = x.moeLayers > 0 ? cost::getRecomputedLayerBytes(model, layout,
+                                                                 explain ? &moeText : nullptr, true)
+                                 : 0;
+    x.recomputedLayer = std::max(dense, moe);
+    if (explain)
+      x.recomputedLayerText = moe > dense ? moeText : denseText;
+  }
   x.inFlight = cost::getInFlightMicrobatches(
       plan.schedule, static_cast<int64_t>(plan.stages.size()), plan.microbatches, plan.chunks,
       stage.stage, explain ? &x.inFlightText : nullptr);

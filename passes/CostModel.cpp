@@ -939,6 +939,55 @@ double getMlpLayerActivationBytes(const ir::MlpConfig &config, const Layout &lay
   return bytes * b * (full ? 1 : 2) * width;
 }
 
+double getRecomputedLayerBytes(const ir::Model &model, const Layout &layout, std::string *formula,
+                               bool moeLayer) {
+  if (layout.activations == ir::ActivationMode::Keep || model.kind == ir::ModelKind::Abstract)
+    return 0;
+  Layout keep = layout;
+  keep.activations = ir::ActivationMode::Keep;
+  bool transformer = model.kind == ir::ModelKind::Transformer;
+  auto bytesOf = [&](const Layout &of) {
+    return transformer ? getLayerActivationBytes(model.transformer, of, nullptr, moeLayer)
+                       : getMlpLayerActivationBytes(model.mlp, of);
+  };
+  double all = bytesOf(keep);
+  if (transformer && layout.activations == ir::ActivationMode::RecomputeOps) {
+    // Full and selective recomputation keep a subset of what `keep` keeps; torchtitan's op policy
+    // keeps tensors `keep` does not (Q before the rotary embedding, w2's output, the
+    // reduce-scatters' outputs), so what its recomputation materializes is listed: the two norms'
+    // outputs and the second norm's input (6, split by t under sequence parallelism), Q after the
+    // rotary embedding and K, and the MLP's up product and its product with the gate (swiglu) or
+    // the activation's output (gelu), split by t; under kernels = eager also what eager keeps
+    // beyond the fused kernels (all of it recomputed).
+    TransformerDims x = getLayerDims(model.transformer, layout, moeLayer);
+    double sbh = x.s * x.b * x.h;
+    double inside = (2 * x.a * x.d + 2 * x.kv * x.d + (x.swiglu ? 4 : 2) * x.f) / x.h;
+    double bytes = x.e / 2 * sbh * (6 / (x.sp ? x.t : 1) + inside / x.t);
+    Layout fused = keep;
+    fused.kernels = ir::KernelMode::Fused;
+    double eager = all - getLayerActivationBytes(model.transformer, fused, nullptr, moeLayer);
+    if (formula)
+      *formula = fmt::format(
+          "{}·{}·{}·(6{} + ({} + {} + {})/{}){} B{} (recompute(op): the recomputed layer's norm "
+          "outputs and second norm input, Q after the rotary embedding, K and the MLP's {}, alive "
+          "from its recomputation through its backward{})",
+          num(x.s), num(x.b), num(x.h), x.sp ? fmt::format("/{}", num(x.t)) : std::string(),
+          num(2 * x.a * x.d / x.h), num(2 * x.kv * x.d / x.h), num((x.swiglu ? 4 : 2) * x.f / x.h),
+          num(x.t), x.e != 2 ? fmt::format(" × {}", num(x.e / 2)) : std::string(),
+          eager > 0 ? fmt::format(" + {}", fmtAmount(eager, "B")) : std::string(),
+          x.swiglu ? "up product and gated product" : "activation output",
+          eager > 0 ? "; and what eager kernels keep beyond fused ones" : "");
+    return bytes + eager;
+  }
+  double kept = bytesOf(layout);
+  if (formula)
+    *formula = fmt::format("{} − {} (the recomputed {}layer's activations without recomputation, "
+                           "less what {} keeps, alive from its recomputation through its backward)",
+                           fmtAmount(all, "B"), fmtAmount(kept, "B"), moeLayer ? "MoE " : "",
+                           ir::toString(layout.activations).str());
+  return all - kept;
+}
+
 double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
                                int64_t chunks, int stage, std::string *formula) {
   double m = static_cast<double>(microbatches), p = static_cast<double>(stages);
@@ -1025,7 +1074,7 @@ StageMemoryResult getStageMemory(const StageStates &x, ir::StateBytes bytes,
     unreduced = x.largestUnit * bytes.grads;
   if (x.paramsOnHost)
     fromHost = x.largestUnit * bytes.params / static_cast<double>(x.paramShard);
-  double transient = gathered + tied + unreduced + fromHost + x.headBuffers;
+  double transient = gathered + tied + unreduced + fromHost + x.headBuffers + x.recomputedLayer;
   result.device.transient = transient;
   result.device.peak = result.device.getPersistent() + result.device.activations + transient;
   result.host.peak = result.host.getPersistent() + result.host.activations;
@@ -1103,6 +1152,8 @@ StageMemoryResult getStageMemory(const StageStates &x, ir::StateBytes bytes,
                                 num(x.largestUnit), bytes.params, x.paramShard));
   if (x.headBuffers > 0)
     parts.push_back(x.headBuffersText);
+  if (x.recomputedLayer > 0)
+    parts.push_back(x.recomputedLayerText);
   device->push_back({"transient",
                      parts.empty() ? "none (nothing is gathered, reduced per unit or brought "
                                      "from the host)"

@@ -188,7 +188,7 @@ struct UnitTimes {
   double weight[3] = {};
   /// GEMM seconds by tensor-parallel slot, for async_tp (cost::getTensorOverlapExposedSeconds).
   cost::TensorSlotSeconds slots[3][cost::kNumPassKinds] = {};
-  double layerActivation = 0, headActivation = 0;
+  double layerActivation = 0, headActivation = 0, recomputedLayer = 0;
 };
 
 /// The seconds of the collectives inside each kind of unit's forward ([kind][0]) and backward
@@ -399,6 +399,7 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
     }
   times.layerActivation = cost::getLayerActivationBytes(model.transformer, layout);
   times.headActivation = cost::getHeadActivationBytes(model.transformer, layout);
+  times.recomputedLayer = cost::getRecomputedLayerBytes(model, layout);
   lastTimesKey = key;
   return *(lastTimes = &unitTimes.emplace(key, times).first->second);
 }
@@ -649,6 +650,7 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
     states.inFlight =
         cost::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks, shape.stage);
     states.headBuffers = shape.hasHead ? times.headActivation * states.inFlight : 0;
+    states.recomputedLayer = shape.numLayers > 0 ? times.recomputedLayer : 0;
     cost::StageMemoryResult memory = cost::getStageMemory(states, bytes);
     if (memory.device.peak > peak) {
       peak = memory.device.peak;

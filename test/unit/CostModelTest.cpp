@@ -477,4 +477,36 @@ TEST(CostModelTest, EagerKernelsMoveTheBytesOfEachOperator) {
   EXPECT_FALSE(getEagerObstacle(model, ir::ActivationMode::Keep, ir::Precision::MixedFP8).empty());
 }
 
+TEST(CostModelTest, RecomputedLayerIsAliveThroughItsBackward) {
+  // Llama 3.1 8B, b = 2: without recomputation a layer keeps, tensor by tensor, its two norms'
+  // inputs and outputs [T, h], Q, K, V, the attention output, w1's and w3's outputs and their
+  // product [T, f] in bf16, and the fp32 log-sum-exp [a, T].
+  ir::Model model = llama8bLayer();
+  double T = 2 * 8192, h = 4096, a = 32, kv = 8, d = 128, f = 14336;
+  double all = 2 * (4 * T * h + T * (a + 2 * kv) * d + T * a * d + 3 * T * f) + 4 * a * T;
+  Layout layout;
+  layout.microBatch = 2;
+  EXPECT_EQ(getRecomputedLayerBytes(model, layout), 0);
+  // Full recomputation keeps the layer's input, and materializes the rest again.
+  layout.activations = ir::ActivationMode::RecomputeFull;
+  EXPECT_NEAR(getRecomputedLayerBytes(model, layout), all - 2 * T * h, 1e-9 * all);
+  // Per op (which keeps the outputs of wq, wv, the attention kernel, w1 and w2 with the input,
+  // PerOpRecomputationKeepsTorchtitansTensors) the recomputation materializes the two norms'
+  // outputs and the second norm's input [T, h], Q after the rotary embedding [T, a·d], K
+  // [T, kv·d], w3's output and the gated product [T, f].
+  layout.activations = ir::ActivationMode::RecomputeOps;
+  double perOp = 2 * (T * h + T * a * d + T * kv * d + T * a * d + T * f + T * h) + 4 * a * T;
+  double recomputed = 2 * (3 * T * h + T * a * d + T * kv * d + 2 * T * f);
+  EXPECT_NEAR(getRecomputedLayerBytes(model, layout), recomputed, 1e-9 * all);
+  // It is transient memory of a stage with layers, once whatever the micro-batches in flight.
+  StageStates states;
+  states.layers = 1;
+  states.layerActivationBytes = perOp;
+  states.inFlight = 3;
+  states.recomputedLayer = recomputed;
+  StageMemoryResult memory = getStageMemory(states, ir::StateBytes{2, 2, 12});
+  EXPECT_NEAR(memory.device.transient, recomputed, 1e-9 * all);
+  EXPECT_NEAR(memory.device.peak, 3 * perOp + recomputed, 1e-9 * all);
+}
+
 } // namespace

@@ -256,6 +256,12 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
 double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
                               std::string *formula = nullptr);
 
+/// The activations a recomputed layer materializes again and holds from its recomputation through
+/// its backward, one layer at a time: its activation bytes under `keep` less those `layout`'s
+/// mode keeps (0 under keep). A transformer layer (an MoE one with `moeLayer`) or an mlp layer.
+double getRecomputedLayerBytes(const ir::Model &model, const Layout &layout,
+                               std::string *formula = nullptr, bool moeLayer = false);
+
 /// Activation bytes of one mlp layer for one micro-batch: its input and pre-activation output
 /// (its input alone under full recomputation).
 double getMlpLayerActivationBytes(const ir::MlpConfig &config, const Layout &layout,
@@ -279,6 +285,9 @@ struct StageStates {
   /// stage that holds the head.
   double headBuffers = 0;
   std::string headBuffersText;
+  /// The largest recomputed layer of the stage (getRecomputedLayerBytes), on a stage with layers.
+  double recomputedLayer = 0;
+  std::string recomputedLayerText;
   int64_t units = 0;  ///< Units on the stage.
   int64_t layers = 0; ///< Transformer blocks or mlp layers on the stage.
   /// Routed experts' parameter elements per device (after the expert and tensor splits), their
