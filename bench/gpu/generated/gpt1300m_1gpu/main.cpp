@@ -25,6 +25,6 @@ int main(int argc, char **argv) {
   spec.placecVersion = "0.4.0";
   // The cluster's peak FLOP/s per device (MFU) and the report's per-device peak memory.
   spec.peakFlops = 989400000000000;
-  spec.predictedPeakBytes = 37215862784;
+  spec.predictedPeakBytes = 38558040064;
   return placert::cuda::runGpt(argc, argv, shape, spec);
 }
