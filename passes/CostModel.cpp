@@ -759,6 +759,30 @@ double getModelFlops(const ir::Model &model, double globalBatch, std::string *fo
 // Memory
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// What an eager layer keeps beyond the tensors the fused kernels' backward reads, per s·b·h: each
+/// RMSNorm its input's fp32 copy (for pow and the rsqrt product; its bf16 input is kept by none),
+/// 4 bytes whatever the activation type (`fp32`, split by t under sequence parallelism); the
+/// attention kernel the keys and values repeated to every head, 2·2·(a − kv)·d/h, and swiglu
+/// silu's output, 2·f/h (`inside`, in 2-byte units, split by t). Nothing for fused kernels.
+struct EagerKept {
+  double fp32 = 0, inside = 0;
+  double getBytes(const TransformerDims &x) const {
+    return x.s * x.b * x.h * (fp32 / (x.sp ? x.t : 1) + x.e / 2 * inside / x.t);
+  }
+};
+EagerKept getEagerKept(const TransformerDims &x) {
+  EagerKept kept;
+  if (!x.eager)
+    return kept;
+  kept.fp32 = x.rmsnorm ? 2 * 4 : 0;
+  kept.inside = 2 * 2 * (x.a - x.kv) * x.d / x.h + (x.swiglu ? 2 * x.f / x.h : 0);
+  return kept;
+}
+
+} // namespace
+
 double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
                                std::string *formula, bool moeLayer) {
   TransformerDims x = getLayerDims(config, layout, moeLayer);
@@ -865,18 +889,11 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
     moeText = r;
   }
   double outside = selective ? 4 : 8;
-  // Eager PyTorch (keep; getEagerObstacle refuses recompute(selective)) keeps more: each RMSNorm
-  // its input's fp32 copy (for pow and the rsqrt product; its bf16 input is kept by none), 4
-  // bytes whatever the activation type; the attention kernel the keys and values repeated to
-  // every head, 2·2·(a − kv)·d/h more; swiglu silu's output, 2·f/h.
-  double eagerFp32 = 0, eagerInside = 0;
-  if (x.eager && mode == ir::ActivationMode::Keep) {
-    eagerFp32 = x.rmsnorm ? 2 * 4 : 0;
-    eagerInside = 2 * 2 * (x.a - x.kv) * x.d / x.h + (x.swiglu ? 2 * x.f / x.h : 0);
-  }
+  // Eager PyTorch keeps more under keep (getEagerObstacle refuses recompute(selective)).
+  EagerKept eager = mode == ir::ActivationMode::Keep ? getEagerKept(x) : EagerKept{};
   double inside = qkv + attentionOutput + mlp;
   double lse = 4 * x.a / x.h; // 4 bytes per head and token, over h.
-  double coefficient = outside / (sp ? t : 1) + (inside + lse + eagerInside) / t + routed;
+  double coefficient = outside / (sp ? t : 1) + (inside + lse) / t + routed;
   if (formula) {
     std::string mlpText = x.swiglu && !x.moe
                               ? fmt::format("{}·{}/{}", selective ? 4 : 6, num(x.f), num(x.h))
@@ -893,15 +910,15 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
                               "intermediates of R = {} routed rows per token in the MLP term, "
                               "their permuted inputs and the router's probabilities]",
                               sbhText, num(moeText), num(x.numExperts), num(x.h), num(moeText));
-    if (eagerInside > 0 || eagerFp32 > 0)
+    if (eager.inside > 0 || eager.fp32 > 0)
       *formula += fmt::format(
           " + {}·({}{} + {}/{}) B [kernels = eager: the norms' fp32 inputs 2·4{}, and over t K "
           "and V repeated to every head 2·2·(a − kv)·d/h{}]",
-          sbhText, num(eagerFp32), sp ? fmt::format("/{}", num(t)) : std::string(),
-          num(eagerInside * scale), num(t), sp ? "/t" : "",
+          sbhText, num(eager.fp32), sp ? fmt::format("/{}", num(t)) : std::string(),
+          num(eager.inside * scale), num(t), sp ? "/t" : "",
           x.swiglu ? " and silu's output 2·f/h" : "");
   }
-  return scale * sbh * coefficient + sbh * eagerFp32 / (sp ? t : 1);
+  return scale * sbh * coefficient + eager.getBytes(x);
 }
 
 double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
@@ -943,14 +960,7 @@ double getRecomputedLayerBytes(const ir::Model &model, const Layout &layout, std
                                bool moeLayer) {
   if (layout.activations == ir::ActivationMode::Keep || model.kind == ir::ModelKind::Abstract)
     return 0;
-  Layout keep = layout;
-  keep.activations = ir::ActivationMode::Keep;
   bool transformer = model.kind == ir::ModelKind::Transformer;
-  auto bytesOf = [&](const Layout &of) {
-    return transformer ? getLayerActivationBytes(model.transformer, of, nullptr, moeLayer)
-                       : getMlpLayerActivationBytes(model.mlp, of);
-  };
-  double all = bytesOf(keep);
   if (transformer && layout.activations == ir::ActivationMode::RecomputeOps) {
     // Full and selective recomputation keep a subset of what `keep` keeps; torchtitan's op policy
     // keeps tensors `keep` does not (Q before the rotary embedding, w2's output, the
@@ -963,9 +973,7 @@ double getRecomputedLayerBytes(const ir::Model &model, const Layout &layout, std
     double sbh = x.s * x.b * x.h;
     double inside = (2 * x.a * x.d + 2 * x.kv * x.d + (x.swiglu ? 4 : 2) * x.f) / x.h;
     double bytes = x.e / 2 * sbh * (6 / (x.sp ? x.t : 1) + inside / x.t);
-    Layout fused = keep;
-    fused.kernels = ir::KernelMode::Fused;
-    double eager = all - getLayerActivationBytes(model.transformer, fused, nullptr, moeLayer);
+    double eager = getEagerKept(x).getBytes(x);
     if (formula)
       *formula = fmt::format(
           "{}·{}·{}·(6{} + ({} + {} + {})/{}){} B{} (recompute(op): the recomputed layer's norm "
@@ -979,7 +987,13 @@ double getRecomputedLayerBytes(const ir::Model &model, const Layout &layout, std
           eager > 0 ? "; and what eager kernels keep beyond fused ones" : "");
     return bytes + eager;
   }
-  double kept = bytesOf(layout);
+  Layout keep = layout;
+  keep.activations = ir::ActivationMode::Keep;
+  auto bytesOf = [&](const Layout &of) {
+    return transformer ? getLayerActivationBytes(model.transformer, of, nullptr, moeLayer)
+                       : getMlpLayerActivationBytes(model.mlp, of);
+  };
+  double all = bytesOf(keep), kept = bytesOf(layout);
   if (formula)
     *formula = fmt::format("{} − {} (the recomputed {}layer's activations without recomputation, "
                            "less what {} keeps, alive from its recomputation through its backward)",
