@@ -155,6 +155,11 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "activations = recompute(op)",
              "placert keeps a layer's activations, its selective set or its input only; "
              "torchtitan's per-op policy is analysed, not compiled");
+    if (strategy.recomputeLayers > 0)
+      refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
+             "activations = recompute(layers = " + Twine(strategy.recomputeLayers) + ")",
+             "placert recomputes every layer or none; Megatron-LM's block recomputation is "
+             "analysed and exported, not compiled");
     // Mixtures of experts: placert routes without dropping tokens (docs/running.md).
     const ir::MoeConfig &moe = config.moe;
     if (moe.isEnabled()) {

@@ -126,6 +126,10 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
     refuseStrategy(strategy.activationModeLoc, "activations = recompute(op)",
                    "the GPU trainer keeps a block's activations (recomputing the attention "
                    "probabilities) or its input only");
+  if (strategy.recomputeLayers > 0)
+    refuseStrategy(strategy.activationModeLoc,
+                   "activations = recompute(layers = " + Twine(strategy.recomputeLayers) + ")",
+                   "the GPU trainer recomputes every block or none");
   if (config.mlp != ir::MlpActivation::Gelu)
     refuse(model.loc, "mlp = " + ir::toString(config.mlp), "the GPU trainer implements GELU");
   if (config.norm != ir::NormKind::LayerNorm)

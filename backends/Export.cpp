@@ -324,6 +324,10 @@ private:
       refuse("activations = " + ir::toString(strategy.activationMode) +
              ": DeepSpeed's activation checkpointing recomputes whole checkpointed functions "
              "(recompute)");
+    if (strategy.recomputeLayers > 0)
+      refuse("activations = recompute(layers = " + Twine(strategy.recomputeLayers) +
+             "): DeepSpeed's config checkpoints the layers the model code wraps, and says nothing "
+             "of which (write recompute or keep)");
     if (strategy.sequenceParallel)
       refuse("activations sharded along the sequence: DeepSpeed's config has no sequence "
              "parallelism over a tensor axis");
@@ -551,8 +555,14 @@ private:
       break;
     case ir::ActivationMode::RecomputeFull:
       flag("--recompute-granularity", "full");
-      flag("--recompute-method", "uniform");
-      flag("--recompute-num-layers", "1");
+      // recompute(layers = n): the first n layers of each model chunk (the block method).
+      if (strategy.recomputeLayers > 0) {
+        flag("--recompute-method", "block");
+        flag("--recompute-num-layers", Twine(strategy.recomputeLayers));
+      } else {
+        flag("--recompute-method", "uniform");
+        flag("--recompute-num-layers", "1");
+      }
       break;
     case ir::ActivationMode::RecomputeSelective:
       flag("--recompute-granularity", "selective");
@@ -667,6 +677,10 @@ private:
       refuse("activations = recompute(selective): torchtitan's selective checkpointing keeps "
              "every other product's output (\"op\", recompute(op)) or recomputes every n-th "
              "block whole; write recompute(op), recompute or keep");
+    if (strategy.recomputeLayers > 0)
+      refuse("activations = recompute(layers = " + Twine(strategy.recomputeLayers) +
+             "): torchtitan's layer-wise selective checkpointing recomputes every n-th block, "
+             "not the first n of each stage; write recompute, recompute(op) or keep");
     // torchtitan applies FSDP over data and context ranks together (its dp_shard_cp mesh), so
     // a context axis must be FSDP-sharded like the shard axes.
     // Expert parallelism (torchtitan's "dp2ep") is carved out of the FSDP ranks: an expert axis

@@ -1152,18 +1152,31 @@ private:
     if (has("--recompute-activations"))
       granularity = "selective";
     std::string recompute;
-    if (granularity == "full")
-      recompute = "recompute";
-    else if (granularity == "selective")
+    if (granularity == "full") {
+      // uniform: groups of n layers keep one input each (n = 1 is Place's recompute); block:
+      // the first n layers of each model chunk are recomputed, the rest keep everything.
+      std::string method = getString("--recompute-method", "uniform");
+      std::optional<int64_t> n = has("--recompute-num-layers") ? getInt("--recompute-num-layers")
+                                                               : std::optional<int64_t>(1);
+      if (method != "uniform" && method != "block")
+        diags.error(locOf("--recompute-method"),
+                    "--recompute-method is 'uniform' or 'block', not '" + method + "'");
+      else if (n && method == "block")
+        recompute = "recompute(layers = " + std::to_string(*n) + ")";
+      else if (n && *n == 1)
+        recompute = "recompute";
+      else if (n)
+        diags.error(locOf("--recompute-num-layers"),
+                    "--recompute-method uniform with --recompute-num-layers " + std::to_string(*n) +
+                        " keeps one input per group of layers, which Place does not express: "
+                        "its recompute keeps each layer's input (--recompute-num-layers 1), and "
+                        "recompute(layers = n) is --recompute-method block");
+    } else if (granularity == "selective") {
       recompute = "recompute(selective)";
-    else if (!granularity.empty())
+    } else if (!granularity.empty()) {
       diags.error(locOf("--recompute-granularity"),
                   "--recompute-granularity is 'full' or 'selective', not '" + granularity + "'");
-    if (granularity == "full" && (getString("--recompute-method", "uniform") != "uniform" ||
-                                  getString("--recompute-num-layers", "1") != "1"))
-      diags.error(locOf("--recompute-method"),
-                  "Place's full recomputation keeps each layer's input (--recompute-method "
-                  "uniform --recompute-num-layers 1)");
+    }
     if (has("--sequence-parallel") && t > 1)
       imported.activations = recompute.empty() ? "shard(tp)" : "shard(tp), " + recompute;
     else

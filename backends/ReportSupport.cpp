@@ -305,7 +305,7 @@ std::string describePlacement(const ir::Strategy &strategy, ir::State state) {
 }
 
 std::string describeActivations(const ir::Strategy &strategy) {
-  std::string text = ir::toString(strategy.activationMode).str();
+  std::string text = ir::getActivationModeText(strategy.activationMode, strategy.recomputeLayers);
   if (strategy.sequenceParallel) {
     for (const ir::Axis &axis : strategy.mesh.axes)
       if (axis.kind == ir::AxisKind::Tensor)

@@ -1533,24 +1533,65 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
   for (const ast::Mode &mode : placement.modes) {
     if (mode.name == "keep" || mode.name == "recompute") {
       ir::ActivationMode activationMode = ir::ActivationMode::Keep;
+      int64_t recomputeLayers = 0;
       if (mode.name == "recompute") {
         activationMode = ir::ActivationMode::RecomputeFull;
-        if (mode.args.size() > 1 ||
-            (mode.args.size() == 1 &&
-             (!mode.args[0].key.empty() || mode.args[0].value->kind != ast::Value::Kind::Name ||
-              (mode.args[0].value->text != "selective" && mode.args[0].value->text != "full" &&
-               mode.args[0].value->text != "op")))) {
-          diags.error(mode.args.empty() ? mode.nameLoc : mode.args[0].value->getLoc(),
+        // recompute[(full | selective | op)] or recompute([full,] layers = n).
+        const ast::Arg *kindArg = nullptr, *layersArg = nullptr;
+        bool argsOk = true;
+        for (const ast::Arg &arg : mode.args) {
+          if (arg.key.empty() && !kindArg && !layersArg)
+            kindArg = &arg;
+          else if (arg.key == "layers" && !layersArg)
+            layersArg = &arg;
+          else {
+            diags.error(arg.key.empty() ? arg.value->getLoc() : arg.keyLoc,
+                        arg.key.empty() || arg.key == "layers"
+                            ? "'recompute' takes one kind and at most one 'layers = n': write "
+                              "'recompute', 'recompute(selective)', 'recompute(op)', "
+                              "'recompute(full)' or 'recompute(layers = n)'"
+                            : "unknown argument '" + arg.key +
+                                  "' of 'recompute': it takes 'layers = n' (recompute the "
+                                  "first n layers of each model chunk)",
+                        "placement");
+            argsOk = false;
+            break;
+          }
+        }
+        if (argsOk && kindArg &&
+            (kindArg->value->kind != ast::Value::Kind::Name ||
+             (kindArg->value->text != "selective" && kindArg->value->text != "full" &&
+              kindArg->value->text != "op"))) {
+          diags.error(kindArg->value->getLoc(),
                       "'recompute' takes 'selective', 'op' or 'full': write 'recompute', "
-                      "'recompute(selective)', 'recompute(op)' or 'recompute(full)'",
+                      "'recompute(selective)', 'recompute(op)', 'recompute(full)' or "
+                      "'recompute(layers = n)'",
                       "placement");
+          argsOk = false;
+        }
+        if (argsOk && kindArg && kindArg->value->text == "selective")
+          activationMode = ir::ActivationMode::RecomputeSelective;
+        else if (argsOk && kindArg && kindArg->value->text == "op")
+          activationMode = ir::ActivationMode::RecomputeOps;
+        if (argsOk && layersArg) {
+          if (activationMode != ir::ActivationMode::RecomputeFull) {
+            diags.error(layersArg->keyLoc,
+                        Twine("'layers = n' recomputes whole layers; 'recompute(") +
+                            kindArg->value->text +
+                            ")' applies to every layer: write 'recompute(layers = n)'",
+                        "placement");
+            argsOk = false;
+          } else if (std::optional<int64_t> n = getCount(*layersArg->value, "layers", 1,
+                                                         std::numeric_limits<int32_t>::max())) {
+            recomputeLayers = *n;
+          } else {
+            argsOk = false;
+          }
+        }
+        if (!argsOk) {
           ok = false;
           continue;
         }
-        if (mode.args.size() == 1 && mode.args[0].value->text == "selective")
-          activationMode = ir::ActivationMode::RecomputeSelective;
-        else if (mode.args.size() == 1 && mode.args[0].value->text == "op")
-          activationMode = ir::ActivationMode::RecomputeOps;
       } else if (mode.hasParens) {
         diags.error(mode.nameLoc, "'keep' takes no arguments", "placement");
         ok = false;
@@ -1567,6 +1608,7 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
       }
       modeLoc = mode.nameLoc;
       strategy.activationMode = activationMode;
+      strategy.recomputeLayers = recomputeLayers;
       strategy.activationModeLoc = mode.nameLoc;
       continue;
     }
@@ -1810,21 +1852,24 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
     if (operand.pipeline && !pipelineOwner)
       pipelineOwner = i;
     if (operand.activationModeLoc.isValid()) {
-      if (activationOwner && operands[*activationOwner]->activationMode != operand.activationMode) {
+      auto modeText = [](const ir::Strategy &x) {
+        return ir::getActivationModeText(x.activationMode, x.recomputeLayers);
+      };
+      if (activationOwner && modeText(*operands[*activationOwner]) != modeText(operand)) {
         diags.error(operandLocs[i],
                     Twine("the operands of '*' disagree on activations: '") +
-                        ir::toString(operands[*activationOwner]->activationMode) + "' and '" +
-                        ir::toString(operand.activationMode) + "'",
+                        modeText(*operands[*activationOwner]) + "' and '" + modeText(operand) + "'",
                     "composition");
-        diags.note(operandLocs[*activationOwner],
-                   Twine("'") + operands[*activationOwner]->name + "' sets '" +
-                       ir::toString(operands[*activationOwner]->activationMode) + "'");
-        diags.note(operandLocs[i], Twine("'") + operand.name + "' sets '" +
-                                       ir::toString(operand.activationMode) + "'");
+        diags.note(operandLocs[*activationOwner], Twine("'") + operands[*activationOwner]->name +
+                                                      "' sets '" +
+                                                      modeText(*operands[*activationOwner]) + "'");
+        diags.note(operandLocs[i],
+                   Twine("'") + operand.name + "' sets '" + modeText(operand) + "'");
         ok = false;
       } else if (!activationOwner) {
         activationOwner = i;
         result->activationMode = operand.activationMode;
+        result->recomputeLayers = operand.recomputeLayers;
         result->activationModeLoc = operand.activationModeLoc;
       }
     }

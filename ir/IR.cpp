@@ -208,6 +208,12 @@ StringRef toString(ActivationMode mode) {
   llvm_unreachable("unknown ActivationMode");
 }
 
+std::string getActivationModeText(ActivationMode mode, int64_t recomputeLayers) {
+  if (mode == ActivationMode::RecomputeFull && recomputeLayers > 0)
+    return "recompute(layers = " + std::to_string(recomputeLayers) + ")";
+  return toString(mode).str();
+}
+
 StringRef toString(Schedule schedule) {
   switch (schedule) {
   case Schedule::OneFOneB:

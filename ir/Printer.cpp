@@ -363,8 +363,8 @@ void IRPrinter::printState(const Strategy &strategy, State state, bool expert) {
   line() << "tier = " << toString(placement.tier) << ' ' << explicitness(placement.tierExplicit)
          << '\n';
   if (state == State::Activations) {
-    line() << "mode = " << toString(strategy.activationMode) << ' '
-           << explicitness(strategy.activationModeLoc.isValid()) << '\n';
+    line() << "mode = " << getActivationModeText(strategy.activationMode, strategy.recomputeLayers)
+           << ' ' << explicitness(strategy.activationModeLoc.isValid()) << '\n';
     line() << "sequence_parallel = " << (strategy.sequenceParallel ? "true" : "false") << '\n';
   }
   close();

@@ -320,11 +320,19 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
     }
     if (unit.expert)
       continue;
-    if (unit.kind == cost::UnitKind::Layer && model.kind == ir::ModelKind::Transformer &&
-        model.transformer.moe.isMoeLayer(unit.layer))
+    bool moeLayer = unit.kind == cost::UnitKind::Layer &&
+                    model.kind == ir::ModelKind::Transformer &&
+                    model.transformer.moe.isMoeLayer(unit.layer);
+    if (moeLayer)
       ++x.moeLayers;
-    if (unit.kind == cost::UnitKind::Layer || unit.kind == cost::UnitKind::MlpLayer)
+    if (unit.kind == cost::UnitKind::Layer || unit.kind == cost::UnitKind::MlpLayer) {
       ++x.layers;
+      // recompute(layers = n): the layers after the first n of their chunk keep everything.
+      if (layout.activations != ir::ActivationMode::Keep && !unit.recomputed) {
+        ++x.keptLayers;
+        x.keptMoeLayers += moeLayer ? 1 : 0;
+      }
+    }
     if (unit.kind == cost::UnitKind::Embedding)
       embedParams = elements;
     hasHead |= unit.kind == cost::UnitKind::Head;
@@ -351,16 +359,31 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
           /*moeLayer=*/true);
   } else if (model.kind == ir::ModelKind::Mlp)
     x.layerActivationBytes = cost::getMlpLayerActivationBytes(model.mlp, layout, activationText);
+  if (x.keptLayers > 0) {
+    cost::Layout keep = layout;
+    keep.activations = ir::ActivationMode::Keep;
+    if (model.kind == ir::ModelKind::Transformer) {
+      x.keptLayerActivationBytes = cost::getLayerActivationBytes(
+          model.transformer, keep, explain ? &x.keptLayerActivationText : nullptr);
+      if (x.keptMoeLayers > 0)
+        x.keptMoeLayerActivationBytes = cost::getLayerActivationBytes(
+            model.transformer, keep, explain ? &x.keptMoeLayerActivationText : nullptr,
+            /*moeLayer=*/true);
+    } else if (model.kind == ir::ModelKind::Mlp)
+      x.keptLayerActivationBytes = cost::getMlpLayerActivationBytes(
+          model.mlp, keep, explain ? &x.keptLayerActivationText : nullptr);
+  }
   // The layer being recomputed (the larger of a dense and an MoE one where the stage has both).
-  if (x.layers > 0) {
+  if (x.layers > x.keptLayers) {
     std::string denseText, moeText;
     double dense =
-        x.layers > x.moeLayers
+        x.layers - x.moeLayers > x.keptLayers - x.keptMoeLayers
             ? cost::getRecomputedLayerBytes(model, layout, explain ? &denseText : nullptr)
             : 0;
-    double moe = x.moeLayers > 0 ? cost::getRecomputedLayerBytes(model, layout,
-                                                                 explain ? &moeText : nullptr, true)
-                                 : 0;
+    double moe =
+        x.moeLayers > x.keptMoeLayers
+            ? cost::getRecomputedLayerBytes(model, layout, explain ? &moeText : nullptr, true)
+            : 0;
     x.recomputedLayer = std::max(dense, moe);
     if (explain)
       x.recomputedLayerText = moe > dense ? moeText : denseText;

@@ -1068,9 +1068,29 @@ StageMemoryResult getStageMemory(const StageStates &x, ir::StateBytes bytes,
   (x.paramsOnHost ? result.host : result.device).params = paramBytes;
   (x.gradsOnHost ? result.host : result.device).grads = gradBytes;
   (x.optimizerOnHost ? result.host : result.device).optimizer = optimizerBytes;
-  double activations = (static_cast<double>(x.layers - x.moeLayers) * x.layerActivationBytes +
-                        static_cast<double>(x.moeLayers) * x.moeLayerActivationBytes) *
-                       x.inFlight;
+  // Layers by kind (dense, MoE) and by whether they are recomputed (recompute(layers = n)).
+  struct LayerTerm {
+    int64_t count;
+    double bytes;
+    const std::string &text;
+    const char *what;
+  };
+  const std::array<LayerTerm, 4> terms = {{
+      {x.layers - x.moeLayers - (x.keptLayers - x.keptMoeLayers), x.layerActivationBytes,
+       x.layerActivationText,
+       x.keptLayers == 0 ? "dense"
+       : x.moeLayers > 0 ? "recomputed dense"
+                         : "recomputed"},
+      {x.moeLayers - x.keptMoeLayers, x.moeLayerActivationBytes, x.moeLayerActivationText,
+       x.keptLayers > 0 ? "recomputed MoE" : "MoE"},
+      {x.keptLayers - x.keptMoeLayers, x.keptLayerActivationBytes, x.keptLayerActivationText,
+       x.moeLayers > 0 ? "kept dense" : "kept"},
+      {x.keptMoeLayers, x.keptMoeLayerActivationBytes, x.keptMoeLayerActivationText, "kept MoE"},
+  }};
+  double activations = 0;
+  for (const LayerTerm &term : terms)
+    activations += static_cast<double>(term.count) * term.bytes;
+  activations *= x.inFlight;
   (x.activationsOnHost ? result.host : result.device).activations = activations;
 
   // Transient buffers.
@@ -1134,14 +1154,18 @@ StageMemoryResult getStageMemory(const StageStates &x, ir::StateBytes bytes,
   if (!x.activationsKnown)
     add(x.activationsOnHost, "activations",
         "unknown: an abstract model gives its parameter count only", 0, "");
-  else
+  else if (x.moeLayers == 0 && x.keptLayers == 0)
     add(x.activationsOnHost, "activations",
-        x.moeLayers > 0
-            ? fmt::format("({} dense layers × {} + {} MoE layers × {}) × {}",
-                          x.layers - x.moeLayers, x.layerActivationText, x.moeLayers,
-                          x.moeLayerActivationText, x.inFlightText)
-            : fmt::format("{} layers × {} × {}", x.layers, x.layerActivationText, x.inFlightText),
+        fmt::format("{} layers × {} × {}", x.layers, x.layerActivationText, x.inFlightText),
         activations);
+  else {
+    std::vector<std::string> layerTerms;
+    for (const LayerTerm &term : terms)
+      if (term.count > 0)
+        layerTerms.push_back(fmt::format("{} {} layers × {}", term.count, term.what, term.text));
+    add(x.activationsOnHost, "activations",
+        fmt::format("({}) × {}", llvm::join(layerTerms, " + "), x.inFlightText), activations);
+  }
 
   std::vector<std::string> parts;
   if (x.gathers && x.keepAfterForward)

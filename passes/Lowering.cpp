@@ -133,8 +133,10 @@ private:
     return unit.layer >= 0 && unit.layer < model.getNumLayers();
   }
   /// Units whose forward recomputation repeats: transformer blocks and mlp layers.
+  /// Under `recompute(layers = n)` the first n layers of each chunk only.
   bool isRecomputed(const Unit &unit) const {
-    return unit.kind == cost::UnitKind::Layer || unit.kind == cost::UnitKind::MlpLayer;
+    return (unit.kind == cost::UnitKind::Layer || unit.kind == cost::UnitKind::MlpLayer) &&
+           pipelineLayout.isRecomputedLayer(unit.layer, strategy.recomputeLayers);
   }
   /// The final norm and output layer of a transformer (an abstract model has no head).
   bool isHead(const Unit &unit) const {
@@ -285,6 +287,8 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   experts = getStateAxes(/*expert=*/true);
 
   buildUnits();
+  for (Unit &unit : plan->units)
+    unit.recomputed = strategy.activationMode != ir::ActivationMode::Keep && isRecomputed(unit);
   plan->stages.resize(stages);
   for (int64_t s = 0; s < stages; ++s) {
     plan->stages[s].stage = static_cast<int>(s);
@@ -605,7 +609,7 @@ void Lowering::lowerStage(StagePlan &stage) {
     // (the attention core when it is materialized; the norms and MLP activation under flash).
     // Per-op recomputation (`recompute(op)`) repeats the products and kernels whose outputs it
     // does not keep, and the tensor-parallel collectives among them (getRecomputedCollectives).
-    if (recomputePass && isRecomputed(unit) && !unitWork(unit, *recomputePass).empty()) {
+    if (recomputePass && unit.recomputed && !unitWork(unit, *recomputePass).empty()) {
       stage.backward.push_back(computeOp(u, unit, *recomputePass));
       addTraffic(stage.backward, Phase::Backward, u,
                  getRecomputedCollectives(model, unit.kind, unit.layer, strategy.activationMode,
@@ -940,13 +944,24 @@ PipelineLayout getPipelineLayout(int64_t layers, int64_t stages, const ir::Pipel
     perChunk.back() += layers - assigned;
   layout.layersOfStage.assign(stages, 0);
   for (int64_t c = 0; c < total; ++c) {
-    for (int64_t i = 0; i < perChunk[c]; ++i)
+    for (int64_t i = 0; i < perChunk[c]; ++i) {
       layout.chunkOfLayer.push_back(static_cast<int>(c));
+      layout.layerInChunk.push_back(i);
+    }
     layout.layersOfStage[layout.stageOfChunk[c]] += perChunk[c];
   }
   layout.chunkOfLayer.resize(static_cast<size_t>(std::max<int64_t>(0, layers)),
                              static_cast<int>(total - 1));
+  layout.layerInChunk.resize(layout.chunkOfLayer.size(), 0);
   return layout;
+}
+
+bool PipelineLayout::isRecomputedLayer(int64_t layer, int64_t recomputeLayers) const {
+  if (recomputeLayers <= 0)
+    return true;
+  if (layer < 0 || layer >= static_cast<int64_t>(layerInChunk.size()))
+    return false;
+  return layerInChunk[static_cast<size_t>(layer)] < recomputeLayers;
 }
 
 std::unique_ptr<StepPlan> lowerRun(const ir::Run &run) { return Lowering(run).lower(); }

@@ -660,6 +660,52 @@ TEST(AnalysisFlops, SelectiveRecomputationRepeatsAttentionCore) {
   EXPECT_REL(extra * 312e12 * 0.5 * 8, 4 * 64 * s * s * l * h, 1e-9);
 }
 
+TEST(AnalysisFlops, BlockRecomputationRecomputesTheFirstLayersOfEachChunk) {
+  // recompute(layers = 3), Megatron-LM's block method: GPT 1.7B's 24 layers over 2 stages × 3
+  // interleaved chunks of 4 layers; each chunk recomputes its first 3 (stage 0 holds chunks 0, 2,
+  // 4: layers 0-3, 8-11, 16-19), so 18 of the 24 layers are recomputed and 6 keep everything.
+  const std::string mesh = "mesh [pp = 2, dp = 4]; pipeline = interleaved(microbatches = 8, "
+                           "chunks = 3); ";
+  Session session(transformer("gpt", kGpt1_7B) + clusterOf("c", 8) + "strategy block3 { " + mesh +
+                  "activations = recompute(layers = 3); }\n" + "strategy every { " + mesh +
+                  "activations = recompute; }\n" + "strategy none { " + mesh +
+                  "activations = keep; }\n" + run("block", "gpt", "c", "block3", 1, 32) +
+                  run("full", "gpt", "c", "every", 1, 32) + run("keep", "gpt", "c", "none", 1, 32));
+  ASSERT_SESSION(session);
+  const Session::Result *block = session.get("block"), *full = session.get("full"),
+                        *keep = session.get("keep");
+  ASSERT_TRUE(block && full && keep);
+  std::vector<int> recomputed;
+  for (const plan::Unit &unit : block->plan->units)
+    if (unit.recomputed)
+      recomputed.push_back(unit.layer);
+  EXPECT_EQ(recomputed,
+            (std::vector<int>{0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 16, 17, 18, 20, 21, 22}));
+
+  // FLOPs: the model's (72·B·s·l·h²·(…), no recomputation) plus 18/24 of what full
+  // recomputation repeats (Narayanan et al. 2021, eq. 3: 96·… with every layer's forward again).
+  double model = modelFlops(32, kGpt1_7B), all = narayananFlops(96, 32, kGpt1_7B);
+  EXPECT_REL(planFlops(*block->plan, true), model + 18.0 / 24.0 * (all - model), 1e-12);
+  EXPECT_REL(planFlops(*full->plan, true), all, 1e-12);
+
+  // Memory of stage 0: 9 layers keep their input, 2·s·b·h bytes (Korthikanti et al. 2022,
+  // Table 2, full recomputation), 3 keep what `keep` keeps, times the interleaved schedule's
+  // micro-batches in flight, min(p, m)·(1 + (p − 1)/(p·v)) = 2·(1 + 1/6).
+  const double s = 2048, h = 2304, inFlight = 2 * (1 + 1.0 / 6);
+  double keepLayer = keep->analysis.memory.stages[0].device.activations / (12 * inFlight);
+  EXPECT_REL(full->analysis.memory.stages[0].device.activations, 12 * 2 * s * h * inFlight, kExact);
+  EXPECT_REL(block->analysis.memory.stages[0].device.activations,
+             (9 * 2 * s * h + 3 * keepLayer) * inFlight, kExact);
+  // One recomputed layer at a time holds its activations again through its backward: the same
+  // transient as under full recomputation.
+  EXPECT_REL(block->analysis.memory.stages[0].device.transient,
+             full->analysis.memory.stages[0].device.transient, kExact);
+  EXPECT_LT(block->analysis.memory.stages[0].device.peak,
+            keep->analysis.memory.stages[0].device.peak);
+  EXPECT_GT(block->analysis.memory.stages[0].device.peak,
+            full->analysis.memory.stages[0].device.peak);
+}
+
 //===----------------------------------------------------------------------===//
 // 4b. Overlapped communication (Lee et al. 2025)
 //===----------------------------------------------------------------------===//

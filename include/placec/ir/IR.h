@@ -332,6 +332,9 @@ enum class ActivationMode {
 };
 
 llvm::StringRef toString(ActivationMode mode);
+/// The mode as written: toString, or `recompute(layers = n)` when only the first `recomputeLayers`
+/// layers of each model chunk are recomputed (Strategy::recomputeLayers).
+std::string getActivationModeText(ActivationMode mode, int64_t recomputeLayers);
 
 struct AxisPlacement {
   PlacementMode mode = PlacementMode::Replicated;
@@ -393,6 +396,11 @@ public:
   std::array<StatePlacement, kNumStates> expertPlacements;
   ActivationMode activationMode = ActivationMode::Keep;
   llvm::SMLoc activationModeLoc;
+  /// `recompute(layers = n)` (RecomputeFull only): the first n layers of each model chunk (the
+  /// stage's layers, or each interleaved chunk's) are recomputed whole and the others keep their
+  /// activations, as Megatron-LM's `--recompute-method block --recompute-num-layers n`; 0: every
+  /// layer.
+  int64_t recomputeLayers = 0;
   /// Activations sharded along the sequence over the tensor axes (sequence parallelism).
   bool sequenceParallel = false;
   /// `context = ring | all_gather | all_to_all;`: the exchange of context-parallel attention.

@@ -311,6 +311,12 @@ struct StageStates {
   bool activationsKnown = true;
   double layerActivationBytes = 0; ///< One layer, one micro-batch.
   std::string layerActivationText;
+  /// Under `recompute(layers = n)`: the stage's layers that are not recomputed (`keptMoeLayers`
+  /// of them MoE layers), which keep what `keep` keeps, and that for one of them and one
+  /// micro-batch.
+  int64_t keptLayers = 0, keptMoeLayers = 0;
+  double keptLayerActivationBytes = 0, keptMoeLayerActivationBytes = 0;
+  std::string keptLayerActivationText, keptMoeLayerActivationText;
   double inFlight = 1;
   std::string inFlightText;
 };

@@ -104,6 +104,10 @@ struct Unit {
   /// The routed experts of an MoE layer: a unit of parameters only (their compute is the
   /// layer's), split over the expert axes and placed by the expert placements.
   bool expert = false;
+  /// A transformer block or mlp layer that the activation mode recomputes before its backward
+  /// (every one under `recompute`, `recompute(selective)` and `recompute(op)`; the first n of
+  /// each chunk under `recompute(layers = n)`); false under `keep`.
+  bool recomputed = false;
 };
 
 /// What one pipeline stage does in a step. Without a pipeline there is one stage.
@@ -190,6 +194,13 @@ struct PipelineLayout {
   std::vector<int> chunkOfLayer;
   std::vector<int> stageOfChunk;
   std::vector<int64_t> layersOfStage;
+  /// Each layer's position in its chunk (0 for the chunk's first layer).
+  std::vector<int64_t> layerInChunk;
+
+  /// True when `layer` is recomputed under `recompute(layers = n)` with `recomputeLayers` = n:
+  /// the first n layers of every chunk are (Megatron-LM's block method, which checkpoints the
+  /// first n layers of each model chunk's transformer block); every layer when n is 0.
+  bool isRecomputedLayer(int64_t layer, int64_t recomputeLayers) const;
 };
 PipelineLayout getPipelineLayout(int64_t layers, int64_t stages, const ir::Pipeline *pipeline);
 
