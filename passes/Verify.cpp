@@ -1040,9 +1040,51 @@ std::string VerifyPass::suggestForDevice(const ir::Run &run) {
   if (zero3)
     variants.push_back(
         {"gather params and shard grads and the optimizer" + over + " (ZeRO-3)", zero, 0});
-  if (model && strategy.activationMode != ir::ActivationMode::RecomputeFull) {
+  // Recomputing the first n layers of each chunk (recompute(layers = n)), the smallest n that
+  // fits: the peak falls as n grows, so a binary search over 1 … the largest chunk less one.
+  int64_t layers = run.model->getNumLayers();
+  if (model && layers > 1 &&
+      (strategy.activationMode != ir::ActivationMode::RecomputeFull ||
+       strategy.recomputeLayers > 0)) {
+    plan::PipelineLayout pipe =
+        plan::getPipelineLayout(layers, mesh.getDegree(ir::AxisKind::Layers),
+                                strategy.pipeline ? &*strategy.pipeline : nullptr);
+    int64_t chunkLayers = 1;
+    for (int64_t position : pipe.layerInChunk)
+      chunkLayers = std::max(chunkLayers, position + 1);
+    ir::Strategy block = strategy;
+    block.activationMode = ir::ActivationMode::RecomputeFull;
+    auto peakWith = [&](int64_t n) {
+      block.recomputeLayers = n;
+      return analyzePeak(run, block);
+    };
+    int64_t low = std::max<int64_t>(1, strategy.recomputeLayers + 1), high = chunkLayers - 1;
+    if (low <= high && peakWith(high) <= capacity) {
+      double peak = 0;
+      while (low < high) {
+        int64_t middle = low + (high - low) / 2;
+        if (peakWith(middle) <= capacity)
+          high = middle;
+        else
+          low = middle + 1;
+      }
+      peak = peakWith(low);
+      block.recomputeLayers = low;
+      variants.push_back(
+          {"recompute only the first " + std::to_string(low) + " of the " +
+               std::to_string(chunkLayers) + " layers " +
+               (pipe.stageOfChunk.size() <= 1                           ? "of the model"
+                : pipe.stageOfChunk.size() == pipe.layersOfStage.size() ? "of each stage"
+                                                                        : "of each chunk") +
+               " ('activations = recompute(layers = " + std::to_string(low) + ")')",
+           block, peak});
+    }
+  }
+  if (model && (strategy.activationMode != ir::ActivationMode::RecomputeFull ||
+                strategy.recomputeLayers > 0)) {
     ir::Strategy full = strategy;
     full.activationMode = ir::ActivationMode::RecomputeFull;
+    full.recomputeLayers = 0;
     variants.push_back(
         {"keep only the layer inputs and recompute the rest ('activations = recompute')", full, 0});
   }
@@ -1052,16 +1094,20 @@ std::string VerifyPass::suggestForDevice(const ir::Run &run) {
     variants.push_back({"offload the optimizer ('optimizer = @ host', ZeRO-Offload)", offload, 0});
   }
   for (Variant &variant : variants)
-    variant.peak = analyzePeak(run, variant.strategy);
+    if (variant.peak <= 0) // Not computed by the search for it above.
+      variant.peak = analyzePeak(run, variant.strategy);
   for (const Variant &variant : variants)
     if (variant.peak <= capacity)
       return "to fit, " + variant.description + ": " + formatGiB(variant.peak) + " per device";
 
   // Everything on the device together: ZeRO-3 and full recomputation.
   ir::Strategy all = zero;
-  if (model)
+  if (model) {
     all.activationMode = ir::ActivationMode::RecomputeFull;
-  bool changedAny = zero1 || zero2 || zero3 || all.activationMode != strategy.activationMode;
+    all.recomputeLayers = 0;
+  }
+  bool changedAny = zero1 || zero2 || zero3 || all.activationMode != strategy.activationMode ||
+                    all.recomputeLayers != strategy.recomputeLayers;
   std::string together = "gathering params and sharding grads and the optimizer" + over +
                          (model ? " with full recomputation" : "");
   if (!changedAny)
