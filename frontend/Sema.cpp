@@ -2085,33 +2085,31 @@ void Sema::buildRun(const ast::RunDecl &decl) {
       ok = false;
     }
   }
-  if (const ast::Field *field = fields.lookup("cross_entropy")) {
+  // A field of two words, each value named with what it means in the message for any other.
+  auto twoWords = [&](StringRef key, StringRef first, StringRef second, StringRef meaning,
+                      auto &target, auto firstValue, auto secondValue) {
+    const ast::Field *field = fields.lookup(key);
+    if (!field)
+      return;
     const ast::Value &value = field->value;
-    if (value.kind == ast::Value::Kind::Name && value.text == "fused") {
-      run->crossEntropy = ir::CrossEntropyKind::Fused;
-    } else if (value.kind == ast::Value::Kind::Name && value.text == "unfused") {
-      run->crossEntropy = ir::CrossEntropyKind::Unfused;
+    if (value.kind == ast::Value::Kind::Name && value.text == first) {
+      target = firstValue;
+    } else if (value.kind == ast::Value::Kind::Name && value.text == second) {
+      target = secondValue;
     } else {
-      diags.error(value.getLoc(), Twine("unknown cross_entropy '") + spell(value) +
-                                      "': expected fused (Megatron-LM's, the default) or unfused "
-                                      "(PyTorch's F.cross_entropy over fp32 logits)");
+      diags.error(value.getLoc(),
+                  Twine("unknown ") + key + " '" + spell(value) + "': expected " + meaning);
       ok = false;
     }
-  }
-  if (const ast::Field *field = fields.lookup("kernels")) {
-    const ast::Value &value = field->value;
-    if (value.kind == ast::Value::Kind::Name && value.text == "fused") {
-      run->kernels = ir::KernelMode::Fused;
-    } else if (value.kind == ast::Value::Kind::Name && value.text == "eager") {
-      run->kernels = ir::KernelMode::Eager;
-    } else {
-      diags.error(value.getLoc(), Twine("unknown kernels '") + spell(value) +
-                                      "': expected fused (one kernel per norm, rotary embedding "
-                                      "and activation, the default) or eager (PyTorch without "
-                                      "torch.compile)");
-      ok = false;
-    }
-  }
+  };
+  twoWords("cross_entropy", "fused", "unfused",
+           "fused (Megatron-LM's, the default) or unfused (PyTorch's F.cross_entropy over fp32 "
+           "logits)",
+           run->crossEntropy, ir::CrossEntropyKind::Fused, ir::CrossEntropyKind::Unfused);
+  twoWords("kernels", "fused", "eager",
+           "fused (one kernel per norm, rotary embedding and activation, the default) or eager "
+           "(PyTorch without torch.compile)",
+           run->kernels, ir::KernelMode::Fused, ir::KernelMode::Eager);
   // What the run measured, for placec to compare its predictions with (`placec fidelity`).
   if (const ast::Field *field = fields.lookup("measured_step")) {
     std::optional<double> value = getQuantity(field->value, "measured_step", Dimension::Time);

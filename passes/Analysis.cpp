@@ -349,29 +349,26 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
     x.tiedEmbedding = embedParams;
 
   x.activationsKnown = model.kind != ir::ModelKind::Abstract;
-  std::string *activationText = explain ? &x.layerActivationText : nullptr;
-  if (model.kind == ir::ModelKind::Transformer) {
-    x.layerActivationBytes =
-        cost::getLayerActivationBytes(model.transformer, layout, activationText);
-    if (x.moeLayers > 0)
-      x.moeLayerActivationBytes = cost::getLayerActivationBytes(
-          model.transformer, layout, explain ? &x.moeLayerActivationText : nullptr,
-          /*moeLayer=*/true);
-  } else if (model.kind == ir::ModelKind::Mlp)
-    x.layerActivationBytes = cost::getMlpLayerActivationBytes(model.mlp, layout, activationText);
+  // One dense layer's and (where the stage has them) one MoE layer's activation bytes under
+  // `layoutOf`'s mode.
+  auto layerBytes = [&](const cost::Layout &layoutOf, bool withMoe, double &dense,
+                        std::string &denseText, double &moe, std::string &moeText) {
+    if (model.kind == ir::ModelKind::Transformer) {
+      dense = cost::getLayerActivationBytes(model.transformer, layoutOf,
+                                            explain ? &denseText : nullptr);
+      if (withMoe)
+        moe = cost::getLayerActivationBytes(model.transformer, layoutOf,
+                                            explain ? &moeText : nullptr, /*moeLayer=*/true);
+    } else if (model.kind == ir::ModelKind::Mlp)
+      dense = cost::getMlpLayerActivationBytes(model.mlp, layoutOf, explain ? &denseText : nullptr);
+  };
+  layerBytes(layout, x.moeLayers > 0, x.layerActivationBytes, x.layerActivationText,
+             x.moeLayerActivationBytes, x.moeLayerActivationText);
   if (x.keptLayers > 0) {
     cost::Layout keep = layout;
     keep.activations = ir::ActivationMode::Keep;
-    if (model.kind == ir::ModelKind::Transformer) {
-      x.keptLayerActivationBytes = cost::getLayerActivationBytes(
-          model.transformer, keep, explain ? &x.keptLayerActivationText : nullptr);
-      if (x.keptMoeLayers > 0)
-        x.keptMoeLayerActivationBytes = cost::getLayerActivationBytes(
-            model.transformer, keep, explain ? &x.keptMoeLayerActivationText : nullptr,
-            /*moeLayer=*/true);
-    } else if (model.kind == ir::ModelKind::Mlp)
-      x.keptLayerActivationBytes = cost::getMlpLayerActivationBytes(
-          model.mlp, keep, explain ? &x.keptLayerActivationText : nullptr);
+    layerBytes(keep, x.keptMoeLayers > 0, x.keptLayerActivationBytes, x.keptLayerActivationText,
+               x.keptMoeLayerActivationBytes, x.keptMoeLayerActivationText);
   }
   // The layer being recomputed (the larger of a dense and an MoE one where the stage has both).
   if (x.layers > x.keptLayers) {

@@ -1059,16 +1059,18 @@ std::string VerifyPass::suggestForDevice(const ir::Run &run) {
       return analyzePeak(run, block);
     };
     int64_t low = std::max<int64_t>(1, strategy.recomputeLayers + 1), high = chunkLayers - 1;
-    if (low <= high && peakWith(high) <= capacity) {
-      double peak = 0;
+    // `peak` is always that of `high`, the fewest layers known to fit.
+    double peak = low <= high ? peakWith(high) : 0;
+    if (low <= high && peak <= capacity) {
       while (low < high) {
         int64_t middle = low + (high - low) / 2;
-        if (peakWith(middle) <= capacity)
+        if (double middlePeak = peakWith(middle); middlePeak <= capacity) {
           high = middle;
-        else
+          peak = middlePeak;
+        } else {
           low = middle + 1;
+        }
       }
-      peak = peakWith(low);
       block.recomputeLayers = low;
       variants.push_back(
           {"recompute only the first " + std::to_string(low) + " of the " +
