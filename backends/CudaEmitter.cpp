@@ -126,6 +126,16 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
     refuseStrategy(strategy.activationModeLoc, "activations = recompute(op)",
                    "the GPU trainer keeps a block's activations (recomputing the attention "
                    "probabilities) or its input only");
+  if (config.attention == ir::AttentionKind::Flash &&
+      strategy.activationMode == ir::ActivationMode::RecomputeSelective)
+    refuseStrategy(strategy.activationModeLoc, "activations = recompute(selective)",
+                   "under fused attention the GPU trainer keeps the norms and the MLP activation "
+                   "(activations = keep) or recomputes the whole block (recompute(full))");
+  if (config.attention == ir::AttentionKind::Materialized &&
+      strategy.activationMode == ir::ActivationMode::Keep)
+    refuseStrategy(strategy.activationModeLoc, "activations = keep with attention = materialized",
+                   "the GPU trainer recomputes the attention scores in the backward "
+                   "(activations = recompute(selective))");
   if (strategy.recomputeLayers > 0)
     refuseStrategy(strategy.activationModeLoc,
                    "activations = recompute(layers = " + Twine(strategy.recomputeLayers) + ")",
@@ -160,6 +170,18 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
   if (config.heads > 0 && config.hidden % config.heads != 0)
     refuse(model.loc, "hidden " + Twine(config.hidden) + " and heads " + Twine(config.heads),
            "the head dimension must be whole");
+  else if (config.attention == ir::AttentionKind::Flash3 ||
+           config.attention == ir::AttentionKind::Cudnn)
+    refuse(model.loc, "attention = " + ir::toString(config.attention),
+           "the GPU trainer's fused attention is FlashAttention-2's algorithm (attention = flash); "
+           "attention = materialized keeps the scores");
+  else if (config.attention == ir::AttentionKind::Flash && config.heads > 0) {
+    int64_t headDim = config.hidden / config.heads;
+    if (headDim != 16 && headDim != 32 && headDim != 64 && headDim != 128)
+      refuse(model.loc, "attention = flash with heads of " + Twine(headDim),
+             "the GPU trainer's fused attention runs heads of 16, 32, 64 or 128; attention = "
+             "materialized runs any");
+  }
   if (run.precision != ir::Precision::MixedBF16)
     refuse(fieldLoc(run, "precision"), "precision = " + ir::toString(run.precision),
            "the GPU trainer computes in bf16 with fp32 master weights (precision = "
@@ -249,6 +271,7 @@ int main(int argc, char **argv) {{
   spec.dataParallel = {10};
   spec.zeroStage = {11};
   spec.recomputeFull = {20};
+  spec.fusedAttention = {22};
   spec.placecVersion = "{21}";
   // The cluster's peak FLOP/s per device (MFU) and the report's per-device peak memory.
   spec.peakFlops = {18};
@@ -262,7 +285,7 @@ int main(int argc, char **argv) {{
       quoted(batchLabel(strategy.mesh)), run.globalBatch, run.microBatch,
       number(run.cluster ? run.cluster->peakFlops : 0), number(predictedPeakBytes),
       strategy.activationMode == ir::ActivationMode::RecomputeFull ? "true" : "false",
-      PLACEC_VERSION);
+      PLACEC_VERSION, config.attention == ir::AttentionKind::Flash ? "true" : "false");
 }
 
 std::string emitCudaCMakeLists(const ir::Run &run, StringRef sourceName, StringRef placertHint) {

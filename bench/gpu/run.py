@@ -27,14 +27,38 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 SOURCES = {"gpt350m_1gpu": "gpt-350m.place", "gpt1300m_1gpu": "gpt-1.3b.place"}
 
 
-def run(command, log, cwd=None, check=True, env=None):
+def run(command, log, cwd=None, check=True, env=None, timeout=None):
     print("+ " + " ".join(command), flush=True)
     with open(log, "w") as out:
-        result = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            result = subprocess.run(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                    env=env, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            out.write(f"\nrun.py: stopped after {timeout} s\n")
+            return 124
     if check and result.returncode != 0:
         sys.stdout.write(open(log).read()[-4000:])
         raise SystemExit(f"run.py: '{' '.join(command)}' failed ({result.returncode}); see {log}")
     return result.returncode
+
+
+def nccl_in_wheel():
+    """nccl.h and libnccl of the nvidia-nccl wheel that PyTorch images carry, when the CUDA
+    toolkit has none: (include dir, library path) or None."""
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("nvidia.nccl")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = list(spec.submodule_search_locations)[0]
+    include, lib = os.path.join(root, "include"), os.path.join(root, "lib")
+    libraries = sorted(f for f in os.listdir(lib) if f.startswith("libnccl.so")) \
+        if os.path.isdir(lib) else []
+    if not os.path.exists(os.path.join(include, "nccl.h")) or not libraries:
+        return None
+    return include, os.path.join(lib, libraries[0])
 
 
 def cmake_args():
@@ -42,6 +66,12 @@ def cmake_args():
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if os.path.exists(nvcc):
         args.append("-DCMAKE_CUDA_COMPILER=" + nvcc)
+        toolkit = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+        has_nccl = any(os.path.exists(os.path.join(toolkit, d, "nccl.h"))
+                       for d in ("include", "targets/x86_64-linux/include"))
+        wheel = None if has_nccl or os.environ.get("NCCL_ROOT") else nccl_in_wheel()
+        if wheel:
+            args += ["-DPLACERT_NCCL_INCLUDE_DIR=" + wheel[0], "-DPLACERT_NCCL_LIBRARY=" + wheel[1]]
     return args
 
 
@@ -50,6 +80,54 @@ def shape_of(main_cpp):
     text = open(main_cpp).read()
     values = dict(re.findall(r"(?:shape|spec)\.(\w+) = (-?[0-9.e+]+);", text))
     return {k: float(v) if "." in v or "e" in v else int(v) for k, v in values.items()}
+
+
+def sanitizer_path():
+    return shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+
+
+def profile_kernels(program, name, out_dir, skip, count):
+    """Times `count` kernel launches after the first `skip` under Nsight Compute, with the card's
+    clocks left as they are, and writes a table of time per kernel name."""
+    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    csv_path = os.path.join(out_dir, name + "-ncu.csv")
+    print(f"+ ncu {program} (launches {skip} to {skip + count})", flush=True)
+    with open(csv_path, "w") as out:
+        try:
+            subprocess.run([ncu, "--clock-control", "none", "--metrics",
+                            "gpu__time_duration.sum", "--csv", "--print-units", "base",
+                            "--launch-skip", str(skip), "--launch-count", str(count), program,
+                            "--steps", "1", "--warmup", "1", "--quiet"], stdout=out,
+                           stderr=subprocess.DEVNULL, check=False, timeout=300)
+        except subprocess.TimeoutExpired:
+            print(f"{name}: ncu stopped after 300 s")
+            return
+    import csv
+    totals, counts = {}, {}
+    with open(csv_path) as f:
+        rows = [r for r in csv.reader(f) if len(r) > 10]
+    if not rows:
+        print(f"{name}: ncu wrote no table (see {csv_path})")
+        return
+    header = rows[0]
+    k_name, k_value = header.index("Kernel Name"), header.index("Metric Value")
+    for r in rows[1:]:
+        try:
+            ns = float(r[k_value].replace(",", ""))
+        except ValueError:
+            continue
+        kernel = r[k_name].split("(")[0][:90]
+        totals[kernel] = totals.get(kernel, 0.0) + ns
+        counts[kernel] = counts.get(kernel, 0) + 1
+    whole = sum(totals.values())
+    lines = [f"{name}: launches {skip} to {skip + count} under ncu: {whole / 1e6:.2f} ms of "
+             "kernel time", "", "| kernel | launches | ms | share |", "|---|---|---|---|"]
+    for kernel, ns in sorted(totals.items(), key=lambda kv: -kv[1]):
+        lines.append(f"| `{kernel}` | {counts[kernel]} | {ns / 1e6:.3f} | "
+                     f"{100 * ns / whole:.1f}% |")
+    text = "\n".join(lines) + "\n"
+    open(os.path.join(out_dir, name + "-kernels.md"), "w").write(text)
+    print("\n".join(lines[:30]))
 
 
 def main():
@@ -65,6 +143,13 @@ def main():
     parser.add_argument("--build-only", action="store_true",
                         help="build placert_cuda, the tests and the programs; run nothing")
     parser.add_argument("--torch-attention", default="sdpa", choices=["sdpa", "math"])
+    parser.add_argument("--sanitize", action="store_true",
+                        help="also run compute-sanitizer (memcheck, racecheck) on the kernel test "
+                        "and the trainer test")
+    parser.add_argument("--profile", metavar="SKIP:COUNT",
+                        help="also time COUNT kernel launches of each program under ncu, after "
+                        "the first SKIP, and write <run>-kernels.md (time per kernel name, "
+                        "largest first); ncu replays each launch, so keep COUNT to a few hundred")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     logs = os.path.join(args.out, "logs")
@@ -106,6 +191,27 @@ def main():
             gpt_summary += f" (exit {gpt_rc})"
     print("trainer against the CPU reference:", gpt_summary)
 
+    # 2c. compute-sanitizer on both tests.
+    sanitizer_summary = []
+    if args.sanitize and not args.build_only:
+        tools = [("kernel", [os.path.join(build, "placert-cuda-kernel-test"), "--quick"]),
+                 ("trainer", [os.path.join(full, "cuda", "placert-cuda-gpt-test")])]
+        for tool in ["memcheck", "racecheck"]:
+            for what, binary in tools:
+                if not os.path.exists(binary[0]):
+                    continue
+                log = os.path.join(logs, f"sanitizer-{tool}-{what}.log")
+                # NCCL's initialization probes for kernel images of other architectures and
+                # handles the errors it gets; memcheck would count those API errors as its own.
+                quiet_api = ["--report-api-errors", "no"] if what == "trainer" else []
+                rc = run([sanitizer_path(), "--tool", tool, "--error-exitcode", "3"] + quiet_api
+                         + binary, log, check=False, timeout=240)
+                tail = [line for line in open(log).read().splitlines()
+                        if line.startswith("========= ")][-1:]
+                sanitizer_summary.append(f"{tool} on the {what} test: exit {rc}"
+                                         + (f" ({tail[0][10:]})" if tail else ""))
+                print(sanitizer_summary[-1])
+
     rows = []
     for name in [r for r in args.runs.split(",") if r]:
         # 3. The generated program.
@@ -133,6 +239,9 @@ def main():
              str(args.warmup), "--metrics", metrics, "--peak-tflops", str(args.peak_tflops)],
             os.path.join(logs, name + "-run.log"))
         placert = json.load(open(metrics))
+        if args.profile:
+            skip, count = (int(x) for x in args.profile.split(":"))
+            profile_kernels(os.path.join(project, "build", name), name, args.out, skip, count)
         report = json.load(open(os.path.join(project, "report.json")))["runs"][0]
         row = {"run": name, "placert": placert,
                "predicted_peak_bytes": report["memory"]["device"]["peak"],
@@ -154,7 +263,8 @@ def main():
                            "--peak-tflops", str(args.peak_tflops), "--json", out]
                 if mode == "compile":
                     command.append("--compile")
-                rc = run(command, os.path.join(logs, f"{name}-torch-{mode}.log"), check=False)
+                rc = run(command, os.path.join(logs, f"{name}-torch-{mode}.log"), check=False,
+                         timeout=300)
                 row["torch_" + mode] = json.load(open(out)) if rc == 0 else {"error": rc}
         rows.append(row)
 
@@ -183,6 +293,8 @@ def main():
     table = "\n".join(lines)
     print("\nkernel test: " + kernel_summary[0])
     print("trainer against the CPU reference: " + gpt_summary)
+    for line in sanitizer_summary:
+        print(line)
     print(table)
     with open(os.path.join(args.out, "results.md"), "w") as out:
         out.write("kernel test: " + kernel_summary[0] + "\n\ntrainer against the CPU reference: "

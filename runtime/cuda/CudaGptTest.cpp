@@ -1,9 +1,9 @@
 // placert-cuda-gpt-test: the GPU trainer end to end against the CPU reference trainer
 // (runtime/src/GptReference.h, fp32): a small GPT, the CPU's initial parameters and tokens, three
 // Adam steps with two micro-batches each, under ZeRO stages 0-3 on one GPU (and 0 and 3 with full
-// recomputation); the losses and the final parameters (rounded to bf16 on both sides) must agree
-// within 2e-2 (bf16 activations and GEMM operands against fp32). Exits 77 (skipped) without a
-// CUDA device.
+// recomputation, and 0 and 3 with the materialized attention); the losses and the final parameters
+// (rounded to bf16 on both sides) must agree within 2e-2 (bf16 activations and GEMM operands
+// against fp32). Exits 77 (skipped) without a CUDA device.
 #include "GptModel.h"
 #include "GptReference.h"
 #include "Kernels.h"
@@ -52,14 +52,18 @@ int main(int argc, char **argv) {
   reference.learningRate = 1e-3;
 
   int failures = 0;
-  // Stages 0-3, then stages 0 and 3 with full recomputation.
-  const int cases = 6;
+  // Stages 0-3, then stages 0 and 3 with full recomputation, with the fused attention; then
+  // stages 0 and 3 with the materialized attention (the scores through device memory).
+  const int cases = 8;
   for (int index = 0; index < cases; ++index) {
-    int stage = index < 4 ? index : (index - 4) * 3;
-    bool recomputeFull = index >= 4;
+    int stage = index < 4 ? index : (index % 2) * 3;
+    bool recomputeFull = index == 4 || index == 5;
+    bool fused = index < 6;
     cuda::GptRunSpec spec;
-    spec.run = "tiny_zero" + std::to_string(stage) + (recomputeFull ? "_full" : "");
+    spec.run = "tiny_zero" + std::to_string(stage) + (recomputeFull ? "_full" : "") +
+               (fused ? "" : "_materialized");
     spec.recomputeFull = recomputeFull;
+    spec.fusedAttention = fused;
     spec.globalBatch = reference.globalBatch;
     spec.microBatch = reference.microBatch;
     spec.zeroStage = stage;

@@ -270,9 +270,15 @@ void testLayerNorm(Random &random) {
   delete dX, delete dG, delete dB, delete dDy, delete dDg, delete dDb;
 }
 
-void testAttention(Random &random, cublasHandle_t handle) {
-  const int64_t batch = 2, seq = 40, heads = 3, headDim = 16, width = heads * headDim;
-  const int64_t n = batch * seq * width;
+/// Causal attention of `batch` sequences of `seq` tokens against the CPU reference, through the
+/// cuBLAS path (scores in device memory) and the fused path (FlashAttention.cu), each on separate
+/// q, k, v arrays and on the trainer's packed [rows, 3·width] array ([head][q, k, v][headDim]).
+/// Every output is poisoned (NaN) before each run, so an unwritten element fails.
+void testAttention(Random &random, cublasHandle_t handle, int64_t batch, int64_t seq,
+                   int64_t heads, int64_t headDim, bool cublasPath) {
+  const int64_t width = heads * headDim, n = batch * seq * width, rows = batch * seq;
+  const std::string size = " [b" + std::to_string(batch) + " s" + std::to_string(seq) + " h" +
+                           std::to_string(heads) + " d" + std::to_string(headDim) + "]";
   auto q = rounded(random.uniform(n, -1, 1)), k = rounded(random.uniform(n, -1, 1));
   auto v = rounded(random.uniform(n, -1, 1)), dout = rounded(random.uniform(n, -1, 1));
   std::vector<float> out(n), probs(batch * heads * seq * seq), dq(n), dk(n), dv(n);
@@ -280,64 +286,76 @@ void testAttention(Random &random, cublasHandle_t handle) {
                         headDim);
   gpt::attentionBackward(q.data(), k.data(), v.data(), probs.data(), dout.data(), dq.data(),
                          dk.data(), dv.data(), batch, seq, heads, headDim);
-  auto dQ = toBf16(q), dK = toBf16(k), dV = toBf16(v), dDout = toBf16(dout);
-  Device<bf16> dOut(n), dDq(n), dDk(n), dDv(n);
-  int64_t square = AttentionWorkspace::getElements(seq, heads);
-  Device<float> scores(square);
-  Device<bf16> p(square), ds(square);
-  AttentionWorkspace workspace{scores.data, p.data, ds.data};
-  bool ok =
-      attentionForward(handle, dQ->data, dK->data, dV->data, width, headDim, dOut.data, width,
-                       batch, seq, heads, headDim, workspace, nullptr) == CUBLAS_STATUS_SUCCESS;
-  ok &= attentionBackward(handle, dQ->data, dK->data, dV->data, width, headDim, dDout->data, width,
-                          dDq.data, dDk.data, dDv.data, batch, seq, heads, headDim, workspace,
-                          nullptr) == CUBLAS_STATUS_SUCCESS;
-  if (!ok)
-    std::printf("attention: a cuBLAS call failed\n");
-  compare("attentionForward out", fromDevice(dOut), out, kBf16Tolerance);
-  compare("attentionBackward dq", fromDevice(dDq), dq, kBf16Tolerance);
-  compare("attentionBackward dk", fromDevice(dDk), dk, kBf16Tolerance);
-  compare("attentionBackward dv", fromDevice(dDv), dv, kBf16Tolerance);
-  delete dQ, delete dK, delete dV, delete dDout;
-
-  // The trainer's layout: one [rows, 3·width] array, columns ordered [head][q, k, v][headDim].
-  const int64_t rows = batch * seq, packedWidth = 3 * width;
-  std::vector<float> packed(rows * packedWidth);
+  std::vector<float> packed(rows * 3 * width);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t d = 0; d < headDim; ++d) {
-        float *at = &packed[r * packedWidth + h * 3 * headDim + d];
+        float *at = &packed[r * 3 * width + h * 3 * headDim + d];
         at[0] = q[r * width + h * headDim + d];
         at[headDim] = k[r * width + h * headDim + d];
         at[2 * headDim] = v[r * width + h * headDim + d];
       }
-  auto dPacked = toBf16(packed);
-  auto dDout2 = toBf16(dout);
-  Device<bf16> dOut2(n), dGrad(rows * packedWidth);
-  const bf16 *base = dPacked->data;
-  ok = attentionForward(handle, base, base + headDim, base + 2 * headDim, packedWidth, 3 * headDim,
-                        dOut2.data, width, batch, seq, heads, headDim, workspace,
-                        nullptr) == CUBLAS_STATUS_SUCCESS;
-  ok &= attentionBackward(handle, base, base + headDim, base + 2 * headDim, packedWidth,
-                          3 * headDim, dDout2->data, width, dGrad.data, dGrad.data + headDim,
-                          dGrad.data + 2 * headDim, batch, seq, heads, headDim, workspace,
-                          nullptr) == CUBLAS_STATUS_SUCCESS;
-  if (!ok)
-    std::printf("attention (packed qkv): a cuBLAS call failed\n");
-  std::vector<float> grad = fromDevice(dGrad), dqPacked(n), dkPacked(n), dvPacked(n);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t h = 0; h < heads; ++h)
-      for (int64_t d = 0; d < headDim; ++d) {
-        const float *at = &grad[r * packedWidth + h * 3 * headDim + d];
-        dqPacked[r * width + h * headDim + d] = at[0];
-        dkPacked[r * width + h * headDim + d] = at[headDim];
-        dvPacked[r * width + h * headDim + d] = at[2 * headDim];
+  auto dQ = toBf16(q), dK = toBf16(k), dV = toBf16(v), dPacked = toBf16(packed);
+  auto dDout = toBf16(dout);
+  Device<bf16> dOut(n), dDq(n), dDk(n), dDv(n), dGrad(rows * 3 * width);
+  Device<float> lse(batch * heads * seq), dqAccum(FlashWorkspace::getDqElements(rows, heads, headDim)),
+      delta(FlashWorkspace::getDeltaElements(rows, heads));
+  int64_t square = cublasPath ? AttentionWorkspace::getElements(seq, heads) : 1;
+  Device<float> scores(square);
+  Device<bf16> p(square), ds(square);
+  AttentionWorkspace workspace{scores.data, p.data, ds.data};
+  FlashWorkspace flash{dqAccum.data, delta.data};
+
+  for (int fused = cublasPath ? 0 : 1; fused < 2; ++fused)
+    for (int layout = 0; layout < 2; ++layout) {
+      const bool isPacked = layout == 1;
+      const bf16 *qq = isPacked ? dPacked->data : dQ->data;
+      const bf16 *kk = isPacked ? dPacked->data + headDim : dK->data;
+      const bf16 *vv = isPacked ? dPacked->data + 2 * headDim : dV->data;
+      const int64_t ldIn = isPacked ? 3 * width : width, stride = isPacked ? 3 * headDim : headDim;
+      bf16 *gq = isPacked ? dGrad.data : dDq.data, *gk = isPacked ? dGrad.data + headDim : dDk.data;
+      bf16 *gv = isPacked ? dGrad.data + 2 * headDim : dDv.data;
+      for (void *poisoned : {static_cast<void *>(dOut.data), static_cast<void *>(dDq.data),
+                             static_cast<void *>(dDk.data), static_cast<void *>(dDv.data)})
+        check(cudaMemset(poisoned, 0xff, n * sizeof(bf16)), "cudaMemset");
+      check(cudaMemset(dGrad.data, 0xff, rows * 3 * width * sizeof(bf16)), "cudaMemset");
+      bool ok;
+      if (fused) {
+        ok = flashAttentionForward(qq, kk, vv, ldIn, stride, dOut.data, width, lse.data, batch,
+                                   seq, heads, headDim, nullptr) == cudaSuccess;
+        ok &= flashAttentionBackward(qq, kk, vv, ldIn, stride, dOut.data, dDout->data, width,
+                                     lse.data, gq, gk, gv, batch, seq, heads, headDim, flash,
+                                     nullptr) == cudaSuccess;
+      } else {
+        ok = attentionForward(handle, qq, kk, vv, ldIn, stride, dOut.data, width, batch, seq,
+                              heads, headDim, workspace, nullptr) == CUBLAS_STATUS_SUCCESS;
+        ok &= attentionBackward(handle, qq, kk, vv, ldIn, stride, dDout->data, width, gq, gk, gv,
+                                batch, seq, heads, headDim, workspace,
+                                nullptr) == CUBLAS_STATUS_SUCCESS;
       }
-  compare("attentionForward out (packed qkv)", fromDevice(dOut2), out, kBf16Tolerance);
-  compare("attentionBackward dq (packed qkv)", dqPacked, dq, kBf16Tolerance);
-  compare("attentionBackward dk (packed qkv)", dkPacked, dk, kBf16Tolerance);
-  compare("attentionBackward dv (packed qkv)", dvPacked, dv, kBf16Tolerance);
-  delete dPacked, delete dDout2;
+      const std::string name = std::string(fused ? "flashAttention" : "attention") +
+                               (isPacked ? " packed" : "") + size;
+      if (!ok)
+        std::printf("%s: a launch failed: %s\n", name.c_str(),
+                    cudaGetErrorString(cudaGetLastError()));
+      std::vector<float> gotQ = fromDevice(dDq), gotK = fromDevice(dDk), gotV = fromDevice(dDv);
+      if (isPacked) {
+        std::vector<float> grad = fromDevice(dGrad);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t h = 0; h < heads; ++h)
+            for (int64_t d = 0; d < headDim; ++d) {
+              const float *at = &grad[r * 3 * width + h * 3 * headDim + d];
+              gotQ[r * width + h * headDim + d] = at[0];
+              gotK[r * width + h * headDim + d] = at[headDim];
+              gotV[r * width + h * headDim + d] = at[2 * headDim];
+            }
+      }
+      compare(name + " out", fromDevice(dOut), out, kBf16Tolerance);
+      compare(name + " dq", gotQ, dq, kBf16Tolerance);
+      compare(name + " dk", gotK, dk, kBf16Tolerance);
+      compare(name + " dv", gotV, dv, kBf16Tolerance);
+    }
+  delete dQ, delete dK, delete dV, delete dPacked, delete dDout;
 }
 
 void testEmbedding(Random &random) {
@@ -478,7 +496,13 @@ void testConversions(Random &random) {
 
 } // namespace
 
-int main() {
+int main(int argc, char **argv) {
+  // --quick: the short sizes only (for compute-sanitizer, which slows every kernel many times).
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  if (argc > 1 && !quick) {
+    std::fprintf(stderr, "usage: placert-cuda-kernel-test [--quick]\n");
+    return 2;
+  }
   int devices = 0;
   cudaError_t error = cudaGetDeviceCount(&devices);
   if (error != cudaSuccess || devices == 0) {
@@ -495,7 +519,18 @@ int main() {
   testLinear(random, handle);
   testGelu(random);
   testLayerNorm(random);
-  testAttention(random, handle);
+  // Partial tiles (40 and 100 tokens), every head size of the fused path, and real lengths (the
+  // cuBLAS path's softmax loops over rows longer than its 256 threads from 257 tokens on).
+  testAttention(random, handle, 2, 40, 3, 16, true);
+  testAttention(random, handle, 2, 100, 2, 32, true);
+  if (!quick) {
+    testAttention(random, handle, 2, 1024, 4, 64, true);
+    testAttention(random, handle, 1, 1024, 2, 128, true);
+    testAttention(random, handle, 1, 2048, 1, 128, false);
+  } else {
+    testAttention(random, handle, 1, 130, 2, 64, true);
+    testAttention(random, handle, 1, 70, 1, 128, true);
+  }
   testEmbedding(random);
   testCrossEntropy(random);
   testAdam(random);

@@ -367,6 +367,16 @@ __global__ void adamKernel(float *master, const G *grad, float *m, float *v, bf1
   }
 }
 
+/// Binds `stream` to the handle only when another stream is bound: cublasSetStream also puts the
+/// handle back on cuBLAS's default workspace, dropping one set with cublasSetWorkspace (cuBLAS
+/// documentation, cublasSetStream).
+cublasStatus_t useStream(cublasHandle_t handle, cudaStream_t stream) {
+  cudaStream_t bound = nullptr;
+  if (cublasStatus_t got = cublasGetStream(handle, &bound); got != CUBLAS_STATUS_SUCCESS)
+    return got;
+  return bound == stream ? CUBLAS_STATUS_SUCCESS : cublasSetStream(handle, stream);
+}
+
 /// cublasGemmEx in column-major terms with bf16 A and B, fp32 compute, C of type `cType`.
 cublasStatus_t gemm(cublasHandle_t handle, cublasOperation_t transA, cublasOperation_t transB,
                     int64_t m, int64_t n, int64_t k, const bf16 *a, int64_t lda, const bf16 *b,
@@ -429,7 +439,7 @@ void accumulate(bf16 *out, const bf16 *in, int64_t n, cudaStream_t stream) {
 cublasStatus_t linearForward(cublasHandle_t handle, const bf16 *x, const bf16 *w, const bf16 *bias,
                              bf16 *y, int64_t batch, int64_t in, int64_t out, bool accumulateOutput,
                              cudaStream_t stream) {
-  if (cublasStatus_t set = cublasSetStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
+  if (cublasStatus_t set = useStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
     return set;
   cublasStatus_t status = gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, w, in, x, in, y,
                                CUDA_R_16BF, out, accumulateOutput ? 1.0f : 0.0f);
@@ -442,7 +452,7 @@ cublasStatus_t linearForward(cublasHandle_t handle, const bf16 *x, const bf16 *w
 cublasStatus_t linearWeightGrad(cublasHandle_t handle, const bf16 *x, const bf16 *dy, float *dw,
                                 float *dbias, int64_t batch, int64_t in, int64_t out,
                                 cudaStream_t stream) {
-  if (cublasStatus_t set = cublasSetStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
+  if (cublasStatus_t set = useStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
     return set;
   cublasStatus_t status = gemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, in, out, batch, x, in, dy, out, dw,
                                CUDA_R_32F, in, 1.0f);
@@ -455,7 +465,7 @@ cublasStatus_t linearWeightGrad(cublasHandle_t handle, const bf16 *x, const bf16
 cublasStatus_t linearInputGrad(cublasHandle_t handle, const bf16 *dy, const bf16 *w, bf16 *dx,
                                int64_t batch, int64_t in, int64_t out, bool accumulateOutput,
                                cudaStream_t stream) {
-  if (cublasStatus_t set = cublasSetStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
+  if (cublasStatus_t set = useStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
     return set;
   return gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, out, w, in, dy, out, dx, CUDA_R_16BF, in,
               accumulateOutput ? 1.0f : 0.0f);
@@ -522,7 +532,7 @@ cublasStatus_t attentionForward(cublasHandle_t handle, const bf16 *q, const bf16
                                 int64_t ldIn, int64_t headStride, bf16 *out, int64_t ldOut,
                                 int64_t batch, int64_t seq, int64_t heads, int64_t headDim,
                                 AttentionWorkspace workspace, cudaStream_t stream) {
-  if (cublasStatus_t set = cublasSetStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
+  if (cublasStatus_t set = useStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
     return set;
   int64_t square = seq * seq;
   for (int64_t b = 0; b < batch; ++b) {
@@ -545,7 +555,7 @@ cublasStatus_t attentionBackward(cublasHandle_t handle, const bf16 *q, const bf1
                                  bf16 *dq, bf16 *dk, bf16 *dv, int64_t batch, int64_t seq,
                                  int64_t heads, int64_t headDim, AttentionWorkspace workspace,
                                  cudaStream_t stream) {
-  if (cublasStatus_t set = cublasSetStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
+  if (cublasStatus_t set = useStream(handle, stream); set != CUBLAS_STATUS_SUCCESS)
     return set;
   float scale = 1.0f / std::sqrt(static_cast<float>(headDim));
   int64_t square = seq * seq;

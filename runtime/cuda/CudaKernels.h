@@ -81,6 +81,30 @@ cublasStatus_t attentionBackward(cublasHandle_t handle, const bf16 *q, const bf1
                                  int64_t heads, int64_t headDim, AttentionWorkspace workspace,
                                  cudaStream_t stream);
 
+/// Fused causal attention (FlashAttention.cu): the scores stay on chip. Supported when headDim is
+/// 16, 32, 64 or 128 and every leading dimension and head offset is a multiple of 8 elements.
+bool flashAttentionSupports(int64_t headDim, int64_t ldIn, int64_t headStride, int64_t ldOut);
+/// Scratch of the fused backward: dQ in fp32 [tokens, heads·headDim] and Σ dout·out per row
+/// [batch, heads, seq].
+struct FlashWorkspace {
+  float *dqAccum = nullptr;
+  float *delta = nullptr;
+  static int64_t getDqElements(int64_t tokens, int64_t heads, int64_t headDim);
+  static int64_t getDeltaElements(int64_t tokens, int64_t heads);
+};
+/// out as attentionForward; lse [batch, heads, seq] (fp32, base 2 over the scaled scores) when not
+/// null, for the backward.
+cudaError_t flashAttentionForward(const bf16 *q, const bf16 *k, const bf16 *v, int64_t ldIn,
+                                  int64_t headStride, bf16 *out, int64_t ldOut, float *lse,
+                                  int64_t batch, int64_t seq, int64_t heads, int64_t headDim,
+                                  cudaStream_t stream);
+/// dq, dk, dv (overwritten) from the forward's out and lse and from dout.
+cudaError_t flashAttentionBackward(const bf16 *q, const bf16 *k, const bf16 *v, int64_t ldIn,
+                                   int64_t headStride, const bf16 *out, const bf16 *dout,
+                                   int64_t ldOut, const float *lse, bf16 *dq, bf16 *dk, bf16 *dv,
+                                   int64_t batch, int64_t seq, int64_t heads, int64_t headDim,
+                                   FlashWorkspace workspace, cudaStream_t stream);
+
 /// Token + position embedding (vocabulary-parallel; `positions` may be null).
 void embeddingForward(const int32_t *tokens, const bf16 *table, const bf16 *positions, bf16 *out,
                       int64_t rows, int64_t seq, int64_t hidden, int64_t vocabOffset,

@@ -167,6 +167,7 @@ struct BlockActivations {
   bf16 *x = nullptr, *ln1 = nullptr, *qkv = nullptr, *att = nullptr, *x2 = nullptr, *ln2 = nullptr,
        *h = nullptr, *g = nullptr;
   float *mean1 = nullptr, *rstd1 = nullptr, *mean2 = nullptr, *rstd2 = nullptr;
+  float *lse = nullptr; ///< Fused attention: [microBatch, heads, seq] log-sum-exp.
 };
 
 } // namespace
@@ -246,6 +247,7 @@ struct GptCudaTrainer::Impl {
   float *rowMax = nullptr, *sumExp = nullptr, *targetLogit = nullptr, *lossScalar = nullptr;
   double *loss = nullptr;
   kernels::AttentionWorkspace attention;
+  kernels::FlashWorkspace flash;
   std::map<CommKey, CommCount> counters;
   std::vector<int32_t> hostTokens, hostTargets;
   int64_t step = 0;
@@ -267,7 +269,8 @@ struct GptCudaTrainer::Impl {
       }
       (void)release(tokens, stream);
       (void)release(targets, stream);
-      for (float **p : {&rowMax, &sumExp, &targetLogit, &lossScalar, &attention.scores})
+      for (float **p : {&rowMax, &sumExp, &targetLogit, &lossScalar, &attention.scores,
+                        &flash.dqAccum, &flash.delta})
         (void)release(*p, stream);
       (void)release(loss, stream);
       (void)release(attention.probs, stream);
@@ -447,6 +450,14 @@ Status GptCudaTrainer::Impl::setup() {
                 ": the GPU trainer implements multi-head attention (kv_heads = heads)"};
   if (spec.zeroStage < 0 || spec.zeroStage > 3)
     return {StatusCode::InvalidArgument, "ZeRO stage must be 0..3"};
+  if (spec.fusedAttention &&
+      !kernels::flashAttentionSupports(shape.hidden / shape.heads, 3 * shape.hidden,
+                                       3 * (shape.hidden / shape.heads), shape.hidden))
+    return {StatusCode::InvalidArgument,
+            "model '" + shape.name + "': head dimension " +
+                std::to_string(shape.hidden / shape.heads) +
+                ": the fused attention runs heads of 16, 32, 64 or 128 (attention = materialized "
+                "runs any)"};
   if (spec.dataParallel != job.worldSize)
     return {StatusCode::InvalidArgument,
             "run '" + spec.run + "' needs " + std::to_string(spec.dataParallel) +
@@ -506,10 +517,17 @@ Status GptCudaTrainer::Impl::setup() {
   PLACERT_TRY(allocate(targetLogit, rows, stream));
   PLACERT_TRY(allocate(loss, 1, stream));
   PLACERT_TRY(allocate(lossScalar, 1, stream));
-  int64_t square = kernels::AttentionWorkspace::getElements(shape.seq, shape.heads);
-  PLACERT_TRY(allocate(attention.scores, square, stream));
-  PLACERT_TRY(allocate(attention.probs, square, stream));
-  PLACERT_TRY(allocate(attention.dscores, square, stream));
+  if (spec.fusedAttention) {
+    PLACERT_TRY(allocate(flash.dqAccum,
+                         kernels::FlashWorkspace::getDqElements(rows, shape.heads, headDim), stream));
+    PLACERT_TRY(
+        allocate(flash.delta, kernels::FlashWorkspace::getDeltaElements(rows, shape.heads), stream));
+  } else {
+    int64_t square = kernels::AttentionWorkspace::getElements(shape.seq, shape.heads);
+    PLACERT_TRY(allocate(attention.scores, square, stream));
+    PLACERT_TRY(allocate(attention.probs, square, stream));
+    PLACERT_TRY(allocate(attention.dscores, square, stream));
+  }
   CUDA_TRY(cudaStreamSynchronize(stream), "setup");
   CUDA_TRY(cudaEventRecord(paramsReady, stream), "cudaEventRecord");
   return Status::success();
@@ -606,10 +624,16 @@ Status GptCudaTrainer::Impl::forwardBlock(int layer, BlockActivations &a, bf16 *
   CUBLAS_TRY(kernels::linearForward(cublas, a.ln1, p + layout.wqkv, p + layout.bqkv, a.qkv, n, c,
                                     3 * c, false, stream),
              "qkv projection");
-  CUBLAS_TRY(kernels::attentionForward(cublas, a.qkv, a.qkv + headDim, a.qkv + 2 * headDim, 3 * c,
-                                       3 * headDim, a.att, c, spec.microBatch, shape.seq,
-                                       shape.heads, headDim, attention, stream),
-             "attention");
+  if (spec.fusedAttention)
+    CUDA_TRY(kernels::flashAttentionForward(a.qkv, a.qkv + headDim, a.qkv + 2 * headDim, 3 * c,
+                                            3 * headDim, a.att, c, a.lse, spec.microBatch,
+                                            shape.seq, shape.heads, headDim, stream),
+             "fused attention");
+  else
+    CUBLAS_TRY(kernels::attentionForward(cublas, a.qkv, a.qkv + headDim, a.qkv + 2 * headDim,
+                                         3 * c, 3 * headDim, a.att, c, spec.microBatch, shape.seq,
+                                         shape.heads, headDim, attention, stream),
+               "attention");
   copyBf16Kernel<<<blocksFor(n * c), 256, 0, stream>>>(a.x, a.x2, n * c);
   CUBLAS_TRY(kernels::linearForward(cublas, a.att, p + layout.wproj, p + layout.bproj, a.x2, n, c,
                                     c, true, stream),
@@ -661,11 +685,18 @@ Status GptCudaTrainer::Impl::backwardBlock(int layer, BlockActivations &a, bf16 
   CUBLAS_TRY(kernels::linearWeightGrad(cublas, a.att, dres, gr + layout.wproj, gr + layout.bproj, n,
                                        c, c, stream),
              "attention output projection weight gradient");
-  CUBLAS_TRY(kernels::attentionBackward(cublas, a.qkv, a.qkv + headDim, a.qkv + 2 * headDim, 3 * c,
-                                        3 * headDim, dnarrow, c, dwide, dwide + headDim,
-                                        dwide + 2 * headDim, spec.microBatch, shape.seq,
-                                        shape.heads, headDim, attention, stream),
-             "attention backward");
+  if (spec.fusedAttention)
+    CUDA_TRY(kernels::flashAttentionBackward(a.qkv, a.qkv + headDim, a.qkv + 2 * headDim, 3 * c,
+                                             3 * headDim, a.att, dnarrow, c, a.lse, dwide,
+                                             dwide + headDim, dwide + 2 * headDim, spec.microBatch,
+                                             shape.seq, shape.heads, headDim, flash, stream),
+             "fused attention backward");
+  else
+    CUBLAS_TRY(kernels::attentionBackward(cublas, a.qkv, a.qkv + headDim, a.qkv + 2 * headDim,
+                                          3 * c, 3 * headDim, dnarrow, c, dwide, dwide + headDim,
+                                          dwide + 2 * headDim, spec.microBatch, shape.seq,
+                                          shape.heads, headDim, attention, stream),
+               "attention backward");
   CUBLAS_TRY(
       kernels::linearInputGrad(cublas, dwide, p + layout.wqkv, dnarrow, n, c, 3 * c, false, stream),
       "qkv projection backward");
@@ -718,12 +749,14 @@ Status GptCudaTrainer::Impl::microbatch(int64_t index, bool last) {
     PLACERT_TRY(allocate(a.mean1, n, stream));
     PLACERT_TRY(allocate(a.rstd1, n, stream));
     PLACERT_TRY(allocate(a.mean2, n, stream));
+    if (spec.fusedAttention)
+      PLACERT_TRY(allocate(a.lse, n * shape.heads, stream));
     return allocate(a.rstd2, n, stream);
   };
   auto releaseInner = [&](BlockActivations &a) -> Status {
     for (bf16 **p : {&a.ln1, &a.qkv, &a.att, &a.x2, &a.ln2, &a.h, &a.g})
       PLACERT_TRY(release(*p, stream));
-    for (float **p : {&a.mean1, &a.rstd1, &a.mean2, &a.rstd2})
+    for (float **p : {&a.mean1, &a.rstd1, &a.mean2, &a.rstd2, &a.lse})
       PLACERT_TRY(release(*p, stream));
     return Status::success();
   };

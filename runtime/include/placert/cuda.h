@@ -106,6 +106,10 @@ struct GptRunSpec {
   /// Full recomputation: keep only each block's input and run its forward again before its
   /// backward (the attention probabilities are recomputed in the backward either way).
   bool recomputeFull = false;
+  /// Fused attention (`attention = flash`, FlashAttention-2's algorithm): only the log-sum-exp of
+  /// each row is kept for the backward. false: `attention = materialized`, the scores of one
+  /// sequence through device memory (cuBLAS products and a softmax kernel).
+  bool fusedAttention = true;
   double learningRate = 3e-4;
   double peakFlops = 0;          ///< Per device, bf16 dense, for MFU (the .place cluster's).
   double predictedPeakBytes = 0; ///< The report's per-device peak, for the comparison (0: none).

@@ -22,9 +22,10 @@ int main(int argc, char **argv) {
   spec.dataParallel = 1;
   spec.zeroStage = 0;
   spec.recomputeFull = false;
+  spec.fusedAttention = true;
   spec.placecVersion = "0.4.0";
   // The cluster's peak FLOP/s per device (MFU) and the report's per-device peak memory.
   spec.peakFlops = 989400000000000;
-  spec.predictedPeakBytes = 15666675712;
+  spec.predictedPeakBytes = 14605516800;
   return placert::cuda::runGpt(argc, argv, shape, spec);
 }
