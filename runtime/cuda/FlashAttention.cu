@@ -40,41 +40,58 @@ __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   return *reinterpret_cast<uint32_t *>(&v);
 }
 
-__device__ __forceinline__ uint32_t pack(bf16 lo, bf16 hi) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) |
-         (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
-}
-
 /// Two adjacent bf16 of a row (the pair an mma fragment register holds).
 __device__ __forceinline__ uint32_t pair(const bf16 *p) {
   return *reinterpret_cast<const uint32_t *>(p);
 }
 
+__device__ __forceinline__ uint32_t sharedAddress(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// Four 8×8 bf16 matrices from shared memory (ldmatrix): lane l gives the address of row l % 8
+/// of matrix l / 8; register i receives matrix i's elements (row lane / 4, columns 2·(lane % 4)
+/// and + 1), or with `.trans` (rows 2·(lane % 4) and + 1, column lane / 4).
+__device__ __forceinline__ void ldmatrix(uint32_t r[4], const bf16 *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(sharedAddress(row)));
+}
+__device__ __forceinline__ void ldmatrixTrans(uint32_t r[4], const bf16 *row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(sharedAddress(row)));
+}
+
 /// The A fragment of rows [0, 16) and columns [k0, k0 + 16) of a row-major shared tile.
 __device__ __forceinline__ void loadA(uint32_t a[4], const bf16 *tile, int stride, int k0,
                                       int lane) {
-  int g = lane >> 2, t = lane & 3;
-  a[0] = pair(tile + g * stride + k0 + 2 * t);
-  a[1] = pair(tile + (g + 8) * stride + k0 + 2 * t);
-  a[2] = pair(tile + g * stride + k0 + 8 + 2 * t);
-  a[3] = pair(tile + (g + 8) * stride + k0 + 8 + 2 * t);
+  ldmatrix(a, tile + (lane & 15) * stride + k0 + (lane >> 4) * 8);
 }
 
-/// The B fragment (k [k0, k0 + 16), n [n0, n0 + 8)) of B = Xᵀ where X is row-major [n][k].
-__device__ __forceinline__ void loadBT(uint32_t b[2], const bf16 *x, int stride, int n0, int k0,
+/// The B fragments (k [k0, k0 + 16)) of n-tiles [n0, n0 + 8) (b[0], b[1]) and [n0 + 8, n0 + 16)
+/// (b[2], b[3]) of B = Xᵀ, where X is row-major [n][k] in shared memory.
+__device__ __forceinline__ void loadBT(uint32_t b[4], const bf16 *x, int stride, int n0, int k0,
                                        int lane) {
-  int g = lane >> 2, t = lane & 3;
-  b[0] = pair(x + (n0 + g) * stride + k0 + 2 * t);
-  b[1] = pair(x + (n0 + g) * stride + k0 + 8 + 2 * t);
+  ldmatrix(b, x + (n0 + (lane >> 4) * 8 + (lane & 7)) * stride + k0 + ((lane >> 3) & 1) * 8);
 }
 
-/// The B fragment (k [k0, k0 + 16), n [n0, n0 + 8)) of B = X where X is row-major [k][n].
-__device__ __forceinline__ void loadB(uint32_t b[2], const bf16 *x, int stride, int n0, int k0,
+/// The same two B fragments of B = X, where X is row-major [k][n] in shared memory.
+__device__ __forceinline__ void loadB(uint32_t b[4], const bf16 *x, int stride, int n0, int k0,
                                       int lane) {
-  int g = lane >> 2, t = lane & 3;
-  const bf16 *p = x + (k0 + 2 * t) * stride + n0 + g;
-  b[0] = pack(p[0], p[stride]);
-  b[1] = pack(p[8 * stride], p[9 * stride]);
+  ldmatrixTrans(b, x + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * stride + n0 + (lane >> 4) * 8);
+}
+
+/// 16 bytes from global to shared memory without passing through registers (cp.async); zeros
+/// when !valid.
+__device__ __forceinline__ void copyAsync(bf16 *shared, const bf16 *global, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sharedAddress(shared)),
+               "l"(global), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void commitAsync() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void waitAsync() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 /// Copies rows [row0, row0 + rows) of one head (headDim D) into a padded shared tile; rows past
@@ -97,14 +114,18 @@ __device__ __forceinline__ void loadTile(bf16 *tile, const bf16 *base, int64_t l
 //===----------------------------------------------------------------------===//
 
 /// Grid (query blocks, heads, batch), kWarps warps; warp w owns queries q0 + 16w .. q0 + 16w + 15.
+/// The key and value blocks are double-buffered: block j + 1 is copied (cp.async) while block j
+/// is worked.
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32)
     flashForwardKernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                        const bf16 *__restrict__ v, int64_t ldIn, int64_t headStride,
                        bf16 *__restrict__ out, int64_t ldOut, float *__restrict__ lse, int seq,
                        int heads, float scaleLog2) {
-  __shared__ __align__(16) bf16 kTile[kBlockRows * (D + kPad)];
-  __shared__ __align__(16) bf16 vTile[kBlockRows * (D + kPad)];
+  extern __shared__ __align__(16) unsigned char shared[];
+  constexpr int stride = D + kPad, tileElements = kBlockRows * stride, chunks = D / 8;
+  bf16 *kTiles = reinterpret_cast<bf16 *>(shared); // [2][64][D + pad]
+  bf16 *vTiles = kTiles + 2 * tileElements;        // [2][64][D + pad]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int h = blockIdx.y, b = blockIdx.z;
   // The longest query blocks first.
@@ -113,6 +134,21 @@ __global__ void __launch_bounds__(kWarps * 32)
   const bf16 *qHead = q + token0 * ldIn + h * headStride;
   const bf16 *kHead = k + token0 * ldIn + h * headStride;
   const bf16 *vHead = v + token0 * ldIn + h * headStride;
+
+  const int lastKey = min(q0 + kBlockRows, seq); // keys [0, lastKey) can be seen
+  const int blocks = (lastKey + kBlockRows - 1) / kBlockRows;
+  auto fetch = [&](int buffer, int k0) {
+    bf16 *kt = kTiles + buffer * tileElements, *vt = vTiles + buffer * tileElements;
+    for (int i = threadIdx.x; i < kBlockRows * chunks; i += blockDim.x) {
+      int r = i / chunks, c = (i % chunks) * 8;
+      bool inside = k0 + r < seq;
+      int64_t row = inside ? k0 + r : 0;
+      copyAsync(kt + r * stride + c, kHead + row * ldIn + c, inside);
+      copyAsync(vt + r * stride + c, vHead + row * ldIn + c, inside);
+    }
+    commitAsync();
+  };
+  fetch(0, 0);
 
   // This warp's queries as A fragments (rows past seq read as zeros).
   const int rowA = q0 + warp * kRowsPerWarp + g, rowB = rowA + 8;
@@ -132,23 +168,29 @@ __global__ void __launch_bounds__(kWarps * 32)
     acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
   float maxA = -INFINITY, maxB = -INFINITY, sumA = 0.0f, sumB = 0.0f;
 
-  const int lastKey = min(q0 + kBlockRows, seq); // keys [0, lastKey) can be seen
-  for (int k0 = 0; k0 < lastKey; k0 += kBlockRows) {
+  for (int block = 0; block < blocks; ++block) {
+    const int k0 = block * kBlockRows;
+    if (block + 1 < blocks) {
+      fetch((block + 1) & 1, k0 + kBlockRows);
+      waitAsync<1>();
+    } else {
+      waitAsync<0>();
+    }
     __syncthreads();
-    loadTile<D>(kTile, kHead, ldIn, k0, kBlockRows, seq);
-    loadTile<D>(vTile, vHead, ldIn, k0, kBlockRows, seq);
-    __syncthreads();
+    const bf16 *kTile = kTiles + (block & 1) * tileElements;
+    const bf16 *vTile = vTiles + (block & 1) * tileElements;
 
     // S = Q Kᵀ for 16 queries × 64 keys.
     float s[kBlockRows / 8][4];
-    for (int nt = 0; nt < kBlockRows / 8; ++nt) {
+    for (int nt = 0; nt < kBlockRows / 8; ++nt)
       s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t bf[2];
-        loadBT(bf, kTile, D + kPad, nt * 8, kk * 16, lane);
-        mma(s[nt], qa[kk], bf);
+    for (int kk = 0; kk < D / 16; ++kk)
+      for (int np = 0; np < kBlockRows / 16; ++np) {
+        uint32_t bf[4];
+        loadBT(bf, kTile, stride, np * 16, kk * 16, lane);
+        mma(s[2 * np], qa[kk], bf);
+        mma(s[2 * np + 1], qa[kk], bf + 2);
       }
-    }
     // Causal mask, scale, and the running maximum of rows A (g) and B (g + 8).
     float blockMaxA = -INFINITY, blockMaxB = -INFINITY;
     for (int nt = 0; nt < kBlockRows / 8; ++nt)
@@ -194,12 +236,15 @@ __global__ void __launch_bounds__(kWarps * 32)
       uint32_t pa[4] = {pack(s[2 * kk][0], s[2 * kk][1]), pack(s[2 * kk][2], s[2 * kk][3]),
                         pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                         pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      for (int dt = 0; dt < D / 8; ++dt) {
-        uint32_t bf[2];
-        loadB(bf, vTile, D + kPad, dt * 8, kk * 16, lane);
-        mma(acc[dt], pa, bf);
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t bf[4];
+        loadB(bf, vTile, stride, dp * 16, kk * 16, lane);
+        mma(acc[2 * dp], pa, bf);
+        mma(acc[2 * dp + 1], pa, bf + 2);
       }
     }
+    // The buffer just read is the one the next iteration's copy fills.
+    __syncthreads();
   }
 
   for (int offset = 1; offset < 4; offset *= 2) {
@@ -331,12 +376,14 @@ __global__ void __launch_bounds__(kWarps * 32)
       uint32_t ka[4], va[4];
       loadA(ka, kWarp, stride, kk * 16, lane);
       loadA(va, vWarp, stride, kk * 16, lane);
-      for (int nt = 0; nt < BQ / 8; ++nt) {
-        uint32_t bq[2], bdo[2];
-        loadBT(bq, qTile, stride, nt * 8, kk * 16, lane);
-        loadBT(bdo, doTile, stride, nt * 8, kk * 16, lane);
-        mma(s[nt], ka, bq);
-        mma(dp[nt], va, bdo);
+      for (int np = 0; np < BQ / 16; ++np) {
+        uint32_t bq[4], bdo[4];
+        loadBT(bq, qTile, stride, np * 16, kk * 16, lane);
+        loadBT(bdo, doTile, stride, np * 16, kk * 16, lane);
+        mma(s[2 * np], ka, bq);
+        mma(s[2 * np + 1], ka, bq + 2);
+        mma(dp[2 * np], va, bdo);
+        mma(dp[2 * np + 1], va, bdo + 2);
       }
     }
     // Pᵀ = exp2(scaled Sᵀ − lse) on visible pairs, dSᵀ = Pᵀ ∘ (dPᵀ − delta).
@@ -358,12 +405,14 @@ __global__ void __launch_bounds__(kWarps * 32)
       uint32_t dsa[4] = {pack(dp[2 * kk][0], dp[2 * kk][1]), pack(dp[2 * kk][2], dp[2 * kk][3]),
                          pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
                          pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
-      for (int dt = 0; dt < D / 8; ++dt) {
-        uint32_t bdo[2], bq[2];
-        loadB(bdo, doTile, stride, dt * 8, kk * 16, lane);
-        loadB(bq, qTile, stride, dt * 8, kk * 16, lane);
-        mma(dvAcc[dt], pa, bdo);
-        mma(dkAcc[dt], dsa, bq);
+      for (int dp2 = 0; dp2 < D / 16; ++dp2) {
+        uint32_t bdo[4], bq[4];
+        loadB(bdo, doTile, stride, dp2 * 16, kk * 16, lane);
+        loadB(bq, qTile, stride, dp2 * 16, kk * 16, lane);
+        mma(dvAcc[2 * dp2], pa, bdo);
+        mma(dvAcc[2 * dp2 + 1], pa, bdo + 2);
+        mma(dkAcc[2 * dp2], dsa, bq);
+        mma(dkAcc[2 * dp2 + 1], dsa, bq + 2);
       }
     }
     // dS (bf16, the value the dK product used) into shared memory as [query][key] for dQ.
@@ -386,10 +435,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int kk = 0; kk < kBlockRows / 16; ++kk) {
       uint32_t a[4];
       loadA(a, dsTile + rowTile * 16 * dsStride, dsStride, kk * 16, lane);
-      for (int dt = 0; dt < columns / 8; ++dt) {
-        uint32_t bk[2];
-        loadB(bk, kTile, stride, column0 + dt * 8, kk * 16, lane);
-        mma(dq[dt], a, bk);
+      for (int dp2 = 0; dp2 < columns / 16; ++dp2) {
+        uint32_t bk[4];
+        loadB(bk, kTile, stride, column0 + dp2 * 16, kk * 16, lane);
+        mma(dq[2 * dp2], a, bk);
+        mma(dq[2 * dp2 + 1], a, bk + 2);
       }
     }
     const int queryA = i0 + rowTile * 16 + g, queryB = queryA + 8;
@@ -440,9 +490,15 @@ cudaError_t forward(const bf16 *q, const bf16 *k, const bf16 *v, int64_t ldIn, i
   float scaleLog2 = static_cast<float>(kLog2e / std::sqrt(static_cast<double>(D)));
   dim3 grid(static_cast<unsigned>((seq + kBlockRows - 1) / kBlockRows),
             static_cast<unsigned>(heads), static_cast<unsigned>(batch));
-  flashForwardKernel<D><<<grid, kWarps * 32, 0, stream>>>(q, k, v, ldIn, headStride, out, ldOut,
-                                                          lse, static_cast<int>(seq),
-                                                          static_cast<int>(heads), scaleLog2);
+  const size_t shared = sizeof(bf16) * 4 * kBlockRows * (D + kPad);
+  auto kernel = flashForwardKernel<D>;
+  if (cudaError_t error = cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+      error != cudaSuccess)
+    return error;
+  kernel<<<grid, kWarps * 32, shared, stream>>>(q, k, v, ldIn, headStride, out, ldOut, lse,
+                                               static_cast<int>(seq), static_cast<int>(heads),
+                                               scaleLog2);
   return cudaGetLastError();
 }
 
