@@ -222,6 +222,19 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
       refuseStrategy(placementLoc(strategy, state), "params sharded without gather",
                      "the GPU trainer gathers sharded parameters around each use (gather(...))");
   }
+  const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
+  if (activations.tier != ir::Tier::Device)
+    refuseStrategy(activations.tierLoc.isValid() ? activations.tierLoc
+                                                 : placementLoc(strategy, ir::State::Activations),
+                   "activations @ " + ir::toString(activations.tier),
+                   "the GPU trainer keeps activations in device memory");
+  for (const ir::AxisPlacement &axis : strategy.getPlacement(ir::State::Params).axes)
+    if (axis.keepAfterForward) {
+      refuseStrategy(axis.loc.isValid() ? axis.loc : placementLoc(strategy, ir::State::Params),
+                     "gather(…, keep_after_forward = true)",
+                     "the GPU trainer gathers a block's params again for its backward");
+      break;
+    }
   if (ok) {
     // ZeRO stages nest: what a stage shards, the stages below shard too.
     int stage = zeroStage(strategy);

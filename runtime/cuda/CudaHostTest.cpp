@@ -1,5 +1,6 @@
 // placert-cuda-host-test: the host-side parts of placert_cuda that need no GPU (parameter and
-// FLOP counts, option parsing), so that CPU-only CI checks them. It makes no CUDA call.
+// FLOP counts, option parsing, what the trainer supports), so that CPU-only CI checks them. It
+// makes no CUDA call.
 #include "placert/cuda.h"
 
 #include <cmath>
@@ -65,6 +66,47 @@ int main() {
   status = parseGptOptions(2, unknownArgv.data(), badOptions, help);
   expect(!status.isOk() && status.getMessage().find("--frobnicate") != std::string::npos,
          "an unknown option is an error naming it");
+  // What the trainer does not implement is refused before any CUDA call, naming it.
+  GptRunSpec spec;
+  spec.run = "r";
+  spec.globalBatch = 8;
+  spec.microBatch = 2;
+  expect(GptCudaTrainer::checkSupported(medium, spec).isOk(), "the 350M GPT is supported");
+  auto refusedFor = [&](GptShape shape, const std::string &word, const std::string &what) {
+    Status refused = GptCudaTrainer::checkSupported(shape, spec);
+    expect(!refused.isOk() && refused.getMessage().find(word) != std::string::npos,
+           what + " is refused: " + refused.getMessage());
+  };
+  GptShape llama = medium;
+  llama.swiglu = true;
+  refusedFor(llama, "swiglu", "SwiGLU");
+  llama = medium;
+  llama.rmsNorm = true;
+  refusedFor(llama, "rmsnorm", "RMSNorm");
+  llama = medium;
+  llama.bias = false;
+  refusedFor(llama, "bias", "no biases");
+  llama = medium;
+  llama.rope = true;
+  refusedFor(llama, "rope", "rotary positions");
+  llama = medium;
+  llama.kvHeads = 4;
+  refusedFor(llama, "kv_heads", "grouped-query attention");
+  llama = medium;
+  llama.tiedEmbeddings = false;
+  refusedFor(llama, "ties", "untied embeddings");
+  llama = medium;
+  llama.moe.experts = 8;
+  refusedFor(llama, "mixture of experts", "a mixture of experts");
+  GptShape wide{"wide", 2, 96, 1, 32, 128, 0, true}; // one head of 96
+  refusedFor(wide, "head dimension 96", "a fused-attention head of 96");
+  GptRunSpec materialized = spec;
+  materialized.fusedAttention = false;
+  expect(GptCudaTrainer::checkSupported(wide, materialized).isOk(),
+         "a head of 96 runs with the materialized attention");
+  GptRunSpec stage4 = spec;
+  stage4.zeroStage = 4;
+  expect(!GptCudaTrainer::checkSupported(medium, stage4).isOk(), "ZeRO stage 4 is refused");
   std::printf("%d failed\n", failures);
   return failures == 0 ? 0 : 1;
 }

@@ -435,29 +435,7 @@ Status GptCudaTrainer::Impl::initializeUnit(Unit &unit) {
 }
 
 Status GptCudaTrainer::Impl::setup() {
-  if (shape.layers < 1 || shape.hidden < 1 || shape.heads < 1 || shape.seq < 1 || shape.vocab < 2)
-    return {StatusCode::InvalidArgument, "model '" + shape.name + "': incomplete shape"};
-  if (!shape.tiedEmbeddings)
-    return {StatusCode::InvalidArgument,
-            "model '" + shape.name + "': the GPU trainer ties the output layer to the embedding"};
-  if (shape.hidden % shape.heads != 0)
-    return {StatusCode::InvalidArgument,
-            "model '" + shape.name + "': hidden " + std::to_string(shape.hidden) +
-                " is not a multiple of heads " + std::to_string(shape.heads)};
-  if (shape.getKvHeads() != shape.heads)
-    return {StatusCode::InvalidArgument,
-            "model '" + shape.name + "': kv_heads " + std::to_string(shape.kvHeads) +
-                ": the GPU trainer implements multi-head attention (kv_heads = heads)"};
-  if (spec.zeroStage < 0 || spec.zeroStage > 3)
-    return {StatusCode::InvalidArgument, "ZeRO stage must be 0..3"};
-  if (spec.fusedAttention &&
-      !kernels::flashAttentionSupports(shape.hidden / shape.heads, 3 * shape.hidden,
-                                       3 * (shape.hidden / shape.heads), shape.hidden))
-    return {StatusCode::InvalidArgument,
-            "model '" + shape.name + "': head dimension " +
-                std::to_string(shape.hidden / shape.heads) +
-                ": the fused attention runs heads of 16, 32, 64 or 128 (attention = materialized "
-                "runs any)"};
+  PLACERT_TRY(GptCudaTrainer::checkSupported(shape, spec));
   if (spec.dataParallel != job.worldSize)
     return {StatusCode::InvalidArgument,
             "run '" + spec.run + "' needs " + std::to_string(spec.dataParallel) +
@@ -940,6 +918,43 @@ Status GptCudaTrainer::Impl::runStep(double &lossValue) {
     lossValue = value;
   }
   ++step;
+  return Status::success();
+}
+
+Status GptCudaTrainer::checkSupported(const GptShape &shape, const GptRunSpec &spec) {
+  if (shape.layers < 1 || shape.hidden < 1 || shape.heads < 1 || shape.seq < 1 || shape.vocab < 2)
+    return {StatusCode::InvalidArgument, "model '" + shape.name + "': incomplete shape"};
+  if (!shape.tiedEmbeddings)
+    return {StatusCode::InvalidArgument,
+            "model '" + shape.name + "': the GPU trainer ties the output layer to the embedding"};
+  if (shape.hidden % shape.heads != 0)
+    return {StatusCode::InvalidArgument,
+            "model '" + shape.name + "': hidden " + std::to_string(shape.hidden) +
+                " is not a multiple of heads " + std::to_string(shape.heads)};
+  const char *layout = shape.swiglu    ? "mlp = swiglu (the trainer implements GELU)"
+                       : shape.rmsNorm ? "norm = rmsnorm (the trainer implements LayerNorm)"
+                       : !shape.bias   ? "bias = false (the trainer's layers have biases)"
+                       : shape.rope    ? "positions = rope (the trainer implements learned positions)"
+                       : shape.moe.experts > 0
+                           ? "a mixture of experts (the trainer's layers have dense MLPs)"
+                           : nullptr;
+  if (layout)
+    return {StatusCode::InvalidArgument,
+            "model '" + shape.name + "': " + layout + "; the CPU trainer runs it"};
+  if (shape.getKvHeads() != shape.heads)
+    return {StatusCode::InvalidArgument,
+            "model '" + shape.name + "': kv_heads " + std::to_string(shape.kvHeads) +
+                ": the GPU trainer implements multi-head attention (kv_heads = heads)"};
+  if (spec.zeroStage < 0 || spec.zeroStage > 3)
+    return {StatusCode::InvalidArgument, "ZeRO stage must be 0..3"};
+  if (spec.fusedAttention &&
+      !kernels::flashAttentionSupports(shape.hidden / shape.heads, 3 * shape.hidden,
+                                       3 * (shape.hidden / shape.heads), shape.hidden))
+    return {StatusCode::InvalidArgument,
+            "model '" + shape.name + "': head dimension " +
+                std::to_string(shape.hidden / shape.heads) +
+                ": the fused attention runs heads of 16, 32, 64 or 128 (attention = materialized "
+                "runs any)"};
   return Status::success();
 }
 

@@ -170,6 +170,11 @@ public:
   static double getModelFlopsPerStep(const GptShape &shape, int64_t globalBatch);
   /// Parameters of the GPT-2 layout with a tied output embedding.
   static int64_t getParameterCount(const GptShape &shape);
+  /// Whether the trainer implements the shape and the run (no CUDA call): the GPT-2 layout
+  /// (GELU, LayerNorm, learned positions, biases, tied embeddings, multi-head attention, dense
+  /// MLPs), the fused attention's head sizes, ZeRO 0-3 and a whole number of micro-batches. An
+  /// error names what is not implemented; create() checks the same first.
+  static Status checkSupported(const GptShape &shape, const GptRunSpec &spec);
 
 private:
   GptCudaTrainer();
