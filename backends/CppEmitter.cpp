@@ -108,6 +108,10 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
   const ir::Model &model = *run.model;
   const ir::Strategy &strategy = *run.strategy;
   SMLoc strategyLoc = fieldLoc(run, "strategy");
+  if (run.crossEntropy == ir::CrossEntropyKind::Chunked)
+    refuse(fieldLoc(run, "cross_entropy"), "cross_entropy = chunked",
+           "the CPU trainer computes the loss over the whole micro-batch's logits (write "
+           "cross_entropy = fused)");
   if (model.kind == ir::ModelKind::Abstract) {
     refuse(fieldLoc(run, "model"), "model '" + model.name + "' of kind abstract",
            "an abstract model has a parameter count but no layers to compute");

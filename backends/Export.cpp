@@ -160,6 +160,13 @@ public:
     if (view.expertAxes.size() > 1)
       refuse("several expert axes " + axisList(mesh, view.expertAxes) + ": " + toString(target) +
              " has one expert-parallel group");
+    if (run.crossEntropy == ir::CrossEntropyKind::Chunked)
+      refuse(Twine("cross_entropy = chunked: ") +
+             (target == Target::Megatron    ? "Megatron-LM"
+              : target == Target::DeepSpeed ? "DeepSpeed"
+                                            : "torchtitan") +
+             " computes the loss over the whole micro-batch's logits (write cross_entropy = " +
+             (target == Target::Torchtitan ? "unfused" : "fused") + ")");
     if (target == Target::DeepSpeed && (!view.expertAxes.empty() || run.model->isMoe()))
       refuse("mixture-of-experts layers: DeepSpeed-MoE is configured in the model code (its "
              "MoE layer's ep_size), not in the JSON config");

@@ -2085,31 +2085,35 @@ void Sema::buildRun(const ast::RunDecl &decl) {
       ok = false;
     }
   }
-  // A field of two words, each value named with what it means in the message for any other.
-  auto twoWords = [&](StringRef key, StringRef first, StringRef second, StringRef meaning,
-                      auto &target, auto firstValue, auto secondValue) {
-    const ast::Field *field = fields.lookup(key);
-    if (!field)
-      return;
-    const ast::Value &value = field->value;
-    if (value.kind == ast::Value::Kind::Name && value.text == first) {
-      target = firstValue;
-    } else if (value.kind == ast::Value::Kind::Name && value.text == second) {
-      target = secondValue;
-    } else {
-      diags.error(value.getLoc(),
-                  Twine("unknown ") + key + " '" + spell(value) + "': expected " + meaning);
-      ok = false;
-    }
-  };
-  twoWords("cross_entropy", "fused", "unfused",
-           "fused (Megatron-LM's, the default) or unfused (PyTorch's F.cross_entropy over fp32 "
-           "logits)",
-           run->crossEntropy, ir::CrossEntropyKind::Fused, ir::CrossEntropyKind::Unfused);
-  twoWords("kernels", "fused", "eager",
-           "fused (one kernel per norm, rotary embedding and activation, the default) or eager "
-           "(PyTorch without torch.compile)",
-           run->kernels, ir::KernelMode::Fused, ir::KernelMode::Eager);
+  // A field of a few words, each value named with what it means in the message for any other.
+  auto words =
+      [&](StringRef key, StringRef meaning, auto &target,
+          std::initializer_list<std::pair<StringRef, std::decay_t<decltype(target)>>> choices) {
+        const ast::Field *field = fields.lookup(key);
+        if (!field)
+          return;
+        const ast::Value &value = field->value;
+        if (value.kind == ast::Value::Kind::Name)
+          for (const auto &[word, choice] : choices)
+            if (value.text == word) {
+              target = choice;
+              return;
+            }
+        diags.error(value.getLoc(),
+                    Twine("unknown ") + key + " '" + spell(value) + "': expected " + meaning);
+        ok = false;
+      };
+  words("cross_entropy",
+        "fused (Megatron-LM's, the default), unfused (PyTorch's F.cross_entropy over fp32 "
+        "logits) or chunked (one sequence's logits at a time)",
+        run->crossEntropy,
+        {{"fused", ir::CrossEntropyKind::Fused},
+         {"unfused", ir::CrossEntropyKind::Unfused},
+         {"chunked", ir::CrossEntropyKind::Chunked}});
+  words("kernels",
+        "fused (one kernel per norm, rotary embedding and activation, the default) or eager "
+        "(PyTorch without torch.compile)",
+        run->kernels, {{"fused", ir::KernelMode::Fused}, {"eager", ir::KernelMode::Eager}});
   // What the run measured, for placec to compare its predictions with (`placec fidelity`).
   if (const ast::Field *field = fields.lookup("measured_step")) {
     std::optional<double> value = getQuantity(field->value, "measured_step", Dimension::Time);

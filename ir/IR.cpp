@@ -266,6 +266,8 @@ StringRef toString(CrossEntropyKind kind) {
     return "fused";
   case CrossEntropyKind::Unfused:
     return "unfused";
+  case CrossEntropyKind::Chunked:
+    return "chunked";
   }
   llvm_unreachable("unknown CrossEntropyKind");
 }

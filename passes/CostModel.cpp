@@ -936,6 +936,15 @@ double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout 
                              num(x.b), num(x.s), num(x.vocab), num(x.t), num(x.e));
     return x.tokens * x.vocab / x.t * perLogit;
   }
+  if (layout.crossEntropy == ir::CrossEntropyKind::Chunked) {
+    // One sequence's logits at a time, the loss's gradient written over them (placert's CUDA
+    // trainer, GptCudaTrainer.cu).
+    if (formula)
+      *formula = fmt::format("{}·{}/{}·{} B (chunked cross-entropy: one sequence's logits, the "
+                             "gradient written over them) ",
+                             num(x.s), num(x.vocab), num(x.t), num(x.e));
+    return x.s * x.vocab / x.t * x.e;
+  }
   double bytes = x.tokens * x.vocab / x.t * (x.e + 4);
   if (formula)
     *formula = fmt::format("{}·{}·{}/{}·({} + 4) B (logits and their fp32 softmax) ", num(x.b),

@@ -368,6 +368,20 @@ TEST(CostModelTest, UnfusedCrossEntropyBuffers) {
   EXPECT_NEAR(getHeadActivationBytes(model.transformer, layout), 6 * logits, 1e-9 * logits);
 }
 
+TEST(CostModelTest, ChunkedCrossEntropyKeepsOneSequencesLogits) {
+  // Chunked: one sequence's bf16 logits at a time, the gradient written over them: 2·s·v/t bytes
+  // whatever the micro-batch, where the fused loss holds 6 B per logit of the whole micro-batch.
+  ir::Model model = llama8bLayer();
+  double sequence = 8192.0 * 128256;
+  Layout layout;
+  layout.microBatch = 4;
+  EXPECT_NEAR(getHeadActivationBytes(model.transformer, layout), 6 * 4 * sequence, 1e-9 * sequence);
+  layout.crossEntropy = ir::CrossEntropyKind::Chunked;
+  EXPECT_NEAR(getHeadActivationBytes(model.transformer, layout), 2 * sequence, 1e-9 * sequence);
+  layout.tensor = 2;
+  EXPECT_NEAR(getHeadActivationBytes(model.transformer, layout), sequence, 1e-9 * sequence);
+}
+
 /// One PyTorch kernel of an eager operator: the bytes it reads and writes per element.
 struct EagerKernel {
   double read, written;

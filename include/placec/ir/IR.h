@@ -455,8 +455,10 @@ unsigned getActivationBytes(Precision precision);
 /// How a run computes the loss from the logits (`cross_entropy`): `fused`, the softmax in one
 /// fp32 buffer beside the logits, worked in place (Megatron-LM's vocabulary-parallel
 /// cross-entropy); `unfused`, PyTorch's `F.cross_entropy` over an fp32 copy of the logits (as
-/// torchtitan calls it), which keeps an fp32 log-softmax and makes two fp32 gradients.
-enum class CrossEntropyKind { Fused, Unfused };
+/// torchtitan calls it), which keeps an fp32 log-softmax and makes two fp32 gradients;
+/// `chunked`, the output layer and the fused loss one sequence at a time over one [seq, vocab]
+/// logits buffer, the gradient written over it (placert's CUDA trainer).
+enum class CrossEntropyKind { Fused, Unfused, Chunked };
 llvm::StringRef toString(CrossEntropyKind kind);
 
 /// How a run's element-wise work executes (`kernels`): `fused`, each norm, rotary embedding and

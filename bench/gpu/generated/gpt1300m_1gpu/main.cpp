@@ -26,6 +26,6 @@ int main(int argc, char **argv) {
   spec.placecVersion = "0.4.0";
   // The cluster's peak FLOP/s per device (MFU) and the report's per-device peak memory.
   spec.peakFlops = 989400000000000;
-  spec.predictedPeakBytes = 36423139328;
+  spec.predictedPeakBytes = 34156642304;
   return placert::cuda::runGpt(argc, argv, shape, spec);
 }
