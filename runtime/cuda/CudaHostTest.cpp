@@ -77,27 +77,20 @@ int main() {
     expect(!refused.isOk() && refused.getMessage().find(word) != std::string::npos,
            what + " is refused: " + refused.getMessage());
   };
-  GptShape llama = medium;
-  llama.swiglu = true;
-  refusedFor(llama, "swiglu", "SwiGLU");
-  llama = medium;
-  llama.rmsNorm = true;
-  refusedFor(llama, "rmsnorm", "RMSNorm");
-  llama = medium;
-  llama.bias = false;
-  refusedFor(llama, "bias", "no biases");
-  llama = medium;
-  llama.rope = true;
-  refusedFor(llama, "rope", "rotary positions");
-  llama = medium;
-  llama.kvHeads = 4;
-  refusedFor(llama, "kv_heads", "grouped-query attention");
-  llama = medium;
-  llama.tiedEmbeddings = false;
-  refusedFor(llama, "ties", "untied embeddings");
-  llama = medium;
-  llama.moe.experts = 8;
-  refusedFor(llama, "mixture of experts", "a mixture of experts");
+  // The 350M GPT with one thing changed.
+  auto refusedWith = [&](void (*change)(GptShape &), const std::string &word,
+                         const std::string &what) {
+    GptShape shape = medium;
+    change(shape);
+    refusedFor(shape, word, what);
+  };
+  refusedWith([](GptShape &s) { s.swiglu = true; }, "swiglu", "SwiGLU");
+  refusedWith([](GptShape &s) { s.rmsNorm = true; }, "rmsnorm", "RMSNorm");
+  refusedWith([](GptShape &s) { s.bias = false; }, "bias", "no biases");
+  refusedWith([](GptShape &s) { s.rope = true; }, "rope", "rotary positions");
+  refusedWith([](GptShape &s) { s.kvHeads = 4; }, "kv_heads", "grouped-query attention");
+  refusedWith([](GptShape &s) { s.tiedEmbeddings = false; }, "ties", "untied embeddings");
+  refusedWith([](GptShape &s) { s.moe.experts = 8; }, "mixture of experts", "a mixture of experts");
   GptShape wide{"wide", 2, 96, 1, 32, 128, 0, true}; // one head of 96
   refusedFor(wide, "head dimension 96", "a fused-attention head of 96");
   GptRunSpec materialized = spec;

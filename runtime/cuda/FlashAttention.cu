@@ -14,6 +14,7 @@
 #include "CudaKernels.h"
 
 #include <cmath>
+#include <type_traits>
 
 namespace placert {
 namespace cuda {
@@ -38,6 +39,16 @@ __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint3
 __device__ __forceinline__ uint32_t pack(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/// Columns [16·kk, 16·kk + 16) of a 16-row fp32 accumulator tile (acc[n-tile][4], the mma D
+/// layout) as the bf16 A fragment of the next product: the D layout of two adjacent n-tiles is
+/// the A layout of one 16-wide k-step.
+__device__ __forceinline__ void accumulatorToA(uint32_t a[4], const float (*acc)[4], int kk) {
+  a[0] = pack(acc[2 * kk][0], acc[2 * kk][1]);
+  a[1] = pack(acc[2 * kk][2], acc[2 * kk][3]);
+  a[2] = pack(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+  a[3] = pack(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
 }
 
 /// Two adjacent bf16 of a row (the pair an mma fragment register holds).
@@ -233,9 +244,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     // O += P V: P's accumulator layout is the A layout of the next product, 16 keys at a time.
     for (int kk = 0; kk < kBlockRows / 16; ++kk) {
-      uint32_t pa[4] = {pack(s[2 * kk][0], s[2 * kk][1]), pack(s[2 * kk][2], s[2 * kk][3]),
-                        pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                        pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t pa[4];
+      accumulatorToA(pa, s, kk);
       for (int dp = 0; dp < D / 16; ++dp) {
         uint32_t bf[4];
         loadB(bf, vTile, stride, dp * 16, kk * 16, lane);
@@ -399,12 +409,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     // dV += Pᵀ dO and dK += dSᵀ Q (scaled at the end), BQ queries as the inner dimension.
     for (int kk = 0; kk < BQ / 16; ++kk) {
-      uint32_t pa[4] = {pack(s[2 * kk][0], s[2 * kk][1]), pack(s[2 * kk][2], s[2 * kk][3]),
-                        pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                        pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      uint32_t dsa[4] = {pack(dp[2 * kk][0], dp[2 * kk][1]), pack(dp[2 * kk][2], dp[2 * kk][3]),
-                         pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                         pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+      uint32_t pa[4], dsa[4];
+      accumulatorToA(pa, s, kk);
+      accumulatorToA(dsa, dp, kk);
       for (int dp2 = 0; dp2 < D / 16; ++dp2) {
         uint32_t bdo[4], bq[4];
         loadB(bdo, doTile, stride, dp2 * 16, kk * 16, lane);
@@ -544,6 +551,21 @@ cudaError_t backward(const bf16 *q, const bf16 *k, const bf16 *v, int64_t ldIn,
 
 bool aligned(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+/// Calls run(std::integral_constant<int, D>) for the supported head size D = headDim (16, 32, 64,
+/// otherwise 128: the callers have checked flashAttentionSupports).
+template <class Run> cudaError_t withHeadDim(int64_t headDim, Run run) {
+  switch (headDim) {
+  case 16:
+    return run(std::integral_constant<int, 16>());
+  case 32:
+    return run(std::integral_constant<int, 32>());
+  case 64:
+    return run(std::integral_constant<int, 64>());
+  default:
+    return run(std::integral_constant<int, 128>());
+  }
+}
+
 } // namespace
 
 bool flashAttentionSupports(int64_t headDim, int64_t ldIn, int64_t headStride, int64_t ldOut) {
@@ -565,16 +587,10 @@ cudaError_t flashAttentionForward(const bf16 *q, const bf16 *k, const bf16 *v, i
   if (!flashAttentionSupports(headDim, ldIn, headStride, ldOut) || !aligned(q) || !aligned(k) ||
       !aligned(v) || !aligned(out))
     return cudaErrorInvalidValue;
-  switch (headDim) {
-  case 16:
-    return forward<16>(q, k, v, ldIn, headStride, out, ldOut, lse, batch, seq, heads, stream);
-  case 32:
-    return forward<32>(q, k, v, ldIn, headStride, out, ldOut, lse, batch, seq, heads, stream);
-  case 64:
-    return forward<64>(q, k, v, ldIn, headStride, out, ldOut, lse, batch, seq, heads, stream);
-  default:
-    return forward<128>(q, k, v, ldIn, headStride, out, ldOut, lse, batch, seq, heads, stream);
-  }
+  return withHeadDim(headDim, [&](auto d) {
+    return forward<decltype(d)::value>(q, k, v, ldIn, headStride, out, ldOut, lse, batch, seq,
+                                       heads, stream);
+  });
 }
 
 cudaError_t flashAttentionBackward(const bf16 *q, const bf16 *k, const bf16 *v, int64_t ldIn,
@@ -586,20 +602,10 @@ cudaError_t flashAttentionBackward(const bf16 *q, const bf16 *k, const bf16 *v, 
       !aligned(v) || !aligned(out) || !aligned(dout) || !aligned(dq) || !aligned(dk) ||
       !aligned(dv) || !lse || !workspace.dqAccum || !workspace.delta)
     return cudaErrorInvalidValue;
-  switch (headDim) {
-  case 16:
-    return backward<16>(q, k, v, ldIn, headStride, out, dout, ldOut, lse, dq, dk, dv, batch, seq,
-                        heads, workspace, stream);
-  case 32:
-    return backward<32>(q, k, v, ldIn, headStride, out, dout, ldOut, lse, dq, dk, dv, batch, seq,
-                        heads, workspace, stream);
-  case 64:
-    return backward<64>(q, k, v, ldIn, headStride, out, dout, ldOut, lse, dq, dk, dv, batch, seq,
-                        heads, workspace, stream);
-  default:
-    return backward<128>(q, k, v, ldIn, headStride, out, dout, ldOut, lse, dq, dk, dv, batch, seq,
-                         heads, workspace, stream);
-  }
+  return withHeadDim(headDim, [&](auto d) {
+    return backward<decltype(d)::value>(q, k, v, ldIn, headStride, out, dout, ldOut, lse, dq, dk,
+                                        dv, batch, seq, heads, workspace, stream);
+  });
 }
 
 } // namespace kernels
