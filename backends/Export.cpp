@@ -512,7 +512,12 @@ private:
     if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::Interleaved &&
         view.layersDegree > 1)
       flag("--num-layers-per-virtual-pipeline-stage",
-           Twine(model.getNumLayers() / (view.layersDegree * strategy.pipeline->chunks)));
+           Twine(strategy.pipeline->getSplitLayers(model.getNumLayers()) /
+                 (view.layersDegree * strategy.pipeline->chunks)));
+    if (view.layersDegree > 1 && strategy.pipeline && strategy.pipeline->embeddingLayer)
+      os << "--account-for-embedding-in-pipeline-split\n";
+    if (view.layersDegree > 1 && strategy.pipeline && strategy.pipeline->lossLayer)
+      os << "--account-for-loss-in-pipeline-split\n";
     if (unevenStages()) {
       if (strategy.pipeline->firstStageLayers > 0)
         flag("--decoder-first-pipeline-num-layers", Twine(strategy.pipeline->firstStageLayers));
@@ -843,9 +848,17 @@ private:
         os << "]\n";
       }
       os << "pipeline_parallel_microbatch_size = " << run.microBatch << "\n";
+      // torchtitan counts the embedding and the output layer as this many layers of its split
+      // (its default is one each); written always, so that its split is the plan's.
+      bool embedding = strategy.pipeline && strategy.pipeline->embeddingLayer;
+      bool loss = strategy.pipeline && strategy.pipeline->lossLayer;
+      os << "pipeline_parallel_first_stage_less_layers = " << (embedding ? 1 : 0) << "\n";
+      os << "pipeline_parallel_last_stage_less_layers = " << (loss ? 1 : 0) << "\n";
       if (chunks > 1 && run.model->getNumLayers() > 0)
         os << "pipeline_parallel_layers_per_stage = "
-           << run.model->getNumLayers() / (view.layersDegree * chunks) << "\n";
+           << strategy.pipeline->getSplitLayers(run.model->getNumLayers()) /
+                  (view.layersDegree * chunks)
+           << "\n";
     }
     os << "\n[training]\n";
     // With a pipeline, the local batch is split into micro-batches; without one, the micro-batch

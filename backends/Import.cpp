@@ -606,6 +606,8 @@ constexpr const char *kMegatronFlags[] = {
     "--tp-comm-overlap",
     "--decoder-first-pipeline-num-layers=",
     "--decoder-last-pipeline-num-layers=",
+    "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split",
     "--num-experts=",
     "--moe-router-topk=",
     "--expert-model-parallel-size=",
@@ -1122,23 +1124,44 @@ private:
                                     : "--decoder-last-pipeline-num-layers"),
                   "uneven first and last stages with --num-layers-per-virtual-pipeline-stage have "
                   "no Place equivalent (Place's interleaved schedule splits the layers evenly)");
-    if (p > 1) {
+    // The embedding and the loss counted as layers of the split (Megatron-Core's
+    // get_num_layers_to_build); Megatron-LM refuses them with uneven first and last stages.
+    bool embeddingLayer = has("--account-for-embedding-in-pipeline-split");
+    bool lossLayer = has("--account-for-loss-in-pipeline-split");
+    const char *accountFlag = embeddingLayer ? "--account-for-embedding-in-pipeline-split"
+                                             : "--account-for-loss-in-pipeline-split";
+    if ((embeddingLayer || lossLayer) && p == 1)
+      diags.error(locOf(accountFlag),
+                  Twine(accountFlag) + " needs --pipeline-model-parallel-size above 1");
+    if ((embeddingLayer || lossLayer) && (firstLayers || lastLayers))
+      diags.error(locOf(accountFlag),
+                  Twine(accountFlag) + " with --decoder-" + (firstLayers ? "first" : "last") +
+                      "-pipeline-num-layers: Megatron-LM takes one or the other");
+    int64_t splitLayers = numLayers + (embeddingLayer ? 1 : 0) + (lossLayer ? 1 : 0);
+    std::string accounted = std::string(embeddingLayer ? ", embedding_layer = true" : "") +
+                            (lossLayer ? ", loss_layer = true" : "");
+    if (p > 1 && !diags.hasErrors()) {
       if (virtualLayers) {
-        if (numLayers <= 0 || numLayers % (p * *virtualLayers) != 0) {
+        if (numLayers <= 0 || splitLayers % (p * *virtualLayers) != 0) {
           diags.error(locOf("--num-layers-per-virtual-pipeline-stage"),
-                      "the layers do not divide into " + Twine(p) + " stages of chunks of " +
+                      "the layers" +
+                          Twine(embeddingLayer || lossLayer
+                                    ? " with the embedding or the loss counted"
+                                    : "") +
+                          " do not divide into " + Twine(p) + " stages of chunks of " +
                           Twine(*virtualLayers) + " layers");
           return false;
         }
         imported.pipeline = "interleaved(microbatches = " + std::to_string(microbatches) +
-                            ", chunks = " + std::to_string(numLayers / (p * *virtualLayers)) + ")";
+                            ", chunks = " + std::to_string(splitLayers / (p * *virtualLayers)) +
+                            accounted + ")";
       } else {
         imported.pipeline = "1f1b(microbatches = " + std::to_string(microbatches);
         if (firstLayers)
           imported.pipeline += ", first = " + std::to_string(*firstLayers);
         if (lastLayers)
           imported.pipeline += ", last = " + std::to_string(*lastLayers);
-        imported.pipeline += ")";
+        imported.pipeline += accounted + ")";
       }
     }
     // The distributed optimizer shards over the data-parallel group, which spans the

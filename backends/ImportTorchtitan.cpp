@@ -88,6 +88,8 @@ constexpr const char *kTorchtitanKeys[] = {
     "parallelism.pipeline_parallel_degree",
     "parallelism.pipeline_parallel_split_points",
     "parallelism.pipeline_parallel_layers_per_stage",
+    "parallelism.pipeline_parallel_first_stage_less_layers",
+    "parallelism.pipeline_parallel_last_stage_less_layers",
     "parallelism.pipeline_parallel_schedule",
     "parallelism.pipeline_parallel_schedule_csv",
     "parallelism.pipeline_parallel_microbatch_size",
@@ -663,10 +665,44 @@ private:
     // Split points "layers.N" (where each stage after the first starts) with one stage per rank:
     // Place's first and last stage sizes when the middle stages share the rest evenly.
     std::string uneven;
+    bool splitPoints = false;
     if (std::optional<std::vector<std::string>> points =
             getList("parallelism.pipeline_parallel_split_points");
-        points && !points->empty())
+        points && !points->empty()) {
       uneven = readSplitPoints(*points, pp, layers, schedule);
+      splitPoints = true;
+    }
+    // Without split points torchtitan's split counts the embedding and the output layer as
+    // pipeline_parallel_first_stage_less_layers and _last_stage_less_layers layers (one each
+    // unless written; generate_llm_fqn_per_model_part), Place's embedding_layer and loss_layer.
+    // Older torchtitan split evenly, so a job that leaves them out is ambiguous.
+    int64_t countedLayers = 0;
+    if (pp > 1 && !splitPoints) {
+      for (bool first : {true, false}) {
+        std::string key = std::string("parallelism.pipeline_parallel_") +
+                          (first ? "first" : "last") + "_stage_less_layers";
+        if (!lookup(key)) {
+          refuse("parallelism.pipeline_parallel_degree",
+                 "without split points torchtitan counts the embedding and the output layer as "
+                 "pipeline_parallel_first_stage_less_layers and "
+                 "pipeline_parallel_last_stage_less_layers layers of its split (one each by "
+                 "default since 2025, none before); write both keys so that the split is known "
+                 "(0 and 0 for an even split)");
+          break;
+        }
+        std::optional<int64_t> value = getInt(key, 0);
+        if (value && *value != 0 && *value != 1) {
+          refuse(key, Twine(*value) + ": Place counts the " +
+                          (first ? "embedding" : "output layer") +
+                          " as one layer of the split or as none (0 or 1)");
+          continue;
+        }
+        if (value && *value == 1) {
+          uneven += first ? ", embedding_layer = true" : ", loss_layer = true";
+          ++countedLayers;
+        }
+      }
+    }
 
     // Batch: local_batch_size per data-parallel rank, global_batch_size reached by gradient
     // accumulation (default: local × data-parallel degree).
@@ -705,13 +741,16 @@ private:
                      "that the number of stages is known");
           return std::nullopt;
         }
-        if (layers <= 0 || layers % saturatingMul(pp, *layersPerStage) != 0) {
+        int64_t split = layers + countedLayers;
+        if (layers <= 0 || split % saturatingMul(pp, *layersPerStage) != 0) {
           refuse("parallelism.pipeline_parallel_layers_per_stage",
                  Twine(*layersPerStage) + " layers per stage do not divide the model's " +
-                     Twine(layers) + " layers into " + Twine(pp) + " ranks");
+                     Twine(layers) + " layers" +
+                     (countedLayers ? " with the embedding or the output counted" : "") + " into " +
+                     Twine(pp) + " ranks");
           return std::nullopt;
         }
-        int64_t chunks = layers / (pp * *layersPerStage);
+        int64_t chunks = split / (pp * *layersPerStage);
         if (expected && chunks != expected) {
           refuse("parallelism.pipeline_parallel_layers_per_stage",
                  "'" + schedule + "' runs " + Twine(expected) + " stages per rank, but " +
@@ -728,14 +767,14 @@ private:
             ")";
       } else if (schedule == "Interleaved1F1B") {
         if (std::optional<int64_t> chunks = chunksOf(0))
-          imported.pipeline =
-              "interleaved(microbatches = " + n + ", chunks = " + std::to_string(*chunks) + ")";
+          imported.pipeline = "interleaved(microbatches = " + n +
+                              ", chunks = " + std::to_string(*chunks) + uneven + ")";
       } else if (schedule == "ZBVZeroBubble") {
         if (chunksOf(2))
-          imported.pipeline = "zbv(microbatches = " + n + ")";
+          imported.pipeline = "zbv(microbatches = " + n + uneven + ")";
       } else if (schedule == "DualPipeV") {
         if (chunksOf(2))
-          imported.pipeline = "dualpipev(microbatches = " + n + ")";
+          imported.pipeline = "dualpipev(microbatches = " + n + uneven + ")";
       } else {
         refuse("parallelism.pipeline_parallel_schedule",
                "'" + schedule +

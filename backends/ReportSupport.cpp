@@ -326,6 +326,10 @@ std::string describePipeline(const ir::Strategy &strategy, int64_t microbatches)
     text += fmt::format(", first = {}", pipeline.firstStageLayers);
   if (pipeline.lastStageLayers > 0)
     text += fmt::format(", last = {}", pipeline.lastStageLayers);
+  if (pipeline.embeddingLayer)
+    text += ", embedding_layer = true";
+  if (pipeline.lossLayer)
+    text += ", loss_layer = true";
   return text + ")";
 }
 

@@ -1745,16 +1745,33 @@ bool Sema::bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env,
         continue;
       }
       (key == "first" ? pipeline.firstStageLayers : pipeline.lastStageLayers) = value->value;
+    } else if (key == "embedding_layer" || key == "loss_layer") {
+      std::optional<bool> value = getBool(*arg.value, key);
+      if (!value) {
+        ok = false;
+        continue;
+      }
+      (key == "embedding_layer" ? pipeline.embeddingLayer : pipeline.lossLayer) = *value;
     } else {
-      StringRef options = pipeline.schedule == ir::Schedule::Interleaved ? "microbatches and chunks"
+      StringRef options = pipeline.schedule == ir::Schedule::Interleaved
+                              ? "microbatches, chunks, embedding_layer and loss_layer"
                           : pipeline.chunks > 1
-                              ? "microbatches"
+                              ? "microbatches, embedding_layer and loss_layer"
                               : "microbatches, first and last (the layers of the first and last "
-                                "stages)";
+                                "stages), embedding_layer and loss_layer";
       diags.error(loc, Twine("pipeline schedule '") + spec.schedule + "' has no option '" + key +
                            "'; its options are " + options);
       ok = false;
     }
+  }
+  // Megatron-Core refuses the two ways of evening out the edge stages together.
+  if (ok && (pipeline.embeddingLayer || pipeline.lossLayer) &&
+      (pipeline.firstStageLayers || pipeline.lastStageLayers)) {
+    diags.error(spec.scheduleLoc,
+                "'first' and 'last' give the edge stages their layers, 'embedding_layer' and "
+                "'loss_layer' count the embedding and the loss as layers of an even split; "
+                "write one or the other");
+    ok = false;
   }
   if (ok && pipeline.schedule == ir::Schedule::Interleaved && !sawChunks) {
     diags.error(spec.scheduleLoc, "an interleaved schedule needs 'chunks', the number of model "

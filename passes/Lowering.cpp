@@ -920,8 +920,15 @@ PipelineLayout getPipelineLayout(int64_t layers, int64_t stages, const ir::Pipel
   for (int64_t c = 0; c < total; ++c)
     layout.stageOfChunk.push_back(
         static_cast<int>(vShape && c >= stages ? 2 * stages - 1 - c : c % stages));
-  // Layers per chunk: even, or the written first and last stages with the rest even.
-  std::vector<int64_t> perChunk(total, total > 0 ? layers / total : 0);
+  // Layers per chunk: even, or the written first and last stages with the rest even, or even
+  // with the embedding and the loss counted as layers of the first and last chunks
+  // (Megatron-Core's get_num_layers_to_build).
+  int64_t split = pipeline ? pipeline->getSplitLayers(layers) : layers;
+  std::vector<int64_t> perChunk(total, total > 0 ? split / total : 0);
+  if (total > 0 && pipeline && pipeline->embeddingLayer)
+    perChunk.front() = std::max<int64_t>(0, perChunk.front() - 1);
+  if (total > 0 && pipeline && pipeline->lossLayer)
+    perChunk.back() = std::max<int64_t>(0, perChunk.back() - 1);
   int64_t first = pipeline ? pipeline->firstStageLayers : 0;
   int64_t last = pipeline ? pipeline->lastStageLayers : 0;
   if (chunks == 1 && stages > 1 && (first > 0 || last > 0)) {

@@ -387,15 +387,48 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
       ok = false;
     }
+  } else if (pipeline && (pipeline->embeddingLayer || pipeline->lossLayer) &&
+             model.kind != ir::ModelKind::Transformer) {
+    diags->error(pipeline->loc,
+                 Twine("'embedding_layer' and 'loss_layer' count a transformer's embedding and "
+                       "loss as layers of the pipeline split; model '") +
+                     model.name + "' is " +
+                     (model.kind == ir::ModelKind::Mlp ? "an mlp" : "abstract"),
+                 "divisibility");
+    ok = false;
   } else if (strategy.pipeline && layers > 0) {
     int64_t chunks = strategy.pipeline->chunks;
-    if (layers % (stages * chunks) != 0) {
-      diags->error(strategyLoc,
-                   Twine("the ") + Twine(layers) + " layers of model '" + model.name +
-                       "' do not divide evenly among " + Twine(stages) + " pipeline stages" +
+    // With the embedding and the loss counted as layers (Megatron-Core's
+    // get_num_layers_to_build), the layers plus them divide evenly among the chunks, and the
+    // first and last chunks build one layer fewer each (none at all where a chunk holds one).
+    int64_t split = strategy.pipeline->getSplitLayers(layers);
+    int64_t counted = split - layers;
+    int64_t total = stages * chunks;
+    if (split % total != 0) {
+      diags->error(counted > 0 ? pipeline->loc : strategyLoc,
+                   Twine("the ") + Twine(layers) + " layers of model '" + model.name + "'" +
+                       (counted > 0
+                            ? Twine(" with the ") +
+                                  (counted == 2               ? "embedding and the loss counted as "
+                                                                "layers ("
+                                   : pipeline->embeddingLayer ? "embedding counted as a layer ("
+                                                              : "loss counted as a layer (") +
+                                  Twine(split) + ")"
+                            : Twine("")) +
+                       " do not divide evenly among " + Twine(stages) + " pipeline stages" +
                        (chunks > 1 ? Twine(" × ") + Twine(chunks) + " chunks" : Twine("")),
                    "divisibility");
       diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
+      ok = false;
+    } else if (counted > 0 && total > 1 && split / total == 1) {
+      // Megatron-Core builds such a chunk with no layer at all; placec's plan sends a stage's
+      // activations after its chunks' layers, so an embedding or a loss alone is not lowered.
+      diags->error(pipeline->loc,
+                   Twine("chunks of one layer leave the ") +
+                       (pipeline->embeddingLayer ? "embedding" : "loss") +
+                       " alone in its chunk, which placec does not lower; use fewer stages or "
+                       "chunks, or leave the embedding and the loss out of the split",
+                   "divisibility");
       ok = false;
     }
   }

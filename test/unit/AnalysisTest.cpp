@@ -14,6 +14,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include "gtest/gtest.h"
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
@@ -658,6 +659,51 @@ TEST(AnalysisFlops, SelectiveRecomputationRepeatsAttentionCore) {
   double extra = session.get("selective")->analysis.time.computeSeconds -
                  session.get("keep")->analysis.time.computeSeconds;
   EXPECT_REL(extra * 312e12 * 0.5 * 8, 4 * 64 * s * s * l * h, 1e-9);
+}
+
+TEST(PipelineLayout, CountedEmbeddingAndLossFollowMegatronCoresSplit) {
+  // Megatron-Core's get_num_layers_to_build with --account-for-embedding-in-pipeline-split and
+  // --account-for-loss-in-pipeline-split, written out: (layers + counted) / (p·v) per chunk,
+  // one fewer in the first virtual chunk of the first stage and in the last of the last stage;
+  // chunk c (0 … p·v − 1) is virtual stage c / p of pipeline rank c mod p.
+  auto megatron = [](int64_t layers, int64_t p, int64_t v, bool embedding, bool loss) {
+    int64_t perChunk = (layers + embedding + loss) / (p * v);
+    std::vector<int64_t> chunks;
+    for (int64_t vp = 0; vp < v; ++vp)
+      for (int64_t rank = 0; rank < p; ++rank)
+        chunks.push_back(perChunk - (embedding && rank == 0 && vp == 0 ? 1 : 0) -
+                         (loss && rank == p - 1 && vp == v - 1 ? 1 : 0));
+    return chunks;
+  };
+  struct Case {
+    int64_t layers, stages, chunks;
+    bool embedding, loss;
+  };
+  // Llama 3.1 405B's 126 layers over 8 × 8 (Megatron-Bridge's H100 recipe), one-chunk 1F1B,
+  // and only one of the two.
+  for (const Case &c : {Case{126, 8, 8, true, true}, Case{30, 4, 1, true, true},
+                        Case{15, 4, 1, false, true}, Case{15, 4, 1, true, false}}) {
+    ir::Pipeline pipeline;
+    pipeline.schedule = c.chunks > 1 ? ir::Schedule::Interleaved : ir::Schedule::OneFOneB;
+    pipeline.chunks = c.chunks;
+    pipeline.embeddingLayer = c.embedding;
+    pipeline.lossLayer = c.loss;
+    plan::PipelineLayout layout = plan::getPipelineLayout(c.layers, c.stages, &pipeline);
+    std::vector<int64_t> expected = megatron(c.layers, c.stages, c.chunks, c.embedding, c.loss);
+    std::vector<int64_t> actual(expected.size(), 0);
+    ASSERT_EQ(layout.chunkOfLayer.size(), static_cast<size_t>(c.layers));
+    for (int chunk : layout.chunkOfLayer)
+      ++actual[chunk];
+    EXPECT_EQ(actual, expected) << c.layers << " layers over " << c.stages << " × " << c.chunks;
+    // Layers run in chunk order, and each stage holds the sum of its chunks.
+    EXPECT_TRUE(std::is_sorted(layout.chunkOfLayer.begin(), layout.chunkOfLayer.end()));
+    for (int64_t stage = 0; stage < c.stages; ++stage) {
+      int64_t sum = 0;
+      for (int64_t vp = 0; vp < c.chunks; ++vp)
+        sum += expected[vp * c.stages + stage];
+      EXPECT_EQ(layout.layersOfStage[stage], sum);
+    }
+  }
 }
 
 TEST(AnalysisFlops, BlockRecomputationRecomputesTheFirstLayersOfEachChunk) {

@@ -377,6 +377,15 @@ struct Pipeline {
   /// Layers of the first and of the last stage when they differ from the others (embeddings and
   /// the output layer on them); 0: an even split.
   int64_t firstStageLayers = 0, lastStageLayers = 0;
+  /// The embedding and the loss each counted as one layer in the split (Megatron-LM's
+  /// --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split): the
+  /// model's layers plus these divide evenly among the chunks, and the first chunk (the
+  /// embedding's) and the last (the loss's) build one transformer layer fewer.
+  bool embeddingLayer = false, lossLayer = false;
+  /// The number of layers the split divides: the model's plus the counted embedding and loss.
+  int64_t getSplitLayers(int64_t layers) const {
+    return layers + (embeddingLayer ? 1 : 0) + (lossLayer ? 1 : 0);
+  }
   llvm::SMLoc loc;
 };
 
