@@ -15,11 +15,13 @@ Modes:
   demo            equivalence, printing the predicted and counted bytes side by side
 """
 import argparse
+import atexit
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -41,10 +43,27 @@ def run(command, timeout=300, env=None, check=True, echo=True, merge_stderr=True
     return result
 
 
+_session_base = None
+
+
+def mpi_session_base():
+    """A session directory of this test's own for mpirun. Open MPI keeps its session files under
+    one directory per user and host in the system's temporary directory and removes it when its
+    last job ends; two tests that run mpirun at once (ctest -j) can then remove it under each
+    other ("orte_session_dir failed")."""
+    global _session_base
+    if _session_base is None:
+        _session_base = tempfile.mkdtemp(prefix="placec-mpi-")
+        atexit.register(shutil.rmtree, _session_base, True)
+    return _session_base
+
+
 def mpi_env():
     env = dict(os.environ)
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
+               OMPI_MCA_rmaps_base_oversubscribe="1",
+               OMPI_MCA_orte_tmpdir_base=mpi_session_base(),
+               PRTE_MCA_prte_tmpdir_base=mpi_session_base())
     # Under the sanitizer build, memory errors are still caught, but leak checking is off for the
     # MPI ranks: Open MPI's plugins keep allocations until exit and are unloaded before
     # LeakSanitizer runs, so their stacks cannot be told apart from placert's.
