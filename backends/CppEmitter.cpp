@@ -196,12 +196,12 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
       refuse(pipeline.loc, "the " + ir::toString(schedule) + " schedule",
              "placert's pipeline executor runs GPipe, 1F1B and interleaved 1F1B; the zero-bubble "
              "and DualPipe schedules are analysed, not compiled");
-    if (pipeline.firstStageLayers > 0 || pipeline.lastStageLayers > 0 || pipeline.embeddingLayer ||
-        pipeline.lossLayer)
-      refuse(pipeline.loc,
-             pipeline.embeddingLayer || pipeline.lossLayer
-                 ? "the embedding or the loss counted as a pipeline layer"
-                 : "uneven first and last pipeline stages",
+    // The language refuses the two together, so at most one of these applies.
+    if (pipeline.firstStageLayers > 0 || pipeline.lastStageLayers > 0)
+      refuse(pipeline.loc, "uneven first and last pipeline stages",
+             "placert's pipeline executor splits the layers evenly among the stages");
+    if (pipeline.embeddingLayer || pipeline.lossLayer)
+      refuse(pipeline.loc, "the embedding or the loss counted as a pipeline layer",
              "placert's pipeline executor splits the layers evenly among the stages");
   }
   const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);

@@ -514,10 +514,12 @@ private:
       flag("--num-layers-per-virtual-pipeline-stage",
            Twine(strategy.pipeline->getSplitLayers(model.getNumLayers()) /
                  (view.layersDegree * strategy.pipeline->chunks)));
-    if (view.layersDegree > 1 && strategy.pipeline && strategy.pipeline->embeddingLayer)
-      os << "--account-for-embedding-in-pipeline-split\n";
-    if (view.layersDegree > 1 && strategy.pipeline && strategy.pipeline->lossLayer)
-      os << "--account-for-loss-in-pipeline-split\n";
+    if (view.layersDegree > 1 && strategy.pipeline) {
+      if (strategy.pipeline->embeddingLayer)
+        os << "--account-for-embedding-in-pipeline-split\n";
+      if (strategy.pipeline->lossLayer)
+        os << "--account-for-loss-in-pipeline-split\n";
+    }
     if (unevenStages()) {
       if (strategy.pipeline->firstStageLayers > 0)
         flag("--decoder-first-pipeline-num-layers", Twine(strategy.pipeline->firstStageLayers));

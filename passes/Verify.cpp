@@ -405,17 +405,17 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     int64_t counted = split - layers;
     int64_t total = stages * chunks;
     if (split % total != 0) {
+      std::string countedText =
+          counted == 0 ? ""
+                       : " with the " +
+                             std::string(counted == 2 ? "embedding and the loss counted as layers"
+                                         : pipeline->embeddingLayer ? "embedding counted as a layer"
+                                                                    : "loss counted as a layer") +
+                             " (" + std::to_string(split) + ")";
       diags->error(counted > 0 ? pipeline->loc : strategyLoc,
                    Twine("the ") + Twine(layers) + " layers of model '" + model.name + "'" +
-                       (counted > 0
-                            ? Twine(" with the ") +
-                                  (counted == 2               ? "embedding and the loss counted as "
-                                                                "layers ("
-                                   : pipeline->embeddingLayer ? "embedding counted as a layer ("
-                                                              : "loss counted as a layer (") +
-                                  Twine(split) + ")"
-                            : Twine("")) +
-                       " do not divide evenly among " + Twine(stages) + " pipeline stages" +
+                       countedText + " do not divide evenly among " + Twine(stages) +
+                       " pipeline stages" +
                        (chunks > 1 ? Twine(" × ") + Twine(chunks) + " chunks" : Twine("")),
                    "divisibility");
       diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
