@@ -975,7 +975,17 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
         std::vector<int64_t> edges;
         if (pp >= 3 && (layers + 2) % pp == 0 && (layers + 2) / pp >= 2)
           edges.push_back((layers + 2) / pp - 1);
-        if (!evenSplit && edges.empty())
+        // The embedding and the loss counted as layers of an interleaved split (Megatron-LM's
+        // --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split;
+        // Llama 3.1 405B's 126 + 2 layers on 8 stages × 8 chunks of 2): the chunks v > 1 for
+        // which pp·v divides layers + 2 in chunks of two layers or more (rule `divisibility`).
+        // Without interleaving the split is the uneven one above.
+        std::vector<int64_t> countedChunks;
+        if (pp >= 2 && model.kind == ir::ModelKind::Transformer)
+          for (int64_t v : divisorsOf((layers + 2) % pp == 0 ? (layers + 2) / pp : 1))
+            if (v > 1 && (layers + 2) / (pp * v) >= 2)
+              countedChunks.push_back(v);
+        if (!evenSplit && edges.empty() && countedChunks.empty())
           continue;
         for (int64_t cp : divisorsOf(devices / (tp * pp))) {
           int64_t dp = devices / (tp * pp * cp);
@@ -1001,6 +1011,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
             ir::Schedule schedule;
             int64_t chunks;
             int64_t edge = 0;
+            bool counted = false;
           };
           std::vector<Step> steps;
           Layouts layouts;
@@ -1019,6 +1030,17 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                    {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::ZeroBubble})
                 if (explores(schedule) && cost::isScheduleValid(schedule, pp, m, 1)) {
                   steps.push_back({b, schedule, 1, edge});
+                  if (std::find(layouts.edges.begin(), layouts.edges.end(), edge) ==
+                      layouts.edges.end())
+                    layouts.edges.push_back(edge);
+                }
+            // The counted split: the first and the last stage hold v·(layers + 2)/(pp·v) − 1
+            // layers over their chunks, the others v·(layers + 2)/(pp·v).
+            if (explores(ir::Schedule::Interleaved))
+              for (int64_t v : countedChunks)
+                if (cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v)) {
+                  int64_t edge = (layers + 2) / pp - 1;
+                  steps.push_back({b, ir::Schedule::Interleaved, v, edge, true});
                   if (std::find(layouts.edges.begin(), layouts.edges.end(), edge) ==
                       layouts.edges.end())
                     layouts.edges.push_back(edge);
@@ -1139,6 +1161,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                           c.schedule = step.schedule;
                           c.chunks = step.chunks;
                           c.edgeLayers = step.edge;
+                          c.countedSplit = step.counted;
                           inner(c);
                         }
                     }
@@ -1220,7 +1243,9 @@ std::string Candidate::describe() const {
   if (pp > 1)
     text += " " + ir::toString(schedule).str() +
             (schedule == ir::Schedule::Interleaved ? "/" + std::to_string(chunks) : "") +
-            (edgeLayers > 0 ? " first=last=" + std::to_string(edgeLayers) : "");
+            (countedSplit     ? " embedding_layer+loss_layer"
+             : edgeLayers > 0 ? " first=last=" + std::to_string(edgeLayers)
+                              : "");
   return text + " " + formatPrecision();
 }
 
@@ -1462,7 +1487,10 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     pipeline.schedule = c.schedule;
     pipeline.microbatches = c.microbatches;
     pipeline.chunks = c.chunks;
-    pipeline.firstStageLayers = pipeline.lastStageLayers = c.edgeLayers;
+    if (c.countedSplit)
+      pipeline.embeddingLayer = pipeline.lossLayer = true;
+    else
+      pipeline.firstStageLayers = pipeline.lastStageLayers = c.edgeLayers;
     strategy->pipeline = pipeline;
   }
   ir::resolveExpertPlacements(*strategy);
@@ -1716,6 +1744,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
           if (prune && !options.filter && overBudget && candidate.pp > 1 &&
               isVShape(candidate.schedule) == isVShape(overBudget->schedule) &&
               candidate.edgeLayers == overBudget->edgeLayers &&
+              candidate.countedSplit == overBudget->countedSplit &&
               sameExceptSchedule(candidate, *overBudget)) {
             if (collect) {
               ++result.spaceSize;
@@ -1939,7 +1968,9 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
             "(microbatches = " + std::to_string(c.microbatches);
     if (c.schedule == ir::Schedule::Interleaved)
       text += ", chunks = " + std::to_string(c.chunks);
-    if (c.edgeLayers > 0)
+    if (c.countedSplit)
+      text += ", embedding_layer = true, loss_layer = true";
+    else if (c.edgeLayers > 0)
       text +=
           ", first = " + std::to_string(c.edgeLayers) + ", last = " + std::to_string(c.edgeLayers);
     text += ");\n";

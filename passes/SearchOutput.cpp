@@ -112,7 +112,8 @@ std::string activationsText(const Candidate &c) {
          (c.asyncTp ? " + async_tp" : "");
 }
 
-/// `interleaved(4)`, `1f1b(first = last = 7)`, `-` without a pipeline.
+/// `interleaved(4)`, `interleaved(8)(emb+loss)` (the embedding and the loss counted as layers),
+/// `1f1b(first = last = 7)`, `-` without a pipeline.
 std::string scheduleText(const Candidate &c) {
   if (c.pp == 1)
     return "-";
@@ -121,7 +122,9 @@ std::string scheduleText(const Candidate &c) {
   os << ir::toString(c.schedule);
   if (c.schedule == ir::Schedule::Interleaved)
     os << "(" << c.chunks << ")";
-  if (c.edgeLayers > 0)
+  if (c.countedSplit)
+    os << "(emb+loss)";
+  else if (c.edgeLayers > 0)
     os << "(first = last = " << c.edgeLayers << ")";
   return text;
 }
@@ -200,7 +203,8 @@ json::Object candidateJson(const Candidate &c) {
                       {"microbatches", c.microbatches},
                       {"schedule", c.pp > 1 ? ir::toString(c.schedule) : StringRef("none")},
                       {"chunks", c.chunks},
-                      {"first_last_layers", c.edgeLayers},
+                      {"first_last_layers", c.countedSplit ? 0 : c.edgeLayers},
+                      {"embedding_loss_layers", c.countedSplit},
                       {"step_seconds", c.stepSeconds},
                       {"peak_bytes", c.peakBytes}};
 }

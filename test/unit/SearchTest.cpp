@@ -151,7 +151,8 @@ void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned sam
   for (const Candidate &c : space)
     kinds[std::to_string(c.cp > 1 ? static_cast<int>(c.context) : -1) + "/" +
           std::to_string(static_cast<int>(c.schedule)) + "/" + std::to_string(c.asyncTp) + "/" +
-          std::to_string(c.edgeLayers > 0) + "/" + c.formatPrecision()]
+          std::to_string(c.edgeLayers > 0) + "/" + std::to_string(c.countedSplit) + "/" +
+          c.formatPrecision()]
         .push_back(&c);
   for (auto &[kind, members] : kinds)
     for (unsigned i = 0; i < 4; ++i)
@@ -314,10 +315,18 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
   // Uneven stages where pp divides layers + 2 and not the layers (14 layers on 32 devices:
   // pp = 4 with 3, 4, 4, 3 layers; pp = 8 with 1, 2, …, 2, 1), one layer short at each end,
   // with the schedules that take first and last; never zbv (14 % 4 ≠ 0 for pp = 2).
+  // The embedding and the loss counted as layers of an interleaved split where pp·v divides
+  // 14 + 2 in chunks of two layers or more: (pp, v) = (2, 2), (2, 4), (4, 2), whose first and
+  // last stages hold 7, 7 and 3 layers; interleaving needs m % pp = 0.
   const ir::Run &uneven = runOf(*compiled, "uneven");
   std::map<int64_t, std::set<int64_t>> edges;
+  std::set<std::tuple<int64_t, int64_t, int64_t>> counted;
   forEachCandidate(uneven, *uneven.cluster, [&](const Candidate &c) {
-    if (c.edgeLayers > 0) {
+    if (c.countedSplit) {
+      counted.insert({c.pp, c.chunks, c.edgeLayers});
+      EXPECT_EQ(c.schedule, ir::Schedule::Interleaved) << c.describe();
+      EXPECT_EQ(c.microbatches % c.pp, 0) << c.describe();
+    } else if (c.edgeLayers > 0) {
       edges[c.pp].insert(c.edgeLayers);
       EXPECT_TRUE(c.schedule == ir::Schedule::OneFOneB || c.schedule == ir::Schedule::ZeroBubble)
           << c.describe();
@@ -328,6 +337,8 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
     EXPECT_NE(c.schedule, ir::Schedule::ZeroBubbleV) << c.describe();
   });
   EXPECT_EQ(edges, (std::map<int64_t, std::set<int64_t>>{{4, {3}}, {8, {1}}}));
+  EXPECT_EQ(counted,
+            (std::set<std::tuple<int64_t, int64_t, int64_t>>{{2, 2, 7}, {2, 4, 7}, {4, 2, 3}}));
   // Without --precision the run's own precision alone.
   forEachCandidate(run, *run.cluster, [&](const Candidate &c) {
     EXPECT_EQ(c.precision, ir::Precision::MixedBF16);
@@ -374,7 +385,8 @@ TEST(SearchTest, EveryReportedCandidatePassesTheVerifier) {
     }
     std::vector<std::function<bool(const Candidate &)>> runKinds = kinds;
     if (std::string(name) == "uneven")
-      runKinds = {[](const Candidate &c) { return c.edgeLayers > 0; }};
+      runKinds = {[](const Candidate &c) { return c.edgeLayers > 0 && !c.countedSplit; },
+                  [](const Candidate &c) { return c.countedSplit; }};
     for (size_t k = 0; k < runKinds.size(); ++k) {
       SearchOptions options = all;
       options.onAccepted = nullptr;
@@ -686,8 +698,11 @@ TEST(SearchTest, PlaceTextMeansWhatWasSearched) {
         EXPECT_EQ(actual.pipeline->schedule, expected->pipeline->schedule);
         EXPECT_EQ(actual.pipeline->microbatches, expected->pipeline->microbatches);
         EXPECT_EQ(actual.pipeline->chunks, expected->pipeline->chunks);
-        EXPECT_EQ(actual.pipeline->firstStageLayers, c.edgeLayers) << text;
-        EXPECT_EQ(actual.pipeline->lastStageLayers, c.edgeLayers) << text;
+        int64_t uneven = c.countedSplit ? 0 : c.edgeLayers;
+        EXPECT_EQ(actual.pipeline->firstStageLayers, uneven) << text;
+        EXPECT_EQ(actual.pipeline->lastStageLayers, uneven) << text;
+        EXPECT_EQ(actual.pipeline->embeddingLayer, c.countedSplit) << text;
+        EXPECT_EQ(actual.pipeline->lossLayer, c.countedSplit) << text;
       }
       EXPECT_EQ(run.microBatch, c.microBatch);
       EXPECT_EQ(run.microbatchesPerStep, c.microbatches);

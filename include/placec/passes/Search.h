@@ -76,6 +76,11 @@ struct Candidate {
   /// Uneven stages (`first = k, last = k`): the layers of the first and of the last stage, the
   /// others sharing the rest evenly; 0: every stage the same.
   int64_t edgeLayers = 0;
+  /// The embedding and the loss counted as layers of the interleaved split (`embedding_layer =
+  /// true, loss_layer = true`: Megatron-LM's --account-for-*-in-pipeline-split): the first
+  /// stage's first chunk and the last stage's last chunk hold one layer fewer than the others.
+  /// edgeLayers then holds the first and the last stage's layers over all their chunks.
+  bool countedSplit = false;
 
   // Predictions of the fast path.
   double stepSeconds = 0;
