@@ -972,17 +972,21 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
         // pipeline layers; Llama 3's 126 layers on 16 stages of 8, the first and last of 7,
         // Dubey et al. 2024 §3.3.2): when pp divides layers + 2.
         bool evenSplit = layers % pp == 0;
+        // Both make room for two more layers: where pp divides layers + 2, the first and the
+        // last stage hold (layers + 2)/pp − 1 layers and the others (layers + 2)/pp.
+        bool roomForTwo = (layers + 2) % pp == 0;
+        int64_t edge = (layers + 2) / pp - 1;
         std::vector<int64_t> edges;
-        if (pp >= 3 && (layers + 2) % pp == 0 && (layers + 2) / pp >= 2)
-          edges.push_back((layers + 2) / pp - 1);
+        if (pp >= 3 && roomForTwo && edge >= 1)
+          edges.push_back(edge);
         // The embedding and the loss counted as layers of an interleaved split (Megatron-LM's
         // --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split;
         // Llama 3.1 405B's 126 + 2 layers on 8 stages × 8 chunks of 2): the chunks v > 1 for
         // which pp·v divides layers + 2 in chunks of two layers or more (rule `divisibility`).
         // Without interleaving the split is the uneven one above.
         std::vector<int64_t> countedChunks;
-        if (pp >= 2 && model.kind == ir::ModelKind::Transformer)
-          for (int64_t v : divisorsOf((layers + 2) % pp == 0 ? (layers + 2) / pp : 1))
+        if (pp >= 2 && roomForTwo && model.kind == ir::ModelKind::Transformer)
+          for (int64_t v : divisorsOf((layers + 2) / pp))
             if (v > 1 && (layers + 2) / (pp * v) >= 2)
               countedChunks.push_back(v);
         if (!evenSplit && edges.empty() && countedChunks.empty())
@@ -1015,6 +1019,11 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
           };
           std::vector<Step> steps;
           Layouts layouts;
+          auto addEdgeLayout = [&layouts](int64_t edgeLayers) {
+            if (std::find(layouts.edges.begin(), layouts.edges.end(), edgeLayers) ==
+                layouts.edges.end())
+              layouts.edges.push_back(edgeLayers);
+          };
           for (int64_t b : divisorsOf(globalBatch / dp)) {
             int64_t m = globalBatch / (b * dp);
             // Without a pipeline the schedule is moot: one candidate, 1f1b.
@@ -1025,25 +1034,20 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
             }
             // Uneven stages with the schedules that take `first` and `last` (1f1b, gpipe,
             // zero_bubble), one layout after the other.
-            for (int64_t edge : edges)
+            for (int64_t uneven : edges)
               for (ir::Schedule schedule :
                    {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::ZeroBubble})
                 if (explores(schedule) && cost::isScheduleValid(schedule, pp, m, 1)) {
-                  steps.push_back({b, schedule, 1, edge});
-                  if (std::find(layouts.edges.begin(), layouts.edges.end(), edge) ==
-                      layouts.edges.end())
-                    layouts.edges.push_back(edge);
+                  steps.push_back({b, schedule, 1, uneven});
+                  addEdgeLayout(uneven);
                 }
-            // The counted split: the first and the last stage hold v·(layers + 2)/(pp·v) − 1
-            // layers over their chunks, the others v·(layers + 2)/(pp·v).
+            // The counted split's stages are the uneven ones: the first and the last hold
+            // `edge` layers over their chunks.
             if (explores(ir::Schedule::Interleaved))
               for (int64_t v : countedChunks)
                 if (cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v)) {
-                  int64_t edge = (layers + 2) / pp - 1;
                   steps.push_back({b, ir::Schedule::Interleaved, v, edge, true});
-                  if (std::find(layouts.edges.begin(), layouts.edges.end(), edge) ==
-                      layouts.edges.end())
-                    layouts.edges.push_back(edge);
+                  addEdgeLayout(edge);
                 }
             if (!evenSplit)
               continue;
