@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <limits>
+#include <numeric>
 
 using namespace llvm;
 
@@ -1284,13 +1285,36 @@ GroupShape getGroupShape(ArrayRef<GroupAxis> sorted, int64_t devicesPerNode) {
 
 bool crossesNodes(int64_t stride, int64_t stages, int stage, int peer, int64_t devices,
                   int64_t devicesPerNode) {
-  // The layers axis's coordinate of rank r is (r / stride) % stages; stage `stage`'s ranks and
-  // their peers at the same coordinates on every other axis are `offset` apart.
+  // The layers axis's coordinate of rank r is (r / stride) % stages: stage `stage` holds the
+  // ranks r = a·period + stage·stride + b (period = stride·stages, 0 ≤ b < stride), and each
+  // one's peer is r + offset. With D devices per node, r and r + offset lie in different nodes
+  // exactly when (r mod D) + offset ≥ D (offset > 0) or (r mod D) + offset < 0 (offset < 0): so
+  // only the largest and the smallest residue mod D of the stage's ranks matter.
   int64_t offset = (static_cast<int64_t>(peer) - stage) * stride;
-  for (int64_t rank = 0; rank < devices; ++rank)
-    if ((rank / stride) % stages == stage &&
-        rank / devicesPerNode != (rank + offset) / devicesPerNode)
+  int64_t nodeSize = devicesPerNode;
+  if (offset == 0)
+    return false;
+  int64_t period = stride * stages;
+  if (period <= 0 || devices % period != 0) {
+    // Not a whole number of blocks (no mesh lays out devices so): rank by rank.
+    for (int64_t rank = 0; rank < devices; ++rank)
+      if ((rank / stride) % stages == stage && rank / nodeSize != (rank + offset) / nodeSize)
+        return true;
+    return false;
+  }
+  // Every rank's peer is a node or more away.
+  if (offset >= nodeSize || -offset >= nodeSize)
+    return true;
+  // The block starts a·period + stage·stride, taken mod D, repeat every D/gcd(period, D) blocks.
+  int64_t blocks = std::min(devices / period, nodeSize / std::gcd(period, nodeSize));
+  for (int64_t a = 0; a < blocks; ++a) {
+    int64_t first = (a * period + stage * stride) % nodeSize;
+    int64_t last = first + stride - 1; // The block's residues, first..last mod D.
+    bool wraps = last >= nodeSize;
+    int64_t highest = wraps ? nodeSize - 1 : last, lowest = wraps ? 0 : first;
+    if (offset > 0 ? highest + offset >= nodeSize : lowest + offset < 0)
       return true;
+  }
   return false;
 }
 

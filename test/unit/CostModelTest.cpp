@@ -41,6 +41,44 @@ TEST(CostModelTest, GroupShapeOnNodes) {
   EXPECT_EQ(both.perNode, 8);
 }
 
+TEST(CostModelTest, PipelineSendsCrossNodesAsRankByRank) {
+  // crossesNodes against the definition, rank by rank: some rank r of stage `stage` (the layers
+  // axis's coordinate (r / stride) % stages) and its peer r + (peer − stage)·stride lie in
+  // different nodes of `perNode` devices. Every mesh of up to 32 devices: the layers axis at
+  // every position (stride the product of the axes inside it, stages · stride dividing the
+  // devices), every pair of stages; and strides that leave a partial block.
+  auto byRank = [](int64_t stride, int64_t stages, int stage, int peer, int64_t devices,
+                   int64_t perNode) {
+    int64_t offset = (static_cast<int64_t>(peer) - stage) * stride;
+    for (int64_t rank = 0; rank < devices; ++rank)
+      if ((rank / stride) % stages == stage && rank / perNode != (rank + offset) / perNode)
+        return true;
+    return false;
+  };
+  int checked = 0, crossing = 0;
+  for (int64_t perNode : {1, 2, 3, 4, 8})
+    for (int64_t nodes = 1; nodes <= 4; ++nodes) {
+      int64_t devices = perNode * nodes;
+      for (int64_t stages = 2; stages <= devices; ++stages)
+        for (int64_t stride = 1; stride <= devices; ++stride) {
+          if (devices % stride != 0 && stride * stages <= devices)
+            continue;
+          for (int stage = 0; stage < stages; ++stage)
+            for (int peer = 0; peer < stages; ++peer) {
+              bool expected = byRank(stride, stages, stage, peer, devices, perNode);
+              ASSERT_EQ(crossesNodes(stride, stages, stage, peer, devices, perNode), expected)
+                  << "stride " << stride << ", stages " << stages << ", stage " << stage
+                  << ", peer " << peer << ", devices " << devices << ", per node " << perNode;
+              ++checked;
+              crossing += expected;
+            }
+        }
+    }
+  // Both answers occur often.
+  EXPECT_GT(crossing, checked / 10);
+  EXPECT_LT(crossing, checked * 9 / 10);
+}
+
 TEST(CostModelTest, NcclRingInsideANode) {
   auto compiled = unittest::compile(kH100);
   ASSERT_TRUE(compiled->program) << compiled->messages;
