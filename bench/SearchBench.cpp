@@ -55,7 +55,9 @@ std::string llamaProgram(bool big, int nodes, int globalBatch) {
          ");\n  micro_batch = 1; global_batch = " + std::to_string(globalBatch) + ";\n}\n";
 }
 
-void BM_Search(benchmark::State &state, std::string text, bool prune, bool fp8) {
+/// `threads`: SearchOptions::threads (1: one thread, comparable with the earlier rows of
+/// bench/README.md; 0: one per hardware thread, timed by the wall clock).
+void BM_Search(benchmark::State &state, std::string text, bool prune, bool fp8, unsigned threads) {
   llvm::SourceMgr sourceMgr;
   placec::DiagnosticEngine diags(sourceMgr);
   diags.setQuiet(true);
@@ -70,6 +72,7 @@ void BM_Search(benchmark::State &state, std::string text, bool prune, bool fp8) 
   const placec::ir::Run &run = *program->runs.front();
   placec::search::SearchOptions options;
   options.pruneByLowerBound = prune;
+  options.threads = threads;
   if (fp8)
     options.precisions = {placec::ir::Precision::MixedBF16, placec::ir::Precision::MixedFP8};
   uint64_t candidates = 0;
@@ -86,15 +89,30 @@ void BM_Search(benchmark::State &state, std::string text, bool prune, bool fp8) 
 
 } // namespace
 
-BENCHMARK_CAPTURE(BM_Search, gpt3_1024, gpt3Program(128), true, false)
+BENCHMARK_CAPTURE(BM_Search, gpt3_1024, gpt3Program(128), true, false, 1)
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Search, gpt3_1024_unpruned, gpt3Program(128), false, false)
+BENCHMARK_CAPTURE(BM_Search, gpt3_1024_unpruned, gpt3Program(128), false, false, 1)
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Search, gpt3_1536, gpt3Program(192), true, false)
+BENCHMARK_CAPTURE(BM_Search, gpt3_1536, gpt3Program(192), true, false, 1)
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Search, llama3_70b_1024_fp8, llamaProgram(false, 128, 1024), true, true)
+BENCHMARK_CAPTURE(BM_Search, llama3_70b_1024_fp8, llamaProgram(false, 128, 1024), true, true, 1)
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Search, llama3_405b_16384_fp8, llamaProgram(true, 2048, 2048), true, true)
+BENCHMARK_CAPTURE(BM_Search, llama3_405b_16384_fp8, llamaProgram(true, 2048, 2048), true, true, 1)
     ->Unit(benchmark::kMillisecond);
+// The same searches on every hardware thread (placec search's default), by the wall clock.
+BENCHMARK_CAPTURE(BM_Search, gpt3_1024_threads, gpt3Program(128), true, false, 0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Search, gpt3_1536_threads, gpt3Program(192), true, false, 0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Search, llama3_70b_1024_fp8_threads, llamaProgram(false, 128, 1024), true,
+                  true, 0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Search, llama3_405b_16384_fp8_threads, llamaProgram(true, 2048, 2048), true,
+                  true, 0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -19,13 +19,17 @@
 
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/ThreadPool.h"
+#include "llvm/Support/Threading.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <tuple>
 #include <unordered_map>
@@ -1678,11 +1682,50 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
   }
 }
 
+namespace {
+
+/// A candidate and its place in the search order: the index of its (precision, mesh, placement)
+/// group in `enumerate`'s order, then its index within the group.
+struct Ranked {
+  Candidate candidate;
+  uint64_t order = 0;
+};
+
+/// The order of a search's ranking: `isBetter`, ties broken by the search order, so that the
+/// best candidates are those of a search on one thread, whatever the number of threads.
+bool isRankedBetter(const Ranked &x, const Ranked &y) {
+  if (isBetter(x.candidate, y.candidate))
+    return true;
+  if (isBetter(y.candidate, x.candidate))
+    return false;
+  return x.order < y.order;
+}
+
+/// One thread's part of a search: the groups it claimed, its counts, its best candidates (sorted
+/// by isRankedBetter, at most `keep`) and its smallest footprint.
+struct SearchShare {
+  SearchResult counts;
+  std::vector<Ranked> best;
+  std::optional<Ranked> smallest;
+};
+
+} // namespace
+
+unsigned getSearchThreads(const SearchOptions &options) {
+  if (options.onAccepted)
+    return 1;
+  // At most one per hardware thread: more would only take turns on the same cores.
+  ThreadPoolStrategy strategy = hardware_concurrency(options.threads);
+  strategy.Limit = true;
+  return std::max(1u, strategy.compute_thread_count());
+}
+
 SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) {
   auto start = std::chrono::steady_clock::now();
   SearchResult result;
   result.cluster = makeSearchCluster(*run.cluster, options.devices, options.memoryBudget);
   const ir::Cluster &cluster = *result.cluster;
+  result.threads = 1;
   if (run.model->isMoe() && run.model->getNumLayers() > 0 && run.globalBatch > 0) {
     searchMoe(run, cluster, options, result);
     result.seconds =
@@ -1692,18 +1735,16 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   if (!isSearchable(run))
     return result;
   std::vector<PrecisionVariant> precisions = precisionVariants(run, options.precisions);
-  // One evaluator per precision (its cost model, state bytes and caches).
-  std::map<ir::Precision, std::unique_ptr<Evaluator>> evaluators;
-  for (const PrecisionVariant &variant : precisions)
-    evaluators.emplace(variant.precision,
-                       std::make_unique<Evaluator>(run, cluster, variant.precision));
-  auto evaluatorFor = [&](const Candidate &c) -> Evaluator & {
-    return *evaluators.at(c.precision);
-  };
+  unsigned threads = getSearchThreads(options);
+  result.threads = threads;
+  // One evaluator per thread and precision (its cost model, state bytes and caches).
+  std::vector<std::map<ir::Precision, std::unique_ptr<Evaluator>>> evaluators(threads);
+  for (auto &perThread : evaluators)
+    for (const PrecisionVariant &variant : precisions)
+      perThread.emplace(variant.precision,
+                        std::make_unique<Evaluator>(run, cluster, variant.precision));
   unsigned keep = std::max(1u, options.topK) + 16;
   std::vector<Candidate> best; // Sorted, fastest first, at most `keep`.
-  FastVerdict verdict;
-  uint64_t done = 0, nextReport = 1 << 16;
   // The total, for the progress bar.
   uint64_t total = 0;
   if (options.progress)
@@ -1715,13 +1756,45 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
           return static_cast<bool>(options.filter);
         },
         [&](const Candidate &c) { total += options.filter(c) ? 1 : 0; });
+  std::atomic<uint64_t> done{0};
+  std::mutex progressMutex;
+  uint64_t reported = 0; // The count last passed to options.progress, under progressMutex.
 
-  std::optional<Candidate> overBudget;
-  auto search = [&](bool prune, bool collect) {
-    overBudget.reset();
+  // Each thread walks the whole enumeration and evaluates the groups it claims, one at a time,
+  // in increasing order (the next unclaimed group is taken when a claimed one begins).
+  auto searchShare = [&](bool prune, bool collect, unsigned thread, std::atomic<uint64_t> &next,
+                         SearchShare &share) {
+    auto &evaluatorsHere = evaluators[thread];
+    auto evaluatorFor = [&](const Candidate &c) -> Evaluator & {
+      return *evaluatorsHere.at(c.precision);
+    };
+    SearchResult &counts = share.counts;
+    uint64_t group = 0, claimed = next.fetch_add(1), order = 0, unreported = 0;
+    std::optional<Candidate> overBudget;
+    FastVerdict verdict;
+    auto report = [&](uint64_t count) {
+      if (!collect || !options.progress)
+        return;
+      unreported += count;
+      if (unreported < (1 << 16))
+        return;
+      uint64_t now = done.fetch_add(unreported) + unreported;
+      unreported = 0;
+      std::lock_guard<std::mutex> lock(progressMutex);
+      // Another thread may have reported a later count while this one waited for the lock.
+      if (now <= reported)
+        return;
+      reported = now;
+      options.progress(total ? std::min(1.0, static_cast<double>(now) / static_cast<double>(total))
+                             : 0);
+    };
     enumerate(
         run, cluster, precisions, options.schedules, options.activations,
         [&](const Candidate &c, uint64_t inner, const Layouts &layouts) {
+          if (group++ != claimed)
+            return false;
+          order = claimed << 32;
+          claimed = next.fetch_add(1);
           if (!prune || options.filter)
             return true;
           // Rule order: gradient-integrity before capacity, as in the verifier's report.
@@ -1732,14 +1805,16 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
           if (evaluatorFor(c).lowerBound(c, layouts) <= cluster.deviceMemory)
             return true;
           if (collect) {
-            result.spaceSize += inner;
-            result.rejectedByRule["capacity"] += inner;
-            result.prunedByLowerBound += inner;
-            done += inner;
+            counts.spaceSize += inner;
+            counts.rejectedByRule["capacity"] += inner;
+            counts.prunedByLowerBound += inner;
+            report(inner);
           }
           return false;
         },
         [&](const Candidate &candidate) {
+          uint64_t position = order++;
+          assert((position & 0xffffffffu) != 0xffffffffu && "a group of 2^32 candidates");
           if (options.filter && !options.filter(candidate))
             return;
           // A schedule of the same stage layout as a capacity-rejected 1f1b or zbv candidate
@@ -1751,10 +1826,10 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
               candidate.countedSplit == overBudget->countedSplit &&
               sameExceptSchedule(candidate, *overBudget)) {
             if (collect) {
-              ++result.spaceSize;
-              ++result.rejectedByRule["capacity"];
-              ++result.prunedBySchedule;
-              ++done;
+              ++counts.spaceSize;
+              ++counts.rejectedByRule["capacity"];
+              ++counts.prunedBySchedule;
+              report(1);
             }
             return;
           }
@@ -1763,46 +1838,85 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
                                                    candidate.schedule == ir::Schedule::ZeroBubbleV))
             overBudget = candidate;
           if (collect) {
-            ++result.spaceSize;
-            if (options.progress && ++done >= nextReport) {
-              nextReport = done + (1 << 16);
-              options.progress(total ? static_cast<double>(done) / static_cast<double>(total) : 0);
-            }
+            ++counts.spaceSize;
+            report(1);
           }
           if (verdict.rejectedBy == "capacity" || verdict.rejectedBy.empty()) {
             // Track the smallest memory of candidates that break no other rule.
-            if (!result.smallest || verdict.peakBytes < result.smallest->peakBytes) {
-              Candidate copy = candidate;
-              copy.peakBytes = verdict.peakBytes;
-              copy.hostPeakBytes = verdict.hostPeakBytes;
-              result.smallest = copy;
+            if (!share.smallest || verdict.peakBytes < share.smallest->candidate.peakBytes) {
+              Ranked copy{candidate, position};
+              copy.candidate.peakBytes = verdict.peakBytes;
+              copy.candidate.hostPeakBytes = verdict.hostPeakBytes;
+              share.smallest = copy;
             }
           }
           if (!collect)
             return;
           if (!verdict.rejectedBy.empty()) {
-            ++result.rejectedByRule[verdict.rejectedBy];
+            ++counts.rejectedByRule[verdict.rejectedBy];
             return;
           }
-          ++result.accepted;
-          Candidate copy = candidate;
-          copy.stepSeconds = verdict.stepSeconds;
-          copy.peakBytes = verdict.peakBytes;
-          copy.hostPeakBytes = verdict.hostPeakBytes;
+          ++counts.accepted;
+          Ranked copy{candidate, position};
+          copy.candidate.stepSeconds = verdict.stepSeconds;
+          copy.candidate.peakBytes = verdict.peakBytes;
+          copy.candidate.hostPeakBytes = verdict.hostPeakBytes;
           if (options.onAccepted)
-            options.onAccepted(copy);
-          if (best.size() == keep && !isBetter(copy, best.back()))
+            options.onAccepted(copy.candidate);
+          std::vector<Ranked> &kept = share.best;
+          if (kept.size() == keep && !isRankedBetter(copy, kept.back()))
             return;
-          best.insert(std::upper_bound(best.begin(), best.end(), copy, isBetter), copy);
-          if (best.size() > keep)
-            best.pop_back();
+          kept.insert(std::upper_bound(kept.begin(), kept.end(), copy, isRankedBetter), copy);
+          if (kept.size() > keep)
+            kept.pop_back();
         },
-        collect ? &result.meshes : nullptr);
+        collect && thread == 0 ? &result.meshes : nullptr);
+  };
+
+  // Runs the search on every thread and merges the shares: the counts add up, the best and the
+  // smallest are those of the merged order.
+  auto search = [&](bool prune, bool collect) {
+    std::atomic<uint64_t> next{0};
+    std::vector<SearchShare> shares(threads);
+    if (threads == 1) {
+      searchShare(prune, collect, 0, next, shares[0]);
+    } else {
+      DefaultThreadPool pool(hardware_concurrency(threads));
+      for (unsigned thread = 0; thread < threads; ++thread)
+        pool.async([&, thread] { searchShare(prune, collect, thread, next, shares[thread]); });
+      pool.wait();
+    }
+    std::vector<Ranked> merged;
+    std::optional<Ranked> smallest;
+    for (SearchShare &share : shares) {
+      result.spaceSize += share.counts.spaceSize;
+      result.accepted += share.counts.accepted;
+      result.prunedByLowerBound += share.counts.prunedByLowerBound;
+      result.prunedBySchedule += share.counts.prunedBySchedule;
+      for (const auto &[rule, count] : share.counts.rejectedByRule)
+        result.rejectedByRule[rule] += count;
+      merged.insert(merged.end(), share.best.begin(), share.best.end());
+      if (share.smallest &&
+          (!smallest || share.smallest->candidate.peakBytes < smallest->candidate.peakBytes ||
+           (share.smallest->candidate.peakBytes == smallest->candidate.peakBytes &&
+            share.smallest->order < smallest->order)))
+        smallest = share.smallest;
+    }
+    std::sort(merged.begin(), merged.end(), isRankedBetter);
+    if (merged.size() > keep)
+      merged.resize(keep);
+    if (collect) {
+      best.clear();
+      for (const Ranked &ranked : merged)
+        best.push_back(ranked.candidate);
+    }
+    result.smallest.reset();
+    if (smallest)
+      result.smallest = smallest->candidate;
   };
   search(options.pruneByLowerBound, true);
   if (result.accepted == 0 && options.pruneByLowerBound && result.prunedByLowerBound > 0) {
     // Nothing fits: the pruned groups may hold the smallest footprint; find it exactly.
-    result.smallest.reset();
     search(false, false);
   }
   if (result.accepted > 0)

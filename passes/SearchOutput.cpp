@@ -336,6 +336,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
   }
   searchOptions.topK = std::max(1u, options.topK);
   searchOptions.onAccepted = options.onAccepted;
+  searchOptions.threads = options.threads;
   if (options.maxParams)
     return printMaxParams(*run, searchOptions, options.json, out);
 
@@ -379,6 +380,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
                       {"pruned_by_memory_order", static_cast<int64_t>(result.prunedByMemoryOrder)},
                       {"rejected", std::move(rejected)},
                       {"seconds", result.seconds},
+                      {"threads", static_cast<int64_t>(result.threads)},
                       {"top", std::move(top)}};
     if (!placeText.empty())
       root["place"] = placeText;
@@ -409,7 +411,8 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
         << " meshes, searched in " << format("%.3f", result.seconds) << " s ("
         << format("%.3g",
                   result.seconds > 0 ? static_cast<double>(result.spaceSize) / result.seconds : 0.0)
-        << " candidates/s)\n";
+        << " candidates/s) on " << result.threads
+        << (result.threads == 1 ? " thread\n" : " threads\n");
     out << "accepted: " << result.accepted << "\n";
     for (const auto &[rule, count] : result.rejectedByRule) {
       std::vector<std::string> pruned;

@@ -107,6 +107,11 @@ cl::opt<std::string>
                   cl::init("cpu"), cl::cat(placecCategory));
 cl::opt<unsigned> searchTop("top", cl::desc("search: how many plans to list (default 5)"),
                             cl::init(5), cl::cat(placecCategory));
+cl::opt<unsigned> searchThreads("threads",
+                                cl::desc("search: the threads that evaluate the space (default 0: "
+                                         "one per hardware thread; the result does not depend "
+                                         "on it)"),
+                                cl::init(0), cl::cat(placecCategory));
 cl::opt<std::string> searchPrecision(
     "precision",
     cl::desc("search: the precisions to explore, a comma-separated list of bf16, fp16, fp32 and "
@@ -210,7 +215,7 @@ COMMANDS:
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
             [--precision bf16,fp8] [--schedules 1f1b,zbv] [--activations keep,op]
-            [--format=json|md|html] [-o best.place] [--max-params]
+            [--threads N] [--format=json|md|html] [-o best.place] [--max-params]
             (docs/search.md).
 
 EXAMPLES:
@@ -487,6 +492,7 @@ int runSearch() {
   options.schedules = searchSchedules;
   options.activations = searchActivations;
   options.topK = searchTop;
+  options.threads = searchThreads;
   options.json = outputFormat == report::Format::Json;
   options.markdown = outputFormat == report::Format::Markdown;
   options.maxParams = searchMaxParams;

@@ -447,6 +447,49 @@ TEST(SearchTest, PruningChangesNothingWithContextVSchedulesAndUnevenStages) {
   }
 }
 
+TEST(SearchTest, ThreadsChangeNothing) {
+  // The same search on one thread and on every hardware thread: the same counts, the same best
+  // plans in the same order, the same smallest footprint when nothing fits (the second, unpruned
+  // pass; many candidates tie on it, and the first in the one-thread order is the one kept). A
+  // budget of 0.1 GB fits nothing.
+  auto compiled = compile(kContext);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  for (double budget : {2e9, 1e8})
+    for (const char *name : {"gpt", "uneven"}) {
+      const ir::Run &run = runOf(*compiled, name);
+      SearchOptions one, all;
+      one.precisions = all.precisions = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
+      one.memoryBudget = all.memoryBudget = budget;
+      one.threads = 1;
+      all.threads = 0;
+      one.topK = all.topK = 40;
+      SearchResult a = searchStrategies(run, one), b = searchStrategies(run, all);
+      EXPECT_EQ(a.threads, 1u);
+      EXPECT_EQ(b.threads, getSearchThreads(all));
+      EXPECT_EQ(a.spaceSize, b.spaceSize) << name;
+      EXPECT_EQ(a.meshes, b.meshes) << name;
+      EXPECT_EQ(a.accepted, b.accepted) << name;
+      EXPECT_EQ(a.rejectedByRule, b.rejectedByRule) << name;
+      EXPECT_EQ(a.prunedByLowerBound, b.prunedByLowerBound) << name;
+      EXPECT_EQ(a.prunedBySchedule, b.prunedBySchedule) << name;
+      ASSERT_EQ(a.top.size(), b.top.size()) << name;
+      for (size_t i = 0; i < a.top.size(); ++i) {
+        EXPECT_EQ(a.top[i].describe(), b.top[i].describe()) << name << " #" << i;
+        EXPECT_EQ(a.top[i].stepSeconds, b.top[i].stepSeconds) << name << " #" << i;
+        EXPECT_EQ(a.top[i].peakBytes, b.top[i].peakBytes) << name << " #" << i;
+      }
+      ASSERT_EQ(a.smallest.has_value(), b.smallest.has_value()) << name;
+      if (budget < 1e9) {
+        EXPECT_EQ(a.accepted, 0u) << name;
+        ASSERT_TRUE(a.smallest) << name;
+      }
+      if (a.smallest) {
+        EXPECT_EQ(a.smallest->describe(), b.smallest->describe()) << name;
+        EXPECT_EQ(a.smallest->peakBytes, b.smallest->peakBytes) << name;
+      }
+    }
+}
+
 TEST(SearchTest, ActivationModesAreTheRequestedOnes) {
   // The llama run of kSmall keeps everything; its model (no biases, flash attention, dense)
   // takes recompute(op), which the search explores only when asked. Each mode brings the same

@@ -134,8 +134,14 @@ struct SearchOptions {
   std::function<bool(const Candidate &)> filter;
   /// Called now and then with the fraction of the space done.
   std::function<void(double)> progress;
-  /// Called with each accepted candidate and its predictions, in search order.
+  /// Called with each accepted candidate and its predictions, in search order. A search with
+  /// this callback runs on one thread.
   std::function<void(const Candidate &)> onAccepted;
+  /// Threads that evaluate the space, at most one per hardware thread the process may use; 0:
+  /// one per hardware thread. The
+  /// result does not depend on it (ties are broken by the order of a one-thread search).
+  /// `filter` and `progress` are called from these threads (`progress` from one at a time).
+  unsigned threads = 0;
 };
 
 struct SearchResult {
@@ -162,9 +168,15 @@ struct SearchResult {
   /// When nothing fits: the candidate that passes every other rule with the least device peak.
   std::optional<Candidate> smallest;
   double seconds = 0;
+  /// The threads that evaluated the space (getSearchThreads; 1 for mixtures of experts).
+  unsigned threads = 1;
   /// The cluster the search ran on (a copy with the searched device count and budget).
   std::shared_ptr<ir::Cluster> cluster;
 };
+
+/// The threads a search with `options` runs on: `options.threads` but at most one per hardware
+/// thread, or one per hardware thread when it is 0; one when `options.onAccepted` is set.
+unsigned getSearchThreads(const SearchOptions &options);
 
 /// A copy of the run's cluster with `devices` devices (0: unchanged) and `budget` bytes of
 /// device memory (0: unchanged).
@@ -257,6 +269,8 @@ struct SearchCommandOptions {
   /// set (SearchOptions::activations).
   std::string activations;
   unsigned topK = 5;
+  /// `--threads`: SearchOptions::threads (0: one per hardware thread).
+  unsigned threads = 0;
   bool json = false;
   /// `--format=md`: the table as GitHub Markdown and the best plan in a code block.
   bool markdown = false;
