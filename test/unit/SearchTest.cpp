@@ -462,7 +462,7 @@ TEST(SearchTest, ThreadsChangeNothing) {
       one.memoryBudget = all.memoryBudget = budget;
       one.threads = 1;
       all.threads = 0;
-      one.topK = all.topK = 40;
+      one.topK = all.topK = 20;
       SearchResult a = searchStrategies(run, one), b = searchStrategies(run, all);
       EXPECT_EQ(a.threads, 1u);
       EXPECT_EQ(b.threads, getSearchThreads(all));
