@@ -1180,14 +1180,16 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
     }
 }
 
-/// True when two candidates differ at most in their schedule and chunks.
-bool sameExceptSchedule(const Candidate &x, const Candidate &y) {
-  return x.pp == y.pp && x.dpNode == y.dpNode && x.dpLocal == y.dpLocal && x.cp == y.cp &&
-         x.tp == y.tp && x.context == y.context && x.asyncTp == y.asyncTp &&
-         x.precision == y.precision && x.fp8Gather == y.fp8Gather && x.params == y.params &&
-         x.grads == y.grads && x.optimizer == y.optimizer && x.activations == y.activations &&
-         x.sequenceParallel == y.sequenceParallel && x.microBatch == y.microBatch &&
-         x.microbatches == y.microbatches;
+/// True when two candidates differ at most in their schedule and chunks, on the same stage layout
+/// (V-shaped or not, the same first and last stages, the embedding and the loss counted or not).
+bool sameLayoutExceptSchedule(const Candidate &x, const Candidate &y) {
+  return isVShape(x.schedule) == isVShape(y.schedule) && x.edgeLayers == y.edgeLayers &&
+         x.countedSplit == y.countedSplit && x.pp == y.pp && x.dpNode == y.dpNode &&
+         x.dpLocal == y.dpLocal && x.cp == y.cp && x.tp == y.tp && x.context == y.context &&
+         x.asyncTp == y.asyncTp && x.precision == y.precision && x.fp8Gather == y.fp8Gather &&
+         x.params == y.params && x.grads == y.grads && x.optimizer == y.optimizer &&
+         x.activations == y.activations && x.sequenceParallel == y.sequenceParallel &&
+         x.microBatch == y.microBatch && x.microbatches == y.microbatches;
 }
 
 bool isBetter(const Candidate &x, const Candidate &y) {
@@ -1701,6 +1703,13 @@ bool isRankedBetter(const Ranked &x, const Ranked &y) {
   return x.order < y.order;
 }
 
+/// The smaller footprint of two candidates; ties go to the earlier in the search order.
+bool isRankedSmaller(const Ranked &x, const Ranked &y) {
+  if (x.candidate.peakBytes != y.candidate.peakBytes)
+    return x.candidate.peakBytes < y.candidate.peakBytes;
+  return x.order < y.order;
+}
+
 /// One thread's part of a search: the groups it claimed, its counts, its best candidates (sorted
 /// by isRankedBetter, at most `keep`) and its smallest footprint.
 struct SearchShare {
@@ -1821,10 +1830,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
           // (which hold the fewest micro-batches in flight on every stage of their layouts:
           // cost::getInFlightMicrobatches) does not fit either.
           if (prune && !options.filter && overBudget && candidate.pp > 1 &&
-              isVShape(candidate.schedule) == isVShape(overBudget->schedule) &&
-              candidate.edgeLayers == overBudget->edgeLayers &&
-              candidate.countedSplit == overBudget->countedSplit &&
-              sameExceptSchedule(candidate, *overBudget)) {
+              sameLayoutExceptSchedule(candidate, *overBudget)) {
             if (collect) {
               ++counts.spaceSize;
               ++counts.rejectedByRule["capacity"];
@@ -1896,10 +1902,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
       for (const auto &[rule, count] : share.counts.rejectedByRule)
         result.rejectedByRule[rule] += count;
       merged.insert(merged.end(), share.best.begin(), share.best.end());
-      if (share.smallest &&
-          (!smallest || share.smallest->candidate.peakBytes < smallest->candidate.peakBytes ||
-           (share.smallest->candidate.peakBytes == smallest->candidate.peakBytes &&
-            share.smallest->order < smallest->order)))
+      if (share.smallest && (!smallest || isRankedSmaller(*share.smallest, *smallest)))
         smallest = share.smallest;
     }
     std::sort(merged.begin(), merged.end(), isRankedBetter);

@@ -138,9 +138,9 @@ struct SearchOptions {
   /// this callback runs on one thread.
   std::function<void(const Candidate &)> onAccepted;
   /// Threads that evaluate the space, at most one per hardware thread the process may use; 0:
-  /// one per hardware thread. The
-  /// result does not depend on it (ties are broken by the order of a one-thread search).
-  /// `filter` and `progress` are called from these threads (`progress` from one at a time).
+  /// one per hardware thread. The result does not depend on it (ties are broken by the order of
+  /// a one-thread search). `filter` and `progress` are called from these threads (`progress`
+  /// from one at a time).
   unsigned threads = 0;
 };
 
