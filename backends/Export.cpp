@@ -484,6 +484,9 @@ private:
              "modules, not every other product (write recompute or recompute(selective))");
     if (run.kernels == ir::KernelMode::Eager)
       refuse("kernels = eager: Megatron-LM runs its fused kernels (write kernels = fused)");
+    if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Forward && view.tensorDegree > 1)
+      refuse("async_tp = forward: Megatron-LM's --tp-comm-overlap overlaps the tensor-parallel "
+             "collectives of the backward as well (write async_tp = true)");
     const ir::MoeConfig &moe = model.transformer.moe;
     if (model.isMoe()) {
       if (view.expertDegree > 1 && view.contextDegree > 1)
@@ -554,7 +557,7 @@ private:
     }
     if (strategy.sequenceParallel)
       os << "--sequence-parallel\n";
-    if (strategy.asyncTensorParallel && view.tensorDegree > 1)
+    if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::All && view.tensorDegree > 1)
       os << "--tp-comm-overlap\n";
     if (!optShard.empty())
       os << "--use-distributed-optimizer\n";
@@ -709,8 +712,13 @@ private:
                "optimizer sharded)");
       }
     }
-    if (run.kernels == ir::KernelMode::Eager && strategy.asyncTensorParallel &&
-        view.tensorDegree > 1)
+    if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::All && view.tensorDegree > 1)
+      refuse("async_tp = true: torchtitan's asynchronous tensor parallelism overlaps only the "
+             "forward computation's collectives; its compiler pass fuses a collective with a "
+             "single product, and the backward's input gradients of projections that share an "
+             "input are summed before their reduce-scatter (write async_tp = forward)");
+    if (run.kernels == ir::KernelMode::Eager &&
+        strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off && view.tensorDegree > 1)
       refuse("kernels = eager with async_tp: torchtitan applies asynchronous tensor parallelism "
              "only under torch.compile (write kernels = fused)");
     if (strategy.activationMode == ir::ActivationMode::RecomputeSelective)
@@ -845,7 +853,8 @@ private:
     if (view.expertDegree > 1)
       os << "expert_parallel_degree = " << view.expertDegree << "\n";
     os << "tensor_parallel_degree = " << view.tensorDegree << "\n";
-    bool async = strategy.asyncTensorParallel && view.tensorDegree > 1;
+    bool async =
+        strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off && view.tensorDegree > 1;
     os << "enable_async_tensor_parallel = " << (async ? "true" : "false") << "\n";
     if (view.contextDegree > 1) {
       os << "context_parallel_degree = " << view.contextDegree << "\n";

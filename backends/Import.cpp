@@ -103,8 +103,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
     os << "  pipeline = " << imported.pipeline << ";\n";
   if (!imported.context.empty())
     os << "  context = " << imported.context << ";\n";
-  if (imported.asyncTp)
-    os << "  async_tp = true;\n";
+  if (imported.asyncTp != ir::AsyncTensorParallel::Off)
+    os << "  async_tp = " << ir::toString(imported.asyncTp) << ";\n";
   auto line = [&](StringRef state, StringRef value) {
     if (!value.empty())
       os << "  " << state << " = " << value << ";\n";
@@ -1253,7 +1253,7 @@ private:
                     "parallelism; it needs --tensor-model-parallel-size above 1 and "
                     "--sequence-parallel");
       else
-        imported.asyncTp = true;
+        imported.asyncTp = ir::AsyncTensorParallel::All;
     }
     imported.microBatch = *micro;
     imported.globalBatch = globalBatch;

@@ -50,7 +50,7 @@ struct Imported {
   std::string expertParams, expertGrads, expertOptimizer;
   std::string pipeline;
   std::string context; ///< `context = …;` (with a sequence axis), or empty for the default.
-  bool asyncTp = false;
+  ir::AsyncTensorParallel asyncTp = ir::AsyncTensorParallel::Off;
   int64_t microBatch = 0, globalBatch = 0;
   std::string precision = "mixed(bf16)";
   std::string optimizerKind = "adam";

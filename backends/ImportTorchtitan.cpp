@@ -627,7 +627,7 @@ private:
                "torchtitan applies asynchronous tensor parallelism only with training.compile = "
                "true; without it the job runs synchronous tensor parallelism");
       else
-        imported.asyncTp = true;
+        imported.asyncTp = ir::AsyncTensorParallel::Forward;
     }
 
     // Activation checkpointing (torchtitan's default: selective, every second layer).

@@ -1289,36 +1289,33 @@ std::unique_ptr<ir::Strategy> Sema::bindBody(const ast::StrategyDecl &decl, cons
 bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) {
   const ast::Mode *value = placement.modes.size() == 1 ? &placement.modes[0] : nullptr;
   bool plain = value && !value->hasParens && placement.tier.empty();
-  if (placement.state == "context") {
-    std::optional<ir::ContextMethod> method;
-    if (plain && value->name == "ring")
-      method = ir::ContextMethod::Ring;
-    else if (plain && value->name == "all_gather")
-      method = ir::ContextMethod::AllGather;
-    else if (plain && value->name == "all_to_all")
-      method = ir::ContextMethod::AllToAll;
-    if (!method) {
-      diags.error(value ? value->nameLoc : placement.stateLoc,
-                  Twine("'context' takes ring, all_gather or all_to_all (how context-parallel "
-                        "attention exchanges keys and values)") +
-                      (value ? didYouMean(value->name, {"ring", "all_gather", "all_to_all"})
-                             : std::string()),
-                  "placement");
-      return false;
+  // Sets `field` to the value among `choices` (spelled by ir::toString) and `loc` to where it is
+  // written, or reports an error that lists them.
+  auto choose = [&](auto choices, auto &field, llvm::SMLoc &loc, const Twine &what) {
+    std::vector<std::string> names;
+    for (auto choice : choices) {
+      names.push_back(ir::toString(choice).str());
+      if (plain && value->name == names.back()) {
+        field = choice;
+        loc = placement.stateLoc;
+        return true;
+      }
     }
-    strategy.contextMethod = *method;
-    strategy.contextLoc = placement.stateLoc;
-    return true;
-  }
-  // async_tp
-  if (!plain || (value->name != "true" && value->name != "false")) {
-    diags.error(value ? value->nameLoc : placement.stateLoc, "'async_tp' takes true or false",
-                "placement");
+    diags.error(value ? value->nameLoc : placement.stateLoc,
+                what + (value ? didYouMean(value->name, names) : std::string()), "placement");
     return false;
-  }
-  strategy.asyncTensorParallel = value->name == "true";
-  strategy.asyncTensorParallelLoc = placement.stateLoc;
-  return true;
+  };
+  if (placement.state == "context")
+    return choose(std::array{ir::ContextMethod::Ring, ir::ContextMethod::AllGather,
+                             ir::ContextMethod::AllToAll},
+                  strategy.contextMethod, strategy.contextLoc,
+                  "'context' takes ring, all_gather or all_to_all (how context-parallel attention "
+                  "exchanges keys and values)");
+  return choose(std::array{ir::AsyncTensorParallel::All, ir::AsyncTensorParallel::Off,
+                           ir::AsyncTensorParallel::Forward},
+                strategy.asyncTensorParallel, strategy.asyncTensorParallelLoc,
+                "'async_tp' takes true (the collectives of both passes overlap their products), "
+                "forward (those of the forward computation only) or false");
 }
 
 bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy) {

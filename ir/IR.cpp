@@ -120,6 +120,18 @@ StringRef toString(AttentionKind attention) {
   llvm_unreachable("unknown AttentionKind");
 }
 
+StringRef toString(AsyncTensorParallel mode) {
+  switch (mode) {
+  case AsyncTensorParallel::Off:
+    return "false";
+  case AsyncTensorParallel::All:
+    return "true";
+  case AsyncTensorParallel::Forward:
+    return "forward";
+  }
+  llvm_unreachable("unknown AsyncTensorParallel");
+}
+
 StringRef toString(ContextMethod method) {
   switch (method) {
   case ContextMethod::Ring:

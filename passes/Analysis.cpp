@@ -200,9 +200,14 @@ private:
   /// Communication inside a unit that runs beside the unit's compute: the tensor-parallel
   /// collectives under async_tp, beside their own products (isAsyncTensor), and ring attention's
   /// exchanges, beside the whole unit.
+  /// Under `async_tp = forward` only the forward computation's: the forward pass's and a
+  /// recomputed forward's, not the backward's gradient collectives.
   bool isAsyncTensor(const Op &op) const {
-    return strategy.asyncTensorParallel && op.state == ir::State::Activations &&
-           plan::isCollective(op.kind) && !op.axes.empty() &&
+    if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Off ||
+        (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Forward &&
+         op.phase != plan::Phase::Forward && !op.recomputed))
+      return false;
+    return op.state == ir::State::Activations && plan::isCollective(op.kind) && !op.axes.empty() &&
            llvm::all_of(op.axes, [&](unsigned axis) {
              return mesh.axes[axis].kind == ir::AxisKind::Tensor;
            });
@@ -440,7 +445,11 @@ double Analyzer::callSeconds(const Op &op, int stage, double bytes, std::string 
 
 const cost::TensorSlotSeconds &Analyzer::slotSeconds(const Op &op) {
   static const cost::TensorSlotSeconds none{};
-  if (!strategy.asyncTensorParallel)
+  // The products beside which async_tp's collectives run: under `forward`, the backward's own
+  // products have none beside them.
+  if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Off ||
+      (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Forward &&
+       op.compute == plan::ComputeKind::Backward))
     return none;
   // Keyed as computeSeconds: every transformer block has the same products.
   auto [it, inserted] = slotCache.try_emplace(computeKey(op));
@@ -719,9 +728,11 @@ RunAnalysis Analyzer::analyze() {
     // backward produces each unit's gradients, so they run beside that backward unit by unit
     // (the last unit's, the first layer's, exposed); the optimizer then runs, and the updated
     // parameters are gathered or brought back.
+    // The backward's own collectives were counted with every micro-batch's backward; the step's
+    // reductions are timed beside its compute alone.
     std::vector<cost::PassUnit> stepUnits = backwardUnits;
     for (cost::PassUnit &unit : stepUnits)
-      unit.gather = unit.reduce = 0;
+      unit.gather = unit.reduce = unit.beside = unit.tensorBeside = 0;
     std::vector<size_t> backwardPositions;
     getPassPositions(stage.backward, backwardPositions);
     std::map<int, size_t> positionOfUnit;
@@ -836,6 +847,7 @@ RunAnalysis Analyzer::analyze() {
                        ? " on the host's memory"
                        : " (on the host: not timed, host_memory_bandwidth is not given)"),
        time.optimizerSeconds, "s"});
+  ir::AsyncTensorParallel async = strategy.asyncTensorParallel;
   explanation.time.push_back(
       {"exposed comm",
        fmt::format(
@@ -845,14 +857,20 @@ RunAnalysis Analyzer::analyze() {
            "κ = {}, the compute's slowdown beside communication{}) + what the step's "
            "reductions and updates add{}",
            microbatches(m), seconds(slowest->exposedPerMicrobatch),
-           strategy.asyncTensorParallel ? "" : "tensor-parallel, ",
+           async == ir::AsyncTensorParallel::Off       ? "tensor-parallel, "
+           : async == ir::AsyncTensorParallel::Forward ? "the backward's tensor-parallel, "
+                                                       : "",
            num(cost::kOverlapComputeSlowdown),
-           strategy.asyncTensorParallel
-               ? "; async_tp's tensor-parallel collectives beside the unit's compute, "
-                 "never better than each beside its own products, Σ over QKV, attention "
-                 "output, MLP in and MLP out of max(c - G, c × κ/(1 + κ)) with c the "
-                 "collectives shared equally by the slots with products and G a slot's GEMM time"
-               : "",
+           async == ir::AsyncTensorParallel::Off
+               ? ""
+               : fmt::format("; async_tp's tensor-parallel collectives{} beside the unit's "
+                             "compute, never better than each beside its own products, Σ over "
+                             "QKV, attention output, MLP in and MLP out of max(c - G, c × κ/(1 + "
+                             "κ)) with c the collectives shared equally by the slots with "
+                             "products and G a slot's GEMM time",
+                             async == ir::AsyncTensorParallel::Forward
+                                 ? " of the forward and of a recomputed forward"
+                                 : ""),
            stageText),
        time.exposedCommSeconds, "s"});
   explanation.time.push_back({"bubble", bubbleFormula, time.bubbleSeconds, "s"});

@@ -613,10 +613,13 @@ void Lowering::lowerStage(StagePlan &stage) {
     // does not keep, and the tensor-parallel collectives among them (getRecomputedCollectives).
     if (recomputePass && unit.recomputed && !unitWork(unit, *recomputePass).empty()) {
       stage.backward.push_back(computeOp(u, unit, *recomputePass));
+      size_t first = stage.backward.size();
       addTraffic(stage.backward, Phase::Backward, u,
                  getRecomputedCollectives(model, unit.kind, unit.layer, strategy.activationMode,
                                           unitLayout),
                  "recomputed forward");
+      for (size_t i = first; i < stage.backward.size(); ++i)
+        stage.backward[i].recomputed = true;
     }
     stage.backward.push_back(computeOp(u, unit, cost::PassKind::Backward));
     tensorTraffic(stage.backward, Phase::Backward, /*forwardPass=*/false, u, unit, "backward");

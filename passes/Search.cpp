@@ -873,8 +873,10 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
         if (!keep && tiedHead)
           backwardUnit.gather += placement.gather[unitIndex(cost::UnitKind::Embedding)];
       }
+      // The step's reductions beside the last backward's compute; its own collectives were
+      // counted with every micro-batch's (Analyzer::analyze).
       stepUnit = backwardUnit;
-      stepUnit.gather = 0;
+      stepUnit.gather = stepUnit.beside = stepUnit.tensorBeside = 0;
       stepUnit.reduce = placement.stepReduce[kind];
       backwardUnit.reduce = placement.backwardReduce[kind];
       stepExposed += count * placement.stepExposed[kind];
@@ -1490,7 +1492,8 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     }
   strategy->activationMode = c.activations;
   strategy->sequenceParallel = c.sequenceParallel;
-  strategy->asyncTensorParallel = c.asyncTp;
+  strategy->asyncTensorParallel =
+      c.asyncTp ? ir::AsyncTensorParallel::All : ir::AsyncTensorParallel::Off;
   if (c.cp > 1)
     strategy->contextMethod = c.context;
   if (c.pp > 1) {

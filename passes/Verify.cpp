@@ -576,7 +576,8 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                  "placement");
     ok = false;
   }
-  if (strategy.asyncTensorParallel && (tensorDegree <= 1 || !strategy.sequenceParallel)) {
+  if (strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off &&
+      (tensorDegree <= 1 || !strategy.sequenceParallel)) {
     std::string message =
         tensorDegree <= 1
             ? "async_tp overlaps tensor-parallel collectives with their GEMMs, but the mesh " +

@@ -255,6 +255,24 @@ inline bool isExpertDataParallel(AxisKind kind) {
 
 /// How the attention of a context-parallel layer sees the keys and values of the whole
 /// sequence (`context = …;` in a strategy).
+/// `async_tp = false | true | forward;`: which tensor-parallel collectives of sequence
+/// parallelism run beside the products they feed or drain (decomposed all-gather-matmul and
+/// matmul-reduce-scatter, Wang et al. 2023, ASPLOS '23) instead of before or after them.
+enum class AsyncTensorParallel {
+  Off, ///< `false` (the default): every collective on the critical path.
+  /// `true`: the collectives of both passes (Megatron-Core's --tp-comm-overlap, whose
+  /// Transformer Engine userbuffers also overlap the backward's gradient collectives).
+  All,
+  /// `forward`: the collectives of the forward computation, the forward pass and a recomputed
+  /// forward, but not the backward's gradient collectives (PyTorch's asynchronous tensor
+  /// parallelism as torchtitan runs it: a compiler pass fuses a collective with one product,
+  /// and the backward's input gradients of projections that share an input are summed before
+  /// their reduce-scatter).
+  Forward,
+};
+/// The value as written: `false`, `true`, `forward`.
+llvm::StringRef toString(AsyncTensorParallel mode);
+
 enum class ContextMethod {
   Ring,      ///< K/V blocks passed around the ring, overlapped with blockwise attention.
   AllGather, ///< K/V all-gathered before the attention, dK/dV reduce-scattered after.
@@ -415,9 +433,9 @@ public:
   /// `context = ring | all_gather | all_to_all;`: the exchange of context-parallel attention.
   ContextMethod contextMethod = ContextMethod::Ring;
   llvm::SMLoc contextLoc;
-  /// `async_tp = true;`: tensor-parallel collectives overlapped with the products that produce
-  /// and consume them (Megatron-LM's --tp-comm-overlap, torchtitan's async tensor parallelism).
-  bool asyncTensorParallel = false;
+  /// `async_tp = ...;`: which tensor-parallel collectives of sequence parallelism overlap the
+  /// products that produce and consume them.
+  AsyncTensorParallel asyncTensorParallel = AsyncTensorParallel::Off;
   llvm::SMLoc asyncTensorParallelLoc;
   std::optional<Pipeline> pipeline;
 

@@ -75,6 +75,9 @@ struct Op {
   bool perMicrobatch = true;
   /// Send/Recv: the other stage.
   int peerStage = -1;
+  /// Tensor-parallel and other activation traffic: repeated by a recomputed forward, in the
+  /// backward phase (part of the forward computation, not of the gradients').
+  bool recomputed = false;
   /// Compute: what is computed, its work (GEMMs by shape, attention, memory-bound kernels) and
   /// FLOPs per device per micro-batch.
   ComputeKind compute = ComputeKind::Forward;
