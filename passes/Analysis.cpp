@@ -197,17 +197,19 @@ private:
   double weightSeconds(const Op &op) const { return costModel.getWeightGradientSeconds(op.work); }
   /// The GEMM seconds of a compute op by tensor-parallel slot (cost::TensorSlot).
   const cost::TensorSlotSeconds &slotSeconds(const Op &op);
+  /// Whether async_tp overlaps the tensor-parallel traffic of a forward computation (the forward
+  /// pass or a recomputed forward) or of the backward's gradients: `true` both, `forward` only
+  /// the former.
+  bool overlapsTensorTraffic(bool forwardComputation) const {
+    return strategy.asyncTensorParallel == ir::AsyncTensorParallel::All ||
+           (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Forward && forwardComputation);
+  }
   /// Communication inside a unit that runs beside the unit's compute: the tensor-parallel
   /// collectives under async_tp, beside their own products (isAsyncTensor), and ring attention's
   /// exchanges, beside the whole unit.
-  /// Under `async_tp = forward` only the forward computation's: the forward pass's and a
-  /// recomputed forward's, not the backward's gradient collectives.
   bool isAsyncTensor(const Op &op) const {
-    if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Off ||
-        (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Forward &&
-         op.phase != plan::Phase::Forward && !op.recomputed))
-      return false;
-    return op.state == ir::State::Activations && plan::isCollective(op.kind) && !op.axes.empty() &&
+    return overlapsTensorTraffic(op.phase == plan::Phase::Forward || op.recomputed) &&
+           op.state == ir::State::Activations && plan::isCollective(op.kind) && !op.axes.empty() &&
            llvm::all_of(op.axes, [&](unsigned axis) {
              return mesh.axes[axis].kind == ir::AxisKind::Tensor;
            });
@@ -445,11 +447,8 @@ double Analyzer::callSeconds(const Op &op, int stage, double bytes, std::string 
 
 const cost::TensorSlotSeconds &Analyzer::slotSeconds(const Op &op) {
   static const cost::TensorSlotSeconds none{};
-  // The products beside which async_tp's collectives run: under `forward`, the backward's own
-  // products have none beside them.
-  if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Off ||
-      (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Forward &&
-       op.compute == plan::ComputeKind::Backward))
+  // The products beside which async_tp's collectives run.
+  if (!overlapsTensorTraffic(op.compute != plan::ComputeKind::Backward))
     return none;
   // Keyed as computeSeconds: every transformer block has the same products.
   auto [it, inserted] = slotCache.try_emplace(computeKey(op));
@@ -727,9 +726,8 @@ RunAnalysis Analyzer::analyze() {
     // Once per step: the gradient reductions left for the step start as the last micro-batch's
     // backward produces each unit's gradients, so they run beside that backward unit by unit
     // (the last unit's, the first layer's, exposed); the optimizer then runs, and the updated
-    // parameters are gathered or brought back.
-    // The backward's own collectives were counted with every micro-batch's backward; the step's
-    // reductions are timed beside its compute alone.
+    // parameters are gathered or brought back. The backward's own collectives were counted with
+    // every micro-batch's backward: the step's reductions are timed beside its compute alone.
     std::vector<cost::PassUnit> stepUnits = backwardUnits;
     for (cost::PassUnit &unit : stepUnits)
       unit.gather = unit.reduce = unit.beside = unit.tensorBeside = 0;

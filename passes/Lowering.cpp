@@ -472,14 +472,17 @@ void Lowering::lowerStage(StagePlan &stage) {
   // in `phase` (a recomputed forward runs in the backward phase and repeats the forward's
   // traffic): getTensorCollectives.
   auto addTraffic = [&](std::vector<Op> &ops, Phase phase, int unitIndex,
-                        ArrayRef<UnitCollective> collectives, StringRef why) {
-    for (const UnitCollective &c : collectives)
+                        ArrayRef<UnitCollective> collectives, StringRef why,
+                        bool recomputed = false) {
+    for (const UnitCollective &c : collectives) {
       ops.push_back(collective(c.kind, phase, ir::State::Activations, unitIndex,
                                c.over == ir::AxisKind::Tensor   ? tensorAxes
                                : c.over == ir::AxisKind::Expert ? expertAxes
                                : c.over == ir::AxisKind::Batch  ? batchAxes
                                                                 : contextAxes,
                                c.elements, aType, true, (c.what + Twine(" (") + why + ")").str()));
+      ops.back().recomputed = recomputed;
+    }
   };
   auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, bool forwardPass, int unitIndex,
                            const Unit &unit, StringRef why) {
@@ -613,13 +616,10 @@ void Lowering::lowerStage(StagePlan &stage) {
     // does not keep, and the tensor-parallel collectives among them (getRecomputedCollectives).
     if (recomputePass && unit.recomputed && !unitWork(unit, *recomputePass).empty()) {
       stage.backward.push_back(computeOp(u, unit, *recomputePass));
-      size_t first = stage.backward.size();
       addTraffic(stage.backward, Phase::Backward, u,
                  getRecomputedCollectives(model, unit.kind, unit.layer, strategy.activationMode,
                                           unitLayout),
-                 "recomputed forward");
-      for (size_t i = first; i < stage.backward.size(); ++i)
-        stage.backward[i].recomputed = true;
+                 "recomputed forward", /*recomputed=*/true);
     }
     stage.backward.push_back(computeOp(u, unit, cost::PassKind::Backward));
     tensorTraffic(stage.backward, Phase::Backward, /*forwardPass=*/false, u, unit, "backward");

@@ -253,8 +253,6 @@ inline bool isExpertDataParallel(AxisKind kind) {
   return kind == AxisKind::Batch || kind == AxisKind::Sequence;
 }
 
-/// How the attention of a context-parallel layer sees the keys and values of the whole
-/// sequence (`context = …;` in a strategy).
 /// `async_tp = false | true | forward;`: which tensor-parallel collectives of sequence
 /// parallelism run beside the products they feed or drain (decomposed all-gather-matmul and
 /// matmul-reduce-scatter, Wang et al. 2023, ASPLOS '23) instead of before or after them.
@@ -273,6 +271,8 @@ enum class AsyncTensorParallel {
 /// The value as written: `false`, `true`, `forward`.
 llvm::StringRef toString(AsyncTensorParallel mode);
 
+/// How the attention of a context-parallel layer sees the keys and values of the whole
+/// sequence (`context = …;` in a strategy).
 enum class ContextMethod {
   Ring,      ///< K/V blocks passed around the ring, overlapped with blockwise attention.
   AllGather, ///< K/V all-gathered before the attention, dK/dV reduce-scattered after.
