@@ -726,11 +726,10 @@ RunAnalysis Analyzer::analyze() {
     // Once per step: the gradient reductions left for the step start as the last micro-batch's
     // backward produces each unit's gradients, so they run beside that backward unit by unit
     // (the last unit's, the first layer's, exposed); the optimizer then runs, and the updated
-    // parameters are gathered or brought back. The backward's own collectives were counted with
-    // every micro-batch's backward: the step's reductions are timed beside its compute alone.
-    std::vector<cost::PassUnit> stepUnits = backwardUnits;
-    for (cost::PassUnit &unit : stepUnits)
-      unit.gather = unit.reduce = unit.beside = unit.tensorBeside = 0;
+    // parameters are gathered or brought back (cost::getStepPassUnit).
+    std::vector<cost::PassUnit> stepUnits;
+    for (const cost::PassUnit &unit : backwardUnits)
+      stepUnits.push_back(cost::getStepPassUnit(unit, 0));
     std::vector<size_t> backwardPositions;
     getPassPositions(stage.backward, backwardPositions);
     std::map<int, size_t> positionOfUnit;

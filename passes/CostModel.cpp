@@ -1393,6 +1393,14 @@ double getPassExposedSeconds(ArrayRef<PassUnit> units) {
   return exposed + previousReduce;
 }
 
+PassUnit getStepPassUnit(const PassUnit &backward, double stepReduce) {
+  PassUnit unit;
+  unit.compute = backward.compute;
+  unit.count = backward.count;
+  unit.reduce = stepReduce;
+  return unit;
+}
+
 //===----------------------------------------------------------------------===//
 // Pipelines
 //===----------------------------------------------------------------------===//

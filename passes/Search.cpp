@@ -873,11 +873,7 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
         if (!keep && tiedHead)
           backwardUnit.gather += placement.gather[unitIndex(cost::UnitKind::Embedding)];
       }
-      // The step's reductions beside the last backward's compute; its own collectives were
-      // counted with every micro-batch's (Analyzer::analyze).
-      stepUnit = backwardUnit;
-      stepUnit.gather = stepUnit.beside = stepUnit.tensorBeside = 0;
-      stepUnit.reduce = placement.stepReduce[kind];
+      stepUnit = cost::getStepPassUnit(backwardUnit, placement.stepReduce[kind]);
       backwardUnit.reduce = placement.backwardReduce[kind];
       stepExposed += count * placement.stepExposed[kind];
       optimizer += count * placement.optimizer[kind];

@@ -431,6 +431,11 @@ double getTensorOverlapExposedSeconds(double commSeconds, const TensorSlotSecond
 /// `G_1 + Σ_j max(X_j − C_j, X_j·κ/(1 + κ), T_j) + R_k`, X_j = G_{j+1} + R_{j−1} + S_j.
 double getPassExposedSeconds(llvm::ArrayRef<PassUnit> units);
 
+/// A unit of the last micro-batch's backward as the step's gradient reductions see it: its compute
+/// (and multiplicity), reducing `stepReduce` seconds; its own collectives were counted with every
+/// micro-batch's backward and are not counted again.
+PassUnit getStepPassUnit(const PassUnit &backward, double stepReduce);
+
 //===----------------------------------------------------------------------===//
 // Pipelines
 //===----------------------------------------------------------------------===//
