@@ -487,6 +487,10 @@ private:
     if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Forward && view.tensorDegree > 1)
       refuse("async_tp = forward: Megatron-LM's --tp-comm-overlap overlaps the tensor-parallel "
              "collectives of the backward as well (write async_tp = true)");
+    if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Off && view.tensorDegree > 1)
+      refuse("async_tp = false: Megatron-LM's column-parallel linears always reduce the input "
+             "gradient beside the weight gradient (write async_tp = wgrad, or true for "
+             "--tp-comm-overlap)");
     const ir::MoeConfig &moe = model.transformer.moe;
     if (model.isMoe()) {
       if (view.expertDegree > 1 && view.contextDegree > 1)
@@ -717,6 +721,11 @@ private:
              "forward computation's collectives; its compiler pass fuses a collective with a "
              "single product, and the backward's input gradients of projections that share an "
              "input are summed before their reduce-scatter (write async_tp = forward)");
+    if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::WeightGradient &&
+        view.tensorDegree > 1)
+      refuse("async_tp = wgrad: PyTorch's tensor parallelism reduces a projection's input "
+             "gradient before the backward goes on (write async_tp = false, or forward for "
+             "torchtitan's asynchronous tensor parallelism)");
     if (run.kernels == ir::KernelMode::Eager &&
         strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off && view.tensorDegree > 1)
       refuse("kernels = eager with async_tp: torchtitan applies asynchronous tensor parallelism "

@@ -1254,6 +1254,11 @@ private:
                     "--sequence-parallel");
       else
         imported.asyncTp = ir::AsyncTensorParallel::All;
+    } else if (t > 1) {
+      // Without it the column-parallel linears still reduce each input gradient beside the
+      // weight gradient (megatron/core/tensor_parallel/layers.py; Transformer Engine's Linear
+      // alike), which nothing turns off.
+      imported.asyncTp = ir::AsyncTensorParallel::WeightGradient;
     }
     imported.microBatch = *micro;
     imported.globalBatch = globalBatch;

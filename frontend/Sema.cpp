@@ -1312,10 +1312,12 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
                   "'context' takes ring, all_gather or all_to_all (how context-parallel attention "
                   "exchanges keys and values)");
   return choose(std::array{ir::AsyncTensorParallel::All, ir::AsyncTensorParallel::Off,
-                           ir::AsyncTensorParallel::Forward},
+                           ir::AsyncTensorParallel::Forward,
+                           ir::AsyncTensorParallel::WeightGradient},
                 strategy.asyncTensorParallel, strategy.asyncTensorParallelLoc,
                 "'async_tp' takes true (the collectives of both passes overlap their products), "
-                "forward (those of the forward computation only) or false");
+                "forward (those of the forward computation only), wgrad (the backward's "
+                "input-gradient reductions beside the weight gradients) or false");
 }
 
 bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy) {

@@ -128,6 +128,8 @@ StringRef toString(AsyncTensorParallel mode) {
     return "true";
   case AsyncTensorParallel::Forward:
     return "forward";
+  case AsyncTensorParallel::WeightGradient:
+    return "wgrad";
   }
   llvm_unreachable("unknown AsyncTensorParallel");
 }

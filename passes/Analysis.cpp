@@ -197,19 +197,28 @@ private:
   double weightSeconds(const Op &op) const { return costModel.getWeightGradientSeconds(op.work); }
   /// The GEMM seconds of a compute op by tensor-parallel slot (cost::TensorSlot).
   const cost::TensorSlotSeconds &slotSeconds(const Op &op);
-  /// Whether async_tp overlaps the tensor-parallel traffic of a forward computation (the forward
-  /// pass or a recomputed forward) or of the backward's gradients: `true` both, `forward` only
-  /// the former.
-  bool overlapsTensorTraffic(bool forwardComputation) const {
-    return strategy.asyncTensorParallel == ir::AsyncTensorParallel::All ||
-           (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Forward && forwardComputation);
+  /// Whether async_tp runs a tensor-parallel collective beside products: `true` every one,
+  /// `forward` those of a forward computation (the forward pass or a recomputed forward),
+  /// `wgrad` the backward's input-gradient reductions.
+  bool overlapsTensorTraffic(const Op &op) const {
+    switch (strategy.asyncTensorParallel) {
+    case ir::AsyncTensorParallel::Off:
+      return false;
+    case ir::AsyncTensorParallel::All:
+      return true;
+    case ir::AsyncTensorParallel::Forward:
+      return op.phase == plan::Phase::Forward || op.recomputed;
+    case ir::AsyncTensorParallel::WeightGradient:
+      return op.inputGradient;
+    }
+    return false;
   }
   /// Communication inside a unit that runs beside the unit's compute: the tensor-parallel
   /// collectives under async_tp, beside their own products (isAsyncTensor), and ring attention's
   /// exchanges, beside the whole unit.
   bool isAsyncTensor(const Op &op) const {
-    return overlapsTensorTraffic(op.phase == plan::Phase::Forward || op.recomputed) &&
-           op.state == ir::State::Activations && plan::isCollective(op.kind) && !op.axes.empty() &&
+    return overlapsTensorTraffic(op) && op.state == ir::State::Activations &&
+           plan::isCollective(op.kind) && !op.axes.empty() &&
            llvm::all_of(op.axes, [&](unsigned axis) {
              return mesh.axes[axis].kind == ir::AxisKind::Tensor;
            });
@@ -447,13 +456,22 @@ double Analyzer::callSeconds(const Op &op, int stage, double bytes, std::string 
 
 const cost::TensorSlotSeconds &Analyzer::slotSeconds(const Op &op) {
   static const cost::TensorSlotSeconds none{};
-  // The products beside which async_tp's collectives run.
-  if (!overlapsTensorTraffic(op.compute != plan::ComputeKind::Backward))
+  // The products beside which async_tp's collectives run: all of a pass whose collectives it
+  // overlaps, or under `wgrad` the backward's column-parallel weight gradients.
+  ir::AsyncTensorParallel async = strategy.asyncTensorParallel;
+  bool backward = op.compute == plan::ComputeKind::Backward;
+  bool weightGradient = async == ir::AsyncTensorParallel::WeightGradient;
+  if (async == ir::AsyncTensorParallel::Off ||
+      (async == ir::AsyncTensorParallel::Forward && backward) || (weightGradient && !backward))
     return none;
   // Keyed as computeSeconds: every transformer block has the same products.
   auto [it, inserted] = slotCache.try_emplace(computeKey(op));
-  if (inserted)
-    costModel.getComputeSeconds(op.work, nullptr, &it->second);
+  if (inserted) {
+    if (weightGradient)
+      it->second = costModel.getWeightGradientSlotSeconds(op.work);
+    else
+      costModel.getComputeSeconds(op.work, nullptr, &it->second);
+  }
   return it->second;
 }
 
@@ -854,12 +872,18 @@ RunAnalysis Analyzer::analyze() {
            "κ = {}, the compute's slowdown beside communication{}) + what the step's "
            "reductions and updates add{}",
            microbatches(m), seconds(slowest->exposedPerMicrobatch),
-           async == ir::AsyncTensorParallel::Off       ? "tensor-parallel, "
-           : async == ir::AsyncTensorParallel::Forward ? "the backward's tensor-parallel, "
-                                                       : "",
+           async == ir::AsyncTensorParallel::Off              ? "tensor-parallel, "
+           : async == ir::AsyncTensorParallel::Forward        ? "the backward's tensor-parallel, "
+           : async == ir::AsyncTensorParallel::WeightGradient ? "the other tensor-parallel, "
+                                                              : "",
            num(cost::kOverlapComputeSlowdown),
-           async == ir::AsyncTensorParallel::Off
-               ? ""
+           async == ir::AsyncTensorParallel::Off ? ""
+           : async == ir::AsyncTensorParallel::WeightGradient
+               ? std::string("; async_tp = wgrad: the backward's input-gradient reductions "
+                             "beside the unit's compute, never better than each beside its "
+                             "product's weight gradient, Σ over QKV and MLP in of max(c - G, c × "
+                             "κ/(1 + κ)) with c the reductions shared equally by the two and G a "
+                             "slot's weight-gradient GEMM time")
                : fmt::format("; async_tp's tensor-parallel collectives{} beside the unit's "
                              "compute, never better than each beside its own products, Σ over "
                              "QKV, attention output, MLP in and MLP out of max(c - G, c × κ/(1 + "

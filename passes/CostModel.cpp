@@ -1677,6 +1677,14 @@ double CostModel::getWeightGradientSeconds(const Work &work) const {
   return total;
 }
 
+TensorSlotSeconds CostModel::getWeightGradientSlotSeconds(const Work &work) const {
+  TensorSlotSeconds slots{};
+  for (const Gemm &gemm : work.gemms)
+    if (gemm.weightGradient && (gemm.tensorSlot == kSlotQkv || gemm.tensorSlot == kSlotMlpIn))
+      slots[static_cast<size_t>(gemm.tensorSlot)] += getGemmSeconds(gemm);
+  return slots;
+}
+
 double CostModel::getOptimizerSeconds(double elements, ir::StateBytes bytes,
                                       std::string *formula) const {
   // Read and write every optimizer state, read the gradient, write the parameter.

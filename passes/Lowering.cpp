@@ -482,6 +482,7 @@ void Lowering::lowerStage(StagePlan &stage) {
                                                                 : contextAxes,
                                c.elements, aType, true, (c.what + Twine(" (") + why + ")").str()));
       ops.back().recomputed = recomputed;
+      ops.back().inputGradient = c.inputGradient;
     }
   };
   auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, bool forwardPass, int unitIndex,
@@ -788,11 +789,15 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
     tensorElements = b * (forwardPass ? (layer + 1 == mlp.layers ? mlp.output : mlp.width)
                                       : (layer == 0 ? mlp.input : mlp.width));
   }
+  // In the backward every tensor-parallel reduction sums the input gradient of a column-parallel
+  // product (QKV, the MLP's input, the output layer, an mlp's even layer), the transpose of the
+  // forward's gather or identity; the row-parallel products' output gradients are gathered.
   auto addTensor = [&](OpKind kind) {
     result.push_back({kind, ir::AxisKind::Tensor, tensorElements,
                       kind == OpKind::AllGather       ? "sequence-parallel gather of the input"
                       : kind == OpKind::ReduceScatter ? "sequence-parallel reduce of the output"
-                                                      : "tensor-parallel partial sums"});
+                                                      : "tensor-parallel partial sums",
+                      /*inputGradient=*/!forwardPass && kind != OpKind::AllGather});
   };
   // Context parallelism inside a layer's attention: the attention block's collectives are the
   // first pair of a forward and the second of a backward; the exchange sits between the

@@ -576,10 +576,17 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                  "placement");
     ok = false;
   }
+  // `wgrad` overlaps the input-gradient reductions with or without sequence parallelism (an
+  // all-reduce without it); the other modes overlap sequence parallelism's collectives.
+  bool weightGradient = strategy.asyncTensorParallel == ir::AsyncTensorParallel::WeightGradient;
   if (strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off &&
-      (tensorDegree <= 1 || !strategy.sequenceParallel)) {
+      (tensorDegree <= 1 || (!strategy.sequenceParallel && !weightGradient))) {
     std::string message =
-        tensorDegree <= 1
+        weightGradient
+            ? "async_tp = wgrad overlaps the backward's input-gradient reductions of tensor "
+              "parallelism with the weight gradients, but the mesh " +
+                  formatMesh(mesh) + " of strategy '" + strategy.name + "' has no tensor axis"
+        : tensorDegree <= 1
             ? "async_tp overlaps tensor-parallel collectives with their GEMMs, but the mesh " +
                   formatMesh(mesh) + " of strategy '" + strategy.name + "' has no tensor axis"
             : "async_tp overlaps the all-gathers and reduce-scatters of sequence parallelism "

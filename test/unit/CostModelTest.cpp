@@ -223,6 +223,31 @@ TEST(CostModelTest, ProjectionsTakeTheirTensorSlots) {
   }
 }
 
+TEST(CostModelTest, WeightGradientSlotsAreTheColumnParallelProducts) {
+  // Flat timing (no device preset): a product takes its FLOPs over peak × efficiency.
+  ir::Cluster cluster;
+  cluster.peakFlops = 100e12;
+  cluster.efficiency = 0.5;
+  CostModel model(cluster, ir::Precision::MixedBF16);
+  ir::Model transformer = smallTransformer(1);
+  Layout layout;
+  layout.tensor = 2;
+  Work backward = getUnitWork(transformer, UnitKind::Layer, 0, PassKind::Backward, layout);
+  TensorSlotSeconds slots = model.getWeightGradientSlotSeconds(backward);
+  // The weight gradients of QKV (2·T·h·3h/t FLOPs) and of the MLP's gate and up (2·T·h·2f/t);
+  // the row-parallel products' (attention output, down) reduce no input gradient.
+  double T = 128, h = 256, f = 1024, t = 2, rate = 100e12 * 0.5;
+  EXPECT_NEAR(slots[kSlotQkv], 2 * T * h * 3 * h / t / rate, 1e-18);
+  EXPECT_NEAR(slots[kSlotMlpIn], 2 * T * h * 2 * f / t / rate, 1e-18);
+  EXPECT_DOUBLE_EQ(slots[kSlotAttentionOutput], 0.0);
+  EXPECT_DOUBLE_EQ(slots[kSlotMlpOut], 0.0);
+  // A forward has no weight gradients.
+  Work forward = getUnitWork(transformer, UnitKind::Layer, 0, PassKind::Forward, layout);
+  TensorSlotSeconds none = model.getWeightGradientSlotSeconds(forward);
+  for (double seconds : none)
+    EXPECT_DOUBLE_EQ(seconds, 0.0);
+}
+
 TEST(CostModelTest, BubblesOfEverySchedule) {
   MicrobatchTimes times;
   times.forward = 3;  // F

@@ -253,9 +253,10 @@ inline bool isExpertDataParallel(AxisKind kind) {
   return kind == AxisKind::Batch || kind == AxisKind::Sequence;
 }
 
-/// `async_tp = false | true | forward;`: which tensor-parallel collectives of sequence
-/// parallelism run beside the products they feed or drain (decomposed all-gather-matmul and
-/// matmul-reduce-scatter, Wang et al. 2023, ASPLOS '23) instead of before or after them.
+/// `async_tp = false | true | forward | wgrad;`: which tensor-parallel collectives run beside
+/// products instead of before or after them: those of sequence parallelism beside the products
+/// they feed or drain (decomposed all-gather-matmul and matmul-reduce-scatter, Wang et al. 2023,
+/// ASPLOS '23), or the backward's input-gradient reductions beside the weight gradients.
 enum class AsyncTensorParallel {
   Off, ///< `false` (the default): every collective on the critical path.
   /// `true`: the collectives of both passes (Megatron-Core's --tp-comm-overlap, whose
@@ -267,8 +268,15 @@ enum class AsyncTensorParallel {
   /// and the backward's input gradients of projections that share an input are summed before
   /// their reduce-scatter).
   Forward,
+  /// `wgrad`: only the backward's reductions of the column-parallel products' input gradients
+  /// (the all-reduce, or the reduce-scatter under sequence parallelism, after QKV's, the MLP
+  /// input's and the output layer's input gradient), each beside its product's weight gradient,
+  /// which does not need it (Megatron-LM without --tp-comm-overlap: its column-parallel linear
+  /// issues the reduction asynchronously before the weight-gradient GEMM, megatron/core/
+  /// tensor_parallel/layers.py, since September 2021; it has no flag to turn this off).
+  WeightGradient,
 };
-/// The value as written: `false`, `true`, `forward`.
+/// The value as written: `false`, `true`, `forward`, `wgrad`.
 llvm::StringRef toString(AsyncTensorParallel mode);
 
 /// How the attention of a context-parallel layer sees the keys and values of the whole

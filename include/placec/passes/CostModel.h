@@ -500,6 +500,11 @@ public:
                            TensorSlotSeconds *slots = nullptr) const;
   /// The part of getComputeSeconds spent in weight-gradient products.
   double getWeightGradientSeconds(const Work &work) const;
+  /// Under `async_tp = wgrad`: the weight-gradient seconds of the column-parallel products by
+  /// TensorSlot (QKV, the MLP's input; the output layer's in QKV's slot), beside which the
+  /// reductions of their input gradients run; the row-parallel slots stay empty (their input
+  /// gradients need no reduction).
+  TensorSlotSeconds getWeightGradientSlotSeconds(const Work &work) const;
   /// The optimizer step over `elements` parameters this rank owns: bytes of every state read and
   /// written (memory-bound).
   double getOptimizerSeconds(double elements, ir::StateBytes bytes,

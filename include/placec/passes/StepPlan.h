@@ -78,6 +78,9 @@ struct Op {
   /// Tensor-parallel and other activation traffic: repeated by a recomputed forward, in the
   /// backward phase (part of the forward computation, not of the gradients').
   bool recomputed = false;
+  /// Tensor-parallel traffic of the backward: the reduction of a column-parallel product's input
+  /// gradient, which its weight gradient does not wait for (`async_tp = wgrad` runs it beside).
+  bool inputGradient = false;
   /// Compute: what is computed, its work (GEMMs by shape, attention, memory-bound kernels) and
   /// FLOPs per device per micro-batch.
   ComputeKind compute = ComputeKind::Forward;
@@ -157,6 +160,8 @@ struct UnitCollective {
   ir::AxisKind over = ir::AxisKind::Tensor;
   int64_t elements = 0;
   const char *what = "";
+  /// The backward's reduction of a column-parallel product's input gradient (Op::inputGradient).
+  bool inputGradient = false;
 };
 
 /// The collectives inside one pass of a unit, in the order the math runs them: the
