@@ -188,6 +188,15 @@ void JsonWriter::writeStrategy(const RunReport &report) {
   });
   out.attribute("activations", describeActivations(strategy));
   out.attribute("sequence_parallel", strategy.sequenceParallel);
+  std::string context = describeContext(strategy), async = describeAsyncTensorParallel(strategy);
+  if (context.empty())
+    out.attribute("context", nullptr);
+  else
+    out.attribute("context", context);
+  if (async.empty())
+    out.attribute("async_tp", nullptr);
+  else
+    out.attribute("async_tp", async);
   if (strategy.pipeline)
     out.attributeObject("pipeline", [&] {
       out.attribute("schedule", ir::toString(strategy.pipeline->schedule));

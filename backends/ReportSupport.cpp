@@ -333,6 +333,24 @@ std::string describePipeline(const ir::Strategy &strategy, int64_t microbatches)
   return text + ")";
 }
 
+namespace {
+bool hasAxisOf(const ir::Strategy &strategy, ir::AxisKind kind) {
+  return llvm::any_of(strategy.mesh.axes,
+                      [&](const ir::Axis &axis) { return axis.kind == kind && axis.size > 1; });
+}
+} // namespace
+
+std::string describeContext(const ir::Strategy &strategy) {
+  return hasAxisOf(strategy, ir::AxisKind::Sequence) ? ir::toString(strategy.contextMethod).str()
+                                                     : std::string();
+}
+
+std::string describeAsyncTensorParallel(const ir::Strategy &strategy) {
+  return hasAxisOf(strategy, ir::AxisKind::Tensor)
+             ? ir::toString(strategy.asyncTensorParallel).str()
+             : std::string();
+}
+
 std::string describePrecision(const ir::Run &run) {
   return ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads);
 }

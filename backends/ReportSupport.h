@@ -157,6 +157,10 @@ std::string describePlacement(const ir::Strategy &strategy, ir::State state);
 std::string describeActivations(const ir::Strategy &strategy);
 /// `1f1b(microbatches = 16)` or `none`.
 std::string describePipeline(const ir::Strategy &strategy, int64_t microbatches);
+/// The strategy's `context` and `async_tp` settings as written, or an empty string where the mesh
+/// has no axis of more than one device for them to act on (a sequence axis, a tensor axis).
+std::string describeContext(const ir::Strategy &strategy);
+std::string describeAsyncTensorParallel(const ir::Strategy &strategy);
 /// `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`.
 std::string describePrecision(const ir::Run &run);
 /// `adam`, `sgd(momentum = true)`.

@@ -161,6 +161,16 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
        }},
       {"  pipeline",
        [](const RunReport &r) { return describePipeline(*r.run->strategy, r.plan->microbatches); }},
+      {"  context",
+       [](const RunReport &r) {
+         std::string text = describeContext(*r.run->strategy);
+         return text.empty() ? std::string("-") : text;
+       }},
+      {"  async_tp",
+       [](const RunReport &r) {
+         std::string text = describeAsyncTensorParallel(*r.run->strategy);
+         return text.empty() ? std::string("-") : text;
+       }},
       {"batch (micro × dp × steps)", [](const RunReport &r) { return describeBatch(*r.run); }},
       {"precision", [](const RunReport &r) { return describePrecision(*r.run); }},
       {"optimizer", [](const RunReport &r) { return describeOptimizer(r.run->optimizer); }},

@@ -49,3 +49,10 @@ check(forward_sp + gathers + FLOOR * scatters - EPS <= exposed("wgrad_sp") <
       "sp: the forward's and the backward's gathers in full, the reduce-scatters beside the "
       "weight gradients")
 check(exposed("all_sp") < exposed("wgrad_sp") < exposed("off_sp"), "sp: between false and true")
+
+# The report says which setting each run has.
+settings = {name: runs[name]["strategy"]["async_tp"] for name in runs}
+check(settings == {"off_plain": "false", "wgrad_plain": "wgrad", "off_sp": "false",
+                   "wgrad_sp": "wgrad", "all_sp": "true"} and
+      all(runs[name]["strategy"]["context"] is None for name in runs),
+      "report: async_tp as written, no context without a sequence axis")
