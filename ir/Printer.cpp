@@ -338,6 +338,10 @@ void IRPrinter::print(const Strategy &strategy) {
   } else {
     line() << "pipeline = none\n";
   }
+  line() << "context = " << toString(strategy.contextMethod) << ' '
+         << explicitness(strategy.contextLoc.isValid()) << '\n';
+  line() << "async_tp = " << toString(strategy.asyncTensorParallel) << ' '
+         << explicitness(strategy.asyncTensorParallelLoc.isValid()) << '\n';
   close();
 }
 

@@ -706,7 +706,8 @@ TEST(PrinterTest, SmallProgram) {
              "    tp = tensor-split [default]\n    tier = device [default]\n  }");
   expectLine("    tier = host [explicit]");
   expectLine("    mode = keep [default]\n    sequence_parallel = false");
-  expectLine("  pipeline = 1f1b(microbatches = 4, chunks = 1) [default]");
+  expectLine("  pipeline = 1f1b(microbatches = 4, chunks = 1) [default]\n"
+             "  context = ring [default]\n  async_tp = false [default]");
   expectLine("strategy @offload_optimizer {\n  mesh = none\n  params {\n"
              "    tier = device [default]");
   expectLine("  strategy = @ptd");
