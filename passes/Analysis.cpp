@@ -197,19 +197,20 @@ private:
   double weightSeconds(const Op &op) const { return costModel.getWeightGradientSeconds(op.work); }
   /// The GEMM seconds of a compute op by tensor-parallel slot (cost::TensorSlot).
   const cost::TensorSlotSeconds &slotSeconds(const Op &op);
-  /// Whether async_tp runs a tensor-parallel collective beside products: `true` every one,
+  /// Whether async_tp runs tensor-parallel traffic beside products: `true` every collective,
   /// `forward` those of a forward computation (the forward pass or a recomputed forward),
-  /// `wgrad` the backward's input-gradient reductions.
-  bool overlapsTensorTraffic(const Op &op) const {
+  /// `wgrad` the backward's input-gradient reductions. A compute op asks it of the collectives
+  /// beside its products (a backward's are its input-gradient reductions).
+  bool overlapsTensorTraffic(bool forwardComputation, bool inputGradient) const {
     switch (strategy.asyncTensorParallel) {
     case ir::AsyncTensorParallel::Off:
       return false;
     case ir::AsyncTensorParallel::All:
       return true;
     case ir::AsyncTensorParallel::Forward:
-      return op.phase == plan::Phase::Forward || op.recomputed;
+      return forwardComputation;
     case ir::AsyncTensorParallel::WeightGradient:
-      return op.inputGradient;
+      return inputGradient;
     }
     return false;
   }
@@ -217,8 +218,9 @@ private:
   /// collectives under async_tp, beside their own products (isAsyncTensor), and ring attention's
   /// exchanges, beside the whole unit.
   bool isAsyncTensor(const Op &op) const {
-    return overlapsTensorTraffic(op) && op.state == ir::State::Activations &&
-           plan::isCollective(op.kind) && !op.axes.empty() &&
+    return overlapsTensorTraffic(op.phase == plan::Phase::Forward || op.recomputed,
+                                 op.inputGradient) &&
+           op.state == ir::State::Activations && plan::isCollective(op.kind) && !op.axes.empty() &&
            llvm::all_of(op.axes, [&](unsigned axis) {
              return mesh.axes[axis].kind == ir::AxisKind::Tensor;
            });
@@ -458,16 +460,13 @@ const cost::TensorSlotSeconds &Analyzer::slotSeconds(const Op &op) {
   static const cost::TensorSlotSeconds none{};
   // The products beside which async_tp's collectives run: all of a pass whose collectives it
   // overlaps, or under `wgrad` the backward's column-parallel weight gradients.
-  ir::AsyncTensorParallel async = strategy.asyncTensorParallel;
   bool backward = op.compute == plan::ComputeKind::Backward;
-  bool weightGradient = async == ir::AsyncTensorParallel::WeightGradient;
-  if (async == ir::AsyncTensorParallel::Off ||
-      (async == ir::AsyncTensorParallel::Forward && backward) || (weightGradient && !backward))
+  if (!overlapsTensorTraffic(!backward, backward))
     return none;
   // Keyed as computeSeconds: every transformer block has the same products.
   auto [it, inserted] = slotCache.try_emplace(computeKey(op));
   if (inserted) {
-    if (weightGradient)
+    if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::WeightGradient)
       it->second = costModel.getWeightGradientSlotSeconds(op.work);
     else
       costModel.getComputeSeconds(op.work, nullptr, &it->second);
