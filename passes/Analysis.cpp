@@ -197,22 +197,11 @@ private:
   double weightSeconds(const Op &op) const { return costModel.getWeightGradientSeconds(op.work); }
   /// The GEMM seconds of a compute op by tensor-parallel slot (cost::TensorSlot).
   const cost::TensorSlotSeconds &slotSeconds(const Op &op);
-  /// Whether async_tp runs tensor-parallel traffic beside products: `true` every collective,
-  /// `forward` those of a forward computation (the forward pass or a recomputed forward),
-  /// `wgrad` the backward's input-gradient reductions. A compute op asks it of the collectives
-  /// beside its products (a backward's are its input-gradient reductions).
+  /// Whether the strategy's async_tp runs tensor-parallel traffic beside products
+  /// (cost::overlapsTensorTraffic).
   bool overlapsTensorTraffic(bool forwardComputation, bool inputGradient) const {
-    switch (strategy.asyncTensorParallel) {
-    case ir::AsyncTensorParallel::Off:
-      return false;
-    case ir::AsyncTensorParallel::All:
-      return true;
-    case ir::AsyncTensorParallel::Forward:
-      return forwardComputation;
-    case ir::AsyncTensorParallel::WeightGradient:
-      return inputGradient;
-    }
-    return false;
+    return cost::overlapsTensorTraffic(strategy.asyncTensorParallel, forwardComputation,
+                                       inputGradient);
   }
   /// Communication inside a unit that runs beside the unit's compute: the tensor-parallel
   /// collectives under async_tp, beside their own products (isAsyncTensor), and ring attention's

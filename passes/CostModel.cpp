@@ -1344,6 +1344,21 @@ double getOverlapExposedSeconds(double commSeconds, double computeSeconds) {
   return std::max(commSeconds - computeSeconds, commSeconds * kappa / (1 + kappa));
 }
 
+bool overlapsTensorTraffic(ir::AsyncTensorParallel mode, bool forwardComputation,
+                           bool inputGradient) {
+  switch (mode) {
+  case ir::AsyncTensorParallel::Off:
+    return false;
+  case ir::AsyncTensorParallel::All:
+    return true;
+  case ir::AsyncTensorParallel::Forward:
+    return forwardComputation;
+  case ir::AsyncTensorParallel::WeightGradient:
+    return inputGradient;
+  }
+  return false;
+}
+
 double getTensorOverlapExposedSeconds(double commSeconds, const TensorSlotSeconds &slots) {
   int used = 0;
   for (double gemmSeconds : slots)

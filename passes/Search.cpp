@@ -190,8 +190,11 @@ struct StageShape {
 struct UnitTimes {
   double seconds[3][cost::kNumPassKinds] = {};
   double weight[3] = {};
-  /// GEMM seconds by tensor-parallel slot, for async_tp (cost::getTensorOverlapExposedSeconds).
+  /// GEMM seconds by tensor-parallel slot, for async_tp (cost::getTensorOverlapExposedSeconds):
+  /// every product of each pass, and the backward's column-parallel weight gradients
+  /// (`async_tp = wgrad`, cost::CostModel::getWeightGradientSlotSeconds).
   cost::TensorSlotSeconds slots[3][cost::kNumPassKinds] = {};
+  cost::TensorSlotSeconds weightSlots[3] = {};
   double layerActivation = 0, headActivation = 0, recomputedLayer = 0;
 };
 
@@ -205,6 +208,9 @@ struct UnitTimes {
 /// too).
 struct UnitTraffic {
   double tensor[3][3] = {}, ring[3][3] = {}, context[3][3] = {};
+  /// The part of tensor[kind][1] that reduces input gradients (plan::UnitCollective::
+  /// inputGradient), which `async_tp = wgrad` runs beside the weight gradients.
+  double inputGradient[3] = {};
   double headGather = 0;
 };
 
@@ -362,7 +368,7 @@ private:
   // The stage times of the last candidate timed.
   using TimeKey = std::tuple<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>,
                              std::tuple<int, int, int, bool>,
-                             std::tuple<int, bool, bool, int64_t, int64_t, bool, int64_t>>;
+                             std::tuple<int, bool, int, int64_t, int64_t, bool, int64_t>>;
   TimeKey lastTimeKey;
   bool hasTimes = false;
   StageTimes lastStages[3];
@@ -398,8 +404,10 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
       cost::Work work = cost::getUnitWork(model, kind, 0, pass, layout);
       times.seconds[unitIndex(kind)][static_cast<int>(pass)] = costModel.getComputeSeconds(
           work, nullptr, &times.slots[unitIndex(kind)][static_cast<int>(pass)]);
-      if (pass == cost::PassKind::Backward)
+      if (pass == cost::PassKind::Backward) {
         times.weight[unitIndex(kind)] = costModel.getWeightGradientSeconds(work);
+        times.weightSlots[unitIndex(kind)] = costModel.getWeightGradientSlotSeconds(work);
+      }
     }
   times.layerActivation = cost::getLayerActivationBytes(model.transformer, layout);
   times.headActivation = cost::getHeadActivationBytes(model.transformer, layout);
@@ -446,9 +454,12 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
         if (op.kind == plan::OpKind::RingStep)
           traffic.ring[index][pass] +=
               costModel.getPointToPointSeconds(opBytes, !contextGroup.isIntraNode());
-        else if (op.over == ir::AxisKind::Tensor)
-          traffic.tensor[index][pass] += collective(op.kind, tensorGroup, opBytes);
-        else
+        else if (op.over == ir::AxisKind::Tensor) {
+          double seconds = collective(op.kind, tensorGroup, opBytes);
+          traffic.tensor[index][pass] += seconds;
+          if (pass == 1 && op.inputGradient)
+            traffic.inputGradient[index] += seconds;
+        } else
           traffic.context[index][pass] += collective(op.kind, contextGroup, opBytes);
       }
   }
@@ -680,8 +691,9 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
       std::make_tuple(c.tp, c.pp, c.dpNode, c.dpLocal, c.cp, static_cast<int>(c.context)),
       std::make_tuple(static_cast<int>(c.params), static_cast<int>(c.grads),
                       static_cast<int>(c.optimizer), c.fp8Gather),
-      std::make_tuple(static_cast<int>(c.activations), c.sequenceParallel, c.asyncTp, c.microBatch,
-                      c.microbatches, vShape, c.edgeLayers));
+      std::make_tuple(static_cast<int>(c.activations), c.sequenceParallel,
+                      static_cast<int>(c.asyncTp), c.microBatch, c.microbatches, vShape,
+                      c.edgeLayers));
   if (!hasTimes || timeKey != lastTimeKey) {
     timeStages(c, g, states, stageShapes);
     hasTimes = true;
@@ -779,16 +791,33 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
       weightCompute += count * times.weight[kind];
       // Tensor-parallel and context-parallel traffic inside the unit; a fully recomputed layer
       // repeats its forward's in the backward.
+      // Which of them async_tp runs beside products (Analyzer::isAsyncTensor): those of a
+      // forward computation (pass 0, or 2 for recompute(op)), or the backward's (pass 1) input-
+      // gradient reductions apart from its other collectives.
       double unitCritical = 0;
       auto addPass = [&](int pass, cost::PassUnit &unit) {
         unit.beside += traffic.ring[kind][pass];
-        (c.asyncTp ? unit.tensorBeside : unitCritical) += traffic.tensor[kind][pass];
         unitCritical += traffic.context[kind][pass];
+        bool forwardComputation = pass != 1;
+        double reductions = forwardComputation ? 0 : traffic.inputGradient[kind];
+        double others = traffic.tensor[kind][pass] - reductions;
+        (cost::overlapsTensorTraffic(c.asyncTp, forwardComputation, false) ? unit.tensorBeside
+                                                                           : unitCritical) +=
+            others;
+        (cost::overlapsTensorTraffic(c.asyncTp, forwardComputation, true) ? unit.tensorBeside
+                                                                          : unitCritical) +=
+            reductions;
       };
+      // The products beside which they run (Analyzer::slotSeconds): every product of a pass
+      // whose collectives async_tp overlaps, or under `wgrad` the backward's weight gradients.
       auto addSlots = [&](cost::PassKind pass, cost::PassUnit &unit) {
-        if (!c.asyncTp)
+        bool backward = pass == cost::PassKind::Backward;
+        if (!cost::overlapsTensorTraffic(c.asyncTp, !backward, backward))
           return;
-        const cost::TensorSlotSeconds &slots = times.slots[kind][static_cast<int>(pass)];
+        const cost::TensorSlotSeconds &slots =
+            backward && c.asyncTp == ir::AsyncTensorParallel::WeightGradient
+                ? times.weightSlots[kind]
+                : times.slots[kind][static_cast<int>(pass)];
         for (size_t s = 0; s < slots.size(); ++s)
           unit.slots[s] += slots[s];
       };
@@ -805,7 +834,8 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
       addSlots(cost::PassKind::Backward, backwardUnit);
       // The vocabulary-parallel cross-entropy's all-gather (Lowering).
       if (c.tp > 1 && group.kind == cost::UnitKind::Head)
-        (c.asyncTp ? forwardUnit.tensorBeside : unitCritical) += traffic.headGather;
+        (cost::overlapsTensorTraffic(c.asyncTp, true, false) ? forwardUnit.tensorBeside
+                                                             : unitCritical) += traffic.headGather;
       critical += count * unitCritical;
       if (!placement.known[kind]) {
         // Once per (mesh, placement) and kind of unit.
@@ -939,6 +969,11 @@ std::vector<ir::ActivationMode> getDefaultActivationModes(const ir::Run &run) {
   return modes;
 }
 
+/// Whether `async_tp = value` needs sequence parallelism (Verify's rule `async_tp`).
+bool needsSequenceParallelism(ir::AsyncTensorParallel value) {
+  return value == ir::AsyncTensorParallel::All || value == ir::AsyncTensorParallel::Forward;
+}
+
 /// Calls `body(candidate, innerCount)` for each (precision, mesh, placement) group, and
 /// `inner(candidate)` for each candidate of a group, unless `body` returns false (the group is
 /// skipped). `body` also learns whether the group has V-shaped schedules.
@@ -946,7 +981,8 @@ template <typename GroupFn, typename CandidateFn>
 void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                const std::vector<PrecisionVariant> &precisions,
                const std::vector<ir::Schedule> &schedules,
-               const std::vector<ir::ActivationMode> &activations, GroupFn body, CandidateFn inner,
+               const std::vector<ir::ActivationMode> &activations,
+               const std::vector<ir::AsyncTensorParallel> &asyncTp, GroupFn body, CandidateFn inner,
                uint64_t *meshCount = nullptr) {
   // The schedules explored: the requested ones, or every one but gpipe.
   auto explores = [&](ir::Schedule schedule) {
@@ -960,6 +996,10 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
   int64_t layers = model.getNumLayers();
   const std::vector<ir::ActivationMode> exploredModes =
       activations.empty() ? getDefaultActivationModes(run) : activations;
+  const std::vector<ir::AsyncTensorParallel> exploredAsync =
+      asyncTp.empty() ? std::vector<ir::AsyncTensorParallel>{ir::AsyncTensorParallel::Off,
+                                                             ir::AsyncTensorParallel::All}
+                      : asyncTp;
   int64_t globalBatch = run.globalBatch;
   int64_t kvHeads = config.getKvHeads();
   bool host = cluster.hostBandwidth.has_value() && *cluster.hostBandwidth > 0;
@@ -1081,19 +1121,24 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
           }
           if (steps.empty())
             continue;
-          // Activation modes: each without and with sequence parallelism, and with async_tp on
-          // top of sequence parallelism.
+          // Activation modes: each without and with sequence parallelism, and with each
+          // explored async_tp setting where tp > 1 (`true` and `forward` need sequence
+          // parallelism, the rule `async_tp`).
           struct Mode {
             ir::ActivationMode mode;
-            bool sp, async;
+            bool sp;
+            ir::AsyncTensorParallel async;
           };
           std::vector<Mode> activationModes;
           for (ir::ActivationMode mode : exploredModes) {
-            activationModes.push_back({mode, false, false});
-            if (tp > 1) {
-              activationModes.push_back({mode, true, false});
-              activationModes.push_back({mode, true, true});
+            if (tp == 1) {
+              activationModes.push_back({mode, false, ir::AsyncTensorParallel::Off});
+              continue;
             }
+            for (bool sp : {false, true})
+              for (ir::AsyncTensorParallel async : exploredAsync)
+                if (sp || !needsSequenceParallelism(async))
+                  activationModes.push_back({mode, sp, async});
           }
           uint64_t innerCount = activationModes.size() * steps.size();
           // Batch splits: unsplit, or node × local with the local part inside a node (the
@@ -1234,6 +1279,19 @@ std::string Candidate::formatMesh() const {
   return text + "]";
 }
 
+std::string formatAsyncTp(ir::AsyncTensorParallel value) {
+  switch (value) {
+  case ir::AsyncTensorParallel::Off:
+    return std::string();
+  case ir::AsyncTensorParallel::All:
+    return "async_tp";
+  case ir::AsyncTensorParallel::Forward:
+  case ir::AsyncTensorParallel::WeightGradient:
+    return "async_tp=" + ir::toString(value).str();
+  }
+  return std::string();
+}
+
 std::string Candidate::formatPrecision() const {
   return ir::spellPrecision(precision, fp8Gather, fp32Grads);
 }
@@ -1245,8 +1303,8 @@ std::string Candidate::describe() const {
   text += " params " + toString(params).str() + ", grads " + toString(grads).str() +
           ", optimizer " + toString(optimizer).str() + ", activations " +
           ir::toString(activations).str() + (sequenceParallel ? "+sp" : "") +
-          (asyncTp ? "+async_tp" : "") + ", b=" + std::to_string(microBatch) +
-          " m=" + std::to_string(microbatches);
+          (asyncTp != ir::AsyncTensorParallel::Off ? "+" + formatAsyncTp(asyncTp) : "") +
+          ", b=" + std::to_string(microBatch) + " m=" + std::to_string(microbatches);
   if (expertsReplicated)
     text += ", experts replicated over dp";
   if (pp > 1)
@@ -1270,11 +1328,12 @@ std::shared_ptr<ir::Cluster> makeSearchCluster(const ir::Cluster &cluster, int64
 
 void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
                       const std::function<void(const Candidate &)> &callback,
-                      const std::vector<ir::Precision> &precisions) {
+                      const std::vector<ir::Precision> &precisions,
+                      const std::vector<ir::AsyncTensorParallel> &asyncTp) {
   if (!isSearchable(run))
     return;
   enumerate(
-      run, cluster, precisionVariants(run, precisions), {}, {},
+      run, cluster, precisionVariants(run, precisions), {}, {}, asyncTp,
       [](const Candidate &, uint64_t, const Layouts &) { return true; },
       [&](const Candidate &c) { callback(c); });
 }
@@ -1348,6 +1407,31 @@ parseActivationModes(StringRef text, const ir::Run &run, std::string &error) {
     }
     if (std::find(result.begin(), result.end(), *mode) == result.end())
       result.push_back(*mode);
+  }
+  return result;
+}
+
+std::optional<std::vector<ir::AsyncTensorParallel>> parseAsyncTensorParallel(StringRef text,
+                                                                             std::string &error) {
+  std::vector<ir::AsyncTensorParallel> result;
+  SmallVector<StringRef, 4> names;
+  text.split(names, ',');
+  for (StringRef name : names) {
+    name = name.trim();
+    std::optional<ir::AsyncTensorParallel> value;
+    for (ir::AsyncTensorParallel candidate :
+         {ir::AsyncTensorParallel::Off, ir::AsyncTensorParallel::All,
+          ir::AsyncTensorParallel::Forward, ir::AsyncTensorParallel::WeightGradient})
+      if (name == ir::toString(candidate))
+        value = candidate;
+    if (!value) {
+      error = "--async-tp '" + name.str() +
+              "' is not an async_tp setting: write a comma-separated list of false, true, "
+              "forward and wgrad";
+      return std::nullopt;
+    }
+    if (!llvm::is_contained(result, *value))
+      result.push_back(*value);
   }
   return result;
 }
@@ -1488,8 +1572,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     }
   strategy->activationMode = c.activations;
   strategy->sequenceParallel = c.sequenceParallel;
-  strategy->asyncTensorParallel =
-      c.asyncTp ? ir::AsyncTensorParallel::All : ir::AsyncTensorParallel::Off;
+  strategy->asyncTensorParallel = c.asyncTp;
   if (c.cp > 1)
     strategy->contextMethod = c.context;
   if (c.pp > 1) {
@@ -1587,6 +1670,11 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                                   ir::ActivationMode::RecomputeSelective, ir::ActivationMode::Keep})
     if (options.activations.empty() || llvm::is_contained(options.activations, mode))
       activations.push_back(mode);
+  // The async_tp settings (sequence parallelism is on wherever tp > 1): the requested ones, or
+  // none by default.
+  const std::vector<ir::AsyncTensorParallel> offOnly = {ir::AsyncTensorParallel::Off};
+  const std::vector<ir::AsyncTensorParallel> &asyncValues =
+      options.asyncTp.empty() ? offOnly : options.asyncTp;
   unsigned keep = std::max(1u, options.topK);
   std::vector<std::pair<Candidate, analysis::RunAnalysis>> best; // Fastest first.
   for (int64_t tp : divisorsOf(std::min<int64_t>(cluster.devicesPerNode, 8))) {
@@ -1614,65 +1702,67 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                 bool smallerOver = false; // The previous micro-batch size's full recomputation.
                 for (int64_t b : {1, 2, 4}) {
                   bool lessOver = false;
-                  for (ir::ActivationMode mode : activations) {
-                    if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
-                        (fp8Gather && placement.params == ParamChoice::Replicate))
-                      continue;
-                    int64_t samples = (rest / ep) * ep;
-                    if (run.globalBatch % (b * samples) != 0)
-                      continue;
-                    Candidate c;
-                    c.pp = pp;
-                    c.dpNode = rest / ep;
-                    c.ep = ep;
-                    c.tp = tp;
-                    c.params = placement.params;
-                    c.grads = placement.grads;
-                    c.optimizer = placement.optimizer;
-                    c.activations = mode;
-                    c.sequenceParallel = tp > 1;
-                    c.microBatch = b;
-                    c.microbatches = run.globalBatch / (b * samples);
-                    c.precision = variant.precision;
-                    c.fp32Grads = variant.fp32Grads;
-                    c.fp8Gather = fp8Gather;
-                    c.expertsReplicated = expertsReplicated;
-                    if (options.filter && !options.filter(c))
-                      continue;
-                    ++result.spaceSize;
-                    if (smallerOver || lessOver) {
-                      ++result.rejectedByRule["capacity"];
-                      ++result.prunedByMemoryOrder;
-                      continue;
+                  for (ir::ActivationMode mode : activations)
+                    for (ir::AsyncTensorParallel async : tp > 1 ? asyncValues : offOnly) {
+                      if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
+                          (fp8Gather && placement.params == ParamChoice::Replicate))
+                        continue;
+                      int64_t samples = (rest / ep) * ep;
+                      if (run.globalBatch % (b * samples) != 0)
+                        continue;
+                      Candidate c;
+                      c.pp = pp;
+                      c.dpNode = rest / ep;
+                      c.ep = ep;
+                      c.tp = tp;
+                      c.params = placement.params;
+                      c.grads = placement.grads;
+                      c.optimizer = placement.optimizer;
+                      c.activations = mode;
+                      c.sequenceParallel = tp > 1;
+                      c.asyncTp = async;
+                      c.microBatch = b;
+                      c.microbatches = run.globalBatch / (b * samples);
+                      c.precision = variant.precision;
+                      c.fp32Grads = variant.fp32Grads;
+                      c.fp8Gather = fp8Gather;
+                      c.expertsReplicated = expertsReplicated;
+                      if (options.filter && !options.filter(c))
+                        continue;
+                      ++result.spaceSize;
+                      if (smallerOver || lessOver) {
+                        ++result.rejectedByRule["capacity"];
+                        ++result.prunedByMemoryOrder;
+                        continue;
+                      }
+                      analysis::RunAnalysis exact;
+                      std::string rule = evaluateExact(run, cluster, c, &exact);
+                      c.stepSeconds = exact.time.stepSeconds;
+                      c.peakBytes = exact.memory.device.peak;
+                      c.hostPeakBytes = exact.memory.host.peak;
+                      if (rule == "capacity") {
+                        lessOver = true;
+                        if (mode == ir::ActivationMode::RecomputeFull)
+                          smallerOver = true;
+                        if (!result.smallest || c.peakBytes < result.smallest->peakBytes)
+                          result.smallest = c;
+                      }
+                      if (!rule.empty()) {
+                        ++result.rejectedByRule[rule];
+                        continue;
+                      }
+                      ++result.accepted;
+                      if (options.onAccepted)
+                        options.onAccepted(c);
+                      if (best.size() == keep && !isBetter(c, best.back().first))
+                        continue;
+                      auto at = std::upper_bound(
+                          best.begin(), best.end(), c,
+                          [](const Candidate &x, const auto &y) { return isBetter(x, y.first); });
+                      best.insert(at, {c, std::move(exact)});
+                      if (best.size() > keep)
+                        best.pop_back();
                     }
-                    analysis::RunAnalysis exact;
-                    std::string rule = evaluateExact(run, cluster, c, &exact);
-                    c.stepSeconds = exact.time.stepSeconds;
-                    c.peakBytes = exact.memory.device.peak;
-                    c.hostPeakBytes = exact.memory.host.peak;
-                    if (rule == "capacity") {
-                      lessOver = true;
-                      if (mode == ir::ActivationMode::RecomputeFull)
-                        smallerOver = true;
-                      if (!result.smallest || c.peakBytes < result.smallest->peakBytes)
-                        result.smallest = c;
-                    }
-                    if (!rule.empty()) {
-                      ++result.rejectedByRule[rule];
-                      continue;
-                    }
-                    ++result.accepted;
-                    if (options.onAccepted)
-                      options.onAccepted(c);
-                    if (best.size() == keep && !isBetter(c, best.back().first))
-                      continue;
-                    auto at = std::upper_bound(
-                        best.begin(), best.end(), c,
-                        [](const Candidate &x, const auto &y) { return isBetter(x, y.first); });
-                    best.insert(at, {c, std::move(exact)});
-                    if (best.size() > keep)
-                      best.pop_back();
-                  }
                 }
               }
       }
@@ -1760,7 +1850,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   uint64_t total = 0;
   if (options.progress)
     enumerate(
-        run, cluster, precisions, options.schedules, options.activations,
+        run, cluster, precisions, options.schedules, options.activations, options.asyncTp,
         [&](const Candidate &c, uint64_t inner, const Layouts &) {
           if (!options.filter)
             total += inner;
@@ -1800,7 +1890,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
                              : 0);
     };
     enumerate(
-        run, cluster, precisions, options.schedules, options.activations,
+        run, cluster, precisions, options.schedules, options.activations, options.asyncTp,
         [&](const Candidate &c, uint64_t inner, const Layouts &layouts) {
           if (group++ != claimed)
             return false;
@@ -1951,7 +2041,8 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
 }
 
 bool isInFamily(const Candidate &c, Family family, bool tensorParallel) {
-  if (c.pp != 1 || c.cp != 1 || c.isSplit() || (c.tp > 1) != tensorParallel || c.asyncTp)
+  if (c.pp != 1 || c.cp != 1 || c.isSplit() || (c.tp > 1) != tensorParallel ||
+      c.asyncTp != ir::AsyncTensorParallel::Off)
     return false;
   switch (family) {
   case Family::Dp:
@@ -2084,8 +2175,8 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
   text += "  activations = " + activations + ";\n";
   if (c.cp > 1)
     text += "  context     = " + ir::toString(c.context).str() + ";\n";
-  if (c.asyncTp)
-    text += "  async_tp    = true;\n";
+  if (c.asyncTp != ir::AsyncTensorParallel::Off)
+    text += "  async_tp    = " + ir::toString(c.asyncTp).str() + ";\n";
   if (c.pp > 1) {
     text += "  pipeline    = " + ir::toString(c.schedule).str() +
             "(microbatches = " + std::to_string(c.microbatches);

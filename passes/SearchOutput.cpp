@@ -106,10 +106,12 @@ private:
   bool shown = false;
 };
 
-/// The activations column: the mode, then `+ sp` and `+ async_tp` where they apply.
+/// The activations column: the mode, then `+ sp` and `+ async_tp` (`+ async_tp=wgrad`, …) where
+/// they apply.
 std::string activationsText(const Candidate &c) {
   return ir::toString(c.activations).str() + (c.sequenceParallel ? " + sp" : "") +
-         (c.asyncTp ? " + async_tp" : "");
+         (c.asyncTp != ir::AsyncTensorParallel::Off ? " + " + formatAsyncTp(c.asyncTp)
+                                                    : std::string());
 }
 
 /// `interleaved(4)`, `interleaved(8)(emb+loss)` (the embedding and the loss counted as layers),
@@ -131,15 +133,16 @@ std::string scheduleText(const Candidate &c) {
 
 void printTable(const SearchResult &result, raw_ostream &out) {
   int64_t devices = result.cluster->getNumDevices();
-  int meshWidth = 4, precisionWidth = 24;
+  int meshWidth = 4, activationsWidth = 34, precisionWidth = 24;
   for (const Candidate &c : result.top) {
     meshWidth = std::max(meshWidth, static_cast<int>(c.formatMesh().size()));
+    activationsWidth = std::max(activationsWidth, static_cast<int>(activationsText(c).size()));
     precisionWidth = std::max(precisionWidth, static_cast<int>(c.formatPrecision().size()));
   }
-  out << format("%-4s %-*s %-10s %-18s %-14s %-16s %-34s %4s %5s %-30s %-*s %10s %9s %6s %10s\n",
+  out << format("%-4s %-*s %-10s %-18s %-14s %-16s %-*s %4s %5s %-30s %-*s %10s %9s %6s %10s\n",
                 text("rank"), meshWidth, text("mesh"), text("context"), text("params"),
-                text("grads"), text("optimizer"), text("activations"), text("b"), text("m"),
-                text("schedule"), precisionWidth, text("precision"), text("step (s)"),
+                text("grads"), text("optimizer"), activationsWidth, text("activations"), text("b"),
+                text("m"), text("schedule"), precisionWidth, text("precision"), text("step (s)"),
                 text("TFLOP/s"), text("MFU"), text("memory"));
   for (size_t i = 0; i < result.top.size(); ++i) {
     const Candidate &c = result.top[i];
@@ -147,11 +150,11 @@ void printTable(const SearchResult &result, raw_ostream &out) {
     std::string activations = activationsText(c);
     std::string schedule = scheduleText(c);
     std::string context = c.cp > 1 ? ir::toString(c.context).str() : "-";
-    out << format("%-4zu %-*s %-10s %-18s %-14s %-16s %-34s %4lld %5lld %-30s %-*s %10.3f %9.1f "
+    out << format("%-4zu %-*s %-10s %-18s %-14s %-16s %-*s %4lld %5lld %-30s %-*s %10.3f %9.1f "
                   "%5.1f%% %10s\n",
                   i + 1, meshWidth, c.formatMesh().c_str(), context.c_str(), paramsText(c).c_str(),
                   toString(c.grads).str().c_str(), toString(c.optimizer).str().c_str(),
-                  activations.c_str(), static_cast<long long>(c.microBatch),
+                  activationsWidth, activations.c_str(), static_cast<long long>(c.microBatch),
                   static_cast<long long>(c.microbatches), schedule.c_str(), precisionWidth,
                   c.formatPrecision().c_str(), analysis.time.stepSeconds,
                   tflopsPerDevice(analysis, devices), analysis.time.mfu * 100,
@@ -192,7 +195,7 @@ json::Object candidateJson(const Candidate &c) {
                       {"cp", c.cp},
                       {"tp", c.tp},
                       {"context", c.cp > 1 ? ir::toString(c.context) : StringRef("none")},
-                      {"async_tp", c.asyncTp},
+                      {"async_tp", ir::toString(c.asyncTp)},
                       {"precision", c.formatPrecision()},
                       {"ep", c.ep},
                       {"experts_replicated", c.expertsReplicated},
@@ -335,6 +338,16 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       return 1;
     }
     searchOptions.activations = *modes;
+  }
+  if (!options.asyncTp.empty()) {
+    std::string error;
+    std::optional<std::vector<ir::AsyncTensorParallel>> values =
+        parseAsyncTensorParallel(options.asyncTp, error);
+    if (!values) {
+      err << "placec: error: " << error << "\n";
+      return 1;
+    }
+    searchOptions.asyncTp = *values;
   }
   searchOptions.topK = std::max(1u, options.topK);
   searchOptions.onAccepted = options.onAccepted;

@@ -129,6 +129,12 @@ cl::opt<std::string> searchActivations(
              "selective, full and op (default: keep, selective and full, and op where the run "
              "uses recompute(op))"),
     cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> searchAsyncTp(
+    "async-tp",
+    cl::desc("search: the async_tp settings to explore where tp > 1, a comma-separated list of "
+             "false, true, forward and wgrad (default: false and true; false for mixtures of "
+             "experts)"),
+    cl::init(""), cl::cat(placecCategory));
 cl::opt<bool> searchMaxParams("max-params",
                               cl::desc("search: the largest model of the run's shape that each "
                                        "strategy family (dp, zero1-3, +tp) fits"),
@@ -215,7 +221,8 @@ COMMANDS:
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
             [--precision bf16,fp8] [--schedules 1f1b,zbv] [--activations keep,op]
-            [--threads N] [--format=json|md|html] [-o best.place] [--max-params]
+            [--async-tp false,wgrad] [--threads N] [--format=json|md|html] [-o best.place]
+            [--max-params]
             (docs/search.md).
 
 EXAMPLES:
@@ -491,6 +498,7 @@ int runSearch() {
   options.precisions = searchPrecision;
   options.schedules = searchSchedules;
   options.activations = searchActivations;
+  options.asyncTp = searchAsyncTp;
   options.topK = searchTop;
   options.threads = searchThreads;
   options.json = outputFormat == report::Format::Json;

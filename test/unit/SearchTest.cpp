@@ -136,9 +136,11 @@ double relativeDifference(double a, double b) {
 
 /// Compares the fast path with the verifier and the analyses on `samples` random candidates.
 void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned samples, unsigned seed,
-                    const std::vector<ir::Precision> &precisions = {}) {
+                    const std::vector<ir::Precision> &precisions = {},
+                    const std::vector<ir::AsyncTensorParallel> &asyncTp = {}) {
   std::vector<Candidate> space;
-  forEachCandidate(run, cluster, [&](const Candidate &c) { space.push_back(c); }, precisions);
+  forEachCandidate(
+      run, cluster, [&](const Candidate &c) { space.push_back(c); }, precisions, asyncTp);
   ASSERT_FALSE(space.empty());
   std::mt19937_64 random(seed);
   std::map<std::string, unsigned> seen;
@@ -150,9 +152,9 @@ void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned sam
   std::map<std::string, std::vector<const Candidate *>> kinds;
   for (const Candidate &c : space)
     kinds[std::to_string(c.cp > 1 ? static_cast<int>(c.context) : -1) + "/" +
-          std::to_string(static_cast<int>(c.schedule)) + "/" + std::to_string(c.asyncTp) + "/" +
-          std::to_string(c.edgeLayers > 0) + "/" + std::to_string(c.countedSplit) + "/" +
-          c.formatPrecision()]
+          std::to_string(static_cast<int>(c.schedule)) + "/" +
+          std::to_string(static_cast<int>(c.asyncTp)) + "/" + std::to_string(c.edgeLayers > 0) +
+          "/" + std::to_string(c.countedSplit) + "/" + c.formatPrecision()]
         .push_back(&c);
   for (auto &[kind, members] : kinds)
     for (unsigned i = 0; i < 4; ++i)
@@ -275,6 +277,78 @@ TEST(SearchTest, FastPathAgreesOnContextFp8AndNewSchedules) {
   }
 }
 
+TEST(SearchTest, FastPathAgreesUnderEveryAsyncTpSetting) {
+  // --async-tp false,true,forward,wgrad: each setting where tp > 1 (false and wgrad with and
+  // without sequence parallelism, true and forward with it), under every recomputation (the
+  // recomputed forward's collectives overlap under forward, not under wgrad) and recompute(op)
+  // (checkAgreement adds it): the fast path and the analyses agree.
+  auto compiled = compile(kContext);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const std::vector<ir::AsyncTensorParallel> all = {
+      ir::AsyncTensorParallel::Off, ir::AsyncTensorParallel::All, ir::AsyncTensorParallel::Forward,
+      ir::AsyncTensorParallel::WeightGradient};
+  for (const char *name : {"gpt", "llama"}) {
+    const ir::Run &run = runOf(*compiled, name);
+    checkAgreement(run, *run.cluster, 400, 17, {}, all);
+    // The space: each setting with a tensor axis only; wgrad and false also without sequence
+    // parallelism, forward and true never; and every pair present.
+    std::map<std::pair<ir::AsyncTensorParallel, bool>, unsigned> pairs;
+    forEachCandidate(
+        run, *run.cluster,
+        [&](const Candidate &c) {
+          if (c.tp == 1) {
+            EXPECT_EQ(c.asyncTp, ir::AsyncTensorParallel::Off) << c.describe();
+            EXPECT_FALSE(c.sequenceParallel) << c.describe();
+            return;
+          }
+          ++pairs[{c.asyncTp, c.sequenceParallel}];
+        },
+        {}, all);
+    EXPECT_EQ(pairs.size(), 6u);
+    EXPECT_EQ(pairs.count({ir::AsyncTensorParallel::All, false}), 0u);
+    EXPECT_EQ(pairs.count({ir::AsyncTensorParallel::Forward, false}), 0u);
+    // Each setting adds the same candidates: every pair as many as false without sequence
+    // parallelism.
+    unsigned off = pairs[std::make_pair(ir::AsyncTensorParallel::Off, false)];
+    EXPECT_GT(off, 0u);
+    for (const auto &[pair, count] : pairs)
+      EXPECT_EQ(count, off) << static_cast<int>(pair.first) << "/" << pair.second;
+  }
+}
+
+TEST(SearchTest, AsyncTpOrdersTheOverlapModes) {
+  // The same plan under each setting (tp = 4 with sequence parallelism and full recomputation, in
+  // one node): overlapping more never makes the step slower, and wgrad and forward, which
+  // overlap a part of what true overlaps, lie between false and true.
+  auto compiled = compile(kContext);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "llama");
+  std::optional<Candidate> base;
+  forEachCandidate(run, *run.cluster, [&](const Candidate &c) {
+    if (!base && c.tp == 4 && c.pp == 1 && c.cp == 1 && c.sequenceParallel &&
+        c.asyncTp == ir::AsyncTensorParallel::Off &&
+        c.activations == ir::ActivationMode::RecomputeFull && c.params == ParamChoice::GatherAll &&
+        c.grads == GradChoice::ShardAll && c.optimizer == OptimizerChoice::ShardAll)
+      base = c;
+  });
+  ASSERT_TRUE(base);
+  std::map<ir::AsyncTensorParallel, double> step;
+  for (ir::AsyncTensorParallel value :
+       {ir::AsyncTensorParallel::Off, ir::AsyncTensorParallel::All,
+        ir::AsyncTensorParallel::Forward, ir::AsyncTensorParallel::WeightGradient}) {
+    Candidate c = *base;
+    c.asyncTp = value;
+    analysis::RunAnalysis exact;
+    ASSERT_EQ(evaluateExact(run, *run.cluster, c, &exact), "") << c.describe();
+    step[value] = exact.time.stepSeconds;
+  }
+  for (ir::AsyncTensorParallel partial :
+       {ir::AsyncTensorParallel::Forward, ir::AsyncTensorParallel::WeightGradient}) {
+    EXPECT_LT(step[partial], step[ir::AsyncTensorParallel::Off]);
+    EXPECT_GT(step[partial], step[ir::AsyncTensorParallel::All]);
+  }
+}
+
 TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
   // What the space of kContext's GPT holds, counted from the rules (docs/rules.md): seq = 8192
   // divides by 2·cp for every cp ≤ 32, so ring and all_gather exist for every cp > 1;
@@ -310,7 +384,8 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
         if (c.schedule == ir::Schedule::ZeroBubble) {
           EXPECT_GE(c.microbatches, c.pp) << c.describe();
         }
-        if (c.asyncTp) {
+        if (c.asyncTp != ir::AsyncTensorParallel::Off) {
+          EXPECT_EQ(c.asyncTp, ir::AsyncTensorParallel::All) << c.describe();
           ++async;
           EXPECT_TRUE(c.tp > 1 && c.sequenceParallel) << c.describe();
         }
@@ -384,7 +459,7 @@ TEST(SearchTest, EveryReportedCandidatePassesTheVerifier) {
       [](const Candidate &c) { return c.schedule == ir::Schedule::ZeroBubble; },
       [](const Candidate &c) { return c.schedule == ir::Schedule::ZeroBubbleV; },
       [](const Candidate &c) { return c.schedule == ir::Schedule::DualPipeV; },
-      [](const Candidate &c) { return c.asyncTp; },
+      [](const Candidate &c) { return c.asyncTp != ir::AsyncTensorParallel::Off; },
       [](const Candidate &c) { return c.fp8Gather; },
       [](const Candidate &c) { return c.precision == ir::Precision::MixedFP8 && !c.fp8Gather; },
   };
@@ -604,7 +679,7 @@ TEST(SearchTest, LlamaOnSlowLinksShardsParamsInsideNodes) {
   SearchOptions options;
   options.memoryBudget = 16e9;
   options.filter = [](const Candidate &c) {
-    return c.cp == 1 && !c.asyncTp &&
+    return c.cp == 1 && c.asyncTp == ir::AsyncTensorParallel::Off &&
            (c.schedule == ir::Schedule::OneFOneB || c.schedule == ir::Schedule::Interleaved);
   };
   SearchResult best = searchStrategies(run, options);

@@ -413,6 +413,14 @@ struct PassUnit {
   int64_t count = 1;
 };
 
+/// Whether `async_tp = mode` runs a tensor-parallel collective beside products: `true` every
+/// collective, `forward` those of a forward computation (the forward pass or a recomputed
+/// forward), `wgrad` the backward's input-gradient reductions, `false` none. A compute op asks it
+/// of the collectives beside its products (a backward's are its input-gradient reductions). The
+/// analysis and the search's fast path both ask it.
+bool overlapsTensorTraffic(ir::AsyncTensorParallel mode, bool forwardComputation,
+                           bool inputGradient);
+
 /// Seconds that async_tp's collectives of one unit, `commSeconds` in all and one equal share per
 /// slot with products, add when each overlaps only with its own products (the decomposed
 /// all-gather-matmul and matmul-reduce-scatter of Wang et al. 2023, "Overlap Communication with

@@ -59,8 +59,8 @@ struct Candidate {
   bool expertsReplicated = false;
   /// How attention exchanges keys and values over `cp` (meaningful when cp > 1).
   ir::ContextMethod context = ir::ContextMethod::Ring;
-  /// `async_tp = true;` (only with tp > 1 and sequence parallelism).
-  bool asyncTp = false;
+  /// `async_tp = …;` (only with tp > 1; `true` and `forward` with sequence parallelism too).
+  ir::AsyncTensorParallel asyncTp = ir::AsyncTensorParallel::Off;
   /// The run's precision for this candidate; `mixed(fp8, gather = fp8)` when fp8Gather.
   ir::Precision precision = ir::Precision::MixedBF16;
   bool fp8Gather = false;
@@ -127,6 +127,10 @@ struct SearchOptions {
   /// recompute(op) too where the run's strategy uses it. Every mode listed applies to the model
   /// (parseActivationModes checks it).
   std::vector<ir::ActivationMode> activations;
+  /// The async_tp settings to explore where tp > 1; empty: `false` and `true` for dense models,
+  /// `false` for mixtures of experts. `false` and `wgrad` are explored with and without sequence
+  /// parallelism, `true` and `forward` with it.
+  std::vector<ir::AsyncTensorParallel> asyncTp;
   /// Per-device memory budget in bytes; 0: the cluster's device_memory.
   double memoryBudget = 0;
   unsigned topK = 10;
@@ -212,7 +216,8 @@ std::string evaluateExact(const ir::Run &run, const ir::Cluster &cluster,
 /// own precision or for `precisions` (as SearchOptions::precisions).
 void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
                       const std::function<void(const Candidate &)> &callback,
-                      const std::vector<ir::Precision> &precisions = {});
+                      const std::vector<ir::Precision> &precisions = {},
+                      const std::vector<ir::AsyncTensorParallel> &asyncTp = {});
 
 /// Parses `--schedules 1f1b,zbv` into schedules; on an error returns nullopt and sets `error`.
 std::optional<std::vector<ir::Schedule>> parseSchedules(llvm::StringRef text, std::string &error);
@@ -223,11 +228,20 @@ std::optional<std::vector<ir::Schedule>> parseSchedules(llvm::StringRef text, st
 std::optional<std::vector<ir::ActivationMode>>
 parseActivationModes(llvm::StringRef text, const ir::Run &run, std::string &error);
 
+/// Parses `--async-tp false,wgrad` into async_tp settings; on an error (an unknown name)
+/// returns nullopt and sets `error`.
+std::optional<std::vector<ir::AsyncTensorParallel>> parseAsyncTensorParallel(llvm::StringRef text,
+                                                                             std::string &error);
+
 /// Parses `--precision bf16,fp8` into precisions; on an error returns nullopt and sets `error`
 /// (an unknown name, fp8 on the run's cluster without an FP8 peak, or fp8 under
 /// `kernels = eager`).
 std::optional<std::vector<ir::Precision>> parsePrecisions(llvm::StringRef text, const ir::Run &run,
                                                           std::string &error);
+
+/// A candidate's async_tp setting as its summary and the table show it: `async_tp` (true),
+/// `async_tp=forward`, `async_tp=wgrad`; empty for false.
+std::string formatAsyncTp(ir::AsyncTensorParallel value);
 
 /// Place text: `strategy NAME { … }` for the candidate.
 std::string formatStrategy(const Candidate &candidate, llvm::StringRef name);
@@ -270,6 +284,9 @@ struct SearchCommandOptions {
   /// `--activations`: a comma-separated list of keep, selective, full and op; empty: the default
   /// set (SearchOptions::activations).
   std::string activations;
+  /// `--async-tp`: a comma-separated list of false, true, forward and wgrad; empty: the default
+  /// set (SearchOptions::asyncTp).
+  std::string asyncTp;
   unsigned topK = 5;
   /// `--threads`: SearchOptions::threads (0: one per hardware thread).
   unsigned threads = 0;
