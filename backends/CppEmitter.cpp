@@ -621,6 +621,11 @@ void Emitter::emitMain() {
       trainerArgs += ", expert";
     }
     os.line(fmt::format("placert::GptTrainer trainer({});", trainerArgs));
+    if (plan.regather) {
+      os.comment("sp_inputs = regather: QKV, the MLP's input products and the output layer keep");
+      os.comment("their input's sequence shard and gather it again in the backward.");
+      os.line("trainer.setRegatherInputs(true);");
+    }
   } else {
     os.line("placert::MlpTrainer trainer(*runtime, shape, spec, placement);");
   }

@@ -491,6 +491,11 @@ private:
       refuse("async_tp = false: Megatron-LM's column-parallel linears always reduce the input "
              "gradient beside the weight gradient (write async_tp = wgrad, or true for "
              "--tp-comm-overlap)");
+    if (strategy.sequenceParallel && view.tensorDegree > 1 &&
+        strategy.sequenceParallelInputs == ir::SequenceParallelInputs::Keep)
+      refuse("sp_inputs = keep: Megatron-LM's column-parallel linears keep their input's "
+             "sequence shard and gather it again in the backward (write sp_inputs = regather, "
+             "the default)");
     const ir::MoeConfig &moe = model.transformer.moe;
     if (model.isMoe()) {
       if (view.expertDegree > 1 && view.contextDegree > 1)
@@ -726,6 +731,10 @@ private:
       refuse("async_tp = wgrad: PyTorch's tensor parallelism reduces a projection's input "
              "gradient before the backward goes on (write async_tp = false, or forward for "
              "torchtitan's asynchronous tensor parallelism)");
+    if (strategy.sequenceParallel && view.tensorDegree > 1 &&
+        strategy.sequenceParallelInputs == ir::SequenceParallelInputs::Regather)
+      refuse("sp_inputs = regather: PyTorch's tensor parallelism keeps each column-parallel "
+             "product's gathered input for its weight gradient (write sp_inputs = keep)");
     if (run.kernels == ir::KernelMode::Eager &&
         strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off && view.tensorDegree > 1)
       refuse("kernels = eager with async_tp: torchtitan applies asynchronous tensor parallelism "

@@ -105,6 +105,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
     os << "  context = " << imported.context << ";\n";
   if (imported.asyncTp != ir::AsyncTensorParallel::Off)
     os << "  async_tp = " << ir::toString(imported.asyncTp) << ";\n";
+  if (!imported.spInputs.empty())
+    os << "  sp_inputs = " << imported.spInputs << ";\n";
   auto line = [&](StringRef state, StringRef value) {
     if (!value.empty())
       os << "  " << state << " = " << value << ";\n";

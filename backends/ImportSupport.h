@@ -51,6 +51,8 @@ struct Imported {
   std::string pipeline;
   std::string context; ///< `context = …;` (with a sequence axis), or empty for the default.
   ir::AsyncTensorParallel asyncTp = ir::AsyncTensorParallel::Off;
+  /// `sp_inputs = …;` (with sequence parallelism), or empty for the default (regather).
+  std::string spInputs;
   int64_t microBatch = 0, globalBatch = 0;
   std::string precision = "mixed(bf16)";
   std::string optimizerKind = "adam";

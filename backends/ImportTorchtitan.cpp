@@ -614,10 +614,13 @@ private:
     if (cp == 1)
       imported.context.clear();
 
-    // Tensor parallelism: torchtitan's always shards the activations along the sequence.
+    // Tensor parallelism: torchtitan's always shards the activations along the sequence, and
+    // its column-parallel products keep their gathered inputs (PyTorch's matmul saves them).
     std::vector<std::string> activations;
-    if (tp > 1)
+    if (tp > 1) {
       activations.push_back("shard(tp)");
+      imported.spInputs = "keep";
+    }
     if (getBool("parallelism.enable_async_tensor_parallel").value_or(false)) {
       if (tp == 1)
         refuse("parallelism.enable_async_tensor_parallel",

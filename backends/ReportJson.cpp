@@ -197,6 +197,11 @@ void JsonWriter::writeStrategy(const RunReport &report) {
     out.attribute("async_tp", nullptr);
   else
     out.attribute("async_tp", async);
+  std::string inputs = describeSequenceParallelInputs(strategy);
+  if (inputs.empty())
+    out.attribute("sp_inputs", nullptr);
+  else
+    out.attribute("sp_inputs", inputs);
   if (strategy.pipeline)
     out.attributeObject("pipeline", [&] {
       out.attribute("schedule", ir::toString(strategy.pipeline->schedule));

@@ -351,6 +351,12 @@ std::string describeAsyncTensorParallel(const ir::Strategy &strategy) {
              : std::string();
 }
 
+std::string describeSequenceParallelInputs(const ir::Strategy &strategy) {
+  return strategy.sequenceParallel && hasAxisOf(strategy, ir::AxisKind::Tensor)
+             ? ir::toString(strategy.sequenceParallelInputs).str()
+             : std::string();
+}
+
 std::string describePrecision(const ir::Run &run) {
   return ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads);
 }

@@ -161,6 +161,9 @@ std::string describePipeline(const ir::Strategy &strategy, int64_t microbatches)
 /// has no axis of more than one device for them to act on (a sequence axis, a tensor axis).
 std::string describeContext(const ir::Strategy &strategy);
 std::string describeAsyncTensorParallel(const ir::Strategy &strategy);
+/// The strategy's `sp_inputs` setting, or an empty string without sequence parallelism over a
+/// tensor axis.
+std::string describeSequenceParallelInputs(const ir::Strategy &strategy);
 /// `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`.
 std::string describePrecision(const ir::Run &run);
 /// `adam`, `sgd(momentum = true)`.

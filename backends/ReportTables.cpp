@@ -171,6 +171,11 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
          std::string text = describeAsyncTensorParallel(*r.run->strategy);
          return text.empty() ? std::string("-") : text;
        }},
+      {"  sp_inputs",
+       [](const RunReport &r) {
+         std::string text = describeSequenceParallelInputs(*r.run->strategy);
+         return text.empty() ? std::string("-") : text;
+       }},
       {"batch (micro × dp × steps)", [](const RunReport &r) { return describeBatch(*r.run); }},
       {"precision", [](const RunReport &r) { return describePrecision(*r.run); }},
       {"optimizer", [](const RunReport &r) { return describeOptimizer(r.run->optimizer); }},

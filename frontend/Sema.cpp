@@ -190,7 +190,8 @@ private:
   std::unique_ptr<ir::Strategy> bindBody(const ast::StrategyDecl &decl, const ParamEnv &env,
                                          std::string name, SMLoc loc);
   bool bindPlacement(const ast::Placement &placement, ir::Strategy &strategy);
-  /// The strategy settings written like placements: `context = ring;`, `async_tp = true;`.
+  /// The strategy settings written like placements: `context = ring;`, `async_tp = true;`,
+  /// `sp_inputs = keep;`.
   bool bindSetting(const ast::Placement &placement, ir::Strategy &strategy);
   bool bindActivations(const ast::Placement &placement, ir::Strategy &strategy);
   bool bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env, ir::Strategy &strategy);
@@ -1311,6 +1312,13 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
                   strategy.contextMethod, strategy.contextLoc,
                   "'context' takes ring, all_gather or all_to_all (how context-parallel attention "
                   "exchanges keys and values)");
+  if (placement.state == "sp_inputs")
+    return choose(
+        std::array{ir::SequenceParallelInputs::Regather, ir::SequenceParallelInputs::Keep},
+        strategy.sequenceParallelInputs, strategy.sequenceParallelInputsLoc,
+        "'sp_inputs' takes regather (each column-parallel product keeps its sequence "
+        "shard and gathers it again in the backward) or keep (it keeps the gathered "
+        "input)");
   return choose(std::array{ir::AsyncTensorParallel::All, ir::AsyncTensorParallel::Off,
                            ir::AsyncTensorParallel::Forward,
                            ir::AsyncTensorParallel::WeightGradient},
@@ -1321,7 +1329,8 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
 }
 
 bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy) {
-  if (placement.state == "context" || placement.state == "async_tp")
+  if (placement.state == "context" || placement.state == "async_tp" ||
+      placement.state == "sp_inputs")
     return bindSetting(placement, strategy);
   std::optional<ir::State> state;
   StringRef stateName = placement.state;
@@ -1340,11 +1349,11 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
         placement.stateLoc,
         Twine("unknown state '") + placement.state +
             "': expected params, grads, optimizer or activations, their experts' "
-            "expert_params, expert_grads and expert_optimizer, or the settings context "
-            "and async_tp" +
+            "expert_params, expert_grads and expert_optimizer, or the settings context, "
+            "async_tp and sp_inputs" +
             didYouMean(placement.state, {"params", "grads", "optimizer", "activations",
                                          "expert_params", "expert_grads", "expert_optimizer",
-                                         "mesh", "pipeline", "context", "async_tp"}));
+                                         "mesh", "pipeline", "context", "async_tp", "sp_inputs"}));
     return false;
   }
   ir::StatePlacement &target =
@@ -1831,7 +1840,8 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
   result->loc = loc;
   bool ok = true;
   StringMap<size_t> axisOwner;
-  std::optional<size_t> layersOwner, pipelineOwner, activationOwner, contextOwner, asyncTpOwner;
+  std::optional<size_t> layersOwner, pipelineOwner, activationOwner, contextOwner, asyncTpOwner,
+      spInputsOwner;
   std::array<std::optional<size_t>, ir::kNumStates> tierOwner;
 
   for (size_t i = 0; i < operands.size(); ++i) {
@@ -1918,6 +1928,19 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
         asyncTpOwner = i;
         result->asyncTensorParallel = operand.asyncTensorParallel;
         result->asyncTensorParallelLoc = operand.asyncTensorParallelLoc;
+      }
+    }
+    if (operand.sequenceParallelInputsLoc.isValid()) {
+      if (spInputsOwner &&
+          operands[*spInputsOwner]->sequenceParallelInputs != operand.sequenceParallelInputs) {
+        diags.error(operandLocs[i], "the operands of '*' disagree on sp_inputs", "composition");
+        diags.note(operandLocs[*spInputsOwner],
+                   Twine("'") + operands[*spInputsOwner]->name + "' sets it");
+        ok = false;
+      } else if (!spInputsOwner) {
+        spInputsOwner = i;
+        result->sequenceParallelInputs = operand.sequenceParallelInputs;
+        result->sequenceParallelInputsLoc = operand.sequenceParallelInputsLoc;
       }
     }
     for (ir::State state : ir::kAllStates) {

@@ -120,6 +120,16 @@ StringRef toString(AttentionKind attention) {
   llvm_unreachable("unknown AttentionKind");
 }
 
+StringRef toString(SequenceParallelInputs inputs) {
+  switch (inputs) {
+  case SequenceParallelInputs::Regather:
+    return "regather";
+  case SequenceParallelInputs::Keep:
+    return "keep";
+  }
+  llvm_unreachable("unknown SequenceParallelInputs");
+}
+
 StringRef toString(AsyncTensorParallel mode) {
   switch (mode) {
   case AsyncTensorParallel::Off:

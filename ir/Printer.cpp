@@ -342,6 +342,8 @@ void IRPrinter::print(const Strategy &strategy) {
          << explicitness(strategy.contextLoc.isValid()) << '\n';
   line() << "async_tp = " << toString(strategy.asyncTensorParallel) << ' '
          << explicitness(strategy.asyncTensorParallelLoc.isValid()) << '\n';
+  line() << "sp_inputs = " << toString(strategy.sequenceParallelInputs) << ' '
+         << explicitness(strategy.sequenceParallelInputsLoc.isValid()) << '\n';
   close();
 }
 

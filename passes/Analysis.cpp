@@ -143,17 +143,8 @@ class Analyzer {
 public:
   Analyzer(const plan::StepPlan &plan, const AnalysisOptions &options)
       : plan(plan), run(*plan.run), strategy(*run.strategy), mesh(strategy.mesh), model(*run.model),
-        cluster(*run.cluster), options(options), costModel(cluster, run.precision) {
-    layout.microBatch = static_cast<double>(run.microBatch);
-    layout.tensor = mesh.getDegree(ir::AxisKind::Tensor);
-    layout.context = mesh.getDegree(ir::AxisKind::Sequence);
-    layout.expert = mesh.getDegree(ir::AxisKind::Expert);
-    layout.sequenceParallel = strategy.sequenceParallel;
-    layout.activations = strategy.activationMode;
-    layout.precision = run.precision;
-    layout.crossEntropy = run.crossEntropy;
-    layout.kernels = run.kernels;
-  }
+        cluster(*run.cluster), options(options), costModel(cluster, run.precision),
+        layout(cost::getRunLayout(run)) {}
 
   RunAnalysis analyze();
 
@@ -204,11 +195,12 @@ private:
                                        inputGradient);
   }
   /// Communication inside a unit that runs beside the unit's compute: the tensor-parallel
-  /// collectives under async_tp, beside their own products (isAsyncTensor), and ring attention's
+  /// collectives under async_tp and sequence parallelism's second gathers of the column-parallel
+  /// products' inputs, beside their own products (isAsyncTensor), and ring attention's
   /// exchanges, beside the whole unit.
   bool isAsyncTensor(const Op &op) const {
-    return overlapsTensorTraffic(op.phase == plan::Phase::Forward || op.recomputed,
-                                 op.inputGradient) &&
+    return (op.regather || overlapsTensorTraffic(op.phase == plan::Phase::Forward || op.recomputed,
+                                                 op.inputGradient)) &&
            op.state == ir::State::Activations && plan::isCollective(op.kind) && !op.axes.empty() &&
            llvm::all_of(op.axes, [&](unsigned axis) {
              return mesh.axes[axis].kind == ir::AxisKind::Tensor;
@@ -448,17 +440,22 @@ double Analyzer::callSeconds(const Op &op, int stage, double bytes, std::string 
 const cost::TensorSlotSeconds &Analyzer::slotSeconds(const Op &op) {
   static const cost::TensorSlotSeconds none{};
   // The products beside which async_tp's collectives run: all of a pass whose collectives it
-  // overlaps, or under `wgrad` the backward's column-parallel weight gradients.
+  // overlaps, or under `wgrad` the backward's column-parallel weight gradients; and those beside
+  // which sequence parallelism gathers the column-parallel inputs again, their input gradients.
   bool backward = op.compute == plan::ComputeKind::Backward;
-  if (!overlapsTensorTraffic(!backward, backward))
+  bool async = overlapsTensorTraffic(!backward, backward);
+  bool regather = backward && plan.regather;
+  if (!async && !regather)
     return none;
   // Keyed as computeSeconds: every transformer block has the same products.
   auto [it, inserted] = slotCache.try_emplace(computeKey(op));
   if (inserted) {
-    if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::WeightGradient)
-      it->second = costModel.getWeightGradientSlotSeconds(op.work);
-    else
+    if (async && strategy.asyncTensorParallel != ir::AsyncTensorParallel::WeightGradient)
       costModel.getComputeSeconds(op.work, nullptr, &it->second);
+    else
+      it->second = costModel.getColumnParallelSlotSeconds(
+          op.work, regather,
+          strategy.asyncTensorParallel == ir::AsyncTensorParallel::WeightGradient);
   }
   return it->second;
 }
@@ -857,13 +854,15 @@ RunAnalysis Analyzer::analyze() {
            "{} × {} per micro-batch ({}pipeline and host traffic in full; "
            "a pass's first gather and last gradient reduction in full; the others beside "
            "the neighbouring unit's compute, max(comm - compute, comm × κ/(1 + κ)) with "
-           "κ = {}, the compute's slowdown beside communication{}) + what the step's "
+           "κ = {}, the compute's slowdown beside communication{}{}) + what the step's "
            "reductions and updates add{}",
            microbatches(m), seconds(slowest->exposedPerMicrobatch),
-           async == ir::AsyncTensorParallel::Off              ? "tensor-parallel, "
-           : async == ir::AsyncTensorParallel::Forward        ? "the backward's tensor-parallel, "
-           : async == ir::AsyncTensorParallel::WeightGradient ? "the other tensor-parallel, "
-                                                              : "",
+           async == ir::AsyncTensorParallel::Off && !plan.regather ? "tensor-parallel, "
+           : async == ir::AsyncTensorParallel::Forward
+               ? (plan.regather ? "the backward's other tensor-parallel, "
+                                : "the backward's tensor-parallel, ")
+           : async != ir::AsyncTensorParallel::All ? "the other tensor-parallel, "
+                                                   : "",
            num(cost::kOverlapComputeSlowdown),
            async == ir::AsyncTensorParallel::Off ? ""
            : async == ir::AsyncTensorParallel::WeightGradient
@@ -880,6 +879,12 @@ RunAnalysis Analyzer::analyze() {
                              async == ir::AsyncTensorParallel::Forward
                                  ? " of the forward and of a recomputed forward"
                                  : ""),
+           plan.regather && async != ir::AsyncTensorParallel::All
+               ? "; sp_inputs = regather: the backward's second gathers of the "
+                 "column-parallel products' inputs beside the unit's compute, never "
+                 "better than each beside its product's input gradient (those GEMMs "
+                 "join the slots' G)"
+               : "",
            stageText),
        time.exposedCommSeconds, "s"});
   explanation.time.push_back({"bubble", bubbleFormula, time.bubbleSeconds, "s"});

@@ -205,6 +205,8 @@ namespace {
 struct TransformerDims {
   double b, s, keys, tokens, h, a, kv, d, f, vocab, t, e;
   bool sp, swiglu, rope, fp8;
+  /// Sequence parallelism with `sp_inputs = keep`: QKV's and the MLP's inputs kept gathered.
+  bool keepInputs = false;
   /// `kernels = eager`, and whether the norms are RMSNorm (eager: fp32 operators) rather than
   /// LayerNorm (one kernel, eager or not).
   bool eager = false, rmsnorm = false;
@@ -237,6 +239,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.t = static_cast<double>(std::max<int64_t>(1, layout.tensor));
   dims.e = ir::getActivationBytes(layout.precision);
   dims.sp = layout.sequenceParallel && layout.tensor > 1;
+  dims.keepInputs = dims.sp && layout.sequenceParallelInputs == ir::SequenceParallelInputs::Keep;
   dims.attention = config.attention;
   dims.swiglu = config.mlp == ir::MlpActivation::Swiglu;
   dims.rope = config.positions == ir::PositionKind::Rope;
@@ -307,7 +310,7 @@ std::vector<Gemm> layerProjectionShapes(const TransformerDims &x) {
 void addBackwardProducts(const std::vector<Gemm> &forward, std::vector<Gemm> &out) {
   for (const Gemm &gemm : forward) {
     out.push_back({gemm.name + " input gradient", gemm.m, gemm.k, gemm.n, gemm.batch,
-                   /*weightGradient=*/false, gemm.fp8, gemm.tensorSlot});
+                   /*weightGradient=*/false, gemm.fp8, gemm.tensorSlot, /*inputGradient=*/true});
     out.push_back({gemm.name + " weight gradient", gemm.k, gemm.n, gemm.m, gemm.batch,
                    /*weightGradient=*/true, gemm.fp8, gemm.tensorSlot});
   }
@@ -659,6 +662,23 @@ std::string getEagerObstacle(const ir::Model &model, ir::ActivationMode mode,
   return std::string();
 }
 
+Layout getRunLayout(const ir::Run &run) {
+  const ir::Strategy &strategy = *run.strategy;
+  const ir::Mesh &mesh = strategy.mesh;
+  Layout layout;
+  layout.microBatch = static_cast<double>(run.microBatch);
+  layout.tensor = mesh.getDegree(ir::AxisKind::Tensor);
+  layout.context = mesh.getDegree(ir::AxisKind::Sequence);
+  layout.expert = mesh.getDegree(ir::AxisKind::Expert);
+  layout.sequenceParallel = strategy.sequenceParallel;
+  layout.sequenceParallelInputs = strategy.sequenceParallelInputs;
+  layout.activations = strategy.activationMode;
+  layout.precision = run.precision;
+  layout.crossEntropy = run.crossEntropy;
+  layout.kernels = run.kernels;
+  return layout;
+}
+
 Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind pass,
                  const Layout &layout) {
   if (model.kind == ir::ModelKind::Transformer)
@@ -841,7 +861,14 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
     bool selective = mode == ir::ActivationMode::RecomputeSelective;
     double coefficient = 0;
     std::string symbols, numbers;
-    if (sp) {
+    if (sp && x.keepInputs) {
+      // sp_inputs = keep: QKV's and the MLP's inputs (2 + 2 of the 10) kept gathered.
+      coefficient = 30 / t + 4 + (selective ? 0 : attention);
+      symbols = selective ? "s·b·h·(30/t + 4)" : "s·b·h·(30/t + 4 + " + attentionSymbols + ")";
+      numbers = selective ? fmt::format("{}·(30/{} + 4)", sbhText, num(t))
+                          : fmt::format("{}·(30/{} + 4 + {})", sbhText, num(t), attentionNumbers);
+      symbols += ", the two products' inputs kept gathered (sp_inputs = keep)";
+    } else if (sp) {
       coefficient = 34 / t + (selective ? 0 : attention);
       symbols = selective ? "s·b·h·34/t" : "s·b·h·(34/t + " + attentionSymbols + ")";
       numbers = selective ? fmt::format("{}·34/{}", sbhText, num(t))
@@ -889,23 +916,33 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
     routed = 2 * r + 4 * x.numExperts / x.h;
     moeText = r;
   }
-  double outside = selective ? 4 : 8;
+  // Under sp_inputs = keep the products' inputs (4) are kept gathered, not split by t, and not
+  // recomputed by selective recomputation either.
+  double gathered = x.keepInputs ? 4 : 0;
+  double outside = (selective ? 4 : 8) - (x.keepInputs && !selective ? 4 : 0);
   // Eager PyTorch keeps more under keep (getEagerObstacle refuses recompute(selective)).
   EagerKept eager = mode == ir::ActivationMode::Keep ? getEagerKept(x) : EagerKept{};
   double inside = qkv + attentionOutput + mlp;
   double lse = 4 * x.a / x.h; // 4 bytes per head and token, over h.
-  double coefficient = outside / (sp ? t : 1) + (inside + lse) / t + routed;
+  double coefficient = outside / (sp ? t : 1) + gathered + (inside + lse) / t + routed;
   if (formula) {
     std::string mlpText = x.swiglu && !x.moe
                               ? fmt::format("{}·{}/{}", selective ? 4 : 6, num(x.f), num(x.h))
                               : num(mlp);
     *formula = fmt::format(
-        "{}·({}{} + ({} + {} + {} + 4·{}/{})/{}) B per layer [s·b·h·(norm and product inputs{} + "
+        "{}·({}{}{} + ({} + {} + {} + 4·{}/{})/{}) B per layer [s·b·h·({}{} + "
         "(QKV 2·(a + 2·kv)·d/h + attention output + MLP intermediates + softmax statistics)/t), "
         "flash attention{}]{}",
-        sbhText, num(outside), sp ? fmt::format("/{}", num(t)) : std::string(), num(qkv),
-        num(attentionOutput), mlpText, num(x.a), num(x.h), num(t), sp ? "/t" : "",
-        selective ? ", norms and MLP activation recomputed" : "", scaleText);
+        sbhText, num(outside), sp ? fmt::format("/{}", num(t)) : std::string(),
+        gathered > 0 ? " + 4" : "", num(qkv), num(attentionOutput), mlpText, num(x.a), num(x.h),
+        num(t), gathered > 0 ? "norm inputs" : "norm and product inputs",
+        sp ? (gathered > 0 ? "/t + product inputs" : "/t") : "",
+        gathered > 0 && selective
+            ? ", norms' outputs kept gathered (sp_inputs = keep), MLP activation recomputed"
+        : gathered > 0 ? ", the products' inputs kept gathered (sp_inputs = keep)"
+        : selective    ? ", norms and MLP activation recomputed"
+                       : "",
+        scaleText);
     if (x.moe)
       *formula += fmt::format(" + s·b·h·(2·R + 4·E/h) = {}·(2·{} + 4·{}/{}) B [MoE: the experts' "
                               "intermediates of R = {} routed rows per token in the MLP term, "
@@ -1692,10 +1729,12 @@ double CostModel::getWeightGradientSeconds(const Work &work) const {
   return total;
 }
 
-TensorSlotSeconds CostModel::getWeightGradientSlotSeconds(const Work &work) const {
+TensorSlotSeconds CostModel::getColumnParallelSlotSeconds(const Work &work, bool inputGradients,
+                                                          bool weightGradients) const {
   TensorSlotSeconds slots{};
   for (const Gemm &gemm : work.gemms)
-    if (gemm.weightGradient && (gemm.tensorSlot == kSlotQkv || gemm.tensorSlot == kSlotMlpIn))
+    if (((gemm.weightGradient && weightGradients) || (gemm.inputGradient && inputGradients)) &&
+        (gemm.tensorSlot == kSlotQkv || gemm.tensorSlot == kSlotMlpIn))
       slots[static_cast<size_t>(gemm.tensorSlot)] += getGemmSeconds(gemm);
   return slots;
 }

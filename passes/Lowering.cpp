@@ -267,8 +267,6 @@ std::unique_ptr<StepPlan> Lowering::lower() {
       break;
     }
   }
-  layout.context = contextDegree;
-  layout.expert = expertDegree;
   unitLayout.expert = expertDegree;
   unitLayout.samples = product(mesh, batchAxes);
   unitLayout.microBatch = run.microBatch;
@@ -276,15 +274,12 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   unitLayout.sequenceParallel = strategy.sequenceParallel;
   unitLayout.context = contextDegree;
   unitLayout.contextMethod = strategy.contextMethod;
+  unitLayout.regather = regathersInputs(model, tensorDegree, strategy.sequenceParallel,
+                                        strategy.sequenceParallelInputs, strategy.activationMode);
+  plan->regather = unitLayout.regather;
   pipelineLayout = getPipelineLayout(model.getNumLayers(), stages,
                                      strategy.pipeline ? &*strategy.pipeline : nullptr);
-  layout.microBatch = static_cast<double>(run.microBatch);
-  layout.tensor = tensorDegree;
-  layout.sequenceParallel = strategy.sequenceParallel;
-  layout.activations = strategy.activationMode;
-  layout.precision = run.precision;
-  layout.crossEntropy = run.crossEntropy;
-  layout.kernels = run.kernels;
+  layout = cost::getRunLayout(run);
   dense = getStateAxes(/*expert=*/false);
   experts = getStateAxes(/*expert=*/true);
 
@@ -483,6 +478,7 @@ void Lowering::lowerStage(StagePlan &stage) {
                                c.elements, aType, true, (c.what + Twine(" (") + why + ")").str()));
       ops.back().recomputed = recomputed;
       ops.back().inputGradient = c.inputGradient;
+      ops.back().regather = c.regather;
     }
   };
   auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, bool forwardPass, int unitIndex,
@@ -768,6 +764,14 @@ std::vector<OpKind> getTensorCollectives(const ir::Model &model, cost::UnitKind 
   return kinds;
 }
 
+bool regathersInputs(const ir::Model &model, int64_t tensor, bool sequenceParallel,
+                     ir::SequenceParallelInputs inputs, ir::ActivationMode mode) {
+  if (!sequenceParallel || tensor <= 1 || model.kind != ir::ModelKind::Transformer ||
+      mode == ir::ActivationMode::RecomputeOps)
+    return false;
+  return inputs == ir::SequenceParallelInputs::Regather;
+}
+
 std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::UnitKind unit,
                                                int64_t layer, bool forwardPass,
                                                const UnitLayout &layout) {
@@ -895,8 +899,21 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
       result.insert(result.end(), experts.begin(), experts.end());
     if (!forwardPass && i == attentionAt)
       result.insert(result.end(), context.begin(), context.end());
-    if (i < tensor.size())
-      addTensor(tensor[i]);
+    if (i >= tensor.size())
+      break;
+    // The column-parallel products' inputs gathered again beside their input gradients, before
+    // the reduction of those (QKV's, the MLP's but in an MoE layer, whose experts take the
+    // dispatched rows, and the output layer's).
+    bool columnParallelReduction =
+        !forwardPass && layout.regather && sp && tensor[i] == OpKind::ReduceScatter &&
+        (unit == cost::UnitKind::Head ||
+         (unit == cost::UnitKind::Layer &&
+          (i + 1 == tensor.size() || !model.transformer.moe.isMoeLayer(layer))));
+    if (columnParallelReduction)
+      result.push_back({OpKind::AllGather, ir::AxisKind::Tensor, tensorElements,
+                        "sequence-parallel gather of the input again, for the weight gradient",
+                        /*inputGradient=*/false, /*regather=*/true});
+    addTensor(tensor[i]);
   }
   return result;
 }

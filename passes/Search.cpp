@@ -192,9 +192,10 @@ struct UnitTimes {
   double weight[3] = {};
   /// GEMM seconds by tensor-parallel slot, for async_tp (cost::getTensorOverlapExposedSeconds):
   /// every product of each pass, and the backward's column-parallel weight gradients
-  /// (`async_tp = wgrad`, cost::CostModel::getWeightGradientSlotSeconds).
+  /// (`async_tp = wgrad`) and input gradients (beside the second gathers of sequence
+  /// parallelism; cost::CostModel::getColumnParallelSlotSeconds).
   cost::TensorSlotSeconds slots[3][cost::kNumPassKinds] = {};
-  cost::TensorSlotSeconds weightSlots[3] = {};
+  cost::TensorSlotSeconds weightSlots[3] = {}, inputSlots[3] = {};
   double layerActivation = 0, headActivation = 0, recomputedLayer = 0;
 };
 
@@ -208,9 +209,11 @@ struct UnitTimes {
 /// too).
 struct UnitTraffic {
   double tensor[3][3] = {}, ring[3][3] = {}, context[3][3] = {};
-  /// The part of tensor[kind][1] that reduces input gradients (plan::UnitCollective::
-  /// inputGradient), which `async_tp = wgrad` runs beside the weight gradients.
-  double inputGradient[3] = {};
+  /// The parts of tensor[kind][1] that reduce input gradients (plan::UnitCollective::
+  /// inputGradient), which `async_tp = wgrad` runs beside the weight gradients, and that gather
+  /// the column-parallel inputs again (plan::UnitCollective::regather), always beside the input
+  /// gradients.
+  double inputGradient[3] = {}, regather[3] = {};
   double headGather = 0;
 };
 
@@ -260,6 +263,15 @@ struct TupleHash {
 };
 
 /// Precomputed facts of a run's model on a cluster at one precision, shared by every candidate.
+class Evaluator;
+
+/// Whether a candidate's backward gathers the column-parallel inputs again: its plans keep
+/// `sp_inputs = regather`, the default (plan::regathersInputs).
+bool regathersFor(const ir::Model &model, const Candidate &c) {
+  return plan::regathersInputs(model, c.tp, c.sequenceParallel,
+                               ir::SequenceParallelInputs::Regather, c.activations);
+}
+
 class Evaluator {
 public:
   Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision)
@@ -359,7 +371,7 @@ private:
       shapes;
   std::unordered_map<std::tuple<int64_t, int64_t, bool, int, int64_t>, UnitTimes, TupleHash>
       unitTimes;
-  std::unordered_map<std::tuple<int64_t, int64_t, bool, int64_t, int>, UnitTraffic, TupleHash>
+  std::unordered_map<std::tuple<int64_t, int64_t, bool, int64_t, int, bool>, UnitTraffic, TupleHash>
       unitTraffic;
   // The placement costs of the last (mesh, placement), which the candidates of a group share.
   std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int, bool, bool> placementKey;
@@ -378,7 +390,7 @@ private:
   const std::vector<StageShape> *lastShapes = nullptr;
   std::tuple<int64_t, int64_t, bool, int, int64_t> lastTimesKey;
   const UnitTimes *lastTimes = nullptr;
-  std::tuple<int64_t, int64_t, bool, int64_t, int> lastTrafficKey;
+  std::tuple<int64_t, int64_t, bool, int64_t, int, bool> lastTrafficKey;
   const UnitTraffic *lastTraffic = nullptr;
 };
 
@@ -406,7 +418,10 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
           work, nullptr, &times.slots[unitIndex(kind)][static_cast<int>(pass)]);
       if (pass == cost::PassKind::Backward) {
         times.weight[unitIndex(kind)] = costModel.getWeightGradientSeconds(work);
-        times.weightSlots[unitIndex(kind)] = costModel.getWeightGradientSlotSeconds(work);
+        times.weightSlots[unitIndex(kind)] =
+            costModel.getColumnParallelSlotSeconds(work, false, true);
+        times.inputSlots[unitIndex(kind)] =
+            costModel.getColumnParallelSlotSeconds(work, true, false);
       }
     }
   times.layerActivation = cost::getLayerActivationBytes(model.transformer, layout);
@@ -417,8 +432,10 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
 }
 
 const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
-  auto key = std::make_tuple(c.tp, c.microBatch, c.sequenceParallel, c.cp,
-                             static_cast<int>(c.cp > 1 ? c.context : ir::ContextMethod::Ring));
+  bool regather = regathersFor(model, c);
+  auto key =
+      std::make_tuple(c.tp, c.microBatch, c.sequenceParallel, c.cp,
+                      static_cast<int>(c.cp > 1 ? c.context : ir::ContextMethod::Ring), regather);
   if (lastTraffic && lastTrafficKey == key)
     return *lastTraffic;
   auto it = unitTraffic.find(key);
@@ -433,6 +450,7 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
   layout.sequenceParallel = c.sequenceParallel;
   layout.context = c.cp;
   layout.contextMethod = c.context;
+  layout.regather = regather;
   // The tensor axis is innermost (stride 1), the context axis next (stride tp).
   cost::GroupAxis tensorAxis{1, c.tp}, contextAxis{c.tp, c.cp};
   cost::GroupShape tensorGroup =
@@ -459,6 +477,8 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
           traffic.tensor[index][pass] += seconds;
           if (pass == 1 && op.inputGradient)
             traffic.inputGradient[index] += seconds;
+          if (pass == 1 && op.regather)
+            traffic.regather[index] += seconds;
         } else
           traffic.context[index][pass] += collective(op.kind, contextGroup, opBytes);
       }
@@ -800,7 +820,9 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
         unitCritical += traffic.context[kind][pass];
         bool forwardComputation = pass != 1;
         double reductions = forwardComputation ? 0 : traffic.inputGradient[kind];
-        double others = traffic.tensor[kind][pass] - reductions;
+        double regathers = forwardComputation ? 0 : traffic.regather[kind];
+        double others = traffic.tensor[kind][pass] - reductions - regathers;
+        unit.tensorBeside += regathers;
         (cost::overlapsTensorTraffic(c.asyncTp, forwardComputation, false) ? unit.tensorBeside
                                                                            : unitCritical) +=
             others;
@@ -809,17 +831,24 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
             reductions;
       };
       // The products beside which they run (Analyzer::slotSeconds): every product of a pass
-      // whose collectives async_tp overlaps, or under `wgrad` the backward's weight gradients.
+      // whose collectives async_tp overlaps, or the backward's column-parallel weight gradients
+      // (under `wgrad`) and input gradients (beside the second gathers).
+      bool regather = regathersFor(model, c);
       auto addSlots = [&](cost::PassKind pass, cost::PassUnit &unit) {
         bool backward = pass == cost::PassKind::Backward;
-        if (!cost::overlapsTensorTraffic(c.asyncTp, !backward, backward))
+        bool async = cost::overlapsTensorTraffic(c.asyncTp, !backward, backward);
+        bool weights = c.asyncTp == ir::AsyncTensorParallel::WeightGradient;
+        if (async && !weights) {
+          const cost::TensorSlotSeconds &slots = times.slots[kind][static_cast<int>(pass)];
+          for (size_t s = 0; s < slots.size(); ++s)
+            unit.slots[s] += slots[s];
           return;
-        const cost::TensorSlotSeconds &slots =
-            backward && c.asyncTp == ir::AsyncTensorParallel::WeightGradient
-                ? times.weightSlots[kind]
-                : times.slots[kind][static_cast<int>(pass)];
-        for (size_t s = 0; s < slots.size(); ++s)
-          unit.slots[s] += slots[s];
+        }
+        if (!backward)
+          return;
+        for (size_t s = 0; s < unit.slots.size(); ++s)
+          unit.slots[s] += (weights ? times.weightSlots[kind][s] : 0) +
+                           (regather ? times.inputSlots[kind][s] : 0);
       };
       addPass(0, forwardUnit);
       addSlots(cost::PassKind::Forward, forwardUnit);

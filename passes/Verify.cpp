@@ -595,6 +595,19 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     diags->error(strategy.asyncTensorParallelLoc, message, "placement");
     ok = false;
   }
+  // `sp_inputs` says what sequence parallelism's column-parallel products keep: without it there
+  // is nothing to choose.
+  if (strategy.sequenceParallelInputsLoc.isValid() &&
+      (tensorDegree <= 1 || !strategy.sequenceParallel)) {
+    diags->error(strategy.sequenceParallelInputsLoc,
+                 "sp_inputs chooses what the column-parallel products keep of the input that "
+                 "sequence parallelism all-gathers for them; strategy '" +
+                     strategy.name + "' " +
+                     (tensorDegree <= 1 ? "has no tensor axis in its mesh " + formatMesh(mesh)
+                                        : std::string("needs 'activations = shard(tp)' for it")),
+                 "placement");
+    ok = false;
+  }
   // Rule `schedule`: the schedule's bubble and memory formulas hold only where its
   // preconditions do (cost::isScheduleValid).
   std::string why;

@@ -382,6 +382,22 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
     whole = std::move(local);
     return Status::success();
   };
+  // A column-parallel product's input: gathered into `whole`, and kept for the weight gradient
+  // in `kept`, whole or (regatherInputs) as the sequence shard, which the backward gathers again.
+  // `rows` is set to the gathered rows.
+  const bool again = parallel && sp && config.regatherInputs;
+  auto gatherInput = [&](std::vector<float> &local, std::vector<float> &kept,
+                         std::vector<float> &whole, const float *&rows) -> Status {
+    if (!again) {
+      PLACERT_TRY(gather(local, kept));
+      rows = kept.data();
+      return Status::success();
+    }
+    kept = local;
+    PLACERT_TRY(gather(local, whole));
+    rows = whole.data();
+    return Status::success();
+  };
   // out[r, :] = a[r, :] + b[r, :] + bias (when there is one).
   auto residual = [&](const float *a, const float *bRows, const float *bias, float *out) {
     for (int64_t r = 0; r < Rl; ++r)
@@ -407,10 +423,11 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
     const int64_t qkvl = getQkvRows() / t;
     std::vector<float> y1l(static_cast<size_t>(Rl * h));
     normForward(input, W("ln1.weight"), W("ln1.bias"), y1l.data(), saved.mean1, saved.rstd1, Rl);
-    PLACERT_TRY(gather(y1l, saved.y1));
+    std::vector<float> y1Whole;
+    const float *y1 = nullptr;
+    PLACERT_TRY(gatherInput(y1l, saved.y1, y1Whole, y1));
     std::vector<float> qkv(static_cast<size_t>(R * qkvl));
-    kernels->linearForward(saved.y1.data(), W("attn.qkv.weight"), W("attn.qkv.bias"), qkv.data(), R,
-                           h, qkvl);
+    kernels->linearForward(y1, W("attn.qkv.weight"), W("attn.qkv.bias"), qkv.data(), R, h, qkvl);
     saved.q.resize(static_cast<size_t>(R * hl));
     saved.k.resize(static_cast<size_t>(R * kvl));
     saved.v.resize(static_cast<size_t>(R * kvl));
@@ -435,7 +452,14 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
     std::vector<float> y2l(static_cast<size_t>(Rl * h));
     normForward(saved.x1.data(), W("ln2.weight"), W("ln2.bias"), y2l.data(), saved.mean2,
                 saved.rstd2, Rl);
-    PLACERT_TRY(gather(y2l, saved.y2));
+    // An MoE layer's experts take the dispatched rows of the whole input (kept gathered).
+    std::vector<float> y2Whole;
+    const float *y2 = nullptr;
+    if (isMoeLayer(layer)) {
+      PLACERT_TRY(gather(y2l, saved.y2));
+    } else {
+      PLACERT_TRY(gatherInput(y2l, saved.y2, y2Whole, y2));
+    }
     if (isMoeLayer(layer)) {
       std::vector<float> o2, o2Reduced;
       PLACERT_TRY(moeForward(layer, weights, experts.weights, saved, comm, o2));
@@ -457,16 +481,14 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
     const float *downBias;
     if (m.swiglu) {
       saved.u.resize(static_cast<size_t>(R * fl));
-      kernels->linearForward(saved.y2.data(), W("mlp.gate.weight"), W("mlp.gate.bias"),
-                             saved.f.data(), R, h, fl);
-      kernels->linearForward(saved.y2.data(), W("mlp.up.weight"), W("mlp.up.bias"), saved.u.data(),
-                             R, h, fl);
+      kernels->linearForward(y2, W("mlp.gate.weight"), W("mlp.gate.bias"), saved.f.data(), R, h,
+                             fl);
+      kernels->linearForward(y2, W("mlp.up.weight"), W("mlp.up.bias"), saved.u.data(), R, h, fl);
       swigluForward(saved.f.data(), saved.u.data(), saved.g.data(), R * fl);
       down = W("mlp.down.weight");
       downBias = W("mlp.down.bias");
     } else {
-      kernels->linearForward(saved.y2.data(), W("mlp.fc.weight"), W("mlp.fc.bias"), saved.f.data(),
-                             R, h, fl);
+      kernels->linearForward(y2, W("mlp.fc.weight"), W("mlp.fc.bias"), saved.f.data(), R, h, fl);
       kernels->geluForward(saved.f.data(), saved.g.data(), R * fl);
       down = W("mlp.proj.weight");
       downBias = W("mlp.proj.bias");
@@ -491,9 +513,11 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
   std::vector<float> yl(static_cast<size_t>(Rl * h));
   normForward(input, W("final_norm.weight"), W("final_norm.bias"), yl.data(), saved.mean1,
               saved.rstd1, Rl);
-  PLACERT_TRY(gather(yl, saved.y1));
+  std::vector<float> yWhole;
+  const float *y = nullptr;
+  PLACERT_TRY(gatherInput(yl, saved.y1, yWhole, y));
   std::vector<float> logits(static_cast<size_t>(R * Vl));
-  kernels->linearForward(saved.y1.data(), table, nullptr, logits.data(), R, h, Vl);
+  kernels->linearForward(y, table, nullptr, logits.data(), R, h, Vl);
   if (!recomputing) {
     std::vector<float> localMax(static_cast<size_t>(R)), sumExp(static_cast<size_t>(R)),
         target(static_cast<size_t>(R));
@@ -571,6 +595,18 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
     std::copy(local, local + R * h, whole.begin());
     return Status::success();
   };
+  // A column-parallel product's kept input for its weight gradient: as kept, or (regatherInputs)
+  // the sequence shard gathered again into `whole`.
+  const bool again = parallel && sp && config.regatherInputs;
+  auto keptInput = [&](const std::vector<float> &kept, std::vector<float> &whole,
+                       const float *&rows) -> Status {
+    rows = kept.data();
+    if (!again)
+      return Status::success();
+    PLACERT_TRY(gather(kept.data(), whole));
+    rows = whole.data();
+    return Status::success();
+  };
   auto addBiasGrad = [&](const float *rows, float *bias) {
     if (bias)
       addColumnSums(rows, bias, Rl, h);
@@ -607,21 +643,23 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
       kernels->linearWeightGrad(saved.g.data(), dout.data(), G(downName), nullptr, R, fl, h);
       kernels->linearInputGrad(dout.data(), W(downName), dg.data(), R, fl, h);
     }
+    std::vector<float> y2Whole;
+    const float *y2 = nullptr;
+    if (!moe)
+      PLACERT_TRY(keptInput(saved.y2, y2Whole, y2));
     if (!moe && m.swiglu) {
       std::vector<float> dgate(dg.size()), dup(dg.size()), dy2Up(dy2.size());
       swigluBackward(saved.f.data(), saved.u.data(), dg.data(), dgate.data(), dup.data(), R * fl);
-      kernels->linearWeightGrad(saved.y2.data(), dgate.data(), G("mlp.gate.weight"),
-                                G("mlp.gate.bias"), R, h, fl);
-      kernels->linearWeightGrad(saved.y2.data(), dup.data(), G("mlp.up.weight"), G("mlp.up.bias"),
-                                R, h, fl);
+      kernels->linearWeightGrad(y2, dgate.data(), G("mlp.gate.weight"), G("mlp.gate.bias"), R, h,
+                                fl);
+      kernels->linearWeightGrad(y2, dup.data(), G("mlp.up.weight"), G("mlp.up.bias"), R, h, fl);
       kernels->linearInputGrad(dgate.data(), W("mlp.gate.weight"), dy2.data(), R, h, fl);
       kernels->linearInputGrad(dup.data(), W("mlp.up.weight"), dy2Up.data(), R, h, fl);
       for (size_t i = 0; i < dy2.size(); ++i)
         dy2[i] += dy2Up[i];
     } else if (!moe) {
       kernels->geluBackward(saved.f.data(), dg.data(), dg.data(), R * fl);
-      kernels->linearWeightGrad(saved.y2.data(), dg.data(), G("mlp.fc.weight"), G("mlp.fc.bias"), R,
-                                h, fl);
+      kernels->linearWeightGrad(y2, dg.data(), G("mlp.fc.weight"), G("mlp.fc.bias"), R, h, fl);
       kernels->linearInputGrad(dg.data(), W("mlp.fc.weight"), dy2.data(), R, h, fl);
     }
     PLACERT_TRY(reduce(dy2, dy2Reduced));
@@ -651,8 +689,11 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
     }
     std::vector<float> dqkv(static_cast<size_t>(R * qkvl));
     splitQkv(dqkv.data(), dq.data(), dk.data(), dv.data(), R, localKvHeads, true);
-    kernels->linearWeightGrad(saved.y1.data(), dqkv.data(), G("attn.qkv.weight"),
-                              G("attn.qkv.bias"), R, h, qkvl);
+    std::vector<float> y1Whole;
+    const float *y1 = nullptr;
+    PLACERT_TRY(keptInput(saved.y1, y1Whole, y1));
+    kernels->linearWeightGrad(y1, dqkv.data(), G("attn.qkv.weight"), G("attn.qkv.bias"), R, h,
+                              qkvl);
     std::vector<float> dy1(static_cast<size_t>(R * h)), dy1Reduced;
     kernels->linearInputGrad(dqkv.data(), W("attn.qkv.weight"), dy1.data(), R, h, qkvl);
     PLACERT_TRY(reduce(dy1, dy1Reduced));
@@ -666,7 +707,10 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
   const int64_t Vl = m.vocab / t;
   const float *table = m.tiedEmbeddings ? tiedTable : W("output.weight");
   float *tableGrad = m.tiedEmbeddings ? tiedGrads : G("output.weight");
-  kernels->linearWeightGrad(saved.y1.data(), saved.dlogits.data(), tableGrad, nullptr, R, h, Vl);
+  std::vector<float> yWhole;
+  const float *y = nullptr;
+  PLACERT_TRY(keptInput(saved.y1, yWhole, y));
+  kernels->linearWeightGrad(y, saved.dlogits.data(), tableGrad, nullptr, R, h, Vl);
   std::vector<float> dy(static_cast<size_t>(R * h)), dyReduced;
   kernels->linearInputGrad(saved.dlogits.data(), table, dy.data(), R, h, Vl);
   PLACERT_TRY(reduce(dy, dyReduced));

@@ -126,6 +126,10 @@ struct GptConfig {
   int64_t globalBatch = 1; ///< The loss is the mean over globalBatch · seq tokens.
   int tensorDegree = 1, tensorIndex = 0;
   bool sequenceParallel = false;
+  /// Under sequence parallelism, QKV, a dense MLP's input products and the output layer keep the
+  /// sequence shard of their input and gather it again in the backward for the weight gradient
+  /// (`sp_inputs = regather`), instead of keeping the gathered input.
+  bool regatherInputs = false;
   Recompute recompute = Recompute::None;
   /// Context parallelism: `contextDegree` ranks share each sequence, this one is `contextIndex`
   /// and holds the tokens of contextPosition; the attention exchanges keys and values by

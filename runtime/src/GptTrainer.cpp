@@ -77,6 +77,7 @@ struct GptCore : Trainer::Core {
   GptShape shape;
   Recompute recompute;
   bool sequenceParallel;
+  bool regatherInputs = false;
   ContextParallelism context;
   std::unique_ptr<gpt::GptModel> model;
   std::vector<GptUnit> layout; ///< Parallel to `units`.
@@ -421,6 +422,7 @@ Status GptCore::layoutUnits() {
   config.tensorDegree = tensorDegree;
   config.tensorIndex = tensorIndex;
   config.sequenceParallel = sequenceParallel && tensorDegree > 1;
+  config.regatherInputs = regatherInputs;
   config.recompute = recompute;
   config.contextDegree = contextDegree;
   config.contextIndex = contextIndex;
@@ -847,6 +849,10 @@ GptTrainer::GptTrainer(Runtime &runtime, GptShape shape, TrainingSpec spec,
     : Trainer(std::make_unique<GptCore>(runtime, std::move(shape), std::move(spec),
                                         std::move(placement), recompute, sequenceParallel,
                                         std::move(context), std::move(expert))) {}
+
+void GptTrainer::setRegatherInputs(bool regather) {
+  static_cast<GptCore &>(*core).regatherInputs = regather;
+}
 
 Status GptTrainer::forward(int unit, int mb, const std::vector<PlannedCollective> &collectives) {
   return static_cast<GptCore &>(*core).forward(unit, mb, collectives);

@@ -1165,9 +1165,14 @@ std::string tensorProgram() {
   return transformer("m", kTpModel) + cluster("c", 1, 8) +
          "strategy full { activations = recompute; }\n"
          "strategy tp_full = tp(8) * full;\n"
-         "strategy sp_full = sp(8) * full;\n" +
+         "strategy sp_full = sp(8) * full;\n"
+         "strategy kept { sp_inputs = keep; }\n"
+         "strategy sp_keep = sp(8) * kept;\n"
+         "strategy sp_keep_full = sp(8) * full * kept;\n" +
          run("tp", "m", "c", "tp(8)", 2, 6) + run("sp", "m", "c", "sp(8)", 2, 6) +
-         run("tp_full", "m", "c", "tp_full", 2, 6) + run("sp_full", "m", "c", "sp_full", 2, 6);
+         run("tp_full", "m", "c", "tp_full", 2, 6) + run("sp_full", "m", "c", "sp_full", 2, 6) +
+         run("sp_keep", "m", "c", "sp_keep", 2, 6) +
+         run("sp_keep_full", "m", "c", "sp_keep_full", 2, 6);
 }
 
 /// Per layer unit: the tensor-parallel collectives of each kind in each phase.
@@ -1202,28 +1207,43 @@ TEST(AnalysisTensorParallel, AllReducesPerLayer) {
   }
 }
 
-TEST(AnalysisTensorParallel, SequenceParallelSameVolume) {
+TEST(AnalysisTensorParallel, SequenceParallelVolume) {
+  // Korthikanti et al. 2022, §4.2.2: each all-reduce of tensor parallelism becomes an all-gather
+  // and a reduce-scatter (the same bytes), and a column-parallel product that stores its input's
+  // sequence shard gathers it again in the backward ("an extra all-gather in the backward
+  // pass"): QKV's and the MLP's per layer, the output layer's in the head. Under sp_inputs = keep
+  // it keeps the gathered input and gathers nothing more.
   Session session(tensorProgram());
   ASSERT_SESSION(session);
-  for (auto [tp, sp] : {std::pair{"tp", "sp"}, std::pair{"tp_full", "sp_full"}}) {
-    SCOPED_TRACE(sp);
-    const plan::StepPlan &plan = *session.get(sp)->plan;
-    int perLayer = std::string(sp) == "sp" ? 2 : 4;
+  struct Case {
+    const char *tp, *sp;
+    bool full, regather;
+  };
+  for (Case c :
+       {Case{"tp", "sp", false, true}, Case{"tp_full", "sp_full", true, true},
+        Case{"tp", "sp_keep", false, false}, Case{"tp_full", "sp_keep_full", true, false}}) {
+    SCOPED_TRACE(c.sp);
+    const plan::StepPlan &plan = *session.get(c.sp)->plan;
+    EXPECT_EQ(plan.regather, c.regather);
+    // The backward's own pair of each block, the recomputed forward's under full recomputation,
+    // and the second gathers.
+    int pairs = c.full ? 4 : 2, again = c.regather ? 2 : 0;
     for (unsigned u = 0; u < plan.units.size(); ++u) {
       if (plan.units[u].layer < 0 || plan.units[u].layer >= 4)
         continue;
       auto counts = layerCollectives(plan, static_cast<int>(u));
       EXPECT_EQ((counts[{OpKind::AllGather, Phase::Forward}]), 2);
       EXPECT_EQ((counts[{OpKind::ReduceScatter, Phase::Forward}]), 2);
-      EXPECT_EQ((counts[{OpKind::AllGather, Phase::Backward}]), perLayer);
-      EXPECT_EQ((counts[{OpKind::ReduceScatter, Phase::Backward}]), perLayer);
+      EXPECT_EQ((counts[{OpKind::AllGather, Phase::Backward}]), pairs + again);
+      EXPECT_EQ((counts[{OpKind::ReduceScatter, Phase::Backward}]), pairs);
       EXPECT_EQ(counts.size(), 4u);
     }
     // The whole step, embedding and head included. The embedding's forward all-reduce becomes a
     // reduce-scatter (and an all-gather in its backward), the head's backward all-reduce a
     // reduce-scatter (and an all-gather of its input in its forward): the same bytes on the wire
     // per device in every phase (full recomputation repeats the layers' forward, not the
-    // head's).
+    // head's), but for the second gathers of the backward, (t − 1)/t · 2·b·s·h bytes each, 2L + 1
+    // per micro-batch.
     auto activationBytes = [&](const char *name, Phase phase) {
       return sumEntries(
           session.get(name)->analysis,
@@ -1232,18 +1252,20 @@ TEST(AnalysisTensorParallel, SequenceParallelSameVolume) {
           },
           &CommEntry::sentBytes);
     };
-    const double m = 3, message = 2 * 512 * 1024 * 2, ring = 7.0 / 8;
-    bool full = std::string(sp) == "sp_full";
-    EXPECT_REL(activationBytes(sp, Phase::Forward), activationBytes(tp, Phase::Forward), kExact);
-    EXPECT_REL(activationBytes(sp, Phase::Backward), activationBytes(tp, Phase::Backward), kExact);
+    const double m = 3, message = 2 * 512 * 1024 * 2, ring = 7.0 / 8, layers = 4;
+    double regathered = c.regather ? m * (2 * layers + 1) * ring * message : 0;
+    EXPECT_REL(activationBytes(c.sp, Phase::Forward), activationBytes(c.tp, Phase::Forward),
+               kExact);
+    EXPECT_REL(activationBytes(c.sp, Phase::Backward),
+               activationBytes(c.tp, Phase::Backward) + regathered, kExact);
     // Per all-reduce of b·s·h: 2(t − 1)/t · 2·b·s·h bytes; 4L + 2 all-reduces per micro-batch
     // (two per layer each way, the embedding's forward, the head's backward), 6L + 2 under full
     // recomputation.
     // Plus, in each forward, the vocabulary-parallel cross-entropy's all-gather of 3 values per
     // token from each of the 8 ranks: 3·b·s·8·2 bytes (a recomputed head reuses them).
-    double reductions = full ? 6 * 4 + 2 : 4 * 4 + 2;
+    double reductions = c.full ? 6 * layers + 2 : 4 * layers + 2;
     const double crossEntropy = 3 * 2 * 512 * 8 * 2;
-    EXPECT_REL(activationBytes(tp, Phase::Forward) + activationBytes(tp, Phase::Backward),
+    EXPECT_REL(activationBytes(c.tp, Phase::Forward) + activationBytes(c.tp, Phase::Backward),
                m * reductions * 2 * ring * message + m * ring * crossEntropy, kExact);
   }
 }

@@ -223,7 +223,51 @@ TEST(CostModelTest, ProjectionsTakeTheirTensorSlots) {
   }
 }
 
-TEST(CostModelTest, WeightGradientSlotsAreTheColumnParallelProducts) {
+TEST(CostModelTest, KeptGatheredInputsAreTheTwoProductInputsWhole) {
+  // sp_inputs = keep: QKV's input and the MLP's input (the norms' outputs, s·b·h·e bytes each)
+  // are kept whole instead of split by t (Korthikanti et al. 2022, Table 2: 2sbh each of the 10
+  // outside the tensor-parallel region), for fused and materialized attention alike; under
+  // selective recomputation with fused attention, which recomputes them from the norms' inputs,
+  // they are kept whole instead (s·b·h·e more than the norms' inputs split by t); under full
+  // recomputation the recomputed layer holds them (the transient).
+  ir::Model model = smallTransformer(2);
+  double s = 128, b = 2, h = 256, t = 8;
+  for (ir::AttentionKind attention : {ir::AttentionKind::Flash, ir::AttentionKind::Materialized}) {
+    model.transformer.attention = attention;
+    for (ir::ActivationMode mode :
+         {ir::ActivationMode::Keep, ir::ActivationMode::RecomputeSelective,
+          ir::ActivationMode::RecomputeFull}) {
+      SCOPED_TRACE(static_cast<int>(attention) * 10 + static_cast<int>(mode));
+      Layout regather;
+      regather.microBatch = b;
+      regather.tensor = static_cast<int64_t>(t);
+      regather.sequenceParallel = true;
+      regather.activations = mode;
+      Layout keep = regather;
+      keep.sequenceParallelInputs = ir::SequenceParallelInputs::Keep;
+      double whole = 2 * (s * b * h * 2) * (1 - 1 / t);
+      bool recomputed =
+          mode == ir::ActivationMode::RecomputeSelective && attention == ir::AttentionKind::Flash;
+      double stored = mode == ir::ActivationMode::RecomputeFull ? 0
+                      : recomputed                              ? 2 * (s * b * h * 2)
+                                                                : whole;
+      EXPECT_NEAR(getLayerActivationBytes(model.transformer, keep) -
+                      getLayerActivationBytes(model.transformer, regather),
+                  stored, 1e-6);
+      double transient = mode == ir::ActivationMode::RecomputeFull ? whole
+                         : mode == ir::ActivationMode::Keep        ? 0
+                                                                   : whole - stored;
+      EXPECT_NEAR(getRecomputedLayerBytes(model, keep) - getRecomputedLayerBytes(model, regather),
+                  transient, 1e-6);
+      // Without sequence parallelism the setting means nothing.
+      regather.sequenceParallel = keep.sequenceParallel = false;
+      EXPECT_DOUBLE_EQ(getLayerActivationBytes(model.transformer, keep),
+                       getLayerActivationBytes(model.transformer, regather));
+    }
+  }
+}
+
+TEST(CostModelTest, ColumnParallelSlotsAreTheColumnParallelProducts) {
   // Flat timing (no device preset): a product takes its FLOPs over peak × efficiency.
   ir::Cluster cluster;
   cluster.peakFlops = 100e12;
@@ -233,18 +277,27 @@ TEST(CostModelTest, WeightGradientSlotsAreTheColumnParallelProducts) {
   Layout layout;
   layout.tensor = 2;
   Work backward = getUnitWork(transformer, UnitKind::Layer, 0, PassKind::Backward, layout);
-  TensorSlotSeconds slots = model.getWeightGradientSlotSeconds(backward);
   // The weight gradients of QKV (2·T·h·3h/t FLOPs) and of the MLP's gate and up (2·T·h·2f/t);
   // the row-parallel products' (attention output, down) reduce no input gradient.
   double T = 128, h = 256, f = 1024, t = 2, rate = 100e12 * 0.5;
-  EXPECT_NEAR(slots[kSlotQkv], 2 * T * h * 3 * h / t / rate, 1e-18);
-  EXPECT_NEAR(slots[kSlotMlpIn], 2 * T * h * 2 * f / t / rate, 1e-18);
-  EXPECT_DOUBLE_EQ(slots[kSlotAttentionOutput], 0.0);
-  EXPECT_DOUBLE_EQ(slots[kSlotMlpOut], 0.0);
-  // A forward has no weight gradients.
+  double qkv = 2 * T * h * 3 * h / t / rate, mlpIn = 2 * T * h * 2 * f / t / rate;
+  TensorSlotSeconds weights = model.getColumnParallelSlotSeconds(backward, false, true);
+  EXPECT_NEAR(weights[kSlotQkv], qkv, 1e-18);
+  EXPECT_NEAR(weights[kSlotMlpIn], mlpIn, 1e-18);
+  EXPECT_DOUBLE_EQ(weights[kSlotAttentionOutput], 0.0);
+  EXPECT_DOUBLE_EQ(weights[kSlotMlpOut], 0.0);
+  // Their input gradients, [T, 3h/t] × [3h/t, h] and [T, 2f/t] × [2f/t, h], have the same FLOPs;
+  // both kinds together twice that.
+  TensorSlotSeconds inputs = model.getColumnParallelSlotSeconds(backward, true, false);
+  EXPECT_NEAR(inputs[kSlotQkv], qkv, 1e-18);
+  EXPECT_NEAR(inputs[kSlotMlpIn], mlpIn, 1e-18);
+  EXPECT_DOUBLE_EQ(inputs[kSlotAttentionOutput], 0.0);
+  TensorSlotSeconds both = model.getColumnParallelSlotSeconds(backward, true, true);
+  EXPECT_NEAR(both[kSlotQkv], 2 * qkv, 1e-18);
+  EXPECT_NEAR(both[kSlotMlpIn], 2 * mlpIn, 1e-18);
+  // A forward has neither.
   Work forward = getUnitWork(transformer, UnitKind::Layer, 0, PassKind::Forward, layout);
-  TensorSlotSeconds none = model.getWeightGradientSlotSeconds(forward);
-  for (double seconds : none)
+  for (double seconds : model.getColumnParallelSlotSeconds(forward, true, true))
     EXPECT_DOUBLE_EQ(seconds, 0.0);
 }
 

@@ -707,7 +707,8 @@ TEST(PrinterTest, SmallProgram) {
   expectLine("    tier = host [explicit]");
   expectLine("    mode = keep [default]\n    sequence_parallel = false");
   expectLine("  pipeline = 1f1b(microbatches = 4, chunks = 1) [default]\n"
-             "  context = ring [default]\n  async_tp = false [default]");
+             "  context = ring [default]\n  async_tp = false [default]\n"
+             "  sp_inputs = regather [default]");
   expectLine("strategy @offload_optimizer {\n  mesh = none\n  params {\n"
              "    tier = device [default]");
   expectLine("  strategy = @ptd");

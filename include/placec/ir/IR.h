@@ -279,6 +279,23 @@ enum class AsyncTensorParallel {
 /// The value as written: `false`, `true`, `forward`, `wgrad`.
 llvm::StringRef toString(AsyncTensorParallel mode);
 
+/// `sp_inputs = regather | keep;`: what a column-parallel product (QKV, the MLP's input, the
+/// output layer) keeps of its input for its weight gradient under sequence parallelism, where the
+/// input is the all-gather of the sequence-split activations.
+enum class SequenceParallelInputs {
+  /// `regather` (the default): the sequence shard, gathered again in the backward beside the
+  /// product's input gradient (Korthikanti et al. 2022, §4.2.2: "we store the sharded input and
+  /// perform an extra all-gather in the backward pass"; Megatron-LM's and Transformer Engine's
+  /// linears). The activation counts of docs/plan.md (s·b·h·34/t) assume it.
+  Regather,
+  /// `keep`: the gathered input itself, no second all-gather (PyTorch's tensor parallelism, where
+  /// the matmul saves the all-gathered DTensor; placert's CPU trainer): each of the two layer
+  /// inputs (QKV's and the MLP's) keeps s·b·h·e bytes instead of s·b·h·e/t.
+  Keep,
+};
+/// The value as written: `regather`, `keep`.
+llvm::StringRef toString(SequenceParallelInputs inputs);
+
 /// How the attention of a context-parallel layer sees the keys and values of the whole
 /// sequence (`context = …;` in a strategy).
 enum class ContextMethod {
@@ -445,6 +462,15 @@ public:
   /// products that produce and consume them.
   AsyncTensorParallel asyncTensorParallel = AsyncTensorParallel::Off;
   llvm::SMLoc asyncTensorParallelLoc;
+  /// `sp_inputs = ...;`: what sequence parallelism's column-parallel products keep of their input
+  /// for the weight gradient (meaningful with sequenceParallel).
+  SequenceParallelInputs sequenceParallelInputs = SequenceParallelInputs::Regather;
+  llvm::SMLoc sequenceParallelInputsLoc;
+  /// Whether the backward gathers the column-parallel products' inputs again: sequence
+  /// parallelism with `sp_inputs = regather`.
+  bool regathersInputs() const {
+    return sequenceParallel && sequenceParallelInputs == SequenceParallelInputs::Regather;
+  }
   std::optional<Pipeline> pipeline;
 
   const StatePlacement &getPlacement(State state) const {

@@ -125,6 +125,8 @@ struct Gemm {
   /// The tensor-parallel collective this product feeds or drains (TensorSlot), or -1: under
   /// async_tp each collective overlaps only with its own products.
   int tensorSlot = -1;
+  /// A backward's input-gradient product.
+  bool inputGradient = false;
   double getFlops() const { return 2 * m * n * k * batch; }
 };
 
@@ -201,11 +203,18 @@ struct Layout {
   int64_t context = 1; ///< Context-parallel degree (the sequence split across devices).
   int64_t expert = 1;  ///< Expert-parallel degree (the routed experts split across devices).
   bool sequenceParallel = false;
+  /// What sequence parallelism's column-parallel products keep of their gathered input
+  /// (`sp_inputs`): under `keep` the two layer inputs they read are kept whole.
+  ir::SequenceParallelInputs sequenceParallelInputs = ir::SequenceParallelInputs::Regather;
   ir::ActivationMode activations = ir::ActivationMode::Keep;
   ir::Precision precision = ir::Precision::MixedBF16;
   ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
   ir::KernelMode kernels = ir::KernelMode::Fused;
 };
+
+/// A run's layout: its micro-batch, its mesh's tensor, sequence and expert degrees, and what its
+/// strategy and run say of sequence parallelism, activations, precision, loss and kernels.
+Layout getRunLayout(const ir::Run &run);
 
 /// The work of one pass of a unit of `model` for one micro-batch on one device. Transformer
 /// units list their GEMMs by shape (Narayanan et al. 2021, §5.1: the QKV, attention output and
@@ -508,11 +517,14 @@ public:
                            TensorSlotSeconds *slots = nullptr) const;
   /// The part of getComputeSeconds spent in weight-gradient products.
   double getWeightGradientSeconds(const Work &work) const;
-  /// Under `async_tp = wgrad`: the weight-gradient seconds of the column-parallel products by
-  /// TensorSlot (QKV, the MLP's input; the output layer's in QKV's slot), beside which the
-  /// reductions of their input gradients run; the row-parallel slots stay empty (their input
-  /// gradients need no reduction).
-  TensorSlotSeconds getWeightGradientSlotSeconds(const Work &work) const;
+  /// The seconds of a backward's column-parallel products by TensorSlot (QKV, the MLP's input;
+  /// the output layer's in QKV's slot): their input gradients' (`inputGradients`), beside which
+  /// sequence parallelism gathers their inputs again (`sp_inputs = regather`), and their weight
+  /// gradients' (`weightGradients`), beside which `async_tp = wgrad` reduces the input
+  /// gradients. The row-parallel slots stay empty (their input gradients need no reduction, their
+  /// inputs no gather).
+  TensorSlotSeconds getColumnParallelSlotSeconds(const Work &work, bool inputGradients,
+                                                 bool weightGradients) const;
   /// The optimizer step over `elements` parameters this rank owns: bytes of every state read and
   /// written (memory-bound).
   double getOptimizerSeconds(double elements, ir::StateBytes bytes,

@@ -81,6 +81,10 @@ struct Op {
   /// Tensor-parallel traffic of the backward: the reduction of a column-parallel product's input
   /// gradient, which its weight gradient does not wait for (`async_tp = wgrad` runs it beside).
   bool inputGradient = false;
+  /// Tensor-parallel traffic of the backward: sequence parallelism's all-gather of a
+  /// column-parallel product's input again, for its weight gradient (`sp_inputs = regather`),
+  /// which runs beside the product's input gradient.
+  bool regather = false;
   /// Compute: what is computed, its work (GEMMs by shape, attention, memory-bound kernels) and
   /// FLOPs per device per micro-batch.
   ComputeKind compute = ComputeKind::Forward;
@@ -139,6 +143,8 @@ public:
   DType gatherType = DType::BF16;
   DType gradType = DType::BF16;
   DType activationType = DType::BF16;
+  /// The backward gathers the column-parallel products' inputs again (regathersInputs).
+  bool regather = false;
 };
 
 /// How a run's model is split for the collectives inside a unit.
@@ -151,7 +157,16 @@ struct UnitLayout {
   int64_t expert = 1;
   /// The devices that see different tokens of the batch: batch × sequence × expert degrees.
   int64_t samples = 1;
+  /// The backward gathers the column-parallel products' inputs again (regathersInputs).
+  bool regather = false;
 };
+
+/// Whether the backward all-gathers the inputs of the column-parallel products again for their
+/// weight gradients (Korthikanti et al. 2022, §4.2.2): under sequence parallelism with a tensor
+/// axis where the products keep their sequence shard (`sp_inputs = regather`), but not under
+/// `recompute(op)`, whose recomputation gathers them (getRecomputedCollectives).
+bool regathersInputs(const ir::Model &model, int64_t tensor, bool sequenceParallel,
+                     ir::SequenceParallelInputs inputs, ir::ActivationMode mode);
 
 /// One collective inside a unit's pass: its kind, the axes it runs over (the tensor or the
 /// sequence axes), the elements of its buffer (as Op::elements) and why it is there.
@@ -162,6 +177,8 @@ struct UnitCollective {
   const char *what = "";
   /// The backward's reduction of a column-parallel product's input gradient (Op::inputGradient).
   bool inputGradient = false;
+  /// The backward's second gather of a column-parallel product's input (Op::regather).
+  bool regather = false;
 };
 
 /// The collectives inside one pass of a unit, in the order the math runs them: the

@@ -619,6 +619,13 @@ public:
              Recompute recompute, bool sequenceParallel, ContextParallelism context = {},
              ExpertParallelism expert = {});
 
+  /// Under sequence parallelism, whether QKV, a dense MLP's input products and the output layer
+  /// keep only the sequence shard of their input and all-gather it again in the backward for
+  /// their weight gradients (`sp_inputs = regather`, Megatron-LM's way; the plan then lists
+  /// that all-gather before each of their input gradients' reduce-scatters), rather than keep
+  /// the gathered input (`sp_inputs = keep`, the default here). Call it before the first step.
+  void setRegatherInputs(bool regather);
+
   /// The unit's forward with the collectives the plan lists after it, in order.
   Status forward(int unit, int microbatch, const std::vector<PlannedCollective> &collectives);
   /// Full recomputation: the unit's forward again from its stored input; selective: the
