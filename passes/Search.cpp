@@ -262,16 +262,13 @@ struct TupleHash {
   }
 };
 
-/// Precomputed facts of a run's model on a cluster at one precision, shared by every candidate.
-class Evaluator;
-
-/// Whether a candidate's backward gathers the column-parallel inputs again: its plans keep
-/// `sp_inputs = regather`, the default (plan::regathersInputs).
+/// Whether a candidate's backward gathers the column-parallel inputs again
+/// (plan::regathersInputs).
 bool regathersFor(const ir::Model &model, const Candidate &c) {
-  return plan::regathersInputs(model, c.tp, c.sequenceParallel,
-                               ir::SequenceParallelInputs::Regather, c.activations);
+  return plan::regathersInputs(model, c.tp, c.sequenceParallel, c.spInputs, c.activations);
 }
 
+/// Precomputed facts of a run's model on a cluster at one precision, shared by every candidate.
 class Evaluator {
 public:
   Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision)
@@ -341,6 +338,7 @@ private:
     layout.tensor = c.tp;
     layout.context = c.cp;
     layout.sequenceParallel = c.sequenceParallel;
+    layout.sequenceParallelInputs = c.spInputs;
     layout.activations = c.activations;
     layout.precision = precision;
     layout.crossEntropy = crossEntropy;
@@ -395,8 +393,9 @@ private:
 };
 
 const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
-  auto key = std::make_tuple(c.tp, c.microBatch, c.sequenceParallel,
-                             static_cast<int>(c.activations), c.cp);
+  auto key =
+      std::make_tuple(c.tp, c.microBatch, c.sequenceParallel,
+                      static_cast<int>(c.activations) * 2 + static_cast<int>(c.spInputs), c.cp);
   if (lastTimes && lastTimesKey == key)
     return *lastTimes;
   auto it = unitTimes.find(key);
@@ -711,9 +710,9 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
       std::make_tuple(c.tp, c.pp, c.dpNode, c.dpLocal, c.cp, static_cast<int>(c.context)),
       std::make_tuple(static_cast<int>(c.params), static_cast<int>(c.grads),
                       static_cast<int>(c.optimizer), c.fp8Gather),
-      std::make_tuple(static_cast<int>(c.activations), c.sequenceParallel,
-                      static_cast<int>(c.asyncTp), c.microBatch, c.microbatches, vShape,
-                      c.edgeLayers));
+      std::make_tuple(static_cast<int>(c.activations) * 2 + static_cast<int>(c.spInputs),
+                      c.sequenceParallel, static_cast<int>(c.asyncTp), c.microBatch, c.microbatches,
+                      vShape, c.edgeLayers));
   if (!hasTimes || timeKey != lastTimeKey) {
     timeStages(c, g, states, stageShapes);
     hasTimes = true;
@@ -1011,7 +1010,8 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                const std::vector<PrecisionVariant> &precisions,
                const std::vector<ir::Schedule> &schedules,
                const std::vector<ir::ActivationMode> &activations,
-               const std::vector<ir::AsyncTensorParallel> &asyncTp, GroupFn body, CandidateFn inner,
+               const std::vector<ir::AsyncTensorParallel> &asyncTp,
+               ir::SequenceParallelInputs spInputs, GroupFn body, CandidateFn inner,
                uint64_t *meshCount = nullptr) {
   // The schedules explored: the requested ones, or every one but gpipe.
   auto explores = [&](ir::Schedule schedule) {
@@ -1184,6 +1184,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               Candidate c;
               c.precision = variant.precision;
               c.fp32Grads = variant.fp32Grads;
+              c.spInputs = spInputs;
               c.tp = tp;
               c.pp = pp;
               c.cp = cp;
@@ -1261,10 +1262,11 @@ bool sameLayoutExceptSchedule(const Candidate &x, const Candidate &y) {
   return isVShape(x.schedule) == isVShape(y.schedule) && x.edgeLayers == y.edgeLayers &&
          x.countedSplit == y.countedSplit && x.pp == y.pp && x.dpNode == y.dpNode &&
          x.dpLocal == y.dpLocal && x.cp == y.cp && x.tp == y.tp && x.context == y.context &&
-         x.asyncTp == y.asyncTp && x.precision == y.precision && x.fp8Gather == y.fp8Gather &&
-         x.params == y.params && x.grads == y.grads && x.optimizer == y.optimizer &&
-         x.activations == y.activations && x.sequenceParallel == y.sequenceParallel &&
-         x.microBatch == y.microBatch && x.microbatches == y.microbatches;
+         x.asyncTp == y.asyncTp && x.spInputs == y.spInputs && x.precision == y.precision &&
+         x.fp8Gather == y.fp8Gather && x.params == y.params && x.grads == y.grads &&
+         x.optimizer == y.optimizer && x.activations == y.activations &&
+         x.sequenceParallel == y.sequenceParallel && x.microBatch == y.microBatch &&
+         x.microbatches == y.microbatches;
 }
 
 bool isBetter(const Candidate &x, const Candidate &y) {
@@ -1331,7 +1333,9 @@ std::string Candidate::describe() const {
     text += " context " + ir::toString(context).str() + ",";
   text += " params " + toString(params).str() + ", grads " + toString(grads).str() +
           ", optimizer " + toString(optimizer).str() + ", activations " +
-          ir::toString(activations).str() + (sequenceParallel ? "+sp" : "") +
+          ir::toString(activations).str() +
+          (sequenceParallel ? (spInputs == ir::SequenceParallelInputs::Keep ? "+sp(keep)" : "+sp")
+                            : "") +
           (asyncTp != ir::AsyncTensorParallel::Off ? "+" + formatAsyncTp(asyncTp) : "") +
           ", b=" + std::to_string(microBatch) + " m=" + std::to_string(microbatches);
   if (expertsReplicated)
@@ -1358,11 +1362,12 @@ std::shared_ptr<ir::Cluster> makeSearchCluster(const ir::Cluster &cluster, int64
 void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
                       const std::function<void(const Candidate &)> &callback,
                       const std::vector<ir::Precision> &precisions,
-                      const std::vector<ir::AsyncTensorParallel> &asyncTp) {
+                      const std::vector<ir::AsyncTensorParallel> &asyncTp,
+                      ir::SequenceParallelInputs spInputs) {
   if (!isSearchable(run))
     return;
   enumerate(
-      run, cluster, precisionVariants(run, precisions), {}, {}, asyncTp,
+      run, cluster, precisionVariants(run, precisions), {}, {}, asyncTp, spInputs,
       [](const Candidate &, uint64_t, const Layouts &) { return true; },
       [&](const Candidate &c) { callback(c); });
 }
@@ -1602,6 +1607,8 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
   strategy->activationMode = c.activations;
   strategy->sequenceParallel = c.sequenceParallel;
   strategy->asyncTensorParallel = c.asyncTp;
+  if (c.sequenceParallel && c.tp > 1)
+    strategy->sequenceParallelInputs = c.spInputs;
   if (c.cp > 1)
     strategy->contextMethod = c.context;
   if (c.pp > 1) {
@@ -1749,6 +1756,7 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                       c.optimizer = placement.optimizer;
                       c.activations = mode;
                       c.sequenceParallel = tp > 1;
+                      c.spInputs = options.spInputs;
                       c.asyncTp = async;
                       c.microBatch = b;
                       c.microbatches = run.globalBatch / (b * samples);
@@ -1880,6 +1888,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   if (options.progress)
     enumerate(
         run, cluster, precisions, options.schedules, options.activations, options.asyncTp,
+        options.spInputs,
         [&](const Candidate &c, uint64_t inner, const Layouts &) {
           if (!options.filter)
             total += inner;
@@ -1920,6 +1929,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
     };
     enumerate(
         run, cluster, precisions, options.schedules, options.activations, options.asyncTp,
+        options.spInputs,
         [&](const Candidate &c, uint64_t inner, const Layouts &layouts) {
           if (group++ != claimed)
             return false;
@@ -2206,6 +2216,8 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
     text += "  context     = " + ir::toString(c.context).str() + ";\n";
   if (c.asyncTp != ir::AsyncTensorParallel::Off)
     text += "  async_tp    = " + ir::toString(c.asyncTp).str() + ";\n";
+  if (c.sequenceParallel && c.tp > 1 && c.spInputs != ir::SequenceParallelInputs::Regather)
+    text += "  sp_inputs   = " + ir::toString(c.spInputs).str() + ";\n";
   if (c.pp > 1) {
     text += "  pipeline    = " + ir::toString(c.schedule).str() +
             "(microbatches = " + std::to_string(c.microbatches);

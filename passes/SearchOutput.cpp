@@ -109,7 +109,10 @@ private:
 /// The activations column: the mode, then `+ sp` and `+ async_tp` (`+ async_tp=wgrad`, …) where
 /// they apply.
 std::string activationsText(const Candidate &c) {
-  return ir::toString(c.activations).str() + (c.sequenceParallel ? " + sp" : "") +
+  return ir::toString(c.activations).str() +
+         (!c.sequenceParallel                              ? ""
+          : c.spInputs == ir::SequenceParallelInputs::Keep ? " + sp(keep)"
+                                                           : " + sp") +
          (c.asyncTp != ir::AsyncTensorParallel::Off ? " + " + formatAsyncTp(c.asyncTp)
                                                     : std::string());
 }
@@ -196,6 +199,9 @@ json::Object candidateJson(const Candidate &c) {
                       {"tp", c.tp},
                       {"context", c.cp > 1 ? ir::toString(c.context) : StringRef("none")},
                       {"async_tp", ir::toString(c.asyncTp)},
+                      {"sp_inputs", c.sequenceParallel && c.tp > 1
+                                        ? json::Value(ir::toString(c.spInputs))
+                                        : json::Value(nullptr)},
                       {"precision", c.formatPrecision()},
                       {"ep", c.ep},
                       {"experts_replicated", c.expertsReplicated},
@@ -348,6 +354,18 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       return 1;
     }
     searchOptions.asyncTp = *values;
+  }
+  if (!options.spInputs.empty()) {
+    if (options.spInputs == "regather" || options.spInputs == "keep") {
+      searchOptions.spInputs = options.spInputs == "keep" ? ir::SequenceParallelInputs::Keep
+                                                          : ir::SequenceParallelInputs::Regather;
+    } else {
+      err << "placec: error: --sp-inputs '" << options.spInputs
+          << "' is not an sp_inputs setting: write regather (Megatron-LM's column-parallel "
+             "products gather their inputs again in the backward) or keep (PyTorch's keep them "
+             "gathered)\n";
+      return 1;
+    }
   }
   searchOptions.topK = std::max(1u, options.topK);
   searchOptions.onAccepted = options.onAccepted;

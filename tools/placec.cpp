@@ -135,6 +135,11 @@ cl::opt<std::string> searchAsyncTp(
              "false, true, forward and wgrad (default: false and true; false for mixtures of "
              "experts)"),
     cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> searchSpInputs(
+    "sp-inputs",
+    cl::desc("search: what the column-parallel products of every sequence-parallel candidate keep "
+             "of their input, regather (Megatron-LM, the default) or keep (PyTorch)"),
+    cl::init(""), cl::cat(placecCategory));
 cl::opt<bool> searchMaxParams("max-params",
                               cl::desc("search: the largest model of the run's shape that each "
                                        "strategy family (dp, zero1-3, +tp) fits"),
@@ -221,7 +226,7 @@ COMMANDS:
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
             [--precision bf16,fp8] [--schedules 1f1b,zbv] [--activations keep,op]
-            [--async-tp false,wgrad] [--threads N] [--format=json|md|html] [-o best.place]
+            [--async-tp false,wgrad] [--sp-inputs keep] [--threads N] [--format=json|md|html] [-o best.place]
             [--max-params]
             (docs/search.md).
 
@@ -499,6 +504,7 @@ int runSearch() {
   options.schedules = searchSchedules;
   options.activations = searchActivations;
   options.asyncTp = searchAsyncTp;
+  options.spInputs = searchSpInputs;
   options.topK = searchTop;
   options.threads = searchThreads;
   options.json = outputFormat == report::Format::Json;

@@ -137,10 +137,11 @@ double relativeDifference(double a, double b) {
 /// Compares the fast path with the verifier and the analyses on `samples` random candidates.
 void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned samples, unsigned seed,
                     const std::vector<ir::Precision> &precisions = {},
-                    const std::vector<ir::AsyncTensorParallel> &asyncTp = {}) {
+                    const std::vector<ir::AsyncTensorParallel> &asyncTp = {},
+                    ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather) {
   std::vector<Candidate> space;
   forEachCandidate(
-      run, cluster, [&](const Candidate &c) { space.push_back(c); }, precisions, asyncTp);
+      run, cluster, [&](const Candidate &c) { space.push_back(c); }, precisions, asyncTp, spInputs);
   ASSERT_FALSE(space.empty());
   std::mt19937_64 random(seed);
   std::map<std::string, unsigned> seen;
@@ -290,6 +291,9 @@ TEST(SearchTest, FastPathAgreesUnderEveryAsyncTpSetting) {
   for (const char *name : {"gpt", "llama"}) {
     const ir::Run &run = runOf(*compiled, name);
     checkAgreement(run, *run.cluster, 400, 17, {}, all);
+    // And with the column-parallel inputs kept gathered (--sp-inputs keep): more memory, no
+    // second gathers.
+    checkAgreement(run, *run.cluster, 300, 19, {}, all, ir::SequenceParallelInputs::Keep);
     // The space: each setting with a tensor axis only; wgrad and false also without sequence
     // parallelism, forward and true never; and every pair present.
     std::map<std::pair<ir::AsyncTensorParallel, bool>, unsigned> pairs;

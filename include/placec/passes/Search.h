@@ -61,6 +61,9 @@ struct Candidate {
   ir::ContextMethod context = ir::ContextMethod::Ring;
   /// `async_tp = …;` (only with tp > 1; `true` and `forward` with sequence parallelism too).
   ir::AsyncTensorParallel asyncTp = ir::AsyncTensorParallel::Off;
+  /// `sp_inputs = …;` of its sequence parallelism (the search's `--sp-inputs`, the same for every
+  /// candidate).
+  ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather;
   /// The run's precision for this candidate; `mixed(fp8, gather = fp8)` when fp8Gather.
   ir::Precision precision = ir::Precision::MixedBF16;
   bool fp8Gather = false;
@@ -131,6 +134,9 @@ struct SearchOptions {
   /// `false` for mixtures of experts. `false` and `wgrad` are explored with and without sequence
   /// parallelism, `true` and `forward` with it.
   std::vector<ir::AsyncTensorParallel> asyncTp;
+  /// What sequence parallelism's column-parallel products keep in every candidate (`sp_inputs`):
+  /// `regather` as Megatron-LM, `keep` as PyTorch.
+  ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather;
   /// Per-device memory budget in bytes; 0: the cluster's device_memory.
   double memoryBudget = 0;
   unsigned topK = 10;
@@ -217,7 +223,8 @@ std::string evaluateExact(const ir::Run &run, const ir::Cluster &cluster,
 void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
                       const std::function<void(const Candidate &)> &callback,
                       const std::vector<ir::Precision> &precisions = {},
-                      const std::vector<ir::AsyncTensorParallel> &asyncTp = {});
+                      const std::vector<ir::AsyncTensorParallel> &asyncTp = {},
+                      ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather);
 
 /// Parses `--schedules 1f1b,zbv` into schedules; on an error returns nullopt and sets `error`.
 std::optional<std::vector<ir::Schedule>> parseSchedules(llvm::StringRef text, std::string &error);
@@ -287,6 +294,8 @@ struct SearchCommandOptions {
   /// `--async-tp`: a comma-separated list of false, true, forward and wgrad; empty: the default
   /// set (SearchOptions::asyncTp).
   std::string asyncTp;
+  /// `--sp-inputs`: regather or keep; empty: regather.
+  std::string spInputs;
   unsigned topK = 5;
   /// `--threads`: SearchOptions::threads (0: one per hardware thread).
   unsigned threads = 0;
