@@ -844,6 +844,15 @@ private:
     bool fsdp = !shardAxes.empty() || !view.contextAxes.empty();
     if (run.fp8Gather && !fsdp)
       refuse("mixed(fp8, gather = fp8) without FSDP: torchtitan's FP8 all-gathers are FSDP's");
+    // Without FSDP torchtitan's mixed precision is autocast, which it turns off under tensor or
+    // pipeline parallelism (torchtitan/distributed/utils.py, maybe_enable_amp): such a job would
+    // train in fp32.
+    if (!fsdp && run.precision != ir::Precision::FP32 &&
+        (view.tensorDegree > 1 || view.layersDegree > 1))
+      refuse("precision " + ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads) +
+             " without FSDP under tensor or pipeline parallelism: torchtitan's mixed precision is "
+             "FSDP's, or autocast under data parallelism alone, and it trains such a job in fp32 "
+             "(write precision = fp32, or shard the params over a batch axis)");
     // FSDP's MixedPrecisionPolicy accumulates and reduces gradients in
     // training.mixed_precision_reduce, whose one value is "float32".
     if (fsdp && run.precision != ir::Precision::FP32 && !run.fp32Grads)
