@@ -1843,6 +1843,23 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
   std::optional<size_t> layersOwner, pipelineOwner, activationOwner, contextOwner, asyncTpOwner,
       spInputsOwner;
   std::array<std::optional<size_t>, ir::kNumStates> tierOwner;
+  // A setting written like a placement (`async_tp`, `sp_inputs`): the first operand that writes it
+  // sets it, and another that writes a different value is an error.
+  auto agreeOn = [&](size_t i, std::optional<size_t> &owner, auto ir::Strategy::*value,
+                     llvm::SMLoc ir::Strategy::*loc, StringRef name) {
+    const ir::Strategy &operand = *operands[i];
+    if (!(operand.*loc).isValid())
+      return;
+    if (owner && operands[*owner]->*value != operand.*value) {
+      diags.error(operandLocs[i], "the operands of '*' disagree on " + name, "composition");
+      diags.note(operandLocs[*owner], Twine("'") + operands[*owner]->name + "' sets it");
+      ok = false;
+    } else if (!owner) {
+      owner = i;
+      result.get()->*value = operand.*value;
+      result.get()->*loc = operand.*loc;
+    }
+  };
 
   for (size_t i = 0; i < operands.size(); ++i) {
     const ir::Strategy &operand = *operands[i];
@@ -1917,32 +1934,10 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
         result->contextLoc = operand.contextLoc;
       }
     }
-    if (operand.asyncTensorParallelLoc.isValid()) {
-      if (asyncTpOwner &&
-          operands[*asyncTpOwner]->asyncTensorParallel != operand.asyncTensorParallel) {
-        diags.error(operandLocs[i], "the operands of '*' disagree on async_tp", "composition");
-        diags.note(operandLocs[*asyncTpOwner],
-                   Twine("'") + operands[*asyncTpOwner]->name + "' sets it");
-        ok = false;
-      } else if (!asyncTpOwner) {
-        asyncTpOwner = i;
-        result->asyncTensorParallel = operand.asyncTensorParallel;
-        result->asyncTensorParallelLoc = operand.asyncTensorParallelLoc;
-      }
-    }
-    if (operand.sequenceParallelInputsLoc.isValid()) {
-      if (spInputsOwner &&
-          operands[*spInputsOwner]->sequenceParallelInputs != operand.sequenceParallelInputs) {
-        diags.error(operandLocs[i], "the operands of '*' disagree on sp_inputs", "composition");
-        diags.note(operandLocs[*spInputsOwner],
-                   Twine("'") + operands[*spInputsOwner]->name + "' sets it");
-        ok = false;
-      } else if (!spInputsOwner) {
-        spInputsOwner = i;
-        result->sequenceParallelInputs = operand.sequenceParallelInputs;
-        result->sequenceParallelInputsLoc = operand.sequenceParallelInputsLoc;
-      }
-    }
+    agreeOn(i, asyncTpOwner, &ir::Strategy::asyncTensorParallel,
+            &ir::Strategy::asyncTensorParallelLoc, "async_tp");
+    agreeOn(i, spInputsOwner, &ir::Strategy::sequenceParallelInputs,
+            &ir::Strategy::sequenceParallelInputsLoc, "sp_inputs");
     for (ir::State state : ir::kAllStates) {
       const ir::StatePlacement &from = operand.getPlacement(state);
       ir::StatePlacement &to = result->getPlacement(state);

@@ -746,6 +746,7 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
   unsigned optimizerAxes = optimizerMask(c.optimizer) & g.present;
   const UnitTimes &times = getUnitTimes(c);
   const UnitTraffic &traffic = getUnitTraffic(c);
+  bool regather = regathersFor(model, c);
   int64_t paramShard = states.paramShard, gradShard = states.gradShard,
           optimizerShard = states.optimizerShard;
   bool onHostParams = states.paramsOnHost, onHostOptimizer = states.optimizerOnHost;
@@ -832,7 +833,6 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
       // The products beside which they run (Analyzer::slotSeconds): every product of a pass
       // whose collectives async_tp overlaps, or the backward's column-parallel weight gradients
       // (under `wgrad`) and input gradients (beside the second gathers).
-      bool regather = regathersFor(model, c);
       auto addSlots = [&](cost::PassKind pass, cost::PassUnit &unit) {
         bool backward = pass == cost::PassKind::Backward;
         bool async = cost::overlapsTensorTraffic(c.asyncTp, !backward, backward);
@@ -1372,28 +1372,37 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
       [&](const Candidate &c) { callback(c); });
 }
 
-std::optional<std::vector<ir::Schedule>> parseSchedules(StringRef text, std::string &error) {
-  std::vector<ir::Schedule> result;
+/// A comma-separated list of `choices` spelled as ir::toString spells them, without repeats; on an
+/// unknown name returns nullopt and sets `error` to `flag 'name' is not <what>: <hint>`.
+template <typename T>
+static std::optional<std::vector<T>>
+parseChoiceList(StringRef text, std::initializer_list<T> choices, StringRef flag, StringRef what,
+                StringRef hint, std::string &error) {
+  std::vector<T> result;
   SmallVector<StringRef, 6> names;
   text.split(names, ',');
   for (StringRef name : names) {
     name = name.trim();
-    std::optional<ir::Schedule> schedule;
-    for (ir::Schedule candidate :
-         {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::Interleaved,
-          ir::Schedule::ZeroBubble, ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV})
-      if (name == ir::toString(candidate))
-        schedule = candidate;
-    if (!schedule) {
-      error = "--schedules '" + name.str() +
-              "' is not a schedule the search explores: write a comma-separated list of 1f1b, "
-              "gpipe, interleaved, zero_bubble, zbv and dualpipev";
+    const T *value = llvm::find_if(choices, [&](T choice) { return name == ir::toString(choice); });
+    if (value == choices.end()) {
+      error = (flag + " '" + name + "' is not " + what + ": " + hint).str();
       return std::nullopt;
     }
-    if (std::find(result.begin(), result.end(), *schedule) == result.end())
-      result.push_back(*schedule);
+    if (!llvm::is_contained(result, *value))
+      result.push_back(*value);
   }
   return result;
+}
+
+std::optional<std::vector<ir::Schedule>> parseSchedules(StringRef text, std::string &error) {
+  return parseChoiceList(text,
+                         {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::Interleaved,
+                          ir::Schedule::ZeroBubble, ir::Schedule::ZeroBubbleV,
+                          ir::Schedule::DualPipeV},
+                         "--schedules", "a schedule the search explores",
+                         "write a comma-separated list of 1f1b, gpipe, interleaved, zero_bubble, "
+                         "zbv and dualpipev",
+                         error);
 }
 
 /// Why a run under `kernels = eager` cannot be searched with activation mode `mode` at
@@ -1447,27 +1456,12 @@ parseActivationModes(StringRef text, const ir::Run &run, std::string &error) {
 
 std::optional<std::vector<ir::AsyncTensorParallel>> parseAsyncTensorParallel(StringRef text,
                                                                              std::string &error) {
-  std::vector<ir::AsyncTensorParallel> result;
-  SmallVector<StringRef, 4> names;
-  text.split(names, ',');
-  for (StringRef name : names) {
-    name = name.trim();
-    std::optional<ir::AsyncTensorParallel> value;
-    for (ir::AsyncTensorParallel candidate :
-         {ir::AsyncTensorParallel::Off, ir::AsyncTensorParallel::All,
-          ir::AsyncTensorParallel::Forward, ir::AsyncTensorParallel::WeightGradient})
-      if (name == ir::toString(candidate))
-        value = candidate;
-    if (!value) {
-      error = "--async-tp '" + name.str() +
-              "' is not an async_tp setting: write a comma-separated list of false, true, "
-              "forward and wgrad";
-      return std::nullopt;
-    }
-    if (!llvm::is_contained(result, *value))
-      result.push_back(*value);
-  }
-  return result;
+  return parseChoiceList(text,
+                         {ir::AsyncTensorParallel::Off, ir::AsyncTensorParallel::All,
+                          ir::AsyncTensorParallel::Forward,
+                          ir::AsyncTensorParallel::WeightGradient},
+                         "--async-tp", "an async_tp setting",
+                         "write a comma-separated list of false, true, forward and wgrad", error);
 }
 
 std::optional<std::vector<ir::Precision>> parsePrecisions(StringRef text, const ir::Run &run,

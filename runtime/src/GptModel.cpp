@@ -452,15 +452,11 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
     std::vector<float> y2l(static_cast<size_t>(Rl * h));
     normForward(saved.x1.data(), W("ln2.weight"), W("ln2.bias"), y2l.data(), saved.mean2,
                 saved.rstd2, Rl);
-    // An MoE layer's experts take the dispatched rows of the whole input (kept gathered).
     std::vector<float> y2Whole;
     const float *y2 = nullptr;
     if (isMoeLayer(layer)) {
+      // The experts take the dispatched rows of the whole input, kept gathered.
       PLACERT_TRY(gather(y2l, saved.y2));
-    } else {
-      PLACERT_TRY(gatherInput(y2l, saved.y2, y2Whole, y2));
-    }
-    if (isMoeLayer(layer)) {
       std::vector<float> o2, o2Reduced;
       PLACERT_TRY(moeForward(layer, weights, experts.weights, saved, comm, o2));
       PLACERT_TRY(reduce(o2, o2Reduced));
@@ -475,6 +471,7 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
       }
       return Status::success();
     }
+    PLACERT_TRY(gatherInput(y2l, saved.y2, y2Whole, y2));
     saved.f.resize(static_cast<size_t>(R * fl));
     saved.g.resize(static_cast<size_t>(R * fl));
     const float *down;
