@@ -767,22 +767,20 @@ RunAnalysis Analyzer::analyze() {
     stageTimes.push_back(st);
   }
 
-  // The step: the slowest stage plus the pipeline bubble, which the slowest micro-batch sets.
+  // The step: the slowest stage plus the pipeline bubble, which the stages' micro-batches set.
   const StageTime *slowest = nullptr;
-  cost::MicrobatchTimes slowestMicrobatch;
+  std::vector<cost::StageMicrobatch> stageMicrobatches;
   for (const StageTime &st : stageTimes) {
     if (!slowest || st.total >= slowest->total)
       slowest = &st;
-    cost::MicrobatchTimes times{st.forwardCompute, st.backwardCompute, st.weight,
-                                st.exposedPerMicrobatch};
-    if (times.getTotal() > slowestMicrobatch.getTotal())
-      slowestMicrobatch = times;
+    stageMicrobatches.push_back(
+        {{st.forwardCompute, st.backwardCompute, st.weight, st.exposedPerMicrobatch}, 1});
   }
   int64_t stages = static_cast<int64_t>(plan.stages.size());
   std::string bubbleFormula;
   time.bubbleSeconds =
-      cost::getBubbleSeconds(plan.schedule, stages, plan.microbatches, plan.chunks,
-                             slowestMicrobatch, options.explain ? &bubbleFormula : nullptr);
+      cost::getBubbleSeconds(plan.schedule, plan.microbatches, plan.chunks, stageMicrobatches,
+                             options.explain ? &bubbleFormula : nullptr);
   if (slowest) {
     time.computeSeconds = m * (slowest->forwardCompute + slowest->backwardCompute);
     time.exposedCommSeconds = slowest->exposed;

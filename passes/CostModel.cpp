@@ -1500,65 +1500,115 @@ bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches
   return true;
 }
 
-double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
-                        const MicrobatchTimes &times, std::string *formula) {
+namespace {
+
+/// getBubbleSeconds's formula with the numbers put in: `times` the slowest stage's, or on uneven
+/// stages the others' mean (`slowest` then the slowest stage's, which is not counted).
+std::string describeBubble(ir::Schedule schedule, bool valid, double p, int64_t microbatches,
+                           int64_t chunks, const MicrobatchTimes &times,
+                           const MicrobatchTimes *slowest) {
+  std::string what = slowest ? "the other stages' mean micro-batch" : "slowest micro-batch";
+  std::string note = slowest ? fmt::format("; uneven stages, the slowest's {} not counted",
+                                           fmtSeconds(slowest->getTotal()))
+                             : std::string();
+  std::string also = slowest ? "; " + what : std::string();
+  std::string name = ir::toString(schedule).str();
+  double f = times.forward, w = times.weight, b = times.backward - times.weight,
+         comm = times.exposed;
+  switch (valid ? schedule : ir::Schedule::OneFOneB) {
+  case ir::Schedule::OneFOneB:
+  case ir::Schedule::GPipe:
+    break;
+  case ir::Schedule::Interleaved:
+    return fmt::format("(p - 1)/v × {} = ({} - 1)/{} × {} (interleaved, m = {} a multiple of p{})",
+                       what, num(p), num(static_cast<double>(std::max<int64_t>(1, chunks))),
+                       fmtSeconds(times.getTotal()), microbatches, note);
+  case ir::Schedule::ZeroBubble:
+    return fmt::format("(p - 1) × (F + B - W + comm) = ({} - 1) × ({} + {} - {} + {}) (zero "
+                       "bubble ZB-H1, W filling the cool-down{}{})",
+                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), also,
+                       note);
+  case ir::Schedule::ZeroBubbleV:
+    return fmt::format("(p - 1) × (max(0, F + B - 2W) + comm)/2 = ({} - 1) × (max(0, {} + {} - "
+                       "2·{}) + {})/2 (ZB-V, chunks of half a stage{}{})",
+                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), also,
+                       note);
+  case ir::Schedule::DualPipeV:
+  case ir::Schedule::DualPipe:
+    return fmt::format("(p/2 - 1) × (max(0, F&B + B - 3W) + comm)/2, F&B = F + B: ({}/2 - 1) × "
+                       "(max(0, {} + 2·{} - 3·{}) + {})/2 ({}, chunks of half a stage{}{})",
+                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), name,
+                       also, note);
+  }
+  return fmt::format("(p - 1) × {} = ({} - 1) × {} ({}, m = {}{})", what, num(p),
+                     fmtSeconds(times.getTotal()), name, microbatches, note);
+}
+
+} // namespace
+
+double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chunks,
+                        ArrayRef<StageMicrobatch> stageTimes, std::string *formula) {
+  // The slowest stage, and the others' mean micro-batch: all stages' sum less the slowest, over
+  // p − 1.
+  int64_t stages = 0;
+  const MicrobatchTimes *slowest = nullptr;
+  MicrobatchTimes times;
+  for (const StageMicrobatch &stage : stageTimes) {
+    if (stage.count <= 0)
+      continue;
+    stages += stage.count;
+    if (!slowest || stage.times.getTotal() > slowest->getTotal())
+      slowest = &stage.times;
+    double count = static_cast<double>(stage.count);
+    times.forward += count * stage.times.forward;
+    times.backward += count * stage.times.backward;
+    times.weight += count * stage.times.weight;
+    times.exposed += count * stage.times.exposed;
+  }
   double p = static_cast<double>(stages);
   if (stages <= 1) {
     if (formula)
       *formula = "no pipeline";
     return 0;
   }
-  double total = times.getTotal();
+  double others = 1 / (p - 1);
+  times.forward = (times.forward - slowest->forward) * others;
+  times.backward = (times.backward - slowest->backward) * others;
+  times.weight = (times.weight - slowest->weight) * others;
+  times.exposed = (times.exposed - slowest->exposed) * others;
   double f = times.forward, w = times.weight, b = times.backward - times.weight,
          comm = times.exposed;
   bool valid = isScheduleValid(schedule, stages, microbatches, chunks);
-  std::string name = ir::toString(schedule).str();
-  double bubble = (p - 1) * total;
-  // The formula is written out only when asked for (the search calls this millions of times).
-  std::string text;
-  if (formula)
-    if (formula)
-      text = fmt::format("(p - 1) × slowest micro-batch = ({} - 1) × {} ({}, m = {})", num(p),
-                         fmtSeconds(total), name, microbatches);
+  double bubble = (p - 1) * times.getTotal();
   switch (valid ? schedule : ir::Schedule::OneFOneB) {
   case ir::Schedule::OneFOneB:
   case ir::Schedule::GPipe:
     break;
-  case ir::Schedule::Interleaved: {
-    double v = static_cast<double>(std::max<int64_t>(1, chunks));
-    bubble = (p - 1) * total / v;
-    if (formula)
-      text = fmt::format("(p - 1)/v × slowest micro-batch = ({} - 1)/{} × {} (interleaved, m = {} "
-                         "a multiple of p)",
-                         num(p), num(v), fmtSeconds(total), microbatches);
+  case ir::Schedule::Interleaved:
+    bubble /= static_cast<double>(std::max<int64_t>(1, chunks));
     break;
-  }
   case ir::Schedule::ZeroBubble:
     bubble = (p - 1) * std::max(0.0, f + b - w + comm);
-    if (formula)
-      text = fmt::format("(p - 1) × (F + B - W + comm) = ({} - 1) × ({} + {} - {} + {}) (zero "
-                         "bubble ZB-H1, W filling the cool-down)",
-                         num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm));
     break;
   case ir::Schedule::ZeroBubbleV:
     bubble = (p - 1) * (std::max(0.0, f + b - 2 * w) + comm) / 2;
-    if (formula)
-      text = fmt::format("(p - 1) × (max(0, F + B - 2W) + comm)/2 = ({} - 1) × (max(0, {} + {} - "
-                         "2·{}) + {})/2 (ZB-V, chunks of half a stage)",
-                         num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm));
     break;
   case ir::Schedule::DualPipeV:
   case ir::Schedule::DualPipe:
     bubble = (p / 2 - 1) * (std::max(0.0, f + 2 * b - 3 * w) + comm) / 2;
-    if (formula)
-      text =
-          fmt::format("(p/2 - 1) × (max(0, F&B + B - 3W) + comm)/2, F&B = F + B: ({}/2 - 1) × "
-                      "(max(0, {} + 2·{} - 3·{}) + {})/2 ({}, chunks of half a stage)",
-                      num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), name);
     break;
   }
-  if (formula)
-    *formula = text;
+  // The formula is written out only when asked for (the search calls this millions of times).
+  if (formula) {
+    bool uneven = false;
+    for (const StageMicrobatch &stage : stageTimes)
+      uneven |=
+          stage.count > 0 &&
+          (stage.times.forward != slowest->forward || stage.times.backward != slowest->backward ||
+           stage.times.weight != slowest->weight || stage.times.exposed != slowest->exposed);
+    *formula = describeBubble(schedule, valid, p, microbatches, chunks, uneven ? times : *slowest,
+                              uneven ? slowest : nullptr);
+  }
   return bubble;
 }
 

@@ -177,6 +177,9 @@ struct StageShape {
   /// Pipeline sends per micro-batch (forward and backward together) inside a node and across
   /// nodes; for the middle class, those of the middle stage with the most sends across nodes.
   int64_t intraSends = 0, interSends = 0;
+  /// The stages the class stands for (p − 2 for the middle class, else 1), and their sends
+  /// together: the middle stages differ only in their sends, which the bubble sums.
+  int64_t count = 1, sumIntraSends = 0, sumInterSends = 0;
   /// Tied embeddings with the embedding and the head on this stage: the embedding stays
   /// gathered from its forward through the head's (cost::getStageMemory).
   int64_t tiedEmbedParams = 0;
@@ -591,12 +594,18 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
     if (config.tiedEmbeddings && hasEmbedding && shape.hasHead)
       shape.tiedEmbedParams = unitParams[-1];
     std::tie(shape.intraSends, shape.interSends) = linksOf(stage);
-    if (stage == 1)
+    shape.sumIntraSends = shape.intraSends;
+    shape.sumInterSends = shape.interSends;
+    if (stage == 1 && pp > 2) {
+      shape.count = pp - 2;
       for (int64_t middle = 2; middle + 1 < pp; ++middle) {
         auto links = linksOf(middle);
+        shape.sumIntraSends += links.first;
+        shape.sumInterSends += links.second;
         if (links.second > shape.interSends)
           std::tie(shape.intraSends, shape.interSends) = links;
       }
+    }
     result.push_back(std::move(shape));
   }
   lastShapesKey = key;
@@ -719,9 +728,12 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
     lastTimeKey = timeKey;
   }
   // The stages with this candidate's pipeline sends (their count depends on the chunks).
+  // Each class's micro-batch with how many stages have it: the middle class's worst stage once
+  // and the other middle stages at their mean sends.
   double m = static_cast<double>(c.microbatches);
   double slowestStage = 0;
-  cost::MicrobatchTimes slowestMicrobatch;
+  cost::StageMicrobatch microbatches[4];
+  size_t numMicrobatches = 0;
   for (size_t i = 0; i < stageShapes.size(); ++i) {
     const StageShape &shape = stageShapes[i];
     const StageTimes &stage = lastStages[i];
@@ -730,13 +742,21 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
                                   stage.critical + stage.passes;
     double exposed = m * exposedPerMicrobatch + stage.step;
     slowestStage = std::max(slowestStage, m * stage.compute + exposed + stage.optimizer);
-    cost::MicrobatchTimes microbatch{stage.forward, stage.backward, stage.weight,
-                                     exposedPerMicrobatch};
-    if (microbatch.getTotal() > slowestMicrobatch.getTotal())
-      slowestMicrobatch = microbatch;
+    microbatches[numMicrobatches++] = {
+        {stage.forward, stage.backward, stage.weight, exposedPerMicrobatch}, 1};
+    if (shape.count > 1) {
+      double others = static_cast<double>(shape.count - 1);
+      double sends = (static_cast<double>(shape.sumIntraSends - shape.intraSends) * lastSendIntra +
+                      static_cast<double>(shape.sumInterSends - shape.interSends) * lastSendInter) /
+                     others;
+      microbatches[numMicrobatches++] = {
+          {stage.forward, stage.backward, stage.weight, sends + stage.critical + stage.passes},
+          shape.count - 1};
+    }
   }
-  verdict.stepSeconds = slowestStage + cost::getBubbleSeconds(c.schedule, c.pp, c.microbatches,
-                                                              c.chunks, slowestMicrobatch);
+  verdict.stepSeconds =
+      slowestStage + cost::getBubbleSeconds(c.schedule, c.microbatches, c.chunks,
+                                            ArrayRef(microbatches, numMicrobatches));
 }
 
 void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::StageStates &states,

@@ -1068,10 +1068,12 @@ TEST(AnalysisPipeline, InterleavedAndGPipe) {
 }
 
 TEST(AnalysisPipeline, BubbleFraction) {
-  // (p − 1)/m of the ideal step for 1F1B and GPipe, (p − 1)/(m·v) interleaved. The bubble is
-  // counted in micro-batch times of the slowest stage, its point-to-point sends included, so the
-  // fraction is exact against compute plus exposed communication, and against compute alone
-  // when the links are (nearly) free.
+  // (p − 1)/m of the ideal step for 1F1B and GPipe, (p − 1)/(m·v) interleaved, on equal stages.
+  // Here the last stage also holds the head, so the others, which fill and drain the pipeline,
+  // are lighter than the slowest stage: the bubble (their micro-batches, point-to-point sends
+  // included) is under (p − 1)/(m·v) of the slowest stage's compute plus exposed communication,
+  // by at most the head's share of a stage (under 15 % for 6 to 24 layers of this model and its
+  // 1,024-entry vocabulary); equal stages are exact (CostModelTest.BubblesOfEverySchedule).
   for (bool fast : {false, true}) {
     SCOPED_TRACE(fast ? "fast links" : "A100 links");
     Session session(fast ? pipelineProgram("intra_bandwidth = 1000000 TB/s; "
@@ -1089,10 +1091,12 @@ TEST(AnalysisPipeline, BubbleFraction) {
         ASSERT_NE(result, nullptr);
         const analysis::TimeReport &time = result->analysis.time;
         double expected = (pd - 1) / (m * v);
-        EXPECT_REL(time.bubbleSeconds / (time.computeSeconds + time.exposedCommSeconds), expected,
-                   1e-12);
+        double fraction = time.bubbleSeconds / (time.computeSeconds + time.exposedCommSeconds);
+        EXPECT_LT(fraction, expected * (1 - 1e-6));
+        EXPECT_GT(fraction, expected * 0.85);
         if (fast) {
-          EXPECT_REL(time.bubbleSeconds / time.computeSeconds, expected, 1e-6);
+          EXPECT_LT(time.bubbleSeconds / time.computeSeconds, expected * (1 - 1e-6));
+          EXPECT_GT(time.bubbleSeconds / time.computeSeconds, expected * 0.85);
         }
         EXPECT_REL(time.stepSeconds,
                    time.computeSeconds + time.exposedCommSeconds + time.bubbleSeconds, 1e-12);

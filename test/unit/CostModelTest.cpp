@@ -308,25 +308,129 @@ TEST(CostModelTest, BubblesOfEverySchedule) {
   times.weight = 2;   // W
   times.exposed = 1;  // pipeline communication per micro-batch
   int64_t p = 8, m = 32;
+  StageMicrobatch stages[] = {{times, p}}; // p equal stages
   // 1F1B and GPipe: (p − 1)(F + B + comm) (Narayanan et al. 2021 §2.2).
-  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::OneFOneB, p, m, 1, times), 7 * 10.0);
-  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::GPipe, p, m, 1, times), 7 * 10.0);
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::OneFOneB, m, 1, stages), 7 * 10.0);
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::GPipe, m, 1, stages), 7 * 10.0);
   // Interleaved with v = 4: divided by v.
-  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::Interleaved, p, m, 4, times), 7 * 10.0 / 4);
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::Interleaved, m, 4, stages), 7 * 10.0 / 4);
   // ZB-H1: (p − 1)(F + B − W + comm) (Qi et al. 2024 §2.1), B the input-gradient pass.
-  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubble, p, m, 1, times),
-                   7 * (3 + 4 - 2 + 1.0));
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubble, m, 1, stages), 7 * (3 + 4 - 2 + 1.0));
   // ZB-V: (p − 1)(F + B − 2W + comm)/2 on chunks of half a stage (Qi et al. 2024 §4).
-  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubbleV, p, m, 2, times),
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubbleV, m, 2, stages),
                    7 * (3 + 4 - 4 + 1.0) / 2);
   // DualPipeV: (p/2 − 1)(F&B + B − 3W + comm)/2 with F&B = F + B (DeepSeek-V3 report, Table 2,
   // half-stage chunks).
-  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::DualPipeV, p, m, 2, times),
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::DualPipeV, m, 2, stages),
                    3 * ((3 + 4) + 4 - 6 + 1.0) / 2);
   // When the weight passes are longer than what they must hide, no negative bubble.
   MicrobatchTimes heavy = times;
   heavy.weight = 6;
-  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubbleV, p, m, 2, heavy), 7 * 1.0 / 2);
+  StageMicrobatch heavyStages[] = {{heavy, p}};
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubbleV, m, 2, heavyStages), 7 * 1.0 / 2);
+  // The same stages given one by one: the same bubble.
+  std::vector<StageMicrobatch> each(static_cast<size_t>(p), {times, 1});
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::OneFOneB, m, 1, each), 7 * 10.0);
+  // One stage: no pipeline.
+  StageMicrobatch one[] = {{times, 1}};
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::OneFOneB, m, 1, one), 0.0);
+}
+
+/// The makespan of Megatron-LM's 1F1B schedule over stages with forward times f and backward
+/// times b, communication free: each stage runs min(p − s − 1, m) warm-up forwards, then
+/// alternates a forward and a backward, then drains its backwards; a forward waits for the
+/// previous stage's forward of the same micro-batch, a backward for the next stage's backward
+/// (Narayanan et al. 2021, §2.2, Figure 4). An event simulation, independent of the formula.
+double simulateOneFOneB(const std::vector<double> &f, const std::vector<double> &b, int m) {
+  int p = static_cast<int>(f.size());
+  struct Step {
+    bool forward;
+    int microbatch;
+  };
+  std::vector<std::vector<Step>> order(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s) {
+    int warmup = std::min(p - s - 1, m), next = 0, back = 0;
+    for (; next < warmup; ++next)
+      order[s].push_back({true, next});
+    for (; next < m; ++next, ++back) {
+      order[s].push_back({true, next});
+      order[s].push_back({false, back});
+    }
+    for (; back < m; ++back)
+      order[s].push_back({false, back});
+  }
+  // done[stage][forward?][micro-batch]: when it finished, or -1.
+  std::vector<std::vector<std::vector<double>>> done(
+      static_cast<size_t>(p), std::vector<std::vector<double>>(2, std::vector<double>(m, -1)));
+  std::vector<size_t> position(static_cast<size_t>(p), 0);
+  std::vector<double> clock(static_cast<size_t>(p), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s)
+      while (position[s] < order[s].size()) {
+        Step step = order[s][position[s]];
+        double ready = step.forward ? (s == 0 ? 0 : done[s - 1][1][step.microbatch])
+                                    : (s == p - 1 ? done[s][1][step.microbatch]
+                                                  : done[s + 1][0][step.microbatch]);
+        if (ready < 0)
+          break;
+        clock[s] = std::max(clock[s], ready) + (step.forward ? f[s] : b[s]);
+        done[s][step.forward ? 1 : 0][step.microbatch] = clock[s];
+        ++position[s];
+        progress = true;
+      }
+  }
+  return *std::max_element(clock.begin(), clock.end());
+}
+
+TEST(CostModelTest, BubbleOfUnevenStages) {
+  // Stages of 1F1B with different times (the embedding on the first, the head on the last): the
+  // step is m·t of the slowest stage plus the bubble. With the slowest stage last, the schedule's
+  // simulated makespan is exactly m·t_last + Σ of the others' t; with it elsewhere, the bubble is
+  // an upper bound, tighter than (p − 1)·t_max.
+  struct Case {
+    std::vector<double> f, b;
+    int m;
+  };
+  std::vector<Case> cases = {
+      {{1.0, 1.1, 0.9, 1.6}, {2.0, 2.1, 1.9, 3.2}, 8}, // head on the last stage
+      {{1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.3}, {2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.6}, 3},
+      {{1.2, 1.0, 1.0, 1.1}, {2.3, 2.0, 2.0, 2.2}, 1},            // one micro-batch
+      {{1.6, 1.0, 1.1, 0.9}, {3.1, 2.0, 2.2, 1.8}, 8},            // the slowest first
+      {{1.0, 1.7, 1.0, 1.0, 1.2}, {2.0, 3.3, 2.0, 2.0, 2.4}, 10}, // the slowest in the middle
+  };
+  for (const Case &c : cases) {
+    size_t p = c.f.size();
+    std::vector<StageMicrobatch> stages;
+    size_t slowest = 0;
+    for (size_t s = 0; s < p; ++s) {
+      MicrobatchTimes times;
+      times.forward = c.f[s];
+      times.backward = c.b[s];
+      stages.push_back({times, 1});
+      if (c.f[s] + c.b[s] > c.f[slowest] + c.b[slowest])
+        slowest = s;
+    }
+    double tMax = c.f[slowest] + c.b[slowest];
+    double step = c.m * tMax + getBubbleSeconds(ir::Schedule::OneFOneB, c.m, 1, stages);
+    double simulated = simulateOneFOneB(c.f, c.b, c.m);
+    if (slowest == p - 1)
+      EXPECT_NEAR(step, simulated, 1e-9) << "m = " << c.m;
+    else
+      EXPECT_GE(step, simulated - 1e-9) << "m = " << c.m;
+    EXPECT_LE(step, (c.m + static_cast<double>(p) - 1) * tMax + 1e-9);
+  }
+  // Interleaving divides the other stages' sum by v.
+  MicrobatchTimes light, heavy;
+  light.forward = 1;
+  light.backward = 2;
+  heavy.forward = 2;
+  heavy.backward = 4;
+  StageMicrobatch uneven[] = {{light, 3}, {heavy, 1}};
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::Interleaved, 8, 2, uneven), 3 * 3.0 / 2);
+  std::string formula;
+  getBubbleSeconds(ir::Schedule::OneFOneB, 8, 1, uneven, &formula);
+  EXPECT_NE(formula.find("the other stages' mean micro-batch"), std::string::npos) << formula;
 }
 
 TEST(CostModelTest, InFlightMicrobatches) {

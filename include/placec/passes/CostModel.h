@@ -466,17 +466,24 @@ PassUnit getStepPassUnit(const PassUnit &backward, double stepReduce);
 bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
                      std::string *why = nullptr);
 
-/// One micro-batch of the slowest stage: its forward, its backward (recomputation and the
-/// weight gradients included), the weight gradients' part of it, and the communication it
-/// exposes, in seconds.
+/// One micro-batch of a stage: its forward, its backward (recomputation and the weight
+/// gradients included), the weight gradients' part of it, and the communication it exposes, in
+/// seconds.
 struct MicrobatchTimes {
   double forward = 0, backward = 0, weight = 0, exposed = 0;
   double getTotal() const { return forward + backward + exposed; }
 };
 
-/// The pipeline bubble: the time the slowest stage idles in a step. With F, B (the input
-/// gradients) and W (the weight gradients) of a micro-batch and t = F + B + W + its exposed
-/// communication:
+/// A stage's micro-batch times and how many stages of the pipeline have them (the search groups
+/// identical stages; the analysis gives each stage with a count of one).
+struct StageMicrobatch {
+  MicrobatchTimes times;
+  int64_t count = 1;
+};
+
+/// The pipeline bubble: the time the slowest stage idles in a step, p = the stages' total count.
+/// With F, B (the input gradients) and W (the weight gradients) of a micro-batch and t = F + B +
+/// W + its exposed communication, on p equal stages:
 ///   1F1B, GPipe: (p − 1)·t for every m ≥ 1 (the first micro-batch reaches the last stage after
 ///     p − 1 stage times and the last backward returns as late; Huang et al. 2019, Narayanan
 ///     et al. 2021 §2.2: a fraction (p − 1)/m of the ideal m·t);
@@ -485,9 +492,15 @@ struct MicrobatchTimes {
 ///   ZB-V: (p − 1)·(F + B − 2W)/2 + (p − 1)·comm/2, on chunks of half a stage (Qi et al. 2024, §4);
 ///   DualPipeV: (p/2 − 1)·(F&B + B − 3W) on half-stage chunks, F&B = F + B (DeepSeek-AI 2024,
 ///     DualPipe, Table 2 of the DeepSeek-V3 report).
-/// Negative differences are no bubble.
-double getBubbleSeconds(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
-                        const MicrobatchTimes &times, std::string *formula = nullptr);
+/// On uneven stages (the embedding on the first, the head on the last, uneven splits), the stage
+/// with the largest t works through its m micro-batches while the others fill the pipeline before
+/// it and drain it after: each (p − 1)·X above becomes the sum of X over the other p − 1 stages
+/// (for DualPipeV, that sum × (p/2 − 1)/(p − 1)), computed as p − 1 times the other stages' mean
+/// micro-batch. For 1F1B and GPipe this is the exact step of the schedule when the slowest stage
+/// is the last (m·t_last + Σ_{i ≠ last} t_i), and an upper bound, tighter than (p − 1)·t_max,
+/// when it is another. Negative differences are no bubble.
+double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chunks,
+                        llvm::ArrayRef<StageMicrobatch> stages, std::string *formula = nullptr);
 
 //===----------------------------------------------------------------------===//
 // The cost model of a cluster
