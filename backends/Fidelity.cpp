@@ -18,20 +18,23 @@ namespace placec::report {
 
 namespace {
 
-/// Mean and largest absolute relative error over the rows with a value.
+/// Mean and largest absolute relative error over the rows with a value, and the mean signed
+/// error (how far a source's rows lean one way).
 struct ErrorSummary {
   unsigned count = 0;
-  double sum = 0, max = 0;
+  double sum = 0, signedSum = 0, max = 0;
   std::string worst;
   void add(double error, const std::string &name) {
     ++count;
     sum += std::fabs(error);
+    signedSum += error;
     if (std::fabs(error) >= max) {
       max = std::fabs(error);
       worst = name;
     }
   }
   double mean() const { return count ? sum / count : 0; }
+  double signedMean() const { return count ? signedSum / count : 0; }
 };
 
 std::string signedPercent(double fraction) { return fmt::format("{:+.1f} %", 100 * fraction); }
@@ -48,13 +51,14 @@ double FidelityRow::getMemoryError() const {
 
 bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, bool json,
                    raw_ostream &os) {
-  std::map<std::string, ErrorSummary> stepBySet, memoryBySet;
+  std::map<std::string, ErrorSummary> stepBySet, memoryBySet, stepByFile;
   ErrorSummary step, memory;
   for (const FidelityRow &row : rows) {
     std::string name = row.file + ":" + row.run;
     if (row.measuredStep) {
       step.add(row.getStepError(), name);
       stepBySet[row.set].add(row.getStepError(), name);
+      stepByFile[row.file].add(row.getStepError(), row.run);
     }
     if (row.measuredMemory) {
       memory.add(row.getMemoryError(), name);
@@ -71,6 +75,7 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
       out.attributeObject(key, [&] {
         out.attribute("rows", value.count);
         out.attribute("mean_abs_error", value.mean());
+        out.attribute("mean_error", value.signedMean());
         out.attribute("max_abs_error", value.max);
         out.attribute("worst", value.worst);
       });
@@ -102,6 +107,10 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
         for (const auto &[set, value] : stepBySet)
           summary(set, value);
       });
+      out.attributeObject("step_by_file", [&] {
+        for (const auto &[file, value] : stepByFile)
+          summary(file, value);
+      });
       out.attribute("within_limits", stepOk && memoryOk);
     });
     os << "\n";
@@ -125,6 +134,23 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
                         "of the fullest stage; GB = 10^9 bytes");
   renderText(table, os);
   os << "\n";
+  // Each source's rows together: a source whose rows all lean one way (a framework, a software
+  // era, a system) shows it in its mean signed error.
+  if (stepByFile.size() > 1) {
+    Table sources;
+    sources.title = "Step time by source";
+    sources.header = {"file", "rows", "mean |error|", "mean error", "max |error|", "worst run"};
+    sources.leftColumns = {0, 5};
+    for (const auto &[file, value] : stepByFile)
+      sources.addRow({file, formatInteger(static_cast<double>(value.count)),
+                      fmt::format("{:.1f} %", 100 * value.mean()),
+                      signedPercent(value.signedMean()), fmt::format("{:.1f} %", 100 * value.max),
+                      value.worst});
+    sources.notes.push_back("mean error: the mean of the signed errors; negative, the source's "
+                            "steps are predicted faster than measured");
+    renderText(sources, os);
+    os << "\n";
+  }
   auto line = [&](StringRef what, const ErrorSummary &value) {
     if (value.count == 0)
       return;

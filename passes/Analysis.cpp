@@ -885,6 +885,29 @@ RunAnalysis Analyzer::analyze() {
                : "",
            stageText),
        time.exposedCommSeconds, "s"});
+  if (stages > 1) {
+    // Each stage's micro-batch, runs of equal stages together: what the bubble sums, and where a
+    // pipeline is out of balance.
+    std::string list;
+    double longest = 0;
+    for (size_t i = 0; i < stageMicrobatches.size();) {
+      double total = stageMicrobatches[i].times.getTotal();
+      std::string shown = seconds(total);
+      size_t j = i + 1;
+      while (j < stageMicrobatches.size() &&
+             seconds(stageMicrobatches[j].times.getTotal()) == shown)
+        ++j;
+      longest = std::max(longest, total);
+      list += fmt::format(
+          "{}{} {}", list.empty() ? "" : ", ",
+          j - i == 1 ? fmt::format("stage {}", i) : fmt::format("stages {}-{}", i, j - 1), shown);
+      i = j;
+    }
+    explanation.time.push_back(
+        {"stages",
+         fmt::format("each stage's micro-batch, forward + backward + exposed comm: {}", list),
+         longest, "s"});
+  }
   explanation.time.push_back({"bubble", bubbleFormula, time.bubbleSeconds, "s"});
   explanation.time.push_back(
       {"step",

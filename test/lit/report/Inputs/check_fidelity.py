@@ -1,0 +1,39 @@
+# Recomputes `placec fidelity --format=json`'s summaries from its rows' predicted and measured
+# values: each row's error, and the mean |error|, mean signed error, max |error| and worst run of
+# every set, every source file and the whole step. `python3 check_fidelity.py < fidelity.json`.
+import json
+import sys
+
+data = json.load(sys.stdin)
+groups = {"all": [], "set": {}, "file": {}}
+for row in data["rows"]:
+    if "measured_step_s" not in row:
+        continue
+    error = (row["predicted_step_s"] - row["measured_step_s"]) / row["measured_step_s"]
+    assert abs(error - row["step_error"]) <= 1e-12, row
+    groups["all"].append((error, row["file"] + ":" + row["run"]))
+    groups["set"].setdefault(row["set"], []).append((error, row["file"] + ":" + row["run"]))
+    groups["file"].setdefault(row["file"], []).append((error, row["run"]))
+
+
+def check(summary, errors, what):
+    assert summary["rows"] == len(errors), what
+    mean_abs = sum(abs(e) for e, _ in errors) / len(errors)
+    mean = sum(e for e, _ in errors) / len(errors)
+    worst_error, worst = max(errors, key=lambda item: abs(item[0]))
+    assert abs(summary["mean_abs_error"] - mean_abs) <= 1e-12, what
+    assert abs(summary["mean_error"] - mean) <= 1e-12, what
+    assert abs(summary["max_abs_error"] - abs(worst_error)) <= 1e-12, what
+    assert summary["worst"] == worst or abs(
+        abs(dict((n, e) for e, n in errors)[summary["worst"]]) - abs(worst_error)) <= 1e-15, what
+
+
+check(data["step"], groups["all"], "all")
+assert sorted(data["step_by_set"]) == sorted(groups["set"])
+for name, errors in groups["set"].items():
+    check(data["step_by_set"][name], errors, name)
+assert sorted(data["step_by_file"]) == sorted(groups["file"])
+for name, errors in groups["file"].items():
+    check(data["step_by_file"][name], errors, name)
+print("fidelity summaries agree with the rows:", len(groups["all"]), "rows,",
+      len(groups["file"]), "files")
