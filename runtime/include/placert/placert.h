@@ -6,7 +6,7 @@
 #define PLACERT_PLACERT_H
 
 #define PLACERT_VERSION_MAJOR 0
-#define PLACERT_VERSION_MINOR 4
+#define PLACERT_VERSION_MINOR 5
 #define PLACERT_VERSION_PATCH 0
 #define PLACERT_STRINGIFY_(x) #x
 #define PLACERT_STRINGIFY(x) PLACERT_STRINGIFY_(x)
@@ -624,6 +624,7 @@ public:
   /// their weight gradients (`sp_inputs = regather`, Megatron-LM's way; the plan then lists
   /// that all-gather before each of their input gradients' reduce-scatters), rather than keep
   /// the gathered input (`sp_inputs = keep`, the default here). Call it before the first step.
+  /// Since placert 0.5.
   void setRegatherInputs(bool regather);
 
   /// The unit's forward with the collectives the plan lists after it, in order.
