@@ -429,7 +429,7 @@ void Emitter::emitMain() {
     IndentedStream::Scope ifBlock(os, "if (!status.isOk())");
     os.line("std::fprintf(stderr, \"" + run.name +
             ": error: %s\\n\", status.getMessage().c_str());");
-    os.line("return 2;");
+    os.line("return 1;");
   }
   os.line("if (help)");
   os.line("  return 0;");

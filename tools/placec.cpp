@@ -27,6 +27,8 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
+#include <fmt/format.h>
 #include <map>
 #include <optional>
 #include <string>
@@ -165,15 +167,15 @@ cl::opt<int64_t> importSeq("seq",
                            cl::value_desc("tokens"), cl::init(0), cl::cat(placecCategory));
 cl::opt<double> fidelityMaxMeanError(
     "max-mean-error",
-    cl::desc("fidelity: fail when the mean step-time error exceeds this (percent)"), cl::init(-1),
+    cl::desc("fidelity: fail when the mean step-time error exceeds this (percent)"), cl::init(0),
     cl::cat(placecCategory));
 cl::opt<double>
     fidelityMaxError("max-error",
                      cl::desc("fidelity: fail when a step-time error exceeds this (percent)"),
-                     cl::init(-1), cl::cat(placecCategory));
+                     cl::init(0), cl::cat(placecCategory));
 cl::opt<double> fidelityMaxMemoryError(
     "max-memory-error", cl::desc("fidelity: fail when a peak-memory error exceeds this (percent)"),
-    cl::init(-1), cl::cat(placecCategory));
+    cl::init(0), cl::cat(placecCategory));
 cl::opt<std::string> placertDir(
     "placert-dir",
     cl::desc("compile: where the generated CMakeLists.txt looks for placert first (default: the "
@@ -493,6 +495,16 @@ int runSearch() {
   SourceMgr sourceMgr;
   DiagnosticEngine diags(sourceMgr);
   diags.setErrorLimit(errorLimit);
+  // Counts given on the command line are 1 or more (not given: the cluster's devices, 5 plans).
+  if (searchDevices.getNumOccurrences() && searchDevices <= 0) {
+    printError(fmt::format("--devices: expected a device count of 1 or more, got {}",
+                           static_cast<int64_t>(searchDevices)));
+    return 1;
+  }
+  if (searchTop.getNumOccurrences() && searchTop == 0) {
+    printError("--top: expected 1 or more plans, got 0");
+    return 1;
+  }
   std::unique_ptr<ir::Program> program = loadProgram(inputFiles[0], diags);
   if (!program || diags.hasErrors())
     return 1;
@@ -619,11 +631,12 @@ int runImport() {
                "are for DeepSpeed configs, torchtitan jobs and Megatron-LM flags");
     return 1;
   }
-  if (kind != Kind::HuggingFace && importSeq != 0) {
+  if (kind != Kind::HuggingFace && importSeq.getNumOccurrences()) {
     printError("--seq is for a model declared from a Hugging Face config.json");
     return 1;
   }
-  if (kind == Kind::HuggingFace && importSeq < 0) {
+  // Given, it is 1 or more (0 is not taken for "max_position_embeddings").
+  if (kind == Kind::HuggingFace && importSeq.getNumOccurrences() && importSeq <= 0) {
     printError("--seq must be a whole number of at least 1");
     return 1;
   }
@@ -869,13 +882,26 @@ int runFidelity() {
     printError("no run in the inputs records measured_step or measured_memory");
     return 1;
   }
+  // A limit given is a finite percentage, zero or more; one not given is no limit.
   report::FidelityLimits limits;
-  auto limit = [](double percent) -> std::optional<double> {
-    return percent >= 0 ? std::optional<double>(percent / 100) : std::nullopt;
+  bool limitsOk = true;
+  auto limit = [&](const cl::opt<double> &option) -> std::optional<double> {
+    if (!option.getNumOccurrences())
+      return std::nullopt;
+    double percent = option;
+    if (!std::isfinite(percent) || percent < 0) {
+      printError(fmt::format("--{}: expected a finite percentage of 0 or more, got {}",
+                             option.ArgStr.str(), percent));
+      limitsOk = false;
+      return std::nullopt;
+    }
+    return percent / 100;
   };
   limits.maxMeanStepError = limit(fidelityMaxMeanError);
   limits.maxStepError = limit(fidelityMaxError);
   limits.maxMemoryError = limit(fidelityMaxMemoryError);
+  if (!limitsOk)
+    return 1;
   if (outputFormat != report::Format::Text && outputFormat != report::Format::Json) {
     printError("fidelity prints text or --format=json");
     return 1;
