@@ -203,6 +203,10 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
     if (pipeline.embeddingLayer || pipeline.lossLayer)
       refuse(pipeline.loc, "the embedding or the loss counted as a pipeline layer",
              "placert's pipeline executor splits the layers evenly among the stages");
+    if (pipeline.scatterSends)
+      refuse(pipeline.loc, "sends = scatter",
+             "placert's pipeline executor sends each stage's activations whole from every "
+             "tensor-parallel rank; scattered sends are analysed, not compiled");
   }
   const ir::StatePlacement &activations = strategy.getPlacement(ir::State::Activations);
   if (activations.tier != ir::Tier::Device)

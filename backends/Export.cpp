@@ -167,6 +167,15 @@ public:
                                             : "torchtitan") +
              " computes the loss over the whole micro-batch's logits (write cross_entropy = " +
              (target == Target::Torchtitan ? "unfused" : "fused") + ")");
+    // DeepSpeed's config has no pipeline (refused below); Megatron-Core and PyTorch's pipelining
+    // send the boundary whole from every tensor-parallel rank.
+    if (target != Target::DeepSpeed && strategy.pipeline && strategy.pipeline->scatterSends)
+      refuse(Twine("pipeline sends = scatter: ") +
+             (target == Target::Megatron
+                  ? "Megatron-LM has sent the activations between stages whole since its "
+                    "pipeline moved to Megatron-Core (January 2023)"
+                  : "PyTorch's pipelining sends the activations between stages whole") +
+             " (write sends = whole)");
     if (target == Target::DeepSpeed && (!view.expertAxes.empty() || run.model->isMoe()))
       refuse("mixture-of-experts layers: DeepSpeed-MoE is configured in the model code (its "
              "MoE layer's ep_size), not in the JSON config");

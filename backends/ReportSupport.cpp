@@ -330,6 +330,8 @@ std::string describePipeline(const ir::Strategy &strategy, int64_t microbatches)
     text += ", embedding_layer = true";
   if (pipeline.lossLayer)
     text += ", loss_layer = true";
+  if (pipeline.scatterSends)
+    text += ", sends = scatter";
   return text + ")";
 }
 

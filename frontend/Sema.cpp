@@ -1760,13 +1760,20 @@ bool Sema::bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env,
         continue;
       }
       (key == "embedding_layer" ? pipeline.embeddingLayer : pipeline.lossLayer) = *value;
+    } else if (key == "sends") {
+      std::optional<std::string> value = getChoice(*arg.value, key, {"whole", "scatter"});
+      if (!value) {
+        ok = false;
+        continue;
+      }
+      pipeline.scatterSends = *value == "scatter";
     } else {
       StringRef options = pipeline.schedule == ir::Schedule::Interleaved
-                              ? "microbatches, chunks, embedding_layer and loss_layer"
+                              ? "microbatches, chunks, embedding_layer, loss_layer and sends"
                           : pipeline.chunks > 1
-                              ? "microbatches, embedding_layer and loss_layer"
+                              ? "microbatches, embedding_layer, loss_layer and sends"
                               : "microbatches, first and last (the layers of the first and last "
-                                "stages), embedding_layer and loss_layer";
+                                "stages), embedding_layer, loss_layer and sends";
       diags.error(loc, Twine("pipeline schedule '") + spec.schedule + "' has no option '" + key +
                            "'; its options are " + options);
       ok = false;

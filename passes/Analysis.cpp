@@ -199,7 +199,8 @@ private:
   /// products' inputs, beside their own products (isAsyncTensor), and ring attention's
   /// exchanges, beside the whole unit.
   bool isAsyncTensor(const Op &op) const {
-    return (op.regather || overlapsTensorTraffic(op.phase == plan::Phase::Forward || op.recomputed,
+    return !op.boundary &&
+           (op.regather || overlapsTensorTraffic(op.phase == plan::Phase::Forward || op.recomputed,
                                                  op.inputGradient)) &&
            op.state == ir::State::Activations && plan::isCollective(op.kind) && !op.axes.empty() &&
            llvm::all_of(op.axes, [&](unsigned axis) {

@@ -129,6 +129,34 @@ private:
   Op computeOp(int unitIndex, const Unit &unit, cost::PassKind pass) const;
   /// Elements of the activation tensor that crosses a stage boundary, per micro-batch.
   int64_t boundaryElements() const;
+  /// Whether each tensor-parallel rank sends only its slice of the boundary (`sends = scatter`).
+  bool scattersSends() const {
+    return strategy.pipeline && strategy.pipeline->scatterSends && tensorDegree > 1;
+  }
+  /// Elements each rank sends and receives across a stage boundary, per micro-batch.
+  int64_t sentElements() const {
+    return scattersSends() ? boundaryElements() / tensorDegree : boundaryElements();
+  }
+  /// A boundary send or receive, and after a receive of scattered slices their all-gather over
+  /// the tensor axes.
+  void boundaryTransfer(std::vector<Op> &ops, OpKind kind, Phase phase, int unit, int peer,
+                        std::string reason) const {
+    DType type = plan->activationType;
+    Op op = collective(kind, phase, ir::State::Activations, unit, {}, sentElements(), type, true,
+                       std::move(reason));
+    op.peerStage = peer;
+    op.boundary = true;
+    if (layersAxis)
+      op.axes = {*layersAxis};
+    ops.push_back(op);
+    if (kind == OpKind::Recv && scattersSends()) {
+      Op gather = collective(OpKind::AllGather, phase, ir::State::Activations, unit, tensorAxes,
+                             boundaryElements(), type, true,
+                             "sends = scatter: the received slices, gathered over tp");
+      gather.boundary = true;
+      ops.push_back(gather);
+    }
+  }
   bool isLayer(const Unit &unit) const {
     return unit.layer >= 0 && unit.layer < model.getNumLayers();
   }
@@ -539,12 +567,8 @@ void Lowering::lowerStage(StagePlan &stage) {
       continue;
     int x = expertsOf(index);
     if (stages > 1 && chunkStart(unit)) {
-      Op op = collective(OpKind::Recv, Phase::Forward, ir::State::Activations, u, {},
-                         boundaryElements(), aType, true, "activations from the previous stage");
-      op.peerStage = prevStageOf(unit);
-      if (layersAxis)
-        op.axes = {*layersAxis};
-      stage.forward.push_back(op);
+      boundaryTransfer(stage.forward, OpKind::Recv, Phase::Forward, u, prevStageOf(unit),
+                       "activations from the previous stage");
     }
     bringIn(stage.forward, Phase::Forward, u, unit, "its forward");
     if (x >= 0)
@@ -570,12 +594,8 @@ void Lowering::lowerStage(StagePlan &stage) {
                 "the tied embedding after the head's forward");
     }
     if (stages > 1 && chunkEnd(unit)) {
-      Op op = collective(OpKind::Send, Phase::Forward, ir::State::Activations, u, {},
-                         boundaryElements(), aType, true, "activations to the next stage");
-      op.peerStage = nextStageOf(unit);
-      if (layersAxis)
-        op.axes = {*layersAxis};
-      stage.forward.push_back(op);
+      boundaryTransfer(stage.forward, OpKind::Send, Phase::Forward, u, nextStageOf(unit),
+                       "activations to the next stage");
     }
   }
 
@@ -587,13 +607,8 @@ void Lowering::lowerStage(StagePlan &stage) {
       continue;
     int x = expertsOf(index);
     if (stages > 1 && chunkEnd(unit)) {
-      Op op =
-          collective(OpKind::Recv, Phase::Backward, ir::State::Activations, u, {},
-                     boundaryElements(), aType, true, "activation gradients from the next stage");
-      op.peerStage = nextStageOf(unit);
-      if (layersAxis)
-        op.axes = {*layersAxis};
-      stage.backward.push_back(op);
+      boundaryTransfer(stage.backward, OpKind::Recv, Phase::Backward, u, nextStageOf(unit),
+                       "activation gradients from the next stage");
     }
     if (!keepAfterForward && !(tiedHere && u == embedUnit)) {
       bringIn(stage.backward, Phase::Backward, u, unit, "its backward");
@@ -656,13 +671,8 @@ void Lowering::lowerStage(StagePlan &stage) {
                        "optimizer @ host: this rank's gradient shard goes to the host"));
     }
     if (stages > 1 && chunkStart(unit)) {
-      Op op =
-          collective(OpKind::Send, Phase::Backward, ir::State::Activations, u, {},
-                     boundaryElements(), aType, true, "activation gradients to the previous stage");
-      op.peerStage = prevStageOf(unit);
-      if (layersAxis)
-        op.axes = {*layersAxis};
-      stage.backward.push_back(op);
+      boundaryTransfer(stage.backward, OpKind::Send, Phase::Backward, u, prevStageOf(unit),
+                       "activation gradients to the previous stage");
     }
   }
 

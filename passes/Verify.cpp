@@ -608,6 +608,22 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                  "placement");
     ok = false;
   }
+  // `sends = scatter` splits the boundary tensor that every tensor-parallel rank holds whole;
+  // under sequence parallelism each already holds and sends its own slice.
+  if (strategy.pipeline && strategy.pipeline->scatterSends &&
+      (tensorDegree <= 1 || stages <= 1 || strategy.sequenceParallel)) {
+    diags->error(strategy.pipeline->loc,
+                 "sends = scatter splits the activations sent between pipeline stages over the "
+                 "tensor-parallel ranks, which hold them whole; strategy '" +
+                     strategy.name + "' " +
+                     (stages <= 1 ? "has no pipeline axis in its mesh " + formatMesh(mesh)
+                      : tensorDegree <= 1
+                          ? "has no tensor axis in its mesh " + formatMesh(mesh)
+                          : std::string("shards them over tp already (activations = shard(tp)): "
+                                        "each rank sends its own slice")),
+                 "placement");
+    ok = false;
+  }
   // Rule `schedule`: the schedule's bubble and memory formulas hold only where its
   // preconditions do (cost::isScheduleValid).
   std::string why;

@@ -1159,6 +1159,61 @@ TEST(AnalysisPipeline, BoundaryLinkClass) {
   }
 }
 
+TEST(AnalysisPipeline, ScatteredSendsMoveOneTensorRankSlice) {
+  // Narayanan et al. 2021, §4.1: with sends = scatter each of the t tensor-parallel ranks sends
+  // b·s·h/t of the boundary and the receiver all-gathers the b·s·h over tp, in both directions.
+  const int64_t p = 4, t = 2, m = 8, b = 2;
+  std::string text = transformer("m", kPipeModel) + cluster("c", 1, 8);
+  for (std::string sends : {"whole", "scatter"})
+    text += "strategy s_" + sends + " { mesh [pp = 4, tp = 2]; pipeline = 1f1b(microbatches = 8, " +
+            "sends = " + sends + "); }\n" + run(sends, "m", "c", "s_" + sends, b, b * m);
+  Session session(text);
+  ASSERT_SESSION(session);
+  double boundary = static_cast<double>(b * 256 * 512) * 2; // b·s·h bf16 bytes
+  struct Volume {
+    double sent = 0, gathered = 0;
+    int64_t sends = 0, gathers = 0;
+  };
+  auto volumeOf = [&](const std::string &name) {
+    Volume volume;
+    for (const CommEntry &entry : session.get(name)->analysis.communication) {
+      if (entry.collective == OpKind::Send) {
+        volume.sent += entry.totalBytes;
+        volume.sends += entry.count;
+      } else if (entry.collective == OpKind::AllGather && entry.state == ir::State::Activations) {
+        volume.gathered += entry.totalBytes;
+        volume.gathers += entry.count;
+      }
+    }
+    return volume;
+  };
+  Volume whole = volumeOf("whole"), scatter = volumeOf("scatter");
+  int64_t transfers = 2 * (p - 1) * m; // each boundary, forward and backward, every micro-batch
+  EXPECT_EQ(whole.sends, transfers);
+  EXPECT_EQ(scatter.sends, transfers);
+  EXPECT_DOUBLE_EQ(whole.sent, static_cast<double>(transfers) * boundary);
+  EXPECT_DOUBLE_EQ(scatter.sent, static_cast<double>(transfers) * boundary / t);
+  // One gather of the whole boundary per receive, beside the cross-entropy's gathers that both
+  // plans have.
+  EXPECT_EQ(scatter.gathers - whole.gathers, transfers);
+  EXPECT_DOUBLE_EQ(scatter.gathered - whole.gathered, static_cast<double>(transfers) * boundary);
+  // In the plan every receive of a slice is followed by its gather over the tensor axis.
+  const plan::StepPlan &plan = *session.get("scatter")->plan;
+  for (const plan::StagePlan &stage : plan.stages)
+    for (const std::vector<plan::Op> *ops : {&stage.forward, &stage.backward})
+      for (size_t i = 0; i < ops->size(); ++i) {
+        if ((*ops)[i].kind != OpKind::Recv)
+          continue;
+        EXPECT_EQ((*ops)[i].elements, b * 256 * 512 / t);
+        ASSERT_LT(i + 1, ops->size());
+        const plan::Op &gather = (*ops)[i + 1];
+        EXPECT_EQ(gather.kind, OpKind::AllGather);
+        EXPECT_EQ(gather.elements, b * 256 * 512);
+        ASSERT_EQ(gather.axes.size(), 1u);
+        EXPECT_EQ(plan.run->strategy->mesh.axes[gather.axes[0]].kind, ir::AxisKind::Tensor);
+      }
+}
+
 //===----------------------------------------------------------------------===//
 // 7. Tensor and sequence parallelism (Korthikanti et al. 2022, §4.2.2)
 //===----------------------------------------------------------------------===//

@@ -425,6 +425,15 @@ struct Pipeline {
   /// model's layers plus these divide evenly among the chunks, and the first chunk (the
   /// embedding's) and the last (the loss's) build one transformer layer fewer.
   bool embeddingLayer = false, lossLayer = false;
+  /// `sends = scatter`: each tensor-parallel rank sends its 1/t of the activations (and, in the
+  /// backward, of their gradients) that cross a stage boundary, and the receiving stage
+  /// all-gathers them over the tensor axes (Narayanan et al. 2021, §4.1, "scatter/gather
+  /// communication optimization"; Megatron-LM's default from February 2021, commit 72e4230,
+  /// until its pipeline moved to Megatron-Core in January 2023, 39b83c7; DeepSpeed's pipeline
+  /// engine partitions them the same way over its model-parallel group). Without it every
+  /// tensor-parallel rank sends the whole replicated tensor. Only without sequence parallelism,
+  /// whose boundary is already split over tp.
+  bool scatterSends = false;
   /// The number of layers the split divides: the model's plus the counted embedding and loss.
   int64_t getSplitLayers(int64_t layers) const {
     return layers + (embeddingLayer ? 1 : 0) + (lossLayer ? 1 : 0);

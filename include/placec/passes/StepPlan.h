@@ -85,6 +85,9 @@ struct Op {
   /// column-parallel product's input again, for its weight gradient (`sp_inputs = regather`),
   /// which runs beside the product's input gradient.
   bool regather = false;
+  /// Pipeline traffic: a stage boundary's send or receive, or the all-gather of the slices that
+  /// `sends = scatter` received, which the next computation waits for.
+  bool boundary = false;
   /// Compute: what is computed, its work (GEMMs by shape, attention, memory-bound kernels) and
   /// FLOPs per device per micro-batch.
   ComputeKind compute = ComputeKind::Forward;
