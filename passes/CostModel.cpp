@@ -1552,18 +1552,14 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
   // p − 1.
   int64_t stages = 0;
   const MicrobatchTimes *slowest = nullptr;
-  MicrobatchTimes times;
+  MicrobatchTimes sum;
   for (const StageMicrobatch &stage : stageTimes) {
     if (stage.count <= 0)
       continue;
     stages += stage.count;
     if (!slowest || stage.times.getTotal() > slowest->getTotal())
       slowest = &stage.times;
-    double count = static_cast<double>(stage.count);
-    times.forward += count * stage.times.forward;
-    times.backward += count * stage.times.backward;
-    times.weight += count * stage.times.weight;
-    times.exposed += count * stage.times.exposed;
+    sum.add(stage.times, static_cast<double>(stage.count));
   }
   double p = static_cast<double>(stages);
   if (stages <= 1) {
@@ -1571,11 +1567,9 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
       *formula = "no pipeline";
     return 0;
   }
-  double others = 1 / (p - 1);
-  times.forward = (times.forward - slowest->forward) * others;
-  times.backward = (times.backward - slowest->backward) * others;
-  times.weight = (times.weight - slowest->weight) * others;
-  times.exposed = (times.exposed - slowest->exposed) * others;
+  sum.add(*slowest, -1);
+  MicrobatchTimes times;
+  times.add(sum, 1 / (p - 1));
   double f = times.forward, w = times.weight, b = times.backward - times.weight,
          comm = times.exposed;
   bool valid = isScheduleValid(schedule, stages, microbatches, chunks);
@@ -1602,10 +1596,7 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
   if (formula) {
     bool uneven = false;
     for (const StageMicrobatch &stage : stageTimes)
-      uneven |=
-          stage.count > 0 &&
-          (stage.times.forward != slowest->forward || stage.times.backward != slowest->backward ||
-           stage.times.weight != slowest->weight || stage.times.exposed != slowest->exposed);
+      uneven |= stage.count > 0 && stage.times != *slowest;
     *formula = describeBubble(schedule, valid, p, microbatches, chunks, uneven ? times : *slowest,
                               uneven ? slowest : nullptr);
   }

@@ -472,6 +472,14 @@ bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches
 struct MicrobatchTimes {
   double forward = 0, backward = 0, weight = 0, exposed = 0;
   double getTotal() const { return forward + backward + exposed; }
+  /// Adds `scale` times `other`'s times, field by field.
+  void add(const MicrobatchTimes &other, double scale) {
+    forward += scale * other.forward;
+    backward += scale * other.backward;
+    weight += scale * other.weight;
+    exposed += scale * other.exposed;
+  }
+  bool operator==(const MicrobatchTimes &) const = default;
 };
 
 /// A stage's micro-batch times and how many stages of the pipeline have them (the search groups
