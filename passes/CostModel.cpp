@@ -64,42 +64,55 @@ std::string fmtAmount(double value, StringRef unit) { return fmtRate(value, unit
 //===----------------------------------------------------------------------===//
 
 const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
-  // Measured, not fitted (docs/plan.md, "Calibration", has the table and the sources):
+  // Measured, not fitted to training runs (docs/plan.md, "Time", lists them):
   // - GEMM efficiency: the maximum achievable BF16 matmul FLOP/s over the dense peak, measured
   //   by a brute-force search over shapes with PyTorch/cuBLAS (Bekman, "Machine Learning
   //   Engineering", compute/accelerator, MAMF table): A100 SXM 271.2 of 312 (0.869), H100 SXM
   //   794.5 of 989 (0.803), B200 1745 of 2250 (0.776), MI300X 668.4 of 1300 (0.514); in FP8
-  //   (e4m3) H100 SXM 1402.6 of 1979 (0.709), B200 3432.5 of 4500 (0.763).
+  //   (e4m3) H100 SXM 1402.6 of 1979 (0.709), B200 3432.5 of 4500 (0.763). placec's kernel bench
+  //   (bench/README.md, "Kernels") checked Hopper's on an H100 SXM at its 700 W limit: inside
+  //   PyTorch training steps (GPT 1.3B; hidden 4096 at 16K tokens, bench/gpu/torch_gpt.py
+  //   --profile) the products ran at 0.795 and 0.782 of the peak, where the same products run
+  //   alone back to back for 0.6 s reach only about 0.70 (the card holds its power limit at
+  //   1,350–1,425 MHz): the MAMF figure, not the sustained one, is what a step's products see.
   // - Intra-node bus efficiency: nccl-tests all-reduce bus bandwidth at large sizes over the
   //   per-direction link bandwidth: 8×A100 234.9 of 300 GB/s (0.78); 8×H200 ring (NVLS off)
   //   367 of 450 (0.82); the B200 and MI300X figures of the same source (845 of 900 with NVLS,
   //   312.9 of 448 over Infinity Fabric: 0.70).
   // - Inter-node bus efficiency: a ring all-reduce over 4 nodes of 8 B200 with 8×50 GB/s NICs
   //   each reaches 381.8 GB/s of bus bandwidth (0.95 of the node's NIC bandwidth), same source.
-  // - Fused attention: FlashAttention-2 as PyTorch's SDPA runs it. A100: up to 73% of peak in
-  //   the forward, about 63% in the backward (Dao 2023, "FlashAttention-2", §4.1). H100: 329.5
-  //   TFLOP/s forward (0.33) at (1, 24, 4608, 128) (tritonbench in pytorch/pytorch#142132), and
-  //   FlashAttention-3's paper measures FlashAttention-2's backward on H100 below its forward
-  //   (Shah et al. 2024, §4.1): 0.28. Blackwell and CDNA3 take Hopper's fractions (no published
-  //   measurement of the default kernels).
-  // - FlashAttention-3 and cuDNN's fused attention on H100 SXM5, BF16, head dimension 128,
-  //   sequence 8K (Shah et al. 2024, "FlashAttention-3", Figure 5, causal forward, and Figure 6,
-  //   backward): FlashAttention-3 602 and 559 TFLOP/s (0.609, 0.565), cuDNN 529 and 518 (0.535,
-  //   0.524). FlashAttention-3 runs on Hopper only. cuDNN on Ampere and Blackwell takes the
-  //   FlashAttention-2 and Hopper fractions respectively (no published measurement); MI300X has
-  //   neither.
+  // - Fused attention on Hopper: placec's kernel bench (above) times PyTorch's
+  //   scaled_dot_product_attention with its FlashAttention-2 and cuDNN backends (cuDNN 9.19) on
+  //   26 shapes each, causal and full, 1K to 32K keys, head dimensions 64, 112 and 128, forward
+  //   and backward, each back to back for 0.6 s (`kernels.py --hold 0.6`; inside a training step
+  //   the cuDNN kernels ran within 11 % of those rates). FusedAttentionConstants's formula fits
+  //   them with a head-dimension overhead of 32 and (efficiency, key overhead) FlashAttention-2
+  //   forward (0.430, 300), backward (0.395, 500), cuDNN forward (0.765, 380), backward (0.700,
+  //   580): mean |error| 5.0, 3.6, 4.0 and 3.6 %. At head dimension 128 and 8K causal keys that
+  //   is 0.32 / 0.28 of the peak for FlashAttention-2 (tritonbench measured 0.33 forward at 4.6K
+  //   in pytorch/pytorch#142132), 0.56 / 0.49 for cuDNN; at 2K keys 0.27 / 0.21 and 0.45 / 0.36.
+  //   Blackwell and CDNA3 take Hopper's (no published measurement of the default kernels).
+  // - FlashAttention-2 on A100: up to 73% of peak in the forward, about 63% in the backward
+  //   (Dao 2023, "FlashAttention-2", §4.1), one fraction for every shape; cuDNN on Ampere takes
+  //   FlashAttention-2's.
+  // - FlashAttention-3 on H100 SXM5, BF16, head dimension 128, sequence 8K (Shah et al. 2024,
+  //   "FlashAttention-3", Figure 5, causal forward, and Figure 6, backward): 602 and 559 TFLOP/s
+  //   (0.609, 0.565), one fraction for every shape. It runs on Hopper only; MI300X has no cuDNN.
   // - Memory efficiency: the fraction of HBM bandwidth that streaming kernels reach, 0.85 on
-  //   NVIDIA devices (STREAM-like copies reach 1.7–1.8 of 2.04 TB/s on A100 80GB), 0.80 on MI300X.
+  //   NVIDIA devices (STREAM-like copies reach 1.7–1.8 of 2.04 TB/s on A100 80GB; placec's
+  //   kernel bench: a copy 2.97 of 3.35 TB/s on H100, 0.89), 0.80 on MI300X.
+  static const FusedAttentionConstants ampereFlash = {0.70, 0.63, 0, 0, 0};
+  static const FusedAttentionConstants hopperFlash = {0.430, 0.395, 300, 500, 32};
+  static const FusedAttentionConstants hopperFlash3 = {0.609, 0.565, 0, 0, 0};
+  static const FusedAttentionConstants hopperCudnn = {0.765, 0.700, 380, 580, 32};
+  static const FusedAttentionConstants none = {};
   static const FamilyConstants ampere = {
       /*gemmEfficiency=*/0.869,
       /*fp8GemmEfficiency=*/0, // No FP8 tensor cores.
       /*memoryEfficiency=*/0.85,
-      /*attentionForwardEfficiency=*/0.70,
-      /*attentionBackwardEfficiency=*/0.63,
-      /*flash3ForwardEfficiency=*/0,
-      /*flash3BackwardEfficiency=*/0,
-      /*cudnnForwardEfficiency=*/0.70,
-      /*cudnnBackwardEfficiency=*/0.63,
+      /*flash2=*/ampereFlash,
+      /*flash3=*/none,
+      /*cudnn=*/ampereFlash,
       /*intraBusEfficiency=*/0.78,
       /*interBusEfficiency=*/0.95,
   };
@@ -107,12 +120,9 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*gemmEfficiency=*/0.803,
       /*fp8GemmEfficiency=*/0.709,
       /*memoryEfficiency=*/0.85,
-      /*attentionForwardEfficiency=*/0.33,
-      /*attentionBackwardEfficiency=*/0.28,
-      /*flash3ForwardEfficiency=*/0.609,
-      /*flash3BackwardEfficiency=*/0.565,
-      /*cudnnForwardEfficiency=*/0.535,
-      /*cudnnBackwardEfficiency=*/0.524,
+      /*flash2=*/hopperFlash,
+      /*flash3=*/hopperFlash3,
+      /*cudnn=*/hopperCudnn,
       /*intraBusEfficiency=*/0.82,
       /*interBusEfficiency=*/0.95,
   };
@@ -120,12 +130,9 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*gemmEfficiency=*/0.776,
       /*fp8GemmEfficiency=*/0.763,
       /*memoryEfficiency=*/0.85,
-      /*attentionForwardEfficiency=*/0.33,
-      /*attentionBackwardEfficiency=*/0.28,
-      /*flash3ForwardEfficiency=*/0,
-      /*flash3BackwardEfficiency=*/0,
-      /*cudnnForwardEfficiency=*/0.535,
-      /*cudnnBackwardEfficiency=*/0.524,
+      /*flash2=*/hopperFlash,
+      /*flash3=*/none,
+      /*cudnn=*/hopperCudnn,
       /*intraBusEfficiency=*/0.82,
       /*interBusEfficiency=*/0.95,
   };
@@ -133,12 +140,9 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*gemmEfficiency=*/0.514,
       /*fp8GemmEfficiency=*/0.514, // No FP8 measurement in the source: the BF16 fraction.
       /*memoryEfficiency=*/0.80,
-      /*attentionForwardEfficiency=*/0.33,
-      /*attentionBackwardEfficiency=*/0.28,
-      /*flash3ForwardEfficiency=*/0,
-      /*flash3BackwardEfficiency=*/0,
-      /*cudnnForwardEfficiency=*/0,
-      /*cudnnBackwardEfficiency=*/0,
+      /*flash2=*/hopperFlash,
+      /*flash3=*/none,
+      /*cudnn=*/none,
       /*intraBusEfficiency=*/0.70,
       /*interBusEfficiency=*/0.95,
   };
@@ -159,9 +163,9 @@ bool runsAttention(ir::DeviceFamily family, ir::AttentionKind kernel) {
   const FamilyConstants &constants = getFamilyConstants(family);
   switch (kernel) {
   case ir::AttentionKind::Flash3:
-    return constants.flash3ForwardEfficiency > 0;
+    return constants.flash3.forwardEfficiency > 0;
   case ir::AttentionKind::Cudnn:
-    return constants.cudnnForwardEfficiency > 0;
+    return constants.cudnn.forwardEfficiency > 0;
   case ir::AttentionKind::Flash:
   case ir::AttentionKind::Materialized:
     return true;
@@ -1689,34 +1693,46 @@ double CostModel::getMemorySeconds(double bytes, std::string *formula) const {
 double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *formula) const {
   double flops = core.getFlops();
   double efficiency = cluster.efficiency;
+  double stretch = 1;
   StringRef kernel;
+  std::string overheads;
   if (shapes) {
+    const FusedAttentionConstants *constants = &family->flash2;
     switch (core.kernel) {
     case ir::AttentionKind::Flash3:
       kernel = ", FlashAttention-3";
-      efficiency =
-          core.backward ? family->flash3BackwardEfficiency : family->flash3ForwardEfficiency;
+      constants = &family->flash3;
       break;
     case ir::AttentionKind::Cudnn:
       kernel = ", cuDNN";
-      efficiency = core.backward ? family->cudnnBackwardEfficiency : family->cudnnForwardEfficiency;
+      constants = &family->cudnn;
       break;
     case ir::AttentionKind::Flash:
     case ir::AttentionKind::Materialized:
-      efficiency =
-          core.backward ? family->attentionBackwardEfficiency : family->attentionForwardEfficiency;
       break;
+    }
+    efficiency = core.backward ? constants->backwardEfficiency : constants->forwardEfficiency;
+    // The keys each query attends on average, and the two overheads of FusedAttentionConstants.
+    double attended = core.keys * (core.causal ? kCausalFraction : 1);
+    double keyOverhead =
+        core.backward ? constants->backwardKeyOverhead : constants->forwardKeyOverhead;
+    double dimOverhead = constants->headDimOverhead;
+    if (attended > 0 && core.headDim > 0 && (keyOverhead > 0 || dimOverhead > 0)) {
+      stretch = (1 + keyOverhead / attended) * (1 + dimOverhead / core.headDim);
+      overheads = fmt::format(" × (1 + {} / {} keys) × (1 + {} / d {})", num(keyOverhead),
+                              num(attended), num(dimOverhead), num(core.headDim));
     }
   }
   double kernels = shapes ? kTrainingKernelEfficiency : 1;
   double rate = peak * efficiency * kernels;
   if (formula)
-    *formula = fmt::format(
-        "fused attention{} ({} heads × {}×{} × d {}{}{}): {} / ({} × {}{})",
-        core.backward ? " backward" : "", num(core.batchHeads), num(core.queries), num(core.keys),
-        num(core.headDim), core.causal ? ", causal" : "", kernel.str(), fmtAmount(flops, "FLOP"),
-        fmtRate(peak, "FLOP/s"), num(efficiency), shapes ? " × " + num(kernels) : std::string());
-  return rate > 0 ? flops / rate : 0;
+    *formula =
+        fmt::format("fused attention{} ({} heads × {}×{} × d {}{}{}): {}{} / ({} × {}{})",
+                    core.backward ? " backward" : "", num(core.batchHeads), num(core.queries),
+                    num(core.keys), num(core.headDim), core.causal ? ", causal" : "", kernel.str(),
+                    fmtAmount(flops, "FLOP"), overheads, fmtRate(peak, "FLOP/s"), num(efficiency),
+                    shapes ? " × " + num(kernels) : std::string());
+  return rate > 0 ? flops * stretch / rate : 0;
 }
 
 double CostModel::getComputeSeconds(const Work &work, std::vector<Explanation> *lines,

@@ -17,9 +17,54 @@ import sys
 import time
 
 
+def fp8_linear(torch):
+    """A linear layer's three products in FP8 (e4m3, one scale per tensor, torch._scaled_mm), as
+    Float8 training runs them, for timing: the forward with fast accumulation, the input and
+    weight gradients without; the bias added in BF16."""
+
+    def cast(t):
+        scale = t.abs().amax().float().clamp(min=1e-12) / 448.0
+        return (t / scale).to(torch.float8_e4m3fn), scale
+
+    def column_major(t):
+        return t.t().contiguous().t()
+
+    class Fp8Matmul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            x8, xs = cast(x)
+            w8, ws = cast(w)
+            ctx.save_for_backward(x8, w8, xs, ws)
+            return torch._scaled_mm(x8, w8.t(), scale_a=xs, scale_b=ws,
+                                    out_dtype=torch.bfloat16, use_fast_accum=True)
+
+        @staticmethod
+        def backward(ctx, grad):
+            x8, w8, xs, ws = ctx.saved_tensors
+            g8, gs = cast(grad)
+            grad_x = torch._scaled_mm(g8, column_major(w8), scale_a=gs, scale_b=ws,
+                                      out_dtype=torch.bfloat16)
+            grad_w = torch._scaled_mm(g8.t().contiguous(), column_major(x8), scale_a=gs,
+                                      scale_b=xs, out_dtype=torch.bfloat16)
+            return grad_x, grad_w
+
+    def linear(module, x):
+        shape = x.shape
+        y = Fp8Matmul.apply(x.reshape(-1, shape[-1]).to(torch.bfloat16),
+                            module.weight.to(torch.bfloat16))
+        y = y.reshape(*shape[:-1], y.shape[-1])
+        return y + module.bias.to(torch.bfloat16) if module.bias is not None else y
+
+    return linear
+
+
 def build_model(torch, args):
     nn = torch.nn
     F = torch.nn.functional
+    fp8 = fp8_linear(torch) if getattr(args, "fp8", False) else None
+
+    def lin(module, x):
+        return fp8(module, x) if fp8 else module(x)
 
     class Block(nn.Module):
         def __init__(self):
@@ -35,7 +80,7 @@ def build_model(torch, args):
         def forward(self, x):
             b, s, c = x.shape
             h = args.heads
-            q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+            q, k, v = lin(self.qkv, self.ln1(x)).split(c, dim=2)
             q, k, v = (t.view(b, s, h, c // h).transpose(1, 2) for t in (q, k, v))
             if args.attention == "sdpa":
                 a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -45,8 +90,8 @@ def build_model(torch, args):
                 mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
                 scores = scores.float().masked_fill(~mask, float("-inf"))
                 a = torch.softmax(scores, dim=-1).to(q.dtype) @ v
-            x = x + self.proj(a.transpose(1, 2).reshape(b, s, c))
-            return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+            x = x + lin(self.proj, a.transpose(1, 2).reshape(b, s, c))
+            return x + lin(self.fcproj, F.gelu(lin(self.fc, self.ln2(x)), approximate="tanh"))
 
     class Gpt(nn.Module):
         def __init__(self):
@@ -76,6 +121,36 @@ def parameter_count(args):
     return args.vocab * c + args.seq * c + args.layers * block + 2 * c
 
 
+def profile_steps(torch, args, train_step):
+    """Device time of every operator over 3 steps, by input shapes (torch.profiler): what the
+    matrix products and the attention kernels reach inside a training step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                 record_shapes=True) as prof:
+        for step in range(3):
+            train_step(10000 + step)
+        torch.cuda.synchronize()
+    wall = (time.perf_counter() - start) / 3
+    ops = []
+    kernel_us = 0.0
+    for evt in prof.key_averages(group_by_input_shape=True):
+        total = getattr(evt, "device_time_total", None)
+        if total is None:
+            total = getattr(evt, "cuda_time_total", 0)
+        own = getattr(evt, "self_device_time_total", None)
+        if own is None:
+            own = getattr(evt, "self_cuda_time_total", 0)
+        kernel_us += own
+        if total > 0 and evt.key.startswith("aten::"):
+            ops.append(dict(name=evt.key, shapes=[list(x) for x in evt.input_shapes if x],
+                            calls=evt.count, device_us=total))
+    return dict(steps=3, wall_seconds_per_step=wall, kernel_seconds_per_step=kernel_us / 3e6,
+                ops=ops)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name in ["layers", "hidden", "heads", "seq", "vocab", "micro-batch", "global-batch"]:
@@ -84,12 +159,17 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--fp8", action="store_true",
+                        help="the blocks' linear layers in FP8 (torch._scaled_mm, one scale per "
+                        "tensor); the output layer stays BF16")
     parser.add_argument("--attention", choices=["sdpa", "math"], default="sdpa",
                         help="sdpa: F.scaled_dot_product_attention (flash); math: placert's "
                         "algorithm (scores, softmax, P·V)")
     parser.add_argument("--peak-tflops", type=float, default=989.0,
                         help="dense bf16 peak per GPU (H100/H200 SXM: 989)")
     parser.add_argument("--json", help="write the measurements here")
+    parser.add_argument("--profile", help="after the timed steps, profile 3 more and write each "
+                        "operator's calls, input shapes and device time here (JSON)")
     args = parser.parse_args()
 
     import torch
@@ -141,7 +221,7 @@ def main():
     flops = (6.0 * params + 12.0 * args.layers * args.hidden * args.seq) * tokens
     result = {
         "framework": "pytorch " + torch.__version__,
-        "mode": "compile" if args.compile else "eager",
+        "mode": ("compile" if args.compile else "eager") + (" fp8" if args.fp8 else ""),
         "attention": args.attention,
         "device": torch.cuda.get_device_name(),
         "parameters": params,
@@ -152,7 +232,12 @@ def main():
         "peak_device_bytes": torch.cuda.max_memory_allocated(),
         "losses": [float(x) for x in losses],
     }
-    print(json.dumps(result, indent=2))
+    if args.profile:
+        result["profile"] = profile_steps(torch, args, train_step)
+    print(json.dumps({k: v for k, v in result.items() if k != "profile"}, indent=2))
+    if args.profile:
+        with open(args.profile, "w") as f:
+            json.dump(result, f, indent=1)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)

@@ -40,6 +40,24 @@ struct Explanation {
 // Calibration constants
 //===----------------------------------------------------------------------===//
 
+/// A fused attention kernel's speed on a device family. Its time is its FLOPs (over the scores it
+/// computes) at `efficiency` of the dense peak, stretched by two overheads written like the GEMM
+/// tile's: each block of queries loads its queries and rescales and writes its output, which
+/// costs about as much as `keyOverhead` more keys attended by every query, and the softmax's work
+/// on each score (its maximum, exponential and rescaling, on no tensor core) costs about as much
+/// as `headDimOverhead` more head dimensions of the two products:
+///
+///   FLOPs × (1 + keyOverhead / L) × (1 + headDimOverhead / d) / (peak × efficiency)
+///
+/// with L the keys each query attends on average (half of them under a causal mask) and d the
+/// head dimension. `efficiency` is 0 where the kernel does not run on the family; overheads of 0
+/// leave one fraction of the peak for every shape (families with one published measurement).
+struct FusedAttentionConstants {
+  double forwardEfficiency = 0, backwardEfficiency = 0;
+  double forwardKeyOverhead = 0, backwardKeyOverhead = 0;
+  double headDimOverhead = 0;
+};
+
 /// The calibration constants of a device family, each from a cited measurement (CostModel.cpp).
 struct FamilyConstants {
   /// Fraction of the dense tensor-core peak that a large, well-shaped GEMM reaches (BF16), and
@@ -49,13 +67,8 @@ struct FamilyConstants {
   /// Fraction of HBM bandwidth that memory-bound kernels (norms, activations, softmax,
   /// residuals, the optimizer step) reach.
   double memoryEfficiency;
-  /// Fraction of the dense peak that a fused attention kernel reaches, forward and backward:
-  /// FlashAttention-2 (`attention = flash`), FlashAttention-3 and cuDNN's fused attention; 0
-  /// where the kernel does not run on the family.
-  double attentionForwardEfficiency;
-  double attentionBackwardEfficiency;
-  double flash3ForwardEfficiency, flash3BackwardEfficiency;
-  double cudnnForwardEfficiency, cudnnBackwardEfficiency;
+  /// Fused attention: FlashAttention-2 (`attention = flash`), FlashAttention-3 and cuDNN's.
+  FusedAttentionConstants flash2, flash3, cudnn;
   /// Fraction of the link bandwidth that collectives reach as bus bandwidth (nccl-tests), over
   /// the links inside a node and over the network.
   double intraBusEfficiency;
