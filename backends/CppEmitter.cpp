@@ -5,6 +5,7 @@
 
 #include "fmt/format.h"
 #include "placec/Config.h"
+#include "placec/passes/CostModel.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -154,6 +155,24 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "the trainer's attention heads are hidden/heads wide");
     if (config.qkNorm)
       refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+    // placert's attention reads each grouped key/value head in place (GptKernels.h): it neither
+    // copies K and V to every query head nor, under context parallelism, exchanges the repeated
+    // heads that the step plan of such a model moves (cost::getAttentionKvHeads).
+    if (cost::repeatsKv(config, run.kernels)) {
+      std::string heads = "kv_heads = " + std::to_string(config.getKvHeads()) +
+                          " < heads = " + std::to_string(config.heads);
+      if (config.kvRepeat)
+        refuse(config.kvRepeatLoc.isValid() ? config.kvRepeatLoc : model.loc,
+               "kv_repeat = true with " + heads,
+               "placert's attention reads each grouped key/value head in place and does not "
+               "repeat them to every query head; declare kv_repeat = false");
+      else if (contextDegree > 1)
+        refuse(fieldLoc(run, "kernels"),
+               "kernels = eager with " + heads + " under context parallelism",
+               "eager PyTorch repeats the keys and values to every head before the attention, so "
+               "the step plan exchanges all heads' K and V, and placert's context-parallel "
+               "attention exchanges the grouped ones; write kernels = fused");
+    }
     if (strategy.activationMode == ir::ActivationMode::RecomputeOps)
       refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
              "activations = recompute(op)",

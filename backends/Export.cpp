@@ -3,6 +3,7 @@
 #include "placec/backends/Export.h"
 
 #include "ImportSupport.h"
+#include "placec/passes/CostModel.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
@@ -493,6 +494,15 @@ private:
              "modules, not every other product (write recompute or recompute(selective))");
     if (run.kernels == ir::KernelMode::Eager)
       refuse("kernels = eager: Megatron-LM runs its fused kernels (write kernels = fused)");
+    // A model that repeats its grouped keys and values itself (kv_repeat = true, whatever the
+    // kernels): Megatron-Core's unfused attention repeats them to every head (repeat_interleave in
+    // megatron/core/transformer/dot_product_attention.py); its fused backends take them grouped.
+    if (cost::repeatsKv(model.transformer, ir::KernelMode::Fused) &&
+        model.transformer.attention != ir::AttentionKind::Materialized)
+      refuse("kv_repeat = true with attention = " + ir::toString(model.transformer.attention) +
+             ": Megatron-Core's fused attention backends take the grouped keys and values without "
+             "repeating them (write kv_repeat = false, or attention = materialized for its "
+             "unfused attention, which repeats them)");
     if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Forward && view.tensorDegree > 1)
       refuse("async_tp = forward: Megatron-LM's --tp-comm-overlap overlaps the tensor-parallel "
              "collectives of the backward as well (write async_tp = true)");

@@ -508,11 +508,15 @@ private:
       int64_t seq = seqValue.value_or(2048);
       std::string body;
       raw_string_ostream m(body);
+      // torchtitan's Llama repeats the grouped keys and values to every head before
+      // scaled_dot_product_attention (repeat_kv, models/llama/model.py at commit 9dec370):
+      // kv_repeat = true.
       m << "// torchtitan's llama3 flavor " << flavor->name << ".\n";
       m << "model " << modelName << " : transformer {\n";
       m << "  layers = " << flavor->layers << ";\n  hidden = " << flavor->hidden
         << ";\n  heads = " << flavor->heads << ";\n  kv_heads = " << flavor->kvHeads
-        << ";\n  seq = " << seq << ";\n  vocab = " << kLlama3Vocab << ";\n  ffn = " << flavor->ffn
+        << ";\n  kv_repeat = true;\n  seq = " << seq << ";\n  vocab = " << kLlama3Vocab
+        << ";\n  ffn = " << flavor->ffn
         << ";\n  mlp = swiglu;\n  norm = rmsnorm;\n  bias = false;\n  positions = rope;\n"
         << "  tied_embeddings = false;\n}\n";
       modelText = body;

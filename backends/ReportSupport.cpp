@@ -2,6 +2,8 @@
 // IR objects, and the analysis entry point that every report starts from.
 #include "ReportSupport.h"
 
+#include "placec/passes/CostModel.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 
@@ -418,7 +420,10 @@ std::string describeAttention(const ir::Model &model) {
   case ir::AttentionKind::Materialized:
     break;
   }
-  return fmt::format("{} ({})", ir::toString(kind).str(), kernel.str());
+  // kv_repeat = true (eager runs repeat them too: the kernels row says so).
+  bool repeated = cost::repeatsKv(model.transformer, ir::KernelMode::Fused);
+  return fmt::format("{} ({}){}", ir::toString(kind).str(), kernel.str(),
+                     repeated ? ", K/V repeated to every head" : "");
 }
 
 std::string describeCluster(const ir::Cluster &cluster) {

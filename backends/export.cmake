@@ -6,7 +6,8 @@ add_library(placec_export STATIC
   ${CMAKE_CURRENT_LIST_DIR}/ImportHuggingFace.cpp
   ${CMAKE_CURRENT_LIST_DIR}/ImportTorchtitan.cpp)
 placec_target_defaults(placec_export)
-target_link_libraries(placec_export PUBLIC placec_ir ${PLACEC_LLVM_LIBS})
+# placec_passes: the cost model's rules the exports refuse by (cost::repeatsKv).
+target_link_libraries(placec_export PUBLIC placec_ir placec_passes ${PLACEC_LLVM_LIBS})
 # toml++ (Debian libtomlplusplus-dev) reads torchtitan's job configs; it is used header-only, so
 # placec does not link its shared library.
 find_package(tomlplusplus 3 REQUIRED CONFIG)

@@ -667,6 +667,7 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "norm",
                                                   "bias",
                                                   "kv_heads",
+                                                  "kv_repeat",
                                                   "attention",
                                                   "positions",
                                                   "tied_embeddings",
@@ -702,6 +703,12 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     count("ffn", config.ffn, 1 << 26);
     count("kv_heads", config.kvHeads, 1 << 20);
     count("head_dim", config.headDim, 1 << 16);
+    if (const ast::Field *field = fields.lookup("kv_repeat")) {
+      std::optional<bool> value = getBool(field->value, "kv_repeat");
+      ok &= value.has_value();
+      config.kvRepeat = value.value_or(false);
+      config.kvRepeatLoc = field->keyLoc;
+    }
     if (const ast::Field *field = fields.lookup("qk_norm")) {
       std::optional<bool> value = getBool(field->value, "qk_norm");
       ok &= value.has_value();

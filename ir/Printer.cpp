@@ -194,6 +194,8 @@ void IRPrinter::print(const Model &model) {
     line() << "positions = " << toString(config.positions) << '\n';
     line() << "tied_embeddings = " << (config.tiedEmbeddings ? "true" : "false") << '\n';
     line() << "kv_heads = " << config.getKvHeads() << '\n';
+    if (config.kvRepeat)
+      line() << "kv_repeat = true\n";
     line() << "attention = " << toString(config.attention) << '\n';
     if (config.headDim > 0 || config.qkNorm)
       line() << "head_dim = " << config.getHeadDim()

@@ -203,6 +203,15 @@ double Work::getMemoryBytes() const {
   return bytes;
 }
 
+bool repeatsKv(const ir::TransformerConfig &config, ir::KernelMode kernels) {
+  return (config.kvRepeat || kernels == ir::KernelMode::Eager) &&
+         config.heads > config.getKvHeads();
+}
+
+int64_t getAttentionKvHeads(const ir::TransformerConfig &config, ir::KernelMode kernels) {
+  return repeatsKv(config, kernels) ? config.heads : config.getKvHeads();
+}
+
 namespace {
 
 /// The shapes of a transformer on one device, per micro-batch.
@@ -214,6 +223,8 @@ struct TransformerDims {
   /// `kernels = eager`, and whether the norms are RMSNorm (eager: fp32 operators) rather than
   /// LayerNorm (one kernel, eager or not).
   bool eager = false, rmsnorm = false;
+  /// The attention kernel receives K and V repeated to every query head (repeatsKv).
+  bool repeatKv = false;
   ir::AttentionKind attention = ir::AttentionKind::Flash;
   bool materialized() const { return attention == ir::AttentionKind::Materialized; }
   /// An MoE layer: its routed experts (getMoeShape), their width, E, and the summed width of
@@ -249,6 +260,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.rope = config.positions == ir::PositionKind::Rope;
   dims.fp8 = layout.precision == ir::Precision::MixedFP8;
   dims.eager = layout.kernels == ir::KernelMode::Eager;
+  dims.repeatKv = repeatsKv(config, layout.kernels);
   dims.rmsnorm = config.norm == ir::NormKind::RmsNorm;
   return dims;
 }
@@ -417,7 +429,9 @@ void addRouting(const TransformerDims &x, bool backward, Work &work) {
 ///    gradients 3e each, silu_backward 3e (9e). A fused one moves 3e and 5e. GELU is one kernel.
 ///  - Grouped keys and values repeated to every head before the attention kernel (`repeat_kv`,
 ///    an expand that reshape copies): kv·d read and a·d written per token for K and for V, and
-///    the backward sums the a·d gradients back to kv·d.
+///    the backward sums the a·d gradients back to kv·d. Not eager-only: wherever repeatsKv holds
+///    (`kv_repeat = true` too, compiled or not: scaled_dot_product_attention needs the repeated
+///    tensor, so torch.compile materializes it as well).
 /// The two casts to fp32 and back around an eager RMSNorm or rotary embedding, e+4 each way; none
 /// when the activations are fp32 already (`x.float()` and `type_as` return their input).
 double eagerCastBytes(const TransformerDims &x) { return x.e < 4 ? 2 * (x.e + 4) : 0; }
@@ -447,7 +461,7 @@ void addRotary(const TransformerDims &x, Work &work) {
         {"rotary embedding", x.tokens * (x.a + x.kv) * x.d / x.t * rotaryBytesPerElement(x)});
 }
 void addKvExpansion(const TransformerDims &x, bool backward, Work &work) {
-  if (x.eager && x.a > x.kv)
+  if (x.repeatKv)
     work.memory.push_back({backward ? "grouped K/V gradients summed" : "grouped K/V repeated",
                            2 * x.tokens * (x.a + x.kv) * x.d / x.t * x.e});
 }
@@ -786,24 +800,60 @@ double getModelFlops(const ir::Model &model, double globalBatch, std::string *fo
 
 namespace {
 
-/// What an eager layer keeps beyond the tensors the fused kernels' backward reads, per s·b·h: each
-/// RMSNorm its input's fp32 copy (for pow and the rsqrt product; its bf16 input is kept by none),
-/// 4 bytes whatever the activation type (`fp32`, split by t under sequence parallelism); the
-/// attention kernel the keys and values repeated to every head, 2·2·(a − kv)·d/h, and swiglu
-/// silu's output, 2·f/h (`inside`, in 2-byte units, split by t). Nothing for fused kernels.
-struct EagerKept {
-  double fp32 = 0, inside = 0;
+/// What a layer keeps beyond the tensors the fused kernels' backward reads over grouped keys and
+/// values, per s·b·h. Where repeatsKv holds, the attention kernel keeps the keys and values
+/// repeated to every head, 2·2·(a − kv)·d/h beyond the grouped ones that QKV counts (`repeated`).
+/// Under `kernels = eager` also each RMSNorm its input's fp32 copy (for pow and the rsqrt product;
+/// its bf16 input is kept by none), 4 bytes whatever the activation type (`fp32`, split by t under
+/// sequence parallelism), and swiglu silu's output, 2·f/h (`silu`). `repeated` and `silu` are in
+/// 2-byte units, split by t.
+struct ExtraKept {
+  double fp32 = 0, repeated = 0, silu = 0;
+  double inside() const { return repeated + silu; }
   double getBytes(const TransformerDims &x) const {
-    return x.s * x.b * x.h * (fp32 / (x.sp ? x.t : 1) + x.e / 2 * inside / x.t);
+    return x.s * x.b * x.h * (fp32 / (x.sp ? x.t : 1) + x.e / 2 * inside() / x.t);
   }
 };
-EagerKept getEagerKept(const TransformerDims &x) {
-  EagerKept kept;
-  if (!x.eager)
-    return kept;
-  kept.fp32 = x.rmsnorm ? 2 * 4 : 0;
-  kept.inside = 2 * 2 * (x.a - x.kv) * x.d / x.h + (x.swiglu ? 2 * x.f / x.h : 0);
+ExtraKept getExtraKept(const TransformerDims &x) {
+  ExtraKept kept;
+  if (x.repeatKv)
+    kept.repeated = 2 * 2 * (x.a - x.kv) * x.d / x.h;
+  if (x.eager) {
+    kept.fp32 = x.rmsnorm ? 2 * 4 : 0;
+    kept.silu = x.swiglu ? 2 * x.f / x.h : 0;
+  }
   return kept;
+}
+/// The --explain text of `kept`, " + s·b·h·(…) B [label: what, and which setting keeps it]", or
+/// empty when it keeps nothing.
+std::string describeExtraKept(const ExtraKept &kept, const TransformerDims &x,
+                              const ir::TransformerConfig &config, const char *label) {
+  if (kept.fp32 <= 0 && kept.inside() <= 0)
+    return std::string();
+  std::string t = num(x.t), split = x.sp ? "/" + t : std::string();
+  std::vector<std::string> terms, outside, inside;
+  if (kept.fp32 > 0) {
+    terms.push_back(num(kept.fp32) + split);
+    outside.push_back(
+        fmt::format("the norms' fp32 inputs 2·4{} (kernels = eager)", x.sp ? "/t" : ""));
+  }
+  if (kept.inside() > 0)
+    terms.push_back(fmt::format("{}/{}", num(kept.inside() * x.e / 2), t));
+  if (kept.repeated > 0)
+    inside.push_back(fmt::format("K and V repeated to every head 2·2·(a − kv)·d/h ({})",
+                                 config.kvRepeat ? "kv_repeat = true" : "kernels = eager"));
+  if (kept.silu > 0)
+    inside.push_back("silu's output 2·f/h (kernels = eager)");
+  std::string what;
+  for (const std::string &part : outside)
+    what += part;
+  if (!inside.empty()) {
+    what += what.empty() ? "over t " : ", and over t ";
+    for (size_t i = 0; i < inside.size(); ++i)
+      what += (i ? " and " : "") + inside[i];
+  }
+  std::string sum = terms.size() == 1 ? terms[0] : "(" + terms[0] + " + " + terms[1] + ")";
+  return fmt::format(" + {}·{}·{}·{} B [{}: {}]", num(x.s), num(x.b), num(x.h), sum, label, what);
 }
 
 } // namespace
@@ -924,8 +974,14 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // recomputed by selective recomputation either.
   double gathered = x.keepInputs ? 4 : 0;
   double outside = (selective ? 4 : 8) - (x.keepInputs && !selective ? 4 : 0);
-  // Eager PyTorch keeps more under keep (getEagerObstacle refuses recompute(selective)).
-  EagerKept eager = mode == ir::ActivationMode::Keep ? getEagerKept(x) : EagerKept{};
+  // Eager PyTorch and repeated K/V keep more (ExtraKept): all of it under keep; the repeated K and
+  // V under recompute(selective) too, which recomputes neither the attention kernel nor its
+  // inputs (getEagerObstacle refuses recompute(selective) under eager).
+  ExtraKept extra;
+  if (mode == ir::ActivationMode::Keep)
+    extra = getExtraKept(x);
+  else if (selective)
+    extra.repeated = getExtraKept(x).repeated;
   double inside = qkv + attentionOutput + mlp;
   double lse = 4 * x.a / x.h; // 4 bytes per head and token, over h.
   double coefficient = outside / (sp ? t : 1) + gathered + (inside + lse) / t + routed;
@@ -952,15 +1008,10 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
                               "intermediates of R = {} routed rows per token in the MLP term, "
                               "their permuted inputs and the router's probabilities]",
                               sbhText, num(moeText), num(x.numExperts), num(x.h), num(moeText));
-    if (eager.inside > 0 || eager.fp32 > 0)
-      *formula += fmt::format(
-          " + {}·({}{} + {}/{}) B [kernels = eager: the norms' fp32 inputs 2·4{}, and over t K "
-          "and V repeated to every head 2·2·(a − kv)·d/h{}]",
-          sbhText, num(eager.fp32), sp ? fmt::format("/{}", num(t)) : std::string(),
-          num(eager.inside * scale), num(t), sp ? "/t" : "",
-          x.swiglu ? " and silu's output 2·f/h" : "");
+    *formula +=
+        describeExtraKept(extra, x, config, "kept beyond the fused kernels over grouped K and V");
   }
-  return scale * sbh * coefficient + eager.getBytes(x);
+  return scale * sbh * coefficient + extra.getBytes(x);
 }
 
 double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
@@ -1018,25 +1069,25 @@ double getRecomputedLayerBytes(const ir::Model &model, const Layout &layout, std
     // reduce-scatters' outputs), so what its recomputation materializes is listed: the two norms'
     // outputs and the second norm's input (6, split by t under sequence parallelism), Q after the
     // rotary embedding and K, and the MLP's up product and its product with the gate (swiglu) or
-    // the activation's output (gelu), split by t; under kernels = eager also what eager keeps
-    // beyond the fused kernels (all of it recomputed).
+    // the activation's output (gelu), split by t; and what eager kernels and repeated K/V keep
+    // beyond the fused kernels over grouped K and V (ExtraKept, all of it recomputed).
     TransformerDims x = getLayerDims(model.transformer, layout, moeLayer);
     double sbh = x.s * x.b * x.h;
     double inside = (2 * x.a * x.d + 2 * x.kv * x.d + (x.swiglu ? 4 : 2) * x.f) / x.h;
     double bytes = x.e / 2 * sbh * (6 / (x.sp ? x.t : 1) + inside / x.t);
-    double eager = getEagerKept(x).getBytes(x);
+    ExtraKept extra = getExtraKept(x);
     if (formula)
       *formula = fmt::format(
-          "{}·{}·{}·(6{} + ({} + {} + {})/{}){} B{} (recompute(op): the recomputed layer's norm "
+          "{}·{}·{}·(6{} + ({} + {} + {})/{}){} B (recompute(op): the recomputed layer's norm "
           "outputs and second norm input, Q after the rotary embedding, K and the MLP's {}, alive "
-          "from its recomputation through its backward{})",
+          "from its recomputation through its backward){}",
           num(x.s), num(x.b), num(x.h), x.sp ? fmt::format("/{}", num(x.t)) : std::string(),
           num(2 * x.a * x.d / x.h), num(2 * x.kv * x.d / x.h), num((x.swiglu ? 4 : 2) * x.f / x.h),
           num(x.t), x.e != 2 ? fmt::format(" × {}", num(x.e / 2)) : std::string(),
-          eager > 0 ? fmt::format(" + {}", fmtAmount(eager, "B")) : std::string(),
           x.swiglu ? "up product and gated product" : "activation output",
-          eager > 0 ? "; and what eager kernels keep beyond fused ones" : "");
-    return bytes + eager;
+          describeExtraKept(extra, x, model.transformer,
+                            "recomputed too, beyond the fused kernels over grouped K and V"));
+    return bytes + extra.getBytes(x);
   }
   Layout keep = layout;
   keep.activations = ir::ActivationMode::Keep;

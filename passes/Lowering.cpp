@@ -302,6 +302,7 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   unitLayout.sequenceParallel = strategy.sequenceParallel;
   unitLayout.context = contextDegree;
   unitLayout.contextMethod = strategy.contextMethod;
+  unitLayout.kernels = run.kernels;
   unitLayout.regather = regathersInputs(model, tensorDegree, strategy.sequenceParallel,
                                         strategy.sequenceParallelInputs, strategy.activationMode);
   plan->regather = unitLayout.regather;
@@ -822,7 +823,10 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
     const ir::TransformerConfig &config = model.transformer;
     int64_t cp = layout.context, t = layout.tensor, d = config.getHeadDim();
     int64_t local = b * config.seq / cp;
-    int64_t kvBlock = 2 * local * config.getKvHeads() * d / t; // K and V of the local tokens
+    // The key/value heads the attention kernel receives: `heads` where the model repeats them
+    // before it (kv_repeat = true, or eager PyTorch), `kv_heads` otherwise.
+    int64_t kv = cost::getAttentionKvHeads(config, layout.kernels);
+    int64_t kvBlock = 2 * local * kv * d / t; // K and V of the local tokens
     switch (layout.contextMethod) {
     case ir::ContextMethod::Ring:
       if (forwardPass) {
@@ -845,7 +849,7 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
                            "context parallelism: reduce-scatter the key/value gradients"});
       break;
     case ir::ContextMethod::AllToAll: {
-      int64_t qkv = local * (config.heads + 2 * config.getKvHeads()) * d / t;
+      int64_t qkv = local * (config.heads + 2 * kv) * d / t;
       int64_t out = local * config.heads * d / t;
       UnitCollective in{OpKind::AllToAll, ir::AxisKind::Sequence, qkv,
                         "Ulysses: queries, keys and values from sequence-split to head-split"};

@@ -453,6 +453,7 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
   layout.context = c.cp;
   layout.contextMethod = c.context;
   layout.regather = regather;
+  layout.kernels = kernels;
   // The tensor axis is innermost (stride 1), the context axis next (stride tp).
   cost::GroupAxis tensorAxis{1, c.tp}, contextAxis{c.tp, c.cp};
   cost::GroupShape tensorGroup =
@@ -1051,6 +1052,9 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                       : asyncTp;
   int64_t globalBatch = run.globalBatch;
   int64_t kvHeads = config.getKvHeads();
+  // The key/value heads Ulysses's all-to-all splits: `heads` where they are repeated before the
+  // attention (cost::getAttentionKvHeads).
+  int64_t attentionKvHeads = cost::getAttentionKvHeads(config, run.kernels);
   bool host = cluster.hostBandwidth.has_value() && *cluster.hostBandwidth > 0;
   for (const PrecisionVariant &variant : precisions)
     for (int64_t tp : divisorsOf(cluster.devicesPerNode)) {
@@ -1096,7 +1100,8 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
             if (config.seq % (2 * cp) == 0)
               methods.insert(methods.end(),
                              {ir::ContextMethod::Ring, ir::ContextMethod::AllGather});
-            if (config.heads % (tp * cp) == 0 && kvHeads % (tp * cp) == 0 && config.seq % cp == 0)
+            if (config.heads % (tp * cp) == 0 && attentionKvHeads % (tp * cp) == 0 &&
+                config.seq % cp == 0)
               methods.push_back(ir::ContextMethod::AllToAll);
           }
           if (methods.empty())
@@ -2260,6 +2265,8 @@ std::string formatModel(const ir::Model &model) {
      << "; tied_embeddings = " << (config.tiedEmbeddings ? "true" : "false") << ";\n";
   if (config.kvHeads > 0)
     os << "  kv_heads = " << config.kvHeads << ";\n";
+  if (config.kvRepeat)
+    os << "  kv_repeat = true;\n";
   os << "  attention = " << ir::toString(config.attention) << ";\n}\n";
   return text;
 }

@@ -436,7 +436,8 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
   // Context parallelism (rule `divisibility`): Megatron-Core splits each sequence into 2·cp
   // chunks to balance the causal attention, so the ring and all-gather exchanges need the
   // sequence to divide by 2·cp; Ulysses's all-to-all gives each rank whole heads, so the
-  // tensor-parallel degree times cp must divide the heads and the key/value heads.
+  // tensor-parallel degree times cp must divide the heads and the key/value heads (the ones the
+  // attention receives: all `heads` where K and V are repeated, cost::repeatsKv).
   int64_t context = mesh.getDegree(ir::AxisKind::Sequence);
   if (context > 1) {
     if (model.kind != ir::ModelKind::Transformer) {
@@ -463,9 +464,12 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
         int64_t degree = tensorDegree * context;
         requireContext("the heads", config.heads, degree,
                        "Ulysses's all-to-all gives each of the tensor × context ranks whole heads");
-        requireContext("the key/value heads", config.getKvHeads(), degree,
-                       "Ulysses's all-to-all gives each of the tensor × context ranks whole "
-                       "key/value heads");
+        // K and V repeated to every head before the attention (cost::repeatsKv) split like the
+        // query heads.
+        if (!cost::repeatsKv(config, run.kernels))
+          requireContext("the key/value heads", config.getKvHeads(), degree,
+                         "Ulysses's all-to-all gives each of the tensor × context ranks whole "
+                         "key/value heads");
         requireContext("the sequence", config.seq, context,
                        "each context-parallel rank holds an equal part");
       } else {

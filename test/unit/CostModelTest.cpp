@@ -727,6 +727,94 @@ TEST(CostModelTest, EagerKernelsMoveTheBytesOfEachOperator) {
   EXPECT_FALSE(getEagerObstacle(model, ir::ActivationMode::Keep, ir::Precision::MixedFP8).empty());
 }
 
+TEST(CostModelTest, RepeatedKeysAndValuesAreCopiedAndKept) {
+  // kv_repeat = true under fused kernels (torch.compile, which materializes repeat_kv's output for
+  // scaled_dot_product_attention): Llama 3.1 8B's layer, one sequence of T = 8192 tokens in bf16
+  // (e = 2), a = 32 query heads, kv = 8 key/value heads of d = 128.
+  ir::Model grouped = llama8bLayer();
+  ir::Model repeated = grouped;
+  repeated.transformer.kvRepeat = true;
+  double T = 8192, a = 32, kv = 8, d = 128, e = 2;
+  EXPECT_TRUE(repeatsKv(repeated.transformer, ir::KernelMode::Fused));
+  EXPECT_FALSE(repeatsKv(grouped.transformer, ir::KernelMode::Fused));
+  EXPECT_TRUE(repeatsKv(grouped.transformer, ir::KernelMode::Eager));
+  EXPECT_EQ(getAttentionKvHeads(repeated.transformer, ir::KernelMode::Fused), 32);
+  EXPECT_EQ(getAttentionKvHeads(grouped.transformer, ir::KernelMode::Fused), 8);
+
+  // The copies: forward, K and V each read at kv·d and written at a·d per token; backward, their
+  // a·d gradients read and the kv·d sums written. Nothing else moves.
+  Layout keep;
+  double copies = 2 * T * (kv + a) * d * e;
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward}) {
+    Work with = getUnitWork(repeated, UnitKind::Layer, 0, pass, keep);
+    Work without = getUnitWork(grouped, UnitKind::Layer, 0, pass, keep);
+    EXPECT_NEAR(with.getMemoryBytes() - without.getMemoryBytes(), copies, 1e-9 * copies);
+    EXPECT_EQ(with.getFlops(), without.getFlops());
+    const char *name =
+        pass == PassKind::Forward ? "grouped K/V repeated" : "grouped K/V gradients summed";
+    EXPECT_TRUE(llvm::any_of(with.memory, [&](const MemoryOp &op) { return op.name == name; }))
+        << name;
+  }
+  // recompute(op) repeats the copy with the rest of the attention block's inputs.
+  Layout perOp;
+  perOp.activations = ir::ActivationMode::RecomputeOps;
+  EXPECT_NEAR(
+      getUnitWork(repeated, UnitKind::Layer, 0, PassKind::RecomputeOps, perOp).getMemoryBytes() -
+          getUnitWork(grouped, UnitKind::Layer, 0, PassKind::RecomputeOps, perOp).getMemoryBytes(),
+      2 * T * (kv + a) * d * e, 1e-9 * copies);
+
+  // Kept: the attention kernel's K and V at a heads each where the grouped kernel keeps them at
+  // kv, T·(a − kv)·d elements more of each.
+  double keptMore = 2 * T * (a - kv) * d * e;
+  auto keptDifference = [&](const Layout &layout) {
+    return getLayerActivationBytes(repeated.transformer, layout) -
+           getLayerActivationBytes(grouped.transformer, layout);
+  };
+  EXPECT_NEAR(keptDifference(keep), keptMore, 1e-9 * keptMore);
+  // recompute(selective) recomputes the norms and the MLP activation, not the attention's inputs.
+  Layout selective;
+  selective.activations = ir::ActivationMode::RecomputeSelective;
+  EXPECT_NEAR(keptDifference(selective), keptMore, 1e-9 * keptMore);
+  // Split by t = 4 with the heads, under sequence parallelism or not.
+  Layout split = keep;
+  split.tensor = 4;
+  split.sequenceParallel = true;
+  EXPECT_NEAR(keptDifference(split), keptMore / 4, 1e-9 * keptMore);
+  // Full recomputation keeps the layer input alone; per op keeps its list of products' outputs.
+  // Either way the recomputed layer's repeated K and V are alive through its backward.
+  Layout full;
+  full.activations = ir::ActivationMode::RecomputeFull;
+  for (const Layout &layout : {full, perOp}) {
+    EXPECT_EQ(keptDifference(layout), 0);
+    double transient =
+        getRecomputedLayerBytes(repeated, layout) - getRecomputedLayerBytes(grouped, layout);
+    EXPECT_NEAR(transient, keptMore, 1e-9 * keptMore);
+  }
+  EXPECT_EQ(getRecomputedLayerBytes(repeated, keep), 0);
+  EXPECT_NEAR(getRecomputedLayerBytes(repeated, selective) -
+                  getRecomputedLayerBytes(grouped, selective),
+              0, 1e-9 * keptMore);
+
+  // Eager PyTorch repeats them already: kv_repeat adds nothing there.
+  Layout eager;
+  eager.kernels = ir::KernelMode::Eager;
+  EXPECT_EQ(getLayerActivationBytes(repeated.transformer, eager),
+            getLayerActivationBytes(grouped.transformer, eager));
+  EXPECT_EQ(getUnitWork(repeated, UnitKind::Layer, 0, PassKind::Forward, eager).getMemoryBytes(),
+            getUnitWork(grouped, UnitKind::Layer, 0, PassKind::Forward, eager).getMemoryBytes());
+  // With as many key/value heads as query heads there is nothing to repeat.
+  ir::Model multiHead = repeated;
+  multiHead.transformer.kvHeads = 32;
+  ir::Model multiHeadGrouped = multiHead;
+  multiHeadGrouped.transformer.kvRepeat = false;
+  EXPECT_FALSE(repeatsKv(multiHead.transformer, ir::KernelMode::Eager));
+  EXPECT_EQ(getLayerActivationBytes(multiHead.transformer, keep),
+            getLayerActivationBytes(multiHeadGrouped.transformer, keep));
+  EXPECT_EQ(
+      getUnitWork(multiHead, UnitKind::Layer, 0, PassKind::Backward, keep).getMemoryBytes(),
+      getUnitWork(multiHeadGrouped, UnitKind::Layer, 0, PassKind::Backward, keep).getMemoryBytes());
+}
+
 TEST(CostModelTest, RecomputedLayerIsAliveThroughItsBackward) {
   // Llama 3.1 8B, b = 2: without recomputation a layer keeps, tensor by tensor, its two norms'
   // inputs and outputs [T, h], Q, K, V, the attention output, w1's and w3's outputs and their

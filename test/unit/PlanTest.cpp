@@ -567,6 +567,76 @@ TEST(Plan, AbstractModelIsOneUnitPerStage) {
   EXPECT_EQ(kinds(stage.step), (Kinds{U}));
 }
 
+//===----------------------------------------------------------------------===//
+// Context parallelism
+//===----------------------------------------------------------------------===//
+
+/// The elements of the first op of `kind` over the mesh axis `axis` in the forward of the first
+/// layer, or -1.
+int64_t firstExchange(const PlanFixture &f, OpKind kind, const std::string &axis) {
+  const plan::StepPlan &plan = *f.plan;
+  unsigned index = static_cast<unsigned>(plan.run->strategy->mesh.findAxis(axis));
+  for (const plan::Op &op : plan.stages[0].forward)
+    if (op.kind == kind && isLayerUnit(plan, op.unit) && op.axes == std::vector<unsigned>{index})
+      return op.elements;
+  return -1;
+}
+
+TEST(Plan, ContextParallelismExchangesTheKeysAndValuesTheAttentionReceives) {
+  // b = 2 sequences of s = 256 tokens over cp = 4 context ranks and t = 2 tensor ranks; 8 query
+  // heads and 2 key/value heads of d = 512/8 = 64. The all-gather's buffer is K and V of the
+  // local b·s/cp tokens over the t-split heads, from every context rank: 2·(b·s/cp)·heads·d/t·cp
+  // where the attention receives K and V repeated to every query head (kv_repeat = true, or
+  // eager PyTorch), 2·(b·s/cp)·kv_heads·d/t·cp where it receives them grouped.
+  const int64_t b = 2, s = 256, cp = 4, t = 2, heads = 8, kvHeads = 2, d = 64;
+  auto program = [](const std::string &repeat, const std::string &kernels,
+                    const std::string &method) {
+    return "model gqa : transformer { layers = 2; hidden = 512; heads = 8; kv_heads = 2; "
+           "seq = 256; vocab = 1024; mlp = swiglu; norm = rmsnorm; bias = false; "
+           "positions = rope; tied_embeddings = false;" +
+           repeat +
+           " }\n"
+           "strategy s { mesh [cp = 4, tp = 2]; context = " +
+           method +
+           "; }\n"
+           "run r { model = gqa; cluster = node8; strategy = s; micro_batch = 2; "
+           "global_batch = 2; precision = mixed(bf16); optimizer = adam;" +
+           kernels + " }\n";
+  };
+  PlanFixture grouped(program("", "", "all_gather"));
+  PlanFixture repeated(program(" kv_repeat = true;", "", "all_gather"));
+  PlanFixture eager(program("", " kernels = eager;", "all_gather"));
+  ASSERT_PLAN(grouped);
+  ASSERT_PLAN(repeated);
+  ASSERT_PLAN(eager);
+  const int64_t local = b * s / cp;
+  EXPECT_EQ(firstExchange(grouped, AG, "cp"), 2 * local * kvHeads * d / t * cp);
+  EXPECT_EQ(firstExchange(repeated, AG, "cp"), 2 * local * heads * d / t * cp);
+  EXPECT_EQ(firstExchange(eager, AG, "cp"), 2 * local * heads * d / t * cp);
+  // The ring passes the same block on, one rank's at a time.
+  PlanFixture ringGrouped(program("", "", "ring"));
+  PlanFixture ringRepeated(program(" kv_repeat = true;", "", "ring"));
+  ASSERT_PLAN(ringGrouped);
+  ASSERT_PLAN(ringRepeated);
+  EXPECT_EQ(firstExchange(ringGrouped, OpKind::RingStep, "cp"), 2 * local * kvHeads * d / t);
+  EXPECT_EQ(firstExchange(ringRepeated, OpKind::RingStep, "cp"), 2 * local * heads * d / t);
+  // Ulysses's all-to-all of Q, K and V: repeated, the 2 key/value heads need not divide among
+  // the t·cp = 8 ranks (each gets whole repeated heads), and Q, K and V are heads wide each.
+  PlanFixture ulysses(program(" kv_repeat = true;", "", "all_to_all"));
+  ASSERT_PLAN(ulysses);
+  EXPECT_EQ(firstExchange(ulysses, OpKind::AllToAll, "cp"), local * (heads + 2 * heads) * d / t);
+  PlanFixture ulyssesGrouped(program("", "", "all_to_all"));
+  EXPECT_FALSE(ulyssesGrouped.plan);
+  // With as many key/value heads as query heads there is nothing to repeat.
+  PlanFixture multiHead(
+      "model mha : transformer { layers = 2; hidden = 512; heads = 8; seq = 256; vocab = 1024; "
+      "kv_repeat = true; }\n"
+      "strategy s { mesh [cp = 4, tp = 2]; context = all_gather; }\n" +
+      runText("mha", "node8", "s", 2, 2));
+  ASSERT_PLAN(multiHead);
+  EXPECT_EQ(firstExchange(multiHead, AG, "cp"), 2 * local * heads * d / t * cp);
+}
+
 TEST(Plan, Printer) {
   PlanFixture f(runText("gpt", "node8", "zero3(dp = 8)", 1, 8));
   ASSERT_PLAN(f);

@@ -113,6 +113,13 @@ struct TransformerConfig {
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;
   /// Key/value heads (grouped-query attention); 0 means `heads` (multi-head attention).
   int64_t kvHeads = 0;
+  /// `kv_repeat = true`: the model code repeats each key/value head to its query heads before
+  /// the attention kernel (torchtitan's Llama, `repeat_kv`; Hugging Face's eager attention), so
+  /// the kernel receives, keeps and context parallelism exchanges `heads` heads of K and V
+  /// (cost::repeatsKv). Nothing to repeat when kv_heads = heads.
+  bool kvRepeat = false;
+  /// Where `kv_repeat` is written (invalid when it is not).
+  llvm::SMLoc kvRepeatLoc;
   AttentionKind attention = AttentionKind::Flash;
   /// Where `attention` is written (invalid when it is not).
   llvm::SMLoc attentionLoc;

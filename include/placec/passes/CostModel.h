@@ -209,6 +209,19 @@ std::string getOpRecomputeObstacle(const ir::Model &model);
 std::string getEagerObstacle(const ir::Model &model, ir::ActivationMode mode,
                              ir::Precision precision);
 
+/// Whether the attention kernel receives each grouped key/value head repeated to all of its
+/// query heads: the model says `kv_repeat = true`, or eager PyTorch runs it (`kernels = eager`,
+/// torchtitan's `repeat_kv` at commit 9dec370, models/llama/model.py), and there are fewer
+/// key/value heads than query heads. Where it holds the repetition's copies are memory-bound work
+/// (K and V repeated forward, their gradients summed backward), the kernel keeps the repeated K and
+/// V for the backward, and context parallelism exchanges them (getAttentionKvHeads).
+bool repeatsKv(const ir::TransformerConfig &config, ir::KernelMode kernels);
+
+/// The key/value heads the attention kernel receives, and so the ones context parallelism
+/// exchanges (PyTorch's context parallelism all-gathers or rotates the K and V that
+/// scaled_dot_product_attention gets): `heads` where repeatsKv, `kv_heads` otherwise.
+int64_t getAttentionKvHeads(const ir::TransformerConfig &config, ir::KernelMode kernels);
+
 /// How the model's work is split on one device.
 struct Layout {
   double microBatch = 1;

@@ -162,6 +162,9 @@ struct UnitLayout {
   int64_t samples = 1;
   /// The backward gathers the column-parallel products' inputs again (regathersInputs).
   bool regather = false;
+  /// The run's kernels: under `eager` (as with `kv_repeat = true`) the attention receives, and
+  /// context parallelism exchanges, K and V repeated to every head (cost::getAttentionKvHeads).
+  ir::KernelMode kernels = ir::KernelMode::Fused;
 };
 
 /// Whether the backward all-gathers the inputs of the column-parallel products again for their
