@@ -203,6 +203,12 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
     refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
            "activation recomputation of an mlp", "the mlp trainer keeps its activations");
   }
+  if (run.fp32Params)
+    refuse(fieldLoc(run, "precision"),
+           "precision = " +
+               ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params),
+           "placert keeps the parameters in the compute type and their fp32 master copy in the "
+           "optimizer state, not fp32 parameters cast on use; leave params = fp32 out");
   if (run.precision == ir::Precision::MixedFP8)
     refuse(fieldLoc(run, "precision"), "precision = mixed(fp8)",
            "the CPU runtime computes in fp32 and has no FP8 products; FP8 runs are analysed, "
@@ -532,11 +538,12 @@ void Emitter::emitMain() {
     os.line(fmt::format("placert::MlpShape shape{{\"{}\", {}, {}, {}, {}}};", model.name,
                         mlp.layers, mlp.width, mlp.input, mlp.output));
   }
-  os.comment(fmt::format("run {}: micro_batch = {}; global_batch = {}; precision = {}; "
-                         "optimizer = {};",
-                         run.name, run.microBatch, run.globalBatch,
-                         ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads),
-                         ir::toString(run.optimizer).str()));
+  os.comment(
+      fmt::format("run {}: micro_batch = {}; global_batch = {}; precision = {}; "
+                  "optimizer = {};",
+                  run.name, run.microBatch, run.globalBatch,
+                  ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params),
+                  ir::toString(run.optimizer).str()));
   os.line("placert::TrainingSpec spec;");
   os.line(fmt::format("spec.run = \"{}\";", run.name));
   os.line(fmt::format("spec.strategy = \"{}\";", strategy.name));
@@ -555,8 +562,9 @@ void Emitter::emitMain() {
   os.line(fmt::format("spec.paramType = placert::{};", dtypeName(plan.paramType)));
   os.line(fmt::format("spec.gradType = placert::{};", dtypeName(plan.gradType)));
   os.line(fmt::format("spec.activationType = placert::{};", dtypeName(plan.activationType)));
-  os.line(fmt::format("spec.optimizerBytesPerParam = {};",
-                      ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads).optimizer));
+  os.line(fmt::format(
+      "spec.optimizerBytesPerParam = {};",
+      ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params).optimizer));
   os.line();
   // Tiers as the memory analysis places them: gradients follow an offloaded optimizer to the
   // host when they are sharded and their tier is not written.

@@ -325,6 +325,11 @@ private:
       refuse(Twine(hpzSize > 1 ? "ZeRO++ hpZ" : "MiCS") +
              " with sequence parallelism: placec does not export DeepSpeed's partial sharding "
              "together with Ulysses");
+    if (run.fp32Params)
+      refuse("precision " +
+             ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params) +
+             ": DeepSpeed's mixed precision keeps the parameters in bf16 or fp16 and their fp32 "
+             "master copy in the optimizer (leave params = fp32 out)");
     if (run.precision == ir::Precision::MixedFP8)
       refuse("precision mixed(fp8): DeepSpeed's config has no FP8 training (Transformer "
              "Engine's FP8 comes from the model code)");
@@ -494,6 +499,11 @@ private:
              "modules, not every other product (write recompute or recompute(selective))");
     if (run.kernels == ir::KernelMode::Eager)
       refuse("kernels = eager: Megatron-LM runs its fused kernels (write kernels = fused)");
+    if (run.fp32Params)
+      refuse("precision " +
+             ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params) +
+             ": Megatron-LM keeps the parameters in bf16 or fp16 and their fp32 master copy in "
+             "the optimizer (leave params = fp32 out)");
     // A model that repeats its grouped keys and values itself (kv_repeat = true, whatever the
     // kernels): Megatron-Core's unfused attention repeats them to every head (repeat_interleave in
     // megatron/core/transformer/dot_product_attention.py); its fused backends take them grouped.
@@ -868,17 +878,19 @@ private:
     // train in fp32.
     if (!fsdp && run.precision != ir::Precision::FP32 &&
         (view.tensorDegree > 1 || view.layersDegree > 1))
-      refuse("precision " + ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads) +
+      refuse("precision " +
+             ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params) +
              " without FSDP under tensor or pipeline parallelism: torchtitan's mixed precision is "
              "FSDP's, or autocast under data parallelism alone, and it trains such a job in fp32 "
              "(write precision = fp32, or shard the params over a batch axis)");
     // FSDP's MixedPrecisionPolicy accumulates and reduces gradients in
-    // training.mixed_precision_reduce, whose one value is "float32".
+    // training.mixed_precision_reduce, whose one value is "float32" (`params = fp32`, which
+    // says exactly what torchtitan keeps, implies it).
     if (fsdp && run.precision != ir::Precision::FP32 && !run.fp32Grads)
-      refuse("precision " + ir::spellPrecision(run.precision, run.fp8Gather, false) +
+      refuse("precision " + ir::spellPrecision(run.precision, run.fp8Gather, false, false) +
              " with FSDP: torchtitan's FSDP accumulates and reduces gradients in fp32 "
              "(training.mixed_precision_reduce = \"float32\", its one value); write " +
-             ir::spellPrecision(run.precision, run.fp8Gather, true));
+             ir::spellPrecision(run.precision, run.fp8Gather, true, true));
     if (run.optimizer != ir::OptimizerKind::Adam)
       refuse(Twine("optimizer '") + ir::toString(run.optimizer) +
              "': torchtitan's optimizers are Adam and AdamW");

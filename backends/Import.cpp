@@ -491,7 +491,7 @@ private:
       }
     }
     imported.precision =
-        bf16   ? ir::spellPrecision(ir::Precision::MixedBF16, false, gradType == "fp32")
+        bf16   ? ir::spellPrecision(ir::Precision::MixedBF16, false, gradType == "fp32", false)
         : fp16 ? "mixed(fp16)"
                : "fp32";
     if (const json::Value *type = lookup(root, "optimizer.type")) {
@@ -1314,7 +1314,8 @@ private:
           diags.error(locOf(flag), flag + " needs --fp8-format");
     }
     imported.precision = ir::spellPrecision(
-        precision, precision == ir::Precision::MixedFP8 && has("--fp8-param-gather"), fp32Grads);
+        precision, precision == ir::Precision::MixedFP8 && has("--fp8-param-gather"), fp32Grads,
+        false);
     std::string optimizer = getString("--optimizer", "adam");
     if (optimizer == "adam")
       imported.optimizerKind = "adam";

@@ -812,12 +812,14 @@ private:
         refuse("model.converters",
                "converter '" + converter + "' has no Place equivalent (placec knows \"float8\")");
     }
-    // FSDP's MixedPrecisionPolicy reduces (and accumulates) gradients in
-    // training.mixed_precision_reduce, which is "float32".
-    bool fp32Grads = param == "bfloat16" && !fsdpAxes.empty();
-    imported.precision = param == "float32"
-                             ? "fp32"
-                             : ir::spellPrecision(ir::Precision::MixedBF16, false, fp32Grads);
+    // torchtitan builds the model in fp32 and keeps it so under mixed precision: FSDP's
+    // MixedPrecisionPolicy casts each shard to the param dtype for the all-gather and reduces
+    // (and accumulates) gradients in training.mixed_precision_reduce, "float32"; without FSDP,
+    // autocast casts each use. Both are `params = fp32`.
+    bool fp32Params = param == "bfloat16";
+    imported.precision = param == "float32" ? "fp32"
+                                            : ir::spellPrecision(ir::Precision::MixedBF16, false,
+                                                                 fp32Params, fp32Params);
     // torchtitan's loss is F.cross_entropy over the logits cast to fp32.
     imported.crossEntropy = "unfused";
     if (fp8) {
@@ -839,7 +841,8 @@ private:
       bool gather = getBool("float8.enable_fsdp_float8_all_gather").value_or(false);
       if (gather && fsdpAxes.empty())
         refuse("float8.enable_fsdp_float8_all_gather", "FP8 all-gathers need FSDP");
-      imported.precision = ir::spellPrecision(ir::Precision::MixedFP8, gather, fp32Grads);
+      imported.precision =
+          ir::spellPrecision(ir::Precision::MixedFP8, gather, fp32Params, fp32Params);
     } else if (getBool("float8.enable_fsdp_float8_all_gather").value_or(false)) {
       refuse("float8.enable_fsdp_float8_all_gather",
              "FP8 all-gathers need the float8 converter (model.converters = [\"float8\"])");

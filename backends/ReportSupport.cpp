@@ -362,28 +362,10 @@ std::string describeSequenceParallelInputs(const ir::Strategy &strategy) {
 }
 
 std::string describePrecision(const ir::Run &run) {
-  return ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads);
+  return ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params);
 }
 
 std::string describeOptimizer(ir::OptimizerKind optimizer) { return ir::toString(optimizer).str(); }
-
-std::string describeOptimizerBytes(ir::Precision precision, ir::OptimizerKind optimizer) {
-  ir::StateBytes bytes = ir::getStateBytes(precision, optimizer, false);
-  bool mixed = precision != ir::Precision::FP32;
-  std::vector<std::string> parts;
-  if (mixed && bytes.optimizer > 0)
-    parts.push_back("fp32 master");
-  if (optimizer == ir::OptimizerKind::Adam) {
-    parts.push_back("momentum");
-    parts.push_back("variance");
-  } else if (optimizer == ir::OptimizerKind::SgdMomentum) {
-    parts.push_back("momentum");
-  }
-  std::string text = fmt::format("{} B", bytes.optimizer);
-  if (!parts.empty())
-    text += " (" + llvm::join(parts, ", ") + ")";
-  return text;
-}
 
 std::string describeModel(const ir::Model &model) {
   std::string text = fmt::format("{} params", formatCount(static_cast<double>(model.numParams)));

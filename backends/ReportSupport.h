@@ -183,9 +183,6 @@ std::string collectiveName(plan::OpKind kind);
 /// Whether the reported memory differs between pipeline stages.
 bool stagesDiffer(const analysis::MemoryReport &memory);
 
-/// The state bytes description: `12 B (fp32 master, momentum, variance)`.
-std::string describeOptimizerBytes(ir::Precision precision, ir::OptimizerKind optimizer);
-
 /// The run's file-level title used in headings: `report: FILE (3 runs)`.
 std::string describeRunCount(size_t count);
 

@@ -2097,6 +2097,7 @@ void Sema::buildRun(const ast::RunDecl &decl) {
       // The gradients' own type is the parameters' (bf16 under mixed(fp8)) unless written.
       StringRef gradType = type == "fp16" ? "fp16" : "bf16";
       llvm::StringSet<> seen;
+      llvm::SMLoc lowGradsLoc;
       for (size_t i = 1; i < value.args.size(); ++i) {
         const ast::Arg &arg = value.args[i];
         const ast::Value &option = *arg.value;
@@ -2114,17 +2115,34 @@ void Sema::buildRun(const ast::RunDecl &decl) {
         if (arg.key == "grads" && option.kind == ast::Value::Kind::Name &&
             (option.text == "fp32" || option.text == gradType)) {
           run->fp32Grads = option.text == "fp32";
+          if (!run->fp32Grads)
+            lowGradsLoc = option.getLoc();
+          continue;
+        }
+        if (arg.key == "params" && option.kind == ast::Value::Kind::Name &&
+            (option.text == "fp32" || option.text == gradType)) {
+          run->fp32Params = option.text == "fp32";
           continue;
         }
         diags.error(arg.key.empty() ? option.getLoc() : arg.keyLoc,
                     Twine("mixed(") + type + ") takes " +
                         (type == "fp8" ? "'gather = fp8' or 'gather = bf16' (the type parameters "
-                                         "are all-gathered in) and "
+                                         "are all-gathered in), "
                                        : "") +
                         "'grads = fp32' or 'grads = " + gradType +
-                        "' (the type gradients are accumulated, kept and reduced in)");
+                        "' (the type gradients are accumulated, kept and reduced in) and "
+                        "'params = fp32' or 'params = " +
+                        gradType + "' (the type the parameters are kept in)");
         ok = false;
       }
+      // An fp32 parameter's gradient is fp32 (autograd accumulates it in the parameter's type).
+      if (run->fp32Params && lowGradsLoc.isValid()) {
+        diags.error(lowGradsLoc, Twine("'grads = ") + gradType +
+                                     "' with 'params = fp32': the gradients of fp32 parameters "
+                                     "are fp32 (leave grads out, or write grads = fp32)");
+        ok = false;
+      }
+      run->fp32Grads |= run->fp32Params;
     } else {
       diags.error(value.getLoc(), Twine("unknown precision '") + spell(value) +
                                       "': expected mixed(bf16), mixed(fp16), mixed(fp8) or fp32");

@@ -401,38 +401,48 @@ int64_t StatePlacement::getDegree(const Mesh &mesh, PlacementMode mode) const {
 // Runs and programs
 //===----------------------------------------------------------------------===//
 
-StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads) {
+StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
+                         bool fp32Params) {
   bool mixed = precision != Precision::FP32;
-  unsigned weightBytes = mixed ? 2 : 4;
+  // The parameters are the optimizer's fp32 weights under fp32 and under `params = fp32`;
+  // otherwise mixed precision keeps an fp32 master copy in the optimizer state.
+  bool master = !mixed || fp32Params;
+  unsigned weightBytes = master ? 4 : 2;
   // FP8 training keeps the BF16 weights and caches their FP8 cast (one byte each) from the first
-  // micro-batch of a step to the last (Transformer Engine's weight cache).
-  unsigned paramBytes = precision == Precision::MixedFP8 ? 3 : weightBytes;
+  // micro-batch of a step to the last (Transformer Engine's weight cache). Over fp32 parameters
+  // (PyTorch's float8 linears) each use casts them again: no cache.
+  unsigned paramBytes = precision == Precision::MixedFP8 && !fp32Params ? 3 : weightBytes;
+  unsigned masterBytes = master ? 0 : 4;
   unsigned optimizerBytes = 0;
   switch (optimizer) {
   case OptimizerKind::Adam:
-    // fp32 momentum and variance, plus an fp32 master copy under mixed precision.
-    optimizerBytes = mixed ? 12 : 8;
+    // fp32 momentum and variance, plus the master copy.
+    optimizerBytes = 8 + masterBytes;
     break;
   case OptimizerKind::SgdMomentum:
-    // fp32 momentum, plus an fp32 master copy under mixed precision.
-    optimizerBytes = mixed ? 8 : 4;
+    // fp32 momentum, plus the master copy.
+    optimizerBytes = 4 + masterBytes;
     break;
   case OptimizerKind::Sgd:
-    // Only the fp32 master copy under mixed precision.
-    optimizerBytes = mixed ? 4 : 0;
+    // Only the master copy.
+    optimizerBytes = masterBytes;
     break;
   }
-  return {paramBytes, fp32Grads ? 4 : weightBytes, optimizerBytes};
+  unsigned gathered = fp32Params ? 2 : paramBytes;
+  return {paramBytes, fp32Grads || master ? 4 : weightBytes, optimizerBytes, master, gathered};
 }
 
-std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads) {
+std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params) {
   std::string text = toString(precision).str();
-  if (precision == Precision::FP32 || (!fp8Gather && !fp32Grads))
+  if (precision == Precision::FP32 || (!fp8Gather && !fp32Grads && !fp32Params))
     return text;
   text.pop_back();
   if (precision == Precision::MixedFP8 && fp8Gather)
     text += ", gather = fp8";
-  if (fp32Grads)
+  // `params = fp32` implies fp32 gradients: the canonical spelling leaves `grads = fp32` out.
+  if (fp32Params)
+    text += ", params = fp32";
+  else if (fp32Grads)
     text += ", grads = fp32";
   return text + ")";
 }

@@ -396,9 +396,10 @@ void IRPrinter::print(const Run &run) {
   printReference("strategy", run.strategy);
   line() << "micro_batch = " << run.microBatch << '\n';
   line() << "global_batch = " << run.globalBatch << '\n';
-  line() << "precision = " << spellPrecision(run.precision, run.fp8Gather, run.fp32Grads) << '\n';
+  line() << "precision = "
+         << spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params) << '\n';
   line() << "optimizer = " << toString(run.optimizer) << '\n';
-  StateBytes bytes = getStateBytes(run.precision, run.optimizer, run.fp32Grads);
+  StateBytes bytes = getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params);
   line() << "bytes_per_param = {params = " << bytes.params << ", grads = " << bytes.grads
          << ", optimizer = " << bytes.optimizer << "}\n";
   line() << "bytes_per_activation = " << getActivationBytes(run.precision) << '\n';

@@ -493,7 +493,8 @@ void Analyzer::explainMemory(RunExplanation &explanation, const MemoryReport &me
   cost::StageStates states = stageStates(stage, /*explain=*/true);
   std::vector<Explanation> device, host;
   cost::StageMemoryResult result = cost::getStageMemory(
-      states, ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads), &device, &host);
+      states, ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params),
+      &device, &host);
   // Order as the report's table: the model states, then activations, transient and peak.
   explanation.deviceMemory = std::move(device);
   explanation.deviceMemory.push_back(
@@ -622,7 +623,8 @@ RunAnalysis Analyzer::analyze() {
   memory.activationsKnown = model.kind != ir::ModelKind::Abstract;
   memory.deviceCapacity = cluster.deviceMemory;
   memory.hostCapacity = cluster.hostMemory;
-  ir::StateBytes stateBytes = ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads);
+  ir::StateBytes stateBytes =
+      ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params);
   for (const plan::StagePlan &stage : plan.stages) {
     cost::StageMemoryResult stageResult =
         cost::getStageMemory(stageStates(stage, /*explain=*/false), stateBytes);
@@ -760,6 +762,10 @@ RunAnalysis Analyzer::analyze() {
         stepExposed += seconds;
       }
     }
+    // Under params = fp32 the micro-batches' gradients are summed into the stored ones.
+    if (layout.fp32Params)
+      st.optimizer += costModel.getGradientAccumulationSeconds(
+          memory.stages[stageTimes.size()].device.grads / stateBytes.grads, m);
     double stepReduce = cost::getPassExposedSeconds(stepUnits) +
                         cost::getOverlapExposedSeconds(stepOverlap, st.backwardCompute);
     st.exposedPerMicrobatch = critical + forwardExposed + backwardExposed;
@@ -837,10 +843,21 @@ RunAnalysis Analyzer::analyze() {
                    microbatches(m), seconds(slowest->forwardCompute),
                    seconds(slowest->backwardCompute), stageText),
        time.computeSeconds, "s"});
+  std::string accumulationFormula;
+  if (layout.fp32Params)
+    costModel.getGradientAccumulationSeconds(
+        memory.stages[static_cast<size_t>(slowest->stage)].device.grads /
+            ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params).grads,
+        m, &accumulationFormula);
   explanation.time.push_back(
       {"optimizer",
        fmt::format("Σ over the units of the optimizer step on this rank's shard (read and write "
-                   "every state, memory-bound){}",
+                   "every state, memory-bound){}{}",
+                   layout.fp32Params
+                       ? fmt::format(" + the micro-batches' fp32 weight gradients summed into "
+                                     "the stored ones (params = fp32): {}",
+                                     accumulationFormula)
+                       : std::string(),
                    strategy.getPlacement(ir::State::Optimizer).tier == ir::Tier::Device ? ""
                    : cluster.hostMemoryBandwidth
                        ? " on the host's memory"

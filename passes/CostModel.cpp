@@ -225,6 +225,8 @@ struct TransformerDims {
   bool eager = false, rmsnorm = false;
   /// The attention kernel receives K and V repeated to every query head (repeatsKv).
   bool repeatKv = false;
+  /// `params = fp32`, and the parameters gathered (Layout).
+  bool fp32Params = false, paramsGathered = false;
   ir::AttentionKind attention = ir::AttentionKind::Flash;
   bool materialized() const { return attention == ir::AttentionKind::Materialized; }
   /// An MoE layer: its routed experts (getMoeShape), their width, E, and the summed width of
@@ -262,6 +264,8 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.eager = layout.kernels == ir::KernelMode::Eager;
   dims.repeatKv = repeatsKv(config, layout.kernels);
   dims.rmsnorm = config.norm == ir::NormKind::RmsNorm;
+  dims.fp32Params = layout.fp32Params;
+  dims.paramsGathered = layout.paramsGathered;
   return dims;
 }
 
@@ -380,6 +384,42 @@ void addFp8Casts(const TransformerDims &x, const std::vector<Gemm> &products, bo
       {backward ? "fp8 casts of the gradients" : "fp8 casts of the inputs", elements * (x.e + 1)});
 }
 
+/// `mixed(…, params = fp32)` (PyTorch's mixed precision over fp32 modules): every use casts the
+/// weights to the compute type. Per weight element (k·n of each product a pass runs, its
+/// `batch` of them):
+///  - a forward or recomputation over weights that are not gathered casts each, 4 bytes read and
+///    e written (autocast's cast of each weight argument; aten/src/ATen/autocast_mode.h). When
+///    gathered, FSDP2's MixedPrecisionPolicy casts the shard before the all-gather, 1/g of it,
+///    which is left out;
+///  - a backward casts each weight gradient to fp32, e read and 4 written (autograd's
+///    ToCopyBackward under autocast; FSDP2's copy of the gradients into its fp32 reduce-scatter
+///    buffer);
+///  - compiled (`kernels = fused`), without gather, the backward casts the weights again:
+///    AOTAutograd's min-cut partitioner recomputes cheap element-wise functions of a parameter
+///    rather than saving their outputs. Eager autograd saves the copies instead (activation
+///    memory, getWeightCopyBytes).
+double getWeightElements(const std::vector<Gemm> &products) {
+  double elements = 0;
+  for (const Gemm &gemm : products)
+    elements += gemm.k * gemm.n * gemm.batch;
+  return elements;
+}
+void addWeightCasts(const TransformerDims &x, const std::vector<Gemm> &products, bool backward,
+                    Work &work) {
+  if (!x.fp32Params)
+    return;
+  double elements = getWeightElements(products);
+  double cast = elements * (4 + x.e);
+  if (!backward) {
+    if (!x.paramsGathered)
+      work.memory.push_back({"fp32 weights cast (params = fp32)", cast});
+    return;
+  }
+  work.memory.push_back({"weight gradients cast to fp32 (params = fp32)", cast});
+  if (!x.eager && !x.paramsGathered)
+    work.memory.push_back({"fp32 weights cast again (params = fp32, compiled)", cast});
+}
+
 /// Bytes of one [rows, width/t] slab over the layer's feed-forward blocks: the dense MLP, or the
 /// routed experts' rows and the shared experts'.
 double mlpWidthBytes(const TransformerDims &x) {
@@ -474,6 +514,7 @@ double residualBytes(const TransformerDims &x) {
 
 void addLayerElementwise(const TransformerDims &x, Work &work) {
   addFp8Casts(x, layerProjections(x), /*backward=*/false, work);
+  addWeightCasts(x, layerProjections(x), /*backward=*/false, work);
   addRouting(x, /*backward=*/false, work);
   addNorms(x, work);
   addRotary(x, work);
@@ -484,6 +525,7 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
 
 void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
   addFp8Casts(x, layerProjections(x), /*backward=*/true, work);
+  addWeightCasts(x, layerProjections(x), /*backward=*/true, work);
   addRouting(x, /*backward=*/true, work);
   work.memory.push_back({"norms backward", 2 * x.outside() * normBytesPerElement(x, true)});
   if (x.rope)
@@ -521,6 +563,7 @@ std::vector<Gemm> opRecomputedProducts(const TransformerDims &x) {
 void addOpRecompute(const TransformerDims &x, Work &work) {
   work.gemms = opRecomputedProducts(x);
   addFp8Casts(x, work.gemms, /*backward=*/false, work);
+  addWeightCasts(x, work.gemms, /*backward=*/false, work);
   addNorms(x, work);
   addRotary(x, work);
   addKvExpansion(x, /*backward=*/false, work);
@@ -552,6 +595,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     // gradient of the log-probabilities (4 written), the log-softmax backward (8 in, 4 out) and
     // the cast back (4 in, e out).
     bool unfused = layout.crossEntropy == ir::CrossEntropyKind::Unfused;
+    addWeightCasts(x, {logits}, backward, work);
     if (!backward) {
       work.gemms.push_back(logits);
       work.memory.push_back({"final norm", x.outside() * normBytesPerElement(x, false)});
@@ -694,6 +738,11 @@ Layout getRunLayout(const ir::Run &run) {
   layout.precision = run.precision;
   layout.crossEntropy = run.crossEntropy;
   layout.kernels = run.kernels;
+  layout.fp32Params = run.fp32Params && run.precision != ir::Precision::FP32;
+  const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
+  layout.paramsGathered = llvm::any_of(params.axes, [](const ir::AxisPlacement &axis) {
+    return axis.mode == ir::PlacementMode::ShardedWithGather;
+  });
   return layout;
 }
 
@@ -1011,7 +1060,19 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
     *formula +=
         describeExtraKept(extra, x, config, "kept beyond the fused kernels over grouped K and V");
   }
-  return scale * sbh * coefficient + extra.getBytes(x);
+  // Eager autograd under params = fp32 keeps the weights' casts it multiplied by until the
+  // layer's backward (each product saves its operands), e bytes per weight; gathered, the
+  // products use the gathered copies, and compiled, the backward casts again (addWeightCasts).
+  double copies = 0;
+  if (mode == ir::ActivationMode::Keep && x.eager && x.fp32Params && !x.paramsGathered) {
+    double weights = getWeightElements(layerProjections(x));
+    copies = weights * x.e;
+    if (formula)
+      *formula += fmt::format(" + {}·{} B [the weights' {}-byte casts the products keep: kernels = "
+                              "eager, params = fp32]",
+                              num(weights), num(x.e), num(x.e));
+  }
+  return scale * sbh * coefficient + extra.getBytes(x) + copies;
 }
 
 double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
@@ -1199,17 +1260,17 @@ StageMemoryResult getStageMemory(const StageStates &x, ir::StateBytes bytes,
   double gathered = 0, tied = 0, unreduced = 0, fromHost = 0, gatheredUnits = 0;
   if (x.gathers) {
     if (x.keepAfterForward) {
-      gathered = x.params * bytes.params;
+      gathered = x.params * bytes.gathered;
     } else {
       gatheredUnits = std::min<double>(2, static_cast<double>(x.units));
-      gathered = gatheredUnits * x.largestUnit * bytes.params;
-      tied = x.tiedEmbedding * bytes.params;
+      gathered = gatheredUnits * x.largestUnit * bytes.gathered;
+      tied = x.tiedEmbedding * bytes.gathered;
     }
   }
   if (x.gradShard > 1 || x.gradsOnHost)
     unreduced = x.largestUnit * bytes.grads;
   if (x.paramsOnHost)
-    fromHost = x.largestUnit * bytes.params / static_cast<double>(x.paramShard);
+    fromHost = x.largestUnit * bytes.gathered / static_cast<double>(x.paramShard);
   double transient = gathered + tied + unreduced + fromHost + x.headBuffers + x.recomputedLayer;
   result.device.transient = transient;
   result.device.peak = result.device.getPersistent() + result.device.activations + transient;
@@ -1224,8 +1285,8 @@ StageMemoryResult getStageMemory(const StageStates &x, ir::StateBytes bytes,
   std::string optimizerText =
       bytes.optimizer == 12 ? "12 B (fp32 master, momentum, variance)"
       : bytes.optimizer == 8
-          ? (bytes.params == 4 ? "8 B (momentum, variance)" : "8 B (fp32 master, momentum)")
-      : bytes.optimizer == 4 ? (bytes.params == 4 ? "4 B (momentum)" : "4 B (fp32 master)")
+          ? (bytes.masterParams ? "8 B (momentum, variance)" : "8 B (fp32 master, momentum)")
+      : bytes.optimizer == 4 ? (bytes.masterParams ? "4 B (momentum)" : "4 B (fp32 master)")
                              : fmt::format("{} B", bytes.optimizer);
   auto experts = [&](unsigned perParam, const std::string &shardText) {
     if (x.expertParams <= 0)
@@ -1273,23 +1334,24 @@ StageMemoryResult getStageMemory(const StageStates &x, ir::StateBytes bytes,
   if (x.gathers && x.keepAfterForward)
     parts.push_back(fmt::format("{} × {} B (every gathered unit, kept from its forward to its "
                                 "backward)",
-                                num(x.params), bytes.params));
+                                num(x.params), bytes.gathered));
   if (x.gathers && !x.keepAfterForward)
     parts.push_back(fmt::format("{} × {} ({}, the largest unit) × {} B (gathered params: the "
                                 "unit in use{})",
-                                num(gatheredUnits), num(x.largestUnit), x.largestName, bytes.params,
+                                num(gatheredUnits), num(x.largestUnit), x.largestName,
+                                bytes.gathered,
                                 gatheredUnits > 1 ? " and the next, prefetched" : ""));
   if (tied > 0)
     parts.push_back(fmt::format("{} × {} B (the tied embedding, gathered from its forward "
                                 "through the head's)",
-                                num(x.tiedEmbedding), bytes.params));
+                                num(x.tiedEmbedding), bytes.gathered));
   if (unreduced > 0)
     parts.push_back(fmt::format("{} × {} B (a unit's full gradient before it is {})",
                                 num(x.largestUnit), bytes.grads,
                                 x.gradShard > 1 ? "reduce-scattered" : "sent to the host"));
   if (fromHost > 0)
     parts.push_back(fmt::format("{} × {} B / {} (a unit's params brought from the host)",
-                                num(x.largestUnit), bytes.params, x.paramShard));
+                                num(x.largestUnit), bytes.gathered, x.paramShard));
   if (x.headBuffers > 0)
     parts.push_back(x.headBuffersText);
   if (x.recomputedLayer > 0)
@@ -1847,24 +1909,49 @@ TensorSlotSeconds CostModel::getColumnParallelSlotSeconds(const Work &work, bool
   return slots;
 }
 
+namespace {
+/// The bytes an optimizer step moves per parameter: it reads and writes every optimizer state,
+/// reads the gradient and writes the parameter, which it also reads when the parameter is the
+/// fp32 weight the step updates (masterParams) rather than a cast of the master copy. `text`
+/// receives "(2·o + g + p)".
+double getOptimizerStepBytes(const ir::StateBytes &bytes, std::string *text) {
+  double paramAccesses = bytes.masterParams ? 2 : 1;
+  if (text)
+    *text = fmt::format("(2·{} + {} + {}{})", bytes.optimizer, bytes.grads,
+                        bytes.masterParams ? "2·" : "", bytes.params);
+  return 2.0 * bytes.optimizer + bytes.grads + paramAccesses * bytes.params;
+}
+} // namespace
+
 double CostModel::getOptimizerSeconds(double elements, ir::StateBytes bytes,
                                       std::string *formula) const {
-  // Read and write every optimizer state, read the gradient, write the parameter.
-  double perParam = 2.0 * bytes.optimizer + bytes.grads + bytes.params;
-  double traffic = elements * perParam;
+  std::string perParamText;
+  double traffic = elements * getOptimizerStepBytes(bytes, &perParamText);
+  std::string memoryFormula;
+  double time = getMemorySeconds(traffic, formula ? &memoryFormula : nullptr);
+  if (formula)
+    *formula = fmt::format("{} params × {} B = {}: {}", num(elements), perParamText,
+                           fmtAmount(traffic, "B"), memoryFormula);
+  return time;
+}
+
+double CostModel::getGradientAccumulationSeconds(double elements, double microbatches,
+                                                 std::string *formula) const {
+  double additions = std::max(0.0, microbatches - 1);
+  double traffic = additions * elements * 3 * 4;
   std::string memoryFormula;
   double time = getMemorySeconds(traffic, formula ? &memoryFormula : nullptr);
   if (formula)
     *formula =
-        fmt::format("{} params × (2·{} + {} + {}) B = {}: {}", num(elements), bytes.optimizer,
-                    bytes.grads, bytes.params, fmtAmount(traffic, "B"), memoryFormula);
+        fmt::format("({} micro-batches - 1) × {} gradients × 3·4 B = {}: {}", num(microbatches),
+                    num(elements), fmtAmount(traffic, "B"), memoryFormula);
   return time;
 }
 
 double CostModel::getHostOptimizerSeconds(double elements, ir::StateBytes bytes,
                                           std::string *formula) const {
-  double perParam = 2.0 * bytes.optimizer + bytes.grads + bytes.params;
-  double traffic = elements * perParam;
+  std::string perParamText;
+  double traffic = elements * getOptimizerStepBytes(bytes, &perParamText);
   if (!cluster.hostMemoryBandwidth || *cluster.hostMemoryBandwidth <= 0) {
     if (formula)
       *formula = "on the host: not timed (host_memory_bandwidth is not given)";
@@ -1874,12 +1961,11 @@ double CostModel::getHostOptimizerSeconds(double elements, ir::StateBytes bytes,
   double perDevice = *cluster.hostMemoryBandwidth / static_cast<double>(cluster.devicesPerNode);
   double time = traffic / (perDevice * efficiency);
   if (formula)
-    *formula =
-        fmt::format("on the host: {} params × (2·{} + {} + {}) B = {} / (host_memory_"
-                    "bandwidth {} / {} devices{})",
-                    num(elements), bytes.optimizer, bytes.grads, bytes.params,
-                    fmtAmount(traffic, "B"), fmtRate(*cluster.hostMemoryBandwidth, "B/s"),
-                    cluster.devicesPerNode, family ? " × " + num(efficiency) : std::string());
+    *formula = fmt::format("on the host: {} params × {} B = {} / (host_memory_"
+                           "bandwidth {} / {} devices{})",
+                           num(elements), perParamText, fmtAmount(traffic, "B"),
+                           fmtRate(*cluster.hostMemoryBandwidth, "B/s"), cluster.devicesPerNode,
+                           family ? " × " + num(efficiency) : std::string());
   return time;
 }
 

@@ -228,7 +228,7 @@ struct UnitTraffic {
 struct PlacementTimes {
   bool known[3] = {};
   double critical[3] = {}, gather[3] = {}, backwardReduce[3] = {}, stepReduce[3] = {},
-         stepExposed[3] = {}, optimizer[3] = {};
+         stepExposed[3] = {}, optimizer[3] = {}, accumulation[3] = {};
 };
 
 /// One stage class's time without its pipeline sends (Analyzer::analyze's StageTime): the
@@ -278,7 +278,7 @@ public:
       : model(*run.model), cluster(cluster), costModel(cluster, precision), precision(precision),
         crossEntropy(run.crossEntropy), kernels(run.kernels) {
     layers = model.getNumLayers();
-    bytes = ir::getStateBytes(precision, run.optimizer, run.fp32Grads);
+    bytes = ir::getStateBytes(precision, run.optimizer, run.fp32Grads, run.fp32Params);
     activationBytes = ir::getActivationBytes(precision);
     paramBytes = planParamBytes(precision);
   }
@@ -346,6 +346,8 @@ private:
     layout.precision = precision;
     layout.crossEntropy = crossEntropy;
     layout.kernels = kernels;
+    layout.fp32Params = c.fp32Params && precision != ir::Precision::FP32;
+    layout.paramsGathered = c.params != ParamChoice::Replicate && c.params != ParamChoice::Host;
     return layout;
   }
   /// The compute and activations of every kind of unit for a candidate's layout, cached.
@@ -396,9 +398,13 @@ private:
 };
 
 const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
+  // The parameters' casts under params = fp32 depend on whether they are gathered.
+  cost::Layout layout = layoutOf(c);
   auto key =
       std::make_tuple(c.tp, c.microBatch, c.sequenceParallel,
-                      static_cast<int>(c.activations) * 2 + static_cast<int>(c.spInputs), c.cp);
+                      static_cast<int>(c.activations) * 4 + static_cast<int>(c.spInputs) * 2 +
+                          (layout.fp32Params && layout.paramsGathered ? 1 : 0),
+                      c.cp);
   if (lastTimes && lastTimesKey == key)
     return *lastTimes;
   auto it = unitTimes.find(key);
@@ -407,7 +413,6 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
     return *(lastTimes = &it->second);
   }
   UnitTimes times;
-  cost::Layout layout = layoutOf(c);
   // The forward, the backward and the candidate's recomputation (the key holds its mode).
   std::vector<cost::PassKind> passes = {cost::PassKind::Forward, cost::PassKind::Backward};
   if (std::optional<cost::PassKind> recompute = cost::getRecomputePass(c.activations))
@@ -927,6 +932,13 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
         placement.stepReduce[kind] = stepReduce;
         if (onHostOptimizer && !gradAxes)
           unitStepExposed += hostTransfer(static_cast<double>(gradElements) * bytes.grads);
+        // Under params = fp32, the stored gradients' sum for one micro-batch after the first
+        // (the time over two micro-batches: one addition).
+        placement.accumulation[kind] =
+            c.fp32Params && precision != ir::Precision::FP32
+                ? costModel.getGradientAccumulationSeconds(
+                      static_cast<double>(ceilDiv(group.params, gradShard)), 2)
+                : 0;
         double owned = static_cast<double>(ceilDiv(group.params, optimizerShard));
         placement.optimizer[kind] = onHostOptimizer
                                         ? costModel.getHostOptimizerSeconds(owned, bytes)
@@ -955,7 +967,9 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
       stepUnit = cost::getStepPassUnit(backwardUnit, placement.stepReduce[kind]);
       backwardUnit.reduce = placement.backwardReduce[kind];
       stepExposed += count * placement.stepExposed[kind];
-      optimizer += count * placement.optimizer[kind];
+      optimizer += count * (placement.optimizer[kind] +
+                            std::max(0.0, static_cast<double>(c.microbatches) - 1) *
+                                placement.accumulation[kind]);
     }
     StageTimes &stage = lastStages[shapeIndex++];
     stage.forward = forwardCompute;
@@ -983,19 +997,20 @@ bool isSearchable(const ir::Run &run) {
 struct PrecisionVariant {
   ir::Precision precision;
   bool plainGather, fp8Gather;
-  /// The run's `grads = fp32`, kept at every mixed precision.
-  bool fp32Grads;
+  /// The run's `grads = fp32` and `params = fp32`, kept at every mixed precision.
+  bool fp32Grads, fp32Params;
 };
 std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
                                                 const std::vector<ir::Precision> &requested) {
   std::vector<PrecisionVariant> result;
   if (requested.empty()) {
-    result.push_back({run.precision, !run.fp8Gather, run.fp8Gather, run.fp32Grads});
+    result.push_back({run.precision, !run.fp8Gather, run.fp8Gather, run.fp32Grads, run.fp32Params});
     return result;
   }
   for (ir::Precision precision : requested) {
     bool fp8 = precision == ir::Precision::MixedFP8;
-    result.push_back({precision, true, fp8, run.fp32Grads && precision != ir::Precision::FP32});
+    bool mixed = precision != ir::Precision::FP32;
+    result.push_back({precision, true, fp8, run.fp32Grads && mixed, run.fp32Params && mixed});
   }
   return result;
 }
@@ -1209,6 +1224,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               Candidate c;
               c.precision = variant.precision;
               c.fp32Grads = variant.fp32Grads;
+              c.fp32Params = variant.fp32Params;
               c.spInputs = spInputs;
               c.tp = tp;
               c.pp = pp;
@@ -1349,7 +1365,7 @@ std::string formatAsyncTp(ir::AsyncTensorParallel value) {
 }
 
 std::string Candidate::formatPrecision() const {
-  return ir::spellPrecision(precision, fp8Gather, fp32Grads);
+  return ir::spellPrecision(precision, fp8Gather, fp32Grads, fp32Params);
 }
 
 std::string Candidate::describe() const {
@@ -1657,6 +1673,7 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->precision = c.precision;
   run->fp8Gather = c.fp8Gather;
   run->fp32Grads = c.fp32Grads;
+  run->fp32Params = c.fp32Params;
   run->optimizer = base.optimizer;
   run->crossEntropy = base.crossEntropy;
   run->kernels = base.kernels;
@@ -1781,6 +1798,8 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                       c.microbatches = run.globalBatch / (b * samples);
                       c.precision = variant.precision;
                       c.fp32Grads = variant.fp32Grads;
+                      c.fp32Params = variant.fp32Params;
+                      c.fp32Params = variant.fp32Params;
                       c.fp8Gather = fp8Gather;
                       c.expertsReplicated = expertsReplicated;
                       if (options.filter && !options.filter(c))

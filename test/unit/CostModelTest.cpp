@@ -848,3 +848,61 @@ TEST(CostModelTest, RecomputedLayerIsAliveThroughItsBackward) {
 }
 
 } // namespace
+
+TEST(CostModelTest, Fp32ParametersAreCastOnEveryUse) {
+  // mixed(bf16, params = fp32), PyTorch's mixed precision over fp32 modules, on Llama 3.1 8B's
+  // layer (e = 2): the weights of its products, W = h·a·d (Q) + 2·h·kv·d (K, V) + a·d·h (output)
+  // + 3·h·f (swiglu's gate, up and down).
+  ir::Model model = llama8bLayer();
+  const ir::TransformerConfig &config = model.transformer;
+  double h = 4096, a = 32, kv = 8, d = 128, f = 14336, e = 2;
+  ASSERT_EQ(config.mlp, ir::MlpActivation::Swiglu);
+  double W = h * a * d + 2 * h * kv * d + a * d * h + 3 * h * f;
+  Layout plain, autocast, fsdp, eager, plainEager;
+  autocast.fp32Params = true;
+  fsdp = autocast;
+  fsdp.paramsGathered = true;
+  plainEager.kernels = ir::KernelMode::Eager;
+  eager = plainEager;
+  eager.fp32Params = true;
+  auto extra = [&](const Layout &with, const Layout &without, PassKind pass) {
+    Work a = getUnitWork(model, UnitKind::Layer, 0, pass, with);
+    Work b = getUnitWork(model, UnitKind::Layer, 0, pass, without);
+    EXPECT_EQ(a.getFlops(), b.getFlops());
+    return a.getMemoryBytes() - b.getMemoryBytes();
+  };
+  double cast = (4 + e) * W; // fp32 read, e written (or e read, fp32 written)
+  // A forward casts the weights unless they are gathered (FSDP casts the shard before the
+  // all-gather); full recomputation casts them again.
+  EXPECT_NEAR(extra(autocast, plain, PassKind::Forward), cast, 1e-9 * cast);
+  EXPECT_NEAR(extra(autocast, plain, PassKind::RecomputeFull), cast, 1e-9 * cast);
+  EXPECT_NEAR(extra(fsdp, plain, PassKind::Forward), 0, 1e-9 * cast);
+  // A backward casts the weight gradients to fp32; compiled without gather it casts the weights
+  // again, eager it kept their casts.
+  EXPECT_NEAR(extra(fsdp, plain, PassKind::Backward), cast, 1e-9 * cast);
+  EXPECT_NEAR(extra(autocast, plain, PassKind::Backward), 2 * cast, 1e-9 * cast);
+  EXPECT_NEAR(extra(eager, plainEager, PassKind::Backward), cast, 1e-9 * cast);
+  // What eager autograd keeps: the e-byte casts of W, once per layer; nothing compiled or gathered.
+  EXPECT_NEAR(getLayerActivationBytes(config, eager) - getLayerActivationBytes(config, plainEager),
+              e * W, 1e-9 * W);
+  EXPECT_NEAR(getLayerActivationBytes(config, autocast) - getLayerActivationBytes(config, plain), 0,
+              1e-9 * W);
+
+  // The step: four micro-batches add three times into 1e9 stored fp32 gradients, 12 bytes each at
+  // the H100's HBM bandwidth × the memory and training-kernel efficiencies; Adam over fp32
+  // parameters reads and writes them, momentum and variance (2·(4 + 8)) and reads the gradient
+  // (4): 28 bytes, where mixed precision's master copy makes 2·12 + 2 + 2 = 28 with bf16
+  // gradients as well.
+  auto compiled = unittest::compile(kH100);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  CostModel costModel(*compiled->program->findCluster("h100"), ir::Precision::MixedBF16);
+  double second = costModel.getMemorySeconds(1e9);
+  EXPECT_NEAR(costModel.getGradientAccumulationSeconds(1e9, 4), 3 * 12 * second, 1e-9);
+  EXPECT_EQ(costModel.getGradientAccumulationSeconds(1e9, 1), 0);
+  ir::StateBytes fp32Params =
+      ir::getStateBytes(ir::Precision::MixedBF16, ir::OptimizerKind::Adam, true, true);
+  EXPECT_NEAR(costModel.getOptimizerSeconds(1e9, fp32Params), 28 * second, 1e-9);
+  ir::StateBytes master =
+      ir::getStateBytes(ir::Precision::MixedBF16, ir::OptimizerKind::Adam, false, false);
+  EXPECT_NEAR(costModel.getOptimizerSeconds(1e9, master), 28 * second, 1e-9);
+}

@@ -561,7 +561,7 @@ TEST(StateBytesTest, LanguageTable) {
   for (const Row &row : table) {
     SCOPED_TRACE(testing::Message()
                  << toString(row.precision).str() << " " << toString(row.optimizer).str());
-    StateBytes bytes = getStateBytes(row.precision, row.optimizer, false);
+    StateBytes bytes = getStateBytes(row.precision, row.optimizer, false, false);
     EXPECT_EQ(bytes.params, row.params);
     EXPECT_EQ(bytes.grads, row.grads);
     EXPECT_EQ(bytes.optimizer, row.optimizerBytes);
@@ -570,17 +570,37 @@ TEST(StateBytesTest, LanguageTable) {
   // under fp32 they are 4 bytes either way.
   for (Precision precision :
        {Precision::MixedBF16, Precision::MixedFP16, Precision::MixedFP8, Precision::FP32}) {
-    StateBytes plain = getStateBytes(precision, OptimizerKind::Adam, false);
-    StateBytes fp32 = getStateBytes(precision, OptimizerKind::Adam, true);
+    StateBytes plain = getStateBytes(precision, OptimizerKind::Adam, false, false);
+    StateBytes fp32 = getStateBytes(precision, OptimizerKind::Adam, true, false);
     EXPECT_EQ(fp32.grads, 4u) << toString(precision).str();
     EXPECT_EQ(fp32.params, plain.params) << toString(precision).str();
     EXPECT_EQ(fp32.optimizer, plain.optimizer) << toString(precision).str();
   }
-  EXPECT_EQ(spellPrecision(Precision::MixedBF16, false, true), "mixed(bf16, grads = fp32)");
-  EXPECT_EQ(spellPrecision(Precision::MixedFP8, true, true),
+  // `params = fp32` (PyTorch's mixed precision over fp32 modules): the parameters are the
+  // master weights, 4 bytes, with 4-byte gradients, and the optimizer keeps no copy of its own:
+  // the fp32 row of the table for every optimizer, also under mixed(fp8) (no FP8 weight cache).
+  for (Precision precision : {Precision::MixedBF16, Precision::MixedFP16, Precision::MixedFP8})
+    for (const Row &row : table) {
+      if (row.precision != Precision::FP32)
+        continue;
+      StateBytes bytes = getStateBytes(precision, row.optimizer, true, true);
+      SCOPED_TRACE(testing::Message()
+                   << toString(precision).str() << " " << toString(row.optimizer).str());
+      EXPECT_EQ(bytes.params, row.params);
+      EXPECT_EQ(bytes.grads, row.grads);
+      EXPECT_EQ(bytes.optimizer, row.optimizerBytes);
+      EXPECT_TRUE(bytes.masterParams);
+    }
+  EXPECT_FALSE(getStateBytes(Precision::MixedBF16, OptimizerKind::Adam, true, false).masterParams);
+  EXPECT_TRUE(getStateBytes(Precision::FP32, OptimizerKind::Adam, false, false).masterParams);
+  EXPECT_EQ(spellPrecision(Precision::MixedBF16, false, true, false), "mixed(bf16, grads = fp32)");
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, true, true, false),
             "mixed(fp8, gather = fp8, grads = fp32)");
-  EXPECT_EQ(spellPrecision(Precision::MixedFP8, true, false), "mixed(fp8, gather = fp8)");
-  EXPECT_EQ(spellPrecision(Precision::FP32, false, false), "fp32");
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, true, false, false), "mixed(fp8, gather = fp8)");
+  EXPECT_EQ(spellPrecision(Precision::MixedBF16, false, true, true), "mixed(bf16, params = fp32)");
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, true, true, true),
+            "mixed(fp8, gather = fp8, params = fp32)");
+  EXPECT_EQ(spellPrecision(Precision::FP32, false, false, false), "fp32");
   EXPECT_EQ(getActivationBytes(Precision::MixedBF16), 2u);
   EXPECT_EQ(getActivationBytes(Precision::MixedFP16), 2u);
   EXPECT_EQ(getActivationBytes(Precision::FP32), 4u);

@@ -522,13 +522,24 @@ enum class OptimizerKind { Adam, Sgd, SgdMomentum };
 llvm::StringRef toString(OptimizerKind optimizer);
 
 /// Bytes per parameter of each model state (LANGUAGE.md §6). `fp32Grads`: gradients accumulated,
-/// stored and reduced in fp32 under mixed precision (`mixed(…, grads = fp32)`).
+/// stored and reduced in fp32 under mixed precision (`mixed(…, grads = fp32)`); `fp32Params`:
+/// the parameters themselves kept in fp32 as the optimizer's master weights and cast to the
+/// compute type on use (`mixed(…, params = fp32)`, which implies `fp32Grads`).
 struct StateBytes {
   unsigned params, grads, optimizer;
+  /// The parameters are the fp32 weights the optimizer updates (under `fp32` and
+  /// `params = fp32`): its step reads and writes them; otherwise it writes their cast of its
+  /// master copy.
+  bool masterParams = false;
+  /// Bytes of a gathered (or host-fetched) parameter: its compute-type cast under
+  /// `params = fp32` (FSDP2 gathers the shards cast to bf16), the stored type otherwise.
+  unsigned gathered = 0;
 };
-StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads);
-/// A precision as a run writes it: `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`.
-std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads);
+StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
+                         bool fp32Params);
+/// A precision as a run writes it: `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`,
+/// `mixed(bf16, params = fp32)`.
+std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params);
 /// Bytes per stored activation element: 2 under mixed precision, 4 under fp32.
 unsigned getActivationBytes(Precision precision);
 
@@ -566,6 +577,10 @@ public:
   /// fp32 rather than in the parameters' type (Megatron-LM's default under bf16, torchtitan's
   /// FSDP reduce dtype, DeepSpeed's bf16 optimizer). Always false under `fp32`.
   bool fp32Grads = false;
+  /// `mixed(…, params = fp32)`: the parameters are kept in fp32 and are the optimizer's master
+  /// weights; every forward casts them to the compute type (PyTorch's autocast over fp32 modules,
+  /// FSDP2's MixedPrecisionPolicy casting the shards before the all-gather). Implies fp32Grads.
+  bool fp32Params = false;
   OptimizerKind optimizer = OptimizerKind::Adam;
   CrossEntropyKind crossEntropy = CrossEntropyKind::Fused;
   KernelMode kernels = KernelMode::Fused;

@@ -236,6 +236,10 @@ struct Layout {
   ir::Precision precision = ir::Precision::MixedBF16;
   ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
   ir::KernelMode kernels = ir::KernelMode::Fused;
+  /// `mixed(…, params = fp32)`: fp32 parameters cast to the compute type on use; and whether
+  /// they are gathered (`gather(...)`: FSDP casts each shard before its all-gather).
+  bool fp32Params = false;
+  bool paramsGathered = false;
 };
 
 /// A run's layout: its micro-batch, its mesh's tensor, sequence and expert degrees, and what its
@@ -576,6 +580,13 @@ public:
   /// written (memory-bound).
   double getOptimizerSeconds(double elements, ir::StateBytes bytes,
                              std::string *formula = nullptr) const;
+  /// Under `params = fp32` (PyTorch's mixed precision) each micro-batch after the first adds its
+  /// fp32 weight gradients into the `elements` gradients a device stores (autograd's
+  /// AccumulateGrad; FSDP2 into the sharded ones): two read and one written, 3·4 bytes each
+  /// (memory-bound). Megatron-LM accumulates inside the weight-gradient GEMM instead
+  /// (gradient_accumulation_fusion), which costs nothing apart.
+  double getGradientAccumulationSeconds(double elements, double microbatches,
+                                        std::string *formula = nullptr) const;
   /// The same step on the host (ZeRO-Offload's CPU optimizer): the bytes over the node's host
   /// memory bandwidth shared by its devices; 0 (not timed) when that bandwidth is unknown.
   double getHostOptimizerSeconds(double elements, ir::StateBytes bytes,

@@ -69,6 +69,8 @@ struct Candidate {
   bool fp8Gather = false;
   /// The run's `grads = fp32` (false under fp32, where gradients are fp32 anyway).
   bool fp32Grads = false;
+  /// The run's `params = fp32` (false under fp32).
+  bool fp32Params = false;
   ParamChoice params = ParamChoice::Replicate;
   GradChoice grads = GradChoice::Replicate;
   OptimizerChoice optimizer = OptimizerChoice::Replicate;
