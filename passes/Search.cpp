@@ -278,7 +278,10 @@ public:
       : model(*run.model), cluster(cluster), costModel(cluster, precision), precision(precision),
         crossEntropy(run.crossEntropy), kernels(run.kernels) {
     layers = model.getNumLayers();
-    bytes = ir::getStateBytes(precision, run.optimizer, run.fp32Grads, run.fp32Params);
+    // The run's options, as each candidate at this precision keeps them (precisionVariants).
+    bool mixed = precision != ir::Precision::FP32;
+    bytes = ir::getStateBytes(precision, run.optimizer, run.fp32Grads && mixed,
+                              run.fp32Params && mixed);
     activationBytes = ir::getActivationBytes(precision);
     paramBytes = planParamBytes(precision);
   }
@@ -935,7 +938,7 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
         // Under params = fp32, the stored gradients' sum for one micro-batch after the first
         // (the time over two micro-batches: one addition).
         placement.accumulation[kind] =
-            c.fp32Params && precision != ir::Precision::FP32
+            c.fp32Params && precision != ir::Precision::FP32 && !gradsOnHost
                 ? costModel.getGradientAccumulationSeconds(
                       static_cast<double>(ceilDiv(group.params, gradShard)), 2)
                 : 0;

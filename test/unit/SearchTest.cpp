@@ -259,6 +259,43 @@ run llama_fp32_grads { model = llama_cp; cluster = h100_32; strategy = zero3(dp 
   EXPECT_GT(fp32, 0u);
 }
 
+TEST(SearchTest, FastPathAgreesWithFp32Parameters) {
+  // params = fp32 (4-byte parameters and gradients, no master copy, the weights' casts counted
+  // where they are not gathered, eager autograd's kept casts, the gradients' accumulation) at
+  // every precision the search tries, compiled and eager: the fast path and the analyses agree,
+  // and every candidate keeps the setting but under fp32.
+  auto compiled = compile(std::string(kContext) + R"(
+run llama_fp32_params { model = llama_cp; cluster = h100_32; strategy = zero3(dp = 32);
+                        micro_batch = 1; global_batch = 128; precision = mixed(bf16, params = fp32);
+                        optimizer = adam; }
+run llama_fp32_params_eager { model = llama_cp; cluster = h100_32; strategy = dp(dp = 32);
+                              micro_batch = 1; global_batch = 128;
+                              precision = mixed(bf16, params = fp32); optimizer = adam;
+                              kernels = eager; cross_entropy = unfused; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  std::vector<ir::Precision> precisions = {ir::Precision::MixedBF16, ir::Precision::MixedFP8,
+                                           ir::Precision::FP32};
+  for (const char *name : {"llama_fp32_params", "llama_fp32_params_eager"}) {
+    const ir::Run &run = runOf(*compiled, name);
+    bool eager = run.kernels == ir::KernelMode::Eager;
+    std::vector<ir::Precision> tried =
+        eager ? std::vector<ir::Precision>{ir::Precision::MixedBF16, ir::Precision::FP32}
+              : precisions;
+    checkAgreement(run, *run.cluster, 400, 17, tried);
+    unsigned fp32 = 0;
+    forEachCandidate(
+        run, *run.cluster,
+        [&](const Candidate &c) {
+          EXPECT_EQ(c.fp32Params, c.precision != ir::Precision::FP32) << c.describe();
+          EXPECT_EQ(c.fp32Grads, c.precision != ir::Precision::FP32) << c.describe();
+          fp32 += c.precision == ir::Precision::FP32;
+        },
+        tried);
+    EXPECT_GT(fp32, 0u) << name;
+  }
+}
+
 TEST(SearchTest, FastPathAgreesWithVerifierAndAnalysesAtScale) {
   auto compiled = compile(std::string(kGpt3) + kLlama);
   ASSERT_TRUE(compiled->program) << compiled->messages;
