@@ -397,7 +397,7 @@ void addFp8Casts(const TransformerDims &x, const std::vector<Gemm> &products, bo
 ///  - compiled (`kernels = fused`), without gather, the backward casts the weights again:
 ///    AOTAutograd's min-cut partitioner recomputes cheap element-wise functions of a parameter
 ///    rather than saving their outputs. Eager autograd saves the copies instead (activation
-///    memory, getWeightCopyBytes).
+///    memory, getLayerActivationBytes).
 double getWeightElements(const std::vector<Gemm> &products) {
   double elements = 0;
   for (const Gemm &gemm : products)
