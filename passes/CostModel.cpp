@@ -512,9 +512,17 @@ double residualBytes(const TransformerDims &x) {
   return 3 * x.outside() * x.e + (x.materialized() ? x.outside() : 0);
 }
 
+/// The casts of a layer's products (FP8 inputs or gradients, fp32 weights), when it has any.
+void addProjectionCasts(const TransformerDims &x, bool backward, Work &work) {
+  if (!x.fp8 && !x.fp32Params)
+    return;
+  std::vector<Gemm> products = layerProjections(x);
+  addFp8Casts(x, products, backward, work);
+  addWeightCasts(x, products, backward, work);
+}
+
 void addLayerElementwise(const TransformerDims &x, Work &work) {
-  addFp8Casts(x, layerProjections(x), /*backward=*/false, work);
-  addWeightCasts(x, layerProjections(x), /*backward=*/false, work);
+  addProjectionCasts(x, /*backward=*/false, work);
   addRouting(x, /*backward=*/false, work);
   addNorms(x, work);
   addRotary(x, work);
@@ -524,8 +532,7 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
 }
 
 void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
-  addFp8Casts(x, layerProjections(x), /*backward=*/true, work);
-  addWeightCasts(x, layerProjections(x), /*backward=*/true, work);
+  addProjectionCasts(x, /*backward=*/true, work);
   addRouting(x, /*backward=*/true, work);
   work.memory.push_back({"norms backward", 2 * x.outside() * normBytesPerElement(x, true)});
   if (x.rope)
@@ -595,7 +602,8 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     // gradient of the log-probabilities (4 written), the log-softmax backward (8 in, 4 out) and
     // the cast back (4 in, e out).
     bool unfused = layout.crossEntropy == ir::CrossEntropyKind::Unfused;
-    addWeightCasts(x, {logits}, backward, work);
+    if (x.fp32Params)
+      addWeightCasts(x, {logits}, backward, work);
     if (!backward) {
       work.gemms.push_back(logits);
       work.memory.push_back({"final norm", x.outside() * normBytesPerElement(x, false)});
@@ -1217,7 +1225,7 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
   return 1;
 }
 
-StageMemoryResult getStageMemory(const StageStates &x, ir::StateBytes bytes,
+StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &bytes,
                                  std::vector<Explanation> *device, std::vector<Explanation> *host) {
   StageMemoryResult result;
   // Routed experts by their own shard degrees (over the expert-data-parallel axes).

@@ -401,13 +401,13 @@ private:
 };
 
 const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
-  // The parameters' casts under params = fp32 depend on whether they are gathered.
-  cost::Layout layout = layoutOf(c);
-  auto key =
-      std::make_tuple(c.tp, c.microBatch, c.sequenceParallel,
-                      static_cast<int>(c.activations) * 4 + static_cast<int>(c.spInputs) * 2 +
-                          (layout.fp32Params && layout.paramsGathered ? 1 : 0),
-                      c.cp);
+  // The parameters' casts under params = fp32 depend on whether they are gathered (layoutOf).
+  bool gatheredFp32 = c.fp32Params && precision != ir::Precision::FP32 &&
+                      c.params != ParamChoice::Replicate && c.params != ParamChoice::Host;
+  auto key = std::make_tuple(c.tp, c.microBatch, c.sequenceParallel,
+                             static_cast<int>(c.activations) * 4 +
+                                 static_cast<int>(c.spInputs) * 2 + (gatheredFp32 ? 1 : 0),
+                             c.cp);
   if (lastTimes && lastTimesKey == key)
     return *lastTimes;
   auto it = unitTimes.find(key);
@@ -416,6 +416,7 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
     return *(lastTimes = &it->second);
   }
   UnitTimes times;
+  cost::Layout layout = layoutOf(c);
   // The forward, the backward and the candidate's recomputation (the key holds its mode).
   std::vector<cost::PassKind> passes = {cost::PassKind::Forward, cost::PassKind::Backward};
   if (std::optional<cost::PassKind> recompute = cost::getRecomputePass(c.activations))

@@ -384,7 +384,7 @@ struct StageMemoryResult {
 /// in-flight micro-batches, and the transient buffers: gathered units (the one in use and the
 /// next, prefetched; every unit with keep_after_forward), a unit's full gradient before it is
 /// reduce-scattered or sent to the host, a unit brought from the host.
-StageMemoryResult getStageMemory(const StageStates &states, ir::StateBytes bytes,
+StageMemoryResult getStageMemory(const StageStates &states, const ir::StateBytes &bytes,
                                  std::vector<Explanation> *device = nullptr,
                                  std::vector<Explanation> *host = nullptr);
 
