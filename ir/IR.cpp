@@ -429,7 +429,7 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
     break;
   }
   unsigned gathered = fp32Params ? 2 : paramBytes;
-  return {paramBytes, fp32Grads || master ? 4 : weightBytes, optimizerBytes, master, gathered};
+  return {paramBytes, fp32Grads ? 4 : weightBytes, optimizerBytes, master, gathered};
 }
 
 std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params) {

@@ -846,9 +846,8 @@ RunAnalysis Analyzer::analyze() {
   std::string accumulationFormula;
   if (layout.fp32Params)
     costModel.getGradientAccumulationSeconds(
-        memory.stages[static_cast<size_t>(slowest->stage)].device.grads /
-            ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params).grads,
-        m, &accumulationFormula);
+        memory.stages[static_cast<size_t>(slowest->stage)].device.grads / stateBytes.grads, m,
+        &accumulationFormula);
   explanation.time.push_back(
       {"optimizer",
        fmt::format("Σ over the units of the optimizer step on this rank's shard (read and write "

@@ -349,8 +349,8 @@ private:
     layout.precision = precision;
     layout.crossEntropy = crossEntropy;
     layout.kernels = kernels;
-    layout.fp32Params = c.fp32Params && precision != ir::Precision::FP32;
-    layout.paramsGathered = c.params != ParamChoice::Replicate && c.params != ParamChoice::Host;
+    layout.fp32Params = c.fp32Params;
+    layout.paramsGathered = paramMask(c.params) != 0;
     return layout;
   }
   /// The compute and activations of every kind of unit for a candidate's layout, cached.
@@ -402,8 +402,7 @@ private:
 
 const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
   // The parameters' casts under params = fp32 depend on whether they are gathered (layoutOf).
-  bool gatheredFp32 = c.fp32Params && precision != ir::Precision::FP32 &&
-                      c.params != ParamChoice::Replicate && c.params != ParamChoice::Host;
+  bool gatheredFp32 = c.fp32Params && paramMask(c.params) != 0;
   auto key = std::make_tuple(c.tp, c.microBatch, c.sequenceParallel,
                              static_cast<int>(c.activations) * 4 +
                                  static_cast<int>(c.spInputs) * 2 + (gatheredFp32 ? 1 : 0),
@@ -939,7 +938,7 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
         // Under params = fp32, the stored gradients' sum for one micro-batch after the first
         // (the time over two micro-batches: one addition).
         placement.accumulation[kind] =
-            c.fp32Params && precision != ir::Precision::FP32 && !gradsOnHost
+            c.fp32Params && !gradsOnHost
                 ? costModel.getGradientAccumulationSeconds(
                       static_cast<double>(ceilDiv(group.params, gradShard)), 2)
                 : 0;
@@ -1802,7 +1801,6 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                       c.microbatches = run.globalBatch / (b * samples);
                       c.precision = variant.precision;
                       c.fp32Grads = variant.fp32Grads;
-                      c.fp32Params = variant.fp32Params;
                       c.fp32Params = variant.fp32Params;
                       c.fp8Gather = fp8Gather;
                       c.expertsReplicated = expertsReplicated;
