@@ -88,29 +88,11 @@ using plan::Op;
 using plan::OpKind;
 using plan::Phase;
 
-/// A number in a formula: exact integers as written, others with 4 significant digits.
-std::string num(double value) {
-  if (std::fabs(value) < 1e15 && value == std::round(value))
-    return fmt::format("{}", static_cast<int64_t>(value));
-  return fmt::format("{:.4g}", value);
-}
+std::string num(double value) { return cost::formatFormulaNumber(value); }
+std::string seconds(double value) { return cost::formatFormulaSeconds(value); }
 
 std::string microbatches(double count) {
   return num(count) + (count == 1 ? " micro-batch" : " micro-batches");
-}
-
-/// `1.23 ms`.
-std::string seconds(double value) {
-  if (value == 0)
-    return "0 s";
-  double magnitude = std::fabs(value);
-  if (magnitude >= 1)
-    return fmt::format("{:.3g} s", value);
-  if (magnitude >= 1e-3)
-    return fmt::format("{:.3g} ms", value * 1e3);
-  if (magnitude >= 1e-6)
-    return fmt::format("{:.3g} us", value * 1e6);
-  return fmt::format("{:.3g} ns", value * 1e9);
 }
 
 /// `3.12 GB`.

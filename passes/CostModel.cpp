@@ -20,17 +20,13 @@ namespace placec::cost {
 // Formatting for formulas
 //===----------------------------------------------------------------------===//
 
-namespace {
-
-/// A number in a formula: exact integers as written, others with 4 significant digits.
-std::string num(double value) {
+std::string formatFormulaNumber(double value) {
   if (std::fabs(value) < 1e15 && value == std::round(value))
     return fmt::format("{}", static_cast<int64_t>(value));
   return fmt::format("{:.4g}", value);
 }
 
-/// `1.23 ms`, `45.6 us`, `2.00 s`.
-std::string fmtSeconds(double value) {
+std::string formatFormulaSeconds(double value) {
   if (value == 0)
     return "0 s";
   double magnitude = std::fabs(value);
@@ -42,6 +38,11 @@ std::string fmtSeconds(double value) {
     return fmt::format("{:.3g} us", value * 1e6);
   return fmt::format("{:.3g} ns", value * 1e9);
 }
+
+namespace {
+
+std::string num(double value) { return formatFormulaNumber(value); }
+std::string fmtSeconds(double value) { return formatFormulaSeconds(value); }
 
 /// `312 TFLOP/s`, `1.56 TB/s`, `25.0 GB/s`.
 std::string fmtRate(double value, StringRef unit) {
@@ -91,7 +92,17 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   //   580): mean |error| 5.0, 3.6, 4.0 and 3.6 %. At head dimension 128 and 8K causal keys that
   //   is 0.32 / 0.28 of the peak for FlashAttention-2 (tritonbench measured 0.33 forward at 4.6K
   //   in pytorch/pytorch#142132), 0.56 / 0.49 for cuDNN; at 2K keys 0.27 / 0.21 and 0.45 / 0.36.
-  //   Blackwell and CDNA3 take Hopper's (no published measurement of the default kernels).
+  //   bench/gpu/fit_attention.py does the fit and gives these constants back from the bench.
+  // - Fused attention on Blackwell: NVIDIA's cudnn-frontend SDPA training benchmark on one B200
+  //   (benchmark/sdpa_benchmark_training, sdpa_bf16_benchmark_results_NVIDIA_B200.csv at commit
+  //   bb37575d; PyTorch NGC 25.09, cuDNN 9.13; Llama 3.1 405B's 128 query and 8 key/value heads,
+  //   d 128, causal, 1K to 128K tokens; bench/gpu/results/b200-cudnn-frontend/sdpa-bf16.csv).
+  //   The same fit over its 1K to 32K shapes, at Hopper's head-dimension overhead (the source has
+  //   d 128 only): FlashAttention-2 forward (0.240, 800), backward (0.200, 960), cuDNN forward
+  //   (0.995, 2820), backward (0.680, 1520); mean |error| 2.0, 4.5, 6.3 and 7.2 %. At 8K causal
+  //   keys that is 0.16 / 0.13 of the B200's peak for FlashAttention-2 (measured 0.17 / 0.13),
+  //   0.47 / 0.40 for cuDNN (measured 0.52 / 0.42); Hopper's constants gave 0.56 / 0.49.
+  //   CDNA3 takes Hopper's FlashAttention-2 (no published measurement of its default kernel).
   // - FlashAttention-2 on A100: up to 73% of peak in the forward, about 63% in the backward
   //   (Dao 2023, "FlashAttention-2", §4.1), one fraction for every shape; cuDNN on Ampere takes
   //   FlashAttention-2's.
@@ -105,6 +116,8 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   static const FusedAttentionConstants hopperFlash = {0.430, 0.395, 300, 500, 32};
   static const FusedAttentionConstants hopperFlash3 = {0.609, 0.565, 0, 0, 0};
   static const FusedAttentionConstants hopperCudnn = {0.765, 0.700, 380, 580, 32};
+  static const FusedAttentionConstants blackwellFlash = {0.240, 0.200, 800, 960, 32};
+  static const FusedAttentionConstants blackwellCudnn = {0.995, 0.680, 2820, 1520, 32};
   static const FusedAttentionConstants none = {};
   static const FamilyConstants ampere = {
       /*gemmEfficiency=*/0.869,
@@ -130,9 +143,9 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*gemmEfficiency=*/0.776,
       /*fp8GemmEfficiency=*/0.763,
       /*memoryEfficiency=*/0.85,
-      /*flash2=*/hopperFlash,
+      /*flash2=*/blackwellFlash,
       /*flash3=*/none,
-      /*cudnn=*/hopperCudnn,
+      /*cudnn=*/blackwellCudnn,
       /*intraBusEfficiency=*/0.82,
       /*interBusEfficiency=*/0.95,
   };
@@ -404,7 +417,12 @@ double getWeightElements(const std::vector<Gemm> &products) {
     elements += gemm.k * gemm.n * gemm.batch;
   return elements;
 }
-void addWeightCasts(const TransformerDims &x, const std::vector<Gemm> &products, bool backward,
+/// The run's side of the casts: the compute type's bytes e, and the flags of Layout.
+struct WeightCastLayout {
+  double e;
+  bool fp32Params, paramsGathered, eager;
+};
+void addWeightCasts(const WeightCastLayout &x, const std::vector<Gemm> &products, bool backward,
                     Work &work) {
   if (!x.fp32Params)
     return;
@@ -418,6 +436,11 @@ void addWeightCasts(const TransformerDims &x, const std::vector<Gemm> &products,
   work.memory.push_back({"weight gradients cast to fp32 (params = fp32)", cast});
   if (!x.eager && !x.paramsGathered)
     work.memory.push_back({"fp32 weights cast again (params = fp32, compiled)", cast});
+}
+void addWeightCasts(const TransformerDims &x, const std::vector<Gemm> &products, bool backward,
+                    Work &work) {
+  addWeightCasts(WeightCastLayout{x.e, x.fp32Params, x.paramsGathered, x.eager}, products, backward,
+                 work);
 }
 
 /// Bytes of one [rows, width/t] slab over the layer's feed-forward blocks: the dense MLP, or the
@@ -670,13 +693,17 @@ Work mlpWork(const ir::MlpConfig &config, int64_t layer, PassKind pass, const La
   bool column = layer % 2 == 0;
   Gemm linear{"linear", b, column ? out / t : out, column ? in : in / t};
   double activation = 2 * b * (column ? out / t : out) * e;
-  if (pass == PassKind::Backward) {
+  bool backward = pass == PassKind::Backward;
+  if (backward) {
     addBackwardProducts({linear}, work.gemms);
     work.memory.push_back({"bias and gelu backward", 1.5 * activation});
   } else {
     work.gemms.push_back(linear);
     work.memory.push_back({"bias and gelu", activation});
   }
+  WeightCastLayout casts{e, layout.fp32Params, layout.paramsGathered,
+                         layout.kernels == ir::KernelMode::Eager};
+  addWeightCasts(casts, {linear}, backward, work);
   return work;
 }
 

@@ -906,3 +906,43 @@ TEST(CostModelTest, Fp32ParametersAreCastOnEveryUse) {
       ir::getStateBytes(ir::Precision::MixedBF16, ir::OptimizerKind::Adam, false, false);
   EXPECT_NEAR(costModel.getOptimizerSeconds(1e9, master), 28 * second, 1e-9);
 }
+
+TEST(CostModelTest, Fp32ParametersOfAnMlpAreCastOnEveryUse) {
+  // The mlp model's layers under params = fp32: layer 0 is column-parallel (in × out/t weights),
+  // layer 1 row-parallel (in/t × out), each cast like a transformer's products.
+  ir::Model model;
+  model.kind = ir::ModelKind::Mlp;
+  model.mlp.layers = 3;
+  model.mlp.input = 512;
+  model.mlp.width = 2048;
+  model.mlp.output = 256;
+  double t = 4, e = 2;
+  Layout plain, autocast, fsdp, eager, plainEager;
+  plain.tensor = 4;
+  plain.microBatch = 8;
+  autocast = plain;
+  autocast.fp32Params = true;
+  fsdp = autocast;
+  fsdp.paramsGathered = true;
+  plainEager = plain;
+  plainEager.kernels = ir::KernelMode::Eager;
+  eager = plainEager;
+  eager.fp32Params = true;
+  auto extra = [&](int64_t layer, const Layout &with, const Layout &without, PassKind pass) {
+    Work a = getUnitWork(model, UnitKind::MlpLayer, layer, pass, with);
+    Work b = getUnitWork(model, UnitKind::MlpLayer, layer, pass, without);
+    EXPECT_EQ(a.getFlops(), b.getFlops());
+    return a.getMemoryBytes() - b.getMemoryBytes();
+  };
+  const double weights[] = {512 * 2048 / t, 2048 / t * 2048, 2048 * 256 / t};
+  for (int64_t layer = 0; layer < 3; ++layer) {
+    SCOPED_TRACE(layer);
+    double cast = (4 + e) * weights[layer];
+    EXPECT_NEAR(extra(layer, autocast, plain, PassKind::Forward), cast, 1e-9 * cast);
+    EXPECT_NEAR(extra(layer, autocast, plain, PassKind::RecomputeFull), cast, 1e-9 * cast);
+    EXPECT_NEAR(extra(layer, fsdp, plain, PassKind::Forward), 0, 1e-9 * cast);
+    EXPECT_NEAR(extra(layer, fsdp, plain, PassKind::Backward), cast, 1e-9 * cast);
+    EXPECT_NEAR(extra(layer, autocast, plain, PassKind::Backward), 2 * cast, 1e-9 * cast);
+    EXPECT_NEAR(extra(layer, eager, plainEager, PassKind::Backward), cast, 1e-9 * cast);
+  }
+}

@@ -616,6 +616,12 @@ private:
   bool shapes = false;
 };
 
+/// A number in a formula of `--explain`: exact integers as written, others with 4 significant
+/// digits.
+std::string formatFormulaNumber(double value);
+/// A duration in a formula of `--explain`: `1.23 ms`, `45.6 us`, `2.00 s`.
+std::string formatFormulaSeconds(double value);
+
 } // namespace placec::cost
 
 #endif // PLACEC_PASSES_COSTMODEL_H

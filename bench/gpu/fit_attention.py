@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Fits the fused-attention constants of placec's cost model (FusedAttentionConstants in
+include/placec/passes/CostModel.h) to measured kernel rates.
+
+placec times a fused attention kernel as
+
+    seconds = FLOP × (1 + K / attended keys) × (1 + H / d) / (peak × efficiency)
+
+(CostModel::getAttentionSeconds; FLOP = 4·heads·q·k·d, halved when causal, 2.5 times that
+backward; the attended keys are k, halved when causal). For each backend and pass this script
+finds the efficiency (steps of 0.005) and the key overhead K (steps of 20, to 4000) that
+minimize the mean |error| of that rate against the measurements, at a head-dimension overhead H
+given or searched (0 to 64 in steps of 8, the smallest total error), over shapes of 1K to 32K
+keys unless told otherwise.
+
+Inputs, either:
+  - placec's kernel bench (bench/gpu/kernels.py --out), its "attention" list;
+  - a CSV with the columns of NVIDIA cudnn-frontend's SDPA training benchmark
+    (benchmark/sdpa_benchmark_training: batch_size, q_seqlen, kv_seqlen, num_q_heads, head_dim,
+    is_causal, backend, fwd_tflops_per_sec, bwd_tflops_per_sec), which counts FLOPs the same way.
+
+  python3 bench/gpu/fit_attention.py bench/gpu/results/h100-2026-11-27/kernels-hold.json \\
+      --peak 989.4
+  python3 bench/gpu/fit_attention.py bench/gpu/results/b200-cudnn-frontend/sdpa-bf16.csv \\
+      --peak 2250 --head-overhead 32
+"""
+
+import argparse
+import csv
+import json
+import sys
+
+# cudnn-frontend's backend names, and placec's kernel bench's, to placec's attention kinds.
+BACKENDS = {"pyt_cudnn": "cudnn", "pyt_flash_attention": "flash", "cudnn": "cudnn",
+            "flash": "flash"}
+
+
+CSV_COLUMNS = ("batch_size", "q_seqlen", "kv_seqlen", "num_q_heads", "head_dim", "is_causal",
+               "backend", "fwd_tflops_per_sec", "bwd_tflops_per_sec")
+
+
+def load(path, min_keys, max_keys):
+    """(kernel, heads, queries, keys, d, causal, forward TFLOP/s, backward TFLOP/s) per shape."""
+    points = []
+    try:
+        with open(path) as f:
+            text = f.read()
+        if path.endswith(".json"):
+            for r in json.loads(text)["attention"]:
+                if "forward_tflops" not in r:
+                    continue  # A shape the backend refused.
+                points.append((BACKENDS.get(r["backend"]), r["heads"] * r["batch"],
+                               r["queries"], r["keys"], r["head_dim"], bool(r["causal"]),
+                               float(r["forward_tflops"]), float(r["backward_tflops"])))
+        else:
+            rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+            missing = [c for c in CSV_COLUMNS if c not in (rows.fieldnames or [])]
+            if missing:
+                sys.exit(f"fit_attention.py: {path}: not a kernels.py JSON file nor an SDPA "
+                         f"benchmark CSV (no column {', '.join(missing)})")
+            for line, r in enumerate(rows, start=2):
+                try:
+                    points.append((BACKENDS.get(r["backend"]),
+                                   int(r["batch_size"]) * int(r["num_q_heads"]),
+                                   int(r["q_seqlen"]), int(r["kv_seqlen"]), int(r["head_dim"]),
+                                   r["is_causal"] == "True", float(r["fwd_tflops_per_sec"]),
+                                   float(r["bwd_tflops_per_sec"])))
+                except (TypeError, ValueError) as e:
+                    sys.exit(f"fit_attention.py: {path}: data row {line - 1}: {e}")
+    except OSError as e:
+        sys.exit(f"fit_attention.py: {e}")
+    except (ValueError, KeyError, TypeError) as e:
+        sys.exit(f"fit_attention.py: {path}: not a kernels.py JSON file ({e!r})")
+    return [p for p in points
+            if p[0] and min_keys <= p[3] <= max_keys and p[6] > 0 and p[7] > 0]
+
+
+def predicted(peak, efficiency, key_overhead, head_overhead, keys, causal, head_dim):
+    attended = keys * (0.5 if causal else 1)
+    return peak * efficiency / ((1 + key_overhead / attended) * (1 + head_overhead / head_dim))
+
+
+def fit(points, peak, head_overhead):
+    """(efficiency, key overhead, mean |error|, max |error|) minimizing the mean |error|."""
+    best = None
+    for k_step in range(0, 201):
+        key_overhead = 20 * k_step
+        for e_step in range(1, 201):
+            efficiency = 0.005 * e_step
+            errors = [abs(predicted(peak, efficiency, key_overhead, head_overhead, keys, causal,
+                                    d) / rate - 1)
+                      for keys, causal, d, rate in points]
+            mean = sum(errors) / len(errors)
+            if best is None or mean < best[2]:
+                best = (efficiency, key_overhead, mean, max(errors))
+    return best
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", help="kernels.py JSON or a cudnn-frontend SDPA CSV")
+    parser.add_argument("--peak", type=float, required=True,
+                        help="the device's dense BF16 peak, TFLOP/s")
+    parser.add_argument("--head-overhead", type=float,
+                        help="fix H (default: search 0 to 64 in steps of 8)")
+    parser.add_argument("--min-keys", type=int, default=1024,
+                        help="leave out shapes of fewer keys (launch-bound; default 1024)")
+    parser.add_argument("--max-keys", type=int, default=32768,
+                        help="leave out shapes of more keys (default 32768: the range of "
+                             "placec's kernel bench)")
+    args = parser.parse_args()
+    if args.peak <= 0:
+        parser.error("--peak must be positive")
+    points = load(args.input, args.min_keys, args.max_keys)
+    if not points:
+        sys.exit(f"fit_attention.py: no attention rates in {args.input}")
+    heads = [args.head_overhead] if args.head_overhead is not None else range(0, 65, 8)
+    for backend in sorted({p[0] for p in points}):
+        mine = [p for p in points if p[0] == backend]
+        passes = {"forward": [(p[3], p[5], p[4], p[6]) for p in mine],
+                  "backward": [(p[3], p[5], p[4], p[7]) for p in mine]}
+        choice = None
+        for h in heads:
+            fits = {name: fit(pts, args.peak, h) for name, pts in passes.items()}
+            total = sum(f[2] for f in fits.values())
+            if choice is None or total < choice[0]:
+                choice = (total, h, fits)
+        _, h, fits = choice
+        print(f"{backend}: {len(mine)} shapes, head-dimension overhead {h:g}")
+        for name, (efficiency, key_overhead, mean, worst) in fits.items():
+            print(f"  {name}: efficiency {efficiency:.3f}, key overhead {key_overhead}, "
+                  f"mean |error| {100 * mean:.1f} %, max {100 * worst:.1f} %")
+            for keys, causal, d, rate in passes[name]:
+                model = predicted(args.peak, efficiency, key_overhead, h, keys, causal, d)
+                print(f"    {keys:>6} keys{' causal' if causal else ''}, d {d}: measured "
+                      f"{rate:.0f}, placec {model:.0f} TFLOP/s ({100 * (model / rate - 1):+.1f} %)")
+
+
+if __name__ == "__main__":
+    main()
