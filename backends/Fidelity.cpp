@@ -51,7 +51,7 @@ double FidelityRow::getMemoryError() const {
 
 bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, bool json,
                    raw_ostream &os) {
-  std::map<std::string, ErrorSummary> stepBySet, memoryBySet, stepByFile;
+  std::map<std::string, ErrorSummary> stepBySet, memoryBySet, stepByFile, stepByDevice;
   ErrorSummary step, memory;
   for (const FidelityRow &row : rows) {
     std::string name = row.file + ":" + row.run;
@@ -59,6 +59,7 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
       step.add(row.getStepError(), name);
       stepBySet[row.set].add(row.getStepError(), name);
       stepByFile[row.file].add(row.getStepError(), row.run);
+      stepByDevice[row.device].add(row.getStepError(), name);
     }
     if (row.measuredMemory) {
       memory.add(row.getMemoryError(), name);
@@ -111,6 +112,10 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
         for (const auto &[file, value] : stepByFile)
           summary(file, value);
       });
+      out.attributeObject("step_by_device", [&] {
+        for (const auto &[device, value] : stepByDevice)
+          summary(device, value);
+      });
       out.attribute("within_limits", stepOk && memoryOk);
     });
     os << "\n";
@@ -135,22 +140,30 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
   renderText(table, os);
   os << "\n";
   // Each source's rows together: a source whose rows all lean one way (a framework, a software
-  // era, a system) shows it in its mean signed error.
-  if (stepByFile.size() > 1) {
-    Table sources;
-    sources.title = "Step time by source";
-    sources.header = {"file", "rows", "mean |error|", "mean error", "max |error|", "worst run"};
-    sources.leftColumns = {0, 5};
-    for (const auto &[file, value] : stepByFile)
-      sources.addRow({file, formatInteger(static_cast<double>(value.count)),
-                      fmt::format("{:.1f} %", 100 * value.mean()),
-                      signedPercent(value.signedMean()), fmt::format("{:.1f} %", 100 * value.max),
-                      value.worst});
-    sources.notes.push_back("mean error: the mean of the signed errors; negative, the source's "
-                            "steps are predicted faster than measured");
-    renderText(sources, os);
+  // era, a system) shows it in its mean signed error; and each device's, for a device preset
+  // whose constants lean one way.
+  auto byGroup = [&](const std::map<std::string, ErrorSummary> &groups, StringRef title,
+                     StringRef what, StringRef note) {
+    if (groups.size() < 2)
+      return;
+    Table table;
+    table.title = title.str();
+    table.header = {what.str(), "rows", "mean |error|", "mean error", "max |error|", "worst run"};
+    table.leftColumns = {0, 5};
+    for (const auto &[group, value] : groups)
+      table.addRow({group, formatInteger(static_cast<double>(value.count)),
+                    fmt::format("{:.1f} %", 100 * value.mean()), signedPercent(value.signedMean()),
+                    fmt::format("{:.1f} %", 100 * value.max), value.worst});
+    table.notes.push_back(note.str());
+    renderText(table, os);
     os << "\n";
-  }
+  };
+  byGroup(stepByFile, "Step time by source", "file",
+          "mean error: the mean of the signed errors; negative, the source's steps are predicted "
+          "faster than measured");
+  byGroup(stepByDevice, "Step time by device", "device",
+          "mean error: the mean of the signed errors; negative, the device's steps are predicted "
+          "faster than measured");
   auto line = [&](StringRef what, const ErrorSummary &value) {
     if (value.count == 0)
       return;

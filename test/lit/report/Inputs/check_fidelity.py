@@ -1,11 +1,11 @@
 # Recomputes `placec fidelity --format=json`'s summaries from its rows' predicted and measured
 # values: each row's error, and the mean |error|, mean signed error, max |error| and worst run of
-# every set, every source file and the whole step. `python3 check_fidelity.py < fidelity.json`.
+# every set, every source file, every device and the whole step. `python3 check_fidelity.py < fidelity.json`.
 import json
 import sys
 
 data = json.load(sys.stdin)
-groups = {"all": [], "set": {}, "file": {}}
+groups = {"all": [], "set": {}, "file": {}, "device": {}}
 for row in data["rows"]:
     if "measured_step_s" not in row:
         continue
@@ -14,6 +14,7 @@ for row in data["rows"]:
     groups["all"].append((error, row["file"] + ":" + row["run"]))
     groups["set"].setdefault(row["set"], []).append((error, row["file"] + ":" + row["run"]))
     groups["file"].setdefault(row["file"], []).append((error, row["run"]))
+    groups["device"].setdefault(row["device"], []).append((error, row["file"] + ":" + row["run"]))
 
 
 def check(summary, errors, what):
@@ -35,5 +36,8 @@ for name, errors in groups["set"].items():
 assert sorted(data["step_by_file"]) == sorted(groups["file"])
 for name, errors in groups["file"].items():
     check(data["step_by_file"][name], errors, name)
+assert sorted(data["step_by_device"]) == sorted(groups["device"])
+for name, errors in groups["device"].items():
+    check(data["step_by_device"][name], errors, name)
 print("fidelity summaries agree with the rows:", len(groups["all"]), "rows,",
-      len(groups["file"]), "files")
+      len(groups["file"]), "files,", len(groups["device"]), "devices")
