@@ -240,6 +240,10 @@ struct TransformerDims {
   bool repeatKv = false;
   /// `params = fp32`, and the parameters gathered (Layout).
   bool fp32Params = false, paramsGathered = false;
+  /// Bytes per element of the residual stream (the embedding's output, every residual addition
+  /// and the norms' inputs): e, or 4 under autocast over fp32 modules (autocastStream).
+  double stream = 2;
+  bool autocastStream() const { return stream > e; }
   ir::AttentionKind attention = ir::AttentionKind::Flash;
   bool materialized() const { return attention == ir::AttentionKind::Materialized; }
   /// An MoE layer: its routed experts (getMoeShape), their width, E, and the summed width of
@@ -279,6 +283,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.rmsnorm = config.norm == ir::NormKind::RmsNorm;
   dims.fp32Params = layout.fp32Params;
   dims.paramsGathered = layout.paramsGathered;
+  dims.stream = getStreamBytes(layout.precision, layout.fp32Params, layout.paramsGathered);
   return dims;
 }
 
@@ -497,14 +502,33 @@ void addRouting(const TransformerDims &x, bool backward, Work &work) {
 ///    tensor, so torch.compile materializes it as well).
 /// The two casts to fp32 and back around an eager RMSNorm or rotary embedding, e+4 each way; none
 /// when the activations are fp32 already (`x.float()` and `type_as` return their input).
-double eagerCastBytes(const TransformerDims &x) { return x.e < 4 ? 2 * (x.e + 4) : 0; }
+///
+/// Under autocast over fp32 modules (TransformerDims::stream 4) the norms read and write the fp32
+/// stream: an eager RMSNorm is its fp32 operators without the two casts, a LayerNorm reads and
+/// writes 4 bytes (its backward reads two, writes one). Each norm's output is cast to e for the
+/// product it feeds (autocast casts a linear's input), a kernel of 4 + e eager, and the backward
+/// casts that product's input gradient back (ToCopyBackward), e + 4; compiled, each cast is fused
+/// into its norm, which then writes e (and its backward reads an e-byte gradient).
+double eagerCastBytes(double e) { return e < 4 ? 2 * (e + 4) : 0; }
 double normBytesPerElement(const TransformerDims &x, bool backward) {
+  double s = x.stream;
   if (x.eager && x.rmsnorm)
-    return eagerCastBytes(x) + (backward ? 6 * x.e + 68 : 2 * x.e + 20);
-  return backward ? 3 * x.e : 2 * x.e;
+    return eagerCastBytes(s) + (backward ? 6 * s + 68 : 2 * s + 20);
+  if (x.autocastStream() && !x.eager)
+    return backward ? 2 * s + x.e : s + x.e;
+  return backward ? 3 * s : 2 * s;
+}
+/// Eager autocast's casts between the fp32 stream and the products, per element of the stream:
+/// forward, a norm's output cast to e; backward, the product's input gradient cast back to fp32,
+/// and the stream's gradient cast to e for the residual branch's product (the addition's
+/// backward returns each input's gradient in that input's type).
+double streamCastBytes(const TransformerDims &x, bool backward) {
+  if (!x.autocastStream() || !x.eager)
+    return 0;
+  return (backward ? 2 : 1) * (x.stream + x.e);
 }
 double rotaryBytesPerElement(const TransformerDims &x) {
-  return x.eager ? eagerCastBytes(x) + 8 : 2 * x.e;
+  return x.eager ? eagerCastBytes(x.e) + 8 : 2 * x.e;
 }
 /// Tensors of the MLP's width each MLP activation kernel reads or writes.
 double mlpActivationAccesses(const TransformerDims &x, bool backward) {
@@ -517,6 +541,8 @@ double mlpActivationAccesses(const TransformerDims &x, bool backward) {
 
 void addNorms(const TransformerDims &x, Work &work) {
   work.memory.push_back({"norms", 2 * x.outside() * normBytesPerElement(x, false)});
+  if (double casts = streamCastBytes(x, false))
+    work.memory.push_back({"norm outputs cast (autocast)", 2 * x.outside() * casts});
 }
 void addRotary(const TransformerDims &x, Work &work) {
   if (x.rope)
@@ -531,8 +557,9 @@ void addKvExpansion(const TransformerDims &x, bool backward, Work &work) {
 void addMlpActivation(const TransformerDims &x, Work &work) {
   work.memory.push_back({"mlp activation", mlpActivationAccesses(x, false) * mlpWidthBytes(x)});
 }
+/// A residual addition reads the stream and the branch's e-byte output and writes the stream.
 double residualBytes(const TransformerDims &x) {
-  return 3 * x.outside() * x.e + (x.materialized() ? x.outside() : 0);
+  return (2 * x.stream + x.e) * x.outside() + (x.materialized() ? x.outside() : 0);
 }
 
 /// The casts of a layer's products (FP8 inputs or gradients, fp32 weights), when it has any.
@@ -558,14 +585,18 @@ void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
   addProjectionCasts(x, /*backward=*/true, work);
   addRouting(x, /*backward=*/true, work);
   work.memory.push_back({"norms backward", 2 * x.outside() * normBytesPerElement(x, true)});
+  if (double casts = streamCastBytes(x, true))
+    work.memory.push_back({"stream gradients cast (autocast)", 2 * x.outside() * casts});
   if (x.rope)
     work.memory.push_back({"rotary embedding backward",
                            x.tokens * (x.a + x.kv) * x.d / x.t * rotaryBytesPerElement(x)});
   addKvExpansion(x, /*backward=*/true, work);
   work.memory.push_back(
       {"mlp activation backward", mlpActivationAccesses(x, true) * mlpWidthBytes(x)});
-  work.memory.push_back(
-      {"residuals backward", 2 * (2 * x.outside() * x.e + (x.materialized() ? x.outside() : 0))});
+  // Compiled autocast: the stream's gradient is also written in e for the branch's product.
+  double branch = x.autocastStream() && !x.eager ? x.e : 0;
+  work.memory.push_back({"residuals backward", 2 * ((2 * x.stream + branch) * x.outside() +
+                                                    (x.materialized() ? x.outside() : 0))});
 }
 
 /// `recompute(op)`: PyTorch's selective activation checkpointing under torchtitan's "op" policy
@@ -610,9 +641,9 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
   case UnitKind::Embedding:
     // A vocabulary-parallel lookup writes its rows; the backward adds them into the gradient.
     if (pass == PassKind::Forward)
-      work.memory.push_back({"embedding lookup", 2 * x.tokens * x.h * x.e});
+      work.memory.push_back({"embedding lookup", 2 * x.tokens * x.h * x.stream});
     else if (backward)
-      work.memory.push_back({"embedding gradient", 3 * x.tokens * x.h * x.e});
+      work.memory.push_back({"embedding gradient", 3 * x.tokens * x.h * x.stream});
     return work;
   case UnitKind::Head: {
     if (pass != PassKind::Forward && !backward)
@@ -630,10 +661,15 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     if (!backward) {
       work.gemms.push_back(logits);
       work.memory.push_back({"final norm", x.outside() * normBytesPerElement(x, false)});
+      if (double casts = streamCastBytes(x, false))
+        work.memory.push_back({"final norm output cast (autocast)", x.outside() * casts});
       work.memory.push_back({"cross-entropy", logitCount * (unfused ? x.e + 16 : 2 * x.e)});
     } else {
       addBackwardProducts({logits}, work.gemms);
       work.memory.push_back({"final norm backward", x.outside() * normBytesPerElement(x, true)});
+      if (x.autocastStream() && x.eager)
+        work.memory.push_back(
+            {"final norm gradient cast (autocast)", x.outside() * (x.stream + x.e)});
       work.memory.push_back(
           {"cross-entropy backward", logitCount * (unfused ? x.e + 20 : 2 * x.e)});
     }
@@ -757,6 +793,16 @@ std::string getEagerObstacle(const ir::Model &model, ir::ActivationMode mode,
     return "recompute(selective) is Megatron-LM's recomputation of its fused kernels; write "
            "recompute(op) (torchtitan's per-op policy), recompute or keep";
   return std::string();
+}
+
+double getStreamBytes(ir::Precision precision, bool fp32Params, bool paramsGathered) {
+  // Autocast over fp32 modules (PyTorch's DDP or one device): the embedding's fp32 weights give
+  // an fp32 output, each residual addition of a product's output to it promotes to fp32, and
+  // autocast runs layer_norm in fp32, so the residual stream stays fp32 while the products and
+  // the attention run in the compute type (aten/src/ATen/autocast_mode.cpp's fp32 list; add's
+  // type promotion). Gathered, FSDP hands the modules compute-type copies and the stream is too.
+  double e = ir::getActivationBytes(precision);
+  return fp32Params && !paramsGathered && precision != ir::Precision::FP32 ? 4 : e;
 }
 
 Layout getRunLayout(const ir::Run &run) {
@@ -954,6 +1000,20 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   std::string scaleText =
       x.e != 2 ? fmt::format(" × {} ({}-byte activations)", num(scale), static_cast<int>(x.e))
                : std::string();
+  // Autocast over fp32 modules keeps the stream's tensors that the backward reads, the norms'
+  // inputs, in fp32 where the formulas below count e bytes: the layer's input alone when it is
+  // the checkpoint (full recomputation, recompute(op)), both norms' inputs otherwise.
+  auto withStream = [&](double bytes, int inputs) {
+    if (!x.autocastStream())
+      return bytes;
+    double extra = inputs * (x.stream - x.e) * x.outside();
+    if (formula)
+      *formula += fmt::format(" + {}·({} − {})·{}{} B [{} in fp32: autocast over fp32 modules]",
+                              inputs, num(x.stream), num(x.e), sbhText,
+                              sp ? fmt::format("/{}", num(t)) : std::string(),
+                              inputs == 1 ? "the layer's input" : "the norms' inputs");
+    return bytes + extra;
+  };
   if (mode == ir::ActivationMode::RecomputeFull) {
     // Layer inputs only.
     double bytes = scale * 2 * sbh / (sp ? t : 1);
@@ -962,7 +1022,7 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
           sp ? fmt::format("2·{}/{} B per layer [2·s·b·h/t (layer inputs only)]{}", sbhText, num(t),
                            scaleText)
              : fmt::format("2·{} B per layer [2·s·b·h (layer inputs only)]{}", sbhText, scaleText);
-    return bytes;
+    return withStream(bytes, 1);
   }
   if (mode == ir::ActivationMode::RecomputeOps) {
     // What torchtitan's "op" policy keeps (opRecomputedProducts): the layer's input (the
@@ -984,7 +1044,7 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
           num(x.a), num(x.h), num(t), x.swiglu ? " + 2" : "", sp ? "/t" : "",
           sp ? " + the two reduce-scattered outputs 2·2/t" : "", x.swiglu ? "gate" : "up",
           x.swiglu ? " + MLP down product 2" : "", scaleText);
-    return scale * sbh * coefficient;
+    return withStream(scale * sbh * coefficient, 1);
   }
   if (x.materialized()) {
     // Korthikanti et al. 2022, Table 2: 34 bytes per s·b·h (norm inputs, QKV input, Q, K, V,
@@ -1024,7 +1084,7 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
     }
     if (formula)
       *formula = fmt::format("{} B per layer [{}]{}", numbers, symbols, scaleText);
-    return scale * sbh * coefficient;
+    return withStream(scale * sbh * coefficient, 2);
   }
   // Flash attention: what the backward reads, in units of s·b·h at 2 bytes. Outside the tensor-
   // parallel region (split by t under sequence parallelism): the two norm inputs and the two
@@ -1107,7 +1167,7 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
                               "eager, params = fp32]",
                               num(weights), num(x.e), num(x.e));
   }
-  return scale * sbh * coefficient + extra.getBytes(x) + copies;
+  return withStream(scale * sbh * coefficient + extra.getBytes(x) + copies, 2);
 }
 
 double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,

@@ -141,7 +141,7 @@ private:
   /// the tensor axes.
   void boundaryTransfer(std::vector<Op> &ops, OpKind kind, Phase phase, int unit, int peer,
                         std::string reason) const {
-    DType type = plan->activationType;
+    DType type = plan->boundaryType;
     Op op = collective(kind, phase, ir::State::Activations, unit, {}, sentElements(), type, true,
                        std::move(reason));
     op.peerStage = peer;
@@ -309,6 +309,10 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   pipelineLayout = getPipelineLayout(model.getNumLayers(), stages,
                                      strategy.pipeline ? &*strategy.pipeline : nullptr);
   layout = cost::getRunLayout(run);
+  plan->boundaryType =
+      cost::getStreamBytes(run.precision, layout.fp32Params, layout.paramsGathered) == 4
+          ? DType::FP32
+          : plan->activationType;
   dense = getStateAxes(/*expert=*/false);
   experts = getStateAxes(/*expert=*/true);
 
@@ -1022,8 +1026,16 @@ void printPlan(const StepPlan &plan, raw_ostream &os) {
   if (plan.stages.size() > 1)
     os << ", schedule " << ir::toString(plan.schedule) << " over " << plan.stages.size()
        << " stages" << (plan.chunks > 1 ? ", " + std::to_string(plan.chunks) + " chunks" : "");
-  os << "\n  dtypes: params " << toString(plan.paramType) << ", grads " << toString(plan.gradType)
-     << ", activations " << toString(plan.activationType) << ", optimizer fp32\n";
+  os << "\n  dtypes: params ";
+  // params = fp32: the stored parameters are fp32, the gathered and cast copies the compute type.
+  if (run.fp32Params && run.precision != ir::Precision::FP32)
+    os << "fp32 (used as " << toString(plan.paramType) << ")";
+  else
+    os << toString(plan.paramType);
+  os << ", grads " << toString(plan.gradType) << ", activations " << toString(plan.activationType);
+  if (plan.boundaryType != plan.activationType)
+    os << ", stage boundaries " << toString(plan.boundaryType);
+  os << ", optimizer fp32\n";
   auto printOp = [&](const Op &op, unsigned indent) {
     os.indent(indent) << toString(op.kind);
     if (op.kind == OpKind::Compute)

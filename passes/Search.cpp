@@ -401,7 +401,8 @@ private:
 };
 
 const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
-  // The parameters' casts under params = fp32 depend on whether they are gathered (layoutOf).
+  // The parameters' casts and the residual stream's type under params = fp32 depend on whether
+  // they are gathered (layoutOf).
   bool gatheredFp32 = c.fp32Params && paramMask(c.params) != 0;
   auto key = std::make_tuple(c.tp, c.microBatch, c.sequenceParallel,
                              static_cast<int>(c.activations) * 4 +
@@ -786,7 +787,8 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
     int64_t elements = c.microBatch * model.transformer.seq / c.cp * model.transformer.hidden;
     if (c.sequenceParallel)
       elements /= c.tp;
-    double sendBytes = static_cast<double>(elements) * activationBytes;
+    double sendBytes = static_cast<double>(elements) *
+                       cost::getStreamBytes(precision, c.fp32Params, paramMask(c.params) != 0);
     sendIntra = costModel.getPointToPointSeconds(sendBytes, false);
     sendInter = costModel.getPointToPointSeconds(sendBytes, true);
   }

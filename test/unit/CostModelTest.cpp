@@ -872,21 +872,45 @@ TEST(CostModelTest, Fp32ParametersAreCastOnEveryUse) {
     return a.getMemoryBytes() - b.getMemoryBytes();
   };
   double cast = (4 + e) * W; // fp32 read, e written (or e read, fp32 written)
+  // Not gathered (autocast over the fp32 modules), the residual stream is fp32: per element of
+  // the [T, h] stream (T = 8192 tokens), against the e-byte stream of `plain`, with LayerNorm.
+  // Compiled: each norm reads 4 and writes e, its output cast fused in (6 against 2e = 4); each
+  // residual addition reads 4 + e and writes 4 (10 against 3e = 6); backward, each norm reads 4
+  // and an e-byte gradient and writes 4 (10 against 3e = 6), each addition's gradient sum reads
+  // and writes 4 and writes an e-byte copy for the branch (10 against 2e = 4).
+  double stream = 8192 * h;
+  double compiledForward = stream * (2 * (6 - 4) + 2 * (10 - 6));
+  double compiledBackward = stream * (2 * (10 - 6) + 2 * (10 - 4));
+  // Eager: the norms read and write 4 (8 against 4), each norm's output is cast to e (4 + e),
+  // the additions as compiled; backward, the norms read two and write one at 4 (12 against 6),
+  // four casts of 4 + e (the norm outputs' gradients back to fp32, the stream's gradient to e
+  // for each branch), the gradient sums at 4 (8 against 2e).
+  double eagerForward = stream * (2 * (8 - 4) + 2 * (4 + e) + 2 * (10 - 6));
+  double eagerBackward = stream * (2 * (12 - 6) + 4 * (4 + e) + 2 * (8 - 4));
   // A forward casts the weights unless they are gathered (FSDP casts the shard before the
   // all-gather); full recomputation casts them again.
-  EXPECT_NEAR(extra(autocast, plain, PassKind::Forward), cast, 1e-9 * cast);
-  EXPECT_NEAR(extra(autocast, plain, PassKind::RecomputeFull), cast, 1e-9 * cast);
+  EXPECT_NEAR(extra(autocast, plain, PassKind::Forward), cast + compiledForward, 1e-9 * cast);
+  EXPECT_NEAR(extra(autocast, plain, PassKind::RecomputeFull), cast + compiledForward, 1e-9 * cast);
   EXPECT_NEAR(extra(fsdp, plain, PassKind::Forward), 0, 1e-9 * cast);
+  EXPECT_NEAR(extra(eager, plainEager, PassKind::Forward), cast + eagerForward, 1e-9 * cast);
   // A backward casts the weight gradients to fp32; compiled without gather it casts the weights
   // again, eager it kept their casts.
   EXPECT_NEAR(extra(fsdp, plain, PassKind::Backward), cast, 1e-9 * cast);
-  EXPECT_NEAR(extra(autocast, plain, PassKind::Backward), 2 * cast, 1e-9 * cast);
-  EXPECT_NEAR(extra(eager, plainEager, PassKind::Backward), cast, 1e-9 * cast);
-  // What eager autograd keeps: the e-byte casts of W, once per layer; nothing compiled or gathered.
+  EXPECT_NEAR(extra(autocast, plain, PassKind::Backward), 2 * cast + compiledBackward, 1e-9 * cast);
+  EXPECT_NEAR(extra(eager, plainEager, PassKind::Backward), cast + eagerBackward, 1e-9 * cast);
+  // What eager autograd keeps: the e-byte casts of W, once per layer; and, not gathered, the two
+  // norms' inputs in fp32 (2·(4 − e) more per stream element); nothing more gathered.
   EXPECT_NEAR(getLayerActivationBytes(config, eager) - getLayerActivationBytes(config, plainEager),
-              e * W, 1e-9 * W);
-  EXPECT_NEAR(getLayerActivationBytes(config, autocast) - getLayerActivationBytes(config, plain), 0,
+              e * W + 2 * (4 - e) * stream, 1e-9 * W);
+  EXPECT_NEAR(getLayerActivationBytes(config, autocast) - getLayerActivationBytes(config, plain),
+              2 * (4 - e) * stream, 1e-9 * W);
+  EXPECT_NEAR(getLayerActivationBytes(config, fsdp) - getLayerActivationBytes(config, plain), 0,
               1e-9 * W);
+  // Under full recomputation the checkpoint, the layer's input, is fp32.
+  Layout full = plain, autocastFull = autocast;
+  full.activations = autocastFull.activations = ir::ActivationMode::RecomputeFull;
+  EXPECT_NEAR(getLayerActivationBytes(config, autocastFull) - getLayerActivationBytes(config, full),
+              (4 - e) * stream, 1e-9 * W);
 
   // The step: four micro-batches add three times into 1e9 stored fp32 gradients, 12 bytes each at
   // the H100's HBM bandwidth × the memory and training-kernel efficiencies; Adam over fp32

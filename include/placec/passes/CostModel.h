@@ -271,6 +271,12 @@ struct MoeShape {
 MoeShape getMoeShape(const ir::TransformerConfig &config, const Layout &layout,
                      std::string *formula = nullptr);
 
+/// Bytes per element of a transformer's residual stream (the embedding's output, the residual
+/// additions, the norms' inputs, and what crosses a pipeline stage boundary): the activations'
+/// bytes, or 4 under autocast over fp32 modules (`params = fp32` with the parameters not
+/// gathered: the fp32 embedding's output and every addition to it stay fp32).
+double getStreamBytes(ir::Precision precision, bool fp32Params, bool paramsGathered);
+
 /// Model FLOPs of one training step for `globalBatch` samples: three times the forward of every
 /// unit (forward and backward, no recomputation), with the attention scores counted over the
 /// whole s×s (the convention of Narayanan et al. 2021 and of MFU figures).

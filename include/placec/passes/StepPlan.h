@@ -146,6 +146,9 @@ public:
   DType gatherType = DType::BF16;
   DType gradType = DType::BF16;
   DType activationType = DType::BF16;
+  /// The type of what crosses a pipeline stage boundary, the residual stream: the activations',
+  /// or FP32 under autocast over fp32 modules (cost::getStreamBytes).
+  DType boundaryType = DType::BF16;
   /// The backward gathers the column-parallel products' inputs again (regathersInputs).
   bool regather = false;
 };
