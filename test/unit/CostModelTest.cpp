@@ -906,6 +906,14 @@ TEST(CostModelTest, Fp32ParametersAreCastOnEveryUse) {
               2 * (4 - e) * stream, 1e-9 * W);
   EXPECT_NEAR(getLayerActivationBytes(config, fsdp) - getLayerActivationBytes(config, plain), 0,
               1e-9 * W);
+  // The stream's bytes: fp32 only for fp32 parameters used without a gather; fp32 runs are 4
+  // either way.
+  EXPECT_EQ(getStreamBytes(ir::Precision::MixedBF16, true, false), 4);
+  EXPECT_EQ(getStreamBytes(ir::Precision::MixedFP16, true, false), 4);
+  EXPECT_EQ(getStreamBytes(ir::Precision::MixedFP8, true, false), 4);
+  EXPECT_EQ(getStreamBytes(ir::Precision::MixedBF16, true, true), 2);
+  EXPECT_EQ(getStreamBytes(ir::Precision::MixedBF16, false, false), 2);
+  EXPECT_EQ(getStreamBytes(ir::Precision::FP32, false, true), 4);
   // Under full recomputation the checkpoint, the layer's input, is fp32.
   Layout full = plain, autocastFull = autocast;
   full.activations = autocastFull.activations = ir::ActivationMode::RecomputeFull;
