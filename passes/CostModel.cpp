@@ -518,14 +518,12 @@ double normBytesPerElement(const TransformerDims &x, bool backward) {
     return backward ? 2 * s + x.e : s + x.e;
   return backward ? 3 * s : 2 * s;
 }
-/// Eager autocast's casts between the fp32 stream and the products, per element of the stream:
-/// forward, a norm's output cast to e; backward, the product's input gradient cast back to fp32,
-/// and the stream's gradient cast to e for the residual branch's product (the addition's
-/// backward returns each input's gradient in that input's type).
-double streamCastBytes(const TransformerDims &x, bool backward) {
-  if (!x.autocastStream() || !x.eager)
-    return 0;
-  return (backward ? 2 : 1) * (x.stream + x.e);
+/// One of eager autocast's casts between the fp32 stream and the products, per element of the
+/// stream (0 when there are none): forward, a norm's output cast to e; backward, the product's
+/// input gradient cast back to fp32, and the stream's gradient cast to e for the residual
+/// branch's product (the addition's backward returns each input's gradient in that input's type).
+double streamCastBytes(const TransformerDims &x) {
+  return x.autocastStream() && x.eager ? x.stream + x.e : 0;
 }
 double rotaryBytesPerElement(const TransformerDims &x) {
   return x.eager ? eagerCastBytes(x.e) + 8 : 2 * x.e;
@@ -541,8 +539,8 @@ double mlpActivationAccesses(const TransformerDims &x, bool backward) {
 
 void addNorms(const TransformerDims &x, Work &work) {
   work.memory.push_back({"norms", 2 * x.outside() * normBytesPerElement(x, false)});
-  if (double casts = streamCastBytes(x, false))
-    work.memory.push_back({"norm outputs cast (autocast)", 2 * x.outside() * casts});
+  if (double cast = streamCastBytes(x))
+    work.memory.push_back({"norm outputs cast (autocast)", 2 * x.outside() * cast});
 }
 void addRotary(const TransformerDims &x, Work &work) {
   if (x.rope)
@@ -585,8 +583,8 @@ void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
   addProjectionCasts(x, /*backward=*/true, work);
   addRouting(x, /*backward=*/true, work);
   work.memory.push_back({"norms backward", 2 * x.outside() * normBytesPerElement(x, true)});
-  if (double casts = streamCastBytes(x, true))
-    work.memory.push_back({"stream gradients cast (autocast)", 2 * x.outside() * casts});
+  if (double cast = streamCastBytes(x))
+    work.memory.push_back({"stream gradients cast (autocast)", 4 * x.outside() * cast});
   if (x.rope)
     work.memory.push_back({"rotary embedding backward",
                            x.tokens * (x.a + x.kv) * x.d / x.t * rotaryBytesPerElement(x)});
@@ -661,15 +659,14 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     if (!backward) {
       work.gemms.push_back(logits);
       work.memory.push_back({"final norm", x.outside() * normBytesPerElement(x, false)});
-      if (double casts = streamCastBytes(x, false))
-        work.memory.push_back({"final norm output cast (autocast)", x.outside() * casts});
+      if (double cast = streamCastBytes(x))
+        work.memory.push_back({"final norm output cast (autocast)", x.outside() * cast});
       work.memory.push_back({"cross-entropy", logitCount * (unfused ? x.e + 16 : 2 * x.e)});
     } else {
       addBackwardProducts({logits}, work.gemms);
       work.memory.push_back({"final norm backward", x.outside() * normBytesPerElement(x, true)});
-      if (x.autocastStream() && x.eager)
-        work.memory.push_back(
-            {"final norm gradient cast (autocast)", x.outside() * (x.stream + x.e)});
+      if (double cast = streamCastBytes(x))
+        work.memory.push_back({"final norm gradient cast (autocast)", x.outside() * cast});
       work.memory.push_back(
           {"cross-entropy backward", logitCount * (unfused ? x.e + 20 : 2 * x.e)});
     }

@@ -1028,7 +1028,7 @@ void printPlan(const StepPlan &plan, raw_ostream &os) {
        << " stages" << (plan.chunks > 1 ? ", " + std::to_string(plan.chunks) + " chunks" : "");
   os << "\n  dtypes: params ";
   // params = fp32: the stored parameters are fp32, the gathered and cast copies the compute type.
-  if (run.fp32Params && run.precision != ir::Precision::FP32)
+  if (run.fp32Params)
     os << "fp32 (used as " << toString(plan.paramType) << ")";
   else
     os << toString(plan.paramType);
