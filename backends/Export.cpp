@@ -267,6 +267,9 @@ private:
     refuseLayersAxes("DeepSpeed's config has no pipeline degree (PipelineModule takes num_stages "
                      "in the model code)");
     refuseShardedParams();
+    if (run.paramGather == ir::ParamGather::CopyOut)
+      refuse("param_gather = copy_out: DeepSpeed's ZeRO gathers into the parameters' own storage "
+             "(write param_gather = in_place)");
     refuseKeepAfterForward("DeepSpeed has no setting that keeps gathered parameters from the "
                            "forward to the backward");
     refuseTier(ir::State::Grads, "DeepSpeed offloads gradients only together with the optimizer "
@@ -499,6 +502,9 @@ private:
              "modules, not every other product (write recompute or recompute(selective))");
     if (run.kernels == ir::KernelMode::Eager)
       refuse("kernels = eager: Megatron-LM runs its fused kernels (write kernels = fused)");
+    if (run.paramGather == ir::ParamGather::CopyOut)
+      refuse("param_gather = copy_out: Megatron-LM's distributed optimizer all-gathers into the "
+             "parameters' own buffer (write param_gather = in_place)");
     if (run.fp32Params)
       refuse("precision " +
              ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params) +

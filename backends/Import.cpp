@@ -130,6 +130,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
     os << "  cross_entropy = " << imported.crossEntropy << ";\n";
   if (!imported.kernels.empty())
     os << "  kernels = " << imported.kernels << ";\n";
+  if (!imported.paramGather.empty())
+    os << "  param_gather = " << imported.paramGather << ";\n";
   os << "}\n";
 }
 

@@ -60,6 +60,8 @@ struct Imported {
   std::string crossEntropy;
   /// `kernels = …;` of the run, or empty for the default (fused).
   std::string kernels;
+  /// `param_gather`: empty for the default (in_place).
+  std::string paramGather;
 };
 
 /// Writes the header comment, the import of the model's file, `modelText` (a model declaration or

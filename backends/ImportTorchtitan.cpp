@@ -822,6 +822,9 @@ private:
                                                                  fp32Params, fp32Params);
     // torchtitan's loss is F.cross_entropy over the logits cast to fp32.
     imported.crossEntropy = "unfused";
+    // torchtitan shards with FSDP2 (fully_shard), which copies each gathered parameter out of
+    // the all-gather's buffer (foreach_all_gather_copy_out).
+    imported.paramGather = "copy_out";
     if (fp8) {
       if (param == "float32")
         refuse("training.mixed_precision_param",

@@ -102,6 +102,7 @@ void JsonWriter::writeRun(const RunReport &report) {
     out.attribute("optimizer", describeOptimizer(run.optimizer));
     out.attribute("cross_entropy", ir::toString(run.crossEntropy));
     out.attribute("kernels", ir::toString(run.kernels));
+    out.attribute("param_gather", ir::toString(run.paramGather));
     out.attributeObject("memory", [&] { writeMemory(report); });
     out.attributeArray("communication", [&] { writeCommunication(report); });
     out.attributeObject("time", [&] { writeTime(report); });

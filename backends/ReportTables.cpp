@@ -181,6 +181,7 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
       {"optimizer", [](const RunReport &r) { return describeOptimizer(r.run->optimizer); }},
       {"cross-entropy", [](const RunReport &r) { return ir::toString(r.run->crossEntropy).str(); }},
       {"kernels", [](const RunReport &r) { return ir::toString(r.run->kernels).str(); }},
+      {"param gather", [](const RunReport &r) { return ir::toString(r.run->paramGather).str(); }},
   };
   std::vector<Table> tables = sideBySide("Configuration", runs, rows, /*untitled=*/true,
                                          /*leftAligned=*/true);

@@ -2014,9 +2014,10 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
 //===----------------------------------------------------------------------===//
 
 void Sema::buildRun(const ast::RunDecl &decl) {
-  static const std::vector<std::string> keys = {
-      "model",     "cluster",       "strategy",        "micro_batch",   "global_batch", "precision",
-      "optimizer", "measured_step", "measured_memory", "cross_entropy", "kernels"};
+  static const std::vector<std::string> keys = {"model",         "cluster",       "strategy",
+                                                "micro_batch",   "global_batch",  "precision",
+                                                "optimizer",     "measured_step", "measured_memory",
+                                                "cross_entropy", "kernels",       "param_gather"};
   auto fields = collectFields(decl, "a run", keys);
   bool ok = requireFields(decl, "run", fields,
                           {"model", "cluster", "strategy", "micro_batch", "global_batch"});
@@ -2196,6 +2197,11 @@ void Sema::buildRun(const ast::RunDecl &decl) {
         "fused (one kernel per norm, rotary embedding and activation, the default) or eager "
         "(PyTorch without torch.compile)",
         run->kernels, {{"fused", ir::KernelMode::Fused}, {"eager", ir::KernelMode::Eager}});
+  words("param_gather",
+        "in_place (each all-gather of the parameters lands in their own storage, the default) "
+        "or copy_out (PyTorch's FSDP2 copies each parameter out of the all-gather's buffer)",
+        run->paramGather,
+        {{"in_place", ir::ParamGather::InPlace}, {"copy_out", ir::ParamGather::CopyOut}});
   // What the run measured, for placec to compare its predictions with (`placec fidelity`).
   if (const ast::Field *field = fields.lookup("measured_step")) {
     std::optional<double> value = getQuantity(field->value, "measured_step", Dimension::Time);

@@ -306,6 +306,16 @@ StringRef toString(KernelMode mode) {
   llvm_unreachable("unknown KernelMode");
 }
 
+StringRef toString(ParamGather gather) {
+  switch (gather) {
+  case ParamGather::InPlace:
+    return "in_place";
+  case ParamGather::CopyOut:
+    return "copy_out";
+  }
+  llvm_unreachable("unknown ParamGather");
+}
+
 //===----------------------------------------------------------------------===//
 // Mesh
 //===----------------------------------------------------------------------===//

@@ -168,6 +168,15 @@ private:
   double computeSeconds(const Op &op, std::vector<Explanation> *lines = nullptr);
   /// The weight-gradient part of a backward compute op.
   double weightSeconds(const Op &op) const { return costModel.getWeightGradientSeconds(op.work); }
+  /// The copy of the gathered parameters out of an all-gather's buffer that follows `op` on the
+  /// compute stream under `param_gather = copy_out`; 0 for any other op or setting.
+  double gatherCopySeconds(const Op &op, std::string *formula = nullptr) const {
+    if (run.paramGather != ir::ParamGather::CopyOut || op.kind != OpKind::AllGather ||
+        op.state != ir::State::Params)
+      return 0;
+    return costModel.getGatherCopySeconds(
+        static_cast<double>(op.elements) * plan::getSize(op.dtype), formula);
+  }
   /// The GEMM seconds of a compute op by tensor-parallel slot (cost::TensorSlot).
   const cost::TensorSlotSeconds &slotSeconds(const Op &op);
   /// Whether the strategy's async_tp runs tensor-parallel traffic beside products
@@ -697,6 +706,11 @@ RunAnalysis Analyzer::analyze() {
           continue;
         }
         double seconds = account(op);
+        // FSDP2's copy of each gathered parameter out of the all-gather's buffer runs on the
+        // compute stream, before the unit's kernels.
+        double copy = gatherCopySeconds(op);
+        unit.compute += copy;
+        compute += copy;
         if (isOverlappable(op))
           (op.kind == OpKind::AllGather ? unit.gather : unit.reduce) += seconds;
         else if (isAsyncTensor(op))
@@ -734,6 +748,7 @@ RunAnalysis Analyzer::analyze() {
         continue;
       }
       double seconds = account(op);
+      stepExposed += gatherCopySeconds(op);
       if (isOverlappable(op) && op.state == ir::State::Grads) {
         auto it = positionOfUnit.find(op.unit);
         if (it != positionOfUnit.end() && !stepUnits.empty())
@@ -818,6 +833,35 @@ RunAnalysis Analyzer::analyze() {
       explanation.compute.push_back(
           {fmt::format("{} of {}", plan::toString(op.compute).str(), unit.name), std::move(lines)});
     }
+  if (run.paramGather == ir::ParamGather::CopyOut) {
+    double perMicrobatch = 0, perStep = 0, firstSeconds = 0;
+    int gathers = 0;
+    std::string first;
+    auto add = [&](const Op &op, double &sum) {
+      bool sample = first.empty();
+      double copy = gatherCopySeconds(op, sample ? &first : nullptr);
+      if (sample && copy > 0)
+        firstSeconds = copy;
+      sum += copy;
+      return copy > 0;
+    };
+    for (const std::vector<Op> *ops : {&stage.forward, &stage.backward})
+      for (const Op &op : *ops)
+        gathers += add(op, perMicrobatch);
+    for (const Op &op : stage.step)
+      add(op, perStep);
+    if (!first.empty())
+      explanation.compute.push_back(
+          {"copies of the gathered params (param_gather = copy_out)",
+           {{"one copy", first, firstSeconds, "s"},
+            {"per micro-batch",
+             fmt::format("Σ over the {} params all-gathers of the forward and backward, each "
+                         "buffer copied out into the params on the compute stream",
+                         gathers),
+             perMicrobatch, "s"},
+            {"per step", "the step's all-gathers of the updated params, copied out the same way",
+             perStep, "s"}}});
+  }
   explanation.time.push_back(
       {"compute",
        fmt::format("{} × (forward {} + backward {} per micro-batch: the sum of each unit's "

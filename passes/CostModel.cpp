@@ -2040,6 +2040,16 @@ double CostModel::getGradientAccumulationSeconds(double elements, double microba
   return time;
 }
 
+double CostModel::getGatherCopySeconds(double gatheredBytes, std::string *formula) const {
+  double traffic = 2 * gatheredBytes;
+  std::string memoryFormula;
+  double time = getMemorySeconds(traffic, formula ? &memoryFormula : nullptr);
+  if (formula)
+    *formula = fmt::format("2 × {} gathered (read and written) = {}: {}",
+                           fmtAmount(gatheredBytes, "B"), fmtAmount(traffic, "B"), memoryFormula);
+  return time;
+}
+
 double CostModel::getHostOptimizerSeconds(double elements, ir::StateBytes bytes,
                                           std::string *formula) const {
   std::string perParamText;

@@ -227,8 +227,8 @@ struct UnitTraffic {
 /// reductions, the step's exposed transfers and all-gathers, and the optimizer step.
 struct PlacementTimes {
   bool known[3] = {};
-  double critical[3] = {}, gather[3] = {}, backwardReduce[3] = {}, stepReduce[3] = {},
-         stepExposed[3] = {}, optimizer[3] = {}, accumulation[3] = {};
+  double critical[3] = {}, gather[3] = {}, gatherCopy[3] = {}, backwardReduce[3] = {},
+         stepReduce[3] = {}, stepExposed[3] = {}, optimizer[3] = {}, accumulation[3] = {};
 };
 
 /// One stage class's time without its pipeline sends (Analyzer::analyze's StageTime): the
@@ -276,7 +276,8 @@ class Evaluator {
 public:
   Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision)
       : model(*run.model), cluster(cluster), costModel(cluster, precision), precision(precision),
-        crossEntropy(run.crossEntropy), kernels(run.kernels) {
+        crossEntropy(run.crossEntropy), kernels(run.kernels),
+        copiesGathers(run.paramGather == ir::ParamGather::CopyOut) {
     layers = model.getNumLayers();
     // The run's options, as each candidate at this precision keeps them (precisionVariants).
     bool mixed = precision != ir::Precision::FP32;
@@ -368,6 +369,9 @@ private:
   ir::Precision precision = ir::Precision::MixedBF16;
   ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
   ir::KernelMode kernels = ir::KernelMode::Fused;
+  /// `param_gather = copy_out`: each all-gather of the parameters is copied out on the compute
+  /// stream (Analyzer::gatherCopySeconds).
+  bool copiesGathers = false;
   int64_t layers = 0;
   ir::StateBytes bytes{};
   unsigned activationBytes = 2;
@@ -914,9 +918,12 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
           hostCritical +=
               hostTransfer(static_cast<double>(ceilDiv(group.params, gradShard)) * bytes.grads);
         placement.critical[kind] = hostCritical;
-        if (paramAxes)
+        if (paramAxes) {
           placement.gather[kind] =
               collective(plan::OpKind::AllGather, gatherGroup, unitParams * gatherBytes);
+          placement.gatherCopy[kind] =
+              copiesGathers ? costModel.getGatherCopySeconds(unitParams * gatherBytes) : 0;
+        }
         double reduce = 0;
         if (sp && group.sequenceParallelParams > 0)
           reduce += collective(plan::OpKind::AllReduce, tensorGroup,
@@ -950,24 +957,36 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
                                         : costModel.getOptimizerSeconds(owned, bytes);
         if (hostStepTransfer)
           unitStepExposed += hostTransfer(owned * pBytes);
-        if (syncAxes)
-          unitStepExposed +=
-              collective(plan::OpKind::AllGather, syncGroup,
-                         static_cast<double>(ceilDiv(group.params, paramShard)) * pBytes);
+        if (syncAxes) {
+          double synced = static_cast<double>(ceilDiv(group.params, paramShard)) * pBytes;
+          unitStepExposed += collective(plan::OpKind::AllGather, syncGroup, synced);
+          if (copiesGathers)
+            unitStepExposed += costModel.getGatherCopySeconds(synced);
+        }
         placement.stepExposed[kind] = unitStepExposed;
       }
       critical += count * placement.critical[kind];
       if (paramAxes) {
-        double gather = placement.gather[kind];
+        double gather = placement.gather[kind], copy = placement.gatherCopy[kind];
         forwardUnit.gather = gather;
+        forwardUnit.compute += copy;
+        forwardCompute += count * copy;
         // Tied embeddings on one stage: the head's backward gathers the embedding again
         // (Lowering), before the head's compute; the embedding's own backward does not.
         bool tiedEmbedding = shape.tiedEmbedParams > 0 && group.kind == cost::UnitKind::Embedding;
         bool tiedHead = shape.tiedEmbedParams > 0 && group.kind == cost::UnitKind::Head;
-        if (!keep && !tiedEmbedding)
+        double backwardCopy = 0;
+        if (!keep && !tiedEmbedding) {
           backwardUnit.gather += gather;
-        if (!keep && tiedHead)
-          backwardUnit.gather += placement.gather[unitIndex(cost::UnitKind::Embedding)];
+          backwardCopy += copy;
+        }
+        if (!keep && tiedHead) {
+          int embedding = unitIndex(cost::UnitKind::Embedding);
+          backwardUnit.gather += placement.gather[embedding];
+          backwardCopy += placement.gatherCopy[embedding];
+        }
+        backwardUnit.compute += backwardCopy;
+        backwardCompute += count * backwardCopy;
       }
       stepUnit = cost::getStepPassUnit(backwardUnit, placement.stepReduce[kind]);
       backwardUnit.reduce = placement.backwardReduce[kind];
@@ -1682,6 +1701,7 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->optimizer = base.optimizer;
   run->crossEntropy = base.crossEntropy;
   run->kernels = base.kernels;
+  run->paramGather = base.paramGather;
   run->microbatchesPerStep = c.microbatches;
   return run;
 }
@@ -2363,12 +2383,16 @@ std::string formatRun(const ir::Run &base, const Candidate &c, StringRef name,
   std::string kernels = base.kernels == ir::KernelMode::Fused
                             ? std::string()
                             : "\n  kernels = " + ir::toString(base.kernels).str() + ";";
+  std::string paramGather =
+      base.paramGather == ir::ParamGather::InPlace
+          ? std::string()
+          : "\n  param_gather = " + ir::toString(base.paramGather).str() + ";";
   return "run " + name.str() + " {\n  model = " + base.model->name +
          "; cluster = " + clusterName.str() + "; strategy = " + strategyName.str() +
          ";\n  micro_batch = " + std::to_string(c.microBatch) +
          "; global_batch = " + std::to_string(base.globalBatch) + ";\n  precision = " + precision +
          "; optimizer = " + ir::toString(base.optimizer).str() + ";" + crossEntropy + kernels +
-         "\n}\n";
+         paramGather + "\n}\n";
 }
 
 } // namespace placec::search

@@ -7,6 +7,7 @@
 
 #include "fmt/format.h"
 #include "placec/frontend/Frontend.h"
+#include "placec/passes/CostModel.h"
 #include "placec/passes/Passes.h"
 #include "placec/passes/StepPlan.h"
 
@@ -1379,6 +1380,46 @@ TEST(AnalysisTensorParallel, ParameterSplit) {
 //===----------------------------------------------------------------------===//
 // 8. ZeRO-Offload (Ren et al. 2021)
 //===----------------------------------------------------------------------===//
+
+TEST(AnalysisParamGather, CopyOutCopiesEveryGatheredParameter) {
+  // param_gather = copy_out (FSDP2): each all-gather of the parameters is followed by a copy of
+  // the gathered bytes out of its buffer, read and written once on the compute stream. ZeRO-3 on
+  // 8 H100s without recomputation gathers every unit before its forward and again before its
+  // backward (untied embeddings): 2 gathers of P bf16 parameters per micro-batch, 4 micro-batches
+  // per step. P for a Llama-shaped model: the embedding and the head (v·h each), the final norm
+  // (h) and per layer Q and the output (2·h·h), K and V (2·h·kv·d), swiglu (3·h·f) and two norms.
+  const double h = 1024, kv = 4, d = 64, f = 2816, v = 32000, layers = 8;
+  const double layer = 2 * h * h + 2 * h * kv * d + 3 * h * f + 2 * h;
+  const double P = 2 * v * h + h + layers * layer;
+  std::string model = R"(
+model llama_small : transformer {
+  layers = 8; hidden = 1024; heads = 16; kv_heads = 4; ffn = 2816; seq = 2048; vocab = 32000;
+  mlp = swiglu; norm = rmsnorm; bias = false; positions = rope; tied_embeddings = false;
+}
+cluster h100x8 { device = h100_sxm; nodes = 1; devices_per_node = 8; }
+)";
+  std::string runs;
+  for (const char *gather : {"in_place", "copy_out"})
+    runs += std::string("run r_") + gather +
+            " { model = llama_small; cluster = h100x8; strategy = zero3(dp = 8); micro_batch = 1;"
+            " global_batch = 32; precision = mixed(bf16, params = fp32); param_gather = " +
+            gather + "; }\n";
+  Session session(model + runs);
+  ASSERT_SESSION(session);
+  const auto *inPlace = session.get("in_place"), *copyOut = session.get("copy_out");
+  ASSERT_TRUE(inPlace && copyOut);
+  // One byte's time over the H100's HBM, from the same cost model (docs/plan.md, "Compute").
+  const ir::Run &run = *copyOut->plan->run;
+  cost::CostModel costModel(*run.cluster, run.precision);
+  double perByte = costModel.getMemorySeconds(1);
+  double copies = 4 * 2 * (2 * P * 2) * perByte; // micro-batches × gathers × read and written
+  EXPECT_REL(copyOut->analysis.time.computeSeconds - inPlace->analysis.time.computeSeconds, copies,
+             1e-9);
+  EXPECT_REL(costModel.getGatherCopySeconds(P * 2), 2 * P * 2 * perByte, kExact);
+  // The gathers themselves and the memory are the same.
+  EXPECT_EQ(copyOut->analysis.memory.device.peak, inPlace->analysis.memory.device.peak);
+  EXPECT_GT(copyOut->analysis.time.stepSeconds, inPlace->analysis.time.stepSeconds);
+}
 
 TEST(AnalysisOffload, HostLinkTraffic) {
   // ZeRO-Offload moves at least 4Ψ bytes per step over the host link, 2Ψ of fp16 gradients down

@@ -296,6 +296,47 @@ run llama_fp32_params_eager { model = llama_cp; cluster = h100_32; strategy = dp
   }
 }
 
+TEST(SearchTest, FastPathAgreesWithCopiedGathers) {
+  // param_gather = copy_out (FSDP2's copy of every gathered parameter out of the all-gather's
+  // buffer, on the compute stream): the gathers around each use and the step's gathers of the
+  // updated parameters (ZeRO-1 and ZeRO-2 candidates) are copied, at every precision the search
+  // tries, FP8 gathers among them; the fast path and the analyses agree, and the copies never
+  // shorten a step and lengthen most (a step bound by its communication hides them).
+  auto compiled = compile(std::string(kContext) + R"(
+run copied { model = llama_cp; cluster = h100_32; strategy = zero3(dp = 32);
+             micro_batch = 1; global_batch = 128; precision = mixed(bf16, params = fp32);
+             optimizer = adam; param_gather = copy_out; }
+run in_place { model = llama_cp; cluster = h100_32; strategy = zero3(dp = 32);
+               micro_batch = 1; global_batch = 128; precision = mixed(bf16, params = fp32);
+               optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  std::vector<ir::Precision> precisions = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
+  const ir::Run &copied = runOf(*compiled, "copied");
+  const ir::Run &inPlace = runOf(*compiled, "in_place");
+  checkAgreement(copied, *copied.cluster, 400, 19, precisions);
+  unsigned gathering = 0, slower = 0, faster = 0, index = 0;
+  forEachCandidate(
+      copied, *copied.cluster,
+      [&](const Candidate &c) {
+        // Every 37th candidate of the space.
+        if (index++ % 37 != 0 ||
+            (c.params == ParamChoice::Replicate && c.optimizer == OptimizerChoice::Replicate))
+          return;
+        FastVerdict withCopies = evaluateFast(copied, *copied.cluster, c);
+        FastVerdict without = evaluateFast(inPlace, *inPlace.cluster, c);
+        if (!withCopies.rejectedBy.empty())
+          return;
+        ++gathering;
+        slower += withCopies.stepSeconds > without.stepSeconds;
+        faster += withCopies.stepSeconds < without.stepSeconds;
+      },
+      precisions);
+  EXPECT_GT(gathering, 0u);
+  EXPECT_EQ(faster, 0u);
+  EXPECT_GT(slower, gathering / 2);
+}
+
 TEST(SearchTest, FastPathAgreesWithVerifierAndAnalysesAtScale) {
   auto compiled = compile(std::string(kGpt3) + kLlama);
   ASSERT_TRUE(compiled->program) << compiled->messages;

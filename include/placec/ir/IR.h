@@ -559,6 +559,13 @@ llvm::StringRef toString(CrossEntropyKind kind);
 enum class KernelMode { Fused, Eager };
 llvm::StringRef toString(KernelMode mode);
 
+/// Where an all-gather of the parameters lands (`param_gather`): `in_place`, in the buffer that
+/// the unit's parameters are views of (FSDP1's flat parameters, DeepSpeed's ZeRO-3, Megatron-LM's
+/// distributed optimizer); `copy_out`, in one flat buffer from which each parameter is then copied
+/// into its own tensor on the compute stream (PyTorch's FSDP2, `fully_shard`).
+enum class ParamGather { InPlace, CopyOut };
+llvm::StringRef toString(ParamGather gather);
+
 class Run {
 public:
   std::string name;
@@ -584,6 +591,7 @@ public:
   OptimizerKind optimizer = OptimizerKind::Adam;
   CrossEntropyKind crossEntropy = CrossEntropyKind::Fused;
   KernelMode kernels = KernelMode::Fused;
+  ParamGather paramGather = ParamGather::InPlace;
   /// Micro-batches per step per batch replica: the pipeline's micro-batches, or the gradient
   /// accumulation steps without a pipeline. Derived when not written; 0 when it cannot be.
   int64_t microbatchesPerStep = 0;

@@ -593,6 +593,12 @@ public:
   /// (gradient_accumulation_fusion), which costs nothing apart.
   double getGradientAccumulationSeconds(double elements, double microbatches,
                                         std::string *formula = nullptr) const;
+  /// Under `param_gather = copy_out` (PyTorch's FSDP2) each all-gather of the parameters is
+  /// followed, on the compute stream, by a copy of every parameter out of the collective's flat
+  /// buffer into its own tensor (torch.split_with_sizes_copy in foreach_all_gather_copy_out,
+  /// torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): the `gatheredBytes` read and
+  /// written once (memory-bound). `in_place` gathers cost nothing apart.
+  double getGatherCopySeconds(double gatheredBytes, std::string *formula = nullptr) const;
   /// The same step on the host (ZeRO-Offload's CPU optimizer): the bytes over the node's host
   /// memory bandwidth shared by its devices; 0 (not timed) when that bandwidth is unknown.
   double getHostOptimizerSeconds(double elements, ir::StateBytes bytes,
