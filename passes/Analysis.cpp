@@ -834,14 +834,13 @@ RunAnalysis Analyzer::analyze() {
           {fmt::format("{} of {}", plan::toString(op.compute).str(), unit.name), std::move(lines)});
     }
   if (run.paramGather == ir::ParamGather::CopyOut) {
-    double perMicrobatch = 0, perStep = 0, firstSeconds = 0;
+    double perMicrobatch = 0, perStep = 0;
     int gathers = 0;
-    std::string first;
+    const Op *firstGather = nullptr;
     auto add = [&](const Op &op, double &sum) {
-      bool sample = first.empty();
-      double copy = gatherCopySeconds(op, sample ? &first : nullptr);
-      if (sample && copy > 0)
-        firstSeconds = copy;
+      double copy = gatherCopySeconds(op);
+      if (copy > 0 && !firstGather)
+        firstGather = &op;
       sum += copy;
       return copy > 0;
     };
@@ -850,7 +849,9 @@ RunAnalysis Analyzer::analyze() {
         gathers += add(op, perMicrobatch);
     for (const Op &op : stage.step)
       add(op, perStep);
-    if (!first.empty())
+    if (firstGather) {
+      std::string first;
+      double firstSeconds = gatherCopySeconds(*firstGather, &first);
       explanation.compute.push_back(
           {"copies of the gathered params (param_gather = copy_out)",
            {{"one copy", first, firstSeconds, "s"},
@@ -861,6 +862,7 @@ RunAnalysis Analyzer::analyze() {
              perMicrobatch, "s"},
             {"per step", "the step's all-gathers of the updated params, copied out the same way",
              perStep, "s"}}});
+    }
   }
   explanation.time.push_back(
       {"compute",

@@ -2376,17 +2376,16 @@ std::string formatCluster(const ir::Cluster &cluster) {
 std::string formatRun(const ir::Run &base, const Candidate &c, StringRef name,
                       StringRef strategyName, StringRef clusterName) {
   std::string precision = c.formatPrecision();
-  std::string crossEntropy =
-      base.crossEntropy == ir::CrossEntropyKind::Fused
-          ? std::string()
-          : "\n  cross_entropy = " + ir::toString(base.crossEntropy).str() + ";";
-  std::string kernels = base.kernels == ir::KernelMode::Fused
-                            ? std::string()
-                            : "\n  kernels = " + ir::toString(base.kernels).str() + ";";
-  std::string paramGather =
-      base.paramGather == ir::ParamGather::InPlace
-          ? std::string()
-          : "\n  param_gather = " + ir::toString(base.paramGather).str() + ";";
+  // A run-level setting, written unless it is the default.
+  auto setting = [](StringRef key, StringRef value, bool isDefault) {
+    return isDefault ? std::string() : ("\n  " + key + " = " + value + ";").str();
+  };
+  std::string crossEntropy = setting("cross_entropy", ir::toString(base.crossEntropy),
+                                     base.crossEntropy == ir::CrossEntropyKind::Fused);
+  std::string kernels =
+      setting("kernels", ir::toString(base.kernels), base.kernels == ir::KernelMode::Fused);
+  std::string paramGather = setting("param_gather", ir::toString(base.paramGather),
+                                    base.paramGather == ir::ParamGather::InPlace);
   return "run " + name.str() + " {\n  model = " + base.model->name +
          "; cluster = " + clusterName.str() + "; strategy = " + strategyName.str() +
          ";\n  micro_batch = " + std::to_string(c.microBatch) +
