@@ -519,6 +519,11 @@ private:
              ": Megatron-Core's fused attention backends take the grouped keys and values without "
              "repeating them (write kv_repeat = false, or attention = materialized for its "
              "unfused attention, which repeats them)");
+    // Megatron-Core applies the rotary embedding in real arithmetic (_rotate_half in
+    // megatron/core/models/common/embeddings/rope_utils.py), or fused under --apply-rope-fusion.
+    if (model.transformer.ropeComplex)
+      refuse("rope_complex = true: Megatron-Core applies the rotary embedding in real arithmetic, "
+             "not as a complex product (write rope_complex = false)");
     if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Forward && view.tensorDegree > 1)
       refuse("async_tp = forward: Megatron-LM's --tp-comm-overlap overlaps the tensor-parallel "
              "collectives of the backward as well (write async_tp = true)");

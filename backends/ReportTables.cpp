@@ -2,6 +2,7 @@
 // Markdown (ReportMarkdown.cpp): a summary, the runs' configurations, memory on the device and on
 // the host, memory per stage, communication per collective, time, and --explain's formulas.
 #include "ReportSupport.h"
+#include "placec/passes/CostModel.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -180,7 +181,15 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
       {"precision", [](const RunReport &r) { return describePrecision(*r.run); }},
       {"optimizer", [](const RunReport &r) { return describeOptimizer(r.run->optimizer); }},
       {"cross-entropy", [](const RunReport &r) { return ir::toString(r.run->crossEntropy).str(); }},
-      {"kernels", [](const RunReport &r) { return ir::toString(r.run->kernels).str(); }},
+      {"kernels",
+       [](const RunReport &r) {
+         // rope_complex = true: torch.compile leaves the rotary embedding to PyTorch's kernels.
+         std::string text = ir::toString(r.run->kernels).str();
+         if (r.run->kernels == ir::KernelMode::Fused &&
+             cost::rotatesComplex(r.run->model->transformer, r.run->kernels))
+           text += ", rotary embedding eager (rope_complex)";
+         return text;
+       }},
       {"param gather", [](const RunReport &r) { return ir::toString(r.run->paramGather).str(); }},
   };
   std::vector<Table> tables = sideBySide("Configuration", runs, rows, /*untitled=*/true,

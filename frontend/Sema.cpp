@@ -668,6 +668,7 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "bias",
                                                   "kv_heads",
                                                   "kv_repeat",
+                                                  "rope_complex",
                                                   "attention",
                                                   "positions",
                                                   "tied_embeddings",
@@ -708,6 +709,12 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       ok &= value.has_value();
       config.kvRepeat = value.value_or(false);
       config.kvRepeatLoc = field->keyLoc;
+    }
+    if (const ast::Field *field = fields.lookup("rope_complex")) {
+      std::optional<bool> value = getBool(field->value, "rope_complex");
+      ok &= value.has_value();
+      config.ropeComplex = value.value_or(false);
+      config.ropeComplexLoc = field->keyLoc;
     }
     if (const ast::Field *field = fields.lookup("qk_norm")) {
       std::optional<bool> value = getBool(field->value, "qk_norm");
@@ -754,6 +761,13 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       std::optional<bool> value = getBool(field->value, "tied_embeddings");
       ok &= value.has_value();
       config.tiedEmbeddings = value.value_or(true);
+    }
+    if (ok && config.ropeComplex && config.positions != ir::PositionKind::Rope) {
+      diags.error(config.ropeComplexLoc,
+                  "rope_complex = true with positions = " + ir::toString(config.positions) +
+                      ": the model has no rotary embedding to apply as a complex product "
+                      "(write positions = rope, or leave rope_complex out)");
+      ok = false;
     }
     ok &= buildMoe(decl, fields, config);
     if (ok && config.moe.isEnabled() && config.attention == ir::AttentionKind::Materialized) {

@@ -196,6 +196,8 @@ void IRPrinter::print(const Model &model) {
     line() << "kv_heads = " << config.getKvHeads() << '\n';
     if (config.kvRepeat)
       line() << "kv_repeat = true\n";
+    if (config.ropeComplex)
+      line() << "rope_complex = true\n";
     line() << "attention = " << toString(config.attention) << '\n';
     if (config.headDim > 0 || config.qkNorm)
       line() << "head_dim = " << config.getHeadDim()

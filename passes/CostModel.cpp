@@ -225,12 +225,19 @@ int64_t getAttentionKvHeads(const ir::TransformerConfig &config, ir::KernelMode 
   return repeatsKv(config, kernels) ? config.heads : config.getKvHeads();
 }
 
+bool rotatesComplex(const ir::TransformerConfig &config, ir::KernelMode kernels) {
+  return config.positions == ir::PositionKind::Rope &&
+         (config.ropeComplex || kernels == ir::KernelMode::Eager);
+}
+
 namespace {
 
 /// The shapes of a transformer on one device, per micro-batch.
 struct TransformerDims {
   double b, s, keys, tokens, h, a, kv, d, f, vocab, t, e;
   bool sp, swiglu, rope, fp8;
+  /// The rotary embedding is a complex product run as PyTorch's kernels (rotatesComplex).
+  bool complexRotary = false;
   /// Sequence parallelism with `sp_inputs = keep`: QKV's and the MLP's inputs kept gathered.
   bool keepInputs = false;
   /// `kernels = eager`, and whether the norms are RMSNorm (eager: fp32 operators) rather than
@@ -280,6 +287,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.fp8 = layout.precision == ir::Precision::MixedFP8;
   dims.eager = layout.kernels == ir::KernelMode::Eager;
   dims.repeatKv = repeatsKv(config, layout.kernels);
+  dims.complexRotary = rotatesComplex(config, layout.kernels);
   dims.rmsnorm = config.norm == ir::NormKind::RmsNorm;
   dims.fp32Params = layout.fp32Params;
   dims.paramsGathered = layout.paramsGathered;
@@ -490,7 +498,10 @@ void addRouting(const TransformerDims &x, bool backward, Work &work) {
 ///    4+e: 8e + 76. A fused norm reads and writes once (2e), its backward reads two and writes one
 ///    (3e). LayerNorm is one kernel either way.
 ///  - The rotary embedding as a complex product, `view_as_complex(x.float()) * freqs_cis` cast
-///    back: float() e+4, the product 8, type_as 4+e: 2e + 16, and the same in the backward.
+///    back: float() e+4, the product 8, type_as 4+e: 2e + 16, and the same in the backward. The
+///    same kernels run compiled where the model says `rope_complex = true` (rotatesComplex):
+///    TorchInductor falls back to PyTorch's kernel for the complex product, so the cast to fp32
+///    before it and the cast back after it are kernels of their own as well.
 ///  Under fp32 activations the casts are no kernels: an RMSNorm moves 28 forward and 92 backward,
 ///  the rotary embedding 8 each way.
 ///  - swiglu, `silu(w1(x)) * w3(x)`: silu 2e, the product 3e (5e); backward: the product's two
@@ -526,7 +537,7 @@ double streamCastBytes(const TransformerDims &x) {
   return x.autocastStream() && x.eager ? x.stream + x.e : 0;
 }
 double rotaryBytesPerElement(const TransformerDims &x) {
-  return x.eager ? eagerCastBytes(x.e) + 8 : 2 * x.e;
+  return x.complexRotary ? eagerCastBytes(x.e) + 8 : 2 * x.e;
 }
 /// Tensors of the MLP's width each MLP activation kernel reads or writes.
 double mlpActivationAccesses(const TransformerDims &x, bool backward) {
@@ -542,10 +553,15 @@ void addNorms(const TransformerDims &x, Work &work) {
   if (double cast = streamCastBytes(x))
     work.memory.push_back({"norm outputs cast (autocast)", 2 * x.outside() * cast});
 }
-void addRotary(const TransformerDims &x, Work &work) {
-  if (x.rope)
-    work.memory.push_back(
-        {"rotary embedding", x.tokens * (x.a + x.kv) * x.d / x.t * rotaryBytesPerElement(x)});
+/// The rotary embedding of Q and K, forward or backward (the same kernels each way).
+void addRotary(const TransformerDims &x, bool backward, Work &work) {
+  if (!x.rope)
+    return;
+  std::string name = x.complexRotary ? "rotary embedding (complex product)" : "rotary embedding";
+  if (backward)
+    name += " backward";
+  work.memory.push_back(
+      {std::move(name), x.tokens * (x.a + x.kv) * x.d / x.t * rotaryBytesPerElement(x)});
 }
 void addKvExpansion(const TransformerDims &x, bool backward, Work &work) {
   if (x.repeatKv)
@@ -573,7 +589,7 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
   addProjectionCasts(x, /*backward=*/false, work);
   addRouting(x, /*backward=*/false, work);
   addNorms(x, work);
-  addRotary(x, work);
+  addRotary(x, /*backward=*/false, work);
   addKvExpansion(x, /*backward=*/false, work);
   addMlpActivation(x, work);
   work.memory.push_back({"residuals", 2 * residualBytes(x)});
@@ -585,9 +601,7 @@ void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
   work.memory.push_back({"norms backward", 2 * x.outside() * normBytesPerElement(x, true)});
   if (double cast = streamCastBytes(x))
     work.memory.push_back({"stream gradients cast (autocast)", 4 * x.outside() * cast});
-  if (x.rope)
-    work.memory.push_back({"rotary embedding backward",
-                           x.tokens * (x.a + x.kv) * x.d / x.t * rotaryBytesPerElement(x)});
+  addRotary(x, /*backward=*/true, work);
   addKvExpansion(x, /*backward=*/true, work);
   work.memory.push_back(
       {"mlp activation backward", mlpActivationAccesses(x, true) * mlpWidthBytes(x)});
@@ -624,7 +638,7 @@ void addOpRecompute(const TransformerDims &x, Work &work) {
   addFp8Casts(x, work.gemms, /*backward=*/false, work);
   addWeightCasts(x, work.gemms, /*backward=*/false, work);
   addNorms(x, work);
-  addRotary(x, work);
+  addRotary(x, /*backward=*/false, work);
   addKvExpansion(x, /*backward=*/false, work);
   addMlpActivation(x, work);
   work.memory.push_back({"residual", residualBytes(x)});

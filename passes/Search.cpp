@@ -2310,6 +2310,8 @@ std::string formatModel(const ir::Model &model) {
     os << "  kv_heads = " << config.kvHeads << ";\n";
   if (config.kvRepeat)
     os << "  kv_repeat = true;\n";
+  if (config.ropeComplex)
+    os << "  rope_complex = true;\n";
   os << "  attention = " << ir::toString(config.attention) << ";\n}\n";
   return text;
 }

@@ -727,6 +727,45 @@ TEST(CostModelTest, EagerKernelsMoveTheBytesOfEachOperator) {
   EXPECT_FALSE(getEagerObstacle(model, ir::ActivationMode::Keep, ir::Precision::MixedFP8).empty());
 }
 
+TEST(CostModelTest, ComplexRotaryRunsAsPyTorchKernelsUnderCompile) {
+  // rope_complex = true under fused kernels: torch.compile leaves the complex product to PyTorch's
+  // kernel, so the rotary embedding of Q and K moves what eager PyTorch moves: x.float() (e read,
+  // 4 written), the product (4, 4), type_as (4, e) per element, forward and backward alike.
+  // Llama 3.1 8B's layer, T = 8192 tokens, a = 32, kv = 8 heads of d = 128, bf16 (e = 2).
+  ir::Model real = llama8bLayer();
+  ir::Model complex = real;
+  complex.transformer.ropeComplex = true;
+  double T = 8192, a = 32, kv = 8, d = 128, e = 2;
+  double eagerRotary = sumKernels({{e, 4}, {4, 4}, {4, e}});
+  double fusedRotary = 2 * e;
+  EXPECT_TRUE(rotatesComplex(complex.transformer, ir::KernelMode::Fused));
+  EXPECT_FALSE(rotatesComplex(real.transformer, ir::KernelMode::Fused));
+  EXPECT_TRUE(rotatesComplex(real.transformer, ir::KernelMode::Eager));
+  double extra = T * (a + kv) * d * (eagerRotary - fusedRotary);
+  Layout perOp;
+  perOp.activations = ir::ActivationMode::RecomputeOps;
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward, PassKind::RecomputeOps}) {
+    Layout layout = pass == PassKind::RecomputeOps ? perOp : Layout();
+    Work with = getUnitWork(complex, UnitKind::Layer, 0, pass, layout);
+    Work without = getUnitWork(real, UnitKind::Layer, 0, pass, layout);
+    EXPECT_NEAR(with.getMemoryBytes() - without.getMemoryBytes(), extra, 1e-9 * extra);
+    EXPECT_EQ(with.getFlops(), without.getFlops());
+    // The same kernels eager: rope_complex adds nothing there.
+    Layout eager = layout;
+    eager.kernels = ir::KernelMode::Eager;
+    EXPECT_EQ(getUnitWork(complex, UnitKind::Layer, 0, pass, eager).getMemoryBytes(),
+              getUnitWork(real, UnitKind::Layer, 0, pass, eager).getMemoryBytes());
+  }
+  // Nothing else changes: the activations kept and the head's work.
+  EXPECT_EQ(getLayerActivationBytes(complex.transformer, Layout()),
+            getLayerActivationBytes(real.transformer, Layout()));
+  EXPECT_EQ(getUnitWork(complex, UnitKind::Head, 0, PassKind::Forward, Layout()).getMemoryBytes(),
+            getUnitWork(real, UnitKind::Head, 0, PassKind::Forward, Layout()).getMemoryBytes());
+  // Without a rotary embedding there is no complex product.
+  complex.transformer.positions = ir::PositionKind::Learned;
+  EXPECT_FALSE(rotatesComplex(complex.transformer, ir::KernelMode::Eager));
+}
+
 TEST(CostModelTest, RepeatedKeysAndValuesAreCopiedAndKept) {
   // kv_repeat = true under fused kernels (torch.compile, which materializes repeat_kv's output for
   // scaled_dot_product_attention): Llama 3.1 8B's layer, one sequence of T = 8192 tokens in bf16

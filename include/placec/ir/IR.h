@@ -120,6 +120,12 @@ struct TransformerConfig {
   bool kvRepeat = false;
   /// Where `kv_repeat` is written (invalid when it is not).
   llvm::SMLoc kvRepeatLoc;
+  /// `rope_complex = true`: the model code applies the rotary embedding as a complex product over
+  /// an fp32 copy of Q and K (`torch.view_as_complex`: torchtitan's and Meta's Llama), which
+  /// torch.compile does not compile (cost::rotatesComplex). Only with `positions = rope`.
+  bool ropeComplex = false;
+  /// Where `rope_complex` is written (invalid when it is not).
+  llvm::SMLoc ropeComplexLoc;
   AttentionKind attention = AttentionKind::Flash;
   /// Where `attention` is written (invalid when it is not).
   llvm::SMLoc attentionLoc;

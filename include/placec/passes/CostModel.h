@@ -217,6 +217,14 @@ std::string getEagerObstacle(const ir::Model &model, ir::ActivationMode mode,
 /// V for the backward, and context parallelism exchanges them (getAttentionKvHeads).
 bool repeatsKv(const ir::TransformerConfig &config, ir::KernelMode kernels);
 
+/// Whether the rotary embedding runs as PyTorch's kernels for a complex product over an fp32 copy
+/// of Q and K (`view_as_complex(x.float()) * freqs_cis` cast back): eager PyTorch runs torchtitan's
+/// modules so (`kernels = eager`), and so does torch.compile where the model says
+/// `rope_complex = true`, since TorchInductor generates no code for complex tensors and falls
+/// back to PyTorch's kernel for every operator on one (torch/_inductor/lowering.py,
+/// unsupported_input_tensor; torchtitan issue #15). Needs `positions = rope`.
+bool rotatesComplex(const ir::TransformerConfig &config, ir::KernelMode kernels);
+
 /// The key/value heads the attention kernel receives, and so the ones context parallelism
 /// exchanges (PyTorch's context parallelism all-gathers or rotates the K and V that
 /// scaled_dot_product_attention gets): `heads` where repeatsKv, `kv_heads` otherwise.
