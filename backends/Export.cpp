@@ -524,6 +524,11 @@ private:
     if (model.transformer.ropeComplex)
       refuse("rope_complex = true: Megatron-Core applies the rotary embedding in real arithmetic, "
              "not as a complex product (write rope_complex = false)");
+    // Megatron-Core's attention projects Q, K and V in one product (linear_qkv) and its swiglu
+    // MLP the gate and up in one (linear_fc1 at twice the width).
+    if (model.transformer.projections == ir::Projections::Separate)
+      refuse("projections = separate: Megatron-Core computes Q, K and V in one product and the "
+             "MLP's gate and up in one (write projections = fused)");
     if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::Forward && view.tensorDegree > 1)
       refuse("async_tp = forward: Megatron-LM's --tp-comm-overlap overlaps the tensor-parallel "
              "collectives of the backward as well (write async_tp = true)");

@@ -400,6 +400,10 @@ private:
     // Families whose layers hold weights that Place's transformer has no field for.
     // Qwen3 (dense and MoE) normalizes each head's queries and keys: qk_norm.
     bool qkNorm = family == Family::Qwen3 || family == Family::Qwen3Moe;
+    // Families whose attention projects Q, K and V with linears of their own (q_proj, k_proj,
+    // v_proj) and whose gated MLPs (and experts) have their own gate and up linears; Phi-3 fuses
+    // both (qkv_proj, gate_up_proj), GPT-2 (c_attn) and GPT-NeoX (query_key_value) the attention.
+    bool separateProjections = family != Family::Phi3 && !gpt2 && !neox;
 
     // Mixtures of experts.
     std::string moeText;
@@ -497,6 +501,8 @@ private:
       m << "  positions = rope;\n";
     if (!tied)
       m << "  tied_embeddings = false;\n";
+    if (separateProjections)
+      m << "  projections = separate;\n";
     m << moeText;
     m << "}\n";
     return out;

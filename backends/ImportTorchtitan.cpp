@@ -512,13 +512,14 @@ private:
       // scaled_dot_product_attention (repeat_kv, models/llama/model.py at commit 9dec370):
       // kv_repeat = true. It applies the rotary embedding as a complex product
       // (apply_rotary_emb, torch.view_as_complex; models/common/rope.py since), which
-      // torch.compile leaves to PyTorch's kernels: rope_complex = true.
+      // torch.compile leaves to PyTorch's kernels: rope_complex = true. Its wq, wk, wv and w1, w3
+      // are linears of their own: projections = separate.
       m << "// torchtitan's llama3 flavor " << flavor->name << ".\n";
       m << "model " << modelName << " : transformer {\n";
       m << "  layers = " << flavor->layers << ";\n  hidden = " << flavor->hidden
         << ";\n  heads = " << flavor->heads << ";\n  kv_heads = " << flavor->kvHeads
-        << ";\n  kv_repeat = true;\n  rope_complex = true;\n  seq = " << seq
-        << ";\n  vocab = " << kLlama3Vocab << ";\n  ffn = " << flavor->ffn
+        << ";\n  kv_repeat = true;\n  rope_complex = true;\n  projections = separate;\n  seq = "
+        << seq << ";\n  vocab = " << kLlama3Vocab << ";\n  ffn = " << flavor->ffn
         << ";\n  mlp = swiglu;\n  norm = rmsnorm;\n  bias = false;\n  positions = rope;\n"
         << "  tied_embeddings = false;\n}\n";
       modelText = body;

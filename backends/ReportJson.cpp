@@ -127,6 +127,7 @@ void JsonWriter::writeModel(const ir::Model &model) {
     out.attribute("kv_heads", config.getKvHeads());
     out.attribute("kv_repeat", config.kvRepeat);
     out.attribute("rope_complex", config.ropeComplex);
+    out.attribute("projections", ir::toString(config.projections));
     out.attribute("attention", ir::toString(config.attention));
     if (model.isMoe()) {
       const ir::MoeConfig &moe = config.moe;

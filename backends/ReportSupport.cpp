@@ -381,6 +381,9 @@ std::string describeModel(const ir::Model &model) {
     text += fmt::format(", {} layers", model.mlp.layers);
   else
     text += ", abstract";
+  if (model.kind == ir::ModelKind::Transformer &&
+      model.transformer.projections == ir::Projections::Separate)
+    text += ", separate projections";
   return text;
 }
 

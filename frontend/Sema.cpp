@@ -669,6 +669,7 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "kv_heads",
                                                   "kv_repeat",
                                                   "rope_complex",
+                                                  "projections",
                                                   "attention",
                                                   "positions",
                                                   "tied_embeddings",
@@ -750,6 +751,15 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       if (choice)
         config.positions =
             *choice == "learned" ? ir::PositionKind::Learned : ir::PositionKind::Rope;
+    }
+    if (const ast::Field *field = fields.lookup("projections")) {
+      std::optional<std::string> choice =
+          getChoice(field->value, "projections", {"fused", "separate"});
+      ok &= choice.has_value();
+      config.projectionsLoc = field->keyLoc;
+      if (choice)
+        config.projections =
+            *choice == "fused" ? ir::Projections::Fused : ir::Projections::Separate;
     }
     if (const ast::Field *field = fields.lookup("bias")) {
       std::optional<std::string> choice = getChoice(field->value, "bias", {"true", "false", "qkv"});

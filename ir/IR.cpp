@@ -69,6 +69,16 @@ StringRef toString(NormKind norm) {
   llvm_unreachable("unknown NormKind");
 }
 
+StringRef toString(Projections projections) {
+  switch (projections) {
+  case Projections::Fused:
+    return "fused";
+  case Projections::Separate:
+    return "separate";
+  }
+  llvm_unreachable("unknown Projections");
+}
+
 StringRef toString(PositionKind positions) {
   switch (positions) {
   case PositionKind::Learned:

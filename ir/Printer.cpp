@@ -198,6 +198,8 @@ void IRPrinter::print(const Model &model) {
       line() << "kv_repeat = true\n";
     if (config.ropeComplex)
       line() << "rope_complex = true\n";
+    if (config.projections != Projections::Fused)
+      line() << "projections = " << toString(config.projections) << '\n';
     line() << "attention = " << toString(config.attention) << '\n';
     if (config.headDim > 0 || config.qkNorm)
       line() << "head_dim = " << config.getHeadDim()

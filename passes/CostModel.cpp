@@ -238,6 +238,8 @@ struct TransformerDims {
   bool sp, swiglu, rope, fp8;
   /// The rotary embedding is a complex product run as PyTorch's kernels (rotatesComplex).
   bool complexRotary = false;
+  /// `projections = separate`: q, k, v and an MLP's gate and up are products of their own.
+  bool separateProjections = false;
   /// Sequence parallelism with `sp_inputs = keep`: QKV's and the MLP's inputs kept gathered.
   bool keepInputs = false;
   /// `kernels = eager`, and whether the norms are RMSNorm (eager: fp32 operators) rather than
@@ -288,6 +290,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.eager = layout.kernels == ir::KernelMode::Eager;
   dims.repeatKv = repeatsKv(config, layout.kernels);
   dims.complexRotary = rotatesComplex(config, layout.kernels);
+  dims.separateProjections = config.projections == ir::Projections::Separate;
   dims.rmsnorm = config.norm == ir::NormKind::RmsNorm;
   dims.fp32Params = layout.fp32Params;
   dims.paramsGathered = layout.paramsGathered;
@@ -322,12 +325,18 @@ std::vector<Gemm> layerProjections(const TransformerDims &x) {
 }
 
 /// A feed-forward block of `width` over `rows` tokens, `batch` of them (grouped experts).
+/// Under `projections = separate` a swiglu MLP's gate and up are two products of the same input.
 void addMlpShapes(const TransformerDims &x, const std::string &name, double rows, double width,
                   double batch, std::vector<Gemm> &gemms) {
-  if (x.swiglu)
-    gemms.push_back({name + " gate and up", rows, 2 * width / x.t, x.h, batch});
-  else
+  if (x.swiglu && x.separateProjections) {
+    gemms.push_back({name + " gate", rows, width / x.t, x.h, batch});
+    gemms.back().tensorSlot = kSlotMlpIn;
     gemms.push_back({name + " up", rows, width / x.t, x.h, batch});
+  } else if (x.swiglu) {
+    gemms.push_back({name + " gate and up", rows, 2 * width / x.t, x.h, batch});
+  } else {
+    gemms.push_back({name + " up", rows, width / x.t, x.h, batch});
+  }
   gemms.back().tensorSlot = kSlotMlpIn;
   gemms.push_back({name + " down", rows, x.h, width / x.t, batch});
   gemms.back().tensorSlot = kSlotMlpOut;
@@ -335,7 +344,15 @@ void addMlpShapes(const TransformerDims &x, const std::string &name, double rows
 
 std::vector<Gemm> layerProjectionShapes(const TransformerDims &x) {
   std::vector<Gemm> gemms;
-  gemms.push_back({"qkv", x.tokens, (x.a + 2 * x.kv) * x.d / x.t, x.h});
+  if (x.separateProjections) {
+    gemms.push_back({"q", x.tokens, x.a * x.d / x.t, x.h});
+    gemms.back().tensorSlot = kSlotQkv;
+    gemms.push_back({"k", x.tokens, x.kv * x.d / x.t, x.h});
+    gemms.back().tensorSlot = kSlotQkv;
+    gemms.push_back({"v", x.tokens, x.kv * x.d / x.t, x.h});
+  } else {
+    gemms.push_back({"qkv", x.tokens, (x.a + 2 * x.kv) * x.d / x.t, x.h});
+  }
   gemms.back().tensorSlot = kSlotQkv;
   gemms.push_back({"attention output", x.tokens, x.h, x.a * x.d / x.t});
   gemms.back().tensorSlot = kSlotAttentionOutput;
@@ -394,18 +411,45 @@ AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
   return core;
 }
 
+/// The products of a pass grouped by the input they read: each group's first product and how
+/// many read that input. Under `projections = separate` q, k and v share one (the QKV slot's rows
+/// and reduction width) and so do an MLP's gate and up; every other product reads its own.
+std::vector<std::pair<const Gemm *, int>> groupBySharedInput(const std::vector<Gemm> &products) {
+  std::vector<std::pair<const Gemm *, int>> groups;
+  for (const Gemm &gemm : products) {
+    auto shared = llvm::find_if(groups, [&](const std::pair<const Gemm *, int> &group) {
+      const Gemm &first = *group.first;
+      return gemm.tensorSlot >= 0 && first.tensorSlot == gemm.tensorSlot && first.m == gemm.m &&
+             first.k == gemm.k && first.batch == gemm.batch;
+    });
+    if (shared != groups.end())
+      ++shared->second;
+    else
+      groups.push_back({&gemm, 1});
+  }
+  return groups;
+}
+
 /// Memory-bound kernels of a layer's forward outside the attention core.
 /// FP8 casts of the products' inputs (forward) or output gradients (backward), with their
 /// scaling maxima: read in the activation type, write one byte (Transformer Engine fuses the
-/// cast with the norm before a product where it can; the count here is each cast once).
+/// cast with the norm before a product where it can; the count here is each cast once). Products
+/// that read one input cast it once: torch.compile's graph computes torchao's identical casts of
+/// it once (AOTAutograd's common-subexpression elimination).
 void addFp8Casts(const TransformerDims &x, const std::vector<Gemm> &products, bool backward,
                  Work &work) {
   if (!x.fp8)
     return;
   double elements = 0;
-  for (const Gemm &gemm : products)
-    if (gemm.fp8)
-      elements += (backward ? gemm.m * gemm.n : gemm.m * gemm.k) * gemm.batch;
+  if (backward) {
+    for (const Gemm &gemm : products)
+      if (gemm.fp8)
+        elements += gemm.m * gemm.n * gemm.batch;
+  } else {
+    for (const auto &[gemm, readers] : groupBySharedInput(products))
+      if (gemm->fp8)
+        elements += gemm->m * gemm->k * gemm->batch;
+  }
   work.memory.push_back(
       {backward ? "fp8 casts of the gradients" : "fp8 casts of the inputs", elements * (x.e + 1)});
 }
@@ -595,8 +639,24 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
   work.memory.push_back({"residuals", 2 * residualBytes(x)});
 }
 
+/// `projections = separate`: autograd sums the input gradients of the products that read one
+/// input (q, k, v; an MLP's gate and up), each an m×k tensor in e bytes. Compiled, one kernel
+/// reads the n gradients and writes their sum ((n + 1)·m·k·e: TorchInductor fuses the additions,
+/// and the matmuls' reshapes keep its mm-plus-mm pattern from matching); eager, autograd adds
+/// them in pairs as they arrive (3·(n − 1)·m·k·e). Fused projections return one gradient.
+void addInputGradientSums(const TransformerDims &x, Work &work) {
+  double bytes = 0;
+  for (const auto &[gemm, readers] : groupBySharedInput(layerProjections(x)))
+    if (readers > 1)
+      bytes +=
+          (x.eager ? 3.0 * (readers - 1) : readers + 1.0) * gemm->m * gemm->k * gemm->batch * x.e;
+  if (bytes > 0)
+    work.memory.push_back({"input gradients summed (projections = separate)", bytes});
+}
+
 void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
   addProjectionCasts(x, /*backward=*/true, work);
+  addInputGradientSums(x, work);
   addRouting(x, /*backward=*/true, work);
   work.memory.push_back({"norms backward", 2 * x.outside() * normBytesPerElement(x, true)});
   if (double cast = streamCastBytes(x))

@@ -2312,6 +2312,8 @@ std::string formatModel(const ir::Model &model) {
     os << "  kv_repeat = true;\n";
   if (config.ropeComplex)
     os << "  rope_complex = true;\n";
+  if (config.projections != ir::Projections::Fused)
+    os << "  projections = " << ir::toString(config.projections) << ";\n";
   os << "  attention = " << ir::toString(config.attention) << ";\n}\n";
   return text;
 }

@@ -766,6 +766,60 @@ TEST(CostModelTest, ComplexRotaryRunsAsPyTorchKernelsUnderCompile) {
   EXPECT_FALSE(rotatesComplex(complex.transformer, ir::KernelMode::Eager));
 }
 
+TEST(CostModelTest, SeparateProjectionsReadTheirInputEachAndSumTheirGradients) {
+  // projections = separate (torchtitan's wq, wk, wv and w1, w3): the same FLOPs in more products,
+  // each reading the layer's input; the backward sums the input gradients of the products that
+  // share an input. Llama 3.1 8B's layer, T = 8192 tokens, h = 4096, f = 14336, bf16 (e = 2).
+  ir::Model fused = llama8bLayer();
+  ir::Model separate = fused;
+  separate.transformer.projections = ir::Projections::Separate;
+  double T = 8192, h = 4096, e = 2;
+  Layout layout;
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward}) {
+    Work a = getUnitWork(separate, UnitKind::Layer, 0, pass, layout);
+    Work b = getUnitWork(fused, UnitKind::Layer, 0, pass, layout);
+    EXPECT_NEAR(a.getFlops(), b.getFlops(), 1e-9 * b.getFlops());
+    // Two products more in the forward (q, k, v for qkv; gate, up for gate and up), each with an
+    // input and a weight gradient in the backward.
+    EXPECT_EQ(a.gemms.size(), b.gemms.size() + (pass == PassKind::Forward ? 3 : 6));
+  }
+  Work forward = getUnitWork(separate, UnitKind::Layer, 0, PassKind::Forward, layout);
+  for (const char *name : {"q", "k", "v", "mlp gate", "mlp up"})
+    EXPECT_TRUE(llvm::any_of(forward.gemms, [&](const Gemm &gemm) { return gemm.name == name; }))
+        << name;
+  // Compiled: one kernel reads the three input gradients of q, k, v and writes their sum, one the
+  // gate's and the up's: (3 + 1 + 2 + 1)·T·h·e bytes more than the fused projections move.
+  double sums = (4 + 3) * T * h * e;
+  EXPECT_NEAR(
+      getUnitWork(separate, UnitKind::Layer, 0, PassKind::Backward, layout).getMemoryBytes() -
+          getUnitWork(fused, UnitKind::Layer, 0, PassKind::Backward, layout).getMemoryBytes(),
+      sums, 1e-9 * sums);
+  EXPECT_EQ(getUnitWork(separate, UnitKind::Layer, 0, PassKind::Forward, layout).getMemoryBytes(),
+            getUnitWork(fused, UnitKind::Layer, 0, PassKind::Forward, layout).getMemoryBytes());
+  // Eager, autograd adds them in pairs as they arrive: (3·2 + 3·1)·T·h·e.
+  Layout eager;
+  eager.kernels = ir::KernelMode::Eager;
+  double eagerSums = (6 + 3) * T * h * e;
+  EXPECT_NEAR(
+      getUnitWork(separate, UnitKind::Layer, 0, PassKind::Backward, eager).getMemoryBytes() -
+          getUnitWork(fused, UnitKind::Layer, 0, PassKind::Backward, eager).getMemoryBytes(),
+      eagerSums, 1e-9 * eagerSums);
+  // Under FP8 each input is cast once, as with the fused products (torch.compile computes
+  // torchao's identical casts of one input once), and each output gradient once.
+  Layout fp8;
+  fp8.precision = ir::Precision::MixedFP8;
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward}) {
+    auto casts = [&](const ir::Model &model) {
+      for (const MemoryOp &op : getUnitWork(model, UnitKind::Layer, 0, pass, fp8).memory)
+        if (op.name.rfind("fp8 casts", 0) == 0)
+          return op.bytes;
+      return 0.0;
+    };
+    EXPECT_GT(casts(fused), 0);
+    EXPECT_NEAR(casts(separate), casts(fused), 1e-9 * casts(fused));
+  }
+}
+
 TEST(CostModelTest, RepeatedKeysAndValuesAreCopiedAndKept) {
   // kv_repeat = true under fused kernels (torch.compile, which materializes repeat_kv's output for
   // scaled_dot_product_attention): Llama 3.1 8B's layer, one sequence of T = 8192 tokens in bf16

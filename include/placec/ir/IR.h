@@ -58,6 +58,11 @@ enum class ModelKind { Transformer, Mlp, Abstract };
 enum class MlpActivation { Gelu, Swiglu };
 enum class NormKind { LayerNorm, RmsNorm };
 enum class PositionKind { Learned, Rope };
+/// How a layer's projections that read the same input run: `fused` (one QKV product and one
+/// gate-and-up product, Megatron-Core's linear_qkv and linear_fc1) or `separate` (each its own
+/// product that reads the input, and autograd sums their input gradients: torchtitan's and
+/// Hugging Face's Llama, wq/wk/wv and w1/w3).
+enum class Projections { Fused, Separate };
 /// How the attention core runs: fused (the s×s scores live only in on-chip memory, recomputed in
 /// the backward) by FlashAttention-2 (`flash`: PyTorch's SDPA, torchtitan, llm-foundry),
 /// FlashAttention-3 (`flash3`: Hopper only) or cuDNN's fused attention (`cudnn`: Transformer
@@ -73,6 +78,7 @@ llvm::StringRef toString(ModelKind kind);
 llvm::StringRef toString(MlpActivation activation);
 llvm::StringRef toString(NormKind norm);
 llvm::StringRef toString(PositionKind positions);
+llvm::StringRef toString(Projections projections);
 llvm::StringRef toString(AttentionKind attention);
 llvm::StringRef toString(RouterKind router);
 
@@ -126,6 +132,9 @@ struct TransformerConfig {
   bool ropeComplex = false;
   /// Where `rope_complex` is written (invalid when it is not).
   llvm::SMLoc ropeComplexLoc;
+  Projections projections = Projections::Fused;
+  /// Where `projections` is written (invalid when it is not).
+  llvm::SMLoc projectionsLoc;
   AttentionKind attention = AttentionKind::Flash;
   /// Where `attention` is written (invalid when it is not).
   llvm::SMLoc attentionLoc;
