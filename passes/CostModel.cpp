@@ -645,6 +645,8 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
 /// and the matmuls' reshapes keep its mm-plus-mm pattern from matching); eager, autograd adds
 /// them in pairs as they arrive (3·(n − 1)·m·k·e). Fused projections return one gradient.
 void addInputGradientSums(const TransformerDims &x, Work &work) {
+  if (!x.separateProjections)
+    return;
   double bytes = 0;
   for (const auto &[gemm, readers] : groupBySharedInput(layerProjections(x)))
     if (readers > 1)
