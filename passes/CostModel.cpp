@@ -324,14 +324,19 @@ std::vector<Gemm> layerProjections(const TransformerDims &x) {
   return gemms;
 }
 
+/// Inputs that separate projections share (Gemm::input): the attention's and each MLP's.
+enum SharedInput { kInputAttention, kInputMlp, kInputExperts, kInputSharedExperts };
+
 /// A feed-forward block of `width` over `rows` tokens, `batch` of them (grouped experts).
-/// Under `projections = separate` a swiglu MLP's gate and up are two products of the same input.
-void addMlpShapes(const TransformerDims &x, const std::string &name, double rows, double width,
-                  double batch, std::vector<Gemm> &gemms) {
+/// Under `projections = separate` a swiglu MLP's gate and up are two products of `input`.
+void addMlpShapes(const TransformerDims &x, const std::string &name, SharedInput input, double rows,
+                  double width, double batch, std::vector<Gemm> &gemms) {
   if (x.swiglu && x.separateProjections) {
-    gemms.push_back({name + " gate", rows, width / x.t, x.h, batch});
-    gemms.back().tensorSlot = kSlotMlpIn;
-    gemms.push_back({name + " up", rows, width / x.t, x.h, batch});
+    for (const char *part : {" gate", " up"}) {
+      gemms.push_back({name + part, rows, width / x.t, x.h, batch});
+      gemms.back().tensorSlot = kSlotMlpIn;
+      gemms.back().input = input;
+    }
   } else if (x.swiglu) {
     gemms.push_back({name + " gate and up", rows, 2 * width / x.t, x.h, batch});
   } else {
@@ -345,27 +350,28 @@ void addMlpShapes(const TransformerDims &x, const std::string &name, double rows
 std::vector<Gemm> layerProjectionShapes(const TransformerDims &x) {
   std::vector<Gemm> gemms;
   if (x.separateProjections) {
-    gemms.push_back({"q", x.tokens, x.a * x.d / x.t, x.h});
-    gemms.back().tensorSlot = kSlotQkv;
-    gemms.push_back({"k", x.tokens, x.kv * x.d / x.t, x.h});
-    gemms.back().tensorSlot = kSlotQkv;
-    gemms.push_back({"v", x.tokens, x.kv * x.d / x.t, x.h});
+    for (auto [name, heads] : {std::pair{"q", x.a}, {"k", x.kv}, {"v", x.kv}}) {
+      gemms.push_back({name, x.tokens, heads * x.d / x.t, x.h});
+      gemms.back().tensorSlot = kSlotQkv;
+      gemms.back().input = kInputAttention;
+    }
   } else {
     gemms.push_back({"qkv", x.tokens, (x.a + 2 * x.kv) * x.d / x.t, x.h});
+    gemms.back().tensorSlot = kSlotQkv;
   }
-  gemms.back().tensorSlot = kSlotQkv;
   gemms.push_back({"attention output", x.tokens, x.h, x.a * x.d / x.t});
   gemms.back().tensorSlot = kSlotAttentionOutput;
   if (!x.moe) {
-    addMlpShapes(x, "mlp", x.tokens, x.f, 1, gemms);
+    addMlpShapes(x, "mlp", kInputMlp, x.tokens, x.f, 1, gemms);
     return gemms;
   }
   // The routed experts as grouped GEMMs (one product per local expert over its rows), the
   // router's scores of every expert, and the shared experts as one MLP over every token.
   gemms.push_back({"router", x.tokens, x.numExperts, x.h});
-  addMlpShapes(x, "experts", x.experts.tokensPerExpert, x.expertFfn, x.experts.localExperts, gemms);
+  addMlpShapes(x, "experts", kInputExperts, x.experts.tokensPerExpert, x.expertFfn,
+               x.experts.localExperts, gemms);
   if (x.sharedFfn > 0)
-    addMlpShapes(x, "shared experts", x.tokens, x.sharedFfn, 1, gemms);
+    addMlpShapes(x, "shared experts", kInputSharedExperts, x.tokens, x.sharedFfn, 1, gemms);
   return gemms;
 }
 
@@ -411,16 +417,14 @@ AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
   return core;
 }
 
-/// The products of a pass grouped by the input they read: each group's first product and how
-/// many read that input. Under `projections = separate` q, k and v share one (the QKV slot's rows
-/// and reduction width) and so do an MLP's gate and up; every other product reads its own.
+/// The products of a pass grouped by the input they read (Gemm::input): each group's first
+/// product and how many read that input. Under `projections = separate` q, k and v share one and
+/// so do an MLP's gate and up; every other product reads its own.
 std::vector<std::pair<const Gemm *, int>> groupBySharedInput(const std::vector<Gemm> &products) {
   std::vector<std::pair<const Gemm *, int>> groups;
   for (const Gemm &gemm : products) {
     auto shared = llvm::find_if(groups, [&](const std::pair<const Gemm *, int> &group) {
-      const Gemm &first = *group.first;
-      return gemm.tensorSlot >= 0 && first.tensorSlot == gemm.tensorSlot && first.m == gemm.m &&
-             first.k == gemm.k && first.batch == gemm.batch;
+      return gemm.input >= 0 && group.first->input == gemm.input;
     });
     if (shared != groups.end())
       ++shared->second;

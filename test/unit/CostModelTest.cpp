@@ -533,6 +533,41 @@ TEST(CostModelTest, MoeLayerFlops) {
   EXPECT_NEAR(moe - dense, expected, 1e-6 * std::abs(expected));
 }
 
+// projections = separate in an MoE layer: the attention's q, k, v, the routed experts' gate and
+// up and the shared experts' gate and up are three inputs, summed apart in the backward, even
+// when the experts' rows equal the tokens (top-1 over 16 experts on 16 expert ranks: one local
+// expert of T rows, the shape of the shared expert over T tokens).
+TEST(CostModelTest, SeparateProjectionsOfAnMoeLayerSumEachInputApart) {
+  ir::Model fused = smallTransformer(2);
+  ir::TransformerConfig &config = fused.transformer;
+  config.moe.experts = 16;
+  config.moe.topK = 1;
+  config.moe.expertFfn = 384;
+  config.moe.sharedExperts = 1;
+  config.moe.sharedExpertFfn = 512;
+  config.moe.denseLayers = 1; // layer 0 dense, layer 1 MoE
+  ir::Model separate = fused;
+  separate.transformer.projections = ir::Projections::Separate;
+  Layout layout;
+  layout.expert = 16;
+  double T = 128, h = 256, e = 2;
+  ASSERT_DOUBLE_EQ(getMoeShape(config, layout).tokensPerExpert, T);
+  ASSERT_DOUBLE_EQ(getMoeShape(config, layout).localExperts, 1);
+  auto bytes = [&](const ir::Model &model, PassKind pass, const Layout &l) {
+    return getUnitWork(model, UnitKind::Layer, 1, pass, l).getMemoryBytes();
+  };
+  // (3 + 1)·T·h·e for q, k, v and (2 + 1)·T·h·e for each of the two MLPs' gate and up.
+  double sums = (4 + 3 + 3) * T * h * e;
+  EXPECT_NEAR(bytes(separate, PassKind::Backward, layout) -
+                  bytes(fused, PassKind::Backward, layout),
+              sums, 1e-9 * sums);
+  // Under FP8 each of the three inputs is cast once, as with fused products.
+  Layout fp8 = layout;
+  fp8.precision = ir::Precision::MixedFP8;
+  EXPECT_NEAR(bytes(separate, PassKind::Forward, fp8), bytes(fused, PassKind::Forward, fp8),
+              1e-9 * bytes(fused, PassKind::Forward, fp8));
+}
+
 /// Llama 3.1 8B's layer shape (Meta's published configuration: hidden 4096, 32 heads, 8 key/value
 /// heads, FFN 14336, sequence 8192), flash attention, no biases.
 ir::Model llama8bLayer() {

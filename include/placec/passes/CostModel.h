@@ -140,6 +140,9 @@ struct Gemm {
   int tensorSlot = -1;
   /// A backward's input-gradient product.
   bool inputGradient = false;
+  /// The forward's products with the same non-negative `input` read one tensor (q, k and v, or
+  /// an MLP's gate and up, under `projections = separate`); -1: a tensor of its own.
+  int input = -1;
   double getFlops() const { return 2 * m * n * k * batch; }
 };
 
