@@ -303,6 +303,7 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   unitLayout.context = contextDegree;
   unitLayout.contextMethod = strategy.contextMethod;
   unitLayout.kernels = run.kernels;
+  unitLayout.fp8 = run.precision == ir::Precision::MixedFP8;
   unitLayout.regather = regathersInputs(model, tensorDegree, strategy.sequenceParallel,
                                         strategy.sequenceParallelInputs, strategy.activationMode);
   plan->regather = unitLayout.regather;
@@ -508,7 +509,8 @@ void Lowering::lowerStage(StagePlan &stage) {
                                : c.over == ir::AxisKind::Expert ? expertAxes
                                : c.over == ir::AxisKind::Batch  ? batchAxes
                                                                 : contextAxes,
-                               c.elements, aType, true, (c.what + Twine(" (") + why + ")").str()));
+                               c.elements, c.fp8 ? DType::FP8 : aType, true,
+                               (c.what + Twine(" (") + why + ")").str()));
       ops.back().recomputed = recomputed;
       ops.back().inputGradient = c.inputGradient;
       ops.back().regather = c.regather;
@@ -811,12 +813,13 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
   // In the backward every tensor-parallel reduction sums the input gradient of a column-parallel
   // product (QKV, the MLP's input, the output layer, an mlp's even layer), the transpose of the
   // forward's gather or identity; the row-parallel products' output gradients are gathered.
-  auto addTensor = [&](OpKind kind) {
+  auto addTensor = [&](OpKind kind, bool fp8) {
     result.push_back({kind, ir::AxisKind::Tensor, tensorElements,
                       kind == OpKind::AllGather       ? "sequence-parallel gather of the input"
                       : kind == OpKind::ReduceScatter ? "sequence-parallel reduce of the output"
                                                       : "tensor-parallel partial sums",
-                      /*inputGradient=*/!forwardPass && kind != OpKind::AllGather});
+                      /*inputGradient=*/!forwardPass && kind != OpKind::AllGather,
+                      /*regather=*/false, fp8});
   };
   // Context parallelism inside a layer's attention: the attention block's collectives are the
   // first pair of a forward and the second of a backward; the exchange sits between the
@@ -927,11 +930,16 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
         (unit == cost::UnitKind::Head ||
          (unit == cost::UnitKind::Layer &&
           (i + 1 == tensor.size() || !model.transformer.moe.isMoeLayer(layer))));
+    // Under mixed(fp8) a layer's QKV input and a dense layer's MLP input are gathered in FP8
+    // (UnitCollective::fp8): the forward's gathers (the attention block's first, the MLP's
+    // third) and the regathers before their reductions.
+    bool fp8Layer = layout.fp8 && unit == cost::UnitKind::Layer;
     if (columnParallelReduction)
       result.push_back({OpKind::AllGather, ir::AxisKind::Tensor, tensorElements,
                         "sequence-parallel gather of the input again, for the weight gradient",
-                        /*inputGradient=*/false, /*regather=*/true});
-    addTensor(tensor[i]);
+                        /*inputGradient=*/false, /*regather=*/true, fp8Layer});
+    addTensor(tensor[i], fp8Layer && forwardPass && sp && tensor[i] == OpKind::AllGather &&
+                             (i == 0 || !model.transformer.moe.isMoeLayer(layer)));
   }
   return result;
 }

@@ -467,6 +467,7 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
   layout.contextMethod = c.context;
   layout.regather = regather;
   layout.kernels = kernels;
+  layout.fp8 = precision == ir::Precision::MixedFP8;
   // The tensor axis is innermost (stride 1), the context axis next (stride tp).
   cost::GroupAxis tensorAxis{1, c.tp}, contextAxis{c.tp, c.cp};
   cost::GroupShape tensorGroup =
@@ -484,7 +485,7 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
            pass < 2 ? plan::getUnitCollectives(model, kind, layer, pass == 0, layout)
                     : plan::getRecomputedCollectives(model, kind, layer,
                                                      ir::ActivationMode::RecomputeOps, layout)) {
-        double opBytes = static_cast<double>(op.elements) * activationBytes;
+        double opBytes = static_cast<double>(op.elements) * (op.fp8 ? 1 : activationBytes);
         if (op.kind == plan::OpKind::RingStep)
           traffic.ring[index][pass] +=
               costModel.getPointToPointSeconds(opBytes, !contextGroup.isIntraNode());

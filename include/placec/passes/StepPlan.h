@@ -168,6 +168,9 @@ struct UnitLayout {
   /// The run's kernels: under `eager` (as with `kv_repeat = true`) the attention receives, and
   /// context parallelism exchanges, K and V repeated to every head (cost::getAttentionKvHeads).
   ir::KernelMode kernels = ir::KernelMode::Fused;
+  /// `mixed(fp8)`: the sequence-parallel gathers of the FP8 products' inputs move the FP8 cast
+  /// (UnitCollective::fp8).
+  bool fp8 = false;
 };
 
 /// Whether the backward all-gathers the inputs of the column-parallel products again for their
@@ -188,6 +191,15 @@ struct UnitCollective {
   bool inputGradient = false;
   /// The backward's second gather of a column-parallel product's input (Op::regather).
   bool regather = false;
+  /// Moved in FP8, one byte per element: under `mixed(fp8)` the sequence-parallel all-gather of
+  /// a transformer layer's input to its QKV product, and to its MLP's in a dense layer, forward,
+  /// recomputed and again for the weight gradient. Transformer Engine's LayerNormLinear writes
+  /// the norm's output in FP8 and gathers that (transformer_engine/pytorch/module/
+  /// layernorm_linear.py, gather_along_first_dim of ln_out), and torchao's float8 tensor
+  /// parallelism casts the module's input before its all-gather (PrepareFloat8ModuleInput,
+  /// Float8ColwiseParallel). The output layer stays in BF16, and an MoE layer's experts take the
+  /// dispatcher's BF16 rows.
+  bool fp8 = false;
 };
 
 /// The collectives inside one pass of a unit, in the order the math runs them: the
