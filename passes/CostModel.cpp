@@ -418,7 +418,8 @@ AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
 }
 
 /// The products of a pass grouped by the input they read (Gemm::input): each group's first
-/// product and how many read that input. Under `projections = separate` q, k and v share one and
+/// product (a pointer into `products`, which must outlive the result) and how many read that
+/// input. Under `projections = separate` q, k and v share one and
 /// so do an MLP's gate and up; every other product reads its own.
 std::vector<std::pair<const Gemm *, int>> groupBySharedInput(const std::vector<Gemm> &products) {
   std::vector<std::pair<const Gemm *, int>> groups;
@@ -652,7 +653,8 @@ void addInputGradientSums(const TransformerDims &x, Work &work) {
   if (!x.separateProjections)
     return;
   double bytes = 0;
-  for (const auto &[gemm, readers] : groupBySharedInput(layerProjections(x)))
+  std::vector<Gemm> products = layerProjections(x); // groupBySharedInput points into it.
+  for (const auto &[gemm, readers] : groupBySharedInput(products))
     if (readers > 1)
       bytes +=
           (x.eager ? 3.0 * (readers - 1) : readers + 1.0) * gemm->m * gemm->k * gemm->batch * x.e;
