@@ -28,6 +28,10 @@ for run in runs.values():
     # The example writes `attention = materialized`; the key names the kernel (docs/report-json.md).
     assert run["model"]["attention"] == "materialized", run["model"]
     assert run["model"]["kv_heads"] == a, run["model"]
+    # GPT-2 XL writes neither: its positions are learned and its projections fused.
+    assert run["model"]["kv_repeat"] is False, run["model"]
+    assert run["model"]["rope_complex"] is False, run["model"]
+    assert run["model"]["projections"] == "fused", run["model"]
     assert run["devices"] == 64
     for axis in run["mesh"]:
         assert set(axis) >= {"name", "kind", "size", "link"}, axis
