@@ -649,11 +649,10 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
 /// reads the n gradients and writes their sum ((n + 1)·m·k·e: TorchInductor fuses the additions,
 /// and the matmuls' reshapes keep its mm-plus-mm pattern from matching); eager, autograd adds
 /// them in pairs as they arrive (3·(n − 1)·m·k·e). Fused projections return one gradient.
-void addInputGradientSums(const TransformerDims &x, Work &work) {
+void addInputGradientSums(const TransformerDims &x, const std::vector<Gemm> &products, Work &work) {
   if (!x.separateProjections)
     return;
   double bytes = 0;
-  std::vector<Gemm> products = layerProjections(x); // groupBySharedInput points into it.
   for (const auto &[gemm, readers] : groupBySharedInput(products))
     if (readers > 1)
       bytes +=
@@ -662,9 +661,11 @@ void addInputGradientSums(const TransformerDims &x, Work &work) {
     work.memory.push_back({"input gradients summed (projections = separate)", bytes});
 }
 
-void addLayerElementwiseBackward(const TransformerDims &x, Work &work) {
+/// `products`: the layer's forward products (layerProjections), whose backward this is.
+void addLayerElementwiseBackward(const TransformerDims &x, const std::vector<Gemm> &products,
+                                 Work &work) {
   addProjectionCasts(x, /*backward=*/true, work);
-  addInputGradientSums(x, work);
+  addInputGradientSums(x, products, work);
   addRouting(x, /*backward=*/true, work);
   work.memory.push_back({"norms backward", 2 * x.outside() * normBytesPerElement(x, true)});
   if (double cast = streamCastBytes(x))
@@ -783,14 +784,16 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
   case PassKind::RecomputeOps:
     addOpRecompute(x, work);
     return work;
-  case PassKind::Backward:
-    addBackwardProducts(layerProjections(x), work.gemms);
+  case PassKind::Backward: {
+    std::vector<Gemm> products = layerProjections(x);
+    addBackwardProducts(products, work.gemms);
     if (x.materialized())
       addMaterializedAttention(x, /*backward=*/true, work);
     else
       work.attention.push_back(fusedAttention(x, /*backward=*/true));
-    addLayerElementwiseBackward(x, work);
+    addLayerElementwiseBackward(x, products, work);
     return work;
+  }
   }
   return work;
 }

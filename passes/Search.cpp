@@ -485,7 +485,8 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
            pass < 2 ? plan::getUnitCollectives(model, kind, layer, pass == 0, layout)
                     : plan::getRecomputedCollectives(model, kind, layer,
                                                      ir::ActivationMode::RecomputeOps, layout)) {
-        double opBytes = static_cast<double>(op.elements) * (op.fp8 ? 1 : activationBytes);
+        double opBytes = static_cast<double>(op.elements) *
+                         (op.fp8 ? plan::getSize(plan::DType::FP8) : activationBytes);
         if (op.kind == plan::OpKind::RingStep)
           traffic.ring[index][pass] +=
               costModel.getPointToPointSeconds(opBytes, !contextGroup.isIntraNode());
