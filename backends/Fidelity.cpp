@@ -91,6 +91,10 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
             out.attribute("devices", row.devices);
             out.attribute("device", row.device);
             out.attribute("predicted_step_s", row.predictedStep);
+            out.attribute("predicted_compute_s", row.predictedCompute);
+            out.attribute("predicted_optimizer_s", row.predictedOptimizer);
+            out.attribute("predicted_exposed_comm_s", row.predictedExposedComm);
+            out.attribute("predicted_bubble_s", row.predictedBubble);
             if (row.measuredStep) {
               out.attribute("measured_step_s", *row.measuredStep);
               out.attribute("step_error", row.getStepError());

@@ -870,6 +870,10 @@ int runFidelity() {
       row.devices = run->cluster->getNumDevices();
       row.device = run->cluster->device ? run->cluster->device->name : run->cluster->name;
       row.predictedStep = result.time.stepSeconds;
+      row.predictedCompute = result.time.computeSeconds;
+      row.predictedOptimizer = result.time.optimizerSeconds;
+      row.predictedExposedComm = result.time.exposedCommSeconds;
+      row.predictedBubble = result.time.bubbleSeconds;
       row.measuredStep = run->measuredStep;
       row.predictedMemory = result.memory.device.peak;
       row.measuredMemory = run->measuredMemory;

@@ -1,12 +1,19 @@
 # Recomputes `placec fidelity --format=json`'s summaries from its rows' predicted and measured
 # values: each row's error, and the mean |error|, mean signed error, max |error| and worst run of
-# every set, every source file, every device and the whole step. `python3 check_fidelity.py < fidelity.json`.
+# every set, every source file, every device and the whole step; and that each row's predicted
+# parts (compute, optimizer step, exposed communication, bubble) add up to its predicted step,
+# which the analysis sums separately. `python3 check_fidelity.py < fidelity.json`.
 import json
 import sys
 
 data = json.load(sys.stdin)
 groups = {"all": [], "set": {}, "file": {}, "device": {}}
 for row in data["rows"]:
+    parts = (row["predicted_compute_s"] + row["predicted_optimizer_s"] +
+             row["predicted_exposed_comm_s"] + row["predicted_bubble_s"])
+    assert min(row["predicted_compute_s"], row["predicted_optimizer_s"],
+               row["predicted_exposed_comm_s"], row["predicted_bubble_s"]) >= 0, row
+    assert abs(parts - row["predicted_step_s"]) <= 1e-9 * row["predicted_step_s"], row
     if "measured_step_s" not in row:
         continue
     error = (row["predicted_step_s"] - row["measured_step_s"]) / row["measured_step_s"]
