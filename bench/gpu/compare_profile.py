@@ -107,8 +107,10 @@ def read_prediction(placec, place, run):
         raise Error(f"{placec}: {e.strerror}")
     if result.returncode != 0:
         raise Error(f"'{' '.join(command)}' failed:\n{result.stderr.strip()}")
-    report = json.loads(result.stdout)
-    [entry] = report["runs"]
+    try:
+        [entry] = json.loads(result.stdout)["runs"]
+    except (ValueError, KeyError, TypeError):
+        raise Error(f"'{' '.join(command)}' did not write one run's JSON report")
     if entry["devices"] != 1:
         raise Error(f"run '{run}' is on {entry['devices']} devices; this compares a one-device "
                     "run, whose profile has no collectives")
@@ -140,6 +142,10 @@ def read_prediction(placec, place, run):
     return kinds, lines, time.get("step"), entry["precision"]
 
 
+def ratio(predicted_s, measured_s):
+    return f"{predicted_s / measured_s:.2f}" if measured_s > 0 else "-"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("profile", help="a torch_gpt.py --profile JSON file")
@@ -164,15 +170,16 @@ def main():
     print(f"{args.run} ({precision}): per step, the profile's kernels against placec's")
     print(f"{'kind':<18}{'measured':>11}{'predicted':>11}{'ratio':>8}")
     for kind in KINDS:
-        ratio = f"{predicted[kind] / measured[kind]:.2f}" if measured[kind] > 0 else "-"
-        print(f"{kind:<18}{measured[kind] * 1e3:>8.1f} ms{predicted[kind] * 1e3:>8.1f} ms{ratio:>8}")
+        print(f"{kind:<18}{measured[kind] * 1e3:>8.1f} ms{predicted[kind] * 1e3:>8.1f} ms"
+              f"{ratio(predicted[kind], measured[kind]):>8}")
     busy, total = sum(measured.values()), sum(predicted.values())
-    print(f"{'all kernels':<18}{busy * 1e3:>8.1f} ms{total * 1e3:>8.1f} ms{total / busy:>8.2f}")
+    print(f"{'all kernels':<18}{busy * 1e3:>8.1f} ms{total * 1e3:>8.1f} ms{ratio(total, busy):>8}")
     print(f"{'step':<18}{step_s * 1e3:>8.1f} ms{predicted_step * 1e3:>8.1f} ms"
-          f"{predicted_step / step_s:>8.2f}")
+          f"{ratio(predicted_step, step_s):>8}")
     print("measured: the profile's device time per step; predicted: the cost model's kernel times "
-          "(placec report --explain); placec's optimizer step includes the fp32 gradients' sums "
-          "over micro-batches, which the profile counts among the other kernels (aten::add_)")
+          "(placec report --explain); under params = fp32 placec's optimizer step includes the "
+          "micro-batches' fp32 gradients summed, which the profile counts among the other "
+          "kernels (aten::add_)")
     print()
     print("other kernels, measured (ms per step)")
     for name, seconds in sorted(ops.items(), key=lambda item: -item[1]):
