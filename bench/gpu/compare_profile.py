@@ -12,7 +12,8 @@ this shows which part carries the error.
         --placec build/tools/placec \\
         bench/fidelity/holdout/placec-bench-gpu-h100.place --run gpt1300m_torch_eager
 
-The profile counts only leaf operators (those that launch kernels themselves): the composite ones
+The profile must be of an eager step (torch_gpt.py records PyTorch's operators, not the kernels
+TorchInductor generates) and the run must say `kernels = eager`. It counts only leaf operators (those that launch kernels themselves): the composite ones
 PyTorch decomposes (`aten::linear` into `aten::addmm`, `aten::to` into `aten::copy_`, ...) would
 count their kernels twice. A run must be on one device (no collectives), without a pipeline.
 """
@@ -69,6 +70,7 @@ def read_profile(path):
         steps = float(profile["steps"])
         ops = profile["ops"]
         step_s = float(data["seconds_per_step"])
+        mode = str(data.get("mode", "eager"))
     except OSError as e:
         raise Error(f"{path}: {e.strerror}")
     except (ValueError, KeyError, TypeError):
@@ -76,6 +78,10 @@ def read_profile(path):
                     "(needs seconds_per_step and profile.steps, profile.ops)")
     if steps <= 0:
         raise Error(f"{path}: profile.steps is {steps:g}")
+    if mode.split()[0] != "eager":
+        raise Error(f"{path}: a '{mode}' step; torch_gpt.py --profile records PyTorch's operators "
+                    "only, which leaves out the kernels TorchInductor generates: compare an eager "
+                    "profile")
     by_name = {}
     for op in ops:
         try:
@@ -114,6 +120,9 @@ def read_prediction(placec, place, run):
     if entry["devices"] != 1:
         raise Error(f"run '{run}' is on {entry['devices']} devices; this compares a one-device "
                     "run, whose profile has no collectives")
+    if entry.get("kernels") != "eager":
+        raise Error(f"run '{run}' says kernels = {entry.get('kernels')}, and the profile is of "
+                    "an eager step")
     if entry["model"].get("kind") != "transformer":
         raise Error(f"run '{run}' is not a transformer")
     layers = entry["model"]["layers"]
