@@ -5,14 +5,42 @@
 // heads, or context parallelism over axes the mesh does not have, are refused at setup.
 #include "placert/placert.h"
 
+#include <cstdlib>
+#include <filesystem>
 #include <gtest/gtest.h>
 #include <memory>
+#include <string>
+#include <system_error>
 
 namespace {
+
+/// Open MPI keeps a singleton's session files under one directory per user and host in /tmp,
+/// which it creates when a job starts and removes when the last one ends; under ctest -j another
+/// test process can create or remove it at the same moment ("unable to create the desired
+/// directory ... File exists", then MPI_Init fails). Each process here gets a directory of its
+/// own, removed at exit after the runtime (registered before it, so run after it).
+void useOwnMpiSessionDirectory() {
+  if (std::getenv("OMPI_MCA_orte_tmpdir_base"))
+    return;
+  std::error_code error;
+  std::filesystem::path temporary = std::filesystem::temp_directory_path(error);
+  if (error)
+    return; // Open MPI's default directory then, as before.
+  static std::string directory = (temporary / "placert-unittests-mpi-XXXXXX").string();
+  if (!mkdtemp(directory.data()))
+    return; // Open MPI's default directory then, as before.
+  setenv("OMPI_MCA_orte_tmpdir_base", directory.c_str(), 1);
+  setenv("PRTE_MCA_prte_tmpdir_base", directory.c_str(), 1);
+  std::atexit([] {
+    std::error_code ignored;
+    std::filesystem::remove_all(directory, ignored);
+  });
+}
 
 /// The process's one runtime (MPI is initialized once per process), on a mesh of one device.
 placert::Runtime &getRuntime() {
   static std::unique_ptr<placert::Runtime> runtime = [] {
+    useOwnMpiSessionDirectory();
     int argc = 1;
     static char name[] = "placert-unittests";
     static char *args[] = {name, nullptr};

@@ -96,6 +96,12 @@ def main():
     env["PLACEC_SOURCE"] = os.path.abspath(args.source_dir)
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    # Open MPI's session files under the work directory rather than its per-user directory in
+    # /tmp, which another test's mpirun (ctest -j) may create or remove at the same moment.
+    session = os.path.join(work, "mpi-session")
+    os.makedirs(session)
+    env.setdefault("OMPI_MCA_orte_tmpdir_base", session)
+    env.setdefault("PRTE_MCA_prte_tmpdir_base", session)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     # As in test/e2e/run_e2e.py: under the sanitizer build, Open MPI's plugins keep allocations that

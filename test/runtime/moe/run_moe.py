@@ -16,13 +16,11 @@ import shutil
 import subprocess
 import sys
 
-
-def mpi_env():
-    env = dict(os.environ)
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
-    env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS", ""), "detect_leaks=0"]))
-    return env
+# The end-to-end runner's MPI environment: root allowed, oversubscription, leak checking off for
+# the ranks, and a session directory of this test's own (two mpiruns at once under ctest -j must
+# not share Open MPI's per-user one).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "e2e"))
+from run_e2e import mpi_env  # noqa: E402
 
 
 def train(args, config, extra, metrics):
