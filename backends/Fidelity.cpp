@@ -42,7 +42,7 @@ std::string signedPercent(double fraction) { return fmt::format("{:+.1f} %", 100
 } // namespace
 
 double FidelityRow::getStepError() const {
-  return measuredStep ? (predictedStep - *measuredStep) / *measuredStep : 0;
+  return measuredStep ? (predictedTime.stepSeconds - *measuredStep) / *measuredStep : 0;
 }
 
 double FidelityRow::getMemoryError() const {
@@ -90,11 +90,12 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
             out.attribute("run", row.run);
             out.attribute("devices", row.devices);
             out.attribute("device", row.device);
-            out.attribute("predicted_step_s", row.predictedStep);
-            out.attribute("predicted_compute_s", row.predictedCompute);
-            out.attribute("predicted_optimizer_s", row.predictedOptimizer);
-            out.attribute("predicted_exposed_comm_s", row.predictedExposedComm);
-            out.attribute("predicted_bubble_s", row.predictedBubble);
+            const analysis::TimeReport &time = row.predictedTime;
+            out.attribute("predicted_step_s", time.stepSeconds);
+            out.attribute("predicted_compute_s", time.computeSeconds);
+            out.attribute("predicted_optimizer_s", time.optimizerSeconds);
+            out.attribute("predicted_exposed_comm_s", time.exposedCommSeconds);
+            out.attribute("predicted_bubble_s", time.bubbleSeconds);
             if (row.measuredStep) {
               out.attribute("measured_step_s", *row.measuredStep);
               out.attribute("step_error", row.getStepError());
@@ -133,7 +134,7 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
   table.leftColumns = {1, 2, 4};
   for (const FidelityRow &row : rows)
     table.addRow({row.set, row.file, row.run, formatInteger(static_cast<double>(row.devices)),
-                  row.device, formatSeconds(row.predictedStep),
+                  row.device, formatSeconds(row.predictedTime.stepSeconds),
                   row.measuredStep ? formatSeconds(*row.measuredStep) : "-",
                   row.measuredStep ? signedPercent(row.getStepError()) : "-",
                   formatBytes(row.predictedMemory),

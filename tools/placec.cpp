@@ -869,11 +869,7 @@ int runFidelity() {
       row.run = run->name;
       row.devices = run->cluster->getNumDevices();
       row.device = run->cluster->device ? run->cluster->device->name : run->cluster->name;
-      row.predictedStep = result.time.stepSeconds;
-      row.predictedCompute = result.time.computeSeconds;
-      row.predictedOptimizer = result.time.optimizerSeconds;
-      row.predictedExposedComm = result.time.exposedCommSeconds;
-      row.predictedBubble = result.time.bubbleSeconds;
+      row.predictedTime = result.time;
       row.measuredStep = run->measuredStep;
       row.predictedMemory = result.memory.device.peak;
       row.measuredMemory = run->measuredMemory;

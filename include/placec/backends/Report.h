@@ -130,11 +130,9 @@ struct FidelityRow {
   std::string run;
   int64_t devices = 0;
   std::string device; ///< The cluster's device preset, or its name.
-  double predictedStep = 0;
-  /// The predicted step's parts (analysis::TimeReport, the slowest stage's): the micro-batches'
-  /// compute, the optimizer step, exposed communication and the pipeline bubble.
-  double predictedCompute = 0, predictedOptimizer = 0, predictedExposedComm = 0,
-         predictedBubble = 0;
+  /// The analysis's step time and its parts (the slowest stage's compute, optimizer step and
+  /// exposed communication, and the pipeline bubble).
+  analysis::TimeReport predictedTime;
   std::optional<double> measuredStep;
   double predictedMemory = 0;
   std::optional<double> measuredMemory;
