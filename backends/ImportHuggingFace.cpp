@@ -308,7 +308,8 @@ private:
     bool gpt2 = family == Family::Gpt2, neox = family == Family::GptNeox;
     bool moe = family == Family::Mixtral || family == Family::Qwen3Moe;
     bool gated = !gpt2 && !neox;
-    std::optional<int64_t> layers = getInt(gpt2 ? "n_layer" : "num_hidden_layers", true, 1 << 20);
+    std::optional<int64_t> layers =
+        getInt(gpt2 ? "n_layer" : "num_hidden_layers", true, ir::kMaxLayers);
     std::optional<int64_t> hidden = getInt(gpt2 ? "n_embd" : "hidden_size", true, 1 << 24);
     std::optional<int64_t> heads = getInt(gpt2 ? "n_head" : "num_attention_heads", true, 1 << 20);
     std::optional<int64_t> vocab = getInt("vocab_size");

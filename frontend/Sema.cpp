@@ -696,7 +696,7 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
         out = value.value_or(0);
       }
     };
-    count("layers", config.layers, 1 << 20);
+    count("layers", config.layers, ir::kMaxLayers);
     count("hidden", config.hidden, 1 << 24);
     count("heads", config.heads, 1 << 20);
     count("seq", config.seq, 1 << 30);
@@ -833,7 +833,7 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       ok &= value.has_value();
       out = value.value_or(0);
     };
-    count("layers", config.layers, 1 << 20);
+    count("layers", config.layers, ir::kMaxLayers);
     count("width", config.width, 1 << 24);
     count("input", config.input, 1 << 24);
     count("output", config.output, 1 << 24);
