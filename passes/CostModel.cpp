@@ -1408,28 +1408,17 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
   (x.paramsOnHost ? result.host : result.device).params = paramBytes;
   (x.gradsOnHost ? result.host : result.device).grads = gradBytes;
   (x.optimizerOnHost ? result.host : result.device).optimizer = optimizerBytes;
-  // Layers by kind (dense, MoE) and by whether they are recomputed (recompute(layers = n)).
-  struct LayerTerm {
-    int64_t count;
-    double bytes;
-    const std::string &text;
-    const char *what;
-  };
-  const std::array<LayerTerm, 4> terms = {{
-      {x.layers - x.moeLayers - (x.keptLayers - x.keptMoeLayers), x.layerActivationBytes,
-       x.layerActivationText,
-       x.keptLayers == 0 ? "dense"
-       : x.moeLayers > 0 ? "recomputed dense"
-                         : "recomputed"},
-      {x.moeLayers - x.keptMoeLayers, x.moeLayerActivationBytes, x.moeLayerActivationText,
-       x.keptLayers > 0 ? "recomputed MoE" : "MoE"},
-      {x.keptLayers - x.keptMoeLayers, x.keptLayerActivationBytes, x.keptLayerActivationText,
-       x.moeLayers > 0 ? "kept dense" : "kept"},
-      {x.keptMoeLayers, x.keptMoeLayerActivationBytes, x.keptMoeLayerActivationText, "kept MoE"},
-  }};
+  // Layers by kind (dense, MoE) and by whether they are recomputed (recompute(layers = n)): their
+  // counts and one layer's bytes for one micro-batch (the search's fast path asks for these
+  // numbers alone; their names and formulas are built below, for explanations only).
+  const int64_t termCounts[4] = {x.layers - x.moeLayers - (x.keptLayers - x.keptMoeLayers),
+                                 x.moeLayers - x.keptMoeLayers, x.keptLayers - x.keptMoeLayers,
+                                 x.keptMoeLayers};
+  const double termBytes[4] = {x.layerActivationBytes, x.moeLayerActivationBytes,
+                               x.keptLayerActivationBytes, x.keptMoeLayerActivationBytes};
   double activations = 0;
-  for (const LayerTerm &term : terms)
-    activations += static_cast<double>(term.count) * term.bytes;
+  for (size_t i = 0; i < 4; ++i)
+    activations += static_cast<double>(termCounts[i]) * termBytes[i];
   activations *= x.inFlight;
   (x.activationsOnHost ? result.host : result.device).activations = activations;
 
@@ -1499,10 +1488,18 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
         fmt::format("{} layers × {} × {}", x.layers, x.layerActivationText, x.inFlightText),
         activations);
   else {
+    const std::string *termTexts[4] = {&x.layerActivationText, &x.moeLayerActivationText,
+                                       &x.keptLayerActivationText, &x.keptMoeLayerActivationText};
+    const char *termNames[4] = {x.keptLayers == 0 ? "dense"
+                                : x.moeLayers > 0 ? "recomputed dense"
+                                                  : "recomputed",
+                                x.keptLayers > 0 ? "recomputed MoE" : "MoE",
+                                x.moeLayers > 0 ? "kept dense" : "kept", "kept MoE"};
     std::vector<std::string> layerTerms;
-    for (const LayerTerm &term : terms)
-      if (term.count > 0)
-        layerTerms.push_back(fmt::format("{} {} layers × {}", term.count, term.what, term.text));
+    for (size_t i = 0; i < 4; ++i)
+      if (termCounts[i] > 0)
+        layerTerms.push_back(
+            fmt::format("{} {} layers × {}", termCounts[i], termNames[i], *termTexts[i]));
     add(x.activationsOnHost, "activations",
         fmt::format("({}) × {}", llvm::join(layerTerms, " + "), x.inFlightText), activations);
   }

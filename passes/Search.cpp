@@ -1968,13 +1968,31 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   auto searchShare = [&](bool prune, bool collect, unsigned thread, std::atomic<uint64_t> &next,
                          SearchShare &share) {
     auto &evaluatorsHere = evaluators[thread];
+    // The candidates of one precision come together: the last evaluator is mostly the one.
+    Evaluator *lastEvaluator = nullptr;
+    std::optional<ir::Precision> lastPrecision;
     auto evaluatorFor = [&](const Candidate &c) -> Evaluator & {
-      return *evaluatorsHere.at(c.precision);
+      if (lastPrecision != c.precision) {
+        lastEvaluator = evaluatorsHere.at(c.precision).get();
+        lastPrecision = c.precision;
+      }
+      return *lastEvaluator;
     };
     SearchResult &counts = share.counts;
     uint64_t group = 0, claimed = next.fetch_add(1), order = 0, unreported = 0;
     std::optional<Candidate> overBudget;
     FastVerdict verdict;
+    // Candidates rejected one by one, most of the space, counted here by their rule's name (a
+    // string literal: a handful of rules) rather than in `counts`, and added to it at the end.
+    llvm::SmallVector<std::pair<StringRef, uint64_t>, 4> rejected;
+    auto reject = [&](StringRef rule) {
+      for (auto &[name, count] : rejected)
+        if (name == rule) {
+          ++count;
+          return;
+        }
+      rejected.emplace_back(rule, 1);
+    };
     auto report = [&](uint64_t count) {
       if (!collect || !options.progress)
         return;
@@ -2028,21 +2046,22 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
               sameLayoutExceptSchedule(candidate, *overBudget)) {
             if (collect) {
               ++counts.spaceSize;
-              ++counts.rejectedByRule["capacity"];
+              reject("capacity");
               ++counts.prunedBySchedule;
               report(1);
             }
             return;
           }
           evaluatorFor(candidate).evaluate(candidate, verdict);
-          if (verdict.rejectedBy == "capacity" && (candidate.schedule == ir::Schedule::OneFOneB ||
-                                                   candidate.schedule == ir::Schedule::ZeroBubbleV))
+          bool capacity = verdict.rejectedBy == "capacity";
+          if (capacity && (candidate.schedule == ir::Schedule::OneFOneB ||
+                           candidate.schedule == ir::Schedule::ZeroBubbleV))
             overBudget = candidate;
           if (collect) {
             ++counts.spaceSize;
             report(1);
           }
-          if (verdict.rejectedBy == "capacity" || verdict.rejectedBy.empty()) {
+          if (capacity || verdict.rejectedBy.empty()) {
             // Track the smallest memory of candidates that break no other rule.
             if (!share.smallest || verdict.peakBytes < share.smallest->candidate.peakBytes) {
               Ranked copy{candidate, position};
@@ -2054,7 +2073,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
           if (!collect)
             return;
           if (!verdict.rejectedBy.empty()) {
-            ++counts.rejectedByRule[verdict.rejectedBy];
+            reject(verdict.rejectedBy);
             return;
           }
           ++counts.accepted;
@@ -2072,6 +2091,8 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
             kept.pop_back();
         },
         collect && thread == 0 ? &result.meshes : nullptr);
+    for (const auto &[rule, count] : rejected)
+      counts.rejectedByRule[rule.str()] += count;
   };
 
   // Runs the search on every thread and merges the shares: the counts add up, the best and the

@@ -109,8 +109,9 @@ struct Candidate {
 
 /// What the fast path decides for one candidate.
 struct FastVerdict {
-  /// Empty when the candidate is accepted; otherwise the first rule that rejects it.
-  std::string rejectedBy;
+  /// Empty when the candidate is accepted; otherwise the name of the first rule that rejects it
+  /// (a string literal).
+  llvm::StringRef rejectedBy;
   double stepSeconds = 0;
   double peakBytes = 0;
   double hostPeakBytes = 0;
