@@ -395,6 +395,10 @@ private:
   bool hasTimes = false;
   StageTimes lastStages[3];
   double lastSendIntra = 0, lastSendInter = 0;
+  // The stage states `evaluate` fills in, kept between candidates so that their strings (used by
+  // explanations only, never here) are not built and destroyed for each: every candidate writes
+  // the same fields, and the others keep their defaults.
+  cost::StageStates candidateStates;
   // The last entries looked up (consecutive candidates mostly share them).
   std::tuple<int64_t, int64_t, int64_t, bool, int64_t> lastShapesKey;
   const std::vector<StageShape> *lastShapes = nullptr;
@@ -685,7 +689,7 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
   const std::vector<StageShape> &stageShapes =
       getShapes(c.tp, c.pp, c.chunks, vShape, c.edgeLayers);
   const UnitTimes &times = getUnitTimes(c);
-  cost::StageStates states;
+  cost::StageStates &states = candidateStates;
   states.paramShard = degree(g, paramAxes);
   states.gradShard = degree(g, gradAxes);
   states.optimizerShard = degree(g, optimizerAxes);
