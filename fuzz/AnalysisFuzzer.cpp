@@ -12,7 +12,6 @@
 #include "placec/ir/IR.h"
 #include "placec/passes/Passes.h"
 
-#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstddef>
@@ -23,13 +22,11 @@
 namespace {
 
 void runAnalysis(llvm::StringRef input) {
-  llvm::SourceMgr sourceMgr;
-  placec::DiagnosticEngine diags(sourceMgr);
-  diags.setQuiet(true);
-  std::vector<std::unique_ptr<placec::ast::File>> files;
-  if (!placec::fuzz::parseWithPrelude(input, sourceMgr, diags, files))
+  placec::fuzz::PlaceInput parsed;
+  if (!parsed.parse(input))
     return;
-  std::unique_ptr<placec::ir::Program> program = placec::buildProgram(files, diags);
+  placec::DiagnosticEngine &diags = parsed.diags;
+  std::unique_ptr<placec::ir::Program> program = placec::buildProgram(parsed.files, diags);
   if (!program || diags.hasErrors())
     return;
   placec::VerifyOptions verifyOptions;

@@ -6,7 +6,6 @@
 #include "placec/ir/IR.h"
 #include "placec/passes/Passes.h"
 
-#include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstddef>
@@ -17,18 +16,16 @@
 namespace {
 
 void runFrontend(llvm::StringRef input) {
-  llvm::SourceMgr sourceMgr;
-  placec::DiagnosticEngine diags(sourceMgr);
-  diags.setQuiet(true);
-  std::vector<std::unique_ptr<placec::ast::File>> files;
-  if (!placec::fuzz::parseWithPrelude(input, sourceMgr, diags, files))
+  placec::fuzz::PlaceInput parsed;
+  if (!parsed.parse(input))
     return;
+  placec::DiagnosticEngine &diags = parsed.diags;
   llvm::raw_null_ostream null;
-  placec::printAst(*files.back(), null);
+  placec::printAst(*parsed.files.back(), null);
 
   // Imports are not followed: resolving them is parseProgram's job, which reads files. The
   // ImportDecls stay in the AST, and names from files never read are simply undeclared.
-  std::unique_ptr<placec::ir::Program> program = placec::buildProgram(files, diags);
+  std::unique_ptr<placec::ir::Program> program = placec::buildProgram(parsed.files, diags);
   if (!program)
     return;
 

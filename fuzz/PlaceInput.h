@@ -18,25 +18,33 @@ namespace placec::fuzz {
 /// The name the fuzzed buffer is registered under; no file of that name is ever opened.
 constexpr llvm::StringLiteral kInputName = "<fuzz-input>";
 
-/// Parses the prelude from its compiled-in text, then `input`, into `files` (the prelude first,
-/// the input last). False when the input does not parse; the prelude always must.
-inline bool parseWithPrelude(llvm::StringRef input, llvm::SourceMgr &sourceMgr,
-                             DiagnosticEngine &diags,
-                             std::vector<std::unique_ptr<ast::File>> &files) {
-  unsigned preludeId = sourceMgr.AddNewSourceBuffer(
-      llvm::MemoryBuffer::getMemBuffer(kPreludeText, kPreludeName), llvm::SMLoc());
-  files.push_back(parseBuffer(preludeId, diags));
-  if (!files.back() || diags.hasErrors())
-    __builtin_trap();
-  // A copy, so that the buffer ends in the NUL that MemoryBuffer promises its readers.
-  unsigned inputId = sourceMgr.AddNewSourceBuffer(
-      llvm::MemoryBuffer::getMemBufferCopy(input, kInputName), llvm::SMLoc());
-  std::unique_ptr<ast::File> file = parseBuffer(inputId, diags);
-  if (!file)
-    return false;
-  files.push_back(std::move(file));
-  return true;
-}
+/// A fuzzed buffer parsed as one .place file after the prelude: the source manager, the quiet
+/// diagnostics engine and the parsed files (the prelude first, the input last) that the front end's
+/// later stages take.
+struct PlaceInput {
+  llvm::SourceMgr sourceMgr;
+  DiagnosticEngine diags{sourceMgr};
+  std::vector<std::unique_ptr<ast::File>> files;
+
+  /// Parses the prelude from its compiled-in text, then `input`. False when the input does not
+  /// parse; the prelude always must.
+  bool parse(llvm::StringRef input) {
+    diags.setQuiet(true);
+    unsigned preludeId = sourceMgr.AddNewSourceBuffer(
+        llvm::MemoryBuffer::getMemBuffer(kPreludeText, kPreludeName), llvm::SMLoc());
+    files.push_back(parseBuffer(preludeId, diags));
+    if (!files.back() || diags.hasErrors())
+      __builtin_trap();
+    // A copy, so that the buffer ends in the NUL that MemoryBuffer promises its readers.
+    unsigned inputId = sourceMgr.AddNewSourceBuffer(
+        llvm::MemoryBuffer::getMemBufferCopy(input, kInputName), llvm::SMLoc());
+    std::unique_ptr<ast::File> file = parseBuffer(inputId, diags);
+    if (!file)
+      return false;
+    files.push_back(std::move(file));
+    return true;
+  }
+};
 
 } // namespace placec::fuzz
 
