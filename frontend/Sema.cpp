@@ -917,7 +917,6 @@ void Sema::buildCluster(const ast::ClusterDecl &decl) {
       cluster->interBandwidth = preset->interBandwidth;
       cluster->hostBandwidth = preset->hostBandwidth;
       cluster->latency = preset->latency;
-      cluster->hostMemoryBandwidth = preset->hostMemoryBandwidth;
     }
   }
   if (cluster->device || fields.lookup("device"))
@@ -946,6 +945,10 @@ void Sema::buildCluster(const ast::ClusterDecl &decl) {
   count("nodes", cluster->nodes, kMaxDevices);
   count("devices_per_node", cluster->devicesPerNode, kMaxDevices);
   count("compute_units", cluster->computeUnits, 1 << 20);
+  // A preset's host memory bandwidth is per device; a node has its devices' share.
+  if (cluster->device)
+    cluster->hostMemoryBandwidth = cluster->device->hostMemoryBandwidthPerDevice *
+                                   static_cast<double>(cluster->devicesPerNode);
   quantity("device_memory", Dimension::Bytes, cluster->deviceMemory);
   quantity("peak", Dimension::Rate, cluster->peakFlops);
   quantity("peak_tf32", Dimension::Rate, cluster->peakTf32);

@@ -28,9 +28,10 @@ struct DevicePreset {
   double hbmBandwidth;   ///< Bytes/s of device memory bandwidth.
   double intraBandwidth; ///< Bytes/s per direction to the other devices of a node.
   double interBandwidth; ///< Bytes/s per direction per device across nodes (typical system).
-  double hostBandwidth;  ///< Bytes/s per direction over the host link (PCIe).
-  /// Bytes/s of the host's memory per node (the reference system's CPUs' DRAM channels).
-  double hostMemoryBandwidth;
+  double hostBandwidth;  ///< Bytes/s per direction over the host link (PCIe, NVLink-C2C).
+  /// Bytes/s of host memory per device: the reference system's CPUs' DRAM bandwidth over its
+  /// devices. A cluster's node gets this times its `devices_per_node`.
+  double hostMemoryBandwidthPerDevice;
   int computeUnits;   ///< Streaming multiprocessors (NVIDIA) or compute units (AMD).
   double latency;     ///< Seconds per collective step (alpha) of the typical system.
   const char *source; ///< Where the figures come from.
