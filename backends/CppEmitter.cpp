@@ -204,9 +204,7 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
            "activation recomputation of an mlp", "the mlp trainer keeps its activations");
   }
   if (run.fp32Params)
-    refuse(fieldLoc(run, "precision"),
-           "precision = " +
-               ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params),
+    refuse(fieldLoc(run, "precision"), "precision = " + ir::spellPrecision(run),
            "placert keeps the parameters in the compute type and their fp32 master copy in the "
            "optimizer state, not fp32 parameters cast on use; leave params = fp32 out");
   if (run.precision == ir::Precision::MixedFP8)
@@ -538,12 +536,10 @@ void Emitter::emitMain() {
     os.line(fmt::format("placert::MlpShape shape{{\"{}\", {}, {}, {}, {}}};", model.name,
                         mlp.layers, mlp.width, mlp.input, mlp.output));
   }
-  os.comment(
-      fmt::format("run {}: micro_batch = {}; global_batch = {}; precision = {}; "
-                  "optimizer = {};",
-                  run.name, run.microBatch, run.globalBatch,
-                  ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params),
-                  ir::toString(run.optimizer).str()));
+  os.comment(fmt::format("run {}: micro_batch = {}; global_batch = {}; precision = {}; "
+                         "optimizer = {};",
+                         run.name, run.microBatch, run.globalBatch, ir::spellPrecision(run),
+                         ir::toString(run.optimizer).str()));
   os.line("placert::TrainingSpec spec;");
   os.line(fmt::format("spec.run = \"{}\";", run.name));
   os.line(fmt::format("spec.strategy = \"{}\";", strategy.name));

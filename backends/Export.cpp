@@ -329,8 +329,7 @@ private:
              " with sequence parallelism: placec does not export DeepSpeed's partial sharding "
              "together with Ulysses");
     if (run.fp32Params)
-      refuse("precision " +
-             ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params) +
+      refuse("precision " + ir::spellPrecision(run) +
              ": DeepSpeed's mixed precision keeps the parameters in bf16 or fp16 and their fp32 "
              "master copy in the optimizer (leave params = fp32 out)");
     if (run.precision == ir::Precision::MixedFP8)
@@ -506,10 +505,13 @@ private:
       refuse("param_gather = copy_out: Megatron-LM's distributed optimizer all-gathers into the "
              "parameters' own buffer (write param_gather = in_place)");
     if (run.fp32Params)
-      refuse("precision " +
-             ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params) +
+      refuse("precision " + ir::spellPrecision(run) +
              ": Megatron-LM keeps the parameters in bf16 or fp16 and their fp32 master copy in "
              "the optimizer (leave params = fp32 out)");
+    if (run.precision == ir::Precision::MixedFP8 && !run.fp8Saved)
+      refuse("precision " + ir::spellPrecision(run) +
+             ": Megatron-LM's FP8 runs on Transformer Engine's linears, which keep their inputs "
+             "for the backward as FP8 (write saved = fp8)");
     // A model that repeats its grouped keys and values itself (kv_repeat = true, whatever the
     // kernels): Megatron-Core's unfused attention repeats them to every head (repeat_interleave in
     // megatron/core/transformer/dot_product_attention.py); its fused backends take them grouped.
@@ -889,13 +891,15 @@ private:
     bool fsdp = !shardAxes.empty() || !view.contextAxes.empty();
     if (run.fp8Gather && !fsdp)
       refuse("mixed(fp8, gather = fp8) without FSDP: torchtitan's FP8 all-gathers are FSDP's");
+    if (run.fp8Saved)
+      refuse("mixed(fp8, saved = fp8): torchtitan's float8 linears (torchao) keep their inputs "
+             "for the backward in bf16 (leave saved = fp8 out)");
     // Without FSDP torchtitan's mixed precision is autocast, which it turns off under tensor or
     // pipeline parallelism (torchtitan/distributed/utils.py, maybe_enable_amp): such a job would
     // train in fp32.
     if (!fsdp && run.precision != ir::Precision::FP32 &&
         (view.tensorDegree > 1 || view.layersDegree > 1))
-      refuse("precision " +
-             ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params) +
+      refuse("precision " + ir::spellPrecision(run) +
              " without FSDP under tensor or pipeline parallelism: torchtitan's mixed precision is "
              "FSDP's, or autocast under data parallelism alone, and it trains such a job in fp32 "
              "(write precision = fp32, or shard the params over a batch axis)");

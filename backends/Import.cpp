@@ -1315,9 +1315,11 @@ private:
         if (has(flag))
           diags.error(locOf(flag), flag + " needs --fp8-format");
     }
-    imported.precision = ir::spellPrecision(
-        precision, precision == ir::Precision::MixedFP8 && has("--fp8-param-gather"), fp32Grads,
-        false);
+    // Megatron-LM's FP8 runs on Transformer Engine's linears, which keep their inputs for the
+    // backward as FP8: `saved = fp8`.
+    bool fp8 = precision == ir::Precision::MixedFP8;
+    imported.precision =
+        ir::spellPrecision(precision, fp8 && has("--fp8-param-gather"), fp32Grads, false, fp8);
     std::string optimizer = getString("--optimizer", "adam");
     if (optimizer == "adam")
       imported.optimizerKind = "adam";

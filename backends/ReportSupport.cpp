@@ -361,9 +361,7 @@ std::string describeSequenceParallelInputs(const ir::Strategy &strategy) {
              : std::string();
 }
 
-std::string describePrecision(const ir::Run &run) {
-  return ir::spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params);
-}
+std::string describePrecision(const ir::Run &run) { return ir::spellPrecision(run); }
 
 std::string describeOptimizer(ir::OptimizerKind optimizer) { return ir::toString(optimizer).str(); }
 

@@ -2140,6 +2140,11 @@ void Sema::buildRun(const ast::RunDecl &decl) {
           run->fp8Gather = option.text == "fp8";
           continue;
         }
+        if (type == "fp8" && arg.key == "saved" && option.kind == ast::Value::Kind::Name &&
+            (option.text == "fp8" || option.text == "bf16")) {
+          run->fp8Saved = option.text == "fp8";
+          continue;
+        }
         if (arg.key == "grads" && option.kind == ast::Value::Kind::Name &&
             (option.text == "fp32" || option.text == gradType)) {
           run->fp32Grads = option.text == "fp32";
@@ -2155,7 +2160,8 @@ void Sema::buildRun(const ast::RunDecl &decl) {
         diags.error(arg.key.empty() ? option.getLoc() : arg.keyLoc,
                     Twine("mixed(") + type + ") takes " +
                         (type == "fp8" ? "'gather = fp8' or 'gather = bf16' (the type parameters "
-                                         "are all-gathered in), "
+                                         "are all-gathered in), 'saved = fp8' or 'saved = bf16' "
+                                         "(the type the FP8 products keep their inputs in), "
                                        : "") +
                         "'grads = fp32' or 'grads = " + gradType +
                         "' (the type gradients are accumulated, kept and reduced in) and "

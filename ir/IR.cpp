@@ -452,19 +452,28 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
   return {paramBytes, fp32Grads ? 4 : weightBytes, optimizerBytes, master, gathered};
 }
 
-std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params) {
+std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,
+                           bool fp8Saved) {
   std::string text = toString(precision).str();
-  if (precision == Precision::FP32 || (!fp8Gather && !fp32Grads && !fp32Params))
+  bool fp8 = precision == Precision::MixedFP8;
+  if (precision == Precision::FP32 ||
+      (!(fp8 && (fp8Gather || fp8Saved)) && !fp32Grads && !fp32Params))
     return text;
   text.pop_back();
-  if (precision == Precision::MixedFP8 && fp8Gather)
+  if (fp8 && fp8Gather)
     text += ", gather = fp8";
+  if (fp8 && fp8Saved)
+    text += ", saved = fp8";
   // `params = fp32` implies fp32 gradients: the canonical spelling leaves `grads = fp32` out.
   if (fp32Params)
     text += ", params = fp32";
   else if (fp32Grads)
     text += ", grads = fp32";
   return text + ")";
+}
+
+std::string spellPrecision(const Run &run) {
+  return spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params, run.fp8Saved);
 }
 
 unsigned getActivationBytes(Precision precision) { return precision == Precision::FP32 ? 4 : 2; }

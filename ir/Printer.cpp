@@ -400,8 +400,7 @@ void IRPrinter::print(const Run &run) {
   printReference("strategy", run.strategy);
   line() << "micro_batch = " << run.microBatch << '\n';
   line() << "global_batch = " << run.globalBatch << '\n';
-  line() << "precision = "
-         << spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params) << '\n';
+  line() << "precision = " << spellPrecision(run) << '\n';
   line() << "optimizer = " << toString(run.optimizer) << '\n';
   StateBytes bytes = getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params);
   line() << "bytes_per_param = {params = " << bytes.params << ", grads = " << bytes.grads

@@ -249,6 +249,8 @@ struct TransformerDims {
   bool repeatKv = false;
   /// `params = fp32`, and the parameters gathered (Layout).
   bool fp32Params = false, paramsGathered = false;
+  /// `mixed(fp8, saved = fp8)`: the FP8 products' inputs are kept as FP8 (Layout).
+  bool fp8Saved = false;
   /// Bytes per element of the residual stream (the embedding's output, every residual addition
   /// and the norms' inputs): e, or 4 under autocast over fp32 modules (autocastStream).
   double stream = 2;
@@ -294,6 +296,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.rmsnorm = config.norm == ir::NormKind::RmsNorm;
   dims.fp32Params = layout.fp32Params;
   dims.paramsGathered = layout.paramsGathered;
+  dims.fp8Saved = dims.fp8 && layout.fp8Saved;
   dims.stream = getStreamBytes(layout.precision, layout.fp32Params, layout.paramsGathered);
   return dims;
 }
@@ -858,6 +861,20 @@ std::string getOpRecomputeObstacle(const ir::Model &model) {
   return std::string();
 }
 
+std::string getSavedFp8Obstacle(const ir::Model &model, ir::ActivationMode mode) {
+  if (model.kind == ir::ModelKind::Abstract)
+    return std::string();
+  if (model.kind != ir::ModelKind::Transformer)
+    return "placec counts it for transformer layers";
+  if (model.transformer.attention == ir::AttentionKind::Materialized)
+    return "placec counts it over a fused attention kernel, and the model has attention = "
+           "materialized";
+  if (mode == ir::ActivationMode::RecomputeOps)
+    return "recompute(op) is torchtitan's policy over PyTorch's float8 linears, which keep their "
+           "inputs in bf16";
+  return std::string();
+}
+
 std::string getEagerObstacle(const ir::Model &model, ir::ActivationMode mode,
                              ir::Precision precision) {
   if (model.kind != ir::ModelKind::Transformer)
@@ -902,6 +919,7 @@ Layout getRunLayout(const ir::Run &run) {
   layout.crossEntropy = run.crossEntropy;
   layout.kernels = run.kernels;
   layout.fp32Params = run.fp32Params && run.precision != ir::Precision::FP32;
+  layout.fp8Saved = run.fp8Saved && run.precision == ir::Precision::MixedFP8;
   const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
   layout.paramsGathered = llvm::any_of(params.axes, [](const ir::AxisPlacement &axis) {
     return axis.mode == ir::PlacementMode::ShardedWithGather;
@@ -1176,13 +1194,21 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // token. Selective recomputation recomputes the norm outputs and the MLP activation from the
   // stored inputs (4 and the activation's output fewer).
   bool selective = mode == ir::ActivationMode::RecomputeSelective;
-  // Q, K and V, and the attention output, over h (a·d = h unless head_dim says otherwise).
+  // Bytes per element of what a product keeps of its input for its weight gradient: 2, or 1 under
+  // `saved = fp8` (Transformer Engine's linears keep the FP8 cast of their input, and a
+  // LayerNormLinear's norm writes it directly: the norm outputs, the attention output's copy for
+  // its projection and the MLP's second input; what other kernels keep stays in the activation
+  // type).
+  double p = x.fp8Saved ? 1 : 2;
+  // Q, K and V, and the attention output, over h (a·d = h unless head_dim says otherwise); under
+  // `saved = fp8` the projection keeps an FP8 copy of the output beside the kernel's.
   double qkv = 2 * (x.a + 2 * x.kv) * x.d / x.h;
-  double attentionOutput = 2 * x.a * x.d / x.h;
+  double attentionOutput = (2 + (x.fp8Saved ? 1 : 0)) * x.a * x.d / x.h;
   // An MLP of width w keeps (swiglu) gate, up and their product, 6·w/h, or 4·w/h with the
-  // product recomputed; (gelu) its input and output, 4·w/h, or 2·w/h.
+  // product recomputed; (gelu) its input and output, 4·w/h, or 2·w/h. The product (swiglu) or
+  // output (gelu) is the second product's input: p bytes.
   auto mlpOf = [&](double width) {
-    return (x.swiglu ? (selective ? 4 : 6) : (selective ? 2 : 4)) * width / x.h;
+    return (x.swiglu ? (selective ? 4 : 4 + p) : (selective ? 2 : 2 + p)) * width / x.h;
   };
   double mlp = mlpOf(x.f);
   // An MoE layer (Megatron-Core's MoE layer keeps the same tensors per routed row): each of the
@@ -1193,13 +1219,13 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   if (x.moe) {
     double r = x.experts.tokensPerExpert * x.experts.localExperts / x.tokens;
     mlp = r * mlpOf(x.expertFfn) + (x.sharedFfn > 0 ? mlpOf(x.sharedFfn) : 0);
-    routed = 2 * r + 4 * x.numExperts / x.h;
+    routed = p * r + 4 * x.numExperts / x.h;
     moeText = r;
   }
   // Under sp_inputs = keep the products' inputs (4) are kept gathered, not split by t, and not
   // recomputed by selective recomputation either.
-  double gathered = x.keepInputs ? 4 : 0;
-  double outside = (selective ? 4 : 8) - (x.keepInputs && !selective ? 4 : 0);
+  double gathered = x.keepInputs ? 2 * p : 0;
+  double outside = selective || x.keepInputs ? 4 : 4 + 2 * p;
   // Eager PyTorch and repeated K/V keep more (ExtraKept): all of it under keep; the repeated K and
   // V under recompute(selective) too, which recomputes neither the attention kernel nor its
   // inputs (getEagerObstacle refuses recompute(selective) under eager).
@@ -1213,15 +1239,16 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   double coefficient = outside / (sp ? t : 1) + gathered + (inside + lse) / t + routed;
   if (formula) {
     std::string mlpText = x.swiglu && !x.moe
-                              ? fmt::format("{}·{}/{}", selective ? 4 : 6, num(x.f), num(x.h))
+                              ? fmt::format("{}·{}/{}", selective ? 4 : 4 + p, num(x.f), num(x.h))
                               : num(mlp);
     *formula = fmt::format(
         "{}·({}{}{} + ({} + {} + {} + 4·{}/{})/{}) B per layer [s·b·h·({}{} + "
         "(QKV 2·(a + 2·kv)·d/h + attention output + MLP intermediates + softmax statistics)/t), "
         "flash attention{}]{}",
         sbhText, num(outside), sp ? fmt::format("/{}", num(t)) : std::string(),
-        gathered > 0 ? " + 4" : "", num(qkv), num(attentionOutput), mlpText, num(x.a), num(x.h),
-        num(t), gathered > 0 ? "norm inputs" : "norm and product inputs",
+        gathered > 0 ? " + " + num(gathered) : std::string(), num(qkv), num(attentionOutput),
+        mlpText, num(x.a), num(x.h), num(t),
+        gathered > 0 ? "norm inputs" : "norm and product inputs",
         sp ? (gathered > 0 ? "/t + product inputs" : "/t") : "",
         gathered > 0 && selective
             ? ", norms' outputs kept gathered (sp_inputs = keep), MLP activation recomputed"
@@ -1229,11 +1256,15 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
         : selective    ? ", norms and MLP activation recomputed"
                        : "",
         scaleText);
+    if (x.fp8Saved)
+      *formula += " [saved = fp8: the products keep their inputs as FP8, 1 byte: the norms' "
+                  "outputs, the MLP's second input and a copy of the attention output]";
     if (x.moe)
-      *formula += fmt::format(" + s·b·h·(2·R + 4·E/h) = {}·(2·{} + 4·{}/{}) B [MoE: the experts' "
+      *formula += fmt::format(" + s·b·h·({}·R + 4·E/h) = {}·({}·{} + 4·{}/{}) B [MoE: the experts' "
                               "intermediates of R = {} routed rows per token in the MLP term, "
                               "their permuted inputs and the router's probabilities]",
-                              sbhText, num(moeText), num(x.numExperts), num(x.h), num(moeText));
+                              num(p), sbhText, num(p), num(moeText), num(x.numExperts), num(x.h),
+                              num(moeText));
     *formula +=
         describeExtraKept(extra, x, config, "kept beyond the fused kernels over grouped K and V");
   }

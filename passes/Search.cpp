@@ -352,6 +352,7 @@ private:
     layout.kernels = kernels;
     layout.fp32Params = c.fp32Params;
     layout.paramsGathered = paramMask(c.params) != 0;
+    layout.fp8Saved = c.fp8Saved && precision == ir::Precision::MixedFP8;
     return layout;
   }
   /// The compute and activations of every kind of unit for a candidate's layout, cached.
@@ -1029,18 +1030,22 @@ struct PrecisionVariant {
   bool plainGather, fp8Gather;
   /// The run's `grads = fp32` and `params = fp32`, kept at every mixed precision.
   bool fp32Grads, fp32Params;
+  /// The run's `saved = fp8`, kept at mixed(fp8).
+  bool fp8Saved;
 };
 std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
                                                 const std::vector<ir::Precision> &requested) {
   std::vector<PrecisionVariant> result;
   if (requested.empty()) {
-    result.push_back({run.precision, !run.fp8Gather, run.fp8Gather, run.fp32Grads, run.fp32Params});
+    result.push_back({run.precision, !run.fp8Gather, run.fp8Gather, run.fp32Grads, run.fp32Params,
+                      run.fp8Saved});
     return result;
   }
   for (ir::Precision precision : requested) {
     bool fp8 = precision == ir::Precision::MixedFP8;
     bool mixed = precision != ir::Precision::FP32;
-    result.push_back({precision, true, fp8, run.fp32Grads && mixed, run.fp32Params && mixed});
+    result.push_back({precision, true, fp8, run.fp32Grads && mixed, run.fp32Params && mixed,
+                      run.fp8Saved && fp8});
   }
   return result;
 }
@@ -1255,6 +1260,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               c.precision = variant.precision;
               c.fp32Grads = variant.fp32Grads;
               c.fp32Params = variant.fp32Params;
+              c.fp8Saved = variant.fp8Saved;
               c.spInputs = spInputs;
               c.tp = tp;
               c.pp = pp;
@@ -1334,8 +1340,8 @@ bool sameLayoutExceptSchedule(const Candidate &x, const Candidate &y) {
          x.countedSplit == y.countedSplit && x.pp == y.pp && x.dpNode == y.dpNode &&
          x.dpLocal == y.dpLocal && x.cp == y.cp && x.tp == y.tp && x.context == y.context &&
          x.asyncTp == y.asyncTp && x.spInputs == y.spInputs && x.precision == y.precision &&
-         x.fp8Gather == y.fp8Gather && x.params == y.params && x.grads == y.grads &&
-         x.optimizer == y.optimizer && x.activations == y.activations &&
+         x.fp8Gather == y.fp8Gather && x.fp8Saved == y.fp8Saved && x.params == y.params &&
+         x.grads == y.grads && x.optimizer == y.optimizer && x.activations == y.activations &&
          x.sequenceParallel == y.sequenceParallel && x.microBatch == y.microBatch &&
          x.microbatches == y.microbatches;
 }
@@ -1395,7 +1401,7 @@ std::string formatAsyncTp(ir::AsyncTensorParallel value) {
 }
 
 std::string Candidate::formatPrecision() const {
-  return ir::spellPrecision(precision, fp8Gather, fp32Grads, fp32Params);
+  return ir::spellPrecision(precision, fp8Gather, fp32Grads, fp32Params, fp8Saved);
 }
 
 std::string Candidate::describe() const {
@@ -1704,6 +1710,7 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->fp8Gather = c.fp8Gather;
   run->fp32Grads = c.fp32Grads;
   run->fp32Params = c.fp32Params;
+  run->fp8Saved = c.fp8Saved;
   run->optimizer = base.optimizer;
   run->crossEntropy = base.crossEntropy;
   run->kernels = base.kernels;
@@ -1830,6 +1837,7 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                       c.precision = variant.precision;
                       c.fp32Grads = variant.fp32Grads;
                       c.fp32Params = variant.fp32Params;
+                      c.fp8Saved = variant.fp8Saved;
                       c.fp8Gather = fp8Gather;
                       c.expertsReplicated = expertsReplicated;
                       if (options.filter && !options.filter(c))

@@ -560,6 +560,18 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       ok = false;
     }
   }
+  // Rule `placement`: `saved = fp8` is counted where placec knows what the products keep
+  // (cost::getSavedFp8Obstacle).
+  if (run.fp8Saved && run.precision == ir::Precision::MixedFP8) {
+    std::string why = cost::getSavedFp8Obstacle(*run.model, strategy.activationMode);
+    if (!why.empty()) {
+      diags->error(fieldLoc(run, "precision"),
+                   Twine("mixed(fp8, saved = fp8) cannot be modelled for run '") + run.name +
+                       "': " + why + "; leave saved = fp8 out",
+                   "placement");
+      ok = false;
+    }
+  }
   // Rule `placement`: `kernels = eager` is modelled for the modules placec counts its kernels
   // for (cost::getEagerObstacle).
   if (run.kernels == ir::KernelMode::Eager) {

@@ -164,7 +164,8 @@ void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned sam
   // model allows it, every sampled candidate is checked under it too.
   const ir::TransformerConfig &config = run.model->transformer;
   bool perOp = run.model->kind == ir::ModelKind::Transformer && !config.bias && !config.qkvBias &&
-               config.attention != ir::AttentionKind::Materialized && !config.moe.isEnabled();
+               config.attention != ir::AttentionKind::Materialized && !config.moe.isEnabled() &&
+               !run.fp8Saved;
   std::vector<Candidate> perOpCandidates;
   if (perOp) {
     perOpCandidates.reserve(chosen.size());
@@ -294,6 +295,40 @@ run llama_fp32_params_eager { model = llama_cp; cluster = h100_32; strategy = dp
         tried);
     EXPECT_GT(fp32, 0u) << name;
   }
+}
+
+TEST(SearchTest, FastPathAgreesWithFp8SavedInputs) {
+  // mixed(fp8, saved = fp8): the FP8 products' inputs kept as FP8. The fast path and the analyses
+  // agree at both precisions the search tries; the candidates keep the setting at mixed(fp8)
+  // only, and a candidate that keeps activations needs less memory with it than without.
+  auto compiled = compile(std::string(kContext) + R"(
+run saved { model = llama_cp; cluster = h100_32; strategy = zero3(dp = 32);
+            micro_batch = 1; global_batch = 32; precision = mixed(fp8, saved = fp8);
+            optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "saved");
+  std::vector<ir::Precision> tried = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
+  checkAgreement(run, *run.cluster, 400, 23, tried);
+  unsigned kept = 0;
+  forEachCandidate(
+      run, *run.cluster,
+      [&](const Candidate &c) {
+        EXPECT_EQ(c.fp8Saved, c.precision == ir::Precision::MixedFP8) << c.describe();
+        if (!c.fp8Saved || c.activations != ir::ActivationMode::Keep || kept >= 20)
+          return;
+        Candidate plain = c;
+        plain.fp8Saved = false;
+        FastVerdict with = evaluateFast(run, *run.cluster, c);
+        FastVerdict without = evaluateFast(run, *run.cluster, plain);
+        if (with.rejectedBy == "gradient-integrity")
+          return;
+        EXPECT_LT(with.peakBytes, without.peakBytes) << c.describe();
+        EXPECT_EQ(with.stepSeconds, without.stepSeconds) << c.describe();
+        ++kept;
+      },
+      tried);
+  EXPECT_EQ(kept, 20u);
 }
 
 TEST(SearchTest, FastPathAgreesWithCopiedGathers) {

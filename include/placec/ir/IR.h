@@ -560,8 +560,9 @@ struct StateBytes {
 StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
                          bool fp32Params);
 /// A precision as a run writes it: `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`,
-/// `mixed(bf16, params = fp32)`.
-std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params);
+/// `mixed(bf16, params = fp32)`, `mixed(fp8, saved = fp8)`.
+std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,
+                           bool fp8Saved = false);
 /// Bytes per stored activation element: 2 under mixed precision, 4 under fp32.
 unsigned getActivationBytes(Precision precision);
 
@@ -610,6 +611,11 @@ public:
   /// weights; every forward casts them to the compute type (PyTorch's autocast over fp32 modules,
   /// FSDP2's MixedPrecisionPolicy casting the shards before the all-gather). Implies fp32Grads.
   bool fp32Params = false;
+  /// `mixed(fp8, saved = fp8)`: the FP8 products keep their inputs for the backward as FP8, one
+  /// byte per element (Transformer Engine's linears save the quantized input, and its
+  /// LayerNormLinear's norm writes FP8), rather than in the activation type (PyTorch's float8
+  /// linears save the high-precision input).
+  bool fp8Saved = false;
   OptimizerKind optimizer = OptimizerKind::Adam;
   CrossEntropyKind crossEntropy = CrossEntropyKind::Fused;
   KernelMode kernels = KernelMode::Fused;
@@ -624,6 +630,9 @@ public:
   /// Where each field was written, by key, for notes.
   llvm::StringMap<llvm::SMLoc> fieldLocs;
 };
+
+/// The run's precision as it writes it, with every option it takes.
+std::string spellPrecision(const Run &run);
 
 /// A whole program: the declarations of the main file and everything it imports, and the prelude.
 class Program {

@@ -202,6 +202,10 @@ std::optional<PassKind> getRecomputePass(ir::ActivationMode mode);
 /// `aten.addmm`, which the policy does not keep) and of the fused attention kernel, over dense
 /// transformer layers (getLayerActivationBytes). An abstract model has no layers to say.
 std::string getOpRecomputeObstacle(const ir::Model &model);
+/// Why `mixed(fp8, saved = fp8)` cannot be modelled for `model` under `mode`, or empty: it is
+/// counted for transformer layers over a fused attention kernel, and not under torchtitan's
+/// per-op policy (which runs over PyTorch's float8 linears).
+std::string getSavedFp8Obstacle(const ir::Model &model, ir::ActivationMode mode);
 
 /// Why `kernels = eager` cannot be modelled for `model` trained under activation mode `mode` at
 /// `precision`, or empty where it can. placec counts eager PyTorch's kernels for the reference
@@ -251,6 +255,8 @@ struct Layout {
   /// they are gathered (`gather(...)`: FSDP casts each shard before its all-gather).
   bool fp32Params = false;
   bool paramsGathered = false;
+  /// `mixed(fp8, saved = fp8)`: the FP8 products keep their inputs for the backward in FP8.
+  bool fp8Saved = false;
 };
 
 /// A run's layout: its micro-batch, its mesh's tensor, sequence and expert degrees, and what its

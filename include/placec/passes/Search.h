@@ -71,6 +71,8 @@ struct Candidate {
   bool fp32Grads = false;
   /// The run's `params = fp32` (false under fp32).
   bool fp32Params = false;
+  /// The run's `saved = fp8` (under mixed(fp8) only).
+  bool fp8Saved = false;
   ParamChoice params = ParamChoice::Replicate;
   GradChoice grads = GradChoice::Replicate;
   OptimizerChoice optimizer = OptimizerChoice::Replicate;
