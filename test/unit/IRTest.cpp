@@ -601,6 +601,12 @@ TEST(StateBytesTest, LanguageTable) {
   EXPECT_EQ(spellPrecision(Precision::MixedFP8, true, true, true),
             "mixed(fp8, gather = fp8, params = fp32)");
   EXPECT_EQ(spellPrecision(Precision::FP32, false, false, false), "fp32");
+  // `saved = fp8` is an option of mixed(fp8) only, written after `gather`.
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, true),
+            "mixed(fp8, saved = fp8)");
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, true, true, false, true),
+            "mixed(fp8, gather = fp8, saved = fp8, grads = fp32)");
+  EXPECT_EQ(spellPrecision(Precision::MixedBF16, false, false, false, true), "mixed(bf16)");
   EXPECT_EQ(getActivationBytes(Precision::MixedBF16), 2u);
   EXPECT_EQ(getActivationBytes(Precision::MixedFP16), 2u);
   EXPECT_EQ(getActivationBytes(Precision::FP32), 4u);
