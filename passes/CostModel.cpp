@@ -919,7 +919,7 @@ Layout getRunLayout(const ir::Run &run) {
   layout.crossEntropy = run.crossEntropy;
   layout.kernels = run.kernels;
   layout.fp32Params = run.fp32Params && run.precision != ir::Precision::FP32;
-  layout.fp8Saved = run.fp8Saved && run.precision == ir::Precision::MixedFP8;
+  layout.fp8Saved = run.fp8Saved;
   const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
   layout.paramsGathered = llvm::any_of(params.axes, [](const ir::AxisPlacement &axis) {
     return axis.mode == ir::PlacementMode::ShardedWithGather;

@@ -352,7 +352,7 @@ private:
     layout.kernels = kernels;
     layout.fp32Params = c.fp32Params;
     layout.paramsGathered = paramMask(c.params) != 0;
-    layout.fp8Saved = c.fp8Saved && precision == ir::Precision::MixedFP8;
+    layout.fp8Saved = c.fp8Saved;
     return layout;
   }
   /// The compute and activations of every kind of unit for a candidate's layout, cached.

@@ -562,7 +562,7 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
   }
   // Rule `placement`: `saved = fp8` is counted where placec knows what the products keep
   // (cost::getSavedFp8Obstacle).
-  if (run.fp8Saved && run.precision == ir::Precision::MixedFP8) {
+  if (run.fp8Saved) {
     std::string why = cost::getSavedFp8Obstacle(*run.model, strategy.activationMode);
     if (!why.empty()) {
       diags->error(fieldLoc(run, "precision"),

@@ -255,7 +255,8 @@ struct Layout {
   /// they are gathered (`gather(...)`: FSDP casts each shard before its all-gather).
   bool fp32Params = false;
   bool paramsGathered = false;
-  /// `mixed(fp8, saved = fp8)`: the FP8 products keep their inputs for the backward in FP8.
+  /// `mixed(fp8, saved = fp8)`: the FP8 products keep their inputs for the backward in FP8
+  /// (counted where the precision is mixed(fp8): getDims).
   bool fp8Saved = false;
 };
 
