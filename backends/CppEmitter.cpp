@@ -113,6 +113,10 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
     refuse(fieldLoc(run, "cross_entropy"), "cross_entropy = chunked",
            "the CPU trainer computes the loss over the whole micro-batch's logits (write "
            "cross_entropy = fused)");
+  if (run.trainMetrics > 0)
+    refuse(fieldLoc(run, "train_metrics"), "train_metrics = " + Twine(run.trainMetrics),
+           "the CPU trainer computes the loss and no other metric from the logits (leave "
+           "train_metrics out)");
   if (model.kind == ir::ModelKind::Abstract) {
     refuse(fieldLoc(run, "model"), "model '" + model.name + "' of kind abstract",
            "an abstract model has a parameter count but no layers to compute");
@@ -155,6 +159,10 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "the trainer's attention heads are hidden/heads wide");
     if (config.qkNorm)
       refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+    if (config.unpad)
+      refuse(config.unpadLoc, "unpad = true",
+             "placert's attention reads the padded Q, K and V in place and keeps one copy of "
+             "its output; leave unpad out");
     // placert's attention reads each grouped key/value head in place (GptKernels.h): it neither
     // copies K and V to every query head nor, under context parallelism, exchanges the repeated
     // heads that the step plan of such a model moves (cost::getAttentionKvHeads).

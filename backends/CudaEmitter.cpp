@@ -158,6 +158,10 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
            "the trainer's attention heads are hidden/heads wide");
   if (config.qkNorm)
     refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+  if (config.unpad)
+    refuse(config.unpadLoc, "unpad = true",
+           "the GPU trainer's attention reads the padded Q, K and V in place and keeps one copy "
+           "of its output; leave unpad out");
   if (config.moe.isEnabled())
     refuse(model.loc, "experts = " + Twine(config.moe.experts),
            "the GPU trainer's layers have dense MLPs; mixture-of-experts layers are analysed, not "
@@ -197,6 +201,10 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
   if (run.optimizer != ir::OptimizerKind::Adam)
     refuse(fieldLoc(run, "optimizer"), "optimizer = " + ir::toString(run.optimizer),
            "the GPU trainer implements Adam");
+  if (run.trainMetrics > 0)
+    refuse(fieldLoc(run, "train_metrics"), "train_metrics = " + Twine(run.trainMetrics),
+           "the GPU trainer computes the loss and no other metric from the logits (leave "
+           "train_metrics out)");
   for (const ir::Axis &axis : mesh.axes) {
     if (axis.size <= 1 || axis.kind == ir::AxisKind::Batch)
       continue;

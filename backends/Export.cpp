@@ -168,6 +168,19 @@ public:
                                             : "torchtitan") +
              " computes the loss over the whole micro-batch's logits (write cross_entropy = " +
              (target == Target::Torchtitan ? "unfused" : "fused") + ")");
+    if (run.trainMetrics > 0)
+      refuse("train_metrics = " + Twine(run.trainMetrics) + ": " +
+             (target == Target::Megatron    ? "Megatron-LM"
+              : target == Target::DeepSpeed ? "DeepSpeed"
+                                            : "torchtitan") +
+             " computes the loss and no other metric from the logits (leave train_metrics out)");
+    // Megatron-Core and torchtitan call the attention kernel on the padded batch (Megatron-Core's
+    // packed sequences come packed from the data loader: nothing gathers them per layer).
+    if (target != Target::DeepSpeed && run.model->kind == ir::ModelKind::Transformer &&
+        run.model->transformer.unpad)
+      refuse(Twine("unpad = true: ") +
+             (target == Target::Megatron ? "Megatron-Core" : "torchtitan") +
+             " calls the attention kernel on the padded Q, K and V (leave unpad out)");
     // DeepSpeed's config has no pipeline (refused below); Megatron-Core and PyTorch's pipelining
     // send the boundary whole from every tensor-parallel rank.
     if (target != Target::DeepSpeed && strategy.pipeline && strategy.pipeline->scatterSends)

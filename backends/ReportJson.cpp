@@ -101,6 +101,7 @@ void JsonWriter::writeRun(const RunReport &report) {
     out.attribute("precision", describePrecision(run));
     out.attribute("optimizer", describeOptimizer(run.optimizer));
     out.attribute("cross_entropy", ir::toString(run.crossEntropy));
+    out.attribute("train_metrics", run.trainMetrics);
     out.attribute("kernels", ir::toString(run.kernels));
     out.attribute("param_gather", ir::toString(run.paramGather));
     out.attributeObject("memory", [&] { writeMemory(report); });
@@ -127,6 +128,7 @@ void JsonWriter::writeModel(const ir::Model &model) {
     out.attribute("kv_heads", config.getKvHeads());
     out.attribute("kv_repeat", config.kvRepeat);
     out.attribute("rope_complex", config.ropeComplex);
+    out.attribute("unpad", config.unpad);
     out.attribute("projections", ir::toString(config.projections));
     out.attribute("attention", ir::toString(config.attention));
     if (model.isMoe()) {

@@ -405,8 +405,9 @@ std::string describeAttention(const ir::Model &model) {
   }
   // kv_repeat = true (eager runs repeat them too: the kernels row says so).
   bool repeated = cost::repeatsKv(model.transformer, ir::KernelMode::Fused);
-  return fmt::format("{} ({}){}", ir::toString(kind).str(), kernel.str(),
-                     repeated ? ", K/V repeated to every head" : "");
+  return fmt::format("{} ({}){}{}", ir::toString(kind).str(), kernel.str(),
+                     repeated ? ", K/V repeated to every head" : "",
+                     model.transformer.unpad ? ", inputs unpadded" : "");
 }
 
 std::string describeCluster(const ir::Cluster &cluster) {

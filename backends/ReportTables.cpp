@@ -180,7 +180,13 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
       {"batch (micro × dp × steps)", [](const RunReport &r) { return describeBatch(*r.run); }},
       {"precision", [](const RunReport &r) { return describePrecision(*r.run); }},
       {"optimizer", [](const RunReport &r) { return describeOptimizer(r.run->optimizer); }},
-      {"cross-entropy", [](const RunReport &r) { return ir::toString(r.run->crossEntropy).str(); }},
+      {"cross-entropy",
+       [](const RunReport &r) {
+         std::string text = ir::toString(r.run->crossEntropy).str();
+         if (r.run->trainMetrics > 0)
+           text += ", " + std::to_string(r.run->trainMetrics) + " training metrics";
+         return text;
+       }},
       {"kernels",
        [](const RunReport &r) {
          // rope_complex = true: torch.compile leaves the rotary embedding to PyTorch's kernels.

@@ -28,6 +28,8 @@ constexpr double kMaxParams = 1e15;
 constexpr int64_t kMaxDevices = 1 << 24;
 /// The largest value of a count field (layers, hidden, batch sizes, …).
 constexpr int64_t kMaxCount = int64_t(1) << 40;
+/// The most training metrics a run may compute from its logits (each one more pass over them).
+constexpr int64_t kMaxTrainMetrics = 64;
 
 /// A bound strategy parameter.
 struct ParamValue {
@@ -669,6 +671,7 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "kv_heads",
                                                   "kv_repeat",
                                                   "rope_complex",
+                                                  "unpad",
                                                   "projections",
                                                   "attention",
                                                   "positions",
@@ -716,6 +719,12 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       ok &= value.has_value();
       config.ropeComplex = value.value_or(false);
       config.ropeComplexLoc = field->keyLoc;
+    }
+    if (const ast::Field *field = fields.lookup("unpad")) {
+      std::optional<bool> value = getBool(field->value, "unpad");
+      ok &= value.has_value();
+      config.unpad = value.value_or(false);
+      config.unpadLoc = field->keyLoc;
     }
     if (const ast::Field *field = fields.lookup("qk_norm")) {
       std::optional<bool> value = getBool(field->value, "qk_norm");
@@ -777,6 +786,13 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                   "rope_complex = true with positions = " + ir::toString(config.positions) +
                       ": the model has no rotary embedding to apply as a complex product "
                       "(write positions = rope, or leave rope_complex out)");
+      ok = false;
+    }
+    if (ok && config.unpad && config.attention == ir::AttentionKind::Materialized) {
+      diags.error(config.unpadLoc,
+                  "unpad = true with attention = materialized: the packed tokens go to a "
+                  "variable-length fused kernel (write attention = flash, flash3 or cudnn, or "
+                  "leave unpad out)");
       ok = false;
     }
     ok &= buildMoe(decl, fields, config);
@@ -2041,10 +2057,10 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
 //===----------------------------------------------------------------------===//
 
 void Sema::buildRun(const ast::RunDecl &decl) {
-  static const std::vector<std::string> keys = {"model",         "cluster",       "strategy",
-                                                "micro_batch",   "global_batch",  "precision",
-                                                "optimizer",     "measured_step", "measured_memory",
-                                                "cross_entropy", "kernels",       "param_gather"};
+  static const std::vector<std::string> keys = {
+      "model",     "cluster",      "strategy",      "micro_batch",     "global_batch",
+      "precision", "optimizer",    "measured_step", "measured_memory", "cross_entropy",
+      "kernels",   "param_gather", "train_metrics"};
   auto fields = collectFields(decl, "a run", keys);
   bool ok = requireFields(decl, "run", fields,
                           {"model", "cluster", "strategy", "micro_batch", "global_batch"});
@@ -2235,6 +2251,11 @@ void Sema::buildRun(const ast::RunDecl &decl) {
         "or copy_out (PyTorch's FSDP2 copies each parameter out of the all-gather's buffer)",
         run->paramGather,
         {{"in_place", ir::ParamGather::InPlace}, {"copy_out", ir::ParamGather::CopyOut}});
+  if (const ast::Field *field = fields.lookup("train_metrics")) {
+    std::optional<int64_t> value = getCount(field->value, "train_metrics", 0, kMaxTrainMetrics);
+    ok &= value.has_value();
+    run->trainMetrics = value.value_or(0);
+  }
   // What the run measured, for placec to compare its predictions with (`placec fidelity`).
   if (const ast::Field *field = fields.lookup("measured_step")) {
     std::optional<double> value = getQuantity(field->value, "measured_step", Dimension::Time);

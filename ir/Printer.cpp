@@ -198,6 +198,8 @@ void IRPrinter::print(const Model &model) {
       line() << "kv_repeat = true\n";
     if (config.ropeComplex)
       line() << "rope_complex = true\n";
+    if (config.unpad)
+      line() << "unpad = true\n";
     if (config.projections != Projections::Fused)
       line() << "projections = " << toString(config.projections) << '\n';
     line() << "attention = " << toString(config.attention) << '\n';
@@ -402,6 +404,8 @@ void IRPrinter::print(const Run &run) {
   line() << "global_batch = " << run.globalBatch << '\n';
   line() << "precision = " << spellPrecision(run) << '\n';
   line() << "optimizer = " << toString(run.optimizer) << '\n';
+  if (run.trainMetrics > 0)
+    line() << "train_metrics = " << run.trainMetrics << '\n';
   StateBytes bytes = getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params);
   line() << "bytes_per_param = {params = " << bytes.params << ", grads = " << bytes.grads
          << ", optimizer = " << bytes.optimizer << "}\n";

@@ -251,6 +251,8 @@ struct TransformerDims {
   bool fp32Params = false, paramsGathered = false;
   /// `mixed(fp8, saved = fp8)`: the FP8 products' inputs are kept as FP8 (Layout).
   bool fp8Saved = false;
+  /// `unpad = true`: Q, K and V packed before the attention kernel, its output padded after.
+  bool unpad = false;
   /// Bytes per element of the residual stream (the embedding's output, every residual addition
   /// and the norms' inputs): e, or 4 under autocast over fp32 modules (autocastStream).
   double stream = 2;
@@ -297,6 +299,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.fp32Params = layout.fp32Params;
   dims.paramsGathered = layout.paramsGathered;
   dims.fp8Saved = dims.fp8 && layout.fp8Saved;
+  dims.unpad = config.unpad && !dims.materialized();
   dims.stream = getStreamBytes(layout.precision, layout.fp32Params, layout.paramsGathered);
   return dims;
 }
@@ -620,6 +623,21 @@ void addKvExpansion(const TransformerDims &x, bool backward, Work &work) {
     work.memory.push_back({backward ? "grouped K/V gradients summed" : "grouped K/V repeated",
                            2 * x.tokens * (x.a + x.kv) * x.d / x.t * x.e});
 }
+/// `unpad = true` (flash-attn's bert_padding, as llm-foundry's MPT calls it): the forward gathers
+/// Q, K and V into packed tensors (`index_first_axis`: a·d + 2·kv·d elements per token read and
+/// written) and pads the kernel's output back (`pad_input`: a zero-filled tensor, then the
+/// output's rows read and scattered into it, three a·d-wide passes); the backward gathers the
+/// output's gradient (two passes) and zero-fills and scatters the gradients of Q, K and V (three
+/// passes each). Per token, 5·e bytes for each element of Q, K, V and the output over both.
+void addUnpad(const TransformerDims &x, bool backward, Work &work) {
+  if (!x.unpad)
+    return;
+  double qkv = x.tokens * (x.a + 2 * x.kv) * x.d / x.t, output = x.tokens * x.a * x.d / x.t;
+  if (backward)
+    work.memory.push_back({"attention gradients padded (unpad)", (3 * qkv + 2 * output) * x.e});
+  else
+    work.memory.push_back({"attention inputs unpadded (unpad)", (2 * qkv + 3 * output) * x.e});
+}
 void addMlpActivation(const TransformerDims &x, Work &work) {
   work.memory.push_back({"mlp activation", mlpActivationAccesses(x, false) * mlpWidthBytes(x)});
 }
@@ -643,6 +661,7 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
   addNorms(x, work);
   addRotary(x, /*backward=*/false, work);
   addKvExpansion(x, /*backward=*/false, work);
+  addUnpad(x, /*backward=*/false, work);
   addMlpActivation(x, work);
   work.memory.push_back({"residuals", 2 * residualBytes(x)});
 }
@@ -675,6 +694,7 @@ void addLayerElementwiseBackward(const TransformerDims &x, const std::vector<Gem
     work.memory.push_back({"stream gradients cast (autocast)", 4 * x.outside() * cast});
   addRotary(x, /*backward=*/true, work);
   addKvExpansion(x, /*backward=*/true, work);
+  addUnpad(x, /*backward=*/true, work);
   work.memory.push_back(
       {"mlp activation backward", mlpActivationAccesses(x, true) * mlpWidthBytes(x)});
   // Compiled autocast: the stream's gradient is also written in e for the branch's product.
@@ -716,6 +736,11 @@ void addOpRecompute(const TransformerDims &x, Work &work) {
   work.memory.push_back({"residual", residualBytes(x)});
 }
 
+/// The bytes per logit of an unfused cross-entropy's forward (PyTorch's F.cross_entropy over fp32
+/// logits), each kernel's reads and writes: the fp32 copy (e in, 4 out) and the log-softmax (its
+/// two passes read 8, write 4); the loss's gather of one log-probability per row is negligible.
+double unfusedCrossEntropyBytes(double e) { return e + 16; }
+
 Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKind pass,
                      const Layout &layout, bool moeLayer = false) {
   TransformerDims x = getLayerDims(config, layout, moeLayer);
@@ -736,9 +761,8 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     logits.tensorSlot = kSlotQkv; // Beside the all-gather of the final norm's output.
     double logitCount = x.tokens * x.vocab / x.t;
     // Unfused (PyTorch's F.cross_entropy over fp32 logits), each kernel's reads and writes: the
-    // fp32 copy (e in, 4 out), the log-softmax (its two passes read 8, write 4); the backward's
-    // gradient of the log-probabilities (4 written), the log-softmax backward (8 in, 4 out) and
-    // the cast back (4 in, e out).
+    // forward's unfusedCrossEntropyBytes; the backward's gradient of the log-probabilities (4
+    // written), the log-softmax backward (8 in, 4 out) and the cast back (4 in, e out).
     bool unfused = layout.crossEntropy == ir::CrossEntropyKind::Unfused;
     if (x.fp32Params)
       addWeightCasts(x, {logits}, backward, work);
@@ -747,7 +771,8 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
       work.memory.push_back({"final norm", x.outside() * normBytesPerElement(x, false)});
       if (double cast = streamCastBytes(x))
         work.memory.push_back({"final norm output cast (autocast)", x.outside() * cast});
-      work.memory.push_back({"cross-entropy", logitCount * (unfused ? x.e + 16 : 2 * x.e)});
+      work.memory.push_back(
+          {"cross-entropy", logitCount * (unfused ? unfusedCrossEntropyBytes(x.e) : 2 * x.e)});
     } else {
       addBackwardProducts({logits}, work.gemms);
       work.memory.push_back({"final norm backward", x.outside() * normBytesPerElement(x, true)});
@@ -755,6 +780,13 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
         work.memory.push_back({"final norm gradient cast (autocast)", x.outside() * cast});
       work.memory.push_back(
           {"cross-entropy backward", logitCount * (unfused ? x.e + 20 : 2 * x.e)});
+      // `train_metrics`: after the backward, each metric is an unfused cross-entropy's forward
+      // over the logits (autocast's fp32 copy, then the log-softmax), without gradient.
+      if (layout.trainMetrics > 0)
+        work.memory.push_back({"training metrics (" + std::to_string(layout.trainMetrics) +
+                                   " cross-entropies of the logits)",
+                               static_cast<double>(layout.trainMetrics) * logitCount *
+                                   unfusedCrossEntropyBytes(x.e)});
     }
     return work;
   }
@@ -858,6 +890,9 @@ std::string getOpRecomputeObstacle(const ir::Model &model) {
            config.getBiasText().str();
   if (config.moe.isEnabled())
     return "it is defined for dense layers, and the model has MoE layers";
+  if (config.unpad)
+    return "it keeps the attention kernel's output as scaled_dot_product_attention returns it, "
+           "and the model packs the attention's inputs (unpad = true)";
   return std::string();
 }
 
@@ -917,6 +952,7 @@ Layout getRunLayout(const ir::Run &run) {
   layout.activations = strategy.activationMode;
   layout.precision = run.precision;
   layout.crossEntropy = run.crossEntropy;
+  layout.trainMetrics = run.trainMetrics;
   layout.kernels = run.kernels;
   layout.fp32Params = run.fp32Params && run.precision != ir::Precision::FP32;
   layout.fp8Saved = run.fp8Saved;
@@ -1203,7 +1239,8 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // Q, K and V, and the attention output, over h (a·d = h unless head_dim says otherwise); under
   // `saved = fp8` the projection keeps an FP8 copy of the output beside the kernel's.
   double qkv = 2 * (x.a + 2 * x.kv) * x.d / x.h;
-  double attentionOutput = (2 + (x.fp8Saved ? 1 : 0)) * x.a * x.d / x.h;
+  // `unpad = true`: the output projection keeps the padded output beside the kernel's packed one.
+  double attentionOutput = (2 + (x.fp8Saved ? 1 : 0) + (x.unpad ? 2 : 0)) * x.a * x.d / x.h;
   // An MLP of width w keeps (swiglu) gate, up and their product, 6·w/h, or 4·w/h with the
   // product recomputed; (gelu) its input and output, 4·w/h, or 2·w/h. The product (swiglu) or
   // output (gelu) is the second product's input: p bytes.
@@ -1259,6 +1296,9 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
     if (x.fp8Saved)
       *formula += " [saved = fp8: the products keep their inputs as FP8, 1 byte: the norms' "
                   "outputs, the MLP's second input and a copy of the attention output]";
+    if (x.unpad)
+      *formula += " [unpad = true: the attention output twice, the kernel's packed one and the "
+                  "padded one its projection keeps]";
     if (x.moe)
       *formula += fmt::format(" + s·b·h·({}·R + 4·E/h) = {}·({}·{} + 4·{}/{}) B [MoE: the experts' "
                               "intermediates of R = {} routed rows per token in the MLP term, "

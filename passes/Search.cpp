@@ -276,7 +276,7 @@ class Evaluator {
 public:
   Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision)
       : model(*run.model), cluster(cluster), costModel(cluster, precision), precision(precision),
-        crossEntropy(run.crossEntropy), kernels(run.kernels),
+        crossEntropy(run.crossEntropy), trainMetrics(run.trainMetrics), kernels(run.kernels),
         copiesGathers(run.paramGather == ir::ParamGather::CopyOut) {
     layers = model.getNumLayers();
     // The run's options, as each candidate at this precision keeps them (precisionVariants).
@@ -349,6 +349,7 @@ private:
     layout.activations = c.activations;
     layout.precision = precision;
     layout.crossEntropy = crossEntropy;
+    layout.trainMetrics = trainMetrics;
     layout.kernels = kernels;
     layout.fp32Params = c.fp32Params;
     layout.paramsGathered = paramMask(c.params) != 0;
@@ -369,6 +370,7 @@ private:
   cost::CostModel costModel;
   ir::Precision precision = ir::Precision::MixedBF16;
   ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
+  int64_t trainMetrics = 0;
   ir::KernelMode kernels = ir::KernelMode::Fused;
   /// `param_gather = copy_out`: each all-gather of the parameters is copied out on the compute
   /// stream (Analyzer::gatherCopySeconds).
@@ -1713,6 +1715,7 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->fp8Saved = c.fp8Saved;
   run->optimizer = base.optimizer;
   run->crossEntropy = base.crossEntropy;
+  run->trainMetrics = base.trainMetrics;
   run->kernels = base.kernels;
   run->paramGather = base.paramGather;
   run->microbatchesPerStep = c.microbatches;
@@ -2347,6 +2350,8 @@ std::string formatModel(const ir::Model &model) {
     os << "  kv_repeat = true;\n";
   if (config.ropeComplex)
     os << "  rope_complex = true;\n";
+  if (config.unpad)
+    os << "  unpad = true;\n";
   if (config.projections != ir::Projections::Fused)
     os << "  projections = " << ir::toString(config.projections) << ";\n";
   os << "  attention = " << ir::toString(config.attention) << ";\n}\n";
@@ -2425,12 +2430,14 @@ std::string formatRun(const ir::Run &base, const Candidate &c, StringRef name,
       setting("kernels", ir::toString(base.kernels), base.kernels == ir::KernelMode::Fused);
   std::string paramGather = setting("param_gather", ir::toString(base.paramGather),
                                     base.paramGather == ir::ParamGather::InPlace);
+  std::string trainMetrics =
+      setting("train_metrics", std::to_string(base.trainMetrics), base.trainMetrics == 0);
   return "run " + name.str() + " {\n  model = " + base.model->name +
          "; cluster = " + clusterName.str() + "; strategy = " + strategyName.str() +
          ";\n  micro_batch = " + std::to_string(c.microBatch) +
          "; global_batch = " + std::to_string(base.globalBatch) + ";\n  precision = " + precision +
          "; optimizer = " + ir::toString(base.optimizer).str() + ";" + crossEntropy + kernels +
-         paramGather + "\n}\n";
+         paramGather + trainMetrics + "\n}\n";
 }
 
 } // namespace placec::search

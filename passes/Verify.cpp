@@ -572,6 +572,17 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       ok = false;
     }
   }
+  // Rule `placement`: training metrics are counted over a transformer's logits.
+  if (run.trainMetrics > 0 && run.model->kind != ir::ModelKind::Transformer) {
+    diags->error(fieldLoc(run, "train_metrics"),
+                 Twine("train_metrics cannot be modelled for run '") + run.name +
+                     "': placec counts them over a transformer's logits, and model '" +
+                     run.model->name + "' is " +
+                     (run.model->kind == ir::ModelKind::Mlp ? "an mlp" : "abstract") +
+                     "; leave train_metrics out",
+                 "placement");
+    ok = false;
+  }
   // Rule `placement`: `kernels = eager` is modelled for the modules placec counts its kernels
   // for (cost::getEagerObstacle).
   if (run.kernels == ir::KernelMode::Eager) {

@@ -162,10 +162,8 @@ void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned sam
       chosen.push_back(members[random() % members.size()]);
   // The search does not propose `recompute(op)`, but evaluates it like the analyses: where the
   // model allows it, every sampled candidate is checked under it too.
-  const ir::TransformerConfig &config = run.model->transformer;
-  bool perOp = run.model->kind == ir::ModelKind::Transformer && !config.bias && !config.qkvBias &&
-               config.attention != ir::AttentionKind::Materialized && !config.moe.isEnabled() &&
-               !run.fp8Saved;
+  bool perOp = run.model->kind == ir::ModelKind::Transformer &&
+               cost::getOpRecomputeObstacle(*run.model).empty() && !run.fp8Saved;
   std::vector<Candidate> perOpCandidates;
   if (perOp) {
     perOpCandidates.reserve(chosen.size());
@@ -329,6 +327,43 @@ run saved { model = llama_cp; cluster = h100_32; strategy = zero3(dp = 32);
       },
       tried);
   EXPECT_EQ(kept, 20u);
+}
+
+TEST(SearchTest, FastPathAgreesWithUnpadAndTrainMetrics) {
+  // `unpad = true` (Q, K and V packed around the attention kernel, its output padded and kept
+  // twice) and `train_metrics = 2` (two cross-entropies of the logits after each backward): the
+  // fast path and the analyses agree over pipelines, tensor and context parallelism; with them a
+  // candidate that keeps activations needs more memory and every candidate takes longer.
+  auto compiled = compile(std::string(kContext) + R"(
+model llama_packed : transformer {
+  layers = 16; hidden = 2048; heads = 16; kv_heads = 4; ffn = 5632; seq = 16384; vocab = 32000;
+  mlp = swiglu; norm = rmsnorm; bias = false; positions = rope; tied_embeddings = false;
+  unpad = true;
+}
+run packed { model = llama_packed; cluster = h100_32; strategy = zero3(dp = 32);
+             micro_batch = 1; global_batch = 32; precision = mixed(bf16); optimizer = adam;
+             train_metrics = 2; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &packed = runOf(*compiled, "packed");
+  const ir::Run &plain = runOf(*compiled, "llama");
+  checkAgreement(packed, *packed.cluster, 400, 29);
+  std::vector<Candidate> space;
+  forEachCandidate(packed, *packed.cluster, [&](const Candidate &c) { space.push_back(c); });
+  ASSERT_FALSE(space.empty());
+  unsigned compared = 0;
+  for (size_t i = 0; i < space.size() && compared < 40; i += 1 + space.size() / 200) {
+    const Candidate &c = space[i];
+    FastVerdict with = evaluateFast(packed, *packed.cluster, c);
+    FastVerdict without = evaluateFast(plain, *plain.cluster, c);
+    if (!with.rejectedBy.empty() || !without.rejectedBy.empty())
+      continue;
+    EXPECT_GT(with.stepSeconds, without.stepSeconds) << c.describe();
+    if (c.activations == ir::ActivationMode::Keep)
+      EXPECT_GT(with.peakBytes, without.peakBytes) << c.describe();
+    ++compared;
+  }
+  EXPECT_GE(compared, 20u);
 }
 
 TEST(SearchTest, FastPathAgreesWithCopiedGathers) {

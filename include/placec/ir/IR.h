@@ -145,6 +145,13 @@ struct TransformerConfig {
   AttentionKind attention = AttentionKind::Flash;
   /// Where `attention` is written (invalid when it is not).
   llvm::SMLoc attentionLoc;
+  /// `unpad = true`: the model gathers the tokens of Q, K and V into packed tensors before a
+  /// variable-length attention kernel and scatters its output back into the padded batch
+  /// (flash-attn's `unpad_input` and `pad_input` around `flash_attn_varlen_func`, as llm-foundry's
+  /// MPT calls FlashAttention-2), whether or not the batch has padding. Fused attention only.
+  bool unpad = false;
+  /// Where `unpad` is written (invalid when it is not).
+  llvm::SMLoc unpadLoc;
   /// The width of one attention head when it is not hidden/heads (Qwen3, Gemma); 0: hidden/heads.
   int64_t headDim = 0;
   /// RMSNorm of each head's queries and keys before the attention (Qwen3, OLMo 2): two weights of
@@ -620,6 +627,11 @@ public:
   CrossEntropyKind crossEntropy = CrossEntropyKind::Fused;
   KernelMode kernels = KernelMode::Fused;
   ParamGather paramGather = ParamGather::InPlace;
+  /// `train_metrics = n`: metrics the training loop computes from the logits of every
+  /// micro-batch after its backward, outside autograd, each a cross-entropy over an fp32 copy of
+  /// the logits (Composer's training metrics: llm-foundry's MPT updates LanguageCrossEntropy and
+  /// LanguagePerplexity, each `torch.nn.CrossEntropyLoss` under autocast). 0: none.
+  int64_t trainMetrics = 0;
   /// Micro-batches per step per batch replica: the pipeline's micro-batches, or the gradient
   /// accumulation steps without a pipeline. Derived when not written; 0 when it cannot be.
   int64_t microbatchesPerStep = 0;

@@ -250,6 +250,9 @@ struct Layout {
   ir::ActivationMode activations = ir::ActivationMode::Keep;
   ir::Precision precision = ir::Precision::MixedBF16;
   ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
+  /// `train_metrics`: cross-entropy metrics computed from each micro-batch's logits after its
+  /// backward (the head's backward counts them).
+  int64_t trainMetrics = 0;
   ir::KernelMode kernels = ir::KernelMode::Fused;
   /// `mixed(…, params = fp32)`: fp32 parameters cast to the compute type on use; and whether
   /// they are gathered (`gather(...)`: FSDP casts each shard before its all-gather).
