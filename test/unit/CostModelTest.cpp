@@ -762,6 +762,77 @@ TEST(CostModelTest, EagerKernelsMoveTheBytesOfEachOperator) {
   EXPECT_FALSE(getEagerObstacle(model, ir::ActivationMode::Keep, ir::Precision::MixedFP8).empty());
 }
 
+TEST(CostModelTest, UnpadPacksQkvAndPadsTheOutputPerDevice) {
+  // unpad = true: per layer and token, the forward reads and writes Q, K and V (2e per element)
+  // and zero-fills, reads and scatters the output (3e); the backward gathers the output's
+  // gradient (2e) and zero-fills and scatters those of Q, K and V (3e); the padded output is kept
+  // beside the packed one (e per element). Llama 3.1 8B's layer (a = 32, kv = 8, d = 128) on a
+  // tensor-parallel rank of 2 and a context-parallel rank of 2: T = 8192/2 tokens, heads split by
+  // 2, bf16.
+  ir::Model plain = llama8bLayer();
+  ir::Model packed = plain;
+  packed.transformer.unpad = true;
+  double T = 8192 / 2, t = 2, a = 32, kv = 8, d = 128, e = 2;
+  double qkv = T * (a + 2 * kv) * d / t, output = T * a * d / t;
+  Layout layout;
+  layout.tensor = 2;
+  layout.context = 2;
+  layout.sequenceParallel = true;
+  auto extra = [&](PassKind pass, const Layout &of) {
+    return getUnitWork(packed, UnitKind::Layer, 0, pass, of).getMemoryBytes() -
+           getUnitWork(plain, UnitKind::Layer, 0, pass, of).getMemoryBytes();
+  };
+  double forward = (2 * qkv + 3 * output) * e, backward = (3 * qkv + 2 * output) * e;
+  EXPECT_NEAR(extra(PassKind::Forward, layout), forward, 1e-9 * forward);
+  EXPECT_NEAR(extra(PassKind::Backward, layout), backward, 1e-9 * backward);
+  // Full recomputation repeats the forward's copies; selective recomputation repeats the norms
+  // and the MLP activation, not the attention's inputs.
+  Layout full = layout;
+  full.activations = ir::ActivationMode::RecomputeFull;
+  EXPECT_NEAR(extra(PassKind::RecomputeFull, full), forward, 1e-9 * forward);
+  Layout selective = layout;
+  selective.activations = ir::ActivationMode::RecomputeSelective;
+  EXPECT_EQ(extra(PassKind::RecomputeSelective, selective), 0);
+  // The FLOPs do not change, and the second copy of the output is kept under keep and selective
+  // recomputation, not under full recomputation (the layer's input only).
+  EXPECT_EQ(getUnitWork(packed, UnitKind::Layer, 0, PassKind::Forward, layout).getFlops(),
+            getUnitWork(plain, UnitKind::Layer, 0, PassKind::Forward, layout).getFlops());
+  for (const Layout &of : {layout, selective})
+    EXPECT_NEAR(getLayerActivationBytes(packed.transformer, of) -
+                    getLayerActivationBytes(plain.transformer, of),
+                output * e, 1e-9 * output * e);
+  EXPECT_EQ(getLayerActivationBytes(packed.transformer, full),
+            getLayerActivationBytes(plain.transformer, full));
+  EXPECT_FALSE(getOpRecomputeObstacle(packed).empty());
+  EXPECT_TRUE(getOpRecomputeObstacle(plain).empty());
+}
+
+TEST(CostModelTest, TrainMetricsAreUnfusedCrossEntropiesAfterTheBackward) {
+  // train_metrics = n: n cross-entropy forwards over an fp32 copy of the logits, (e + 16) bytes
+  // per logit each (the cast e in, 4 out; the log-softmax 8 in, 4 out), in the head's backward;
+  // the forward, the layers and the activations do not change. Llama 3.1 8B's head at T = 8192
+  // tokens over a vocabulary of 128256 split by a tensor-parallel degree of 2, bf16.
+  ir::Model model = llama8bLayer();
+  double T = 8192, V = 128256.0 / 2, e = 2;
+  Layout plain;
+  plain.tensor = 2;
+  Layout metrics = plain;
+  metrics.trainMetrics = 3;
+  auto bytes = [&](UnitKind unit, PassKind pass, const Layout &of) {
+    return getUnitWork(model, unit, 0, pass, of).getMemoryBytes();
+  };
+  double added = 3 * T * V * (e + 16);
+  EXPECT_NEAR(bytes(UnitKind::Head, PassKind::Backward, metrics) -
+                  bytes(UnitKind::Head, PassKind::Backward, plain),
+              added, 1e-9 * added);
+  EXPECT_EQ(bytes(UnitKind::Head, PassKind::Forward, metrics),
+            bytes(UnitKind::Head, PassKind::Forward, plain));
+  EXPECT_EQ(bytes(UnitKind::Layer, PassKind::Backward, metrics),
+            bytes(UnitKind::Layer, PassKind::Backward, plain));
+  EXPECT_EQ(getHeadActivationBytes(model.transformer, metrics),
+            getHeadActivationBytes(model.transformer, plain));
+}
+
 TEST(CostModelTest, ComplexRotaryRunsAsPyTorchKernelsUnderCompile) {
   // rope_complex = true under fused kernels: torch.compile leaves the complex product to PyTorch's
   // kernel, so the rotary embedding of Q and K moves what eager PyTorch moves: x.float() (e read,
