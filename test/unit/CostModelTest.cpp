@@ -797,10 +797,11 @@ TEST(CostModelTest, UnpadPacksQkvAndPadsTheOutputPerDevice) {
   // recomputation, not under full recomputation (the layer's input only).
   EXPECT_EQ(getUnitWork(packed, UnitKind::Layer, 0, PassKind::Forward, layout).getFlops(),
             getUnitWork(plain, UnitKind::Layer, 0, PassKind::Forward, layout).getFlops());
-  for (const Layout &of : {layout, selective})
+  for (const Layout &of : {layout, selective}) {
     EXPECT_NEAR(getLayerActivationBytes(packed.transformer, of) -
                     getLayerActivationBytes(plain.transformer, of),
                 output * e, 1e-9 * output * e);
+  }
   EXPECT_EQ(getLayerActivationBytes(packed.transformer, full),
             getLayerActivationBytes(plain.transformer, full));
   EXPECT_FALSE(getOpRecomputeObstacle(packed).empty());

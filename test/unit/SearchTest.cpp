@@ -359,8 +359,9 @@ run packed { model = llama_packed; cluster = h100_32; strategy = zero3(dp = 32);
     if (!with.rejectedBy.empty() || !without.rejectedBy.empty())
       continue;
     EXPECT_GT(with.stepSeconds, without.stepSeconds) << c.describe();
-    if (c.activations == ir::ActivationMode::Keep)
+    if (c.activations == ir::ActivationMode::Keep) {
       EXPECT_GT(with.peakBytes, without.peakBytes) << c.describe();
+    }
     ++compared;
   }
   EXPECT_GE(compared, 20u);
