@@ -572,7 +572,18 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       ok = false;
     }
   }
-  // Rule `placement`: training metrics are counted over a transformer's logits.
+  // Rule `placement`: training metrics are counted over a transformer's logits, the whole
+  // micro-batch's, which a chunked loss never holds at once.
+  if (run.trainMetrics > 0 && run.model->kind == ir::ModelKind::Transformer &&
+      run.crossEntropy == ir::CrossEntropyKind::Chunked) {
+    diags->error(fieldLoc(run, "train_metrics"),
+                 Twine("train_metrics cannot be modelled for run '") + run.name +
+                     "': the metrics read the whole micro-batch's logits, which cross_entropy = "
+                     "chunked never holds at once; leave train_metrics out, or write "
+                     "cross_entropy = fused or unfused",
+                 "placement");
+    ok = false;
+  }
   if (run.trainMetrics > 0 && run.model->kind != ir::ModelKind::Transformer) {
     diags->error(fieldLoc(run, "train_metrics"),
                  Twine("train_metrics cannot be modelled for run '") + run.name +
