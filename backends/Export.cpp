@@ -161,18 +161,15 @@ public:
     if (view.expertAxes.size() > 1)
       refuse("several expert axes " + axisList(mesh, view.expertAxes) + ": " + toString(target) +
              " has one expert-parallel group");
+    StringRef framework = target == Target::Megatron    ? "Megatron-LM"
+                          : target == Target::DeepSpeed ? "DeepSpeed"
+                                                        : "torchtitan";
     if (run.crossEntropy == ir::CrossEntropyKind::Chunked)
-      refuse(Twine("cross_entropy = chunked: ") +
-             (target == Target::Megatron    ? "Megatron-LM"
-              : target == Target::DeepSpeed ? "DeepSpeed"
-                                            : "torchtitan") +
+      refuse("cross_entropy = chunked: " + framework +
              " computes the loss over the whole micro-batch's logits (write cross_entropy = " +
              (target == Target::Torchtitan ? "unfused" : "fused") + ")");
     if (run.trainMetrics > 0)
-      refuse("train_metrics = " + Twine(run.trainMetrics) + ": " +
-             (target == Target::Megatron    ? "Megatron-LM"
-              : target == Target::DeepSpeed ? "DeepSpeed"
-                                            : "torchtitan") +
+      refuse("train_metrics = " + Twine(run.trainMetrics) + ": " + framework +
              " computes the loss and no other metric from the logits (leave train_metrics out)");
     // Megatron-Core and torchtitan call the attention kernel on the padded batch (Megatron-Core's
     // packed sequences come packed from the data loader: nothing gathers them per layer).
