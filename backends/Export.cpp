@@ -388,6 +388,25 @@ private:
         strategy.activationMode != ir::ActivationMode::RecomputeFull)
       refuse("activations offloaded without recompute: DeepSpeed moves only checkpointed "
              "activations to the CPU (cpu_checkpointing)");
+    // The step's data-parallel collectives. Without ZeRO, and under its bf16 optimizer, the
+    // engine all-reduces the gradients after the backward (allreduce_gradients in
+    // deepspeed/runtime/engine.py); ZeRO's optimizer reduces them beside the backward with
+    // overlap_comm (at stage 1 during the last micro-batch's, at stage 2 during every one), and
+    // gathers the updated partitions after the optimizer step, never beside the next forward.
+    int64_t ranks = productOf(mesh, all);
+    bool engineReduces = stage == 0 || (stage == 1 && bf16Optimizer &&
+                                        run.precision == ir::Precision::MixedBF16 && run.fp32Grads);
+    if (strategy.dataParallelOverlap == ir::DataParallelOverlap::All)
+      refuse("dp_overlap = all: DeepSpeed's ZeRO gathers the updated parameter partitions after "
+             "the optimizer step, not beside the next step's forward (write dp_overlap = grads)");
+    if (strategy.dataParallelOverlap == ir::DataParallelOverlap::Grads && engineReduces &&
+        ranks > 1)
+      refuse(Twine("dp_overlap = grads ") +
+             (stage == 0 ? "without ZeRO"
+                         : "at ZeRO stage 1 with mixed(bf16, grads = fp32), which DeepSpeed runs "
+                           "with its bf16 optimizer") +
+             ": DeepSpeed's engine all-reduces the gradients after the backward, where nothing "
+             "overlaps them (write dp_overlap = none)");
     if (refused)
       return;
 
@@ -423,6 +442,11 @@ private:
       });
       json.attributeObject("zero_optimization", [&] {
         json.attribute("stage", stage);
+        // Written at stages 1 and 2, whose default (false) is not ZeRO-3's.
+        if ((stage == 1 || stage == 2) && ranks > 1)
+          json.attribute("overlap_comm",
+                         stage == 2 || (!engineReduces && strategy.dataParallelOverlap !=
+                                                              ir::DataParallelOverlap::None));
         if (optimizer.tier != ir::Tier::Device)
           json.attributeObject("offload_optimizer",
                                [&] { json.attribute("device", tierWord(optimizer.tier)); });
@@ -582,6 +606,14 @@ private:
         refuse("dense_layers with moe_every = " + Twine(moe.every) +
                ": placec writes --moe-layer-freq as a number or as ([0]*N+[1]*M)");
     }
+    // --overlap-param-gather overlaps the distributed optimizer's all-gather of the updated
+    // parameters, and megatron/training/arguments.py accepts it only with that optimizer.
+    if (strategy.dataParallelOverlap == ir::DataParallelOverlap::All && optShard.empty())
+      refuse("dp_overlap = all without the optimizer sharded over the data-parallel group: "
+             "Megatron-LM's --overlap-param-gather overlaps the all-gather of the updated "
+             "parameters that its distributed optimizer (--use-distributed-optimizer) runs, and "
+             "needs it (write dp_overlap = grads, or shard the optimizer over " +
+             axisList(mesh, dataAxes) + ")");
     std::optional<ir::Schedule> pipelineSchedule = schedule();
     if (pipelineSchedule == ir::Schedule::GPipe)
       refuse("pipeline schedule gpipe: Megatron-LM runs 1F1B or interleaved 1F1B");
@@ -627,6 +659,14 @@ private:
       os << "--tp-comm-overlap\n";
     if (!optShard.empty())
       os << "--use-distributed-optimizer\n";
+    // The step's gradient reductions over the data-parallel group beside the last micro-batch's
+    // backward (grads, all), and the updated parameters' all-gathers beside the next step's
+    // forward (all); neither flag is Megatron-LM's default, none.
+    if (productOf(mesh, dataAxes) > 1 &&
+        strategy.dataParallelOverlap != ir::DataParallelOverlap::None)
+      os << "--overlap-grad-reduce\n";
+    if (strategy.dataParallelOverlap == ir::DataParallelOverlap::All)
+      os << "--overlap-param-gather\n";
     flag("--micro-batch-size", Twine(run.microBatch));
     flag("--global-batch-size", Twine(run.globalBatch));
     if (run.precision == ir::Precision::MixedBF16 || run.precision == ir::Precision::MixedFP8)
@@ -792,6 +832,14 @@ private:
         strategy.sequenceParallelInputs == ir::SequenceParallelInputs::Regather)
       refuse("sp_inputs = regather: PyTorch's tensor parallelism keeps each column-parallel "
              "product's gathered input for its weight gradient (write sp_inputs = keep)");
+    if (strategy.dataParallelOverlap == ir::DataParallelOverlap::None)
+      refuse("dp_overlap = none: PyTorch's FSDP2 and DDP reduce each unit's gradients as the "
+             "backward produces them, beside the backward (write dp_overlap = grads, the "
+             "default)");
+    if (strategy.dataParallelOverlap == ir::DataParallelOverlap::All)
+      refuse("dp_overlap = all: torchtitan's FSDP2 gathers the parameters before each unit's "
+             "forward and has no all-gather of updated parameters after the optimizer step to "
+             "overlap (write dp_overlap = grads, the default)");
     if (run.kernels == ir::KernelMode::Eager &&
         strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off && view.tensorDegree > 1)
       refuse("kernels = eager with async_tp: torchtitan applies asynchronous tensor parallelism "

@@ -107,6 +107,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
     os << "  async_tp = " << ir::toString(imported.asyncTp) << ";\n";
   if (!imported.spInputs.empty())
     os << "  sp_inputs = " << imported.spInputs << ";\n";
+  if (imported.dpOverlap != ir::DataParallelOverlap::Grads)
+    os << "  dp_overlap = " << ir::toString(imported.dpOverlap) << ";\n";
   auto line = [&](StringRef state, StringRef value) {
     if (!value.empty())
       os << "  " << state << " = " << value << ";\n";
@@ -378,6 +380,52 @@ private:
     return "";
   }
 
+  /// `dp_overlap` from `zero_optimization.overlap_comm`, whose default is true at stage 3 only
+  /// (deepspeed/runtime/zero/config.py), over `ranks` data-parallel ranks (data and sequence).
+  /// Without ZeRO, and at stage 1 under bf16 with fp32 gradients (its bf16 optimizer, which has
+  /// no reduction of its own), the engine all-reduces the gradients after the backward at the
+  /// accumulation boundary (allreduce_gradients in deepspeed/runtime/engine.py): `none`, and
+  /// overlap_comm is not read. The ZeRO optimizer at stage 1 reduces them during the last
+  /// micro-batch's backward on a stream of its own with overlap_comm (`grads`), after the
+  /// backward without it (`none`; reduce_gradients in deepspeed/runtime/zero/stage_1_and_2.py).
+  /// At stages 2 and 3 each micro-batch's gradients are reduced during its backward, on the
+  /// compute stream without overlap_comm (reduce_ipg_grads), which Place does not express: its
+  /// sharded gradients are reduced beside the backward.
+  bool translateOverlap(const json::Object &root, int64_t stage, bool bf16Optimizer, int64_t ranks,
+                        Imported &imported) {
+    const char *key = "zero_optimization.overlap_comm";
+    bool written = lookup(root, key) != nullptr;
+    bool overlap = written ? getBool(root, key) : stage == 3;
+    if (diags.hasErrors())
+      return false;
+    if ((stage == 0 || bf16Optimizer) && overlap) {
+      diags.error(locOf(key),
+                  Twine("'zero_optimization.overlap_comm' is true ") +
+                      (stage == 0 ? "without ZeRO" : "with bf16 and fp32 gradients at stage 1") +
+                      ", where DeepSpeed ignores it: its " +
+                      (stage == 0 ? "engine" : "bf16 optimizer") +
+                      " all-reduces the gradients after the backward (write false or leave it "
+                      "out)");
+      return false;
+    }
+    if (ranks <= 1 || overlap)
+      return true;
+    if (stage <= 1) {
+      imported.dpOverlap = ir::DataParallelOverlap::None;
+      return true;
+    }
+    std::string stageName = "ZeRO stage " + std::to_string(stage);
+    std::string what = written
+                           ? "'zero_optimization.overlap_comm' is false at " + stageName
+                           : stageName + " without 'zero_optimization.overlap_comm' (DeepSpeed's "
+                                         "default is false below stage 3)";
+    diags.error(locOf(written ? key : "zero_optimization.stage"),
+                what + ": each micro-batch's gradients are reduced during its backward on the "
+                       "compute stream, which Place does not express (its sharded gradients are "
+                       "reduced beside the backward); write \"overlap_comm\": true");
+    return false;
+  }
+
   bool translate(const json::Object &root, Imported &imported) {
     std::optional<int64_t> train = getInt(root, "train_batch_size");
     std::optional<int64_t> micro = getInt(root, "train_micro_batch_size_per_gpu");
@@ -592,6 +640,9 @@ private:
     }
     withTier(imported.params, paramsTier);
     withTier(imported.optimizer, optimizerTier);
+    bool bf16Optimizer = stage == 1 && bf16 && gradType == "fp32";
+    if (!translateOverlap(root, stage, bf16Optimizer, devices * ulysses, imported))
+      return false;
     if (lookup(root, "activation_checkpointing"))
       imported.activations = cpuCheckpointing ? "recompute @ host" : "recompute";
     return true;
@@ -615,6 +666,8 @@ constexpr const char *kMegatronFlags[] = {
     "--num-layers-per-virtual-pipeline-stage=",
     "--sequence-parallel",
     "--use-distributed-optimizer",
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
     "--micro-batch-size=",
     "--global-batch-size=",
     "--bf16",
@@ -1217,6 +1270,27 @@ private:
     // ... and the experts' optimizer over the expert-data-parallel group.
     if (has("--use-distributed-optimizer") && e > 1)
       imported.expertOptimizer = "shard(dp)";
+    // The step's data-parallel collectives over the data- and context-parallel group: without
+    // --overlap-grad-reduce (Megatron-LM's default) the gradients are reduced after the backward;
+    // with it each bucket's reduction starts as the last micro-batch's backward produces it; with
+    // --overlap-param-gather too each bucket's updated parameters are all-gathered beside the
+    // next step's forward, which megatron/training/arguments.py accepts only with
+    // --overlap-grad-reduce and the distributed optimizer.
+    bool overlapGrads = has("--overlap-grad-reduce");
+    bool overlapParams = has("--overlap-param-gather");
+    if (overlapParams && !has("--use-distributed-optimizer"))
+      diags.error(locOf("--overlap-param-gather"),
+                  "--overlap-param-gather needs --use-distributed-optimizer: it overlaps the "
+                  "distributed optimizer's all-gather of the updated parameters with the next "
+                  "step's forward (Megatron-LM refuses it without)");
+    if (overlapParams && !overlapGrads)
+      diags.error(locOf("--overlap-param-gather"),
+                  "--overlap-param-gather needs --overlap-grad-reduce (Megatron-LM refuses it "
+                  "without)");
+    if (d * c > 1)
+      imported.dpOverlap = !overlapGrads   ? ir::DataParallelOverlap::None
+                           : overlapParams ? ir::DataParallelOverlap::All
+                                           : ir::DataParallelOverlap::Grads;
     std::string granularity = getString("--recompute-granularity", "");
     if (has("--recompute-activations"))
       granularity = "selective";

@@ -53,6 +53,8 @@ struct Imported {
   ir::AsyncTensorParallel asyncTp = ir::AsyncTensorParallel::Off;
   /// `sp_inputs = …;` (with sequence parallelism), or empty for the default (regather).
   std::string spInputs;
+  /// `dp_overlap = …;`, written when it is not the default (grads).
+  ir::DataParallelOverlap dpOverlap = ir::DataParallelOverlap::Grads;
   int64_t microBatch = 0, globalBatch = 0;
   std::string precision = "mixed(bf16)";
   std::string optimizerKind = "adam";

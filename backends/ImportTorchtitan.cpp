@@ -254,6 +254,8 @@ public:
     checkKeys(*root, "");
     if (diags.hasErrors())
       return false;
+    // dp_overlap stays grads: FSDP2 and DDP reduce each unit's gradients as the backward
+    // produces them, and FSDP2 gathers the parameters before each forward, not after the step.
     Imported imported;
     std::string modelText, modelName;
     std::string name = makeName(options.name, options.inputName, "torchtitan");

@@ -208,6 +208,11 @@ void JsonWriter::writeStrategy(const RunReport &report) {
     out.attribute("sp_inputs", nullptr);
   else
     out.attribute("sp_inputs", inputs);
+  std::string overlap = describeDataParallelOverlap(strategy);
+  if (overlap.empty())
+    out.attribute("dp_overlap", nullptr);
+  else
+    out.attribute("dp_overlap", overlap);
   if (strategy.pipeline)
     out.attributeObject("pipeline", [&] {
       out.attribute("schedule", ir::toString(strategy.pipeline->schedule));

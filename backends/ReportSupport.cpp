@@ -361,6 +361,12 @@ std::string describeSequenceParallelInputs(const ir::Strategy &strategy) {
              : std::string();
 }
 
+std::string describeDataParallelOverlap(const ir::Strategy &strategy) {
+  return hasAxisOf(strategy, ir::AxisKind::Batch) || hasAxisOf(strategy, ir::AxisKind::Sequence)
+             ? ir::toString(strategy.dataParallelOverlap).str()
+             : std::string();
+}
+
 std::string describePrecision(const ir::Run &run) { return ir::spellPrecision(run); }
 
 std::string describeOptimizer(ir::OptimizerKind optimizer) { return ir::toString(optimizer).str(); }

@@ -164,6 +164,9 @@ std::string describeAsyncTensorParallel(const ir::Strategy &strategy);
 /// The strategy's `sp_inputs` setting, or an empty string without sequence parallelism over a
 /// tensor axis.
 std::string describeSequenceParallelInputs(const ir::Strategy &strategy);
+/// The strategy's `dp_overlap` setting, or an empty string without a batch or sequence axis of
+/// more than one device (nothing reduced or gathered over data parallelism).
+std::string describeDataParallelOverlap(const ir::Strategy &strategy);
 /// `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`.
 std::string describePrecision(const ir::Run &run);
 /// `adam`, `sgd(momentum = true)`.

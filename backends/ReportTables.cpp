@@ -177,6 +177,11 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
          std::string text = describeSequenceParallelInputs(*r.run->strategy);
          return text.empty() ? std::string("-") : text;
        }},
+      {"  dp_overlap",
+       [](const RunReport &r) {
+         std::string text = describeDataParallelOverlap(*r.run->strategy);
+         return text.empty() ? std::string("-") : text;
+       }},
       {"batch (micro × dp × steps)", [](const RunReport &r) { return describeBatch(*r.run); }},
       {"precision", [](const RunReport &r) { return describePrecision(*r.run); }},
       {"optimizer", [](const RunReport &r) { return describeOptimizer(r.run->optimizer); }},

@@ -193,7 +193,7 @@ private:
                                          std::string name, SMLoc loc);
   bool bindPlacement(const ast::Placement &placement, ir::Strategy &strategy);
   /// The strategy settings written like placements: `context = ring;`, `async_tp = true;`,
-  /// `sp_inputs = keep;`.
+  /// `sp_inputs = keep;`, `dp_overlap = all;`.
   bool bindSetting(const ast::Placement &placement, ir::Strategy &strategy);
   bool bindActivations(const ast::Placement &placement, ir::Strategy &strategy);
   bool bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env, ir::Strategy &strategy);
@@ -1369,6 +1369,14 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
         "'sp_inputs' takes regather (each column-parallel product keeps its sequence "
         "shard and gathers it again in the backward) or keep (it keeps the gathered "
         "input)");
+  if (placement.state == "dp_overlap")
+    return choose(
+        std::array{ir::DataParallelOverlap::Grads, ir::DataParallelOverlap::All,
+                   ir::DataParallelOverlap::None},
+        strategy.dataParallelOverlap, strategy.dataParallelOverlapLoc,
+        "'dp_overlap' takes grads (the step's gradient reductions beside the last backward), all "
+        "(and the updated parameters' all-gathers beside the next forward) or none (both after "
+        "the backward, exposed)");
   return choose(std::array{ir::AsyncTensorParallel::All, ir::AsyncTensorParallel::Off,
                            ir::AsyncTensorParallel::Forward,
                            ir::AsyncTensorParallel::WeightGradient},
@@ -1380,7 +1388,7 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
 
 bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy) {
   if (placement.state == "context" || placement.state == "async_tp" ||
-      placement.state == "sp_inputs")
+      placement.state == "sp_inputs" || placement.state == "dp_overlap")
     return bindSetting(placement, strategy);
   std::optional<ir::State> state;
   StringRef stateName = placement.state;
@@ -1395,15 +1403,15 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
   else if (stateName == "activations" && !expert)
     state = ir::State::Activations;
   if (!state) {
-    diags.error(
-        placement.stateLoc,
-        Twine("unknown state '") + placement.state +
-            "': expected params, grads, optimizer or activations, their experts' "
-            "expert_params, expert_grads and expert_optimizer, or the settings context, "
-            "async_tp and sp_inputs" +
-            didYouMean(placement.state, {"params", "grads", "optimizer", "activations",
-                                         "expert_params", "expert_grads", "expert_optimizer",
-                                         "mesh", "pipeline", "context", "async_tp", "sp_inputs"}));
+    diags.error(placement.stateLoc,
+                Twine("unknown state '") + placement.state +
+                    "': expected params, grads, optimizer or activations, their experts' "
+                    "expert_params, expert_grads and expert_optimizer, or the settings context, "
+                    "async_tp, sp_inputs and dp_overlap" +
+                    didYouMean(placement.state,
+                               {"params", "grads", "optimizer", "activations", "expert_params",
+                                "expert_grads", "expert_optimizer", "mesh", "pipeline", "context",
+                                "async_tp", "sp_inputs", "dp_overlap"}));
     return false;
   }
   ir::StatePlacement &target =
@@ -1898,10 +1906,10 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
   bool ok = true;
   StringMap<size_t> axisOwner;
   std::optional<size_t> layersOwner, pipelineOwner, activationOwner, contextOwner, asyncTpOwner,
-      spInputsOwner;
+      spInputsOwner, dpOverlapOwner;
   std::array<std::optional<size_t>, ir::kNumStates> tierOwner;
-  // A setting written like a placement (`async_tp`, `sp_inputs`): the first operand that writes it
-  // sets it, and another that writes a different value is an error.
+  // A setting written like a placement (`async_tp`, `sp_inputs`, `dp_overlap`): the first operand
+  // that writes it sets it, and another that writes a different value is an error.
   auto agreeOn = [&](size_t i, std::optional<size_t> &owner, auto ir::Strategy::*value,
                      llvm::SMLoc ir::Strategy::*loc, StringRef name) {
     const ir::Strategy &operand = *operands[i];
@@ -1995,6 +2003,8 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
             &ir::Strategy::asyncTensorParallelLoc, "async_tp");
     agreeOn(i, spInputsOwner, &ir::Strategy::sequenceParallelInputs,
             &ir::Strategy::sequenceParallelInputsLoc, "sp_inputs");
+    agreeOn(i, dpOverlapOwner, &ir::Strategy::dataParallelOverlap,
+            &ir::Strategy::dataParallelOverlapLoc, "dp_overlap");
     for (ir::State state : ir::kAllStates) {
       const ir::StatePlacement &from = operand.getPlacement(state);
       ir::StatePlacement &to = result->getPlacement(state);

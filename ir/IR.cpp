@@ -130,6 +130,18 @@ StringRef toString(AttentionKind attention) {
   llvm_unreachable("unknown AttentionKind");
 }
 
+StringRef toString(DataParallelOverlap overlap) {
+  switch (overlap) {
+  case DataParallelOverlap::Grads:
+    return "grads";
+  case DataParallelOverlap::All:
+    return "all";
+  case DataParallelOverlap::None:
+    return "none";
+  }
+  llvm_unreachable("unknown DataParallelOverlap");
+}
+
 StringRef toString(SequenceParallelInputs inputs) {
   switch (inputs) {
   case SequenceParallelInputs::Regather:

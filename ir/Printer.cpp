@@ -352,6 +352,8 @@ void IRPrinter::print(const Strategy &strategy) {
          << explicitness(strategy.asyncTensorParallelLoc.isValid()) << '\n';
   line() << "sp_inputs = " << toString(strategy.sequenceParallelInputs) << ' '
          << explicitness(strategy.sequenceParallelInputsLoc.isValid()) << '\n';
+  line() << "dp_overlap = " << toString(strategy.dataParallelOverlap) << ' '
+         << explicitness(strategy.dataParallelOverlapLoc.isValid()) << '\n';
   close();
 }
 

@@ -722,22 +722,34 @@ RunAnalysis Analyzer::analyze() {
       }
       return units;
     };
-    double forwardExposed = cost::getPassExposedSeconds(timePass(stage.forward, st.forwardCompute));
+    std::vector<cost::PassUnit> forwardUnits = timePass(stage.forward, st.forwardCompute);
+    double forwardExposed = cost::getPassExposedSeconds(forwardUnits);
     backwardUnits = timePass(stage.backward, st.backwardCompute);
     double backwardExposed = cost::getPassExposedSeconds(backwardUnits);
     // Once per step: the gradient reductions left for the step start as the last micro-batch's
     // backward produces each unit's gradients, so they run beside that backward unit by unit
-    // (the last unit's, the first layer's, exposed); the optimizer then runs, and the updated
-    // parameters are gathered or brought back (cost::getStepPassUnit).
-    std::vector<cost::PassUnit> stepUnits;
+    // (the last unit's, the first layer's, exposed), or after it under
+    // `dp_overlap = none`; the optimizer then runs, and the updated parameters are gathered or
+    // brought back, exposed, or under `dp_overlap = all` gathered before each unit's forward in
+    // the next step, beside the forward of the unit before it (cost::getStepPassUnit).
+    ir::DataParallelOverlap dpOverlap = strategy.dataParallelOverlap;
+    std::vector<cost::PassUnit> stepUnits, nextForwardUnits;
     for (const cost::PassUnit &unit : backwardUnits)
-      stepUnits.push_back(cost::getStepPassUnit(unit, 0));
-    std::vector<size_t> backwardPositions;
-    getPassPositions(stage.backward, backwardPositions);
-    std::map<int, size_t> positionOfUnit;
-    for (size_t i = 0; i < stage.backward.size(); ++i)
-      if (stage.backward[i].kind == OpKind::Compute)
-        positionOfUnit.try_emplace(stage.backward[i].unit, backwardPositions[i]);
+      stepUnits.push_back(cost::getStepPassUnit(unit, 0, 0));
+    for (const cost::PassUnit &unit : forwardUnits)
+      nextForwardUnits.push_back(cost::getStepPassUnit(unit, 0, 0));
+    // Each unit's position in a pass (its first compute's).
+    auto positionsOfUnits = [&](const std::vector<Op> &ops) {
+      std::vector<size_t> positions;
+      getPassPositions(ops, positions);
+      std::map<int, size_t> positionOfUnit;
+      for (size_t i = 0; i < ops.size(); ++i)
+        if (ops[i].kind == OpKind::Compute)
+          positionOfUnit.try_emplace(ops[i].unit, positions[i]);
+      return positionOfUnit;
+    };
+    std::map<int, size_t> backwardPositionOfUnit = positionsOfUnits(stage.backward);
+    std::map<int, size_t> forwardPositionOfUnit = positionsOfUnits(stage.forward);
     double stepOverlap = 0, stepExposed = 0;
     for (const Op &op : stage.step) {
       if (op.kind == OpKind::OptimizerUpdate) {
@@ -749,12 +761,18 @@ RunAnalysis Analyzer::analyze() {
       }
       double seconds = account(op);
       stepExposed += gatherCopySeconds(op);
-      if (isOverlappable(op) && op.state == ir::State::Grads) {
-        auto it = positionOfUnit.find(op.unit);
-        if (it != positionOfUnit.end() && !stepUnits.empty())
+      bool overlappable = isOverlappable(op);
+      if (overlappable && op.state == ir::State::Grads &&
+          dpOverlap != ir::DataParallelOverlap::None) {
+        auto it = backwardPositionOfUnit.find(op.unit);
+        if (it != backwardPositionOfUnit.end() && !stepUnits.empty())
           stepUnits[it->second].reduce += seconds;
         else
           stepOverlap += seconds;
+      } else if (overlappable && op.kind == OpKind::AllGather && op.state == ir::State::Params &&
+                 dpOverlap == ir::DataParallelOverlap::All &&
+                 forwardPositionOfUnit.count(op.unit)) {
+        nextForwardUnits[forwardPositionOfUnit[op.unit]].gather += seconds;
       } else {
         stepExposed += seconds;
       }
@@ -764,7 +782,8 @@ RunAnalysis Analyzer::analyze() {
       st.optimizer += costModel.getGradientAccumulationSeconds(
           memory.stages[stageTimes.size()].device.grads / stateBytes.grads, m);
     double stepReduce = cost::getPassExposedSeconds(stepUnits) +
-                        cost::getOverlapExposedSeconds(stepOverlap, st.backwardCompute);
+                        cost::getOverlapExposedSeconds(stepOverlap, st.backwardCompute) +
+                        cost::getPassExposedSeconds(nextForwardUnits);
     st.exposedPerMicrobatch = critical + forwardExposed + backwardExposed;
     st.exposed = m * st.exposedPerMicrobatch + stepReduce + stepExposed;
     st.total = m * (st.forwardCompute + st.backwardCompute) + st.exposed + st.optimizer;
@@ -898,7 +917,7 @@ RunAnalysis Analyzer::analyze() {
            "a pass's first gather and last gradient reduction in full; the others beside "
            "the neighbouring unit's compute, max(comm - compute, comm × κ/(1 + κ)) with "
            "κ = {}, the compute's slowdown beside communication{}{}) + what the step's "
-           "reductions and updates add{}",
+           "reductions and updates add ({}){}",
            microbatches(m), seconds(slowest->exposedPerMicrobatch),
            async == ir::AsyncTensorParallel::Off && !plan.regather ? "tensor-parallel, "
            : async == ir::AsyncTensorParallel::Forward
@@ -928,6 +947,16 @@ RunAnalysis Analyzer::analyze() {
                  "better than each beside its product's input gradient (those GEMMs "
                  "join the slots' G)"
                : "",
+           strategy.dataParallelOverlap == ir::DataParallelOverlap::None
+               ? "dp_overlap = none: the gradient reductions after the last backward and the "
+                 "updated parameters' all-gathers after the optimizer, in full"
+           : strategy.dataParallelOverlap == ir::DataParallelOverlap::All
+               ? "dp_overlap = all: the gradient reductions beside the last micro-batch's "
+                 "backward, the updated parameters' all-gathers beside the next step's first "
+                 "forward, unit by unit as in a pass, the first unit's in full"
+               : "dp_overlap = grads: the gradient reductions beside the last micro-batch's "
+                 "backward, unit by unit as in a pass, the last unit's in full; the updated "
+                 "parameters' all-gathers after the optimizer, in full",
            stageText),
        time.exposedCommSeconds, "s"});
   if (stages > 1) {

@@ -1807,12 +1807,13 @@ double getPassExposedSeconds(ArrayRef<PassUnit> units) {
   return exposed + previousReduce;
 }
 
-PassUnit getStepPassUnit(const PassUnit &backward, double stepReduce) {
-  PassUnit unit;
-  unit.compute = backward.compute;
-  unit.count = backward.count;
-  unit.reduce = stepReduce;
-  return unit;
+PassUnit getStepPassUnit(const PassUnit &unit, double stepGather, double stepReduce) {
+  PassUnit step;
+  step.compute = unit.compute;
+  step.count = unit.count;
+  step.gather = stepGather;
+  step.reduce = stepReduce;
+  return step;
 }
 
 //===----------------------------------------------------------------------===//

@@ -129,6 +129,24 @@ unsigned optimizerMask(OptimizerChoice choice) {
                                                                                           : 0;
 }
 
+/// Whether the candidate's `dp_overlap` changes its step, so that its strategy writes it (the
+/// verifier's rule `placement`): `none` needs gradients reduced once per step (replicated over a
+/// data-parallel axis), `all` updated parameters all-gathered after the optimizer (sharded
+/// optimizer, replicated parameters); `grads` is the default.
+bool writesDpOverlap(const Candidate &c) {
+  unsigned present =
+      (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0) | (c.cp > 1 ? kContext : 0);
+  switch (c.dpOverlap) {
+  case ir::DataParallelOverlap::Grads:
+    return false;
+  case ir::DataParallelOverlap::None:
+    return (present & ~gradMask(c.grads)) != 0;
+  case ir::DataParallelOverlap::All:
+    return (present & optimizerMask(c.optimizer) & ~paramMask(c.params)) != 0;
+  }
+  return false;
+}
+
 bool keepsAfterForward(ParamChoice choice) {
   return choice == ParamChoice::GatherInnerKeep || choice == ParamChoice::GatherAllKeep;
 }
@@ -228,7 +246,8 @@ struct UnitTraffic {
 struct PlacementTimes {
   bool known[3] = {};
   double critical[3] = {}, gather[3] = {}, gatherCopy[3] = {}, backwardReduce[3] = {},
-         stepReduce[3] = {}, stepExposed[3] = {}, optimizer[3] = {}, accumulation[3] = {};
+         stepReduce[3] = {}, stepGather[3] = {}, stepExposed[3] = {}, optimizer[3] = {},
+         accumulation[3] = {};
 };
 
 /// One stage class's time without its pipeline sends (Analyzer::analyze's StageTime): the
@@ -743,8 +762,9 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
       std::make_tuple(static_cast<int>(c.params), static_cast<int>(c.grads),
                       static_cast<int>(c.optimizer), c.fp8Gather),
       std::make_tuple(static_cast<int>(c.activations) * 2 + static_cast<int>(c.spInputs),
-                      c.sequenceParallel, static_cast<int>(c.asyncTp), c.microBatch, c.microbatches,
-                      vShape, c.edgeLayers));
+                      c.sequenceParallel,
+                      static_cast<int>(c.asyncTp) * 4 + static_cast<int>(c.dpOverlap), c.microBatch,
+                      c.microbatches, vShape, c.edgeLayers));
   if (!hasTimes || timeKey != lastTimeKey) {
     timeStages(c, g, states, stageShapes);
     hasTimes = true;
@@ -823,7 +843,7 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
     hasPlacement = true;
   }
 
-  cost::PassUnit forwardPass[3], backwardPass[3], stepPass[3];
+  cost::PassUnit forwardPass[3], backwardPass[3], stepPass[3], nextForwardPass[3];
   size_t shapeIndex = 0;
   for (const StageShape &shape : stageShapes) {
     double forwardCompute = 0, backwardCompute = 0, weightCompute = 0, critical = 0,
@@ -836,6 +856,7 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
       cost::PassUnit &forwardUnit = forwardPass[index];
       cost::PassUnit &backwardUnit = backwardPass[numGroups - 1 - index];
       cost::PassUnit &stepUnit = stepPass[numGroups - 1 - index];
+      cost::PassUnit &nextForwardUnit = nextForwardPass[index];
       double count = static_cast<double>(group.count);
       int kind = unitIndex(group.kind);
       const double *unitTime = times.seconds[kind];
@@ -968,7 +989,7 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
           unitStepExposed += hostTransfer(owned * pBytes);
         if (syncAxes) {
           double synced = static_cast<double>(ceilDiv(group.params, paramShard)) * pBytes;
-          unitStepExposed += collective(plan::OpKind::AllGather, syncGroup, synced);
+          placement.stepGather[kind] = collective(plan::OpKind::AllGather, syncGroup, synced);
           if (copiesGathers)
             unitStepExposed += costModel.getGatherCopySeconds(synced);
         }
@@ -997,9 +1018,17 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
         backwardUnit.compute += backwardCopy;
         backwardCompute += count * backwardCopy;
       }
-      stepUnit = cost::getStepPassUnit(backwardUnit, placement.stepReduce[kind]);
+      // The step's data-parallel collectives as `dp_overlap` runs them (Analyzer::analyze).
+      bool reduceBeside = c.dpOverlap != ir::DataParallelOverlap::None;
+      bool gatherBeside = c.dpOverlap == ir::DataParallelOverlap::All;
+      stepUnit =
+          cost::getStepPassUnit(backwardUnit, 0, reduceBeside ? placement.stepReduce[kind] : 0);
+      if (gatherBeside)
+        nextForwardUnit = cost::getStepPassUnit(forwardUnit, placement.stepGather[kind], 0);
       backwardUnit.reduce = placement.backwardReduce[kind];
-      stepExposed += count * placement.stepExposed[kind];
+      stepExposed +=
+          count * (placement.stepExposed[kind] + (reduceBeside ? 0 : placement.stepReduce[kind]) +
+                   (gatherBeside ? 0 : placement.stepGather[kind]));
       optimizer += count * (placement.optimizer[kind] +
                             std::max(0.0, static_cast<double>(c.microbatches) - 1) *
                                 placement.accumulation[kind]);
@@ -1013,6 +1042,8 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
     stage.passes = cost::getPassExposedSeconds(ArrayRef(forwardPass, numGroups)) +
                    cost::getPassExposedSeconds(ArrayRef(backwardPass, numGroups));
     stage.step = cost::getPassExposedSeconds(ArrayRef(stepPass, numGroups)) + stepExposed;
+    if (c.dpOverlap == ir::DataParallelOverlap::All)
+      stage.step += cost::getPassExposedSeconds(ArrayRef(nextForwardPass, numGroups));
     stage.optimizer = optimizer;
   }
 }
@@ -1084,8 +1115,8 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                const std::vector<ir::Schedule> &schedules,
                const std::vector<ir::ActivationMode> &activations,
                const std::vector<ir::AsyncTensorParallel> &asyncTp,
-               ir::SequenceParallelInputs spInputs, GroupFn body, CandidateFn inner,
-               uint64_t *meshCount = nullptr) {
+               ir::SequenceParallelInputs spInputs, ir::DataParallelOverlap dpOverlap, GroupFn body,
+               CandidateFn inner, uint64_t *meshCount = nullptr) {
   // The schedules explored: the requested ones, or every one but gpipe.
   auto explores = [&](ir::Schedule schedule) {
     return schedules.empty()
@@ -1264,6 +1295,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               c.fp32Params = variant.fp32Params;
               c.fp8Saved = variant.fp8Saved;
               c.spInputs = spInputs;
+              c.dpOverlap = dpOverlap;
               c.tp = tp;
               c.pp = pp;
               c.cp = cp;
@@ -1341,11 +1373,11 @@ bool sameLayoutExceptSchedule(const Candidate &x, const Candidate &y) {
   return isVShape(x.schedule) == isVShape(y.schedule) && x.edgeLayers == y.edgeLayers &&
          x.countedSplit == y.countedSplit && x.pp == y.pp && x.dpNode == y.dpNode &&
          x.dpLocal == y.dpLocal && x.cp == y.cp && x.tp == y.tp && x.context == y.context &&
-         x.asyncTp == y.asyncTp && x.spInputs == y.spInputs && x.precision == y.precision &&
-         x.fp8Gather == y.fp8Gather && x.fp8Saved == y.fp8Saved && x.params == y.params &&
-         x.grads == y.grads && x.optimizer == y.optimizer && x.activations == y.activations &&
-         x.sequenceParallel == y.sequenceParallel && x.microBatch == y.microBatch &&
-         x.microbatches == y.microbatches;
+         x.asyncTp == y.asyncTp && x.spInputs == y.spInputs && x.dpOverlap == y.dpOverlap &&
+         x.precision == y.precision && x.fp8Gather == y.fp8Gather && x.fp8Saved == y.fp8Saved &&
+         x.params == y.params && x.grads == y.grads && x.optimizer == y.optimizer &&
+         x.activations == y.activations && x.sequenceParallel == y.sequenceParallel &&
+         x.microBatch == y.microBatch && x.microbatches == y.microbatches;
 }
 
 bool isBetter(const Candidate &x, const Candidate &y) {
@@ -1442,11 +1474,11 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
                       const std::function<void(const Candidate &)> &callback,
                       const std::vector<ir::Precision> &precisions,
                       const std::vector<ir::AsyncTensorParallel> &asyncTp,
-                      ir::SequenceParallelInputs spInputs) {
+                      ir::SequenceParallelInputs spInputs, ir::DataParallelOverlap dpOverlap) {
   if (!isSearchable(run))
     return;
   enumerate(
-      run, cluster, precisionVariants(run, precisions), {}, {}, asyncTp, spInputs,
+      run, cluster, precisionVariants(run, precisions), {}, {}, asyncTp, spInputs, dpOverlap,
       [](const Candidate &, uint64_t, const Layouts &) { return true; },
       [&](const Candidate &c) { callback(c); });
 }
@@ -1682,6 +1714,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
   strategy->asyncTensorParallel = c.asyncTp;
   if (c.sequenceParallel && c.tp > 1)
     strategy->sequenceParallelInputs = c.spInputs;
+  strategy->dataParallelOverlap = c.dpOverlap;
   if (c.cp > 1)
     strategy->contextMethod = c.context;
   if (c.pp > 1) {
@@ -1834,6 +1867,7 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                       c.activations = mode;
                       c.sequenceParallel = tp > 1;
                       c.spInputs = options.spInputs;
+                      c.dpOverlap = options.dpOverlap;
                       c.asyncTp = async;
                       c.microBatch = b;
                       c.microbatches = run.globalBatch / (b * samples);
@@ -1967,7 +2001,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   if (options.progress)
     enumerate(
         run, cluster, precisions, options.schedules, options.activations, options.asyncTp,
-        options.spInputs,
+        options.spInputs, options.dpOverlap,
         [&](const Candidate &c, uint64_t inner, const Layouts &) {
           if (!options.filter)
             total += inner;
@@ -2026,7 +2060,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
     };
     enumerate(
         run, cluster, precisions, options.schedules, options.activations, options.asyncTp,
-        options.spInputs,
+        options.spInputs, options.dpOverlap,
         [&](const Candidate &c, uint64_t inner, const Layouts &layouts) {
           if (group++ != claimed)
             return false;
@@ -2318,6 +2352,8 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
     text += "  async_tp    = " + ir::toString(c.asyncTp).str() + ";\n";
   if (c.sequenceParallel && c.tp > 1 && c.spInputs != ir::SequenceParallelInputs::Regather)
     text += "  sp_inputs   = " + ir::toString(c.spInputs).str() + ";\n";
+  if (writesDpOverlap(c))
+    text += "  dp_overlap  = " + ir::toString(c.dpOverlap).str() + ";\n";
   if (c.pp > 1) {
     text += "  pipeline    = " + ir::toString(c.schedule).str() +
             "(microbatches = " + std::to_string(c.microbatches);

@@ -202,6 +202,7 @@ json::Object candidateJson(const Candidate &c) {
                       {"sp_inputs", c.sequenceParallel && c.tp > 1
                                         ? json::Value(ir::toString(c.spInputs))
                                         : json::Value(nullptr)},
+                      {"dp_overlap", ir::toString(c.dpOverlap)},
                       {"precision", c.formatPrecision()},
                       {"ep", c.ep},
                       {"experts_replicated", c.expertsReplicated},
@@ -364,6 +365,20 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
           << "' is not an sp_inputs setting: write regather (Megatron-LM's column-parallel "
              "products gather their inputs again in the backward) or keep (PyTorch's keep them "
              "gathered)\n";
+      return 1;
+    }
+  }
+  if (!options.dpOverlap.empty()) {
+    if (options.dpOverlap == "grads" || options.dpOverlap == "all" || options.dpOverlap == "none") {
+      searchOptions.dpOverlap = options.dpOverlap == "all"    ? ir::DataParallelOverlap::All
+                                : options.dpOverlap == "none" ? ir::DataParallelOverlap::None
+                                                              : ir::DataParallelOverlap::Grads;
+    } else {
+      err << "placec: error: --dp-overlap '" << options.dpOverlap
+          << "' is not a dp_overlap setting: write grads (the step's gradient reductions beside "
+             "the last backward: PyTorch, Megatron-LM's --overlap-grad-reduce), all (and the "
+             "updated parameters' all-gathers beside the next forward: --overlap-param-gather) "
+             "or none (both exposed: Megatron-LM's default)\n";
       return 1;
     }
   }

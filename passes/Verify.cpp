@@ -646,6 +646,40 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                  "placement");
     ok = false;
   }
+  // `dp_overlap` says when the step's data-parallel collectives run: `none` those of the
+  // gradients replicated over a data-parallel axis (reduced once per step), `all` the all-gathers
+  // of the parameters replicated where the optimizer is sharded.
+  if (strategy.dataParallelOverlapLoc.isValid()) {
+    ir::DataParallelOverlap overlap = strategy.dataParallelOverlap;
+    AxisSet stepReduced =
+        batchAxesWith(strategy, ir::State::Grads, {ir::PlacementMode::Replicated});
+    AxisSet stepGathered =
+        intersect(batchAxesWith(strategy, ir::State::Optimizer,
+                                {ir::PlacementMode::Sharded, ir::PlacementMode::ShardedWithGather}),
+                  strategy, ir::State::Params, {ir::PlacementMode::Replicated});
+    if (overlap == ir::DataParallelOverlap::None && stepReduced.empty()) {
+      diags->error(strategy.dataParallelOverlapLoc,
+                   "dp_overlap = none runs the step's gradient reductions after the backward, but "
+                   "strategy '" +
+                       strategy.name + "' has none: no data-parallel axis of its mesh " +
+                       formatMesh(mesh) +
+                       " replicates the grads (sharded grads are reduced in every micro-batch's "
+                       "backward)",
+                   "placement");
+      ok = false;
+    }
+    if (overlap == ir::DataParallelOverlap::All && stepGathered.empty()) {
+      diags->error(strategy.dataParallelOverlapLoc,
+                   "dp_overlap = all runs the all-gathers of the updated parameters beside the "
+                   "next step's forward, but strategy '" +
+                       strategy.name + "' has none: no data-parallel axis of its mesh " +
+                       formatMesh(mesh) +
+                       " shards the optimizer and replicates the params (the distributed "
+                       "optimizer, ZeRO-1 and ZeRO-2)",
+                   "placement");
+      ok = false;
+    }
+  }
   // `sends = scatter` splits the boundary tensor that every tensor-parallel rank holds whole;
   // under sequence parallelism each already holds and sends its own slice.
   if (strategy.pipeline && strategy.pipeline->scatterSends &&

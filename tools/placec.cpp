@@ -142,6 +142,13 @@ cl::opt<std::string> searchSpInputs(
     cl::desc("search: what the column-parallel products of every sequence-parallel candidate keep "
              "of their input, regather (Megatron-LM, the default) or keep (PyTorch)"),
     cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> searchDpOverlap(
+    "dp-overlap",
+    cl::desc("search: when every candidate's step runs its data-parallel collectives, grads (the "
+             "gradient reductions beside the last backward, the default: PyTorch, Megatron-LM's "
+             "--overlap-grad-reduce), all (and the updated parameters' all-gathers beside the "
+             "next forward: --overlap-param-gather) or none (both exposed)"),
+    cl::init(""), cl::cat(placecCategory));
 cl::opt<bool> searchMaxParams("max-params",
                               cl::desc("search: the largest model of the run's shape that each "
                                        "strategy family (dp, zero1-3, +tp) fits"),
@@ -517,6 +524,7 @@ int runSearch() {
   options.activations = searchActivations;
   options.asyncTp = searchAsyncTp;
   options.spInputs = searchSpInputs;
+  options.dpOverlap = searchDpOverlap;
   options.topK = searchTop;
   options.threads = searchThreads;
   options.json = outputFormat == report::Format::Json;

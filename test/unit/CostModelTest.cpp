@@ -218,6 +218,33 @@ TEST(CostModelTest, AsyncTensorParallelOverlapsEachCollectiveWithItsProducts) {
   EXPECT_NEAR(getPassExposedSeconds(llvm::ArrayRef(&unit, 1)), 8.0 * floor, 1e-12);
 }
 
+TEST(CostModelTest, StepCollectivesRunAsAPassBesideTheUnitsCompute) {
+  double k = kOverlapComputeSlowdown, floor = k / (1 + k);
+  // Three units of a forward with 10 s of compute each, their own gathers and ring steps counted
+  // with every micro-batch: as the step's parameter all-gathers see them (dp_overlap = all), the
+  // first unit's 4 s gather is waited for, the second's and third's (4 s and 12 s) run beside
+  // the compute of the unit before: 4 + 4·κ/(1 + κ) + (12 − 10).
+  std::vector<PassUnit> forward(3);
+  for (PassUnit &unit : forward) {
+    unit.compute = 10.0;
+    unit.gather = 1.0;
+    unit.beside = 3.0;
+  }
+  double gathers[3] = {4.0, 4.0, 12.0};
+  std::vector<PassUnit> step;
+  for (size_t i = 0; i < forward.size(); ++i)
+    step.push_back(getStepPassUnit(forward[i], gathers[i], 0));
+  EXPECT_DOUBLE_EQ(step[0].beside, 0.0);
+  EXPECT_DOUBLE_EQ(step[0].reduce, 0.0);
+  EXPECT_NEAR(getPassExposedSeconds(step), 4.0 + 4.0 * floor + 2.0, 1e-12);
+  // The step's gradient reductions beside the last backward (dp_overlap = grads): the first two
+  // units' 5 s beside the next unit's compute, the last unit's in full.
+  std::vector<PassUnit> backward;
+  for (const PassUnit &unit : forward)
+    backward.push_back(getStepPassUnit(unit, 0, 5.0));
+  EXPECT_NEAR(getPassExposedSeconds(backward), 2 * 5.0 * floor + 5.0, 1e-12);
+}
+
 TEST(CostModelTest, ProjectionsTakeTheirTensorSlots) {
   ir::Model model = smallTransformer(1);
   Layout layout;

@@ -734,7 +734,7 @@ TEST(PrinterTest, SmallProgram) {
   expectLine("    mode = keep [default]\n    sequence_parallel = false");
   expectLine("  pipeline = 1f1b(microbatches = 4, chunks = 1) [default]\n"
              "  context = ring [default]\n  async_tp = false [default]\n"
-             "  sp_inputs = regather [default]");
+             "  sp_inputs = regather [default]\n  dp_overlap = grads [default]");
   expectLine("strategy @offload_optimizer {\n  mesh = none\n  params {\n"
              "    tier = device [default]");
   expectLine("  strategy = @ptd");

@@ -138,10 +138,12 @@ double relativeDifference(double a, double b) {
 void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned samples, unsigned seed,
                     const std::vector<ir::Precision> &precisions = {},
                     const std::vector<ir::AsyncTensorParallel> &asyncTp = {},
-                    ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather) {
+                    ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather,
+                    ir::DataParallelOverlap dpOverlap = ir::DataParallelOverlap::Grads) {
   std::vector<Candidate> space;
   forEachCandidate(
-      run, cluster, [&](const Candidate &c) { space.push_back(c); }, precisions, asyncTp, spInputs);
+      run, cluster, [&](const Candidate &c) { space.push_back(c); }, precisions, asyncTp, spInputs,
+      dpOverlap);
   ASSERT_FALSE(space.empty());
   std::mt19937_64 random(seed);
   std::map<std::string, unsigned> seen;
@@ -365,6 +367,61 @@ run packed { model = llama_packed; cluster = h100_32; strategy = zero3(dp = 32);
     ++compared;
   }
   EXPECT_GE(compared, 20u);
+}
+
+TEST(SearchTest, FastPathAgreesWithDpOverlap) {
+  // `dp_overlap = none` (the step's gradient reductions after the backward, exposed) and `all`
+  // (the updated parameters' all-gathers beside the next step's forward): the fast path and the
+  // analyses agree, and against the default `grads` every candidate with a step reduction is
+  // slower under `none` and every candidate with a step all-gather of its parameters faster
+  // under `all`; the others are unchanged.
+  auto compiled = compile(kContext);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "llama");
+  for (ir::DataParallelOverlap overlap :
+       {ir::DataParallelOverlap::None, ir::DataParallelOverlap::All}) {
+    checkAgreement(run, *run.cluster, 300, 31, {}, {}, ir::SequenceParallelInputs::Regather,
+                   overlap);
+    std::vector<Candidate> space;
+    forEachCandidate(
+        run, *run.cluster, [&](const Candidate &c) { space.push_back(c); }, {}, {},
+        ir::SequenceParallelInputs::Regather, overlap);
+    ASSERT_FALSE(space.empty());
+    unsigned changed = 0, unchanged = 0;
+    for (size_t i = 0; i < space.size(); i += 1 + space.size() / 400) {
+      Candidate c = space[i];
+      ASSERT_EQ(c.dpOverlap, overlap);
+      FastVerdict with = evaluateFast(run, *run.cluster, c);
+      c.dpOverlap = ir::DataParallelOverlap::Grads;
+      FastVerdict without = evaluateFast(run, *run.cluster, c);
+      if (!with.rejectedBy.empty() || !without.rejectedBy.empty())
+        continue;
+      // Whether the candidate's step plan has the collectives the setting moves: gradient
+      // reductions of the step (`none`), all-gathers of the updated parameters (`all`).
+      analysis::RunAnalysis exact;
+      ASSERT_EQ(evaluateExact(run, *run.cluster, c, &exact), "") << c.describe();
+      bool applies = false;
+      for (const analysis::CommEntry &entry : exact.communication)
+        applies |=
+            entry.phase == plan::Phase::Step && entry.groupSize > 1 &&
+            (overlap == ir::DataParallelOverlap::None
+                 ? entry.state == ir::State::Grads
+                 : entry.state == ir::State::Params && entry.collective == plan::OpKind::AllGather);
+      if (!applies) {
+        EXPECT_EQ(with.stepSeconds, without.stepSeconds) << c.describe();
+        ++unchanged;
+        continue;
+      }
+      if (overlap == ir::DataParallelOverlap::None) {
+        EXPECT_GT(with.stepSeconds, without.stepSeconds) << c.describe();
+      } else {
+        EXPECT_LT(with.stepSeconds, without.stepSeconds) << c.describe();
+      }
+      ++changed;
+    }
+    EXPECT_GE(changed, 20u);
+    EXPECT_GE(unchanged, 20u);
+  }
 }
 
 TEST(SearchTest, FastPathAgreesWithCopiedGathers) {

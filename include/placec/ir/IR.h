@@ -315,6 +315,28 @@ enum class AsyncTensorParallel {
 /// The value as written: `false`, `true`, `forward`, `wgrad`.
 llvm::StringRef toString(AsyncTensorParallel mode);
 
+/// `dp_overlap = grads | all | none;`: which of the step's data-parallel collectives (the
+/// reduction of the accumulated gradients before the optimizer and the all-gather of the updated
+/// parameters after it, where the optimizer is sharded and the parameters are not) run beside
+/// compute.
+enum class DataParallelOverlap {
+  /// `grads` (the default): each unit's gradient reduction starts as the last micro-batch's
+  /// backward produces its gradients and runs beside the backward of the units before it
+  /// (PyTorch DDP's buckets, Megatron-LM's --overlap-grad-reduce, DeepSpeed's overlap_comm); the
+  /// updated parameters are gathered after the optimizer, exposed.
+  Grads,
+  /// `all`: as `grads`, and each unit's all-gather of its updated parameters runs before that
+  /// unit's forward in the next step, beside the forward of the unit before it (Megatron-LM's
+  /// --overlap-param-gather, which needs --overlap-grad-reduce and the distributed optimizer).
+  All,
+  /// `none`: the gradient reductions start after the last micro-batch's backward and the
+  /// parameter all-gathers after the optimizer, all exposed (Megatron-LM's default, without
+  /// --overlap-grad-reduce; DeepSpeed's ZeRO stages 1 and 2 without overlap_comm).
+  None,
+};
+/// The value as written: `grads`, `all`, `none`.
+llvm::StringRef toString(DataParallelOverlap overlap);
+
 /// `sp_inputs = regather | keep;`: what a column-parallel product (QKV, the MLP's input, the
 /// output layer) keeps of its input for its weight gradient under sequence parallelism, where the
 /// input is the all-gather of the sequence-split activations.
@@ -511,6 +533,9 @@ public:
   /// for the weight gradient (meaningful with sequenceParallel).
   SequenceParallelInputs sequenceParallelInputs = SequenceParallelInputs::Regather;
   llvm::SMLoc sequenceParallelInputsLoc;
+  /// `dp_overlap = ...;`: which of the step's data-parallel collectives run beside compute.
+  DataParallelOverlap dataParallelOverlap = DataParallelOverlap::Grads;
+  llvm::SMLoc dataParallelOverlapLoc;
   /// Whether the backward gathers the column-parallel products' inputs again: sequence
   /// parallelism with `sp_inputs = regather`.
   bool regathersInputs() const {

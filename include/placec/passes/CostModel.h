@@ -505,10 +505,13 @@ double getTensorOverlapExposedSeconds(double commSeconds, const TensorSlotSecond
 /// `G_1 + Σ_j max(X_j − C_j, X_j·κ/(1 + κ), T_j) + R_k`, X_j = G_{j+1} + R_{j−1} + S_j.
 double getPassExposedSeconds(llvm::ArrayRef<PassUnit> units);
 
-/// A unit of the last micro-batch's backward as the step's gradient reductions see it: its compute
-/// (and multiplicity), reducing `stepReduce` seconds; its own collectives were counted with every
-/// micro-batch's backward and are not counted again.
-PassUnit getStepPassUnit(const PassUnit &backward, double stepReduce);
+/// A unit of a pass as the step's data-parallel collectives see it: its compute (and
+/// multiplicity), gathering `stepGather` seconds before it and reducing `stepReduce` after it; its
+/// own collectives were counted with every micro-batch's pass and are not counted again. The
+/// step's gradient reductions run beside the last micro-batch's backward (`dp_overlap = grads` or
+/// `all`); under `dp_overlap = all` the updated parameters' all-gathers run beside the next step's
+/// first forward, each unit's before its forward (Megatron-LM's --overlap-param-gather).
+PassUnit getStepPassUnit(const PassUnit &unit, double stepGather, double stepReduce);
 
 //===----------------------------------------------------------------------===//
 // Pipelines

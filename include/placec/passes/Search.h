@@ -64,6 +64,9 @@ struct Candidate {
   /// `sp_inputs = …;` of its sequence parallelism (the search's `--sp-inputs`, the same for every
   /// candidate).
   ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather;
+  /// `dp_overlap = …;`: when the step's data-parallel collectives run (the search's
+  /// `--dp-overlap`, the same for every candidate).
+  ir::DataParallelOverlap dpOverlap = ir::DataParallelOverlap::Grads;
   /// The run's precision for this candidate; `mixed(fp8, gather = fp8)` when fp8Gather.
   ir::Precision precision = ir::Precision::MixedBF16;
   bool fp8Gather = false;
@@ -142,6 +145,11 @@ struct SearchOptions {
   /// What sequence parallelism's column-parallel products keep in every candidate (`sp_inputs`):
   /// `regather` as Megatron-LM, `keep` as PyTorch.
   ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather;
+  /// When every candidate's step runs its data-parallel collectives (`dp_overlap`): `grads` as
+  /// PyTorch's DDP and FSDP; `all` as Megatron-LM with --overlap-param-gather; `none` as
+  /// Megatron-LM without --overlap-grad-reduce. A candidate that it would change nothing for
+  /// (no step reduction, or no step all-gather of the parameters) keeps the default.
+  ir::DataParallelOverlap dpOverlap = ir::DataParallelOverlap::Grads;
   /// Per-device memory budget in bytes; 0: the cluster's device_memory.
   double memoryBudget = 0;
   unsigned topK = 10;
@@ -229,7 +237,8 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
                       const std::function<void(const Candidate &)> &callback,
                       const std::vector<ir::Precision> &precisions = {},
                       const std::vector<ir::AsyncTensorParallel> &asyncTp = {},
-                      ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather);
+                      ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather,
+                      ir::DataParallelOverlap dpOverlap = ir::DataParallelOverlap::Grads);
 
 /// Parses `--schedules 1f1b,zbv` into schedules; on an error returns nullopt and sets `error`.
 std::optional<std::vector<ir::Schedule>> parseSchedules(llvm::StringRef text, std::string &error);
@@ -301,6 +310,8 @@ struct SearchCommandOptions {
   std::string asyncTp;
   /// `--sp-inputs`: regather or keep; empty: regather.
   std::string spInputs;
+  /// `--dp-overlap`: grads, all or none; empty: grads.
+  std::string dpOverlap;
   unsigned topK = 5;
   /// `--threads`: SearchOptions::threads (0: one per hardware thread).
   unsigned threads = 0;
