@@ -622,6 +622,10 @@ private:
         pipelineSchedule == ir::Schedule::DualPipe || pipelineSchedule == ir::Schedule::DualPipeV)
       refuse("pipeline schedule " + ir::toString(*pipelineSchedule) +
              ": Megatron-LM has no flag for it (its schedules are 1F1B and interleaved 1F1B)");
+    if (run.crossEntropy == ir::CrossEntropyKind::Unfused)
+      refuse("cross_entropy = unfused: Megatron-LM computes its vocabulary-parallel loss (write "
+             "cross_entropy = vocab_parallel, its default, or fused, Transformer Engine's fused "
+             "kernel)");
     if (refused)
       return;
 
@@ -718,6 +722,13 @@ private:
       break;
     case ir::ActivationMode::RecomputeOps:
       break; // Refused.
+    }
+    // The loss (megatron/core/models/common/language_module/language_module.py): one fused
+    // kernel each way is Transformer Engine's implementation of --cross-entropy-loss-fusion;
+    // without the flag, Megatron-LM's vocabulary-parallel cross-entropy (vocab_parallel).
+    if (run.crossEntropy == ir::CrossEntropyKind::Fused) {
+      os << "--cross-entropy-loss-fusion\n";
+      flag("--cross-entropy-fusion-impl", "te");
     }
     const ir::TransformerConfig &config = model.transformer;
     flag("--num-layers", Twine(config.layers));
@@ -832,6 +843,9 @@ private:
         strategy.sequenceParallelInputs == ir::SequenceParallelInputs::Regather)
       refuse("sp_inputs = regather: PyTorch's tensor parallelism keeps each column-parallel "
              "product's gathered input for its weight gradient (write sp_inputs = keep)");
+    if (run.crossEntropy == ir::CrossEntropyKind::VocabParallel)
+      refuse("cross_entropy = vocab_parallel: torchtitan's loss is F.cross_entropy over the "
+             "logits cast to fp32 (write cross_entropy = unfused)");
     if (strategy.dataParallelOverlap == ir::DataParallelOverlap::None)
       refuse("dp_overlap = none: PyTorch's FSDP2 and DDP reduce each unit's gradients as the "
              "backward produces them, beside the backward (write dp_overlap = grads, the "

@@ -703,6 +703,8 @@ constexpr const char *kMegatronFlags[] = {
     "--fp8-recipe=",
     "--fp8-param-gather",
     "--tp-comm-overlap",
+    "--cross-entropy-loss-fusion",
+    "--cross-entropy-fusion-impl=",
     "--decoder-first-pipeline-num-layers=",
     "--decoder-last-pipeline-num-layers=",
     "--account-for-embedding-in-pipeline-split",
@@ -1338,6 +1340,24 @@ private:
       // alike), which nothing turns off.
       imported.asyncTp = ir::AsyncTensorParallel::WeightGradient;
     }
+    // The loss: Megatron-LM's vocabulary-parallel cross-entropy, a kernel per operation over an
+    // fp32 copy of the logits unless --cross-entropy-loss-fusion
+    // (megatron/core/models/common/language_module/language_module.py), whose `te` implementation
+    // is one fused kernel each way and whose `native` one (the default) fuses the operations into
+    // four kernels (megatron/core/fusions/fused_cross_entropy.py), which Place does not express.
+    std::string fusionImpl = getString("--cross-entropy-fusion-impl", "native");
+    if (fusionImpl != "native" && fusionImpl != "te")
+      diags.error(locOf("--cross-entropy-fusion-impl"),
+                  "--cross-entropy-fusion-impl is native or te, not '" + fusionImpl + "'");
+    else if (!has("--cross-entropy-loss-fusion"))
+      imported.crossEntropy = "vocab_parallel";
+    else if (fusionImpl == "native")
+      diags.error(locOf("--cross-entropy-loss-fusion"),
+                  "--cross-entropy-loss-fusion with the native implementation (the default of "
+                  "--cross-entropy-fusion-impl): Megatron-Core's jit-fused loss runs four kernels "
+                  "over the fp32 logits, between Place's cross_entropy = vocab_parallel (one per "
+                  "operation) and fused (one each way, --cross-entropy-fusion-impl te), and Place "
+                  "does not express it");
     imported.microBatch = *micro;
     imported.globalBatch = globalBatch;
     if (has("--bf16") && has("--fp16"))

@@ -2246,10 +2246,13 @@ void Sema::buildRun(const ast::RunDecl &decl) {
         ok = false;
       };
   words("cross_entropy",
-        "fused (Megatron-LM's, the default), unfused (PyTorch's F.cross_entropy over fp32 "
-        "logits) or chunked (one sequence's logits at a time)",
+        "fused (one fused kernel each way, the default: Transformer Engine's), vocab_parallel "
+        "(Megatron-LM's unfused vocabulary-parallel loss, a kernel per operation over fp32 "
+        "logits), unfused (PyTorch's F.cross_entropy over fp32 logits) or chunked (one "
+        "sequence's logits at a time)",
         run->crossEntropy,
         {{"fused", ir::CrossEntropyKind::Fused},
+         {"vocab_parallel", ir::CrossEntropyKind::VocabParallel},
          {"unfused", ir::CrossEntropyKind::Unfused},
          {"chunked", ir::CrossEntropyKind::Chunked}});
   words("kernels",

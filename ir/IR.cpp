@@ -312,6 +312,8 @@ StringRef toString(CrossEntropyKind kind) {
     return "fused";
   case CrossEntropyKind::Unfused:
     return "unfused";
+  case CrossEntropyKind::VocabParallel:
+    return "vocab_parallel";
   case CrossEntropyKind::Chunked:
     return "chunked";
   }

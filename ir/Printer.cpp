@@ -406,6 +406,8 @@ void IRPrinter::print(const Run &run) {
   line() << "global_batch = " << run.globalBatch << '\n';
   line() << "precision = " << spellPrecision(run) << '\n';
   line() << "optimizer = " << toString(run.optimizer) << '\n';
+  if (run.crossEntropy != CrossEntropyKind::Fused)
+    line() << "cross_entropy = " << toString(run.crossEntropy) << '\n';
   if (run.trainMetrics > 0)
     line() << "train_metrics = " << run.trainMetrics << '\n';
   StateBytes bytes = getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params);

@@ -741,6 +741,28 @@ void addOpRecompute(const TransformerDims &x, Work &work) {
 /// two passes read 8, write 4); the loss's gather of one log-probability per row is negligible.
 double unfusedCrossEntropyBytes(double e) { return e + 16; }
 
+/// The bytes per logit of a cross-entropy's forward and backward, each kernel's reads and writes.
+/// `fused`: one kernel reads the logits and one writes their gradient (e each). `vocab_parallel`
+/// (Megatron-LM's, megatron/core/tensor_parallel/cross_entropy.py, and its 2021 megatron/mpu):
+/// the fp32 copy (e in, 4 out), the maximum (4 in), the subtraction (4 in, 4 out), the
+/// exponential (4 in, 4 out), the sum (4 in) and the division (4 in, 4 out), all in place, e + 36;
+/// in the backward the product with the loss's gradient in place (4 in, 4 out) and the cast back
+/// (4 in, e out), e + 12 (the target's one logit per row is negligible). `unfused`: the forward's
+/// unfusedCrossEntropyBytes; the backward's gradient of the log-probabilities (4 written), the
+/// log-softmax backward (8 in, 4 out) and the cast back (4 in, e out), e + 20.
+double crossEntropyBytes(ir::CrossEntropyKind kind, double e, bool backward) {
+  switch (kind) {
+  case ir::CrossEntropyKind::Unfused:
+    return backward ? e + 20 : unfusedCrossEntropyBytes(e);
+  case ir::CrossEntropyKind::VocabParallel:
+    return backward ? e + 12 : e + 36;
+  case ir::CrossEntropyKind::Fused:
+  case ir::CrossEntropyKind::Chunked:
+    break;
+  }
+  return 2 * e;
+}
+
 Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKind pass,
                      const Layout &layout, bool moeLayer = false) {
   TransformerDims x = getLayerDims(config, layout, moeLayer);
@@ -760,10 +782,6 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     Gemm logits{"logits", x.tokens, x.vocab / x.t, x.h};
     logits.tensorSlot = kSlotQkv; // Beside the all-gather of the final norm's output.
     double logitCount = x.tokens * x.vocab / x.t;
-    // Unfused (PyTorch's F.cross_entropy over fp32 logits), each kernel's reads and writes: the
-    // forward's unfusedCrossEntropyBytes; the backward's gradient of the log-probabilities (4
-    // written), the log-softmax backward (8 in, 4 out) and the cast back (4 in, e out).
-    bool unfused = layout.crossEntropy == ir::CrossEntropyKind::Unfused;
     if (x.fp32Params)
       addWeightCasts(x, {logits}, backward, work);
     if (!backward) {
@@ -772,14 +790,14 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
       if (double cast = streamCastBytes(x))
         work.memory.push_back({"final norm output cast (autocast)", x.outside() * cast});
       work.memory.push_back(
-          {"cross-entropy", logitCount * (unfused ? unfusedCrossEntropyBytes(x.e) : 2 * x.e)});
+          {"cross-entropy", logitCount * crossEntropyBytes(layout.crossEntropy, x.e, false)});
     } else {
       addBackwardProducts({logits}, work.gemms);
       work.memory.push_back({"final norm backward", x.outside() * normBytesPerElement(x, true)});
       if (double cast = streamCastBytes(x))
         work.memory.push_back({"final norm gradient cast (autocast)", x.outside() * cast});
-      work.memory.push_back(
-          {"cross-entropy backward", logitCount * (unfused ? x.e + 20 : 2 * x.e)});
+      work.memory.push_back({"cross-entropy backward",
+                             logitCount * crossEntropyBytes(layout.crossEntropy, x.e, true)});
       // `train_metrics`: after the backward, each metric is an unfused cross-entropy's forward
       // over the logits (autocast's fp32 copy, then the log-softmax), without gradient.
       if (layout.trainMetrics > 0)

@@ -598,13 +598,17 @@ std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, 
 /// Bytes per stored activation element: 2 under mixed precision, 4 under fp32.
 unsigned getActivationBytes(Precision precision);
 
-/// How a run computes the loss from the logits (`cross_entropy`): `fused`, the softmax in one
-/// fp32 buffer beside the logits, worked in place (Megatron-LM's vocabulary-parallel
-/// cross-entropy); `unfused`, PyTorch's `F.cross_entropy` over an fp32 copy of the logits (as
-/// torchtitan calls it), which keeps an fp32 log-softmax and makes two fp32 gradients;
-/// `chunked`, the output layer and the fused loss one sequence at a time over one [seq, vocab]
-/// logits buffer, the gradient written over it (placert's CUDA trainer).
-enum class CrossEntropyKind { Fused, Unfused, Chunked };
+/// How a run computes the loss from the logits (`cross_entropy`): `fused`, one kernel that reads
+/// the logits once and keeps an fp32 softmax beside them, and one that writes the gradient
+/// (Transformer Engine's and Megatron-Core's fused loss, --cross-entropy-loss-fusion;
+/// flash-attn's CrossEntropyLoss, as llm-foundry calls it); `vocab_parallel`, Megatron-LM's
+/// vocabulary-parallel cross-entropy without that fusion (its default), the same buffers worked
+/// by one kernel per operation: an fp32 copy of the logits, their maximum, the subtraction, the
+/// exponential, the sum and the division in place; `unfused`, PyTorch's `F.cross_entropy` over an
+/// fp32 copy of the logits (as torchtitan calls it), which keeps an fp32 log-softmax and makes two
+/// fp32 gradients; `chunked`, the output layer and the fused loss one sequence at a time over one
+/// [seq, vocab] logits buffer, the gradient written over it (placert's CUDA trainer).
+enum class CrossEntropyKind { Fused, Unfused, Chunked, VocabParallel };
 llvm::StringRef toString(CrossEntropyKind kind);
 
 /// How a run's element-wise work executes (`kernels`): `fused`, each norm, rotary embedding and

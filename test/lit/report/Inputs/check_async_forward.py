@@ -3,6 +3,8 @@ the collectives listed in the same report (test/lit/report/async-tp-forward.plac
 import json
 import sys
 
+from report_checks import check, finish
+
 report = json.load(open(sys.argv[1]))
 runs = {run["name"]: run for run in report["runs"]}
 
@@ -16,13 +18,8 @@ def collectives(name, phase, state):
                if entry["phase"] == phase and entry["state"] == state)
 
 
-def check(ok, message):
-    print(message if ok else "FAIL: " + message)
-
-
 def close(a, b, relative):
     return abs(a - b) <= relative * max(abs(a), abs(b))
-
 
 # One device group, no data-parallel traffic: with async_tp off the activations' collectives
 # (tensor and sequence parallelism) are exposed in full; the norms' gradient all-reduces run
@@ -49,3 +46,4 @@ added = exposed("fwd_recompute") - exposed("fwd_keep")
 forward_share = exposed("fwd_keep") - backward - (exposed("off_keep") - forward - backward)
 check(recomputed > 0 and 0 < added < 0.5 * recomputed and added <= forward_share,
       "recompute: the recomputed forward adds what the forward exposes")
+finish()

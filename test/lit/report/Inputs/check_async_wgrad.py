@@ -3,6 +3,8 @@ listed in the same report (test/lit/report/async-tp-wgrad.place)."""
 import json
 import sys
 
+from report_checks import check, finish
+
 report = json.load(open(sys.argv[1]))
 runs = {run["name"]: run for run in report["runs"]}
 
@@ -21,11 +23,6 @@ def collectives(name, phase, kinds, state="activations"):
     return sum(entry["time_s"] for entry in runs[name]["communication"]
                if entry["phase"] == phase and entry["state"] == state and
                entry["collective"] in kinds)
-
-
-def check(ok, message):
-    print(message if ok else "FAIL: " + message)
-
 
 # Plain tensor parallelism: the activation collectives are all-reduces (and the forward's gather
 # of the vocabulary-parallel loss's statistics); in the backward each sums a column-parallel
@@ -68,3 +65,4 @@ check(settings == {"off_plain": "false", "wgrad_plain": "wgrad", "off_sp": "fals
                  "wgrad_sp": "regather", "all_sp": "regather"} and
       all(runs[name]["strategy"]["context"] is None for name in runs),
       "report: async_tp as written, no context without a sequence axis")
+finish()

@@ -3,30 +3,10 @@ computed in test/lit/report/unpad-train-metrics.place."""
 import json
 import sys
 
+from report_checks import check, figures, close, finish
+
 report = json.load(open(sys.argv[1]))
 runs = {run["name"]: run for run in report["runs"]}
-
-
-def figures(node, out):
-    """Every explained figure of a run, by name, in the order the explanation lists them."""
-    if isinstance(node, dict):
-        if "figure" in node and "value" in node:
-            out.setdefault(node["figure"], []).append(node["value"])
-        for value in node.values():
-            figures(value, out)
-    elif isinstance(node, list):
-        for value in node:
-            figures(value, out)
-    return out
-
-
-def check(ok, message):
-    print(message if ok else "FAIL: " + message)
-
-
-def close(a, b):
-    return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
-
 
 unpadded = figures(runs["unpadded"]["explain"], {})
 padded = figures(runs["padded"]["explain"], {})
@@ -49,3 +29,4 @@ added = (unpadded["attention inputs unpadded (unpad)"][0] +
 step = runs["unpadded"]["time"]["step_s"] - runs["padded"]["time"]["step_s"]
 check(close(step, added) or abs(step - added) <= 1e-3 * added,
       "step: longer by the added work")
+finish()
