@@ -97,7 +97,7 @@ inline constexpr int kGemmTiles[][2] = {{256, 128}, {128, 128}};
 inline constexpr double kGemmTileOverheadK = 256;
 /// The fraction of their microbenchmark speed that kernels reach inside a training step (launch
 /// gaps, layout transposes, cache and clock interference among the step's kernels).
-inline constexpr double kTrainingKernelEfficiency = 0.84;
+inline constexpr double kTrainingKernelEfficiency = 0.85;
 
 /// Compute slowdown while communication kernels run alongside it: the average of Lee et al. 2025
 /// ("Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
