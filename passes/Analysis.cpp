@@ -736,8 +736,6 @@ RunAnalysis Analyzer::analyze() {
     std::vector<cost::PassUnit> stepUnits, nextForwardUnits;
     for (const cost::PassUnit &unit : backwardUnits)
       stepUnits.push_back(cost::getStepPassUnit(unit, 0, 0));
-    for (const cost::PassUnit &unit : forwardUnits)
-      nextForwardUnits.push_back(cost::getStepPassUnit(unit, 0, 0));
     // Each unit's position in a pass (its first compute's).
     auto positionsOfUnits = [&](const std::vector<Op> &ops) {
       std::vector<size_t> positions;
@@ -749,7 +747,13 @@ RunAnalysis Analyzer::analyze() {
       return positionOfUnit;
     };
     std::map<int, size_t> backwardPositionOfUnit = positionsOfUnits(stage.backward);
-    std::map<int, size_t> forwardPositionOfUnit = positionsOfUnits(stage.forward);
+    // Under `dp_overlap = all` only: where each unit's updated parameters are gathered.
+    std::map<int, size_t> forwardPositionOfUnit;
+    if (dpOverlap == ir::DataParallelOverlap::All) {
+      for (const cost::PassUnit &unit : forwardUnits)
+        nextForwardUnits.push_back(cost::getStepPassUnit(unit, 0, 0));
+      forwardPositionOfUnit = positionsOfUnits(stage.forward);
+    }
     double stepOverlap = 0, stepExposed = 0;
     for (const Op &op : stage.step) {
       if (op.kind == OpKind::OptimizerUpdate) {
@@ -769,10 +773,10 @@ RunAnalysis Analyzer::analyze() {
           stepUnits[it->second].reduce += seconds;
         else
           stepOverlap += seconds;
-      } else if (overlappable && op.kind == OpKind::AllGather && op.state == ir::State::Params &&
-                 dpOverlap == ir::DataParallelOverlap::All &&
-                 forwardPositionOfUnit.count(op.unit)) {
-        nextForwardUnits[forwardPositionOfUnit[op.unit]].gather += seconds;
+      } else if (auto it = forwardPositionOfUnit.find(op.unit);
+                 overlappable && op.kind == OpKind::AllGather && op.state == ir::State::Params &&
+                 it != forwardPositionOfUnit.end()) {
+        nextForwardUnits[it->second].gather += seconds;
       } else {
         stepExposed += seconds;
       }
