@@ -641,6 +641,12 @@ RunAnalysis Analyzer::analyze() {
     double exposedPerMicrobatch = 0, exposed = 0, total = 0;
   };
   std::vector<StageTime> stageTimes;
+  // The training metrics' synchronization at the step's end, over every rank, the same on
+  // every stage.
+  cost::GroupShape world{mesh.getNumDevices(), cluster.devicesPerNode};
+  std::string metricSyncFormula;
+  double metricSync = costModel.getTrainMetricSyncSeconds(
+      run.trainMetrics, world, options.explain ? &metricSyncFormula : nullptr);
   for (const plan::StagePlan &stage : plan.stages) {
     std::map<std::tuple<int, std::vector<unsigned>, int, int>, size_t> index;
     auto account = [&](const Op &op) {
@@ -754,7 +760,7 @@ RunAnalysis Analyzer::analyze() {
         nextForwardUnits.push_back(cost::getStepPassUnit(unit, 0, 0));
       forwardPositionOfUnit = positionsOfUnits(stage.forward);
     }
-    double stepOverlap = 0, stepExposed = 0;
+    double stepOverlap = 0, stepExposed = metricSync;
     for (const Op &op : stage.step) {
       if (op.kind == OpKind::OptimizerUpdate) {
         double elements = static_cast<double>(op.elements);
@@ -963,6 +969,12 @@ RunAnalysis Analyzer::analyze() {
                  "parameters' all-gathers after the optimizer, in full",
            stageText),
        time.exposedCommSeconds, "s"});
+  if (metricSync > 0)
+    explanation.time.push_back(
+        {"metrics sync",
+         fmt::format("part of exposed comm, at the step's end (train_metrics = {}): {}",
+                     run.trainMetrics, metricSyncFormula),
+         metricSync, "s"});
   if (stages > 1) {
     // Each stage's micro-batch, runs of equal stages together: what the bubble sums, and where a
     // pipeline is out of balance.

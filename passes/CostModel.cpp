@@ -2222,6 +2222,39 @@ double CostModel::getGatherCopySeconds(double gatheredBytes, std::string *formul
   return time;
 }
 
+double CostModel::getTrainMetricSyncSeconds(int64_t metrics, const GroupShape &world,
+                                            std::string *formula) const {
+  if (metrics <= 0 || world.size <= 1) {
+    if (formula)
+      *formula = "one rank: nothing to synchronize";
+    return 0;
+  }
+  double n = static_cast<double>(world.size);
+  double states = static_cast<double>(metrics * kTrainMetricStates);
+  // One element from each rank (sum_loss fp32, total_items int64).
+  constexpr double kElementBytes = 8;
+  std::string barrierText, gatherText;
+  double barrier = getCollectiveSeconds(Collective::AllReduce, world, kElementBytes,
+                                        formula ? &barrierText : nullptr);
+  double gather = getCollectiveSeconds(Collective::AllGather, world, n * kElementBytes,
+                                       formula ? &gatherText : nullptr);
+  double zeros = n * kHostOperatorSeconds;
+  double copies = n * kHostOperatorSeconds;
+  double rest = 2 * kHostOperatorSeconds;
+  double perState = barrier + zeros + std::max(gather, copies) + rest;
+  double time = states * perState;
+  if (formula)
+    *formula = fmt::format(
+        "{} metrics × {} states × (barrier + {} zeros_like + max(all-gather, {} copies) + stack "
+        "and sum) = {} × (barrier {} + {} × {} + max({}, {}) + 2 × {}) = {} [barrier: {}; "
+        "all-gather: {}; {} per host operator]",
+        metrics, kTrainMetricStates, num(n), num(n), num(states), fmtSeconds(barrier), num(n),
+        fmtSeconds(kHostOperatorSeconds), fmtSeconds(gather), fmtSeconds(copies),
+        fmtSeconds(kHostOperatorSeconds), fmtSeconds(time), barrierText, gatherText,
+        fmtSeconds(kHostOperatorSeconds));
+  return time;
+}
+
 double CostModel::getHostOptimizerSeconds(double elements, ir::StateBytes bytes,
                                           std::string *formula) const {
   std::string perParamText;

@@ -815,6 +815,9 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
   bool onHostParams = states.paramsOnHost, onHostOptimizer = states.optimizerOnHost;
   bool gradsOnHost = states.gradsOnHost, keep = states.keepAfterForward;
   double pBytes = paramBytes, gatherBytes = c.fp8Gather ? 1 : paramBytes;
+  // The training metrics' synchronization over every rank at the step's end (Analysis).
+  double metricSync = costModel.getTrainMetricSyncSeconds(
+      trainMetrics, {c.pp * c.getDataDegree() * c.ep * c.tp, cluster.devicesPerNode});
   double sendIntra = 0, sendInter = 0;
   if (c.pp > 1) {
     int64_t elements = c.microBatch * model.transformer.seq / c.cp * model.transformer.hidden;
@@ -1041,7 +1044,8 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
     stage.critical = critical;
     stage.passes = cost::getPassExposedSeconds(ArrayRef(forwardPass, numGroups)) +
                    cost::getPassExposedSeconds(ArrayRef(backwardPass, numGroups));
-    stage.step = cost::getPassExposedSeconds(ArrayRef(stepPass, numGroups)) + stepExposed;
+    stage.step =
+        cost::getPassExposedSeconds(ArrayRef(stepPass, numGroups)) + stepExposed + metricSync;
     if (c.dpOverlap == ir::DataParallelOverlap::All)
       stage.step += cost::getPassExposedSeconds(ArrayRef(nextForwardPass, numGroups));
     stage.optimizer = optimizer;

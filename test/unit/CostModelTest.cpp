@@ -97,6 +97,31 @@ TEST(CostModelTest, NcclRingInsideANode) {
               1e-9 * reduce);
 }
 
+TEST(CostModelTest, TrainMetricsSynchronizeOverEveryRank) {
+  auto compiled = unittest::compile(kH100);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  CostModel model(*compiled->program->findCluster("h100"), ir::Precision::MixedBF16);
+  // 16 ranks on 2 nodes of 8, two metrics of two scalar states each (Composer's language
+  // metrics). Per state, torchmetrics' gather_all_tensors: a barrier, NCCL's tree all-reduce of
+  // one element (8.4 us + 2·(7 NVLink steps × 3.4 us + 1 network step × 9.6 us)); 16 zeros_like
+  // on the host at 10.9 us each; the ring all-gather of 16 elements (8.4 us + 14 × 3.4 us + 9.6
+  // us = 65.6 us) beside 16 copies issued by the host (174.4 us, the longer); the stack and the
+  // sum. The bytes (at most 128) add under a nanosecond.
+  double barrier = 8.4e-6 + 2 * (7 * 3.4e-6 + 9.6e-6);
+  double host = 10.9e-6;
+  double perState = barrier + 16 * host + 16 * host + 2 * host;
+  GroupShape world{16, 8};
+  EXPECT_NEAR(model.getTrainMetricSyncSeconds(2, world), 4 * perState, 1e-8);
+  // One metric synchronizes half as much; one rank or no metric, nothing.
+  EXPECT_NEAR(model.getTrainMetricSyncSeconds(1, world), 2 * perState, 1e-8);
+  EXPECT_EQ(model.getTrainMetricSyncSeconds(2, GroupShape{1, 8}), 0.0);
+  EXPECT_EQ(model.getTrainMetricSyncSeconds(0, world), 0.0);
+  // The host's operators grow with the ranks: 1,026 per state on 512 ranks against 34 on 16, so
+  // the 512 ranks take more than 20 times as long (the barriers grow slower).
+  EXPECT_GT(model.getTrainMetricSyncSeconds(2, GroupShape{512, 8}),
+            20 * model.getTrainMetricSyncSeconds(2, world));
+}
+
 TEST(CostModelTest, FusedAttentionByKernel) {
   auto compiled = unittest::compile(kH100);
   ASSERT_TRUE(compiled->program) << compiled->messages;

@@ -118,6 +118,16 @@ inline constexpr double kCausalFraction = 0.5;
 inline constexpr double kCollectiveBaseLatency = 8.4e-6;
 inline constexpr double kNvlinkStepLatency = 3.4e-6;
 
+/// The host's time for one small eager PyTorch operator while the device waits for it: placec's
+/// kernel bench on an H100 machine (bench/gpu/kernels.py, `launch`: 20,000 `add_` on 16 elements
+/// timed on the host, 10.9 and 11.2 us in its two runs of 2026-11-27, PyTorch 2.11;
+/// bench/README.md, "Kernels").
+inline constexpr double kHostOperatorSeconds = 10.9e-6;
+/// The states of each training metric that `train_metrics` counts: Composer's
+/// LanguageCrossEntropy and LanguagePerplexity keep two scalars, `sum_loss` and `total_items`
+/// (composer/metrics/nlp.py, `add_state(..., dist_reduce_fx='sum')`).
+inline constexpr int64_t kTrainMetricStates = 2;
+
 /// FlashAttention's backward does five matrix products per block against the forward's two
 /// (Dao 2023, "FlashAttention-2", §3.1): 2.5 times the forward's FLOPs.
 inline constexpr double kFusedAttentionBackwardRatio = 2.5;
@@ -623,6 +633,16 @@ public:
   /// torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): the `gatheredBytes` read and
   /// written once (memory-bound). `in_place` gathers cost nothing apart.
   double getGatherCopySeconds(double gatheredBytes, std::string *formula = nullptr) const;
+  /// `train_metrics`: at the end of every step Composer computes each training metric
+  /// (Trainer._compute_and_log_metrics), and torchmetrics synchronizes each of its
+  /// kTrainMetricStates scalar states over the job's `world` ranks (gather_all_tensors,
+  /// torchmetrics 1.0: a barrier, a one-element all-reduce after which the host waits for the
+  /// device; `n` zeros_like; a one-element all-gather into them, which ProcessGroupNCCL copies out
+  /// of its flat buffer piece by piece, `n` copies; the stack and the sum of the pieces). The
+  /// device idles while the host issues those operators, kHostOperatorSeconds each; the all-gather
+  /// runs while the host issues the copies. 0 for one rank (torchmetrics does not synchronize).
+  double getTrainMetricSyncSeconds(int64_t metrics, const GroupShape &world,
+                                   std::string *formula = nullptr) const;
   /// The same step on the host (ZeRO-Offload's CPU optimizer): the bytes over the node's host
   /// memory bandwidth shared by its devices; 0 (not timed) when that bandwidth is unknown.
   double getHostOptimizerSeconds(double elements, ir::StateBytes bytes,

@@ -1,5 +1,5 @@
 """Checks what `unpad = true` and `train_metrics = 2` add to a run against the byte counts
-computed in test/lit/report/unpad-train-metrics.place."""
+computed in test/lit/report/unpad-train-metrics.place, and the time of the metrics' synchronization."""
 import json
 import sys
 
@@ -24,8 +24,18 @@ activations = (runs["unpadded"]["memory"]["device"]["activations"],
                runs["padded"]["memory"]["device"]["activations"])
 check(activations == (130154496, 121765888),
       "activations: %d and %d" % activations)
+# The metrics' synchronization at the step's end over the 2 ranks of one H100 node, per state:
+# the barrier (a ring all-reduce of one element, 8.4 us + 2 NVLink steps × 3.4 us), 2 zeros_like,
+# the all-gather (8.4 + 3.4 us) beside 2 copies, the stack and the sum, at 10.9 us per host
+# operator; 2 metrics × 2 states. The bytes add under a nanosecond.
+host = 10.9e-6
+sync = 4 * ((8.4e-6 + 2 * 3.4e-6) + 2 * host + max(8.4e-6 + 3.4e-6, 2 * host) + 2 * host)
+synced = unpadded["metrics sync"]
+check(len(synced) == 1 and abs(synced[0] - sync) <= 1e-9,
+      "metrics sync: %.1f us" % (sync * 1e6))
+check("metrics sync" not in padded, "padded: no metrics sync")
 added = (unpadded["attention inputs unpadded (unpad)"][0] +
-         unpadded["attention gradients padded (unpad)"][0]) * 2 + metrics[0]
+         unpadded["attention gradients padded (unpad)"][0]) * 2 + metrics[0] + synced[0]
 step = runs["unpadded"]["time"]["step_s"] - runs["padded"]["time"]["step_s"]
 check(close(step, added) or abs(step - added) <= 1e-3 * added,
       "step: longer by the added work")
