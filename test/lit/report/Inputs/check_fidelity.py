@@ -1,8 +1,8 @@
 # Recomputes `placec fidelity --format=json`'s summaries from its rows' predicted and measured
-# values: each row's error, and the mean |error|, mean signed error, max |error| and worst run of
-# every set, every source file, every device and the whole step; and that each row's predicted
-# parts (compute, optimizer step, exposed communication, bubble) add up to its predicted step,
-# which the analysis sums separately. `python3 check_fidelity.py < fidelity.json`.
+# values: each row's error, and the mean |error|, mean signed error, max |error|, worst run and
+# rows over 10 % of every set, every source file, every device and the whole step; and that each
+# row's predicted parts (compute, optimizer step, exposed communication, bubble) add up to its
+# predicted step, which the analysis sums separately. `python3 check_fidelity.py < fidelity.json`.
 import json
 import sys
 
@@ -32,6 +32,7 @@ def check(summary, errors, what):
     assert abs(summary["mean_abs_error"] - mean_abs) <= 1e-12, what
     assert abs(summary["mean_error"] - mean) <= 1e-12, what
     assert abs(summary["max_abs_error"] - abs(worst_error)) <= 1e-12, what
+    assert summary["rows_over_10_percent"] == sum(abs(e) > 0.10 for e, _ in errors), what
     assert summary["worst"] == worst or abs(
         abs(dict((n, e) for e, n in errors)[summary["worst"]]) - abs(worst_error)) <= 1e-15, what
 
