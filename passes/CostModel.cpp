@@ -2226,7 +2226,7 @@ double CostModel::getTrainMetricSyncSeconds(int64_t metrics, const GroupShape &w
                                             std::string *formula) const {
   if (metrics <= 0 || world.size <= 1) {
     if (formula)
-      *formula = "one rank: nothing to synchronize";
+      *formula = "no metrics or one rank: nothing to synchronize";
     return 0;
   }
   double n = static_cast<double>(world.size);
@@ -2238,10 +2238,9 @@ double CostModel::getTrainMetricSyncSeconds(int64_t metrics, const GroupShape &w
                                         formula ? &barrierText : nullptr);
   double gather = getCollectiveSeconds(Collective::AllGather, world, n * kElementBytes,
                                        formula ? &gatherText : nullptr);
-  double zeros = n * kHostOperatorSeconds;
-  double copies = n * kHostOperatorSeconds;
-  double rest = 2 * kHostOperatorSeconds;
-  double perState = barrier + zeros + std::max(gather, copies) + rest;
+  // The zeros_like, and the copies out of the all-gather's buffer: n host operators each.
+  double perRank = n * kHostOperatorSeconds;
+  double perState = barrier + perRank + std::max(gather, perRank) + 2 * kHostOperatorSeconds;
   double time = states * perState;
   if (formula)
     *formula = fmt::format(
@@ -2249,7 +2248,7 @@ double CostModel::getTrainMetricSyncSeconds(int64_t metrics, const GroupShape &w
         "and sum) = {} × (barrier {} + {} × {} + max({}, {}) + 2 × {}) = {} [barrier: {}; "
         "all-gather: {}; {} per host operator]",
         metrics, kTrainMetricStates, num(n), num(n), num(states), fmtSeconds(barrier), num(n),
-        fmtSeconds(kHostOperatorSeconds), fmtSeconds(gather), fmtSeconds(copies),
+        fmtSeconds(kHostOperatorSeconds), fmtSeconds(gather), fmtSeconds(perRank),
         fmtSeconds(kHostOperatorSeconds), fmtSeconds(time), barrierText, gatherText,
         fmtSeconds(kHostOperatorSeconds));
   return time;

@@ -129,13 +129,17 @@ unsigned optimizerMask(OptimizerChoice choice) {
                                                                                           : 0;
 }
 
+/// The data-parallel axes (kOuter, kInner, kContext) a candidate's mesh has.
+unsigned presentAxes(const Candidate &c) {
+  return (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0) | (c.cp > 1 ? kContext : 0);
+}
+
 /// Whether the candidate's `dp_overlap` changes its step, so that its strategy writes it (the
 /// verifier's rule `placement`): `none` needs gradients reduced once per step (replicated over a
 /// data-parallel axis), `all` updated parameters all-gathered after the optimizer (sharded
 /// optimizer, replicated parameters); `grads` is the default.
 bool writesDpOverlap(const Candidate &c) {
-  unsigned present =
-      (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0) | (c.cp > 1 ? kContext : 0);
+  unsigned present = presentAxes(c);
   switch (c.dpOverlap) {
   case ir::DataParallelOverlap::Grads:
     return false;
@@ -332,8 +336,7 @@ private:
     g.strides[2] = c.tp;
     g.strides[1] = c.cp * c.tp;
     g.strides[0] = c.dpLocal * c.cp * c.tp;
-    g.present =
-        (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0) | (c.cp > 1 ? kContext : 0);
+    g.present = presentAxes(c);
     return g;
   }
   int64_t degree(const Geometry &g, unsigned mask) const {
@@ -2073,8 +2076,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
           if (!prune || options.filter)
             return true;
           // Rule order: gradient-integrity before capacity, as in the verifier's report.
-          unsigned present = (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0) |
-                             (c.cp > 1 ? kContext : 0);
+          unsigned present = presentAxes(c);
           if (gradMask(c.grads) & present & ~(optimizerMask(c.optimizer) & present))
             return true;
           if (evaluatorFor(c).lowerBound(c, layouts) <= cluster.deviceMemory)
