@@ -25,8 +25,8 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kRowsPerWarp = 16;
 constexpr int kBlockRows = kWarps * kRowsPerWarp; // 64 queries (forward) or keys (backward)
-constexpr int kPad = 8;                            // bf16 elements of padding per shared row
-constexpr double kLog2e = 1.4426950408889634;      // log2(e)
+constexpr int kPad = 8;                           // bf16 elements of padding per shared row
+constexpr double kLog2e = 1.4426950408889634;     // log2(e)
 
 /// D += A·B for one 16×8×16 tile: a[4] (row-major 16×16), b[2] (column-major 16×8), d[4].
 __device__ __forceinline__ void mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
@@ -100,7 +100,9 @@ __device__ __forceinline__ void copyAsync(bf16 *shared, const bf16 *global, bool
                "l"(global), "r"(valid ? 16 : 0)
                : "memory");
 }
-__device__ __forceinline__ void commitAsync() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void commitAsync() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 template <int N> __device__ __forceinline__ void waitAsync() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
@@ -285,10 +287,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 // Backward
 //===----------------------------------------------------------------------===//
 
-/// delta[(b·heads + h)·seq + s] = Σ_d dout · out over head h of token s: one warp per (token, head).
+/// delta[(b·heads + h)·seq + s] = Σ_d dout · out over head h of token s: one warp per (token,
+/// head).
 __global__ void flashDeltaKernel(const bf16 *__restrict__ out, const bf16 *__restrict__ dout,
-                                 int64_t ldOut, float *__restrict__ delta, int64_t tokens,
-                                 int seq, int heads, int headDim) {
+                                 int64_t ldOut, float *__restrict__ delta, int64_t tokens, int seq,
+                                 int heads, int headDim) {
   int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   int lane = threadIdx.x & 31;
   if (item >= tokens * heads)
@@ -321,26 +324,36 @@ __global__ void flashDqKernel(const float *__restrict__ dqAccum, bf16 *__restric
   }
 }
 
+/// 4 bytes from global to shared memory (cp.async); zero when !valid.
+__device__ __forceinline__ void copyAsync4(float *shared, const float *global, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sharedAddress(shared)),
+               "l"(global), "r"(valid ? 4 : 0)
+               : "memory");
+}
+
 /// Grid (key blocks, heads, batch), kWarps warps; warp w owns keys k0 + 16w .. k0 + 16w + 15 and
-/// walks the query blocks of BQ queries that can see them.
+/// walks the query blocks of BQ queries that can see them. The query block's Q, dO, log-sum-exp
+/// and delta are double-buffered: block i + 1 is copied (cp.async) while block i is worked. Only
+/// the query blocks that cross a warp's diagonal or the end of the sequence are masked, and a
+/// warp that none of a block's queries see only writes zeros for its part of dS.
 template <int D, int BQ>
 __global__ void __launch_bounds__(kWarps * 32)
     flashBackwardKernel(const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                         const bf16 *__restrict__ v, int64_t ldIn, int64_t headStride,
-                        const bf16 *__restrict__ dout, int64_t ldOut,
-                        const float *__restrict__ lse, const float *__restrict__ delta,
-                        float *__restrict__ dqAccum, bf16 *__restrict__ dk, bf16 *__restrict__ dv,
-                        int seq, int heads, float scale, float scaleLog2) {
+                        const bf16 *__restrict__ dout, int64_t ldOut, const float *__restrict__ lse,
+                        const float *__restrict__ delta, float *__restrict__ dqAccum,
+                        bf16 *__restrict__ dk, bf16 *__restrict__ dv, int seq, int heads,
+                        float scale, float scaleLog2) {
   extern __shared__ __align__(16) unsigned char shared[];
-  constexpr int stride = D + kPad;
+  constexpr int stride = D + kPad, chunks = D / 8;
   constexpr int dsStride = kBlockRows + kPad;
-  bf16 *kTile = reinterpret_cast<bf16 *>(shared);  // [64][D + pad]
-  bf16 *vTile = kTile + kBlockRows * stride;       // [64][D + pad]
-  bf16 *qTile = vTile + kBlockRows * stride;       // [BQ][D + pad]
-  bf16 *doTile = qTile + BQ * stride;              // [BQ][D + pad]
-  bf16 *dsTile = doTile + BQ * stride;             // [BQ][64 + pad]: dS[query][key]
-  float *lseTile = reinterpret_cast<float *>(dsTile + BQ * dsStride); // [BQ]
-  float *deltaTile = lseTile + BQ;                                    // [BQ]
+  bf16 *kTile = reinterpret_cast<bf16 *>(shared); // [64][D + pad]
+  bf16 *vTile = kTile + kBlockRows * stride;      // [64][D + pad]
+  bf16 *qTiles = vTile + kBlockRows * stride;     // [2][BQ][D + pad]
+  bf16 *doTiles = qTiles + 2 * BQ * stride;       // [2][BQ][D + pad]
+  bf16 *dsTile = doTiles + 2 * BQ * stride;       // [BQ][64 + pad]: dS[query][key]
+  float *lseTiles = reinterpret_cast<float *>(dsTile + BQ * dsStride); // [2][BQ]
+  float *deltaTiles = lseTiles + 2 * BQ;                               // [2][BQ]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int h = blockIdx.y, b = blockIdx.z;
@@ -355,80 +368,134 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t dqLd = static_cast<int64_t>(heads) * D;
   float *dqHead = dqAccum + token0 * dqLd + h * D;
 
+  auto fetch = [&](int buffer, int i0) {
+    bf16 *qt = qTiles + buffer * BQ * stride, *dot = doTiles + buffer * BQ * stride;
+    for (int i = threadIdx.x; i < BQ * chunks; i += blockDim.x) {
+      int r = i / chunks, c = (i % chunks) * 8;
+      bool inside = i0 + r < seq;
+      int64_t row = inside ? i0 + r : 0;
+      copyAsync(qt + r * stride + c, qHead + row * ldIn + c, inside);
+      copyAsync(dot + r * stride + c, doHead + row * ldOut + c, inside);
+    }
+    for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
+      bool inside = i0 + i < seq;
+      int64_t row = inside ? i0 + i : 0;
+      copyAsync4(lseTiles + buffer * BQ + i, lseHead + row, inside);
+      copyAsync4(deltaTiles + buffer * BQ + i, deltaHead + row, inside);
+    }
+    commitAsync();
+  };
+
   loadTile<D>(kTile, kHead, ldIn, k0, kBlockRows, seq);
   loadTile<D>(vTile, vHead, ldIn, k0, kBlockRows, seq);
+  const int iStart = (k0 / BQ) * BQ;
+  fetch(0, iStart);
 
-  const int keyA = k0 + warp * kRowsPerWarp + g, keyB = keyA + 8;
+  const int warpKey0 = k0 + warp * kRowsPerWarp;
+  const int keyA = warpKey0 + g, keyB = keyA + 8;
   const bf16 *kWarp = kTile + warp * kRowsPerWarp * stride;
   const bf16 *vWarp = vTile + warp * kRowsPerWarp * stride;
   float dkAcc[D / 8][4], dvAcc[D / 8][4];
+#pragma unroll
   for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
     for (int e = 0; e < 4; ++e)
       dkAcc[dt][e] = dvAcc[dt][e] = 0.0f;
 
-  for (int i0 = (k0 / BQ) * BQ; i0 < seq; i0 += BQ) {
-    __syncthreads();
-    loadTile<D>(qTile, qHead, ldIn, i0, BQ, seq);
-    loadTile<D>(doTile, doHead, ldOut, i0, BQ, seq);
-    for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
-      bool inside = i0 + i < seq;
-      lseTile[i] = inside ? lseHead[i0 + i] : 0.0f;
-      deltaTile[i] = inside ? deltaHead[i0 + i] : 0.0f;
+  for (int i0 = iStart, buffer = 0; i0 < seq; i0 += BQ, buffer ^= 1) {
+    if (i0 + BQ < seq) {
+      fetch(buffer ^ 1, i0 + BQ);
+      waitAsync<1>();
+    } else {
+      waitAsync<0>();
     }
+    // Also: the previous block's dQ product has read dsTile.
     __syncthreads();
+    const bf16 *qTile = qTiles + buffer * BQ * stride;
+    const bf16 *doTile = doTiles + buffer * BQ * stride;
+    const float *lseTile = lseTiles + buffer * BQ;
+    const float *deltaTile = deltaTiles + buffer * BQ;
 
-    // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: 16 keys × BQ queries.
-    float s[BQ / 8][4], dp[BQ / 8][4];
-    for (int nt = 0; nt < BQ / 8; ++nt)
-      for (int e = 0; e < 4; ++e)
-        s[nt][e] = dp[nt][e] = 0.0f;
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t ka[4], va[4];
-      loadA(ka, kWarp, stride, kk * 16, lane);
-      loadA(va, vWarp, stride, kk * 16, lane);
-      for (int np = 0; np < BQ / 16; ++np) {
-        uint32_t bq[4], bdo[4];
-        loadBT(bq, qTile, stride, np * 16, kk * 16, lane);
-        loadBT(bdo, doTile, stride, np * 16, kk * 16, lane);
-        mma(s[2 * np], ka, bq);
-        mma(s[2 * np + 1], ka, bq + 2);
-        mma(dp[2 * np], va, bdo);
-        mma(dp[2 * np + 1], va, bdo + 2);
+    // A query sees this warp's keys only from warpKey0 on.
+    if (i0 + BQ - 1 < warpKey0) {
+#pragma unroll
+      for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int column = nt * 8 + 2 * t + (e & 1);
+          int keyLocal = warp * kRowsPerWarp + g + (e < 2 ? 0 : 8);
+          dsTile[column * dsStride + keyLocal] = __float2bfloat16_rn(0.0f);
+        }
+    } else {
+      // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ: 16 keys × BQ queries.
+      float s[BQ / 8][4], dp[BQ / 8][4];
+#pragma unroll
+      for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[nt][e] = dp[nt][e] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t ka[4], va[4];
+        loadA(ka, kWarp, stride, kk * 16, lane);
+        loadA(va, vWarp, stride, kk * 16, lane);
+#pragma unroll
+        for (int np = 0; np < BQ / 16; ++np) {
+          uint32_t bq[4], bdo[4];
+          loadBT(bq, qTile, stride, np * 16, kk * 16, lane);
+          loadBT(bdo, doTile, stride, np * 16, kk * 16, lane);
+          mma(s[2 * np], ka, bq);
+          mma(s[2 * np + 1], ka, bq + 2);
+          mma(dp[2 * np], va, bdo);
+          mma(dp[2 * np + 1], va, bdo + 2);
+        }
       }
+      // Pᵀ = exp2(scaled Sᵀ − lse) on visible pairs, dSᵀ = Pᵀ ∘ (dPᵀ − delta). Queries before
+      // the warp's last key, or keys or queries past the sequence, need the mask.
+      const bool masked =
+          i0 < warpKey0 + kRowsPerWarp - 1 || i0 + BQ > seq || warpKey0 + kRowsPerWarp > seq;
+#pragma unroll
+      for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int column = nt * 8 + 2 * t + (e & 1);
+          float p = exp2f(s[nt][e] * scaleLog2 - lseTile[column]);
+          if (masked) {
+            int query = i0 + column;
+            int key = e < 2 ? keyA : keyB;
+            if (key > query || query >= seq || key >= seq)
+              p = 0.0f;
+          }
+          s[nt][e] = p;
+          dp[nt][e] = p * (dp[nt][e] - deltaTile[column]);
+        }
+      // dV += Pᵀ dO and dK += dSᵀ Q (scaled at the end), BQ queries as the inner dimension.
+#pragma unroll
+      for (int kk = 0; kk < BQ / 16; ++kk) {
+        uint32_t pa[4], dsa[4];
+        accumulatorToA(pa, s, kk);
+        accumulatorToA(dsa, dp, kk);
+#pragma unroll
+        for (int dp2 = 0; dp2 < D / 16; ++dp2) {
+          uint32_t bdo[4], bq[4];
+          loadB(bdo, doTile, stride, dp2 * 16, kk * 16, lane);
+          loadB(bq, qTile, stride, dp2 * 16, kk * 16, lane);
+          mma(dvAcc[2 * dp2], pa, bdo);
+          mma(dvAcc[2 * dp2 + 1], pa, bdo + 2);
+          mma(dkAcc[2 * dp2], dsa, bq);
+          mma(dkAcc[2 * dp2 + 1], dsa, bq + 2);
+        }
+      }
+      // dS (bf16, the value the dK product used) into shared memory as [query][key] for dQ.
+#pragma unroll
+      for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          int column = nt * 8 + 2 * t + (e & 1);
+          int keyLocal = warp * kRowsPerWarp + g + (e < 2 ? 0 : 8);
+          dsTile[column * dsStride + keyLocal] = __float2bfloat16_rn(dp[nt][e]);
+        }
     }
-    // Pᵀ = exp2(scaled Sᵀ − lse) on visible pairs, dSᵀ = Pᵀ ∘ (dPᵀ − delta).
-    for (int nt = 0; nt < BQ / 8; ++nt)
-      for (int e = 0; e < 4; ++e) {
-        int column = nt * 8 + 2 * t + (e & 1);
-        int query = i0 + column;
-        int key = e < 2 ? keyA : keyB;
-        bool visible = key <= query && query < seq && key < seq;
-        float p = visible ? exp2f(s[nt][e] * scaleLog2 - lseTile[column]) : 0.0f;
-        s[nt][e] = p;
-        dp[nt][e] = p * (dp[nt][e] - deltaTile[column]);
-      }
-    // dV += Pᵀ dO and dK += dSᵀ Q (scaled at the end), BQ queries as the inner dimension.
-    for (int kk = 0; kk < BQ / 16; ++kk) {
-      uint32_t pa[4], dsa[4];
-      accumulatorToA(pa, s, kk);
-      accumulatorToA(dsa, dp, kk);
-      for (int dp2 = 0; dp2 < D / 16; ++dp2) {
-        uint32_t bdo[4], bq[4];
-        loadB(bdo, doTile, stride, dp2 * 16, kk * 16, lane);
-        loadB(bq, qTile, stride, dp2 * 16, kk * 16, lane);
-        mma(dvAcc[2 * dp2], pa, bdo);
-        mma(dvAcc[2 * dp2 + 1], pa, bdo + 2);
-        mma(dkAcc[2 * dp2], dsa, bq);
-        mma(dkAcc[2 * dp2 + 1], dsa, bq + 2);
-      }
-    }
-    // dS (bf16, the value the dK product used) into shared memory as [query][key] for dQ.
-    for (int nt = 0; nt < BQ / 8; ++nt)
-      for (int e = 0; e < 4; ++e) {
-        int column = nt * 8 + 2 * t + (e & 1);
-        int keyLocal = warp * kRowsPerWarp + g + (e < 2 ? 0 : 8);
-        dsTile[column * dsStride + keyLocal] = __float2bfloat16_rn(dp[nt][e]);
-      }
     __syncthreads();
     // dQ[i0 .., :] += dS K: the BQ/16 row tiles of 16 queries split over the warps, each warp a
     // slice of the D columns.
@@ -437,11 +504,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     constexpr int columns = D / warpsPerRowTile;
     const int rowTile = warp % rowTiles, column0 = (warp / rowTiles) * columns;
     float dq[columns / 8][4];
+#pragma unroll
     for (int dt = 0; dt < columns / 8; ++dt)
       dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+#pragma unroll
     for (int kk = 0; kk < kBlockRows / 16; ++kk) {
       uint32_t a[4];
       loadA(a, dsTile + rowTile * 16 * dsStride, dsStride, kk * 16, lane);
+#pragma unroll
       for (int dp2 = 0; dp2 < columns / 16; ++dp2) {
         uint32_t bk[4];
         loadB(bk, kTile, stride, column0 + dp2 * 16, kk * 16, lane);
@@ -450,6 +520,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
     const int queryA = i0 + rowTile * 16 + g, queryB = queryA + 8;
+#pragma unroll
     for (int dt = 0; dt < columns / 8; ++dt) {
       int c = column0 + dt * 8 + 2 * t;
       if (queryA < seq) {
@@ -486,45 +557,43 @@ template <int D> constexpr int queryBlock() { return D >= 128 ? 32 : 64; }
 
 template <int D> size_t backwardShared() {
   constexpr int bq = queryBlock<D>();
-  return sizeof(bf16) * ((2 * kBlockRows + 2 * bq) * (D + kPad) + bq * (kBlockRows + kPad)) +
-         sizeof(float) * 2 * bq;
+  return sizeof(bf16) * ((2 * kBlockRows + 4 * bq) * (D + kPad) + bq * (kBlockRows + kPad)) +
+         sizeof(float) * 4 * bq;
 }
 
 template <int D>
 cudaError_t forward(const bf16 *q, const bf16 *k, const bf16 *v, int64_t ldIn, int64_t headStride,
-                    bf16 *out, int64_t ldOut, float *lse, int64_t batch, int64_t seq,
-                    int64_t heads, cudaStream_t stream) {
+                    bf16 *out, int64_t ldOut, float *lse, int64_t batch, int64_t seq, int64_t heads,
+                    cudaStream_t stream) {
   float scaleLog2 = static_cast<float>(kLog2e / std::sqrt(static_cast<double>(D)));
   dim3 grid(static_cast<unsigned>((seq + kBlockRows - 1) / kBlockRows),
             static_cast<unsigned>(heads), static_cast<unsigned>(batch));
   const size_t shared = sizeof(bf16) * 4 * kBlockRows * (D + kPad);
   auto kernel = flashForwardKernel<D>;
-  if (cudaError_t error = cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+  if (cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(shared));
       error != cudaSuccess)
     return error;
   kernel<<<grid, kWarps * 32, shared, stream>>>(q, k, v, ldIn, headStride, out, ldOut, lse,
-                                               static_cast<int>(seq), static_cast<int>(heads),
-                                               scaleLog2);
+                                                static_cast<int>(seq), static_cast<int>(heads),
+                                                scaleLog2);
   return cudaGetLastError();
 }
 
 template <int D>
-cudaError_t backward(const bf16 *q, const bf16 *k, const bf16 *v, int64_t ldIn,
-                     int64_t headStride, const bf16 *out, const bf16 *dout, int64_t ldOut,
-                     const float *lse, bf16 *dq, bf16 *dk, bf16 *dv, int64_t batch, int64_t seq,
-                     int64_t heads, FlashWorkspace workspace, cudaStream_t stream) {
+cudaError_t backward(const bf16 *q, const bf16 *k, const bf16 *v, int64_t ldIn, int64_t headStride,
+                     const bf16 *out, const bf16 *dout, int64_t ldOut, const float *lse, bf16 *dq,
+                     bf16 *dk, bf16 *dv, int64_t batch, int64_t seq, int64_t heads,
+                     FlashWorkspace workspace, cudaStream_t stream) {
   const int64_t tokens = batch * seq;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  cudaError_t error = cudaMemsetAsync(workspace.dqAccum, 0,
-                                      sizeof(float) * static_cast<size_t>(tokens * heads * D),
-                                      stream);
+  cudaError_t error = cudaMemsetAsync(
+      workspace.dqAccum, 0, sizeof(float) * static_cast<size_t>(tokens * heads * D), stream);
   if (error != cudaSuccess)
     return error;
   int64_t warps = tokens * heads;
   flashDeltaKernel<<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, stream>>>(
-      out, dout, ldOut, workspace.delta, tokens, static_cast<int>(seq), static_cast<int>(heads),
-      D);
+      out, dout, ldOut, workspace.delta, tokens, static_cast<int>(seq), static_cast<int>(heads), D);
   if ((error = cudaGetLastError()) != cudaSuccess)
     return error;
   constexpr int bq = queryBlock<D>();
