@@ -4,7 +4,9 @@
 torch.nn.functional.scaled_dot_product_attention with each backend that runs the shape
 (FlashAttention-2, cuDNN, memory-efficient), on q, k and v sliced from one packed qkv tensor as
 both trainers keep them. Rates count the causal half of the products: forward 2·2·b·h·s²·d / 2,
-backward 2.5 times that.
+backward 2.5 times that. Each call is timed alone between two events, synchronized after, so a
+time includes what runs between the events besides the kernels (PyTorch's dispatch and copies;
+its backward is the forward and backward less the forward, autograd's gradient copies included).
 
     python3 bench/gpu/attention.py --placert BUILD/placert-cuda-attention-bench \
         [--baseline OTHER_BUILD/placert-cuda-attention-bench] [--json OUT.json]
