@@ -21,8 +21,12 @@ BASELINES=()
 SECONDS_TOTAL=540
 while [ $# -gt 0 ]; do
   case "$1" in
-  --baseline) BASELINES+=("$(realpath "$2")"); shift 2 ;;
-  --seconds) SECONDS_TOTAL=$2; shift 2 ;;
+  --baseline)
+    [ -f "${2:-}" ] || { echo "device.sh: --baseline: no file '${2:-}'" >&2; exit 1; }
+    BASELINES+=("$(realpath "$2")"); shift 2 ;;
+  --seconds)
+    [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "device.sh: --seconds: expected a positive number of seconds, got '${2:-}'" >&2; exit 1; }
+    SECONDS_TOTAL=$2; shift 2 ;;
   *) echo "device.sh: unknown argument '$1'" >&2; exit 1 ;;
   esac
 done
