@@ -17,6 +17,7 @@ same invocation.
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -99,6 +100,11 @@ def main():
     parser.add_argument("--skip-torch", action="store_true")
     parser.add_argument("--json")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats: expected a positive count, got {args.repeats}")
+    for binary in [args.placert] + args.baseline:
+        if not os.access(binary, os.X_OK):
+            parser.error(f"'{binary}' is not an executable file")
 
     rows = []
     for shape in SHAPES:
