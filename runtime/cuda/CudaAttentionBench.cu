@@ -140,21 +140,20 @@ int main(int argc, char **argv) {
   cudaEvent_t start, stop;
   BENCH_CHECK(cudaEventCreate(&start));
   BENCH_CHECK(cudaEventCreate(&stop));
-  std::vector<float> forwardMs, backwardMs;
-  for (int64_t i = 0; i < repeats; ++i) {
+  // Milliseconds of one call, between two events.
+  auto time = [&](auto call) {
     float ms = 0.0f;
     BENCH_CHECK(cudaEventRecord(start));
-    BENCH_CHECK(forward());
+    BENCH_CHECK(call());
     BENCH_CHECK(cudaEventRecord(stop));
     BENCH_CHECK(cudaEventSynchronize(stop));
     BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    forwardMs.push_back(ms);
-    BENCH_CHECK(cudaEventRecord(start));
-    BENCH_CHECK(backward());
-    BENCH_CHECK(cudaEventRecord(stop));
-    BENCH_CHECK(cudaEventSynchronize(stop));
-    BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    backwardMs.push_back(ms);
+    return ms;
+  };
+  std::vector<float> forwardMs, backwardMs;
+  for (int64_t i = 0; i < repeats; ++i) {
+    forwardMs.push_back(time(forward));
+    backwardMs.push_back(time(backward));
   }
   unsigned long long *nan = nullptr, count = 0;
   BENCH_CHECK(cudaMalloc(&nan, sizeof(unsigned long long)));
