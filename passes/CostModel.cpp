@@ -70,7 +70,8 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   //   by a brute-force search over shapes with PyTorch/cuBLAS (Bekman, "Machine Learning
   //   Engineering", compute/accelerator, MAMF table): A100 SXM 271.2 of 312 (0.869), H100 SXM
   //   794.5 of 989 (0.803), B200 1745 of 2250 (0.776), MI300X 668.4 of 1300 (0.514); in FP8
-  //   (e4m3) H100 SXM 1402.6 of 1979 (0.709), B200 3432.5 of 4500 (0.763). placec's kernel bench
+  //   (e4m3) H100 SXM 1402.6 of 1979 (0.709), B200 3432.5 of 4500 (0.763); the devices with a
+  //   measurement of their own besides these are in getGemmEfficiency. placec's kernel bench
   //   (bench/README.md, "Kernels") checked Hopper's on an H100 SXM at its 700 W limit: inside
   //   PyTorch training steps (GPT 1.3B; hidden 4096 at 16K tokens, bench/gpu/torch_gpt.py
   //   --profile) the products ran at 0.795 and 0.782 of the peak, where the same products run
@@ -170,6 +171,31 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
     return cdna3;
   }
   return ampere;
+}
+
+GemmEfficiency getGemmEfficiency(const ir::DevicePreset &device) {
+  // Devices whose own MAMF measurement (same source as getFamilyConstants, at commit 744d01e of
+  // August 2026) differs from their family's reference device:
+  // - H200 SXM: FP8 1453.4 of 1979 (0.734); its BF16 is the H100 SXM's ("H200 is the same").
+  // - GB200: BF16 1822.0 of 2500 (0.729), FP8 3615.6 of 5000 (0.723). The NVL72's GPU is the
+  //   B200's with higher datasheet rates, which its products do not reach in proportion (1.04
+  //   times the B200's measured BF16 rate and 1.05 times its FP8 rate, against 1.11 on paper).
+  struct Measured {
+    StringRef device;
+    double bf16, fp8; // 0: the family's.
+  };
+  static const Measured measured[] = {{"h200", 0, 0.734}, {"gb200", 0.729, 0.723}};
+  const FamilyConstants &family = getFamilyConstants(device.family);
+  GemmEfficiency efficiency{family.gemmEfficiency, family.fp8GemmEfficiency};
+  for (const Measured &entry : measured) {
+    if (entry.device != device.name)
+      continue;
+    if (entry.bf16 > 0)
+      efficiency.bf16 = entry.bf16;
+    if (entry.fp8 > 0)
+      efficiency.fp8 = entry.fp8;
+  }
+  return efficiency;
 }
 
 bool runsAttention(ir::DeviceFamily family, ir::AttentionKind kernel) {
@@ -1990,8 +2016,10 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
 
 CostModel::CostModel(const ir::Cluster &cluster, ir::Precision precision)
     : cluster(cluster), precision(precision) {
-  if (cluster.device)
+  if (cluster.device) {
     family = &getFamilyConstants(cluster.device->family);
+    gemmEfficiency = getGemmEfficiency(*cluster.device);
+  }
   shapes = cluster.hasShapeModel() && cluster.computeUnits > 0 && cluster.hbmBandwidth > 0;
   elementBytes = ir::getActivationBytes(precision);
   peak = cluster.peakFlops;
@@ -2011,7 +2039,7 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
   double units = static_cast<double>(cluster.computeUnits);
   bool fp8 = gemm.fp8 && precision == ir::Precision::MixedFP8 && cluster.peakFp8 > 0;
   double gemmPeak = fp8 ? cluster.peakFp8 : peak;
-  double efficiency = fp8 ? family->fp8GemmEfficiency : family->gemmEfficiency;
+  double efficiency = fp8 ? gemmEfficiency.fp8 : gemmEfficiency.bf16;
   double achieved = gemmPeak * efficiency * kTrainingKernelEfficiency;
   double best = std::numeric_limits<double>::infinity();
   double bestWaves = 0;

@@ -122,6 +122,51 @@ TEST(CostModelTest, TrainMetricsSynchronizeOverEveryRank) {
             20 * model.getTrainMetricSyncSeconds(2, world));
 }
 
+TEST(CostModelTest, GemmEfficiencyIsEachDevicesMamf) {
+  // Bekman, "Machine Learning Engineering", compute/accelerator, the MAMF tables (commit 744d01e):
+  // the best matmul TFLOP/s measured on each device, BF16 and FP8 (e4m3). A device's large-GEMM
+  // rate, its efficiency times the preset's dense peak, is that measurement within 1 % (the
+  // fractions are rounded to three digits; MI300X's preset peak is 1,307.4 where the table
+  // divides by 1,300). The H200's BF16 is the H100 SXM's ("H200 is the same"); the A100 40 GB
+  // and H100 PCIe have no measurement of their own and take their family's.
+  struct Case {
+    const char *device;
+    double bf16Tflops, fp8Tflops; // 0: the device has no FP8.
+  } cases[] = {{"a100_80gb", 271.2, 0},  {"h100_sxm", 794.5, 1402.6}, {"h200", 794.5, 1453.4},
+               {"b200", 1745.0, 3432.5}, {"gb200", 1822.0, 3615.6},   {"mi300x", 668.4, 0}};
+  for (const Case &c : cases) {
+    const ir::DevicePreset *device = ir::findDevicePreset(c.device);
+    ASSERT_NE(device, nullptr) << c.device;
+    GemmEfficiency efficiency = getGemmEfficiency(*device);
+    double bf16 = efficiency.bf16 * device->peakBf16 / 1e12;
+    EXPECT_NEAR(bf16, c.bf16Tflops, 0.01 * c.bf16Tflops) << c.device;
+    if (c.fp8Tflops > 0) {
+      double fp8 = efficiency.fp8 * device->peakFp8 / 1e12;
+      EXPECT_NEAR(fp8, c.fp8Tflops, 0.01 * c.fp8Tflops) << c.device;
+    }
+  }
+  // Without a measurement of its own a device takes its family's reference device's fractions.
+  const FamilyConstants &hopper = getFamilyConstants(ir::DeviceFamily::Hopper);
+  GemmEfficiency pcie = getGemmEfficiency(*ir::findDevicePreset("h100_pcie"));
+  EXPECT_EQ(pcie.bf16, hopper.gemmEfficiency);
+  EXPECT_EQ(pcie.fp8, hopper.fp8GemmEfficiency);
+  // And a product on the GB200 runs at its own measured rate, not the B200's fraction of the
+  // GB200's higher peak: 16 waves of 256×128 tiles over 148 SMs at k = 8192 (m = 148·256·4,
+  // n = 128·4) take 16·148·256·128·2·(8192 + kGemmTileOverheadK) FLOP at 2,500 TFLOP/s × 0.729 ×
+  // kTrainingKernelEfficiency.
+  auto compiled =
+      unittest::compile("cluster nvl { device = gb200; nodes = 1; devices_per_node = 72; }");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  CostModel model(*compiled->program->findCluster("nvl"), ir::Precision::MixedBF16);
+  Gemm gemm;
+  gemm.m = 148 * 256 * 4;
+  gemm.n = 128 * 4;
+  gemm.k = 8192;
+  double expected = 16.0 * 148 * 256 * 128 * 2 * (8192 + kGemmTileOverheadK) /
+                    (2500e12 * 0.729 * kTrainingKernelEfficiency);
+  EXPECT_NEAR(model.getGemmSeconds(gemm), expected, 1e-9 * expected);
+}
+
 TEST(CostModelTest, FusedAttentionByKernel) {
   auto compiled = unittest::compile(kH100);
   ASSERT_TRUE(compiled->program) << compiled->messages;

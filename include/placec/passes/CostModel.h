@@ -61,7 +61,8 @@ struct FusedAttentionConstants {
 /// The calibration constants of a device family, each from a cited measurement (CostModel.cpp).
 struct FamilyConstants {
   /// Fraction of the dense tensor-core peak that a large, well-shaped GEMM reaches (BF16), and
-  /// in FP8.
+  /// in FP8, on the family's reference device; a device with a measurement of its own takes that
+  /// instead (getGemmEfficiency).
   double gemmEfficiency;
   double fp8GemmEfficiency;
   /// Fraction of HBM bandwidth that memory-bound kernels (norms, activations, softmax,
@@ -76,6 +77,14 @@ struct FamilyConstants {
 };
 
 const FamilyConstants &getFamilyConstants(ir::DeviceFamily family);
+
+/// The fractions of a device's dense BF16 and FP8 peaks that a large, well-shaped GEMM reaches:
+/// the device's own measurement where one is published, its family's otherwise.
+struct GemmEfficiency {
+  double bf16 = 0;
+  double fp8 = 0;
+};
+GemmEfficiency getGemmEfficiency(const ir::DevicePreset &device);
 
 /// Whether a device family runs a fused attention kernel (FlashAttention-3 needs Hopper; cuDNN's
 /// fused attention needs an NVIDIA GPU).
@@ -666,6 +675,7 @@ private:
 
   const ir::Cluster &cluster;
   const FamilyConstants *family = nullptr;
+  GemmEfficiency gemmEfficiency;
   ir::Precision precision;
   double peak = 0;
   unsigned elementBytes = 2;
