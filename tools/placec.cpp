@@ -232,6 +232,9 @@ COMMANDS:
             placec fidelity FILE|DIR... [--max-mean-error 5] [--max-error 10]
             [--max-memory-error 10] [--format=json]; exit code 1 outside the limits
             (docs/fidelity.md).
+  devices   List the device presets a cluster can name (`device = h100_sxm;`): datasheet
+            figures, the GEMM efficiency the cost model takes for each, and the sources:
+            placec devices [--format=json] [-o F].
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
             [--precision bf16,fp8] [--schedules 1f1b,zbv] [--activations keep,op]
@@ -258,7 +261,18 @@ docs/plan.md (the step plan), docs/report-json.md (the JSON report).
 )";
 
 /// The known commands. A first argument that is none of them is an input file.
-enum class Command { Check, Report, Diff, Search, Compile, Import, Format, Inspect, Fidelity };
+enum class Command {
+  Check,
+  Report,
+  Diff,
+  Search,
+  Compile,
+  Import,
+  Format,
+  Inspect,
+  Fidelity,
+  Devices
+};
 
 /// Splits `// -----` chunks, keeping line numbers: each chunk is preceded by as many newlines as
 /// the lines before it in the original file.
@@ -836,6 +850,21 @@ int runCompile() {
 /// `placec fidelity FILE|DIR...`: every run with `measured_step` or `measured_memory`,
 /// predicted against measured (docs/fidelity.md). A folder contributes its .place files,
 /// recursively; each row's set is the name of the folder its file is in.
+int runDevices() {
+  if (!inputFiles.empty()) {
+    printError("devices takes no input file; it lists the presets a cluster can name");
+    return 1;
+  }
+  if (outputFormat != report::Format::Text && outputFormat != report::Format::Json) {
+    printError("devices prints text or --format=json");
+    return 1;
+  }
+  std::string text;
+  raw_string_ostream os(text);
+  report::printDevices(outputFormat == report::Format::Json, os);
+  return writeOutput(text);
+}
+
 int runFidelity() {
   std::vector<std::string> files;
   for (const std::string &input : inputFiles) {
@@ -943,6 +972,7 @@ int main(int argc, char **argv) {
                                        .Case("format", Command::Format)
                                        .Case("inspect", Command::Inspect)
                                        .Case("fidelity", Command::Fidelity)
+                                       .Case("devices", Command::Devices)
                                        .Default(std::nullopt);
     if (named) {
       command = *named;
@@ -951,7 +981,7 @@ int main(int argc, char **argv) {
                !first.contains(':') && !sys::fs::exists(first)) {
       printError("unknown command '" + first +
                  "'; the commands are check, report, diff, search, compile, import, format, "
-                 "inspect and fidelity (run 'placec --help')");
+                 "inspect, fidelity and devices (run 'placec --help')");
       return 1;
     }
   }
@@ -976,6 +1006,8 @@ int main(int argc, char **argv) {
     return runFormat();
   if (command == Command::Inspect)
     return runInspect();
+  if (command == Command::Devices)
+    return runDevices();
   if (inputFiles.empty()) {
     printError("no input file; run 'placec --help' for usage");
     return 1;
@@ -1039,6 +1071,7 @@ int main(int argc, char **argv) {
     break;
   case Command::Compile: // Returned above.
   case Command::Fidelity:
+  case Command::Devices:
   case Command::Import:
   case Command::Format:
   case Command::Inspect:

@@ -152,6 +152,10 @@ struct FidelityLimits {
 bool printFidelity(llvm::ArrayRef<FidelityRow> rows, const FidelityLimits &limits, bool json,
                    llvm::raw_ostream &os);
 
+/// `placec devices`: every device preset, its datasheet figures and the GEMM efficiency the cost
+/// model takes for it, as a text table with the sources, or as JSON.
+void printDevices(bool json, llvm::raw_ostream &os);
+
 //===----------------------------------------------------------------------===//
 // --explain
 //===----------------------------------------------------------------------===//
