@@ -30,6 +30,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -255,7 +256,8 @@ EXAMPLES:
   placec --emit=ast model.place                 the syntax tree
   placec --verify-diagnostics bad.place         check expected-error comments (for tests)
 
-Exit code: 0 on success, 1 on any error (including an unknown --run name).
+Exit code: 0 on success, 1 on any error (including an unknown --run name, or an option that the
+command does not read).
 Documentation: docs/language.md (the language), docs/rules.md (the checks), docs/ir.md (the IR),
 docs/plan.md (the step plan), docs/report-json.md (the JSON report).
 )";
@@ -951,6 +953,103 @@ int runFidelity() {
   return within ? 0 : 1;
 }
 
+StringRef commandName(Command command) {
+  switch (command) {
+  case Command::Check:
+    return "check";
+  case Command::Report:
+    return "report";
+  case Command::Diff:
+    return "diff";
+  case Command::Search:
+    return "search";
+  case Command::Compile:
+    return "compile";
+  case Command::Import:
+    return "import";
+  case Command::Format:
+    return "format";
+  case Command::Inspect:
+    return "inspect";
+  case Command::Fidelity:
+    return "fidelity";
+  case Command::Devices:
+    return "devices";
+  }
+  return "?";
+}
+
+/// An option given to a command that does not read it is an error, not an option silently
+/// ignored. Each option lists the commands that read it, and those that refuse it with a message
+/// of their own later (--emit, --format and --explain on check, --placert-dir).
+bool checkOptionsApply(Command command) {
+  using C = Command;
+  using Commands = std::vector<C>;
+  // The commands that read an option, and those that take it only to refuse it later with a
+  // message of their own.
+  struct Scope {
+    const cl::Option *option;
+    Commands readers;
+    Commands refusers = {};
+  };
+  const Commands compiling = {C::Check,   C::Report,   C::Diff,   C::Search,
+                              C::Compile, C::Fidelity, C::Import, C::Format};
+  const Commands afterInputs = {C::Report, C::Diff, C::Search, C::Compile, C::Fidelity};
+  const Commands search = {C::Search}, import = {C::Import}, fidelity = {C::Fidelity};
+  const Scope scopes[] = {
+      {std::addressof(runNames), {C::Check, C::Report, C::Diff, C::Search, C::Compile}},
+      {&explain, {C::Report, C::Diff}, {C::Check}},
+      {&outputFormat, {C::Report, C::Diff, C::Search, C::Fidelity, C::Devices}, {C::Check}},
+      {&outputFile,
+       {C::Check, C::Report, C::Diff, C::Search, C::Compile, C::Import, C::Format, C::Fidelity,
+        C::Devices}},
+      {&emitKind, {C::Check}, afterInputs},
+      {&verifyDiagnostics, {C::Check}, afterInputs},
+      {&splitInputFile, {C::Check}, afterInputs},
+      {&printAfterAll, compiling},
+      {&warningsAsErrors, compiling},
+      {&errorLimit, compiling},
+      {&searchDevices, search},
+      {&searchBudget, search},
+      {&searchTop, search},
+      {&searchThreads, search},
+      {&searchPrecision, search},
+      {&searchSchedules, search},
+      {&searchActivations, search},
+      {&searchAsyncTp, search},
+      {&searchSpInputs, search},
+      {&searchDpOverlap, search},
+      {&searchMaxParams, search},
+      {&importModel, import},
+      {&importCluster, import},
+      {&importFrom, import},
+      {&importMegatronFlags, import},
+      {&importSeq, import},
+      {&fidelityMaxMeanError, fidelity},
+      {&fidelityMaxError, fidelity},
+      {&fidelityMaxMemoryError, fidelity},
+      {&placertDir, {C::Compile}},
+      {&compileTarget, {C::Compile}},
+      {&formatInPlace, {C::Format}},
+  };
+  for (const Scope &scope : scopes) {
+    if (!scope.option->getNumOccurrences() || is_contained(scope.readers, command) ||
+        is_contained(scope.refusers, command))
+      continue;
+    std::vector<std::string> names;
+    for (C reader : scope.readers)
+      names.push_back(commandName(reader).str());
+    std::string list = names.back();
+    if (names.size() > 1)
+      list = join(ArrayRef(names).drop_back(), ", ") + " and " + names.back();
+    StringRef name = scope.option->ArgStr;
+    printError(fmt::format("{}{} applies to {}, not to {}", name.size() == 1 ? "-" : "--",
+                           name.str(), list, commandName(command).str()));
+    return false;
+  }
+  return true;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -995,10 +1094,8 @@ int main(int argc, char **argv) {
   });
   if (!cl::ParseCommandLineOptions(static_cast<int>(args.size()), args.data(), kOverview, &errs()))
     return 1;
-  if (command != Command::Compile && !placertDir.empty()) {
-    printError("--placert-dir applies to compile");
+  if (!checkOptionsApply(command))
     return 1;
-  }
 
   if (command == Command::Import)
     return runImport();
