@@ -17,7 +17,6 @@
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -849,24 +848,34 @@ int runCompile() {
   return 0;
 }
 
-/// `placec fidelity FILE|DIR...`: every run with `measured_step` or `measured_memory`,
-/// predicted against measured (docs/fidelity.md). A folder contributes its .place files,
-/// recursively; each row's set is the name of the folder its file is in.
+/// Whether `command`, which prints text or JSON, was asked for JSON; an error for any other
+/// --format.
+std::optional<bool> textOrJson(StringRef command) {
+  if (outputFormat != report::Format::Text && outputFormat != report::Format::Json) {
+    printError(command + " prints text or --format=json");
+    return std::nullopt;
+  }
+  return outputFormat == report::Format::Json;
+}
+
+/// `placec devices`: the device presets a cluster can name (docs/language.md).
 int runDevices() {
   if (!inputFiles.empty()) {
     printError("devices takes no input file; it lists the presets a cluster can name");
     return 1;
   }
-  if (outputFormat != report::Format::Text && outputFormat != report::Format::Json) {
-    printError("devices prints text or --format=json");
+  std::optional<bool> json = textOrJson("devices");
+  if (!json)
     return 1;
-  }
   std::string text;
   raw_string_ostream os(text);
-  report::printDevices(outputFormat == report::Format::Json, os);
+  report::printDevices(*json, os);
   return writeOutput(text);
 }
 
+/// `placec fidelity FILE|DIR...`: every run with `measured_step` or `measured_memory`,
+/// predicted against measured (docs/fidelity.md). A folder contributes its .place files,
+/// recursively; each row's set is the name of the folder its file is in.
 int runFidelity() {
   std::vector<std::string> files;
   for (const std::string &input : inputFiles) {
@@ -941,42 +950,36 @@ int runFidelity() {
   limits.maxMemoryError = limit(fidelityMaxMemoryError);
   if (!limitsOk)
     return 1;
-  if (outputFormat != report::Format::Text && outputFormat != report::Format::Json) {
-    printError("fidelity prints text or --format=json");
+  std::optional<bool> json = textOrJson("fidelity");
+  if (!json)
     return 1;
-  }
   std::string text;
   raw_string_ostream os(text);
-  bool within = report::printFidelity(rows, limits, outputFormat == report::Format::Json, os);
+  bool within = report::printFidelity(rows, limits, *json, os);
   if (writeOutput(text) != 0)
     return 1;
   return within ? 0 : 1;
 }
 
+/// Every command by the name that selects it, in the order --help lists them.
+constexpr std::pair<const char *, Command> kCommands[] = {
+    {"check", Command::Check},    {"report", Command::Report},   {"diff", Command::Diff},
+    {"search", Command::Search},  {"compile", Command::Compile}, {"import", Command::Import},
+    {"format", Command::Format},  {"inspect", Command::Inspect}, {"fidelity", Command::Fidelity},
+    {"devices", Command::Devices}};
+
 StringRef commandName(Command command) {
-  switch (command) {
-  case Command::Check:
-    return "check";
-  case Command::Report:
-    return "report";
-  case Command::Diff:
-    return "diff";
-  case Command::Search:
-    return "search";
-  case Command::Compile:
-    return "compile";
-  case Command::Import:
-    return "import";
-  case Command::Format:
-    return "format";
-  case Command::Inspect:
-    return "inspect";
-  case Command::Fidelity:
-    return "fidelity";
-  case Command::Devices:
-    return "devices";
-  }
+  for (const auto &[name, known] : kCommands)
+    if (known == command)
+      return name;
   return "?";
+}
+
+/// `a`, `a and b`, `a, b and c`.
+std::string joinAnd(ArrayRef<std::string> items) {
+  if (items.size() < 2)
+    return items.empty() ? std::string() : items.front();
+  return join(items.drop_back(), ", ") + " and " + items.back();
 }
 
 /// An option given to a command that does not read it is an error, not an option silently
@@ -1039,12 +1042,9 @@ bool checkOptionsApply(Command command) {
     std::vector<std::string> names;
     for (C reader : scope.readers)
       names.push_back(commandName(reader).str());
-    std::string list = names.back();
-    if (names.size() > 1)
-      list = join(ArrayRef(names).drop_back(), ", ") + " and " + names.back();
     StringRef name = scope.option->ArgStr;
     printError(fmt::format("{}{} applies to {}, not to {}", name.size() == 1 ? "-" : "--",
-                           name.str(), list, commandName(command).str()));
+                           name.str(), joinAnd(names), commandName(command).str()));
     return false;
   }
   return true;
@@ -1061,26 +1061,20 @@ int main(int argc, char **argv) {
   Command command = Command::Check;
   if (args.size() > 1) {
     StringRef first = args[1];
-    std::optional<Command> named = StringSwitch<std::optional<Command>>(first)
-                                       .Case("check", Command::Check)
-                                       .Case("report", Command::Report)
-                                       .Case("diff", Command::Diff)
-                                       .Case("search", Command::Search)
-                                       .Case("compile", Command::Compile)
-                                       .Case("import", Command::Import)
-                                       .Case("format", Command::Format)
-                                       .Case("inspect", Command::Inspect)
-                                       .Case("fidelity", Command::Fidelity)
-                                       .Case("devices", Command::Devices)
-                                       .Default(std::nullopt);
+    std::optional<Command> named;
+    for (const auto &[name, known] : kCommands)
+      if (first == name)
+        named = known;
     if (named) {
       command = *named;
       args.erase(args.begin() + 1);
     } else if (!first.starts_with("-") && !first.contains('.') && !first.contains('/') &&
                !first.contains(':') && !sys::fs::exists(first)) {
-      printError("unknown command '" + first +
-                 "'; the commands are check, report, diff, search, compile, import, format, "
-                 "inspect, fidelity and devices (run 'placec --help')");
+      std::vector<std::string> names;
+      for (const auto &[name, known] : kCommands)
+        names.push_back(name);
+      printError("unknown command '" + first + "'; the commands are " + joinAnd(names) +
+                 " (run 'placec --help')");
       return 1;
     }
   }
