@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 
 using namespace llvm;
 
@@ -482,20 +483,48 @@ void Lowering::lowerStage(StagePlan &stage) {
 
   bool hasTensorTraffic = tensorDegree > 1 && model.kind != ir::ModelKind::Abstract;
   int64_t layers = model.getNumLayers();
-  // Pipeline boundaries: between consecutive layers of different chunks on different stages
-  // (the V schedules turn around on one stage, which sends nothing).
+  // Pipeline boundaries: between consecutive units of different chunks on different stages (the
+  // V schedules turn around on one stage, which sends nothing). The units run embedding, layers
+  // 0 … L − 1, head; the embedding and the head are units of the first and the last chunk, which
+  // hold no layer where the embedding and the loss are counted as layers of a split into chunks of
+  // one layer (Llama 3 405B's 126 + 2 layers over 16 stages × 8 chunks, "the first model chunk on
+  // the first stage has only the embedding", Dubey et al. 2024, §3.3.2).
   const PipelineLayout &pipe = pipelineLayout;
   auto stageOfLayer = [&](int64_t layer) { return pipe.stageOfChunk[pipe.chunkOfLayer[layer]]; };
+  std::optional<int> embeddingStage, headStage;
+  for (const Unit &unit : plan->units) {
+    if (unit.expert)
+      continue;
+    if (unit.layer < 0)
+      embeddingStage = unit.stage;
+    else if (isHead(unit))
+      headStage = unit.stage;
+  }
+  // The stage of the unit before and after `unit` in model order, if there is one.
+  auto stageBefore = [&](const Unit &unit) -> std::optional<int> {
+    if (isHead(unit))
+      return layers > 0 ? std::optional<int>(stageOfLayer(layers - 1)) : embeddingStage;
+    if (!isLayer(unit))
+      return std::nullopt;
+    return unit.layer > 0 ? std::optional<int>(stageOfLayer(unit.layer - 1)) : embeddingStage;
+  };
+  auto stageAfter = [&](const Unit &unit) -> std::optional<int> {
+    if (unit.layer < 0)
+      return layers > 0 ? std::optional<int>(stageOfLayer(0)) : headStage;
+    if (!isLayer(unit))
+      return std::nullopt;
+    return unit.layer + 1 < layers ? std::optional<int>(stageOfLayer(unit.layer + 1)) : headStage;
+  };
   auto chunkStart = [&](const Unit &unit) {
-    return isLayer(unit) && !unit.expert && unit.layer != 0 &&
-           stageOfLayer(unit.layer - 1) != stageOfLayer(unit.layer);
+    std::optional<int> before = unit.expert ? std::nullopt : stageBefore(unit);
+    return before && *before != unit.stage;
   };
   auto chunkEnd = [&](const Unit &unit) {
-    return isLayer(unit) && !unit.expert && unit.layer + 1 != layers &&
-           stageOfLayer(unit.layer + 1) != stageOfLayer(unit.layer);
+    std::optional<int> after = unit.expert ? std::nullopt : stageAfter(unit);
+    return after && *after != unit.stage;
   };
-  auto prevStageOf = [&](const Unit &unit) { return stageOfLayer(unit.layer - 1); };
-  auto nextStageOf = [&](const Unit &unit) { return stageOfLayer(unit.layer + 1); };
+  auto prevStageOf = [&](const Unit &unit) { return *stageBefore(unit); };
+  auto nextStageOf = [&](const Unit &unit) { return *stageAfter(unit); };
 
   // Tensor-parallel traffic of one unit's forward (`forwardPass`) or backward pass, added to `ops`
   // in `phase` (a recomputed forward runs in the backward phase and repeats the forward's

@@ -1168,13 +1168,14 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
           edges.push_back(edge);
         // The embedding and the loss counted as layers of an interleaved split (Megatron-LM's
         // --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split;
-        // Llama 3.1 405B's 126 + 2 layers on 8 stages × 8 chunks of 2): the chunks v > 1 for
-        // which pp·v divides layers + 2 in chunks of two layers or more (rule `divisibility`).
-        // Without interleaving the split is the uneven one above.
+        // Llama 3.1 405B's 126 + 2 layers on 8 stages × 8 chunks of 2, or on 16 stages × 8
+        // chunks of 1, the embedding and the output layer alone in theirs): the chunks v > 1 for
+        // which pp·v divides layers + 2 (rule `divisibility`). Without interleaving the split is
+        // the uneven one above.
         std::vector<int64_t> countedChunks;
         if (pp >= 2 && roomForTwo && model.kind == ir::ModelKind::Transformer)
           for (int64_t v : divisorsOf((layers + 2) / pp))
-            if (v > 1 && (layers + 2) / (pp * v) >= 2)
+            if (v > 1)
               countedChunks.push_back(v);
         if (!evenSplit && edges.empty() && countedChunks.empty())
           continue;

@@ -400,7 +400,8 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     int64_t chunks = strategy.pipeline->chunks;
     // With the embedding and the loss counted as layers (Megatron-Core's
     // get_num_layers_to_build), the layers plus them divide evenly among the chunks, and the
-    // first and last chunks build one layer fewer each (none at all where a chunk holds one).
+    // first and last chunks build one layer fewer each (none at all where a chunk holds one: the
+    // embedding or the output layer alone, as Llama 3 405B's first and last chunks are).
     int64_t split = strategy.pipeline->getSplitLayers(layers);
     int64_t counted = split - layers;
     int64_t total = stages * chunks;
@@ -419,16 +420,6 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                        (chunks > 1 ? Twine(" × ") + Twine(chunks) + " chunks" : Twine("")),
                    "divisibility");
       diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
-      ok = false;
-    } else if (counted > 0 && total > 1 && split / total == 1) {
-      // Megatron-Core builds such a chunk with no layer at all; placec's plan sends a stage's
-      // activations after its chunks' layers, so an embedding or a loss alone is not lowered.
-      diags->error(pipeline->loc,
-                   Twine("chunks of one layer leave the ") +
-                       (pipeline->embeddingLayer ? "embedding" : "loss") +
-                       " alone in its chunk, which placec does not lower; use fewer stages or "
-                       "chunks, or leave the embedding and the loss out of the split",
-                   "divisibility");
       ok = false;
     }
   }

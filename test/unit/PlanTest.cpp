@@ -502,7 +502,13 @@ TEST(Plan, SendsPairWithRecvs) {
         Case{"pp = 8", "gpipe(microbatches = 4)", "", 8, 1},
         Case{"pp = 2, dp = 4", "interleaved(microbatches = 4, chunks = 2)", "", 2, 2},
         Case{"pp = 2, tp = 4", "interleaved(microbatches = 4, chunks = 4)",
-             "activations = shard(tp);", 2, 4}}) {
+             "activations = shard(tp);", 2, 4},
+        // 8 layers with the embedding and the loss counted: 10 chunks of one layer, the first
+        // holding the embedding alone and the last the output layer alone (Llama 3 405B's
+        // layout), whose boundaries send like the others.
+        Case{"pp = 2, dp = 4",
+             "interleaved(microbatches = 4, chunks = 5, embedding_layer = true, loss_layer = true)",
+             "", 2, 5}}) {
     SCOPED_TRACE(c.mesh + " " + c.pipeline);
     int64_t batch = c.mesh == "pp = 4, dp = 2" ? 2 : c.mesh == "pp = 2, dp = 4" ? 4 : 1;
     PlanFixture f("strategy s { mesh [" + c.mesh + "]; pipeline = " + c.pipeline + "; " + c.extra +

@@ -626,8 +626,9 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
   // pp = 4 with 3, 4, 4, 3 layers; pp = 8 with 1, 2, …, 2, 1), one layer short at each end,
   // with the schedules that take first and last; never zbv (14 % 4 ≠ 0 for pp = 2).
   // The embedding and the loss counted as layers of an interleaved split where pp·v divides
-  // 14 + 2 in chunks of two layers or more: (pp, v) = (2, 2), (2, 4), (4, 2), whose first and
-  // last stages hold 7, 7 and 3 layers; interleaving needs m % pp = 0.
+  // 14 + 2: (pp, v) = (2, 2), (2, 4), (2, 8), (4, 2), (4, 4), (8, 2), whose first and last
+  // stages hold 16/pp − 1 = 7, 7, 7, 3, 3 and 1 layers (with chunks of one layer, 2 × 8, 4 × 4
+  // and 8 × 2, the embedding and the output layer alone in theirs); interleaving needs m % pp = 0.
   const ir::Run &uneven = runOf(*compiled, "uneven");
   std::map<int64_t, std::set<int64_t>> edges;
   std::set<std::tuple<int64_t, int64_t, int64_t>> counted;
@@ -647,13 +648,50 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
     EXPECT_NE(c.schedule, ir::Schedule::ZeroBubbleV) << c.describe();
   });
   EXPECT_EQ(edges, (std::map<int64_t, std::set<int64_t>>{{4, {3}}, {8, {1}}}));
-  EXPECT_EQ(counted,
-            (std::set<std::tuple<int64_t, int64_t, int64_t>>{{2, 2, 7}, {2, 4, 7}, {4, 2, 3}}));
+  EXPECT_EQ(counted, (std::set<std::tuple<int64_t, int64_t, int64_t>>{
+                         {2, 2, 7}, {2, 4, 7}, {2, 8, 7}, {4, 2, 3}, {4, 4, 3}, {8, 2, 1}}));
   // Without --precision the run's own precision alone.
   forEachCandidate(run, *run.cluster, [&](const Candidate &c) {
     EXPECT_EQ(c.precision, ir::Precision::MixedBF16);
     EXPECT_FALSE(c.fp8Gather);
   });
+}
+
+TEST(SearchTest, FastPathAgreesWhereTheEmbeddingAndTheLossHaveChunksOfTheirOwn) {
+  // 14 layers with the embedding and the loss counted: 16 split into chunks of one layer on
+  // 2 stages × 8 chunks, 4 × 4 and 8 × 2, so the first chunk holds the embedding alone and the
+  // last the output layer alone. Each candidate of those layouts is predicted by the fast path
+  // as the verifier and the analyses of its lowered plan predict it.
+  auto compiled = compile(kContext);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "uneven");
+  std::vector<Candidate> alone;
+  forEachCandidate(run, *run.cluster, [&](const Candidate &c) {
+    if (c.countedSplit && c.pp * c.chunks == 16)
+      alone.push_back(c);
+  });
+  ASSERT_GT(alone.size(), 50u);
+  std::map<std::string, unsigned> seen;
+  std::set<std::pair<int64_t, int64_t>> layouts;
+  std::mt19937_64 random(16);
+  for (unsigned i = 0; i < 200; ++i) {
+    const Candidate &c = alone[random() % alone.size()];
+    layouts.insert({c.pp, c.chunks});
+    FastVerdict fast = evaluateFast(run, *run.cluster, c);
+    analysis::RunAnalysis exact;
+    std::string rule = evaluateExact(run, *run.cluster, c, &exact);
+    ++seen[rule];
+    ASSERT_EQ(fast.rejectedBy, rule) << c.describe();
+    if (rule == "gradient-integrity")
+      continue;
+    EXPECT_LT(relativeDifference(fast.peakBytes, exact.memory.device.peak), 1e-9) << c.describe();
+    if (rule.empty()) {
+      EXPECT_LT(relativeDifference(fast.stepSeconds, exact.time.stepSeconds), 1e-9)
+          << c.describe() << ": " << fast.stepSeconds << " vs " << exact.time.stepSeconds;
+    }
+  }
+  EXPECT_GT(seen[""], 0u);
+  EXPECT_EQ(layouts, (std::set<std::pair<int64_t, int64_t>>{{2, 8}, {4, 4}, {8, 2}}));
 }
 
 TEST(SearchTest, EveryReportedCandidatePassesTheVerifier) {
