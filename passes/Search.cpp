@@ -268,6 +268,18 @@ int unitIndex(cost::UnitKind kind) {
   return kind == cost::UnitKind::Embedding ? 0 : kind == cost::UnitKind::Layer ? 1 : 2;
 }
 
+/// A unit's forward and backward compute per micro-batch; the backward of a recomputed layer
+/// begins with its recomputation.
+std::pair<double, double> passSeconds(const UnitTimes &times, cost::UnitKind kind,
+                                      std::optional<cost::PassKind> recomputePass) {
+  const double *unitTime = times.seconds[unitIndex(kind)];
+  double recompute = kind == cost::UnitKind::Layer && recomputePass
+                         ? unitTime[static_cast<int>(*recomputePass)]
+                         : 0;
+  return {unitTime[static_cast<int>(cost::PassKind::Forward)],
+          recompute + unitTime[static_cast<int>(cost::PassKind::Backward)]};
+}
+
 /// The stage layouts among a group's schedules: the even split (1f1b, zero_bubble, interleaved),
 /// the V (zbv, dualpipev), and uneven first and last stages of `edges` layers each.
 struct Layouts {
@@ -318,7 +330,10 @@ public:
   /// (the embedding and the head on the first and last stages, or both on the first under the
   /// V schedules, or the first and last stages lighter), the smallest over the group's `layouts`.
   double lowerBound(const Candidate &candidate, const Layouts &layouts);
-  void evaluate(const Candidate &candidate, FastVerdict &verdict);
+  /// Rules, memory and step time of a candidate. An accepted candidate whose step cannot come
+  /// under `stepBound` (its stages' compute alone is longer) is left untimed (verdict.timed).
+  void evaluate(const Candidate &candidate, FastVerdict &verdict,
+                double stepBound = std::numeric_limits<double>::infinity());
 
 private:
   struct Geometry {
@@ -692,7 +707,7 @@ double Evaluator::lowerBound(const Candidate &c, const Layouts &layouts) {
   return bound;
 }
 
-void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
+void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBound) {
   verdict = FastVerdict();
   // Rule `gradient-integrity`: the optimizer consumes full gradients, so wherever gradients are
   // sharded the optimizer must be sharded too.
@@ -753,6 +768,27 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict) {
        hostPeak * static_cast<double>(cluster.devicesPerNode) > *cluster.hostMemory)) {
     verdict.rejectedBy = "capacity";
     return;
+  }
+  // The step is at least m times each stage's compute per micro-batch (the slowest stage's
+  // m·compute plus what it exposes, plus a bubble that is never negative): a candidate whose
+  // bound is above `stepBound` is not timed. The margin keeps rounding from deciding a tie.
+  if (stepBound < std::numeric_limits<double>::infinity()) {
+    std::optional<cost::PassKind> recomputePass = cost::getRecomputePass(c.activations);
+    double slowest = 0;
+    for (const StageShape &shape : stageShapes) {
+      double compute = 0;
+      for (const UnitGroup &group : shape.groups) {
+        auto [forward, backward] = passSeconds(times, group.kind, recomputePass);
+        compute += static_cast<double>(group.count) * (forward + backward);
+      }
+      slowest = std::max(slowest, compute);
+    }
+    double lower = static_cast<double>(c.microbatches) * slowest;
+    if (lower > stepBound * (1 + 1e-9)) {
+      verdict.timed = false;
+      verdict.stepSeconds = lower;
+      return;
+    }
   }
 
   // Time (Analyzer::analyze): per stage class, per micro-batch compute, overlapped and critical
@@ -865,12 +901,8 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
       cost::PassUnit &nextForwardUnit = nextForwardPass[index];
       double count = static_cast<double>(group.count);
       int kind = unitIndex(group.kind);
-      const double *unitTime = times.seconds[kind];
-      bool recomputed = group.kind == cost::UnitKind::Layer;
-      double forward = unitTime[static_cast<int>(cost::PassKind::Forward)];
-      bool recomputes = recomputed && recomputePass;
-      double recompute = recomputes ? unitTime[static_cast<int>(*recomputePass)] : 0;
-      double backward = recompute + unitTime[static_cast<int>(cost::PassKind::Backward)];
+      bool recomputes = group.kind == cost::UnitKind::Layer && recomputePass;
+      auto [forward, backward] = passSeconds(times, group.kind, recomputePass);
       forwardUnit = cost::PassUnit();
       forwardUnit.compute = forward;
       forwardUnit.count = group.count;
@@ -2108,7 +2140,14 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
             }
             return;
           }
-          evaluatorFor(candidate).evaluate(candidate, verdict);
+          // Once the kept buffer is full, its slowest plan bounds what can still enter it: a
+          // candidate whose compute alone is slower is counted as accepted and not timed.
+          // Collecting every accepted candidate (onAccepted) times them all.
+          std::vector<Ranked> &kept = share.best;
+          double stepBound = prune && collect && !options.onAccepted && kept.size() == keep
+                                 ? kept.back().candidate.stepSeconds
+                                 : std::numeric_limits<double>::infinity();
+          evaluatorFor(candidate).evaluate(candidate, verdict, stepBound);
           bool capacity = verdict.rejectedBy == "capacity";
           if (capacity && (candidate.schedule == ir::Schedule::OneFOneB ||
                            candidate.schedule == ir::Schedule::ZeroBubbleV))
@@ -2133,13 +2172,16 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
             return;
           }
           ++counts.accepted;
+          if (!verdict.timed) {
+            ++counts.prunedByStep;
+            return;
+          }
           Ranked copy{candidate, position};
           copy.candidate.stepSeconds = verdict.stepSeconds;
           copy.candidate.peakBytes = verdict.peakBytes;
           copy.candidate.hostPeakBytes = verdict.hostPeakBytes;
           if (options.onAccepted)
             options.onAccepted(copy.candidate);
-          std::vector<Ranked> &kept = share.best;
           if (kept.size() == keep && !isRankedBetter(copy, kept.back()))
             return;
           kept.insert(std::upper_bound(kept.begin(), kept.end(), copy, isRankedBetter), copy);
@@ -2171,6 +2213,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
       result.accepted += share.counts.accepted;
       result.prunedByLowerBound += share.counts.prunedByLowerBound;
       result.prunedBySchedule += share.counts.prunedBySchedule;
+      result.prunedByStep += share.counts.prunedByStep;
       for (const auto &[rule, count] : share.counts.rejectedByRule)
         result.rejectedByRule[rule] += count;
       merged.insert(merged.end(), share.best.begin(), share.best.end());

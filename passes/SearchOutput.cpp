@@ -425,6 +425,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
                       {"accepted", static_cast<int64_t>(result.accepted)},
                       {"pruned_by_lower_bound", static_cast<int64_t>(result.prunedByLowerBound)},
                       {"pruned_by_schedule", static_cast<int64_t>(result.prunedBySchedule)},
+                      {"pruned_by_step", static_cast<int64_t>(result.prunedByStep)},
                       {"pruned_by_memory_order", static_cast<int64_t>(result.prunedByMemoryOrder)},
                       {"rejected", std::move(rejected)},
                       {"seconds", result.seconds},
@@ -461,7 +462,11 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
                   result.seconds > 0 ? static_cast<double>(result.spaceSize) / result.seconds : 0.0)
         << " candidates/s) on " << result.threads
         << (result.threads == 1 ? " thread\n" : " threads\n");
-    out << "accepted: " << result.accepted << "\n";
+    out << "accepted: " << result.accepted;
+    if (result.prunedByStep)
+      out << " (" << result.prunedByStep
+          << " not timed: their compute alone is slower than every plan kept for the top)";
+    out << "\n";
     for (const auto &[rule, count] : result.rejectedByRule) {
       std::vector<std::string> pruned;
       if (rule == "capacity" && (result.prunedByLowerBound || result.prunedBySchedule))

@@ -764,6 +764,9 @@ TEST(SearchTest, PruningByLowerBoundsChangesNothing) {
   SearchResult a = searchStrategies(run, pruned), b = searchStrategies(run, full);
   EXPECT_GT(a.prunedByLowerBound, 0u);
   EXPECT_EQ(b.prunedByLowerBound, 0u);
+  // Accepted candidates whose compute alone is slower than every plan kept are not timed.
+  EXPECT_GT(a.prunedByStep, 0u);
+  EXPECT_EQ(b.prunedByStep, 0u);
   EXPECT_EQ(a.spaceSize, b.spaceSize);
   EXPECT_EQ(a.accepted, b.accepted);
   EXPECT_EQ(a.rejectedByRule, b.rejectedByRule);
@@ -786,6 +789,8 @@ TEST(SearchTest, PruningChangesNothingWithContextVSchedulesAndUnevenStages) {
     EXPECT_GT(a.prunedByLowerBound, 0u) << name;
     EXPECT_GT(a.prunedBySchedule, 0u) << name;
     EXPECT_EQ(b.prunedBySchedule, 0u);
+    EXPECT_GT(a.prunedByStep, 0u) << name;
+    EXPECT_EQ(b.prunedByStep, 0u);
     EXPECT_EQ(a.spaceSize, b.spaceSize);
     EXPECT_EQ(a.accepted, b.accepted);
     EXPECT_EQ(a.rejectedByRule, b.rejectedByRule);

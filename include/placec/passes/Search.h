@@ -122,6 +122,9 @@ struct FastVerdict {
   double hostPeakBytes = 0;
   /// Bytes per step each device of the slowest stage sends over inter-node links.
   double interNodeBytes = 0;
+  /// False when an accepted candidate was not timed because its compute alone outlasts the step
+  /// bound it was evaluated against (Evaluator::evaluate): stepSeconds is then that lower bound.
+  bool timed = true;
 };
 
 struct SearchOptions {
@@ -179,6 +182,9 @@ struct SearchResult {
   /// Candidates rejected by capacity unevaluated because the same plan with a schedule that
   /// keeps fewer micro-batches in flight (1f1b, zbv) is over the budget.
   uint64_t prunedBySchedule = 0;
+  /// Accepted candidates left untimed because their stages' compute alone, m micro-batches of it,
+  /// is slower than every plan kept for the top (counted in `accepted`, never in `top`).
+  uint64_t prunedByStep = 0;
   /// Mixture-of-experts search: candidates rejected by capacity unevaluated because the same plan
   /// keeping fewer activations (a stronger recomputation) or a smaller micro-batch is over the
   /// budget.
