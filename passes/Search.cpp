@@ -300,6 +300,14 @@ struct TupleHash {
   }
 };
 
+/// A hash of two cache entries' addresses (the evaluator's caches never move their entries).
+struct PointerPairHash {
+  template <typename A, typename B> size_t operator()(const std::pair<A *, B *> &key) const {
+    return TupleHash()(std::make_tuple(reinterpret_cast<uintptr_t>(key.first),
+                                       reinterpret_cast<uintptr_t>(key.second)));
+  }
+};
+
 /// Whether a candidate's backward gathers the column-parallel inputs again
 /// (plan::regathersInputs).
 bool regathersFor(const ir::Model &model, const Candidate &c) {
@@ -401,6 +409,21 @@ private:
   /// the time of one send inside a node and across nodes.
   void timeStages(const Candidate &c, const Geometry &g, const cost::StageStates &states,
                   const std::vector<StageShape> &stageShapes);
+  /// The stage classes' device and host peaks without activations, for the placement in
+  /// `states` (its shard degrees and where the states live), cached per placement.
+  struct StatesPart {
+    double device[3] = {}, host[3] = {};
+  };
+  const StatesPart &getStatesPart(cost::StageStates &states,
+                                  const std::vector<StageShape> &stageShapes);
+  /// What the activations add to each stage class's device peak: with no micro-batch in flight
+  /// (the recomputed layer) and per micro-batch in flight (its layers' activations and, on the
+  /// head's stage, its loss buffers), for one work layout, cached.
+  struct ActivationPart {
+    double fixed[3] = {}, perMicrobatch[3] = {};
+  };
+  const ActivationPart &getActivationPart(const UnitTimes &times,
+                                          const std::vector<StageShape> &stageShapes);
 
   const ir::Model &model;
   const ir::Cluster &cluster;
@@ -439,6 +462,13 @@ private:
   // explanations only, never here) are not built and destroyed for each: every candidate writes
   // the same fields, and the others keep their defaults.
   cost::StageStates candidateStates;
+  // The states parts of the last placement, by stage layout (a handful per placement).
+  std::tuple<int64_t, int64_t, int64_t, unsigned> statesPlacement{0, 0, 0, ~0u};
+  llvm::SmallVector<std::pair<const std::vector<StageShape> *, StatesPart>, 4> statesParts;
+  // The activation parts by work layout and stage layout, for the whole search.
+  std::unordered_map<std::pair<const UnitTimes *, const std::vector<StageShape> *>, ActivationPart,
+                     PointerPairHash>
+      activationParts;
   // The last entries looked up (consecutive candidates mostly share them).
   std::tuple<int64_t, int64_t, int64_t, bool, int64_t> lastShapesKey;
   const std::vector<StageShape> *lastShapes = nullptr;
@@ -707,6 +737,67 @@ double Evaluator::lowerBound(const Candidate &c, const Layouts &layouts) {
   return bound;
 }
 
+const Evaluator::StatesPart &Evaluator::getStatesPart(cost::StageStates &states,
+                                                      const std::vector<StageShape> &stageShapes) {
+  auto placement =
+      std::make_tuple(states.paramShard, states.gradShard, states.optimizerShard,
+                      (states.paramsOnHost ? 1u : 0u) | (states.optimizerOnHost ? 2u : 0u) |
+                          (states.gradsOnHost ? 4u : 0u) | (states.gathers ? 8u : 0u) |
+                          (states.keepAfterForward ? 16u : 0u));
+  if (placement != statesPlacement) {
+    statesParts.clear();
+    statesPlacement = placement;
+  }
+  for (const auto &[layout, part] : statesParts)
+    if (layout == &stageShapes)
+      return part;
+  StatesPart part;
+  // Without activations: no layer's bytes, nothing in flight, no loss buffers, no recomputed
+  // layer (getActivationPart adds them).
+  states.layerActivationBytes = 0;
+  states.inFlight = 0;
+  states.headBuffers = 0;
+  states.recomputedLayer = 0;
+  for (size_t i = 0; i < stageShapes.size(); ++i) {
+    const StageShape &shape = stageShapes[i];
+    states.params = static_cast<double>(shape.sumParams);
+    states.largestUnit = static_cast<double>(shape.maxParams);
+    states.units = shape.numUnits;
+    states.layers = shape.numLayers;
+    states.tiedEmbedding = static_cast<double>(shape.tiedEmbedParams);
+    cost::StageMemoryResult memory = cost::getStageMemory(states, bytes);
+    part.device[i] = memory.device.peak;
+    part.host[i] = memory.host.peak;
+  }
+  statesParts.emplace_back(&stageShapes, part);
+  return statesParts.back().second;
+}
+
+const Evaluator::ActivationPart &
+Evaluator::getActivationPart(const UnitTimes &times, const std::vector<StageShape> &stageShapes) {
+  auto [it, inserted] = activationParts.try_emplace({&times, &stageShapes});
+  ActivationPart &part = it->second;
+  if (!inserted)
+    return part;
+  for (size_t i = 0; i < stageShapes.size(); ++i) {
+    const StageShape &shape = stageShapes[i];
+    // A stage that holds nothing but this shape's layers and loss (no parameters): its peak is
+    // what the activations add to any placement's.
+    cost::StageStates bare;
+    bare.layers = shape.numLayers;
+    bare.layerActivationBytes = times.layerActivation;
+    bare.recomputedLayer = shape.numLayers > 0 ? times.recomputedLayer : 0;
+    bare.inFlight = 0;
+    double none = cost::getStageMemory(bare, bytes).device.peak;
+    bare.inFlight = 1;
+    bare.headBuffers = shape.hasHead ? times.headActivation : 0;
+    double one = cost::getStageMemory(bare, bytes).device.peak;
+    part.fixed[i] = none;
+    part.perMicrobatch[i] = one - none;
+  }
+  return part;
+}
+
 void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBound) {
   verdict = FastVerdict();
   // Rule `gradient-integrity`: the optimizer consumes full gradients, so wherever gradients are
@@ -740,24 +831,23 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
   states.gradsOnHost = states.optimizerOnHost && gradAxes;
   states.gathers = paramAxes != 0;
   states.keepAfterForward = keepsAfterForward(c.params);
-  states.layerActivationBytes = times.layerActivation;
 
   // Memory (Analyzer::stageStates): the stage with the highest device peak, the first on ties.
+  // cost::getStageMemory sums a part that the placement decides (model states, gathered and
+  // unreduced buffers) and one that the work layout decides (each micro-batch in flight's
+  // activations and loss buffers, the recomputed layer); each part is evaluated once and the
+  // schedule's micro-batches in flight put in.
+  const StatesPart &placed = getStatesPart(states, stageShapes);
+  const ActivationPart &activations = getActivationPart(times, stageShapes);
   double peak = -1, hostPeak = 0;
-  for (const StageShape &shape : stageShapes) {
-    states.params = static_cast<double>(shape.sumParams);
-    states.largestUnit = static_cast<double>(shape.maxParams);
-    states.units = shape.numUnits;
-    states.layers = shape.numLayers;
-    states.tiedEmbedding = static_cast<double>(shape.tiedEmbedParams);
-    states.inFlight =
-        cost::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks, shape.stage);
-    states.headBuffers = shape.hasHead ? times.headActivation * states.inFlight : 0;
-    states.recomputedLayer = shape.numLayers > 0 ? times.recomputedLayer : 0;
-    cost::StageMemoryResult memory = cost::getStageMemory(states, bytes);
-    if (memory.device.peak > peak) {
-      peak = memory.device.peak;
-      hostPeak = memory.host.peak;
+  for (size_t i = 0; i < stageShapes.size(); ++i) {
+    double inFlight = cost::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks,
+                                                    stageShapes[i].stage);
+    double device =
+        placed.device[i] + activations.fixed[i] + inFlight * activations.perMicrobatch[i];
+    if (device > peak) {
+      peak = device;
+      hostPeak = placed.host[i];
     }
   }
   verdict.peakBytes = peak;
