@@ -135,6 +135,27 @@ double relativeDifference(double a, double b) {
 }
 
 /// Compares the fast path with the verifier and the analyses on `samples` random candidates.
+/// The fast path's verdict on one candidate against the verifier's and the analyses' of its
+/// lowered plan: the same rule, and where it fits, the same peaks and step. `rule` is the
+/// verifier's.
+void checkCandidate(const ir::Run &run, const ir::Cluster &cluster, const Candidate &candidate,
+                    std::string &rule) {
+  FastVerdict fast = evaluateFast(run, cluster, candidate);
+  analysis::RunAnalysis exact;
+  rule = evaluateExact(run, cluster, candidate, &exact);
+  ASSERT_EQ(fast.rejectedBy, rule) << candidate.describe();
+  if (rule == "gradient-integrity")
+    return;
+  EXPECT_LT(relativeDifference(fast.peakBytes, exact.memory.device.peak), 1e-9)
+      << candidate.describe() << ": " << fast.peakBytes << " vs " << exact.memory.device.peak;
+  EXPECT_LT(relativeDifference(fast.hostPeakBytes, exact.memory.host.peak), 1e-9)
+      << candidate.describe();
+  if (rule.empty()) {
+    EXPECT_LT(relativeDifference(fast.stepSeconds, exact.time.stepSeconds), 1e-9)
+        << candidate.describe() << ": " << fast.stepSeconds << " vs " << exact.time.stepSeconds;
+  }
+}
+
 void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned samples, unsigned seed,
                     const std::vector<ir::Precision> &precisions = {},
                     const std::vector<ir::AsyncTensorParallel> &asyncTp = {},
@@ -177,22 +198,11 @@ void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned sam
       chosen.push_back(&c);
   }
   for (const Candidate *sample : chosen) {
-    const Candidate &candidate = *sample;
-    FastVerdict fast = evaluateFast(run, cluster, candidate);
-    analysis::RunAnalysis exact;
-    std::string rule = evaluateExact(run, cluster, candidate, &exact);
+    std::string rule;
+    checkCandidate(run, cluster, *sample, rule);
+    if (::testing::Test::HasFatalFailure())
+      return;
     ++seen[rule];
-    ASSERT_EQ(fast.rejectedBy, rule) << candidate.describe();
-    if (rule == "gradient-integrity")
-      continue;
-    EXPECT_LT(relativeDifference(fast.peakBytes, exact.memory.device.peak), 1e-9)
-        << candidate.describe() << ": " << fast.peakBytes << " vs " << exact.memory.device.peak;
-    EXPECT_LT(relativeDifference(fast.hostPeakBytes, exact.memory.host.peak), 1e-9)
-        << candidate.describe();
-    if (rule.empty()) {
-      EXPECT_LT(relativeDifference(fast.stepSeconds, exact.time.stepSeconds), 1e-9)
-          << candidate.describe() << ": " << fast.stepSeconds << " vs " << exact.time.stepSeconds;
-    }
   }
   // The sample exercises acceptance and both rules.
   EXPECT_GT(seen[""], 0u);
@@ -677,18 +687,11 @@ TEST(SearchTest, FastPathAgreesWhereTheEmbeddingAndTheLossHaveChunksOfTheirOwn) 
   for (unsigned i = 0; i < 200; ++i) {
     const Candidate &c = alone[random() % alone.size()];
     layouts.insert({c.pp, c.chunks});
-    FastVerdict fast = evaluateFast(run, *run.cluster, c);
-    analysis::RunAnalysis exact;
-    std::string rule = evaluateExact(run, *run.cluster, c, &exact);
+    std::string rule;
+    checkCandidate(run, *run.cluster, c, rule);
+    if (HasFatalFailure())
+      return;
     ++seen[rule];
-    ASSERT_EQ(fast.rejectedBy, rule) << c.describe();
-    if (rule == "gradient-integrity")
-      continue;
-    EXPECT_LT(relativeDifference(fast.peakBytes, exact.memory.device.peak), 1e-9) << c.describe();
-    if (rule.empty()) {
-      EXPECT_LT(relativeDifference(fast.stepSeconds, exact.time.stepSeconds), 1e-9)
-          << c.describe() << ": " << fast.stepSeconds << " vs " << exact.time.stepSeconds;
-    }
   }
   EXPECT_GT(seen[""], 0u);
   EXPECT_EQ(layouts, (std::set<std::pair<int64_t, int64_t>>{{2, 8}, {4, 4}, {8, 2}}));
