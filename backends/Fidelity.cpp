@@ -1,6 +1,7 @@
 // `placec fidelity`: every run that records a measured step time or peak memory, predicted
 // against measured, with the mean and largest error of each set of runs (docs/fidelity.md).
 #include "ReportSupport.h"
+#include "placec/passes/CostModel.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -202,6 +203,170 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
     os << " (" << llvm::join(parts, ", ") << ")\n";
   }
   return stepOk && memoryOk;
+}
+
+std::vector<FidelityFitPoint> getFidelityFitGrid() {
+  // Integers over their steps, so that 0.85 is the same double as the code's constant.
+  constexpr int kTileStep = 32, kTileMax = 512, kEfficiencyMin = 70, kEfficiencyMax = 100;
+  std::vector<FidelityFitPoint> grid;
+  for (int tile = 0; tile <= kTileMax; tile += kTileStep)
+    for (int percent = kEfficiencyMin; percent <= kEfficiencyMax; ++percent) {
+      FidelityFitPoint point;
+      point.tileOverheadK = tile;
+      point.kernelEfficiency = percent / 100.0;
+      grid.push_back(point);
+    }
+  return grid;
+}
+
+/// The set whose rows the constants are fitted on (docs/fidelity.md); the other rows are held out.
+constexpr StringRef kCalibrationSet = "calibration";
+
+void scoreFidelityFit(FidelityFitPoint &point, ArrayRef<FidelityRow> rows) {
+  bool calibrated = llvm::any_of(
+      rows, [](const FidelityRow &row) { return row.measuredStep && row.set == kCalibrationSet; });
+  ErrorSummary fitted, heldOut;
+  for (const FidelityRow &row : rows)
+    if (row.measuredStep)
+      (!calibrated || row.set == kCalibrationSet ? fitted : heldOut)
+          .add(row.getStepError(), row.file + ":" + row.run);
+  auto errors = [](const ErrorSummary &summary) {
+    return FidelityErrors{summary.count, summary.overGoal, summary.mean(), summary.max,
+                          summary.worst};
+  };
+  point.fittedOn = calibrated ? kCalibrationSet.str() : "all";
+  point.fitted = errors(fitted);
+  point.heldOut = errors(heldOut);
+}
+
+void printFidelityFit(ArrayRef<FidelityFitPoint> points, bool json, raw_ostream &os) {
+  auto better = [](const FidelityFitPoint &a, const FidelityFitPoint &b) {
+    return a.fitted.meanError < b.fitted.meanError ||
+           (a.fitted.meanError == b.fitted.meanError && a.fitted.maxError < b.fitted.maxError);
+  };
+  const FidelityFitPoint *best = nullptr, *code = nullptr;
+  // Each tile overhead's best kernel efficiency, in the grid's order.
+  std::vector<const FidelityFitPoint *> bestByTile;
+  for (const FidelityFitPoint &point : points) {
+    if (!best || better(point, *best))
+      best = &point;
+    if (point.tileOverheadK == cost::kGemmTileOverheadK &&
+        point.kernelEfficiency == cost::kTrainingKernelEfficiency)
+      code = &point;
+    if (bestByTile.empty() || bestByTile.back()->tileOverheadK != point.tileOverheadK)
+      bestByTile.push_back(&point);
+    else if (better(point, *bestByTile.back()))
+      bestByTile.back() = &point;
+  }
+  if (!best)
+    return;
+  bool heldOut = best->heldOut.rows > 0;
+
+  if (json) {
+    json::OStream out(os, 2);
+    auto errors = [&](StringRef key, const FidelityErrors &value) {
+      out.attributeObject(key, [&] {
+        out.attribute("rows", value.rows);
+        out.attribute("mean_abs_error", value.meanError);
+        out.attribute("max_abs_error", value.maxError);
+        out.attribute("worst", value.worst);
+        out.attribute("rows_over_10_percent", value.overGoal);
+      });
+    };
+    auto attributes = [&](const FidelityFitPoint &point) {
+      out.attribute("tile_overhead_k", point.tileOverheadK);
+      out.attribute("kernel_efficiency", point.kernelEfficiency);
+      errors("fitted", point.fitted);
+      if (heldOut)
+        errors("held_out", point.heldOut);
+    };
+    out.object([&] {
+      out.attribute("fitted_on", best->fittedOn);
+      out.attributeArray("grid", [&] {
+        for (const FidelityFitPoint &point : points)
+          out.object([&] { attributes(point); });
+      });
+      out.attributeObject("best", [&] { attributes(*best); });
+      if (code)
+        out.attributeObject("code", [&] { attributes(*code); });
+      out.attribute("code_is_best", code == best);
+    });
+    os << "\n";
+    return;
+  }
+
+  auto cells = [&](const FidelityFitPoint &point) {
+    std::vector<std::string> cells = {fmt::format("{:.2f} %", 100 * point.fitted.meanError),
+                                      fmt::format("{:.1f} %", 100 * point.fitted.maxError),
+                                      formatInteger(static_cast<double>(point.fitted.overGoal))};
+    if (heldOut) {
+      cells.push_back(fmt::format("{:.2f} %", 100 * point.heldOut.meanError));
+      cells.push_back(fmt::format("{:.1f} %", 100 * point.heldOut.maxError));
+      cells.push_back(formatInteger(static_cast<double>(point.heldOut.overGoal)));
+    }
+    return cells;
+  };
+  std::vector<std::string> errorHeader = {"mean |error|", "max |error|", "over 10 %"};
+  if (heldOut)
+    llvm::append_range(errorHeader, std::vector<std::string>{"held out: mean |error|",
+                                                             "max |error|", "over 10 %"});
+  os << fmt::format(
+      "The cost model's two fitted constants over {} {}rows with a measured step{}: the tile "
+      "overhead (kGemmTileOverheadK) from {} to {}, the kernel efficiency "
+      "(kTrainingKernelEfficiency) from {:.2f} to {:.2f} in steps of 0.01; the code has {} and "
+      "{:.2f}.\n\n",
+      best->fitted.rows, best->fittedOn == kCalibrationSet ? "calibration " : "",
+      heldOut ? fmt::format(", the {} held-out rows shown beside, not fitted", best->heldOut.rows)
+              : std::string(),
+      formatInteger(points.front().tileOverheadK), formatInteger(points.back().tileOverheadK),
+      points.front().kernelEfficiency, points.back().kernelEfficiency,
+      formatInteger(cost::kGemmTileOverheadK), cost::kTrainingKernelEfficiency);
+  Table byTile;
+  byTile.title = "The best kernel efficiency at each tile overhead";
+  byTile.header = {"tile overhead", "kernel efficiency"};
+  llvm::append_range(byTile.header, errorHeader);
+  for (const FidelityFitPoint *point : bestByTile) {
+    std::vector<std::string> row = {formatInteger(point->tileOverheadK),
+                                    fmt::format("{:.2f}", point->kernelEfficiency)};
+    llvm::append_range(row, cells(*point));
+    byTile.addRow(row);
+  }
+  renderText(byTile, os);
+  os << "\n";
+  Table byEfficiency;
+  byEfficiency.title = fmt::format("Each kernel efficiency at the code's tile overhead, {}",
+                                   formatInteger(cost::kGemmTileOverheadK));
+  byEfficiency.header = {"kernel efficiency"};
+  llvm::append_range(byEfficiency.header, errorHeader);
+  for (const FidelityFitPoint &point : points) {
+    if (point.tileOverheadK != cost::kGemmTileOverheadK)
+      continue;
+    std::vector<std::string> row = {fmt::format("{:.2f}", point.kernelEfficiency)};
+    llvm::append_range(row, cells(point));
+    byEfficiency.addRow(row);
+  }
+  if (!byEfficiency.rows.empty()) {
+    renderText(byEfficiency, os);
+    os << "\n";
+  }
+  auto line = [&](StringRef what, const FidelityFitPoint &point) {
+    os << fmt::format("{}: tile overhead {}, kernel efficiency {:.2f}: mean |error| {:.2f} %, max "
+                      "|error| {:.1f} % ({}), {} over 10 %",
+                      what.str(), formatInteger(point.tileOverheadK), point.kernelEfficiency,
+                      100 * point.fitted.meanError, 100 * point.fitted.maxError, point.fitted.worst,
+                      point.fitted.overGoal);
+    if (heldOut)
+      os << fmt::format("; held out {:.2f} %, max {:.1f} %, {} over 10 %",
+                        100 * point.heldOut.meanError, 100 * point.heldOut.maxError,
+                        point.heldOut.overGoal);
+    os << "\n";
+  };
+  line("best of the grid", *best);
+  if (code) {
+    line("the code's constants", *code);
+    os << (code == best ? "the code's constants are the best of the grid\n"
+                        : "the code's constants are NOT the best of the grid\n");
+  }
 }
 
 } // namespace placec::report

@@ -2025,6 +2025,8 @@ CostModel::CostModel(const ir::Cluster &cluster, ir::Precision precision)
   peak = cluster.peakFlops;
   if (precision == ir::Precision::FP32 && cluster.peakTf32 > 0)
     peak = cluster.peakTf32;
+  kernelEfficiency = cluster.fittedKernelEfficiency.value_or(kTrainingKernelEfficiency);
+  tileOverheadK = cluster.fittedTileOverheadK.value_or(kGemmTileOverheadK);
 }
 
 double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
@@ -2040,7 +2042,7 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
   bool fp8 = gemm.fp8 && precision == ir::Precision::MixedFP8 && cluster.peakFp8 > 0;
   double gemmPeak = fp8 ? cluster.peakFp8 : peak;
   double efficiency = fp8 ? gemmEfficiency.fp8 : gemmEfficiency.bf16;
-  double achieved = gemmPeak * efficiency * kTrainingKernelEfficiency;
+  double achieved = gemmPeak * efficiency * kernelEfficiency;
   double best = std::numeric_limits<double>::infinity();
   double bestWaves = 0;
   int bestTile = 0;
@@ -2048,7 +2050,7 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
     double tm = kGemmTiles[i][0], tn = kGemmTiles[i][1];
     double tiles = std::ceil(gemm.m / tm) * std::ceil(gemm.n / tn) * gemm.batch;
     double waves = std::ceil(tiles / units);
-    double time = waves * units * tm * tn * 2 * (gemm.k + kGemmTileOverheadK) / achieved;
+    double time = waves * units * tm * tn * 2 * (gemm.k + tileOverheadK) / achieved;
     if (time < best) {
       best = time;
       bestWaves = waves;
@@ -2060,8 +2062,7 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
   double traffic =
       ((gemm.m * gemm.k + gemm.k * gemm.n) * operandBytes + gemm.m * gemm.n * elementBytes) *
       gemm.batch;
-  double memory =
-      traffic / (cluster.hbmBandwidth * family->memoryEfficiency * kTrainingKernelEfficiency);
+  double memory = traffic / (cluster.hbmBandwidth * family->memoryEfficiency * kernelEfficiency);
   double time = std::max(best, memory);
   if (formula) {
     std::string shape =
@@ -2073,10 +2074,9 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
         "{} (m×n×k {}): {} waves of {}×{} tiles over {} SMs × 2·{}·{}·(k {} + {}) FLOP / ({} × {} "
         "× {}) = {}; operands and result {} / ({} × {} × {}) = {}; the slower",
         gemm.name, shape, num(bestWaves), tm, tn, num(units), tm, tn, num(gemm.k),
-        num(kGemmTileOverheadK), fmtRate(gemmPeak, "FLOP/s"), num(efficiency),
-        num(kTrainingKernelEfficiency), fmtSeconds(best), fmtAmount(traffic, "B"),
-        fmtRate(cluster.hbmBandwidth, "B/s"), num(family->memoryEfficiency),
-        num(kTrainingKernelEfficiency), fmtSeconds(memory));
+        num(tileOverheadK), fmtRate(gemmPeak, "FLOP/s"), num(efficiency), num(kernelEfficiency),
+        fmtSeconds(best), fmtAmount(traffic, "B"), fmtRate(cluster.hbmBandwidth, "B/s"),
+        num(family->memoryEfficiency), num(kernelEfficiency), fmtSeconds(memory));
   }
   return time;
 }
@@ -2087,11 +2087,11 @@ double CostModel::getMemorySeconds(double bytes, std::string *formula) const {
       *formula = "not timed (no device preset: compute is FLOPs over peak × efficiency)";
     return 0;
   }
-  double rate = cluster.hbmBandwidth * family->memoryEfficiency * kTrainingKernelEfficiency;
+  double rate = cluster.hbmBandwidth * family->memoryEfficiency * kernelEfficiency;
   if (formula)
     *formula = fmt::format("{} / ({} × {} × {})", fmtAmount(bytes, "B"),
                            fmtRate(cluster.hbmBandwidth, "B/s"), num(family->memoryEfficiency),
-                           num(kTrainingKernelEfficiency));
+                           num(kernelEfficiency));
   return bytes / rate;
 }
 
@@ -2128,7 +2128,7 @@ double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *fo
                               num(attended), num(dimOverhead), num(core.headDim));
     }
   }
-  double kernels = shapes ? kTrainingKernelEfficiency : 1;
+  double kernels = shapes ? kernelEfficiency : 1;
   double rate = peak * efficiency * kernels;
   if (formula)
     *formula =

@@ -183,6 +183,11 @@ cl::opt<double>
 cl::opt<double> fidelityMaxMemoryError(
     "max-memory-error", cl::desc("fidelity: fail when a peak-memory error exceeds this (percent)"),
     cl::init(0), cl::cat(placecCategory));
+cl::opt<bool> fidelityFit(
+    "fit",
+    cl::desc("fidelity: time the rows over a grid of the cost model's two fitted constants and "
+             "print the error at each, the best point and the code's"),
+    cl::init(false), cl::cat(placecCategory));
 cl::opt<std::string> placertDir(
     "placert-dir",
     cl::desc("compile: where the generated CMakeLists.txt looks for placert first (default: the "
@@ -231,7 +236,8 @@ COMMANDS:
   fidelity  Compare the predictions with what runs measured (`measured_step`, `measured_memory`):
             placec fidelity FILE|DIR... [--max-mean-error 5] [--max-error 10]
             [--max-memory-error 10] [--format=json]; exit code 1 outside the limits
-            (docs/fidelity.md).
+            (docs/fidelity.md). --fit times the rows over a grid of the cost model's two
+            fitted constants instead: placec fidelity --fit bench/fidelity/calibration.
   devices   List the device presets a cluster can name (`device = h100_sxm;`): datasheet
             figures, the GEMM efficiency the cost model takes for each, and the sources:
             placec devices [--format=json] [-o F].
@@ -873,6 +879,41 @@ int runDevices() {
   return writeOutput(text);
 }
 
+/// `placec fidelity --fit`: the rows timed at every point of the grid of the cost model's fitted
+/// constants, each cluster given the point's values in place of the code's.
+int runFidelityFit(const std::vector<std::unique_ptr<Compilation>> &compilations,
+                   llvm::function_ref<std::vector<report::FidelityRow>()> predict) {
+  for (const cl::opt<double> *limit :
+       {&fidelityMaxMeanError, &fidelityMaxError, &fidelityMaxMemoryError})
+    if (limit->getNumOccurrences()) {
+      printError(fmt::format("--{} does not apply with --fit, which reports the error at each "
+                             "point of its grid",
+                             limit->ArgStr.str()));
+      return 1;
+    }
+  std::optional<bool> json = textOrJson("fidelity");
+  if (!json)
+    return 1;
+  std::vector<report::FidelityFitPoint> grid = report::getFidelityFitGrid();
+  for (report::FidelityFitPoint &point : grid) {
+    for (const std::unique_ptr<Compilation> &compilation : compilations)
+      for (const std::unique_ptr<ir::Cluster> &cluster : compilation->program->clusters) {
+        cluster->fittedTileOverheadK = point.tileOverheadK;
+        cluster->fittedKernelEfficiency = point.kernelEfficiency;
+      }
+    report::scoreFidelityFit(point, predict());
+  }
+  if (grid.front().fitted.rows == 0) {
+    printError("--fit needs runs that record measured_step; the inputs record only "
+               "measured_memory");
+    return 1;
+  }
+  std::string text;
+  raw_string_ostream os(text);
+  report::printFidelityFit(grid, *json, os);
+  return writeOutput(text);
+}
+
 /// `placec fidelity FILE|DIR...`: every run with `measured_step` or `measured_memory`,
 /// predicted against measured (docs/fidelity.md). A folder contributes its .place files,
 /// recursively; each row's set is the name of the folder its file is in.
@@ -896,7 +937,13 @@ int runFidelity() {
     llvm::sort(found);
     files.insert(files.end(), found.begin(), found.end());
   }
-  std::vector<report::FidelityRow> rows;
+  // The compiled files stay alive: --fit times their runs again with other constants.
+  std::vector<std::unique_ptr<Compilation>> compilations;
+  struct Measured {
+    const ir::Run *run;
+    std::string set, file;
+  };
+  std::vector<Measured> measured;
   bool ok = true;
   for (const std::string &file : files) {
     VerifyOptions options;
@@ -906,30 +953,41 @@ int runFidelity() {
       ok = false;
       continue;
     }
-    for (const std::unique_ptr<ir::Run> &run : compilation->program->runs) {
-      if (!run->measuredStep && !run->measuredMemory)
-        continue;
-      std::unique_ptr<plan::StepPlan> stepPlan = plan::lowerRun(*run);
-      analysis::RunAnalysis result = analysis::analyze(*stepPlan);
-      report::FidelityRow row;
-      row.set = sys::path::filename(sys::path::parent_path(file)).str();
-      row.file = sys::path::filename(file).str();
-      row.run = run->name;
-      row.devices = run->cluster->getNumDevices();
-      row.device = run->cluster->device ? run->cluster->device->name : run->cluster->name;
-      row.predictedTime = result.time;
-      row.measuredStep = run->measuredStep;
-      row.predictedMemory = result.memory.device.peak;
-      row.measuredMemory = run->measuredMemory;
-      rows.push_back(std::move(row));
-    }
+    for (const std::unique_ptr<ir::Run> &run : compilation->program->runs)
+      if (run->measuredStep || run->measuredMemory)
+        measured.push_back({run.get(), sys::path::filename(sys::path::parent_path(file)).str(),
+                            sys::path::filename(file).str()});
+    compilations.push_back(std::move(compilation));
   }
   if (!ok)
     return 1;
-  if (rows.empty()) {
+  if (measured.empty()) {
     printError("no run in the inputs records measured_step or measured_memory");
     return 1;
   }
+  auto predict = [&] {
+    std::vector<report::FidelityRow> rows;
+    for (const Measured &entry : measured) {
+      const ir::Run &run = *entry.run;
+      std::unique_ptr<plan::StepPlan> stepPlan = plan::lowerRun(run);
+      analysis::RunAnalysis result = analysis::analyze(*stepPlan);
+      report::FidelityRow row;
+      row.set = entry.set;
+      row.file = entry.file;
+      row.run = run.name;
+      row.devices = run.cluster->getNumDevices();
+      row.device = run.cluster->device ? run.cluster->device->name : run.cluster->name;
+      row.predictedTime = result.time;
+      row.measuredStep = run.measuredStep;
+      row.predictedMemory = result.memory.device.peak;
+      row.measuredMemory = run.measuredMemory;
+      rows.push_back(std::move(row));
+    }
+    return rows;
+  };
+  if (fidelityFit)
+    return runFidelityFit(compilations, predict);
+  std::vector<report::FidelityRow> rows = predict();
   // A limit given is a finite percentage, zero or more; one not given is no limit.
   report::FidelityLimits limits;
   bool limitsOk = true;
@@ -1031,6 +1089,7 @@ bool checkOptionsApply(Command command) {
       {&fidelityMaxMeanError, fidelity},
       {&fidelityMaxError, fidelity},
       {&fidelityMaxMemoryError, fidelity},
+      {&fidelityFit, fidelity},
       {&placertDir, {C::Compile}},
       {&compileTarget, {C::Compile}},
       {&formatInPlace, {C::Format}},

@@ -167,6 +167,36 @@ TEST(CostModelTest, GemmEfficiencyIsEachDevicesMamf) {
   EXPECT_NEAR(model.getGemmSeconds(gemm), expected, 1e-9 * expected);
 }
 
+/// `placec fidelity --fit` times its rows with other values of the two fitted constants through
+/// the cluster: every kernel the constants scale takes them, and nothing else changes.
+TEST(CostModelTest, FittedConstantsOfTheCluster) {
+  auto compiled =
+      unittest::compile("cluster nvl { device = gb200; nodes = 1; devices_per_node = 72; }");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  ir::Cluster cluster = *compiled->program->findCluster("nvl");
+  cluster.fittedTileOverheadK = 100;
+  cluster.fittedKernelEfficiency = 0.5;
+  CostModel model(cluster, ir::Precision::MixedBF16);
+  EXPECT_EQ(model.getTileOverheadK(), 100);
+  EXPECT_EQ(model.getKernelEfficiency(), 0.5);
+  // The product of the test above: 16 waves of 256×128 tiles over 148 SMs, k = 8192 + 100, at
+  // the GB200's 2,500 TFLOP/s × 0.729 (its MAMF fraction) × 0.5.
+  Gemm gemm;
+  gemm.m = 148 * 256 * 4;
+  gemm.n = 128 * 4;
+  gemm.k = 8192;
+  double expected = 16.0 * 148 * 256 * 128 * 2 * (8192 + 100) / (2500e12 * 0.729 * 0.5);
+  EXPECT_NEAR(model.getGemmSeconds(gemm), expected, 1e-9 * expected);
+  // A memory-bound kernel: 1 GB over the GB200's 8 TB/s × Blackwell's memory efficiency × 0.5.
+  CostModel plain(*compiled->program->findCluster("nvl"), ir::Precision::MixedBF16);
+  EXPECT_NEAR(model.getMemorySeconds(1e9),
+              plain.getMemorySeconds(1e9) * kTrainingKernelEfficiency / 0.5, 1e-15);
+  // The collectives do not depend on them.
+  GroupShape group{8, 8};
+  EXPECT_EQ(model.getCollectiveSeconds(Collective::AllReduce, group, 1e9),
+            plain.getCollectiveSeconds(Collective::AllReduce, group, 1e9));
+}
+
 TEST(CostModelTest, FusedAttentionByKernel) {
   auto compiled = unittest::compile(kH100);
   ASSERT_TRUE(compiled->program) << compiled->messages;

@@ -152,6 +152,40 @@ struct FidelityLimits {
 bool printFidelity(llvm::ArrayRef<FidelityRow> rows, const FidelityLimits &limits, bool json,
                    llvm::raw_ostream &os);
 
+/// The step-time error of some rows: how many, how many beyond the goal's largest error (10 %),
+/// the mean and the largest |error| (fractions) and the `file:run` of the largest.
+struct FidelityErrors {
+  unsigned rows = 0;
+  unsigned overGoal = 0;
+  double meanError = 0;
+  double maxError = 0;
+  std::string worst;
+};
+
+/// One point of `placec fidelity --fit`'s grid: values of the cost model's two fitted constants
+/// (`kGemmTileOverheadK`, `kTrainingKernelEfficiency`) and the step-time errors of the rows timed
+/// with them (docs/fidelity.md, "The model and its constants"). When the rows include the set
+/// `calibration` the fit is over its rows and the others are held out, reported and not fitted;
+/// otherwise the fit is over every row.
+struct FidelityFitPoint {
+  double tileOverheadK = 0;
+  double kernelEfficiency = 0;
+  std::string fittedOn; ///< `calibration`, or `all` when no row is in that set.
+  FidelityErrors fitted;
+  FidelityErrors heldOut; ///< No rows without a `calibration` set.
+};
+
+/// The grid `placec fidelity --fit` times the rows over: the kernel efficiency from 0.70 to 1.00
+/// in steps of 0.01 (the steps it was fitted in), for each tile overhead from 0 to 512 in steps
+/// of 32.
+std::vector<FidelityFitPoint> getFidelityFitGrid();
+/// Fills `point`'s errors from `rows`, timed with its constants.
+void scoreFidelityFit(FidelityFitPoint &point, llvm::ArrayRef<FidelityRow> rows);
+/// The grid scored: each tile overhead's best kernel efficiency, every kernel efficiency at the
+/// code's tile overhead, the best point (the lowest mean over the fitted rows, then the lowest
+/// largest error) and the code's own constants, as text or as JSON.
+void printFidelityFit(llvm::ArrayRef<FidelityFitPoint> points, bool json, llvm::raw_ostream &os);
+
 /// `placec devices`: every device preset, its datasheet figures and the GEMM efficiency the cost
 /// model takes for it, as a text table with the sources, or as JSON.
 void printDevices(bool json, llvm::raw_ostream &os);

@@ -251,6 +251,11 @@ public:
   int64_t computeUnits = 0;            ///< SMs or CUs; 0 when unknown.
   std::optional<double> nvmeBandwidth; ///< Bytes/s per device.
   std::optional<double> nvmeCapacity;  ///< Bytes per node.
+  /// The cost model's two fitted constants for this cluster, in place of those of
+  /// passes/CostModel.h (`kTrainingKernelEfficiency`, `kGemmTileOverheadK`). No Place field sets
+  /// them: `placec fidelity --fit` does, to time its rows with the other values of its grid.
+  std::optional<double> fittedKernelEfficiency;
+  std::optional<double> fittedTileOverheadK;
   /// Where each field was written, by key, for notes.
   llvm::StringMap<llvm::SMLoc> fieldLocs;
 
