@@ -891,6 +891,17 @@ int runFidelityFit(const std::vector<std::unique_ptr<Compilation>> &compilations
                              limit->ArgStr.str()));
       return 1;
     }
+  // The constants time only the clusters timed from shapes (a device preset, no `efficiency`).
+  bool shaped = false;
+  for (const std::unique_ptr<Compilation> &compilation : compilations)
+    for (const std::unique_ptr<ir::Run> &run : compilation->program->runs)
+      shaped |= run->measuredStep && run->cluster->hasShapeModel();
+  if (!shaped) {
+    printError("--fit needs runs that record measured_step on a cluster timed from shapes (one "
+               "that names a device preset and writes no efficiency); the constants it fits "
+               "change nothing else");
+    return 1;
+  }
   std::optional<bool> json = textOrJson("fidelity");
   if (!json)
     return 1;
@@ -902,11 +913,6 @@ int runFidelityFit(const std::vector<std::unique_ptr<Compilation>> &compilations
         cluster->fittedKernelEfficiency = point.kernelEfficiency;
       }
     report::scoreFidelityFit(point, predict());
-  }
-  if (grid.front().fitted.rows == 0) {
-    printError("--fit needs runs that record measured_step; the inputs record only "
-               "measured_memory");
-    return 1;
   }
   std::string text;
   raw_string_ostream os(text);
