@@ -945,8 +945,11 @@ int runFidelity() {
   }
   // The compiled files stay alive: --fit times their runs again with other constants.
   std::vector<std::unique_ptr<Compilation>> compilations;
+  // Each run is lowered once: the step plan does not depend on the cost model, which the
+  // analysis builds from the cluster at each call.
   struct Measured {
     const ir::Run *run;
+    std::unique_ptr<plan::StepPlan> plan;
     std::string set, file;
   };
   std::vector<Measured> measured;
@@ -961,7 +964,8 @@ int runFidelity() {
     }
     for (const std::unique_ptr<ir::Run> &run : compilation->program->runs)
       if (run->measuredStep || run->measuredMemory)
-        measured.push_back({run.get(), sys::path::filename(sys::path::parent_path(file)).str(),
+        measured.push_back({run.get(), plan::lowerRun(*run),
+                            sys::path::filename(sys::path::parent_path(file)).str(),
                             sys::path::filename(file).str()});
     compilations.push_back(std::move(compilation));
   }
@@ -975,8 +979,7 @@ int runFidelity() {
     std::vector<report::FidelityRow> rows;
     for (const Measured &entry : measured) {
       const ir::Run &run = *entry.run;
-      std::unique_ptr<plan::StepPlan> stepPlan = plan::lowerRun(run);
-      analysis::RunAnalysis result = analysis::analyze(*stepPlan);
+      analysis::RunAnalysis result = analysis::analyze(*entry.plan);
       report::FidelityRow row;
       row.set = entry.set;
       row.file = entry.file;

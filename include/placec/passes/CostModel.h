@@ -101,8 +101,8 @@ inline constexpr int kGemmTiles[][2] = {{256, 128}, {128, 128}};
 /// Narayanan et al. 2021, Table 1, the calibration set; every other row is held out). They are
 /// the point of lowest mean |step error| over those rows on the grid of `placec fidelity --fit`
 /// (the tile overhead in steps of 32, the efficiency in steps of 0.01), which
-/// test/lit/fidelity/fit.test holds them to: a change of the model that moves that point fails
-/// it until the constants are fitted again.
+/// test/lit/report/fidelity-fit.test holds them to: a change of the model that moves that point
+/// fails it until the constants are fitted again.
 ///
 /// A GEMM tile's prologue and epilogue (loading the first stages of A and B, writing C) cost
 /// about as much as this much more of the reduction dimension k, so short-k products (small
