@@ -35,14 +35,18 @@ constexpr double kNetworkStep = 9.6 * kUs;
 // sparsity" ones). Link bandwidths are per direction: NVLink's "600 GB/s" on A100 and "900 GB/s"
 // on H100/H200 are bidirectional totals, so 300 and 450 GB/s each way; PCIe Gen4/Gen5 x16 are
 // 32/64 GB/s each way. Inter-node bandwidth is the reference system's: DGX A100 has one 200 Gb/s
-// HDR InfiniBand NIC per GPU (25 GB/s), DGX H100/H200/B200 one 400 Gb/s NDR NIC per GPU (50 GB/s).
+// HDR InfiniBand NIC per GPU (25 GB/s), DGX H100/H200/B200 one 400 Gb/s NDR NIC per GPU (50 GB/s),
+// DGX B300 and GB300 NVL72 one 800 Gb/s ConnectX-8 per GPU (100 GB/s).
 // Host memory bandwidth is the reference system's over its devices: DGX A100 has two AMD EPYC 7742
 // with eight DDR4-3200 channels each (409.6 GB/s for 8 GPUs), DGX H100/H200 two Xeon 8480C with
 // eight DDR5-4800 channels each (614.4 GB/s), DGX B200 two Xeon 8570 with eight DDR5-5600 channels
-// each (716.8 GB/s); the MI300X platform two EPYC 9654 with twelve DDR5-4800 channels each
-// (921.6 GB/s); GB200 NVL72 one Grace per two GPUs (LPDDR5X at up to 18.4 TB/s for 72 GPUs).
+// each (716.8 GB/s), DGX B300 two Xeon 6776P with eight DDR5-6400 channels each (819.2 GB/s); the
+// MI300X platform two EPYC 9654 with twelve DDR5-4800 channels each
+// (921.6 GB/s); GB200 NVL72 one Grace per two GPUs (LPDDR5X at up to 18.4 TB/s for 72 GPUs), GB300
+// NVL72 the same (up to 14 TB/s for 72 GPUs).
 //
-// GB200 is the Blackwell GPU of a GB200 NVL72 rack, whose 72 GPUs share one NVLink domain: a
+// GB200 (GB300) is the Blackwell (Blackwell Ultra) GPU of a GB200 (GB300) NVL72 rack, whose 72 GPUs
+// share one NVLink domain: a
 // cluster of them writes the GPUs it uses per rack as `devices_per_node` (NVIDIA's datasheet gives
 // the rack's totals; per GPU they are a 72nd, the rates' sparse figures halved).
 // The collective step latency is NCCL's for a ring step over the network (9.6 us); a cluster may
@@ -93,6 +97,22 @@ const DevicePreset kPresets[] = {
      "NVLink-C2C 900 GB/s (both directions) between each Grace and its two GPUs (225 GB/s each "
      "way per GPU), LPDDR5X at up to 18.4 TB/s; 72x 400 Gb/s ConnectX-7 for the compute fabric; "
      "the B200 GPU's 148 SMs"},
+    {"b300", "NVIDIA B300 288 GB (Blackwell Ultra)", DeviceFamily::Blackwell, 288 * kGiB,
+     2250 * kTFLOPS, 1125 * kTFLOPS, 4500 * kTFLOPS, 8000 * kGB, 900 * kGB, 100 * kGB, 64 * kGB,
+     819.2 / 8 * kGB, 160, kNetworkStep,
+     "NVIDIA DGX B300 datasheet (2025) as tabulated, dense, in Bekman's \"Machine Learning "
+     "Engineering\" (compute/accelerator, commit 744d01e): BF16 2,250, TF32 1,125, FP8 4,500 "
+     "TFLOPS, 288 GB HBM3e at 8 TB/s; NVLink 5 at 1.8 TB/s per GPU; 8x 800 Gb/s ConnectX-8; two "
+     "Xeon 6776P (eight DDR5-6400 channels each, PCIe Gen5 to the host); 160 SMs"},
+    {"gb300", "NVIDIA GB300 NVL72 (one Blackwell Ultra GPU)", DeviceFamily::Blackwell, 278 * kGiB,
+     2500 * kTFLOPS, 1250 * kTFLOPS, 5000 * kTFLOPS, 8000 * kGB, 900 * kGB, 100 * kGB, 225 * kGB,
+     14000.0 / 72 * kGB, 160, kNetworkStep,
+     "NVIDIA GB300 NVL72 specifications (2025), per rack of 72 GPUs: FP16/BF16 360, TF32 180, "
+     "FP8 720 PFLOPS with sparsity (per GPU dense 2,500, 1,250 and 5,000 TFLOPS, as Bekman's "
+     "\"Machine Learning Engineering\" tabulates them at commit 744d01e), up to 20 TB HBM3e at "
+     "576 TB/s, NVLink 130 TB/s (1.8 TB/s per GPU), NVLink-C2C 900 GB/s (both directions) "
+     "between each Grace and its two GPUs, LPDDR5X at up to 14 TB/s, 72x 800 Gb/s ConnectX-8; "
+     "the B300's 160 SMs"},
     {"mi300x", "AMD Instinct MI300X 192 GB", DeviceFamily::Cdna3, 192 * kGiB, 1307.4 * kTFLOPS,
      653.7 * kTFLOPS, 2614.9 * kTFLOPS, 5300 * kGB, 448 * kGB, 50 * kGB, 64 * kGB, 921.6 / 8 * kGB,
      304, kNetworkStep,

@@ -180,11 +180,14 @@ GemmEfficiency getGemmEfficiency(const ir::DevicePreset &device) {
   // - GB200: BF16 1822.0 of 2500 (0.729), FP8 3615.6 of 5000 (0.723). The NVL72's GPU is the
   //   B200's with higher datasheet rates, which its products do not reach in proportion (1.04
   //   times the B200's measured BF16 rate and 1.05 times its FP8 rate, against 1.11 on paper).
+  // - B300: BF16 1769.0 of 2250 (0.786), FP8 3353.3 of 4500 (0.745).
+  // The GB300 has no measurement there and takes its family's, the B200's.
   struct Measured {
     StringRef device;
     double bf16, fp8; // 0: the family's.
   };
-  static const Measured measured[] = {{"h200", 0, 0.734}, {"gb200", 0.729, 0.723}};
+  static const Measured measured[] = {
+      {"h200", 0, 0.734}, {"gb200", 0.729, 0.723}, {"b300", 0.786, 0.745}};
   const FamilyConstants &family = getFamilyConstants(device.family);
   GemmEfficiency efficiency{family.gemmEfficiency, family.fp8GemmEfficiency};
   for (const Measured &entry : measured) {

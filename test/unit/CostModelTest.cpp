@@ -133,7 +133,8 @@ TEST(CostModelTest, GemmEfficiencyIsEachDevicesMamf) {
     const char *device;
     double bf16Tflops, fp8Tflops; // 0: the device has no FP8.
   } cases[] = {{"a100_80gb", 271.2, 0},  {"h100_sxm", 794.5, 1402.6}, {"h200", 794.5, 1453.4},
-               {"b200", 1745.0, 3432.5}, {"gb200", 1822.0, 3615.6},   {"mi300x", 668.4, 0}};
+               {"b200", 1745.0, 3432.5}, {"gb200", 1822.0, 3615.6},   {"b300", 1769.0, 3353.3},
+               {"mi300x", 668.4, 0}};
   for (const Case &c : cases) {
     const ir::DevicePreset *device = ir::findDevicePreset(c.device);
     ASSERT_NE(device, nullptr) << c.device;
@@ -150,6 +151,10 @@ TEST(CostModelTest, GemmEfficiencyIsEachDevicesMamf) {
   GemmEfficiency pcie = getGemmEfficiency(*ir::findDevicePreset("h100_pcie"));
   EXPECT_EQ(pcie.bf16, hopper.gemmEfficiency);
   EXPECT_EQ(pcie.fp8, hopper.fp8GemmEfficiency);
+  const FamilyConstants &blackwell = getFamilyConstants(ir::DeviceFamily::Blackwell);
+  GemmEfficiency gb300 = getGemmEfficiency(*ir::findDevicePreset("gb300"));
+  EXPECT_EQ(gb300.bf16, blackwell.gemmEfficiency);
+  EXPECT_EQ(gb300.fp8, blackwell.fp8GemmEfficiency);
   // And a product on the GB200 runs at its own measured rate, not the B200's fraction of the
   // GB200's higher peak: 16 waves of 256×128 tiles over 148 SMs at k = 8192 (m = 148·256·4,
   // n = 128·4) take 16·148·256·128·2·(8192 + kGemmTileOverheadK) FLOP at 2,500 TFLOP/s × 0.729 ×

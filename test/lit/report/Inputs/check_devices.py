@@ -14,6 +14,7 @@ MAMF = {
     "h200": (794.5, 1453.4),
     "b200": (1745.0, 3432.5),
     "gb200": (1822.0, 3615.6),
+    "b300": (1769.0, 3353.3),
     "mi300x": (668.4, None),
 }
 FIELDS = ("name", "description", "family", "memory_bytes", "peak_bf16_flops", "peak_tf32_flops",
