@@ -687,6 +687,9 @@ private:
       // E4M3 in the forward, E5M2 for the gradients: Transformer Engine's recipe, which the
       // import reads back as mixed(fp8) like e4m3.
       flag("--fp8-format", "hybrid");
+      // Megatron-LM's default recipe scales per tensor (delayed); MXFP8 is its own recipe.
+      if (run.fp8Scaling == ir::Fp8Scaling::Mx)
+        flag("--fp8-recipe", "mxfp8");
       if (run.fp8Gather)
         os << "--fp8-param-gather\n";
     }
@@ -966,6 +969,9 @@ private:
     if (run.fp8Saved)
       refuse("mixed(fp8, saved = fp8): torchtitan's float8 linears (torchao) keep their inputs "
              "for the backward in bf16 (leave saved = fp8 out)");
+    if (run.fp8Scaling == ir::Fp8Scaling::Mx)
+      refuse("mixed(fp8, scaling = mx): placec's MXFP8 is Transformer Engine's recipe; torchtitan "
+             "exports tensorwise float8 only (write scaling = tensor)");
     // Without FSDP torchtitan's mixed precision is autocast, which it turns off under tensor or
     // pipeline parallelism (torchtitan/distributed/utils.py, maybe_enable_amp): such a job would
     // train in fp32.

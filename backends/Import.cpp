@@ -1362,6 +1362,7 @@ private:
     imported.globalBatch = globalBatch;
     if (has("--bf16") && has("--fp16"))
       diags.error(locOf("--fp16"), "--bf16 and --fp16 are both given");
+    ir::Fp8Scaling scaling = ir::Fp8Scaling::Tensor;
     ir::Precision precision = has("--bf16")   ? ir::Precision::MixedBF16
                               : has("--fp16") ? ir::Precision::MixedFP16
                                               : ir::Precision::FP32;
@@ -1399,10 +1400,13 @@ private:
                     "--fp8-format without --bf16: Place's mixed(fp8) keeps bf16 outside the "
                     "FP8 products");
       std::string recipe = getString("--fp8-recipe", "delayed");
-      if (recipe != "delayed" && recipe != "tensorwise")
+      if (recipe == "mxfp8")
+        scaling = ir::Fp8Scaling::Mx;
+      else if (recipe != "delayed" && recipe != "tensorwise")
         diags.error(locOf("--fp8-recipe"),
                     "--fp8-recipe " + recipe +
-                        " scales blocks of a tensor; placec models delayed or tensorwise scaling");
+                        " scales blocks of a tensor that placec does not model; it models "
+                        "delayed or tensorwise scaling and mxfp8");
       precision = ir::Precision::MixedFP8;
     } else {
       for (StringRef flag : {"--fp8-param-gather", "--fp8-recipe"})
@@ -1412,8 +1416,8 @@ private:
     // Megatron-LM's FP8 runs on Transformer Engine's linears, which keep their inputs for the
     // backward as FP8: `saved = fp8`.
     bool fp8 = precision == ir::Precision::MixedFP8;
-    imported.precision =
-        ir::spellPrecision(precision, fp8 && has("--fp8-param-gather"), fp32Grads, false, fp8);
+    imported.precision = ir::spellPrecision(precision, fp8 && has("--fp8-param-gather"), fp32Grads,
+                                            false, fp8, scaling);
     std::string optimizer = getString("--optimizer", "adam");
     if (optimizer == "adam")
       imported.optimizerKind = "adam";

@@ -2171,6 +2171,11 @@ void Sema::buildRun(const ast::RunDecl &decl) {
           run->fp8Saved = option.text == "fp8";
           continue;
         }
+        if (type == "fp8" && arg.key == "scaling" && option.kind == ast::Value::Kind::Name &&
+            (option.text == "tensor" || option.text == "mx")) {
+          run->fp8Scaling = option.text == "mx" ? ir::Fp8Scaling::Mx : ir::Fp8Scaling::Tensor;
+          continue;
+        }
         if (arg.key == "grads" && option.kind == ast::Value::Kind::Name &&
             (option.text == "fp32" || option.text == gradType)) {
           run->fp32Grads = option.text == "fp32";
@@ -2185,9 +2190,11 @@ void Sema::buildRun(const ast::RunDecl &decl) {
         }
         diags.error(arg.key.empty() ? option.getLoc() : arg.keyLoc,
                     Twine("mixed(") + type + ") takes " +
-                        (type == "fp8" ? "'gather = fp8' or 'gather = bf16' (the type parameters "
-                                         "are all-gathered in), 'saved = fp8' or 'saved = bf16' "
-                                         "(the type the FP8 products keep their inputs in), "
+                        (type == "fp8" ? "'scaling = tensor' or 'scaling = mx' (one scale per "
+                                         "tensor, or MXFP8's per block of 32), 'gather = fp8' or "
+                                         "'gather = bf16' (the type parameters are all-gathered "
+                                         "in), 'saved = fp8' or 'saved = bf16' (the type the FP8 "
+                                         "products keep their inputs in), "
                                        : "") +
                         "'grads = fp32' or 'grads = " + gradType +
                         "' (the type gradients are accumulated, kept and reduced in) and "

@@ -294,6 +294,16 @@ StringRef toString(Precision precision) {
   llvm_unreachable("unknown Precision");
 }
 
+StringRef toString(Fp8Scaling scaling) {
+  switch (scaling) {
+  case Fp8Scaling::Tensor:
+    return "tensor";
+  case Fp8Scaling::Mx:
+    return "mx";
+  }
+  llvm_unreachable("unknown Fp8Scaling");
+}
+
 StringRef toString(OptimizerKind optimizer) {
   switch (optimizer) {
   case OptimizerKind::Adam:
@@ -436,7 +446,7 @@ int64_t StatePlacement::getDegree(const Mesh &mesh, PlacementMode mode) const {
 //===----------------------------------------------------------------------===//
 
 StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
-                         bool fp32Params) {
+                         bool fp32Params, Fp8Scaling scaling) {
   bool mixed = precision != Precision::FP32;
   // The parameters are the optimizer's fp32 weights under fp32 and under `params = fp32`;
   // otherwise mixed precision keeps an fp32 master copy in the optimizer state.
@@ -444,8 +454,13 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
   unsigned weightBytes = master ? 4 : 2;
   // FP8 training keeps the BF16 weights and caches their FP8 cast (one byte each) from the first
   // micro-batch of a step to the last (Transformer Engine's weight cache). Over fp32 parameters
-  // (PyTorch's float8 linears) each use casts them again: no cache.
-  unsigned paramBytes = precision == Precision::MixedFP8 && !fp32Params ? 3 : weightBytes;
+  // (PyTorch's float8 linears) each use casts them again: no cache. Under MXFP8 the cache holds
+  // both of a weight's MXFP8 copies, along its rows (the forward's product) and along its columns
+  // (the input gradient's), each with its scales (Transformer Engine's MXFP8Quantizer with both
+  // usages).
+  double fp8Cache = scaling == Fp8Scaling::Mx ? 2 * kMxfp8BytesPerElement : 1;
+  double paramBytes =
+      precision == Precision::MixedFP8 && !fp32Params ? weightBytes + fp8Cache : weightBytes;
   unsigned masterBytes = master ? 0 : 4;
   unsigned optimizerBytes = 0;
   switch (optimizer) {
@@ -462,18 +477,21 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
     optimizerBytes = masterBytes;
     break;
   }
-  unsigned gathered = fp32Params ? 2 : paramBytes;
+  double gathered = fp32Params ? 2 : paramBytes;
   return {paramBytes, fp32Grads ? 4 : weightBytes, optimizerBytes, master, gathered};
 }
 
 std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,
-                           bool fp8Saved) {
+                           bool fp8Saved, Fp8Scaling scaling) {
   std::string text = toString(precision).str();
   bool fp8 = precision == Precision::MixedFP8;
+  bool mx = fp8 && scaling == Fp8Scaling::Mx;
   if (precision == Precision::FP32 ||
-      (!(fp8 && (fp8Gather || fp8Saved)) && !fp32Grads && !fp32Params))
+      (!(fp8 && (fp8Gather || fp8Saved)) && !mx && !fp32Grads && !fp32Params))
     return text;
   text.pop_back();
+  if (mx)
+    text += ", scaling = mx";
   if (fp8 && fp8Gather)
     text += ", gather = fp8";
   if (fp8 && fp8Saved)
@@ -487,7 +505,8 @@ std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, 
 }
 
 std::string spellPrecision(const Run &run) {
-  return spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params, run.fp8Saved);
+  return spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params, run.fp8Saved,
+                        run.fp8Scaling);
 }
 
 unsigned getActivationBytes(Precision precision) { return precision == Precision::FP32 ? 4 : 2; }

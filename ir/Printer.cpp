@@ -5,6 +5,7 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <charconv>
@@ -410,9 +411,10 @@ void IRPrinter::print(const Run &run) {
     line() << "cross_entropy = " << toString(run.crossEntropy) << '\n';
   if (run.trainMetrics > 0)
     line() << "train_metrics = " << run.trainMetrics << '\n';
-  StateBytes bytes = getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params);
-  line() << "bytes_per_param = {params = " << bytes.params << ", grads = " << bytes.grads
-         << ", optimizer = " << bytes.optimizer << "}\n";
+  StateBytes bytes =
+      getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params, run.fp8Scaling);
+  line() << "bytes_per_param = {params = " << format("%g", bytes.params)
+         << ", grads = " << bytes.grads << ", optimizer = " << bytes.optimizer << "}\n";
   line() << "bytes_per_activation = " << getActivationBytes(run.precision) << '\n';
   line() << "microbatches_per_step = " << run.microbatchesPerStep;
   if (run.microbatchesPerStep == 0)

@@ -483,9 +483,11 @@ void Analyzer::explainMemory(RunExplanation &explanation, const MemoryReport &me
   explanation.stage = stage.stage;
   cost::StageStates states = stageStates(stage, /*explain=*/true);
   std::vector<Explanation> device, host;
-  cost::StageMemoryResult result = cost::getStageMemory(
-      states, ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params),
-      &device, &host);
+  cost::StageMemoryResult result =
+      cost::getStageMemory(states,
+                           ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads,
+                                             run.fp32Params, run.fp8Scaling),
+                           &device, &host);
   // Order as the report's table: the model states, then activations, transient and peak.
   explanation.deviceMemory = std::move(device);
   explanation.deviceMemory.push_back(
@@ -614,8 +616,8 @@ RunAnalysis Analyzer::analyze() {
   memory.activationsKnown = model.kind != ir::ModelKind::Abstract;
   memory.deviceCapacity = cluster.deviceMemory;
   memory.hostCapacity = cluster.hostMemory;
-  ir::StateBytes stateBytes =
-      ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params);
+  ir::StateBytes stateBytes = ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads,
+                                                run.fp32Params, run.fp8Scaling);
   for (const plan::StagePlan &stage : plan.stages) {
     cost::StageMemoryResult stageResult =
         cost::getStageMemory(stageStates(stage, /*explain=*/false), stateBytes);

@@ -280,6 +280,10 @@ struct TransformerDims {
   bool fp32Params = false, paramsGathered = false;
   /// `mixed(fp8, saved = fp8)`: the FP8 products' inputs are kept as FP8 (Layout).
   bool fp8Saved = false;
+  /// `scaling = mx`: each FP8 tensor is MXFP8, with a one-byte scale per 32 elements (Layout).
+  bool mx = false;
+  /// Bytes per element of the FP8 copy a product keeps of its input: 1, or an MXFP8 copy's.
+  double fp8SavedBytes() const { return mx ? ir::kMxfp8BytesPerElement : 1; }
   /// `unpad = true`: Q, K and V packed before the attention kernel, its output padded after.
   bool unpad = false;
   /// Bytes per element of the residual stream (the embedding's output, every residual addition
@@ -328,6 +332,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.fp32Params = layout.fp32Params;
   dims.paramsGathered = layout.paramsGathered;
   dims.fp8Saved = dims.fp8 && layout.fp8Saved;
+  dims.mx = dims.fp8 && layout.fp8Scaling == ir::Fp8Scaling::Mx;
   dims.unpad = config.unpad && !dims.materialized();
   dims.stream = getStreamBytes(layout.precision, layout.fp32Params, layout.paramsGathered);
   return dims;
@@ -475,7 +480,9 @@ std::vector<std::pair<const Gemm *, int>> groupBySharedInput(const std::vector<G
 /// scaling maxima: read in the activation type, write one byte (Transformer Engine fuses the
 /// cast with the norm before a product where it can; the count here is each cast once). Products
 /// that read one input cast it once: torch.compile's graph computes torchao's identical casts of
-/// it once (AOTAutograd's common-subexpression elimination).
+/// it once (AOTAutograd's common-subexpression elimination). Under MXFP8 each cast writes two
+/// copies, along the rows and along the columns, each with its block scales (Transformer
+/// Engine's MXFP8 quantization of a tensor for both of the products that read it).
 void addFp8Casts(const TransformerDims &x, const std::vector<Gemm> &products, bool backward,
                  Work &work) {
   if (!x.fp8)
@@ -490,8 +497,12 @@ void addFp8Casts(const TransformerDims &x, const std::vector<Gemm> &products, bo
       if (gemm->fp8)
         elements += gemm->m * gemm->k * gemm->batch;
   }
-  work.memory.push_back(
-      {backward ? "fp8 casts of the gradients" : "fp8 casts of the inputs", elements * (x.e + 1)});
+  double written = x.mx ? 2 * ir::kMxfp8BytesPerElement : 1;
+  work.memory.push_back({x.mx       ? (backward ? "mxfp8 casts of the gradients (rows and columns)"
+                                                : "mxfp8 casts of the inputs (rows and columns)")
+                         : backward ? "fp8 casts of the gradients"
+                                    : "fp8 casts of the inputs",
+                         elements * (x.e + written)});
 }
 
 /// `mixed(…, params = fp32)` (PyTorch's mixed precision over fp32 modules): every use casts the
@@ -1003,6 +1014,7 @@ Layout getRunLayout(const ir::Run &run) {
   layout.kernels = run.kernels;
   layout.fp32Params = run.fp32Params && run.precision != ir::Precision::FP32;
   layout.fp8Saved = run.fp8Saved;
+  layout.fp8Scaling = run.fp8Scaling;
   const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
   layout.paramsGathered = llvm::any_of(params.axes, [](const ir::AxisPlacement &axis) {
     return axis.mode == ir::PlacementMode::ShardedWithGather;
@@ -1282,12 +1294,13 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // LayerNormLinear's norm writes it directly: the norm outputs, the attention output's copy for
   // its projection and the MLP's second input; what other kernels keep stays in the activation
   // type).
-  double p = x.fp8Saved ? 1 : 2;
+  double p = x.fp8Saved ? x.fp8SavedBytes() : 2;
   // Q, K and V, and the attention output, over h (a·d = h unless head_dim says otherwise); under
   // `saved = fp8` the projection keeps an FP8 copy of the output beside the kernel's.
   double qkv = 2 * (x.a + 2 * x.kv) * x.d / x.h;
   // `unpad = true`: the output projection keeps the padded output beside the kernel's packed one.
-  double attentionOutput = (2 + (x.fp8Saved ? 1 : 0) + (x.unpad ? 2 : 0)) * x.a * x.d / x.h;
+  double attentionOutput =
+      (2 + (x.fp8Saved ? x.fp8SavedBytes() : 0) + (x.unpad ? 2 : 0)) * x.a * x.d / x.h;
   // An MLP of width w keeps (swiglu) gate, up and their product, 6·w/h, or 4·w/h with the
   // product recomputed; (gelu) its input and output, 4·w/h, or 2·w/h. The product (swiglu) or
   // output (gelu) is the second product's input: p bytes.
@@ -1341,8 +1354,12 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
                        : "",
         scaleText);
     if (x.fp8Saved)
-      *formula += " [saved = fp8: the products keep their inputs as FP8, 1 byte: the norms' "
-                  "outputs, the MLP's second input and a copy of the attention output]";
+      *formula += x.mx ? " [saved = fp8, scaling = mx: the products keep their inputs as MXFP8, "
+                         "1 + 1/32 byte with the block scales: the norms' outputs, the MLP's "
+                         "second input and a copy of the attention output]"
+                       : " [saved = fp8: the products keep their inputs as FP8, 1 byte: the "
+                         "norms' outputs, the MLP's second input and a copy of the attention "
+                         "output]";
     if (x.unpad)
       *formula += " [unpad = true: the attention output twice, the kernel's packed one and the "
                   "padded one its projection keeps]";

@@ -324,8 +324,9 @@ public:
     layers = model.getNumLayers();
     // The run's options, as each candidate at this precision keeps them (precisionVariants).
     bool mixed = precision != ir::Precision::FP32;
-    bytes = ir::getStateBytes(precision, run.optimizer, run.fp32Grads && mixed,
-                              run.fp32Params && mixed);
+    bytes = ir::getStateBytes(
+        precision, run.optimizer, run.fp32Grads && mixed, run.fp32Params && mixed,
+        precision == ir::Precision::MixedFP8 ? run.fp8Scaling : ir::Fp8Scaling::Tensor);
     activationBytes = ir::getActivationBytes(precision);
     paramBytes = planParamBytes(precision);
   }
@@ -399,6 +400,7 @@ private:
     layout.fp32Params = c.fp32Params;
     layout.paramsGathered = paramMask(c.params) != 0;
     layout.fp8Saved = c.fp8Saved;
+    layout.fp8Scaling = c.fp8Scaling;
     return layout;
   }
   /// The compute and activations of every kind of unit for a candidate's layout, cached.
@@ -1192,22 +1194,25 @@ struct PrecisionVariant {
   bool plainGather, fp8Gather;
   /// The run's `grads = fp32` and `params = fp32`, kept at every mixed precision.
   bool fp32Grads, fp32Params;
-  /// The run's `saved = fp8`, kept at mixed(fp8).
+  /// The run's `saved = fp8` and `scaling`, kept at mixed(fp8).
   bool fp8Saved;
+  ir::Fp8Scaling fp8Scaling;
 };
 std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
                                                 const std::vector<ir::Precision> &requested) {
   std::vector<PrecisionVariant> result;
   if (requested.empty()) {
     result.push_back({run.precision, !run.fp8Gather, run.fp8Gather, run.fp32Grads, run.fp32Params,
-                      run.fp8Saved});
+                      run.fp8Saved, run.fp8Scaling});
     return result;
   }
   for (ir::Precision precision : requested) {
     bool fp8 = precision == ir::Precision::MixedFP8;
     bool mixed = precision != ir::Precision::FP32;
-    result.push_back({precision, true, fp8, run.fp32Grads && mixed, run.fp32Params && mixed,
-                      run.fp8Saved && fp8});
+    // MXFP8 keeps its scales out of FP8 all-gathers (the verifier's rule `precision`).
+    bool mx = fp8 && run.fp8Scaling == ir::Fp8Scaling::Mx;
+    result.push_back({precision, true, fp8 && !mx, run.fp32Grads && mixed, run.fp32Params && mixed,
+                      run.fp8Saved && fp8, fp8 ? run.fp8Scaling : ir::Fp8Scaling::Tensor});
   }
   return result;
 }
@@ -1424,6 +1429,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               c.fp32Grads = variant.fp32Grads;
               c.fp32Params = variant.fp32Params;
               c.fp8Saved = variant.fp8Saved;
+              c.fp8Scaling = variant.fp8Scaling;
               c.spInputs = spInputs;
               c.dpOverlap = dpOverlap;
               c.tp = tp;
@@ -1505,9 +1511,10 @@ bool sameLayoutExceptSchedule(const Candidate &x, const Candidate &y) {
          x.dpLocal == y.dpLocal && x.cp == y.cp && x.tp == y.tp && x.context == y.context &&
          x.asyncTp == y.asyncTp && x.spInputs == y.spInputs && x.dpOverlap == y.dpOverlap &&
          x.precision == y.precision && x.fp8Gather == y.fp8Gather && x.fp8Saved == y.fp8Saved &&
-         x.params == y.params && x.grads == y.grads && x.optimizer == y.optimizer &&
-         x.activations == y.activations && x.sequenceParallel == y.sequenceParallel &&
-         x.microBatch == y.microBatch && x.microbatches == y.microbatches;
+         x.fp8Scaling == y.fp8Scaling && x.params == y.params && x.grads == y.grads &&
+         x.optimizer == y.optimizer && x.activations == y.activations &&
+         x.sequenceParallel == y.sequenceParallel && x.microBatch == y.microBatch &&
+         x.microbatches == y.microbatches;
 }
 
 bool isBetter(const Candidate &x, const Candidate &y) {
@@ -1565,7 +1572,7 @@ std::string formatAsyncTp(ir::AsyncTensorParallel value) {
 }
 
 std::string Candidate::formatPrecision() const {
-  return ir::spellPrecision(precision, fp8Gather, fp32Grads, fp32Params, fp8Saved);
+  return ir::spellPrecision(precision, fp8Gather, fp32Grads, fp32Params, fp8Saved, fp8Scaling);
 }
 
 std::string Candidate::describe() const {
@@ -1876,6 +1883,7 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->fp32Grads = c.fp32Grads;
   run->fp32Params = c.fp32Params;
   run->fp8Saved = c.fp8Saved;
+  run->fp8Scaling = c.fp8Scaling;
   run->optimizer = base.optimizer;
   run->crossEntropy = base.crossEntropy;
   run->trainMetrics = base.trainMetrics;
@@ -2005,6 +2013,7 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                       c.fp32Grads = variant.fp32Grads;
                       c.fp32Params = variant.fp32Params;
                       c.fp8Saved = variant.fp8Saved;
+                      c.fp8Scaling = variant.fp8Scaling;
                       c.fp8Gather = fp8Gather;
                       c.expertsReplicated = expertsReplicated;
                       if (options.filter && !options.filter(c))

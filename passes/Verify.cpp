@@ -537,6 +537,38 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     diags->note(run.cluster->loc, Twine("cluster '") + run.cluster->name + "' is declared here");
     ok = false;
   }
+  // Rule `precision`: MXFP8's block-scaled products run on Blackwell's tensor cores, and placec
+  // models Transformer Engine's recipe of them (ir::Fp8Scaling).
+  if (run.precision == ir::Precision::MixedFP8 && run.fp8Scaling == ir::Fp8Scaling::Mx) {
+    const ir::DevicePreset *device = run.cluster->device;
+    if (!device || device->family != ir::DeviceFamily::Blackwell) {
+      diags->error(
+          fieldLoc(run, "precision"),
+          Twine("mixed(fp8, scaling = mx) runs its products on block-scaled tensor "
+                "cores, which only Blackwell GPUs have, but cluster '") +
+              run.cluster->name + "' " +
+              (device ? Twine("has ") + device->name + " (" + ir::toString(device->family) + ")"
+                      : Twine("names no device")) +
+              "; write device = b200, gb200, b300 or gb300, or scaling = tensor",
+          "precision");
+      diags->note(run.cluster->loc, Twine("cluster '") + run.cluster->name + "' is declared here");
+      ok = false;
+    }
+    if (run.fp8Gather) {
+      diags->error(fieldLoc(run, "precision"),
+                   "mixed(fp8, scaling = mx, gather = fp8) cannot be modelled: placec counts "
+                   "FP8 all-gathers of one scale per tensor; leave gather = fp8 out",
+                   "precision");
+      ok = false;
+    }
+    if (!run.fp8Saved) {
+      diags->error(fieldLoc(run, "precision"),
+                   "mixed(fp8, scaling = mx) is Transformer Engine's MXFP8 recipe, whose linears "
+                   "keep their inputs for the backward as MXFP8; write saved = fp8",
+                   "precision");
+      ok = false;
+    }
+  }
   // Rule `placement`: `recompute(op)` is torchtitan's per-op policy over a Llama-style layer
   // (cost::getOpRecomputeObstacle).
   if (strategy.activationMode == ir::ActivationMode::RecomputeOps) {

@@ -1059,6 +1059,48 @@ TEST(CostModelTest, SeparateProjectionsReadTheirInputEachAndSumTheirGradients) {
   }
 }
 
+TEST(CostModelTest, Mxfp8CastsWriteBothCopiesWithTheirScales) {
+  // Llama 3.1 8B's layer, one sequence of T = 8192 tokens, bf16 activations (e = 2). Its forward
+  // products read four inputs, the QKV and MLP-input products the norms' outputs [T, h], the
+  // attention output and the MLP's down product theirs: T·(3·h + f) elements. One scale per
+  // tensor writes one byte per element; MXFP8 writes a copy along the rows and one along the
+  // columns, each a byte and a 32nd of a one-byte scale (OCP MX v1.0, block size 32).
+  ir::Model model = llama8bLayer();
+  double T = 8192, h = 4096, f = 14336, e = 2;
+  Layout tensor;
+  tensor.precision = ir::Precision::MixedFP8;
+  Layout mx = tensor;
+  mx.fp8Scaling = ir::Fp8Scaling::Mx;
+  auto casts = [&](PassKind pass, const Layout &layout) {
+    for (const MemoryOp &op : getUnitWork(model, UnitKind::Layer, 0, pass, layout).memory)
+      if (op.name.find("fp8 casts") != std::string::npos)
+        return op.bytes;
+    return 0.0;
+  };
+  double inputs = T * (3 * h + f);
+  EXPECT_NEAR(casts(PassKind::Forward, tensor), inputs * (e + 1), 1e-9 * inputs);
+  EXPECT_NEAR(casts(PassKind::Forward, mx), inputs * (e + 2 * (1 + 1.0 / 32)), 1e-9 * inputs);
+  // The backward's output gradients, whatever their count, the same way.
+  double gradients = casts(PassKind::Backward, tensor) / (e + 1);
+  EXPECT_GT(gradients, 0);
+  EXPECT_NEAR(casts(PassKind::Backward, mx), gradients * (e + 2 * (1 + 1.0 / 32)),
+              1e-9 * gradients);
+}
+
+TEST(CostModelTest, Mxfp8CastOnB200AgainstTransformerEnginesKernel) {
+  // Transformer Engine's MXFP8 quantization of a bf16 8192×8192 tensor along its rows and its
+  // columns ("both") took 52.34 us on a B200 (ROCm/TransformerEngine pull request 598, the B200
+  // column of its single-kernel table, 2026-05-27). placec times such a cast as the bytes it moves,
+  // 2 read and 2·(1 + 1/32) written per element, at its memory-bound rate: within 10 %.
+  auto compiled =
+      unittest::compile("cluster b { device = b200; nodes = 1; devices_per_node = 8; }");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  CostModel model(*compiled->program->findCluster("b"), ir::Precision::MixedFP8);
+  double elements = 8192.0 * 8192.0;
+  double seconds = model.getMemorySeconds(elements * (2 + 2 * (1 + 1.0 / 32)));
+  EXPECT_NEAR(seconds, 52.34e-6, 0.10 * 52.34e-6);
+}
+
 TEST(CostModelTest, RepeatedKeysAndValuesAreCopiedAndKept) {
   // kv_repeat = true under fused kernels (torch.compile, which materializes repeat_kv's output for
   // scaled_dot_product_attention): Llama 3.1 8B's layer, one sequence of T = 8192 tokens in bf16

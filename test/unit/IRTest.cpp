@@ -607,6 +607,24 @@ TEST(StateBytesTest, LanguageTable) {
   EXPECT_EQ(spellPrecision(Precision::MixedFP8, true, true, false, true),
             "mixed(fp8, gather = fp8, saved = fp8, grads = fp32)");
   EXPECT_EQ(spellPrecision(Precision::MixedBF16, false, false, false, true), "mixed(bf16)");
+  // `scaling = mx` is an option of mixed(fp8) only, written first; `tensor` is the default.
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, true, Fp8Scaling::Mx),
+            "mixed(fp8, scaling = mx, saved = fp8)");
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, false, Fp8Scaling::Mx),
+            "mixed(fp8, scaling = mx)");
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, false, Fp8Scaling::Tensor),
+            "mixed(fp8)");
+  EXPECT_EQ(spellPrecision(Precision::MixedBF16, false, false, false, false, Fp8Scaling::Mx),
+            "mixed(bf16)");
+  // MXFP8's weight cache: two copies of one E4M3 byte and a 32nd of an E8M0 scale each (OCP MX
+  // v1.0, block size 32), beside the bf16 weight: 2 + 2·(1 + 1/32) = 4.0625 bytes.
+  EXPECT_DOUBLE_EQ(
+      getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, false, false, Fp8Scaling::Mx).params,
+      4.0625);
+  // Over fp32 parameters nothing is cached, whatever the scaling.
+  EXPECT_DOUBLE_EQ(
+      getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, true, true, Fp8Scaling::Mx).params,
+      4);
   EXPECT_EQ(getActivationBytes(Precision::MixedBF16), 2u);
   EXPECT_EQ(getActivationBytes(Precision::MixedFP16), 2u);
   EXPECT_EQ(getActivationBytes(Precision::FP32), 4u);

@@ -341,6 +341,46 @@ run saved { model = llama_cp; cluster = h100_32; strategy = zero3(dp = 32);
   EXPECT_EQ(kept, 20u);
 }
 
+TEST(SearchTest, FastPathAgreesWithMxfp8) {
+  // mixed(fp8, scaling = mx, saved = fp8) on Blackwell: the fast path and the analyses agree at
+  // both precisions the search tries; the candidates keep MXFP8 at mixed(fp8) only and never
+  // all-gather in FP8 (the verifier refuses MXFP8 with gather = fp8), and against one scale per
+  // tensor a candidate needs more memory (the two-copy weight cache, the scales) and no less
+  // time (each cast writes two copies).
+  auto compiled = compile(std::string(kContext) + R"(
+cluster b200_32 { device = b200; nodes = 4; devices_per_node = 8; device_memory = 24 GB;
+                  host_memory = 512 GB; }
+run mx { model = llama_cp; cluster = b200_32; strategy = zero3(dp = 32);
+         micro_batch = 1; global_batch = 32; precision = mixed(fp8, scaling = mx, saved = fp8);
+         optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "mx");
+  std::vector<ir::Precision> tried = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
+  checkAgreement(run, *run.cluster, 400, 23, tried);
+  unsigned compared = 0;
+  forEachCandidate(
+      run, *run.cluster,
+      [&](const Candidate &c) {
+        bool fp8 = c.precision == ir::Precision::MixedFP8;
+        EXPECT_EQ(c.fp8Scaling, fp8 ? ir::Fp8Scaling::Mx : ir::Fp8Scaling::Tensor) << c.describe();
+        EXPECT_FALSE(fp8 && c.fp8Gather) << c.describe();
+        if (!fp8 || compared >= 20)
+          return;
+        Candidate tensor = c;
+        tensor.fp8Scaling = ir::Fp8Scaling::Tensor;
+        FastVerdict with = evaluateFast(run, *run.cluster, c);
+        FastVerdict without = evaluateFast(run, *run.cluster, tensor);
+        if (!with.rejectedBy.empty() || !without.rejectedBy.empty())
+          return;
+        EXPECT_GT(with.peakBytes, without.peakBytes) << c.describe();
+        EXPECT_GT(with.stepSeconds, without.stepSeconds) << c.describe();
+        ++compared;
+      },
+      tried);
+  EXPECT_EQ(compared, 20u);
+}
+
 TEST(SearchTest, FastPathAgreesWithUnpadAndTrainMetrics) {
   // `unpad = true` (Q, K and V packed around the attention kernel, its output padded and kept
   // twice) and `train_metrics = 2` (two cross-entropies of the logits after each backward): the

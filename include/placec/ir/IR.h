@@ -577,6 +577,18 @@ enum class Precision {
 };
 llvm::StringRef toString(Precision precision);
 
+/// How `mixed(fp8)` scales its FP8 tensors (`scaling`): `tensor`, one scale per tensor (delayed
+/// or current scaling, Transformer Engine's and torchao's tensorwise recipes); `mx`, MXFP8 (OCP
+/// Microscaling: one E8M0 scale per 32 consecutive elements along the reduction dimension,
+/// Blackwell's block-scaled tensor cores), as Transformer Engine's MXFP8BlockScaling recipe runs
+/// it: every tensor that enters a product is quantized along its rows and along its columns (the
+/// two products that read it reduce over different dimensions), each copy with its scales.
+enum class Fp8Scaling { Tensor, Mx };
+llvm::StringRef toString(Fp8Scaling scaling);
+/// Bytes per element of one MXFP8 copy of a tensor: the E4M3 value and a 32nd of its block's
+/// one-byte E8M0 scale (OCP Microscaling Formats (MX) v1.0, §5: block size 32).
+inline constexpr double kMxfp8BytesPerElement = 1 + 1.0 / 32;
+
 enum class OptimizerKind { Adam, Sgd, SgdMomentum };
 llvm::StringRef toString(OptimizerKind optimizer);
 
@@ -585,21 +597,24 @@ llvm::StringRef toString(OptimizerKind optimizer);
 /// the parameters themselves kept in fp32 as the optimizer's master weights and cast to the
 /// compute type on use (`mixed(…, params = fp32)`, which implies `fp32Grads`).
 struct StateBytes {
-  unsigned params, grads, optimizer;
+  /// Under `mixed(fp8, scaling = mx)` the parameters' FP8 cache holds two MXFP8 copies with their
+  /// scales: a fraction of a byte.
+  double params;
+  unsigned grads, optimizer;
   /// The parameters are the fp32 weights the optimizer updates (under `fp32` and
   /// `params = fp32`): its step reads and writes them; otherwise it writes their cast of its
   /// master copy.
   bool masterParams = false;
   /// Bytes of a gathered (or host-fetched) parameter: its compute-type cast under
   /// `params = fp32` (FSDP2 gathers the shards cast to bf16), the stored type otherwise.
-  unsigned gathered = 0;
+  double gathered = 0;
 };
 StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
-                         bool fp32Params);
+                         bool fp32Params, Fp8Scaling scaling = Fp8Scaling::Tensor);
 /// A precision as a run writes it: `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`,
 /// `mixed(bf16, params = fp32)`, `mixed(fp8, saved = fp8)`.
 std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,
-                           bool fp8Saved = false);
+                           bool fp8Saved = false, Fp8Scaling scaling = Fp8Scaling::Tensor);
 /// Bytes per stored activation element: 2 under mixed precision, 4 under fp32.
 unsigned getActivationBytes(Precision precision);
 
@@ -657,6 +672,8 @@ public:
   /// LayerNormLinear's norm writes FP8), rather than in the activation type (PyTorch's float8
   /// linears save the high-precision input).
   bool fp8Saved = false;
+  /// `mixed(fp8, scaling = mx)`: MXFP8 (Fp8Scaling).
+  Fp8Scaling fp8Scaling = Fp8Scaling::Tensor;
   OptimizerKind optimizer = OptimizerKind::Adam;
   CrossEntropyKind crossEntropy = CrossEntropyKind::Fused;
   KernelMode kernels = KernelMode::Fused;

@@ -284,6 +284,8 @@ struct Layout {
   /// `mixed(fp8, saved = fp8)`: the FP8 products keep their inputs for the backward in FP8
   /// (counted where the precision is mixed(fp8): getDims).
   bool fp8Saved = false;
+  /// `mixed(fp8, scaling = mx)`: MXFP8 (ir::Fp8Scaling).
+  ir::Fp8Scaling fp8Scaling = ir::Fp8Scaling::Tensor;
 };
 
 /// A run's layout: its micro-batch, its mesh's tensor, sequence and expert degrees, and what its

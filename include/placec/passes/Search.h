@@ -76,6 +76,8 @@ struct Candidate {
   bool fp32Params = false;
   /// The run's `saved = fp8` (under mixed(fp8) only).
   bool fp8Saved = false;
+  /// The run's `scaling` (MXFP8 under mixed(fp8) only).
+  ir::Fp8Scaling fp8Scaling = ir::Fp8Scaling::Tensor;
   ParamChoice params = ParamChoice::Replicate;
   GradChoice grads = GradChoice::Replicate;
   OptimizerChoice optimizer = OptimizerChoice::Replicate;
