@@ -359,8 +359,10 @@ std::vector<Gemm> layerProjectionShapes(const TransformerDims &x);
 /// The products of a layer's forward outside the attention core (in FP8 under mixed(fp8)).
 std::vector<Gemm> layerProjections(const TransformerDims &x) {
   std::vector<Gemm> gemms = layerProjectionShapes(x);
-  for (Gemm &gemm : gemms)
+  for (Gemm &gemm : gemms) {
     gemm.fp8 = x.fp8 && gemm.name != "router"; // The router stays in BF16 (Transformer Engine).
+    gemm.mx = gemm.fp8 && x.mx;
+  }
   return gemms;
 }
 
@@ -419,9 +421,10 @@ std::vector<Gemm> layerProjectionShapes(const TransformerDims &x) {
 void addBackwardProducts(const std::vector<Gemm> &forward, std::vector<Gemm> &out) {
   for (const Gemm &gemm : forward) {
     out.push_back({gemm.name + " input gradient", gemm.m, gemm.k, gemm.n, gemm.batch,
-                   /*weightGradient=*/false, gemm.fp8, gemm.tensorSlot, /*inputGradient=*/true});
+                   /*weightGradient=*/false, gemm.fp8, gemm.mx, gemm.tensorSlot,
+                   /*inputGradient=*/true});
     out.push_back({gemm.name + " weight gradient", gemm.k, gemm.n, gemm.m, gemm.batch,
-                   /*weightGradient=*/true, gemm.fp8, gemm.tensorSlot});
+                   /*weightGradient=*/true, gemm.fp8, gemm.mx, gemm.tensorSlot});
   }
 }
 
@@ -760,8 +763,10 @@ std::vector<Gemm> opRecomputedProducts(const TransformerDims &x) {
     gemms.push_back({"mlp up", x.tokens, x.f / x.t, x.h});
     gemms.back().tensorSlot = kSlotMlpIn;
   }
-  for (Gemm &gemm : gemms)
+  for (Gemm &gemm : gemms) {
     gemm.fp8 = x.fp8;
+    gemm.mx = x.fp8 && x.mx;
+  }
   return gemms;
 }
 
@@ -2083,6 +2088,10 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
       ((gemm.m * gemm.k + gemm.k * gemm.n) * operandBytes + gemm.m * gemm.n * elementBytes) *
       gemm.batch;
   double memory = traffic / (cluster.hbmBandwidth * family->memoryEfficiency * kernelEfficiency);
+  // MXFP8's block-scaled products, measured against the same products with one scale per tensor.
+  bool mx = fp8 && gemm.mx;
+  if (mx)
+    best *= kMxfp8GemmTimeRatio;
   double time = std::max(best, memory);
   if (formula) {
     std::string shape =
@@ -2092,9 +2101,10 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
     double tm = kGemmTiles[bestTile][0], tn = kGemmTiles[bestTile][1];
     *formula = fmt::format(
         "{} (m×n×k {}): {} waves of {}×{} tiles over {} SMs × 2·{}·{}·(k {} + {}) FLOP / ({} × {} "
-        "× {}) = {}; operands and result {} / ({} × {} × {}) = {}; the slower",
+        "× {}){} = {}; operands and result {} / ({} × {} × {}) = {}; the slower",
         gemm.name, shape, num(bestWaves), tm, tn, num(units), tm, tn, num(gemm.k),
         num(tileOverheadK), fmtRate(gemmPeak, "FLOP/s"), num(efficiency), num(kernelEfficiency),
+        mx ? fmt::format(" × {} (MXFP8)", num(kMxfp8GemmTimeRatio)) : std::string(),
         fmtSeconds(best), fmtAmount(traffic, "B"), fmtRate(cluster.hbmBandwidth, "B/s"),
         num(family->memoryEfficiency), num(kernelEfficiency), fmtSeconds(memory));
   }

@@ -1101,6 +1101,27 @@ TEST(CostModelTest, Mxfp8CastOnB200AgainstTransformerEnginesKernel) {
   EXPECT_NEAR(seconds, 52.34e-6, 0.10 * 52.34e-6);
 }
 
+TEST(CostModelTest, Mxfp8ProductsAtTheMeasuredRatio) {
+  // A compute-bound FP8 product on a B200 takes 7.161/6.812 as long with MXFP8 operands as with
+  // one scale per tensor: Transformer Engine's measurement of a layer's twelve products on a B300,
+  // quantized beforehand (docs/examples/gemm_profiling/gemm_profiling.rst at 8f2e635).
+  auto compiled =
+      unittest::compile("cluster b { device = b200; nodes = 1; devices_per_node = 8; }");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  CostModel model(*compiled->program->findCluster("b"), ir::Precision::MixedFP8);
+  Gemm tensor{"mlp up", 16384, 16384, 4096};
+  tensor.fp8 = true;
+  Gemm mx = tensor;
+  mx.mx = true;
+  EXPECT_NEAR(model.getGemmSeconds(mx) / model.getGemmSeconds(tensor), 7.161 / 6.812, 1e-12);
+  // A BF16 product is not block-scaled, whatever the flag says.
+  Gemm bf16 = tensor;
+  bf16.fp8 = false;
+  Gemm bf16Mx = bf16;
+  bf16Mx.mx = true;
+  EXPECT_EQ(model.getGemmSeconds(bf16Mx), model.getGemmSeconds(bf16));
+}
+
 TEST(CostModelTest, RepeatedKeysAndValuesAreCopiedAndKept) {
   // kv_repeat = true under fused kernels (torch.compile, which materializes repeat_kv's output for
   // scaled_dot_product_attention): Llama 3.1 8B's layer, one sequence of T = 8192 tokens in bf16

@@ -141,6 +141,13 @@ inline constexpr double kHostOperatorSeconds = 10.9e-6;
 /// (composer/metrics/nlp.py, `add_state(..., dist_reduce_fx='sum')`).
 inline constexpr int64_t kTrainMetricStates = 2;
 
+/// MXFP8 products take longer than FP8 products with one scale per tensor on the same tensor
+/// cores: over the twelve products of a layer (hidden 4096, FFN 16384, 15,872 tokens; forward,
+/// input and weight gradients) on a B300, their inputs quantized beforehand, 7.161 ms against
+/// 6.812 ms (Transformer Engine, docs/examples/gemm_profiling/gemm_profiling.rst at commit
+/// 8f2e635, "Autocast vs Pre-quantized", the per-layer totals of MXFP8 and FP8 CurrentScaling).
+inline constexpr double kMxfp8GemmTimeRatio = 7.161 / 6.812;
+
 /// FlashAttention's backward does five matrix products per block against the forward's two
 /// (Dao 2023, "FlashAttention-2", §3.1): 2.5 times the forward's FLOPs.
 inline constexpr double kFusedAttentionBackwardRatio = 2.5;
@@ -158,6 +165,8 @@ struct Gemm {
   /// Run in FP8 under mixed(fp8): the linear layers of the transformer blocks (the attention
   /// core and the output layer stay in BF16, as Transformer Engine and torchao run them).
   bool fp8 = false;
+  /// An FP8 product of block-scaled MXFP8 operands (`scaling = mx`): kMxfp8GemmTimeRatio.
+  bool mx = false;
   /// The tensor-parallel collective this product feeds or drains (TensorSlot), or -1: under
   /// async_tp each collective overlaps only with its own products.
   int tensorSlot = -1;
