@@ -104,13 +104,14 @@ const DevicePreset kPresets[] = {
      "Engineering\" (compute/accelerator, commit 744d01e): BF16 2,250, TF32 1,125, FP8 4,500 "
      "TFLOPS, 288 GB HBM3e at 8 TB/s; NVLink 5 at 1.8 TB/s per GPU; 8x 800 Gb/s ConnectX-8; two "
      "Xeon 6776P (eight DDR5-6400 channels each, PCIe Gen5 to the host); 160 SMs"},
-    {"gb300", "NVIDIA GB300 NVL72 (one Blackwell Ultra GPU)", DeviceFamily::Blackwell, 278 * kGiB,
+    {"gb300", "NVIDIA GB300 NVL72 (one Blackwell Ultra GPU)", DeviceFamily::Blackwell, 288 * kGiB,
      2500 * kTFLOPS, 1250 * kTFLOPS, 5000 * kTFLOPS, 8000 * kGB, 900 * kGB, 100 * kGB, 225 * kGB,
      14000.0 / 72 * kGB, 160, kNetworkStep,
      "NVIDIA GB300 NVL72 specifications (2025), per rack of 72 GPUs: FP16/BF16 360, TF32 180, "
      "FP8 720 PFLOPS with sparsity (per GPU dense 2,500, 1,250 and 5,000 TFLOPS, as Bekman's "
-     "\"Machine Learning Engineering\" tabulates them at commit 744d01e), up to 20 TB HBM3e at "
-     "576 TB/s, NVLink 130 TB/s (1.8 TB/s per GPU), NVLink-C2C 900 GB/s (both directions) "
+     "\"Machine Learning Engineering\" tabulates them at commit 744d01e), HBM3e at 576 TB/s "
+     "(the B300 GPU's 288 GB of 12-high stacks; the rack's total is rounded to 20 TB), NVLink 130 "
+     "TB/s (1.8 TB/s per GPU), NVLink-C2C 900 GB/s (both directions) "
      "between each Grace and its two GPUs, LPDDR5X at up to 14 TB/s, 72x 800 Gb/s ConnectX-8; "
      "the B300's 160 SMs"},
     {"mi300x", "AMD Instinct MI300X 192 GB", DeviceFamily::Cdna3, 192 * kGiB, 1307.4 * kTFLOPS,
