@@ -102,7 +102,8 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   //   d 128 only): FlashAttention-2 forward (0.240, 800), backward (0.200, 960), cuDNN forward
   //   (0.995, 2820), backward (0.680, 1520); mean |error| 2.0, 4.5, 6.3 and 7.2 %. At 8K causal
   //   keys that is 0.16 / 0.13 of the B200's peak for FlashAttention-2 (measured 0.17 / 0.13),
-  //   0.47 / 0.40 for cuDNN (measured 0.52 / 0.42); Hopper's constants gave 0.56 / 0.49.
+  //   0.47 / 0.40 for cuDNN (measured 0.52 / 0.42); Hopper's constants gave 0.56 / 0.49. The
+  //   GB300 takes its own run of the same benchmark (getAttentionConstants).
   //   CDNA3 takes Hopper's FlashAttention-2 (no published measurement of its default kernel).
   // - FlashAttention-2 on A100: up to 73% of peak in the forward, about 63% in the backward
   //   (Dao 2023, "FlashAttention-2", §4.1), one fraction for every shape; cuDNN on Ampere takes
@@ -199,6 +200,46 @@ GemmEfficiency getGemmEfficiency(const ir::DevicePreset &device) {
       efficiency.fp8 = entry.fp8;
   }
   return efficiency;
+}
+
+const FusedAttentionConstants &getAttentionConstants(const ir::DevicePreset &device,
+                                                     ir::AttentionKind kernel) {
+  // Devices whose own fused-attention measurement ran the software of their family's reference
+  // measurement:
+  // - GB300: the same cudnn-frontend SDPA training benchmark as the B200's (commit bb37575d,
+  //   sdpa_bf16_benchmark_results_NVIDIA_GB300.csv; PyTorch NGC 25.09, cuDNN 9.13, as the B200's;
+  //   bench/gpu/results/gb300-cudnn-frontend/sdpa-bf16.csv), fitted the same way
+  //   (`bench/gpu/fit_attention.py --peak 2500 --head-overhead 32`, 1K to 32K keys):
+  //   FlashAttention-2 forward (0.235, 760), backward (0.190, 680), cuDNN forward (1.000, 2420),
+  //   backward (0.820, 2420); mean |error| 5.9, 2.4, 17.3 and 6.1 %. At 8K causal keys its cuDNN
+  //   ran 1,496 / 1,130 TFLOP/s, 1.28 / 1.20 times the B200's, where the peaks differ by 1.11
+  //   (Blackwell Ultra doubles the exponential units the softmax runs on).
+  // The GB200's run (cuDNN 9.17, four releases newer than the B200's) is not one of them.
+  struct Measured {
+    StringRef device;
+    FusedAttentionConstants flash2, cudnn;
+  };
+  static const Measured measured[] = {
+      {"gb300", {0.235, 0.190, 760, 680, 32}, {1.000, 0.820, 2420, 2420, 32}}};
+  const FamilyConstants &family = getFamilyConstants(device.family);
+  for (const Measured &entry : measured) {
+    if (entry.device != device.name)
+      continue;
+    if (kernel == ir::AttentionKind::Cudnn)
+      return entry.cudnn;
+    if (kernel == ir::AttentionKind::Flash || kernel == ir::AttentionKind::Materialized)
+      return entry.flash2;
+  }
+  switch (kernel) {
+  case ir::AttentionKind::Flash3:
+    return family.flash3;
+  case ir::AttentionKind::Cudnn:
+    return family.cudnn;
+  case ir::AttentionKind::Flash:
+  case ir::AttentionKind::Materialized:
+    break;
+  }
+  return family.flash2;
 }
 
 bool runsAttention(ir::DeviceFamily family, ir::AttentionKind kernel) {
@@ -2132,15 +2173,14 @@ double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *fo
   StringRef kernel;
   std::string overheads;
   if (shapes) {
-    const FusedAttentionConstants *constants = &family->flash2;
+    const FusedAttentionConstants *constants =
+        cluster.device ? &getAttentionConstants(*cluster.device, core.kernel) : &family->flash2;
     switch (core.kernel) {
     case ir::AttentionKind::Flash3:
       kernel = ", FlashAttention-3";
-      constants = &family->flash3;
       break;
     case ir::AttentionKind::Cudnn:
       kernel = ", cuDNN";
-      constants = &family->cudnn;
       break;
     case ir::AttentionKind::Flash:
     case ir::AttentionKind::Materialized:

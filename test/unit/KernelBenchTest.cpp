@@ -102,30 +102,35 @@ TEST(KernelBenchTest, FusedAttentionAgainstTheBench) {
   }
 }
 
-TEST(KernelBenchTest, FusedAttentionOnB200AgainstCudnnFrontend) {
-  // NVIDIA cudnn-frontend's SDPA training benchmark on one B200 (the file's header cites it):
-  // 128 query heads over 8 key/value heads, d 128, causal, TFLOP/s counting the causal half and
-  // the backward 2.5 times the forward, as placec does. The Blackwell constants were fitted on
-  // its 1K to 32K shapes (bench/gpu/fit_attention.py); Hopper's, used before, were 8 to 40 %
-  // too fast there.
-  auto compiled = unittest::compile(R"(
-cluster b200 { device = b200; nodes = 1; devices_per_node = 1; }
-)");
-  ASSERT_TRUE(compiled->program) << compiled->messages;
-  CostModel model(*compiled->program->findCluster("b200"), ir::Precision::MixedBF16);
-  std::string path =
-      std::string(PLACEC_SOURCE_DIR) + "/bench/gpu/results/b200-cudnn-frontend/sdpa-bf16.csv";
+/// placec's fused-attention time against NVIDIA cudnn-frontend's SDPA training benchmark on one
+/// device (a file's header cites its run): 128 query heads over 8 key/value heads, d 128, causal,
+/// TFLOP/s counting the causal half and the backward 2.5 times the forward, as placec does. Per
+/// backend and pass, predicted / measured − 1 over the fitted range, 1K to 32K keys, and at 8K and
+/// 16K keys alone (`mid`).
+struct AttentionErrors {
+  std::map<std::string, Errors> all, mid;
+};
+AttentionErrors fusedAttentionAgainstCudnnFrontend(const char *clusterFields, const char *file) {
+  AttentionErrors result;
+  auto compiled = unittest::compile(std::string("cluster c { ") + clusterFields +
+                                    " nodes = 1; devices_per_node = 1; }");
+  EXPECT_TRUE(compiled->program) << compiled->messages;
+  if (!compiled->program)
+    return result;
+  CostModel model(*compiled->program->findCluster("c"), ir::Precision::MixedBF16);
+  std::string path = std::string(PLACEC_SOURCE_DIR) + "/" + file;
   auto buffer = llvm::MemoryBuffer::getFile(path);
-  ASSERT_TRUE(buffer) << "cannot read " << path;
+  EXPECT_TRUE(buffer) << "cannot read " << path;
+  if (!buffer)
+    return result;
   llvm::SmallVector<llvm::StringRef> lines;
   (*buffer)->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
-  std::map<std::string, Errors> errors;
   bool header = true;
   for (llvm::StringRef line : lines) {
     if (line.starts_with("#"))
       continue;
     if (header) {
-      ASSERT_TRUE(line.starts_with("batch_size,q_seqlen,kv_seqlen,num_q_heads,num_kv_heads,"
+      EXPECT_TRUE(line.starts_with("batch_size,q_seqlen,kv_seqlen,num_q_heads,num_kv_heads,"
                                    "head_dim,is_causal,backend,"))
           << line.str();
       header = false;
@@ -133,7 +138,9 @@ cluster b200 { device = b200; nodes = 1; devices_per_node = 1; }
     }
     llvm::SmallVector<llvm::StringRef> f;
     line.split(f, ',');
-    ASSERT_EQ(f.size(), 12u) << line.str();
+    EXPECT_EQ(f.size(), 12u) << line.str();
+    if (f.size() != 12)
+      continue;
     auto number = [&](size_t i) {
       double value = 0;
       EXPECT_FALSE(f[i].getAsDouble(value)) << line.str();
@@ -153,19 +160,48 @@ cluster b200 { device = b200; nodes = 1; devices_per_node = 1; }
       core.backward = backward;
       double measured = core.getFlops() / (number(backward ? 11 : 10) * 1e12);
       double predicted = model.getAttentionSeconds(core) * kTrainingKernelEfficiency;
-      errors[backend + (backward ? " backward" : " forward")].values.push_back(
-          predicted / measured - 1);
-      if (core.keys == 8192 || core.keys == 16384) {
-        EXPECT_NEAR(predicted, measured, 0.11 * measured)
-            << backend << (backward ? " backward " : " forward ") << core.keys;
-      }
+      std::string what = backend + (backward ? " backward" : " forward");
+      result.all[what].values.push_back(predicted / measured - 1);
+      if (core.keys == 8192 || core.keys == 16384)
+        result.mid[what].values.push_back(predicted / measured - 1);
     }
   }
-  ASSERT_EQ(errors.size(), 4u);
-  for (const auto &[what, e] : errors) {
+  return result;
+}
+
+TEST(KernelBenchTest, FusedAttentionOnB200AgainstCudnnFrontend) {
+  // The Blackwell constants were fitted on the B200 run's 1K to 32K shapes
+  // (bench/gpu/fit_attention.py); Hopper's, used before, were 8 to 40 % too fast there.
+  AttentionErrors errors = fusedAttentionAgainstCudnnFrontend(
+      "device = b200;", "bench/gpu/results/b200-cudnn-frontend/sdpa-bf16.csv");
+  ASSERT_EQ(errors.all.size(), 4u);
+  for (const auto &[what, e] : errors.all) {
     EXPECT_EQ(e.values.size(), 6u) << what;
     EXPECT_LE(e.meanAbs(), 0.08) << what;
     EXPECT_LE(e.maxAbs(), 0.35) << what;
+    EXPECT_LE(errors.mid[what].maxAbs(), 0.11) << what;
+  }
+}
+
+TEST(KernelBenchTest, FusedAttentionOnGb300AgainstCudnnFrontend) {
+  // The GB300's own run, with the B200 run's software (cuDNN 9.13): placec takes its own fit for
+  // the GB300 (getAttentionConstants). Its cuDNN forward rises from 1K to 4K keys more steeply than
+  // the formula's key overhead can follow (its fitted efficiency is the grid's ceiling, 1), so
+  // that pass is held more loosely; every pass is closer to the run than the B200's constants
+  // scaled to the GB300's peak would be.
+  const char *file = "bench/gpu/results/gb300-cudnn-frontend/sdpa-bf16.csv";
+  AttentionErrors own = fusedAttentionAgainstCudnnFrontend("device = gb300;", file);
+  // The family's constants at the GB300's peak: a B300 (which has no attention measurement of its
+  // own) given the GB300's dense BF16 rate.
+  AttentionErrors family =
+      fusedAttentionAgainstCudnnFrontend("device = b300; peak = 2500 TFLOPS;", file);
+  ASSERT_EQ(own.all.size(), 4u);
+  ASSERT_EQ(family.all.size(), 4u);
+  for (const auto &[what, e] : own.all) {
+    EXPECT_EQ(e.values.size(), 6u) << what;
+    EXPECT_LE(e.meanAbs(), what == "cudnn forward" ? 0.18 : 0.07) << what;
+    EXPECT_LE(e.maxAbs(), what == "cudnn forward" ? 0.56 : 0.25) << what;
+    EXPECT_LT(e.meanAbs(), family.all[what].meanAbs()) << what;
   }
 }
 

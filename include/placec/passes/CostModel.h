@@ -86,6 +86,12 @@ struct GemmEfficiency {
 };
 GemmEfficiency getGemmEfficiency(const ir::DevicePreset &device);
 
+/// The fused-attention constants of a kernel (FlashAttention-2 for `flash` and `materialized`,
+/// FlashAttention-3, cuDNN) on a device: the device's own measurement where one is published with
+/// the software its family's reference measurement ran, its family's otherwise.
+const FusedAttentionConstants &getAttentionConstants(const ir::DevicePreset &device,
+                                                     ir::AttentionKind kernel);
+
 /// Whether a device family runs a fused attention kernel (FlashAttention-3 needs Hopper; cuDNN's
 /// fused attention needs an NVIDIA GPU).
 bool runsAttention(ir::DeviceFamily family, ir::AttentionKind kernel);
