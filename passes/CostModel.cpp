@@ -806,7 +806,7 @@ std::vector<Gemm> opRecomputedProducts(const TransformerDims &x) {
   }
   for (Gemm &gemm : gemms) {
     gemm.fp8 = x.fp8;
-    gemm.mx = x.fp8 && x.mx;
+    gemm.mx = x.mx;
   }
   return gemms;
 }
@@ -2173,8 +2173,8 @@ double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *fo
   StringRef kernel;
   std::string overheads;
   if (shapes) {
-    const FusedAttentionConstants *constants =
-        cluster.device ? &getAttentionConstants(*cluster.device, core.kernel) : &family->flash2;
+    // `shapes` holds only with a device preset (ir::Cluster::hasShapeModel).
+    const FusedAttentionConstants *constants = &getAttentionConstants(*cluster.device, core.kernel);
     switch (core.kernel) {
     case ir::AttentionKind::Flash3:
       kernel = ", FlashAttention-3";

@@ -324,9 +324,9 @@ public:
     layers = model.getNumLayers();
     // The run's options, as each candidate at this precision keeps them (precisionVariants).
     bool mixed = precision != ir::Precision::FP32;
-    bytes = ir::getStateBytes(
-        precision, run.optimizer, run.fp32Grads && mixed, run.fp32Params && mixed,
-        precision == ir::Precision::MixedFP8 ? run.fp8Scaling : ir::Fp8Scaling::Tensor);
+    // The scaling counts under mixed(fp8) only (ir::getStateBytes).
+    bytes = ir::getStateBytes(precision, run.optimizer, run.fp32Grads && mixed,
+                              run.fp32Params && mixed, run.fp8Scaling);
     activationBytes = ir::getActivationBytes(precision);
     paramBytes = planParamBytes(precision);
   }
