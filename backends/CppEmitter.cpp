@@ -159,6 +159,10 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "the trainer's attention heads are hidden/heads wide");
     if (config.qkNorm)
       refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+    if (config.mlp == ir::MlpActivation::Relu2)
+      refuse(config.mlpLoc, "mlp = relu2",
+             "placert's transformer implements GELU and SwiGLU MLPs; declare mlp = gelu or "
+             "mlp = swiglu");
     if (config.unpad)
       refuse(config.unpadLoc, "unpad = true",
              "placert's attention reads the padded Q, K and V in place and keeps one copy of "

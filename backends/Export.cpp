@@ -502,6 +502,11 @@ private:
     if (view.tensorAxes.size() > 1)
       refuse("several tensor axes " + axisList(mesh, view.tensorAxes) +
              ": Megatron-LM has one tensor-parallel group");
+    if (model.kind == ir::ModelKind::Transformer &&
+        model.transformer.mlp == ir::MlpActivation::Relu2 && model.transformer.bias)
+      refuse("mlp = relu2 with bias = true: Megatron-LM fuses the bias only into GELU and SwiGLU "
+             "(megatron/core/transformer/mlp.py) and adds it before squared_relu in a kernel of "
+             "its own, which placec does not count; declare bias = false");
     checkMegatronOrder();
     refuseShardedParams();
     // Megatron-LM's data-parallel group spans the context-parallel ranks: gradients are reduced
@@ -727,11 +732,14 @@ private:
       break; // Refused.
     }
     // The loss (megatron/core/models/common/language_module/language_module.py): one fused
-    // kernel each way is Transformer Engine's implementation of --cross-entropy-loss-fusion;
-    // without the flag, Megatron-LM's vocabulary-parallel cross-entropy (vocab_parallel).
-    if (run.crossEntropy == ir::CrossEntropyKind::Fused) {
+    // kernel each way is Transformer Engine's implementation of --cross-entropy-loss-fusion, its
+    // `native` one Megatron-Core's jit-fused functions (fused_vocab_parallel); without the flag,
+    // Megatron-LM's vocabulary-parallel cross-entropy (vocab_parallel).
+    if (run.crossEntropy == ir::CrossEntropyKind::Fused ||
+        run.crossEntropy == ir::CrossEntropyKind::FusedVocabParallel) {
       os << "--cross-entropy-loss-fusion\n";
-      flag("--cross-entropy-fusion-impl", "te");
+      flag("--cross-entropy-fusion-impl",
+           run.crossEntropy == ir::CrossEntropyKind::Fused ? "te" : "native");
     }
     const ir::TransformerConfig &config = model.transformer;
     flag("--num-layers", Twine(config.layers));
@@ -743,6 +751,8 @@ private:
     flag("--vocab-size", Twine(config.vocab));
     if (config.mlp == ir::MlpActivation::Swiglu)
       os << "--swiglu\n";
+    else if (config.mlp == ir::MlpActivation::Relu2)
+      os << "--squared-relu\n";
     if (config.norm == ir::NormKind::RmsNorm)
       flag("--normalization", "RMSNorm");
     if (!config.bias)
@@ -846,9 +856,11 @@ private:
         strategy.sequenceParallelInputs == ir::SequenceParallelInputs::Regather)
       refuse("sp_inputs = regather: PyTorch's tensor parallelism keeps each column-parallel "
              "product's gathered input for its weight gradient (write sp_inputs = keep)");
-    if (run.crossEntropy == ir::CrossEntropyKind::VocabParallel)
-      refuse("cross_entropy = vocab_parallel: torchtitan's loss is F.cross_entropy over the "
-             "logits cast to fp32 (write cross_entropy = unfused)");
+    if (run.crossEntropy == ir::CrossEntropyKind::VocabParallel ||
+        run.crossEntropy == ir::CrossEntropyKind::FusedVocabParallel)
+      refuse("cross_entropy = " + ir::toString(run.crossEntropy) +
+             ": torchtitan's loss is F.cross_entropy over the logits cast to fp32 (write "
+             "cross_entropy = unfused)");
     if (strategy.dataParallelOverlap == ir::DataParallelOverlap::None)
       refuse("dp_overlap = none: PyTorch's FSDP2 and DDP reduce each unit's gradients as the "
              "backward produces them, beside the backward (write dp_overlap = grads, the "

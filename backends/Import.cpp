@@ -689,6 +689,7 @@ constexpr const char *kMegatronFlags[] = {
     "--max-position-embeddings=",
     "--vocab-size=",
     "--swiglu",
+    "--squared-relu",
     "--normalization=",
     "--disable-bias-linear",
     "--position-embedding-type=",
@@ -1109,8 +1110,19 @@ private:
         << ";\n  seq = " << *seq << ";\n  vocab = " << *vocab << ";\n";
       if (ffn)
         m << "  ffn = " << *ffn << ";\n";
+      if (has("--swiglu") && has("--squared-relu"))
+        diags.error(locOf("--squared-relu"),
+                    "--squared-relu and --swiglu are two activations for one MLP; Megatron-LM "
+                    "takes one");
       if (has("--swiglu"))
         m << "  mlp = swiglu;\n";
+      else if (has("--squared-relu"))
+        m << "  mlp = relu2;\n";
+      if (has("--squared-relu") && !has("--disable-bias-linear"))
+        diags.error(locOf("--squared-relu"),
+                    "--squared-relu with biases: Megatron-LM adds each bias before squared_relu "
+                    "in a kernel of its own (it fuses the bias only into GELU and SwiGLU), which "
+                    "placec does not count; add --disable-bias-linear");
       std::string norm = getString("--normalization", "LayerNorm");
       if (norm == "RMSNorm")
         m << "  norm = rmsnorm;\n";
@@ -1343,8 +1355,8 @@ private:
     // The loss: Megatron-LM's vocabulary-parallel cross-entropy, a kernel per operation over an
     // fp32 copy of the logits unless --cross-entropy-loss-fusion
     // (megatron/core/models/common/language_module/language_module.py), whose `te` implementation
-    // is one fused kernel each way and whose `native` one (the default) fuses the operations into
-    // four kernels (megatron/core/fusions/fused_cross_entropy.py), which Place does not express.
+    // is one fused kernel each way and whose `native` one (the default) runs the operations in
+    // four torch.compile'd functions (megatron/core/fusions/fused_cross_entropy.py).
     std::string fusionImpl = getString("--cross-entropy-fusion-impl", "native");
     if (fusionImpl != "native" && fusionImpl != "te")
       diags.error(locOf("--cross-entropy-fusion-impl"),
@@ -1352,12 +1364,7 @@ private:
     else if (!has("--cross-entropy-loss-fusion"))
       imported.crossEntropy = "vocab_parallel";
     else if (fusionImpl == "native")
-      diags.error(locOf("--cross-entropy-loss-fusion"),
-                  "--cross-entropy-loss-fusion with the native implementation (the default of "
-                  "--cross-entropy-fusion-impl): Megatron-Core's jit-fused loss runs four kernels "
-                  "over the fp32 logits, between Place's cross_entropy = vocab_parallel (one per "
-                  "operation) and fused (one each way, --cross-entropy-fusion-impl te), and Place "
-                  "does not express it");
+      imported.crossEntropy = "fused_vocab_parallel";
     imported.microBatch = *micro;
     imported.globalBatch = globalBatch;
     if (has("--bf16") && has("--fp16"))

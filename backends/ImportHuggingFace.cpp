@@ -371,8 +371,9 @@ private:
     StringRef act = getString(actKey).value_or(gpt2 ? "gelu_new" : gated ? "silu" : "gelu");
     if (gated && act != "silu" && act != "swish" && !isGelu(act))
       refuse(actKey, "the gated MLP's activation must be SiLU or GELU");
-    if (!gated && !isGelu(act))
-      refuse(actKey, "Place's two-matrix MLP is mlp = gelu");
+    bool relu2 = !gated && act == "relu2"; // transformers' ReLUSquaredActivation
+    if (!gated && !isGelu(act) && !relu2)
+      refuse(actKey, "Place's two-matrix MLP is mlp = gelu or mlp = relu2 (squared ReLU)");
 
     // Biases: Place writes all, none, or the query/key/value projections only.
     std::string bias = gated ? "false" : "true";
@@ -496,6 +497,8 @@ private:
       m << "  ffn = " << ffnValue << ";\n";
     if (gated)
       m << "  mlp = swiglu;\n  norm = rmsnorm;\n";
+    else if (relu2)
+      m << "  mlp = relu2;\n";
     if (bias != "true")
       m << "  bias = " << bias << ";\n";
     if (!gpt2)

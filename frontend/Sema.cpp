@@ -743,10 +743,14 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                  : ir::AttentionKind::Materialized;
     }
     if (const ast::Field *field = fields.lookup("mlp")) {
-      std::optional<std::string> choice = getChoice(field->value, "mlp", {"gelu", "swiglu"});
+      std::optional<std::string> choice =
+          getChoice(field->value, "mlp", {"gelu", "swiglu", "relu2"});
       ok &= choice.has_value();
+      config.mlpLoc = field->keyLoc;
       if (choice)
-        config.mlp = *choice == "gelu" ? ir::MlpActivation::Gelu : ir::MlpActivation::Swiglu;
+        config.mlp = *choice == "gelu"     ? ir::MlpActivation::Gelu
+                     : *choice == "swiglu" ? ir::MlpActivation::Swiglu
+                                           : ir::MlpActivation::Relu2;
     }
     if (const ast::Field *field = fields.lookup("norm")) {
       std::optional<std::string> choice = getChoice(field->value, "norm", {"layernorm", "rmsnorm"});
@@ -2255,11 +2259,14 @@ void Sema::buildRun(const ast::RunDecl &decl) {
   words("cross_entropy",
         "fused (one fused kernel each way, the default: Transformer Engine's), vocab_parallel "
         "(Megatron-LM's unfused vocabulary-parallel loss, a kernel per operation over fp32 "
-        "logits), unfused (PyTorch's F.cross_entropy over fp32 logits) or chunked (one "
+        "logits), fused_vocab_parallel (Megatron-Core's jit-fused vocabulary-parallel loss, "
+        "--cross-entropy-fusion-impl native), unfused (PyTorch's F.cross_entropy over fp32 logits) "
+        "or chunked (one "
         "sequence's logits at a time)",
         run->crossEntropy,
         {{"fused", ir::CrossEntropyKind::Fused},
          {"vocab_parallel", ir::CrossEntropyKind::VocabParallel},
+         {"fused_vocab_parallel", ir::CrossEntropyKind::FusedVocabParallel},
          {"unfused", ir::CrossEntropyKind::Unfused},
          {"chunked", ir::CrossEntropyKind::Chunked}});
   words("kernels",

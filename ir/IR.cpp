@@ -55,6 +55,8 @@ StringRef toString(MlpActivation activation) {
     return "gelu";
   case MlpActivation::Swiglu:
     return "swiglu";
+  case MlpActivation::Relu2:
+    return "relu2";
   }
   llvm_unreachable("unknown MlpActivation");
 }
@@ -324,6 +326,8 @@ StringRef toString(CrossEntropyKind kind) {
     return "unfused";
   case CrossEntropyKind::VocabParallel:
     return "vocab_parallel";
+  case CrossEntropyKind::FusedVocabParallel:
+    return "fused_vocab_parallel";
   case CrossEntropyKind::Chunked:
     return "chunked";
   }

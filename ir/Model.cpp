@@ -102,6 +102,7 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
     // one row per expert.
     switch (config.mlp) {
     case MlpActivation::Gelu:
+    case MlpActivation::Relu2:
       add(prefix + ".fc.weight", {width, h}, TensorSplit::Column);
       if (config.bias)
         add(prefix + ".fc.bias", {width}, TensorSplit::Column);

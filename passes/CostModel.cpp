@@ -305,7 +305,7 @@ namespace {
 /// The shapes of a transformer on one device, per micro-batch.
 struct TransformerDims {
   double b, s, keys, tokens, h, a, kv, d, f, vocab, t, e;
-  bool sp, swiglu, rope, fp8;
+  bool sp, swiglu, relu2, rope, fp8;
   /// The rotary embedding is a complex product run as PyTorch's kernels (rotatesComplex).
   bool complexRotary = false;
   /// `projections = separate`: q, k, v and an MLP's gate and up are products of their own.
@@ -363,6 +363,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.keepInputs = dims.sp && layout.sequenceParallelInputs == ir::SequenceParallelInputs::Keep;
   dims.attention = config.attention;
   dims.swiglu = config.mlp == ir::MlpActivation::Swiglu;
+  dims.relu2 = config.mlp == ir::MlpActivation::Relu2;
   dims.rope = config.positions == ir::PositionKind::Rope;
   dims.fp8 = layout.precision == ir::Precision::MixedFP8;
   dims.eager = layout.kernels == ir::KernelMode::Eager;
@@ -678,8 +679,15 @@ double streamCastBytes(const TransformerDims &x) {
 double rotaryBytesPerElement(const TransformerDims &x) {
   return x.complexRotary ? eagerCastBytes(x.e) + 8 : 2 * x.e;
 }
-/// Tensors of the MLP's width each MLP activation kernel reads or writes.
+/// Tensors of the MLP's width each MLP activation kernel reads or writes. GELU is one kernel each
+/// way; so is squared ReLU fused (NeMo's and Megatron-LM's `squared_relu`, `torch.pow(F.relu(x),
+/// 2)` under `torch.compile`: nemo/collections/nlp/modules/common/megatron/utils.py at v2.0.0rc0,
+/// megatron/training/activations.py at core_r0.8.0). Eager, squared ReLU is relu then pow, 2 + 2,
+/// and in the backward pow_backward's `grad * (2 * r.pow(1))` (a copy 2, the scaling 2, the
+/// product 3) then relu's threshold_backward 3: 10.
 double mlpActivationAccesses(const TransformerDims &x, bool backward) {
+  if (x.relu2 && x.eager)
+    return backward ? 10 : 4;
   if (!x.swiglu)
     return backward ? 3 : 2;
   if (x.eager)
@@ -836,12 +844,22 @@ double unfusedCrossEntropyBytes(double e) { return e + 16; }
 /// (4 in, e out), e + 12 (the target's one logit per row is negligible). `unfused`: the forward's
 /// unfusedCrossEntropyBytes; the backward's gradient of the log-probabilities (4 written), the
 /// log-softmax backward (8 in, 4 out) and the cast back (4 in, e out), e + 20.
+/// `fused_vocab_parallel` (megatron/core/fusions/fused_cross_entropy.py at core_r0.8.0, each
+/// function under torch.compile, jit_fuser): calculate_logits_max writes the fp32 copy and takes
+/// its maximum in one pass (e in, 4 out), calculate_predicted_logits subtracts the maximum,
+/// exponentiates in place and sums (4 in, 4 out), calculate_cross_entropy_loss divides in place
+/// (4 in, 4 out): e + 20; the backward's calculate_gradients scales the softmax in place by the
+/// loss's gradient, written back to its buffer, and writes the cast gradient (4 in, 4 + e out):
+/// e + 8. Each function is counted as one pass over the logits, TorchInductor fusing its
+/// operations (an assumption: no profile of these kernels is at hand).
 double crossEntropyBytes(ir::CrossEntropyKind kind, double e, bool backward) {
   switch (kind) {
   case ir::CrossEntropyKind::Unfused:
     return backward ? e + 20 : unfusedCrossEntropyBytes(e);
   case ir::CrossEntropyKind::VocabParallel:
     return backward ? e + 12 : e + 36;
+  case ir::CrossEntropyKind::FusedVocabParallel:
+    return backward ? e + 8 : e + 20;
   case ir::CrossEntropyKind::Fused:
   case ir::CrossEntropyKind::Chunked:
     break;

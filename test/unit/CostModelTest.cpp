@@ -894,6 +894,88 @@ TEST(CostModelTest, EagerKernelsMoveTheBytesOfEachOperator) {
   EXPECT_FALSE(getEagerObstacle(model, ir::ActivationMode::Keep, ir::Precision::MixedFP8).empty());
 }
 
+TEST(CostModelTest, MegatronsLossesMoveTheBytesOfTheirKernels) {
+  // Megatron-Core's vocabulary-parallel cross-entropy (megatron/core/tensor_parallel/
+  // cross_entropy.py at core_r0.8.0) over bf16 logits (e = 2), per logit, each kernel's reads and
+  // writes. Unfused: the fp32 copy, the maximum, the subtraction, the exponential, the sum and the
+  // division in place; backward the product by the loss's gradient in place and the cast back.
+  // Jit-fused (fused_cross_entropy.py): calculate_logits_max (the copy and its maximum in one
+  // pass), calculate_predicted_logits (subtraction, exponential and sum), calculate_cross_entropy
+  // _loss (the division); backward calculate_gradients (the product written back, the cast
+  // written beside it). Transformer Engine's (transformer_engine/pytorch/cross_entropy.py): one
+  // kernel each way, reading the logits and writing their gradient over them.
+  double e = 2;
+  double unfusedForward = sumKernels({{e, 4}, {4, 0}, {4, 4}, {4, 4}, {4, 0}, {4, 4}});
+  double unfusedBackward = sumKernels({{4, 4}, {4, e}});
+  double jitForward = sumKernels({{e, 4}, {4, 4}, {4, 4}});
+  double jitBackward = sumKernels({{4, 4 + e}});
+  double teForward = sumKernels({{e, e}}), teBackward = sumKernels({{e, e}});
+  ir::Model model = llama8bLayer();
+  double logits = 8192 * 128256.0;
+  auto bytes = [&](ir::CrossEntropyKind kind, PassKind pass) {
+    Layout layout;
+    layout.crossEntropy = kind;
+    return getUnitWork(model, UnitKind::Head, 0, pass, layout).getMemoryBytes();
+  };
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward}) {
+    bool backward = pass == PassKind::Backward;
+    double te = bytes(ir::CrossEntropyKind::Fused, pass);
+    double unfused =
+        (backward ? unfusedBackward : unfusedForward) - (backward ? teBackward : teForward);
+    double jit = (backward ? jitBackward : jitForward) - (backward ? teBackward : teForward);
+    EXPECT_NEAR(bytes(ir::CrossEntropyKind::VocabParallel, pass) - te, logits * unfused,
+                1e-9 * logits * unfused);
+    EXPECT_NEAR(bytes(ir::CrossEntropyKind::FusedVocabParallel, pass) - te, logits * jit,
+                1e-9 * logits * jit);
+  }
+  // The jit-fused loss keeps what the fused one keeps: the fp32 softmax beside the logits.
+  Layout te, jit;
+  jit.crossEntropy = ir::CrossEntropyKind::FusedVocabParallel;
+  EXPECT_EQ(getHeadActivationBytes(model.transformer, jit),
+            getHeadActivationBytes(model.transformer, te));
+}
+
+TEST(CostModelTest, SquaredReluIsGelusShapeAndItsOwnEagerKernels) {
+  // Squared ReLU (`mlp = relu2`) is a two-matrix MLP like GELU: the same products, the same kept
+  // tensors and, fused (NeMo's and Megatron-LM's torch.compile'd squared_relu), one kernel each
+  // way. Eager, torch.pow(F.relu(x), 2) is two kernels, and autograd runs pow_backward,
+  // grad * (2 * r.pow(1)): the copy, the scalar product and the product, then relu's
+  // threshold_backward; GELU is one kernel each way, eager or not.
+  double e = 2;
+  double relu2Forward = sumKernels({{e, e}, {e, e}});
+  double relu2Backward = sumKernels({{e, e}, {e, e}, {2 * e, e}, {2 * e, e}});
+  double geluForward = sumKernels({{e, e}}), geluBackward = sumKernels({{2 * e, e}});
+  ir::Model gelu = llama8bLayer(), relu2 = llama8bLayer();
+  gelu.transformer.mlp = ir::MlpActivation::Gelu;
+  relu2.transformer.mlp = ir::MlpActivation::Relu2;
+  double T = 8192, f = 14336;
+  Layout fused, eager;
+  eager.kernels = ir::KernelMode::Eager;
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward}) {
+    for (const Layout &layout : {fused, eager}) {
+      Work a = getUnitWork(gelu, UnitKind::Layer, 0, pass, layout);
+      Work b = getUnitWork(relu2, UnitKind::Layer, 0, pass, layout);
+      EXPECT_EQ(a.getFlops(), b.getFlops());
+    }
+    double delta = getUnitWork(relu2, UnitKind::Layer, 0, pass, fused).getMemoryBytes() -
+                   getUnitWork(gelu, UnitKind::Layer, 0, pass, fused).getMemoryBytes();
+    EXPECT_EQ(delta, 0);
+  }
+  double eagerForward =
+      getUnitWork(relu2, UnitKind::Layer, 0, PassKind::Forward, eager).getMemoryBytes() -
+      getUnitWork(gelu, UnitKind::Layer, 0, PassKind::Forward, eager).getMemoryBytes();
+  double eagerBackward =
+      getUnitWork(relu2, UnitKind::Layer, 0, PassKind::Backward, eager).getMemoryBytes() -
+      getUnitWork(gelu, UnitKind::Layer, 0, PassKind::Backward, eager).getMemoryBytes();
+  double forward = T * f * (relu2Forward - geluForward);
+  double backward = T * f * (relu2Backward - geluBackward);
+  EXPECT_NEAR(eagerForward, forward, 1e-9 * forward);
+  EXPECT_NEAR(eagerBackward, backward, 1e-9 * backward);
+  for (const Layout &layout : {fused, eager})
+    EXPECT_EQ(getLayerActivationBytes(relu2.transformer, layout),
+              getLayerActivationBytes(gelu.transformer, layout));
+}
+
 TEST(CostModelTest, UnpadPacksQkvAndPadsTheOutputPerDevice) {
   // unpad = true: per layer and token, the forward reads and writes Q, K and V (2e per element)
   // and zero-fills, reads and scatters the output (3e); the backward gathers the output's

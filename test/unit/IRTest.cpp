@@ -109,6 +109,7 @@ TEST(IRSpellingTest, EnumsUseTheLanguageSpellings) {
   EXPECT_EQ(toString(ModelKind::Abstract), "abstract");
   EXPECT_EQ(toString(MlpActivation::Gelu), "gelu");
   EXPECT_EQ(toString(MlpActivation::Swiglu), "swiglu");
+  EXPECT_EQ(toString(MlpActivation::Relu2), "relu2");
   EXPECT_EQ(toString(NormKind::LayerNorm), "layernorm");
   EXPECT_EQ(toString(NormKind::RmsNorm), "rmsnorm");
   EXPECT_EQ(toString(PositionKind::Learned), "learned");

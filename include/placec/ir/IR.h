@@ -55,7 +55,9 @@ struct Tensor {
 };
 
 enum class ModelKind { Transformer, Mlp, Abstract };
-enum class MlpActivation { Gelu, Swiglu };
+/// The MLP: `gelu` (two matrices, GELU between), `swiglu` (three: silu of the gate times the up
+/// product) or `relu2` (two matrices, squared ReLU between: Nemotron-4's and Primer's).
+enum class MlpActivation { Gelu, Swiglu, Relu2 };
 enum class NormKind { LayerNorm, RmsNorm };
 enum class PositionKind { Learned, Rope };
 /// How a layer's projections that read the same input run: `fused` (one QKV product and one
@@ -158,6 +160,8 @@ struct TransformerConfig {
   /// the head width per layer.
   bool qkNorm = false;
   MlpActivation mlp = MlpActivation::Gelu;
+  /// Where `mlp` is written (invalid when it is not).
+  llvm::SMLoc mlpLoc;
   NormKind norm = NormKind::LayerNorm;
   bool bias = true;
   /// `bias = qkv`: biases on the query, key and value projections only (Qwen2; Megatron-LM's
@@ -624,11 +628,14 @@ unsigned getActivationBytes(Precision precision);
 /// flash-attn's CrossEntropyLoss, as llm-foundry calls it); `vocab_parallel`, Megatron-LM's
 /// vocabulary-parallel cross-entropy without that fusion (its default), the same buffers worked
 /// by one kernel per operation: an fp32 copy of the logits, their maximum, the subtraction, the
-/// exponential, the sum and the division in place; `unfused`, PyTorch's `F.cross_entropy` over an
-/// fp32 copy of the logits (as torchtitan calls it), which keeps an fp32 log-softmax and makes two
-/// fp32 gradients; `chunked`, the output layer and the fused loss one sequence at a time over one
-/// [seq, vocab] logits buffer, the gradient written over it (placert's CUDA trainer).
-enum class CrossEntropyKind { Fused, Unfused, Chunked, VocabParallel };
+/// exponential, the sum and the division in place; `fused_vocab_parallel`, the same operations
+/// in Megatron-Core's four torch.compile'd functions (--cross-entropy-loss-fusion with its
+/// default implementation, `native`: fused_vocab_parallel_cross_entropy); `unfused`, PyTorch's
+/// `F.cross_entropy` over an fp32 copy of the logits (as torchtitan calls it), which keeps an fp32
+/// log-softmax and makes two fp32 gradients; `chunked`, the output layer and the fused loss one
+/// sequence at a time over one [seq, vocab] logits buffer, the gradient written over it (placert's
+/// CUDA trainer).
+enum class CrossEntropyKind { Fused, Unfused, Chunked, VocabParallel, FusedVocabParallel };
 llvm::StringRef toString(CrossEntropyKind kind);
 
 /// How a run's element-wise work executes (`kernels`): `fused`, each norm, rotary embedding and
