@@ -560,6 +560,20 @@ private:
              ": Megatron-Core's fused attention backends take the grouped keys and values without "
              "repeating them (write kv_repeat = false, or attention = materialized for its "
              "unfused attention, which repeats them)");
+    // Megatron-Core's selective recomputation checkpoints the core attention (recompute_modules
+    // core_attn, its default: megatron/core/transformer/attention.py, checkpoint_core_attention):
+    // Korthikanti et al.'s scores and softmax again under its unfused attention, the fused kernel's
+    // forward again under the fused backends, which keeps the norms' outputs and the MLP
+    // activation that Place's recompute(selective) over fused attention recomputes instead.
+    if (strategy.activationMode == ir::ActivationMode::RecomputeSelective &&
+        model.transformer.attention != ir::AttentionKind::Materialized)
+      refuse("activations = recompute(selective) with attention = " +
+             ir::toString(model.transformer.attention) +
+             ": Megatron-Core's --recompute-granularity selective runs the fused attention "
+             "kernel's forward again in the backward and keeps the norms' outputs and the MLP "
+             "activation, which Place's recompute(selective) over fused attention recomputes "
+             "instead (write recompute, recompute(layers = n) or keep, or attention = materialized "
+             "for Megatron-Core's unfused attention)");
     // Megatron-Core applies the rotary embedding in real arithmetic (_rotate_half in
     // megatron/core/models/common/embeddings/rope_utils.py), or fused under --apply-rope-fusion.
     if (model.transformer.ropeComplex)

@@ -743,6 +743,10 @@ const UntranslatedFlag kUntranslatedMegatronFlags[] = {
      "--fp8-format e4m3 or hybrid",
      true},
     {"--pipeline-model-parallel-layout", nullptr, "a custom pipeline layout"},
+    {"--recompute-modules", "core_attn",
+     "selective recomputation of other modules than the core attention (layernorm, mlp, moe, "
+     "moe_act, ...)",
+     true},
 };
 
 /// Megatron-LM flags that describe a mixture-of-experts model (errors with a model named by
@@ -1329,7 +1333,24 @@ private:
                         "its recompute keeps each layer's input (--recompute-num-layers 1), and "
                         "recompute(layers = n) is --recompute-method block");
     } else if (granularity == "selective") {
-      recompute = "recompute(selective)";
+      // Megatron-Core checkpoints the core attention (recompute_modules core_attn, the default):
+      // Place's recompute(selective) under its unfused attention; under a fused backend the
+      // kernel's forward again, which Place does not express.
+      std::string effective = !modelName.empty() && !options.modelAttention.empty()
+                                  ? options.modelAttention
+                                  : attention;
+      if (effective == "materialized")
+        recompute = "recompute(selective)";
+      else
+        diags.error(locOf(has("--recompute-granularity") ? "--recompute-granularity"
+                                                         : "--recompute-activations"),
+                    "selective recomputation with attention = " + effective +
+                        ": Megatron-Core then runs the fused attention kernel's forward again in "
+                        "the backward and keeps the norms' outputs and the MLP activation, which "
+                        "Place does not express (its recompute(selective) over fused attention "
+                        "recomputes those instead); use --recompute-granularity full, or "
+                        "--attention-backend unfused for Korthikanti et al.'s selective "
+                        "recomputation");
     } else if (!granularity.empty()) {
       diags.error(locOf("--recompute-granularity"),
                   "--recompute-granularity is 'full' or 'selective', not '" + granularity + "'");

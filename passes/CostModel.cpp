@@ -930,7 +930,10 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
   case PassKind::RecomputeSelective:
     // Materialized: the attention core again (Korthikanti et al. 2022 §5). Flash: nothing of the
     // core is stored, so selective recomputation repeats the norms and the MLP activation from
-    // their stored inputs (Megatron-Core's `--recompute-modules layernorm mlp`).
+    // their stored inputs. That is not Megatron-Core's selective recomputation over its fused
+    // backends, which runs the attention kernel's forward again (recompute_modules core_attn);
+    // its `layernorm` module recomputes the norms, but its `mlp` module the whole dense MLP. The
+    // Megatron-LM bridge refuses the fused case both ways.
     if (x.materialized()) {
       addMaterializedAttention(x, /*backward=*/false, work);
     } else {
