@@ -185,6 +185,11 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
                "the step plan exchanges all heads' K and V, and placert's context-parallel "
                "attention exchanges the grouped ones; write kernels = fused");
     }
+    if (strategy.activationMode == ir::ActivationMode::RecomputeAttention)
+      refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
+             "activations = recompute(attention)",
+             "placert keeps a layer's activations, its selective set or its input only; "
+             "Megatron-Core's checkpointed core attention is analysed and exported, not compiled");
     if (strategy.activationMode == ir::ActivationMode::RecomputeOps)
       refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
              "activations = recompute(op)",

@@ -126,6 +126,11 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
     refuseStrategy(strategy.activationModeLoc, "activations = recompute(op)",
                    "the GPU trainer keeps a block's activations (recomputing the attention "
                    "probabilities) or its input only");
+  if (strategy.activationMode == ir::ActivationMode::RecomputeAttention)
+    refuseStrategy(strategy.activationModeLoc, "activations = recompute(attention)",
+                   "the GPU trainer keeps a block's activations (recomputing the attention "
+                   "probabilities under materialized attention) or its input only, not "
+                   "Megatron-Core's checkpointed core attention");
   if (config.attention == ir::AttentionKind::Flash &&
       strategy.activationMode == ir::ActivationMode::RecomputeSelective)
     refuseStrategy(strategy.activationModeLoc, "activations = recompute(selective)",

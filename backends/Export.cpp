@@ -370,7 +370,8 @@ private:
              "' without sharding: DeepSpeed offloads the optimizer (offload_optimizer) only in "
              "ZeRO stages 1-3");
     if (strategy.activationMode == ir::ActivationMode::RecomputeSelective ||
-        strategy.activationMode == ir::ActivationMode::RecomputeOps)
+        strategy.activationMode == ir::ActivationMode::RecomputeOps ||
+        strategy.activationMode == ir::ActivationMode::RecomputeAttention)
       refuse("activations = " + ir::toString(strategy.activationMode) +
              ": DeepSpeed's activation checkpointing recomputes whole checkpointed functions "
              "(recompute)");
@@ -563,8 +564,9 @@ private:
     // Megatron-Core's selective recomputation checkpoints the core attention (recompute_modules
     // core_attn, its default: megatron/core/transformer/attention.py, checkpoint_core_attention):
     // Korthikanti et al.'s scores and softmax again under its unfused attention, the fused kernel's
-    // forward again under the fused backends, which keeps the norms' outputs and the MLP
-    // activation that Place's recompute(selective) over fused attention recomputes instead.
+    // forward again under the fused backends, which is recompute(attention); it keeps the norms'
+    // outputs and the MLP activation that Place's recompute(selective) over fused attention
+    // recomputes instead.
     if (strategy.activationMode == ir::ActivationMode::RecomputeSelective &&
         model.transformer.attention != ir::AttentionKind::Materialized)
       refuse("activations = recompute(selective) with attention = " +
@@ -572,8 +574,7 @@ private:
              ": Megatron-Core's --recompute-granularity selective runs the fused attention "
              "kernel's forward again in the backward and keeps the norms' outputs and the MLP "
              "activation, which Place's recompute(selective) over fused attention recomputes "
-             "instead (write recompute, recompute(layers = n) or keep, or attention = materialized "
-             "for Megatron-Core's unfused attention)");
+             "instead (write recompute(attention) for Megatron-Core's selective recomputation)");
     // Megatron-Core applies the rotary embedding in real arithmetic (_rotate_half in
     // megatron/core/models/common/embeddings/rope_utils.py), or fused under --apply-rope-fusion.
     if (model.transformer.ropeComplex)
@@ -740,6 +741,7 @@ private:
       }
       break;
     case ir::ActivationMode::RecomputeSelective:
+    case ir::ActivationMode::RecomputeAttention:
       flag("--recompute-granularity", "selective");
       break;
     case ir::ActivationMode::RecomputeOps:
@@ -887,10 +889,12 @@ private:
         strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off && view.tensorDegree > 1)
       refuse("kernels = eager with async_tp: torchtitan applies asynchronous tensor parallelism "
              "only under torch.compile (write kernels = fused)");
-    if (strategy.activationMode == ir::ActivationMode::RecomputeSelective)
-      refuse("activations = recompute(selective): torchtitan's selective checkpointing keeps "
-             "every other product's output (\"op\", recompute(op)) or recomputes every n-th "
-             "block whole; write recompute(op), recompute or keep");
+    if (strategy.activationMode == ir::ActivationMode::RecomputeSelective ||
+        strategy.activationMode == ir::ActivationMode::RecomputeAttention)
+      refuse("activations = " + ir::toString(strategy.activationMode) +
+             ": torchtitan's selective checkpointing keeps every other product's output (\"op\", "
+             "recompute(op)) or recomputes every n-th block whole; write recompute(op), recompute "
+             "or keep");
     if (strategy.recomputeLayers > 0)
       refuse("activations = recompute(layers = " + Twine(strategy.recomputeLayers) +
              "): torchtitan's layer-wise selective checkpointing recomputes every n-th block, "
@@ -1125,6 +1129,7 @@ private:
       os << "mode = \"full\"\n";
       break;
     case ir::ActivationMode::RecomputeSelective:
+    case ir::ActivationMode::RecomputeAttention:
       break; // Refused.
     case ir::ActivationMode::RecomputeOps:
       os << "mode = \"selective\"\nselective_ac_option = \"op\"\n";

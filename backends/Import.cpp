@@ -1334,23 +1334,12 @@ private:
                         "recompute(layers = n) is --recompute-method block");
     } else if (granularity == "selective") {
       // Megatron-Core checkpoints the core attention (recompute_modules core_attn, the default):
-      // Place's recompute(selective) under its unfused attention; under a fused backend the
-      // kernel's forward again, which Place does not express.
+      // Place's recompute(selective) under its unfused attention (Korthikanti et al.'s set), and
+      // recompute(attention) under a fused backend (the kernel's forward again).
       std::string effective = !modelName.empty() && !options.modelAttention.empty()
                                   ? options.modelAttention
                                   : attention;
-      if (effective == "materialized")
-        recompute = "recompute(selective)";
-      else
-        diags.error(locOf(has("--recompute-granularity") ? "--recompute-granularity"
-                                                         : "--recompute-activations"),
-                    "selective recomputation with attention = " + effective +
-                        ": Megatron-Core then runs the fused attention kernel's forward again in "
-                        "the backward and keeps the norms' outputs and the MLP activation, which "
-                        "Place does not express (its recompute(selective) over fused attention "
-                        "recomputes those instead); use --recompute-granularity full, or "
-                        "--attention-backend unfused for Korthikanti et al.'s selective "
-                        "recomputation");
+      recompute = effective == "materialized" ? "recompute(selective)" : "recompute(attention)";
     } else if (!granularity.empty()) {
       diags.error(locOf("--recompute-granularity"),
                   "--recompute-granularity is 'full' or 'selective', not '" + granularity + "'");

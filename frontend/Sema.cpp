@@ -1618,8 +1618,8 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
             diags.error(arg.key.empty() ? arg.value->getLoc() : arg.keyLoc,
                         arg.key.empty() || arg.key == "layers"
                             ? "'recompute' takes one kind and at most one 'layers = n': write "
-                              "'recompute', 'recompute(selective)', 'recompute(op)', "
-                              "'recompute(full)' or 'recompute(layers = n)'"
+                              "'recompute', 'recompute(selective)', 'recompute(attention)', "
+                              "'recompute(op)', 'recompute(full)' or 'recompute(layers = n)'"
                             : "unknown argument '" + arg.key +
                                   "' of 'recompute': it takes 'layers = n' (recompute the "
                                   "first n layers of each model chunk)",
@@ -1631,11 +1631,11 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
         if (argsOk && kindArg &&
             (kindArg->value->kind != ast::Value::Kind::Name ||
              (kindArg->value->text != "selective" && kindArg->value->text != "full" &&
-              kindArg->value->text != "op"))) {
+              kindArg->value->text != "op" && kindArg->value->text != "attention"))) {
           diags.error(kindArg->value->getLoc(),
-                      "'recompute' takes 'selective', 'op' or 'full': write 'recompute', "
-                      "'recompute(selective)', 'recompute(op)', 'recompute(full)' or "
-                      "'recompute(layers = n)'",
+                      "'recompute' takes 'selective', 'attention', 'op' or 'full': write "
+                      "'recompute', 'recompute(selective)', 'recompute(attention)', "
+                      "'recompute(op)', 'recompute(full)' or 'recompute(layers = n)'",
                       "placement");
           argsOk = false;
         }
@@ -1643,6 +1643,8 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
           activationMode = ir::ActivationMode::RecomputeSelective;
         else if (argsOk && kindArg && kindArg->value->text == "op")
           activationMode = ir::ActivationMode::RecomputeOps;
+        else if (argsOk && kindArg && kindArg->value->text == "attention")
+          activationMode = ir::ActivationMode::RecomputeAttention;
         if (argsOk && layersArg) {
           if (activationMode != ir::ActivationMode::RecomputeFull) {
             diags.error(layersArg->keyLoc,

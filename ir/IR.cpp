@@ -252,6 +252,8 @@ StringRef toString(ActivationMode mode) {
     return "recompute";
   case ActivationMode::RecomputeOps:
     return "recompute(op)";
+  case ActivationMode::RecomputeAttention:
+    return "recompute(attention)";
   }
   llvm_unreachable("unknown ActivationMode");
 }

@@ -944,6 +944,15 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
   case PassKind::RecomputeOps:
     addOpRecompute(x, work);
     return work;
+  case PassKind::RecomputeAttention:
+    // Megatron-Core's checkpointed core attention (megatron/core/transformer/attention.py,
+    // checkpoint_core_attention): the attention kernel's forward again from the stored Q, K and
+    // V; materialized, Korthikanti et al.'s scores and softmax again.
+    if (x.materialized())
+      addMaterializedAttention(x, /*backward=*/false, work);
+    else
+      work.attention.push_back(fusedAttention(x, /*backward=*/false));
+    return work;
   case PassKind::Backward: {
     std::vector<Gemm> products = layerProjections(x);
     addBackwardProducts(products, work.gemms);
@@ -962,7 +971,8 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
 /// odd ones, as Lowering pairs them), then the bias and GELU.
 Work mlpWork(const ir::MlpConfig &config, int64_t layer, PassKind pass, const Layout &layout) {
   Work work;
-  if (pass == PassKind::RecomputeSelective || pass == PassKind::RecomputeOps)
+  if (pass == PassKind::RecomputeSelective || pass == PassKind::RecomputeOps ||
+      pass == PassKind::RecomputeAttention)
     return work;
   double b = layout.microBatch, t = static_cast<double>(std::max<int64_t>(1, layout.tensor));
   double in = static_cast<double>(layer == 0 ? config.input : config.width);
@@ -997,6 +1007,8 @@ std::optional<PassKind> getRecomputePass(ir::ActivationMode mode) {
     return PassKind::RecomputeFull;
   case ir::ActivationMode::RecomputeOps:
     return PassKind::RecomputeOps;
+  case ir::ActivationMode::RecomputeAttention:
+    return PassKind::RecomputeAttention;
   }
   llvm_unreachable("unknown ActivationMode");
 }
@@ -1048,9 +1060,11 @@ std::string getEagerObstacle(const ir::Model &model, ir::ActivationMode mode,
   if (precision == ir::Precision::MixedFP8)
     return "Float8 linears without torch.compile cast through separate kernels that placec does "
            "not count; write mixed(bf16), or kernels = fused for a compiled run";
-  if (mode == ir::ActivationMode::RecomputeSelective)
-    return "recompute(selective) is Megatron-LM's recomputation of its fused kernels; write "
-           "recompute(op) (torchtitan's per-op policy), recompute or keep";
+  if (mode == ir::ActivationMode::RecomputeSelective ||
+      mode == ir::ActivationMode::RecomputeAttention)
+    return ir::toString(mode).str() +
+           " is Megatron-LM's recomputation of its fused kernels; write recompute(op) "
+           "(torchtitan's per-op policy), recompute or keep";
   return std::string();
 }
 
@@ -1318,7 +1332,9 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
         t > 1 ? fmt::format("5·{}·{}/({}·{})", num(a), num(x.s), num(x.h), num(t))
               : fmt::format("5·{}·{}/{}", num(a), num(x.s), num(x.h));
     std::string attentionSymbols = t > 1 ? "5·a·s/(h·t)" : "5·a·s/h";
-    bool selective = mode == ir::ActivationMode::RecomputeSelective;
+    // Megatron-Core's checkpointed core attention is Korthikanti et al.'s selective set here.
+    bool selective = mode == ir::ActivationMode::RecomputeSelective ||
+                     mode == ir::ActivationMode::RecomputeAttention;
     double coefficient = 0;
     std::string symbols, numbers;
     if (sp && x.keepInputs) {
@@ -1354,8 +1370,12 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // attention output (2), the MLP intermediates (gelu: 4h in and out, 16h/h; swiglu: gate, up
   // and their product, 6·f/h), each split by t; the softmax log-sum-exp, 4 bytes per head and
   // token. Selective recomputation recomputes the norm outputs and the MLP activation from the
-  // stored inputs (4 and the activation's output fewer).
+  // stored inputs (4 and the activation's output fewer). Megatron-Core's checkpointed core
+  // attention (recompute(attention)) keeps what keep keeps but what the kernel alone holds: the
+  // checkpoint keeps Q, K and V and the output projection its input, so the log-sum-exp goes, and
+  // the kernel's BF16 output where the projection keeps an FP8 copy instead (saved = fp8).
   bool selective = mode == ir::ActivationMode::RecomputeSelective;
+  bool coreAttention = mode == ir::ActivationMode::RecomputeAttention;
   // Bytes per element of what a product keeps of its input for its weight gradient: 2, or 1 under
   // `saved = fp8` (Transformer Engine's linears keep the FP8 cast of their input, and a
   // LayerNormLinear's norm writes it directly: the norm outputs, the attention output's copy for
@@ -1366,8 +1386,9 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // `saved = fp8` the projection keeps an FP8 copy of the output beside the kernel's.
   double qkv = 2 * (x.a + 2 * x.kv) * x.d / x.h;
   // `unpad = true`: the output projection keeps the padded output beside the kernel's packed one.
-  double attentionOutput =
-      (2 + (x.fp8Saved ? x.fp8SavedBytes() : 0) + (x.unpad ? 2 : 0)) * x.a * x.d / x.h;
+  double attentionOutput = ((coreAttention && x.fp8Saved ? 0 : 2) +
+                            (x.fp8Saved ? x.fp8SavedBytes() : 0) + (x.unpad ? 2 : 0)) *
+                           x.a * x.d / x.h;
   // An MLP of width w keeps (swiglu) gate, up and their product, 6·w/h, or 4·w/h with the
   // product recomputed; (gelu) its input and output, 4·w/h, or 2·w/h. The product (swiglu) or
   // output (gelu) is the second product's input: p bytes.
@@ -1394,27 +1415,32 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // V under recompute(selective) too, which recomputes neither the attention kernel nor its
   // inputs (getEagerObstacle refuses recompute(selective) under eager).
   ExtraKept extra;
-  if (mode == ir::ActivationMode::Keep)
+  if (mode == ir::ActivationMode::Keep || coreAttention)
     extra = getExtraKept(x);
   else if (selective)
     extra.repeated = getExtraKept(x).repeated;
   double inside = qkv + attentionOutput + mlp;
-  double lse = 4 * x.a / x.h; // 4 bytes per head and token, over h.
+  double lse = coreAttention ? 0 : 4 * x.a / x.h; // 4 bytes per head and token, over h.
   double coefficient = outside / (sp ? t : 1) + gathered + (inside + lse) / t + routed;
   if (formula) {
     std::string mlpText = x.swiglu && !x.moe
                               ? fmt::format("{}·{}/{}", selective ? 4 : 4 + p, num(x.f), num(x.h))
                               : num(mlp);
     *formula = fmt::format(
-        "{}·({}{}{} + ({} + {} + {} + 4·{}/{})/{}) B per layer [s·b·h·({}{} + "
-        "(QKV 2·(a + 2·kv)·d/h + attention output + MLP intermediates + softmax statistics)/t), "
+        "{}·({}{}{} + ({} + {} + {}{})/{}) B per layer [s·b·h·({}{} + "
+        "(QKV 2·(a + 2·kv)·d/h + attention output + MLP intermediates{})/t), "
         "flash attention{}]{}",
         sbhText, num(outside), sp ? fmt::format("/{}", num(t)) : std::string(),
         gathered > 0 ? " + " + num(gathered) : std::string(), num(qkv), num(attentionOutput),
-        mlpText, num(x.a), num(x.h), num(t),
-        gathered > 0 ? "norm inputs" : "norm and product inputs",
+        mlpText, coreAttention ? std::string() : fmt::format(" + 4·{}/{}", num(x.a), num(x.h)),
+        num(t), gathered > 0 ? "norm inputs" : "norm and product inputs",
         sp ? (gathered > 0 ? "/t + product inputs" : "/t") : "",
-        gathered > 0 && selective
+        coreAttention ? "" : " + softmax statistics",
+        coreAttention && x.fp8Saved
+            ? ", core attention recomputed: the kernel's output and log-sum-exp not kept (the "
+              "projection keeps its FP8 copy)"
+        : coreAttention ? ", core attention recomputed: the kernel's log-sum-exp not kept"
+        : gathered > 0 && selective
             ? ", norms' outputs kept gathered (sp_inputs = keep), MLP activation recomputed"
         : gathered > 0 ? ", the products' inputs kept gathered (sp_inputs = keep)"
         : selective    ? ", norms and MLP activation recomputed"

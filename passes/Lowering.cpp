@@ -423,6 +423,11 @@ Op Lowering::computeOp(int unitIndex, const Unit &unit, cost::PassKind pass) con
   case cost::PassKind::RecomputeOps:
     op.reason = "recompute what the per-op policy did not keep";
     break;
+  case cost::PassKind::RecomputeAttention:
+    op.reason = model.transformer.attention == ir::AttentionKind::Materialized
+                    ? "recompute the attention scores and softmax (the checkpointed core attention)"
+                    : "recompute the attention kernel's forward (the checkpointed core attention)";
+    break;
   }
   return op;
 }
@@ -979,6 +984,15 @@ std::vector<UnitCollective> getRecomputedCollectives(const ir::Model &model, cos
   if (mode == ir::ActivationMode::RecomputeFull)
     return getUnitCollectives(model, unit, layer, /*forwardPass=*/true, layout);
   std::vector<UnitCollective> result;
+  // The checkpointed core attention runs its context-parallel exchanges again (Transformer
+  // Engine's attention with context parallelism is inside Megatron-Core's checkpoint).
+  if (mode == ir::ActivationMode::RecomputeAttention) {
+    if (unit == cost::UnitKind::Layer)
+      for (UnitCollective &c : getUnitCollectives(model, unit, layer, /*forwardPass=*/true, layout))
+        if (c.over == ir::AxisKind::Sequence)
+          result.push_back(std::move(c));
+    return result;
+  }
   if (mode != ir::ActivationMode::RecomputeOps || unit != cost::UnitKind::Layer)
     return result;
   bool first = true;

@@ -583,6 +583,29 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       ok = false;
     }
   }
+  // Rule `placement`: `recompute(attention)` is Megatron-Core's checkpointed core attention: a
+  // transformer's, over the attention kernel as Megatron-Core calls it (no flash-attn packing).
+  if (strategy.activationMode == ir::ActivationMode::RecomputeAttention) {
+    std::string why;
+    if (run.model->kind != ir::ModelKind::Transformer)
+      why = Twine("model '" + run.model->name + "' is ")
+                .concat(run.model->kind == ir::ModelKind::Mlp ? "an mlp" : "abstract")
+                .concat(", which has no attention")
+                .str();
+    else if (run.model->transformer.unpad)
+      why = "unpad = true is flash-attn's packing as llm-foundry calls it, which Megatron-Core's "
+            "checkpointed core attention does not run";
+    if (!why.empty()) {
+      diags->error(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
+                   "recompute(attention) recomputes a transformer's core attention as "
+                   "Megatron-Core checkpoints it: " +
+                       why + "; write recompute or keep",
+                   "placement");
+      diags->note(fieldLoc(run, "model"),
+                  Twine("run '") + run.name + "' trains model '" + run.model->name + "' here");
+      ok = false;
+    }
+  }
   // Rule `placement`: `saved = fp8` is counted where placec knows what the products keep
   // (cost::getSavedFp8Obstacle).
   if (run.fp8Saved) {

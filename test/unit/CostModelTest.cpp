@@ -894,6 +894,45 @@ TEST(CostModelTest, EagerKernelsMoveTheBytesOfEachOperator) {
   EXPECT_FALSE(getEagerObstacle(model, ir::ActivationMode::Keep, ir::Precision::MixedFP8).empty());
 }
 
+TEST(CostModelTest, CheckpointedCoreAttentionRunsTheKernelAgainAndDropsWhatItAloneKeeps) {
+  // recompute(attention), Megatron-Core's checkpoint of the core attention: its recompute pass is
+  // the attention kernel's forward, nothing else; it keeps what keep keeps but the log-sum-exp
+  // (4 bytes per head and token) and, under saved = fp8, the kernel's BF16 output, whose FP8 copy
+  // the output projection keeps. Materialized, it is Korthikanti et al.'s selective set.
+  ir::Model model = llama8bLayer();
+  double T = 8192, a = 32, d = 128;
+  Layout keep, core;
+  core.activations = ir::ActivationMode::RecomputeAttention;
+  ASSERT_EQ(getRecomputePass(core.activations), PassKind::RecomputeAttention);
+  Work forward = getUnitWork(model, UnitKind::Layer, 0, PassKind::Forward, keep);
+  Work again = getUnitWork(model, UnitKind::Layer, 0, PassKind::RecomputeAttention, core);
+  EXPECT_TRUE(again.gemms.empty());
+  EXPECT_TRUE(again.memory.empty());
+  ASSERT_EQ(again.attention.size(), forward.attention.size());
+  EXPECT_EQ(again.getFlops(), forward.attention.front().getFlops());
+  double lse = T * a * 4;
+  EXPECT_NEAR(getLayerActivationBytes(model.transformer, keep) -
+                  getLayerActivationBytes(model.transformer, core),
+              lse, 1e-9 * lse);
+  Layout keepFp8 = keep, coreFp8 = core;
+  for (Layout *layout : {&keepFp8, &coreFp8}) {
+    layout->precision = ir::Precision::MixedFP8;
+    layout->fp8Saved = true;
+  }
+  double output = T * a * d * 2;
+  EXPECT_NEAR(getLayerActivationBytes(model.transformer, keepFp8) -
+                  getLayerActivationBytes(model.transformer, coreFp8),
+              lse + output, 1e-9 * (lse + output));
+  model.transformer.attention = ir::AttentionKind::Materialized;
+  Layout selective;
+  selective.activations = ir::ActivationMode::RecomputeSelective;
+  EXPECT_EQ(getLayerActivationBytes(model.transformer, core),
+            getLayerActivationBytes(model.transformer, selective));
+  EXPECT_EQ(
+      getUnitWork(model, UnitKind::Layer, 0, PassKind::RecomputeAttention, core).getFlops(),
+      getUnitWork(model, UnitKind::Layer, 0, PassKind::RecomputeSelective, selective).getFlops());
+}
+
 TEST(CostModelTest, MegatronsLossesMoveTheBytesOfTheirKernels) {
   // Megatron-Core's vocabulary-parallel cross-entropy (megatron/core/tensor_parallel/
   // cross_entropy.py at core_r0.8.0) over bf16 logits (e = 2), per logit, each kernel's reads and

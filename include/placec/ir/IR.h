@@ -439,6 +439,11 @@ enum class ActivationMode {
   /// PyTorch's per-op selective checkpointing with torchtitan's "op" policy: the attention
   /// kernel's outputs and every other matrix product's output in forward order are kept.
   RecomputeOps,
+  /// Megatron-Core's checkpoint of the core attention (`--recompute-granularity selective`,
+  /// recompute_modules core_attn): what the attention kernel alone keeps is dropped and its
+  /// forward runs again in the backward from the stored queries, keys and values, with its
+  /// context-parallel exchanges. Under materialized attention, RecomputeSelective's set.
+  RecomputeAttention,
 };
 
 llvm::StringRef toString(ActivationMode mode);

@@ -227,9 +227,16 @@ struct Work {
 /// The unit a Work belongs to.
 enum class UnitKind { Embedding, Layer, Head, MlpLayer, Abstract };
 /// The pass of a unit: its forward, its backward, or the recomputation before the backward.
-enum class PassKind { Forward, Backward, RecomputeFull, RecomputeSelective, RecomputeOps };
+enum class PassKind {
+  Forward,
+  Backward,
+  RecomputeFull,
+  RecomputeSelective,
+  RecomputeOps,
+  RecomputeAttention
+};
 /// The number of PassKinds, for tables indexed by them.
-constexpr int kNumPassKinds = 5;
+constexpr int kNumPassKinds = 6;
 
 /// The pass that recomputes a layer's forward before its backward under activation mode `mode`;
 /// none when everything the backward reads is kept.
