@@ -25,7 +25,19 @@ namespace {
 using namespace detail;
 
 /// The model families placec maps. Gated families have a three-matrix MLP (gate, up, down).
-enum class Family { Llama, Mistral, Qwen2, Qwen3, Gemma, Phi3, Mixtral, Qwen3Moe, Gpt2, GptNeox };
+enum class Family {
+  Llama,
+  Mistral,
+  Qwen2,
+  Qwen3,
+  Gemma,
+  Phi3,
+  Mixtral,
+  Qwen3Moe,
+  Gpt2,
+  GptNeox,
+  Nemotron
+};
 
 struct FamilyInfo {
   const char *modelType;
@@ -37,11 +49,12 @@ struct FamilyInfo {
 // Qwen2Config, Qwen3Config, Phi3Config and GPTNeoXConfig default to False; GemmaConfig and
 // GPT2Config tie).
 constexpr FamilyInfo kFamilies[] = {
-    {"llama", Family::Llama, false},     {"mistral", Family::Mistral, false},
-    {"qwen2", Family::Qwen2, false},     {"qwen3", Family::Qwen3, false},
-    {"gemma", Family::Gemma, true},      {"phi3", Family::Phi3, false},
-    {"gpt2", Family::Gpt2, true},        {"gpt_neox", Family::GptNeox, false},
-    {"mixtral", Family::Mixtral, false}, {"qwen3_moe", Family::Qwen3Moe, false},
+    {"llama", Family::Llama, false},       {"mistral", Family::Mistral, false},
+    {"qwen2", Family::Qwen2, false},       {"qwen3", Family::Qwen3, false},
+    {"gemma", Family::Gemma, true},        {"phi3", Family::Phi3, false},
+    {"gpt2", Family::Gpt2, true},          {"gpt_neox", Family::GptNeox, false},
+    {"mixtral", Family::Mixtral, false},   {"qwen3_moe", Family::Qwen3Moe, false},
+    {"nemotron", Family::Nemotron, false},
 };
 
 /// Keys of every family that change neither the parameter count nor the FLOPs: token ids,
@@ -132,6 +145,8 @@ std::vector<StringRef> familyKeys(Family family) {
             "original_max_position_embeddings", "head_dim", "hidden_act", "hidden_activation",
             "tie_word_embeddings", "attention_bias", "mlp_bias", "sliding_window",
             "use_sliding_window", "max_window_layers", "partial_rotary_factor",
+            // Nemotron's LayerNorm1P.
+            "norm_eps",
             // Mixtral and Qwen3-MoE.
             "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
             "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob", "router_aux_loss_coef",
@@ -307,7 +322,13 @@ private:
   std::string translate(const FamilyInfo &info) {
     bool gpt2 = family == Family::Gpt2, neox = family == Family::GptNeox;
     bool moe = family == Family::Mixtral || family == Family::Qwen3Moe;
-    bool gated = !gpt2 && !neox;
+    // Nemotron (transformers' NemotronForCausalLM: Nemotron-4, Minitron): today's attention
+    // (grouped query heads, head_dim, rotary positions), a two-matrix MLP with squared ReLU
+    // (up_proj, down_proj), LayerNorm1P (a LayerNorm whose weight is stored less one: the same
+    // parameters), no biases by default.
+    bool nemotron = family == Family::Nemotron;
+    bool modern = !gpt2 && !neox;
+    bool gated = modern && !nemotron;
     std::optional<int64_t> layers =
         getInt(gpt2 ? "n_layer" : "num_hidden_layers", true, ir::kMaxLayers);
     std::optional<int64_t> hidden = getInt(gpt2 ? "n_embd" : "hidden_size", true, 1 << 24);
@@ -315,7 +336,7 @@ private:
     std::optional<int64_t> vocab = getInt("vocab_size");
     std::optional<int64_t> ffn = getInt(gpt2 ? "n_inner" : "intermediate_size", !gpt2, 1 << 26);
     std::optional<int64_t> positions = getInt(gpt2 ? "n_positions" : "max_position_embeddings");
-    int64_t kvHeads = gated ? getInt("num_key_value_heads", false, 1 << 20).value_or(0) : 0;
+    int64_t kvHeads = modern ? getInt("num_key_value_heads", false, 1 << 20).value_or(0) : 0;
     if (diags.hasErrors())
       return "";
 
@@ -338,12 +359,12 @@ private:
                             ", and Place's model has one sequence length");
     }
 
-    if (*hidden % *heads != 0 && !(gated && root->get("head_dim")))
+    if (*hidden % *heads != 0 && !(modern && root->get("head_dim")))
       refuse(gpt2 ? "n_head" : "num_attention_heads",
              "it does not divide the hidden size " + Twine(*hidden) +
                  ", and Place's heads are hidden / heads wide");
     // A head width other than hidden / heads (Gemma 7B, most Qwen3 sizes) is Place's head_dim.
-    int64_t headDim = gated ? getInt("head_dim", false, 1 << 24).value_or(0) : 0;
+    int64_t headDim = modern ? getInt("head_dim", false, 1 << 24).value_or(0) : 0;
     if (headDim > 0 && headDim * *heads == *hidden)
       headDim = 0;
     if (kvHeads > 0 && *heads % kvHeads != 0)
@@ -351,7 +372,7 @@ private:
 
     // Sliding-window attention computes fewer scores than placec counts once the sequence is
     // longer than the window.
-    if (gated && root->get("sliding_window")) {
+    if (modern && root->get("sliding_window")) {
       std::optional<int64_t> window = getInt("sliding_window", false);
       bool qwen = family == Family::Qwen2 || family == Family::Qwen3 || family == Family::Qwen3Moe;
       bool used = !qwen || getBool("use_sliding_window").value_or(false);
@@ -368,7 +389,10 @@ private:
                            ? "hidden_activation"
                        : gpt2 ? "activation_function"
                               : "hidden_act";
-    StringRef act = getString(actKey).value_or(gpt2 ? "gelu_new" : gated ? "silu" : "gelu");
+    StringRef act = getString(actKey).value_or(gpt2       ? "gelu_new"
+                                               : nemotron ? "relu2"
+                                               : gated    ? "silu"
+                                                          : "gelu");
     if (gated && act != "silu" && act != "swish" && !isGelu(act))
       refuse(actKey, "the gated MLP's activation must be SiLU or GELU");
     bool relu2 = !gated && act == "relu2"; // transformers' ReLUSquaredActivation
@@ -376,12 +400,12 @@ private:
       refuse(actKey, "Place's two-matrix MLP is mlp = gelu or mlp = relu2 (squared ReLU)");
 
     // Biases: Place writes all, none, or the query/key/value projections only.
-    std::string bias = gated ? "false" : "true";
+    std::string bias = modern ? "false" : "true";
     if (family == Family::Qwen2)
       bias = "qkv"; // Qwen2Attention: q_proj, k_proj, v_proj with bias, o_proj without.
     bool attentionBias = getBool("attention_bias").value_or(neox);
     bool mlpBias = getBool("mlp_bias").value_or(false);
-    if (gated && family != Family::Qwen2) {
+    if (modern && family != Family::Qwen2) {
       if (attentionBias && mlpBias)
         bias = "true";
       else if (attentionBias)
