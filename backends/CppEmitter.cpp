@@ -117,6 +117,11 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
     refuse(fieldLoc(run, "train_metrics"), "train_metrics = " + Twine(run.trainMetrics),
            "the CPU trainer computes the loss and no other metric from the logits (leave "
            "train_metrics out)");
+  if (!run.optimizerStates.isDefault())
+    refuse(fieldLoc(run, "optimizer"),
+           "optimizer = " + ir::spellOptimizer(run.optimizer, run.optimizerStates),
+           "placert's Adam keeps fp32 moments and the master copy its precision implies "
+           "(write adam)");
   if (model.kind == ir::ModelKind::Abstract) {
     refuse(fieldLoc(run, "model"), "model '" + model.name + "' of kind abstract",
            "an abstract model has a parameter count but no layers to compute");

@@ -203,9 +203,10 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
     refuse(fieldLoc(run, "cross_entropy"), "cross_entropy = " + ir::toString(run.crossEntropy),
            "the GPU trainer runs the output layer and the loss one sequence at a time (write "
            "cross_entropy = chunked, which the report counts so)");
-  if (run.optimizer != ir::OptimizerKind::Adam)
-    refuse(fieldLoc(run, "optimizer"), "optimizer = " + ir::toString(run.optimizer),
-           "the GPU trainer implements Adam");
+  if (run.optimizer != ir::OptimizerKind::Adam || !run.optimizerStates.isDefault())
+    refuse(fieldLoc(run, "optimizer"),
+           "optimizer = " + ir::spellOptimizer(run.optimizer, run.optimizerStates),
+           "the GPU trainer implements Adam with fp32 moments and an fp32 master copy");
   if (run.trainMetrics > 0)
     refuse(fieldLoc(run, "train_metrics"), "train_metrics = " + Twine(run.trainMetrics),
            "the GPU trainer computes the loss and no other metric from the logits (leave "

@@ -190,6 +190,18 @@ public:
     if (target == Target::DeepSpeed && (!view.expertAxes.empty() || run.model->isMoe()))
       refuse("mixture-of-experts layers: DeepSpeed-MoE is configured in the model code (its "
              "MoE layer's ep_size), not in the JSON config");
+    // Adam's states: Megatron-LM keeps bf16 moments with its precision-aware optimizer, and main
+    // parameters always (--main-params-dtype fp32 or fp16); the other targets' Adam keeps fp32
+    // moments and the master copy their mixed precision implies.
+    const ir::OptimizerStates &states = run.optimizerStates;
+    if (!states.master)
+      refuse("optimizer " + ir::spellOptimizer(run.optimizer, states) + ": " + framework +
+             " keeps a master copy of 16-bit parameters" +
+             (target == Target::Megatron ? ", in --main-params-dtype fp32 or fp16" : "") +
+             " (leave master = none out)");
+    if (states.momentBytes != 4 && target != Target::Megatron)
+      refuse("optimizer " + ir::spellOptimizer(run.optimizer, states) + ": " + framework +
+             "'s Adam keeps its moments in fp32 (leave moments = bf16 out)");
     switch (target) {
     case Target::DeepSpeed:
       writeDeepSpeed(out);
@@ -716,6 +728,13 @@ private:
     switch (run.optimizer) {
     case ir::OptimizerKind::Adam:
       flag("--optimizer", "adam");
+      // Megatron-Core's precision-aware optimizer keeps the moments in the types given
+      // (megatron/training/arguments.py, --exp-avg-dtype and --exp-avg-sq-dtype).
+      if (run.optimizerStates.momentBytes == 2) {
+        os << "--use-precision-aware-optimizer\n";
+        flag("--exp-avg-dtype", "bf16");
+        flag("--exp-avg-sq-dtype", "bf16");
+      }
       break;
     case ir::OptimizerKind::Sgd:
       flag("--optimizer", "sgd");

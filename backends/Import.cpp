@@ -677,6 +677,10 @@ constexpr const char *kMegatronFlags[] = {
     "--main-grads-dtype=",
     "--optimizer=",
     "--sgd-momentum=",
+    "--use-precision-aware-optimizer",
+    "--exp-avg-dtype=",
+    "--exp-avg-sq-dtype=",
+    "--main-params-dtype=",
     "--recompute-granularity=",
     "--recompute-method=",
     "--recompute-num-layers=",
@@ -1436,8 +1440,32 @@ private:
     imported.precision = ir::spellPrecision(precision, fp8 && has("--fp8-param-gather"), fp32Grads,
                                             false, fp8, scaling);
     std::string optimizer = getString("--optimizer", "adam");
+    // Megatron-Core's precision-aware optimizer (megatron/training/arguments.py): the moments in
+    // --exp-avg-dtype and --exp-avg-sq-dtype (fp32 by default), the main parameters in
+    // --main-params-dtype (fp32 by default); the dtype flags need it.
+    bool precisionAware = has("--use-precision-aware-optimizer");
+    std::string expAvg = getString("--exp-avg-dtype", "fp32");
+    std::string expAvgSq = getString("--exp-avg-sq-dtype", "fp32");
+    for (StringRef flag : {"--exp-avg-dtype", "--exp-avg-sq-dtype", "--main-params-dtype"})
+      if (has(flag) && !precisionAware)
+        diags.error(locOf(flag), flag + " needs --use-precision-aware-optimizer");
+    for (auto [flag, dtype] : {std::pair<StringRef, StringRef>{"--exp-avg-dtype", expAvg},
+                               {"--exp-avg-sq-dtype", expAvgSq}})
+      if (dtype != "fp32" && dtype != "bf16")
+        diags.error(locOf(flag), flag + " " + dtype +
+                                     ": Place's Adam keeps its moments in fp32 or bf16 "
+                                     "(adam(moments = bf16))");
+    if (expAvg != expAvgSq && (expAvg == "fp32" || expAvg == "bf16") &&
+        (expAvgSq == "fp32" || expAvgSq == "bf16"))
+      diags.error(locOf("--exp-avg-sq-dtype"), "--exp-avg-dtype " + expAvg +
+                                                   " with --exp-avg-sq-dtype " + expAvgSq +
+                                                   ": Place's Adam keeps both moments in one type");
+    if (getString("--main-params-dtype", "fp32") != "fp32")
+      diags.error(locOf("--main-params-dtype"),
+                  "--main-params-dtype " + getString("--main-params-dtype", "fp32") +
+                      ": Place's master copy of 16-bit parameters is fp32");
     if (optimizer == "adam")
-      imported.optimizerKind = "adam";
+      imported.optimizerKind = expAvg == "bf16" ? "adam(moments = bf16)" : "adam";
     else if (optimizer == "sgd")
       imported.optimizerKind =
           getString("--sgd-momentum", "0.9") == "0" ? "sgd" : "sgd(momentum = true)";

@@ -99,7 +99,7 @@ void JsonWriter::writeRun(const RunReport &report) {
       out.attribute("microbatches_per_step", report.plan->microbatches);
     });
     out.attribute("precision", describePrecision(run));
-    out.attribute("optimizer", describeOptimizer(run.optimizer));
+    out.attribute("optimizer", describeOptimizer(run));
     out.attribute("cross_entropy", ir::toString(run.crossEntropy));
     out.attribute("train_metrics", run.trainMetrics);
     out.attribute("kernels", ir::toString(run.kernels));

@@ -369,7 +369,9 @@ std::string describeDataParallelOverlap(const ir::Strategy &strategy) {
 
 std::string describePrecision(const ir::Run &run) { return ir::spellPrecision(run); }
 
-std::string describeOptimizer(ir::OptimizerKind optimizer) { return ir::toString(optimizer).str(); }
+std::string describeOptimizer(const ir::Run &run) {
+  return ir::spellOptimizer(run.optimizer, run.optimizerStates);
+}
 
 std::string describeModel(const ir::Model &model) {
   std::string text = fmt::format("{} params", formatCount(static_cast<double>(model.numParams)));

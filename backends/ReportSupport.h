@@ -170,7 +170,7 @@ std::string describeDataParallelOverlap(const ir::Strategy &strategy);
 /// `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`.
 std::string describePrecision(const ir::Run &run);
 /// `adam`, `sgd(momentum = true)`.
-std::string describeOptimizer(ir::OptimizerKind optimizer);
+std::string describeOptimizer(const ir::Run &run);
 /// The model's size in one line: `1.56B params, 48 layers`.
 std::string describeModel(const ir::Model &model);
 /// `flash (FlashAttention-2)`: a transformer's attention kernel; `-` for other models.

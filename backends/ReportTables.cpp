@@ -184,7 +184,7 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
        }},
       {"batch (micro × dp × steps)", [](const RunReport &r) { return describeBatch(*r.run); }},
       {"precision", [](const RunReport &r) { return describePrecision(*r.run); }},
-      {"optimizer", [](const RunReport &r) { return describeOptimizer(r.run->optimizer); }},
+      {"optimizer", [](const RunReport &r) { return describeOptimizer(*r.run); }},
       {"cross-entropy",
        [](const RunReport &r) {
          std::string text = ir::toString(r.run->crossEntropy).str();

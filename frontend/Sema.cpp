@@ -2226,6 +2226,40 @@ void Sema::buildRun(const ast::RunDecl &decl) {
     const ast::Value &value = field->value;
     if (value.kind == ast::Value::Kind::Name && value.text == "adam") {
       run->optimizer = ir::OptimizerKind::Adam;
+    } else if (value.kind == ast::Value::Kind::Call && value.text == "adam") {
+      // adam(moments = fp32 | bf16, master = fp32 | none): ir::OptimizerStates.
+      run->optimizer = ir::OptimizerKind::Adam;
+      llvm::StringSet<> seen;
+      for (const ast::Arg &arg : value.args) {
+        SMLoc loc = arg.key.empty() ? arg.value->getLoc() : arg.keyLoc;
+        bool name = arg.value->kind == ast::Value::Kind::Name;
+        StringRef text = arg.value->text;
+        if (arg.key != "moments" && arg.key != "master") {
+          diags.error(loc, arg.key.empty()
+                               ? Twine("'adam' takes named arguments: adam(moments = fp32 | "
+                                       "bf16, master = fp32 | none)")
+                               : "unknown argument '" + arg.key +
+                                     "' of 'adam': it takes moments = fp32 | bf16 and master = "
+                                     "fp32 | none");
+          ok = false;
+        } else if (!seen.insert(arg.key).second) {
+          diags.error(arg.keyLoc, "'" + arg.key + "' is given twice");
+          ok = false;
+        } else if (arg.key == "moments" && name && (text == "fp32" || text == "bf16")) {
+          run->optimizerStates.momentBytes = text == "bf16" ? 2 : 4;
+        } else if (arg.key == "master" && name && (text == "fp32" || text == "none")) {
+          run->optimizerStates.master = text == "fp32";
+        } else {
+          diags.error(arg.value->getLoc(),
+                      "unknown " + arg.key + " '" + spell(*arg.value) + "': expected " +
+                          (arg.key == "moments"
+                               ? "fp32 (Adam's two moments in fp32, the default) or bf16"
+                               : "fp32 (an fp32 master copy of 16-bit parameters, the "
+                                 "default) or none (the step updates the parameters "
+                                 "themselves)"));
+          ok = false;
+        }
+      }
     } else if (value.kind == ast::Value::Kind::Name && value.text == "sgd") {
       run->optimizer = ir::OptimizerKind::Sgd;
     } else if (value.kind == ast::Value::Kind::Call && value.text == "sgd" &&
@@ -2236,7 +2270,8 @@ void Sema::buildRun(const ast::RunDecl &decl) {
           momentum.value_or(false) ? ir::OptimizerKind::SgdMomentum : ir::OptimizerKind::Sgd;
     } else {
       diags.error(value.getLoc(), Twine("unknown optimizer '") + spell(value) +
-                                      "': expected adam, sgd or sgd(momentum = true)");
+                                      "': expected adam, adam(moments = bf16, master = none), "
+                                      "sgd or sgd(momentum = true)");
       ok = false;
     }
   }

@@ -451,8 +451,19 @@ int64_t StatePlacement::getDegree(const Mesh &mesh, PlacementMode mode) const {
 // Runs and programs
 //===----------------------------------------------------------------------===//
 
+std::string spellOptimizer(OptimizerKind optimizer, OptimizerStates states) {
+  if (optimizer != OptimizerKind::Adam || states.isDefault())
+    return toString(optimizer).str();
+  std::string args;
+  if (states.momentBytes != 4)
+    args = "moments = bf16";
+  if (!states.master)
+    args += std::string(args.empty() ? "" : ", ") + "master = none";
+  return "adam(" + args + ")";
+}
+
 StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
-                         bool fp32Params, Fp8Scaling scaling) {
+                         bool fp32Params, Fp8Scaling scaling, OptimizerStates states) {
   bool mixed = precision != Precision::FP32;
   // The parameters are the optimizer's fp32 weights under fp32 and under `params = fp32`;
   // otherwise mixed precision keeps an fp32 master copy in the optimizer state.
@@ -467,24 +478,32 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
   double fp8Cache = scaling == Fp8Scaling::Mx ? 2 * kMxfp8BytesPerElement : 1;
   double paramBytes =
       precision == Precision::MixedFP8 && !fp32Params ? weightBytes + fp8Cache : weightBytes;
-  unsigned masterBytes = master ? 0 : 4;
-  unsigned optimizerBytes = 0;
+  // `adam(master = none)`: no master copy; the step updates the 16-bit weights themselves.
+  bool updatesParams = master || (optimizer == OptimizerKind::Adam && !states.master);
+  unsigned masterBytes = updatesParams ? 0 : 4;
+  unsigned moments = 0, momentBytes = 4;
   switch (optimizer) {
   case OptimizerKind::Adam:
-    // fp32 momentum and variance, plus the master copy.
-    optimizerBytes = 8 + masterBytes;
+    // Momentum and variance (fp32, or bf16 under `moments = bf16`), plus the master copy.
+    moments = 2;
+    momentBytes = states.momentBytes;
     break;
   case OptimizerKind::SgdMomentum:
     // fp32 momentum, plus the master copy.
-    optimizerBytes = 4 + masterBytes;
+    moments = 1;
     break;
   case OptimizerKind::Sgd:
     // Only the master copy.
-    optimizerBytes = masterBytes;
     break;
   }
+  unsigned optimizerBytes = moments * momentBytes + masterBytes;
   double gathered = fp32Params ? 2 : paramBytes;
-  return {paramBytes, fp32Grads ? 4 : weightBytes, optimizerBytes, master, gathered};
+  StateBytes bytes{paramBytes, fp32Grads ? 4 : weightBytes, optimizerBytes, updatesParams,
+                   gathered};
+  bytes.masterCopy = masterBytes;
+  bytes.moments = moments;
+  bytes.momentBytes = moments ? momentBytes : 0;
+  return bytes;
 }
 
 std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,

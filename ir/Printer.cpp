@@ -406,13 +406,13 @@ void IRPrinter::print(const Run &run) {
   line() << "micro_batch = " << run.microBatch << '\n';
   line() << "global_batch = " << run.globalBatch << '\n';
   line() << "precision = " << spellPrecision(run) << '\n';
-  line() << "optimizer = " << toString(run.optimizer) << '\n';
+  line() << "optimizer = " << spellOptimizer(run.optimizer, run.optimizerStates) << '\n';
   if (run.crossEntropy != CrossEntropyKind::Fused)
     line() << "cross_entropy = " << toString(run.crossEntropy) << '\n';
   if (run.trainMetrics > 0)
     line() << "train_metrics = " << run.trainMetrics << '\n';
-  StateBytes bytes =
-      getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params, run.fp8Scaling);
+  StateBytes bytes = getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params,
+                                   run.fp8Scaling, run.optimizerStates);
   line() << "bytes_per_param = {params = " << format("%g", bytes.params)
          << ", grads = " << bytes.grads << ", optimizer = " << bytes.optimizer << "}\n";
   line() << "bytes_per_activation = " << getActivationBytes(run.precision) << '\n';

@@ -486,7 +486,7 @@ void Analyzer::explainMemory(RunExplanation &explanation, const MemoryReport &me
   cost::StageMemoryResult result =
       cost::getStageMemory(states,
                            ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads,
-                                             run.fp32Params, run.fp8Scaling),
+                                             run.fp32Params, run.fp8Scaling, run.optimizerStates),
                            &device, &host);
   // Order as the report's table: the model states, then activations, transient and peak.
   explanation.deviceMemory = std::move(device);
@@ -616,8 +616,9 @@ RunAnalysis Analyzer::analyze() {
   memory.activationsKnown = model.kind != ir::ModelKind::Abstract;
   memory.deviceCapacity = cluster.deviceMemory;
   memory.hostCapacity = cluster.hostMemory;
-  ir::StateBytes stateBytes = ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads,
-                                                run.fp32Params, run.fp8Scaling);
+  ir::StateBytes stateBytes =
+      ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params, run.fp8Scaling,
+                        run.optimizerStates);
   for (const plan::StagePlan &stage : plan.stages) {
     cost::StageMemoryResult stageResult =
         cost::getStageMemory(stageStates(stage, /*explain=*/false), stateBytes);

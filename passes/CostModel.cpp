@@ -1676,12 +1676,17 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
                  StringRef unit = "B") {
     (onHost ? host : device)->push_back({std::move(figure), std::move(formula), value, unit.str()});
   };
-  std::string optimizerText =
-      bytes.optimizer == 12 ? "12 B (fp32 master, momentum, variance)"
-      : bytes.optimizer == 8
-          ? (bytes.masterParams ? "8 B (momentum, variance)" : "8 B (fp32 master, momentum)")
-      : bytes.optimizer == 4 ? (bytes.masterParams ? "4 B (momentum)" : "4 B (fp32 master)")
-                             : fmt::format("{} B", bytes.optimizer);
+  std::vector<std::string> optimizerParts;
+  if (bytes.masterCopy > 0)
+    optimizerParts.push_back("fp32 master");
+  if (bytes.moments == 2)
+    optimizerParts.push_back(bytes.momentBytes == 4 ? "momentum, variance"
+                                                    : "bf16 momentum, variance");
+  else if (bytes.moments == 1)
+    optimizerParts.push_back("momentum");
+  std::string optimizerText = optimizerParts.empty() ? fmt::format("{} B", bytes.optimizer)
+                                                     : fmt::format("{} B ({})", bytes.optimizer,
+                                                                   fmt::join(optimizerParts, ", "));
   auto experts = [&](unsigned perParam, const std::string &shardText) {
     if (x.expertParams <= 0)
       return std::string();

@@ -326,7 +326,7 @@ public:
     bool mixed = precision != ir::Precision::FP32;
     // The scaling counts under mixed(fp8) only (ir::getStateBytes).
     bytes = ir::getStateBytes(precision, run.optimizer, run.fp32Grads && mixed,
-                              run.fp32Params && mixed, run.fp8Scaling);
+                              run.fp32Params && mixed, run.fp8Scaling, run.optimizerStates);
     activationBytes = ir::getActivationBytes(precision);
     paramBytes = planParamBytes(precision);
   }
@@ -1885,6 +1885,10 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->fp8Saved = c.fp8Saved;
   run->fp8Scaling = c.fp8Scaling;
   run->optimizer = base.optimizer;
+  // No master copy is a choice over 16-bit parameters only (the verifier's rule precision).
+  run->optimizerStates = base.optimizerStates;
+  if (c.precision == ir::Precision::FP32 || c.fp32Params)
+    run->optimizerStates.master = true;
   run->crossEntropy = base.crossEntropy;
   run->trainMetrics = base.trainMetrics;
   run->kernels = base.kernels;
@@ -2621,8 +2625,8 @@ std::string formatRun(const ir::Run &base, const Candidate &c, StringRef name,
          "; cluster = " + clusterName.str() + "; strategy = " + strategyName.str() +
          ";\n  micro_batch = " + std::to_string(c.microBatch) +
          "; global_batch = " + std::to_string(base.globalBatch) + ";\n  precision = " + precision +
-         "; optimizer = " + ir::toString(base.optimizer).str() + ";" + crossEntropy + kernels +
-         paramGather + trainMetrics + "\n}\n";
+         "; optimizer = " + ir::spellOptimizer(base.optimizer, base.optimizerStates) + ";" +
+         crossEntropy + kernels + paramGather + trainMetrics + "\n}\n";
 }
 
 } // namespace placec::search

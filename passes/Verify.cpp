@@ -537,6 +537,17 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     diags->note(run.cluster->loc, Twine("cluster '") + run.cluster->name + "' is declared here");
     ok = false;
   }
+  // Rule `precision`: `adam(master = none)` leaves out the fp32 master copy of 16-bit
+  // parameters; fp32 parameters are the optimizer's weights already.
+  if (!run.optimizerStates.master && (run.precision == ir::Precision::FP32 || run.fp32Params)) {
+    diags->error(fieldLoc(run, "optimizer"),
+                 "adam(master = none) leaves out the master copy of 16-bit parameters, but "
+                 "run '" +
+                     run.name + "' keeps its parameters in fp32 (" + ir::spellPrecision(run) +
+                     "), which the optimizer updates itself; leave master = none out",
+                 "precision");
+    ok = false;
+  }
   // Rule `precision`: MXFP8's block-scaled products run on Blackwell's tensor cores, and placec
   // models Transformer Engine's recipe of them (ir::Fp8Scaling).
   if (run.precision == ir::Precision::MixedFP8 && run.fp8Scaling == ir::Fp8Scaling::Mx) {

@@ -631,6 +631,41 @@ TEST(StateBytesTest, LanguageTable) {
   EXPECT_EQ(getActivationBytes(Precision::FP32), 4u);
 }
 
+TEST(IRTest, AdamStatesInBf16AndWithoutAMasterCopy) {
+  // Adam keeps two moments and, over 16-bit parameters, an fp32 master copy: 2·4 + 4 = 12 bytes
+  // per parameter; bf16 moments (Megatron-LM's precision-aware optimizer, DeepSeek-V3's Adam)
+  // 2·2 + 4 = 8; bf16 moments without the master copy (apex's DistributedFusedAdam with dtype
+  // bf16) 2·2 = 4, the step then updating the bf16 parameters themselves.
+  OptimizerStates bf16Moments{2, true}, noMaster{2, false};
+  StateBytes plain = getStateBytes(Precision::MixedBF16, OptimizerKind::Adam, false, false);
+  StateBytes half =
+      getStateBytes(Precision::MixedBF16, OptimizerKind::Adam, false, false, {}, bf16Moments);
+  StateBytes bare =
+      getStateBytes(Precision::MixedBF16, OptimizerKind::Adam, false, false, {}, noMaster);
+  EXPECT_EQ(plain.optimizer, 12u);
+  EXPECT_EQ(half.optimizer, 8u);
+  EXPECT_EQ(bare.optimizer, 4u);
+  EXPECT_FALSE(half.masterParams);
+  EXPECT_TRUE(bare.masterParams);
+  EXPECT_EQ(half.masterCopy, 4u);
+  EXPECT_EQ(bare.masterCopy, 0u);
+  EXPECT_EQ(bare.params, plain.params);
+  EXPECT_EQ(bare.grads, plain.grads);
+  // Over fp32 parameters there is no copy to leave out: the moments alone change.
+  EXPECT_EQ(
+      getStateBytes(Precision::FP32, OptimizerKind::Adam, false, false, {}, noMaster).optimizer,
+      4u);
+  // SGD has no Adam moments: the states change nothing.
+  EXPECT_EQ(
+      getStateBytes(Precision::MixedBF16, OptimizerKind::SgdMomentum, false, false, {}, noMaster)
+          .optimizer,
+      8u);
+  EXPECT_EQ(spellOptimizer(OptimizerKind::Adam, {}), "adam");
+  EXPECT_EQ(spellOptimizer(OptimizerKind::Adam, bf16Moments), "adam(moments = bf16)");
+  EXPECT_EQ(spellOptimizer(OptimizerKind::Adam, noMaster), "adam(moments = bf16, master = none)");
+  EXPECT_EQ(spellOptimizer(OptimizerKind::Adam, OptimizerStates{4, false}), "adam(master = none)");
+}
+
 //===----------------------------------------------------------------------===//
 // Programs and the printer
 //===----------------------------------------------------------------------===//

@@ -601,6 +601,19 @@ inline constexpr double kMxfp8BytesPerElement = 1 + 1.0 / 32;
 enum class OptimizerKind { Adam, Sgd, SgdMomentum };
 llvm::StringRef toString(OptimizerKind optimizer);
 
+/// Adam's state as a run writes it (`adam(moments = bf16, master = none)`): its two moments in
+/// fp32, 4 bytes each (the default), or in bf16, 2 (Megatron-LM's precision-aware optimizer,
+/// `--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16`; DeepSeek-V3); and, under mixed precision with
+/// 16-bit parameters, the fp32 master copy kept (the default) or not (apex's DistributedFusedAdam
+/// with `dtype` bf16, as NeMo runs it: the step updates the bf16 parameters themselves).
+struct OptimizerStates {
+  unsigned momentBytes = 4;
+  bool master = true;
+  bool isDefault() const { return momentBytes == 4 && master; }
+};
+/// The optimizer as a run writes it: `adam`, `adam(moments = bf16)`, `sgd(momentum = true)`.
+std::string spellOptimizer(OptimizerKind optimizer, OptimizerStates states);
+
 /// Bytes per parameter of each model state (LANGUAGE.md §6). `fp32Grads`: gradients accumulated,
 /// stored and reduced in fp32 under mixed precision (`mixed(…, grads = fp32)`); `fp32Params`:
 /// the parameters themselves kept in fp32 as the optimizer's master weights and cast to the
@@ -610,16 +623,20 @@ struct StateBytes {
   /// scales: a fraction of a byte.
   double params;
   unsigned grads, optimizer;
-  /// The parameters are the fp32 weights the optimizer updates (under `fp32` and
-  /// `params = fp32`): its step reads and writes them; otherwise it writes their cast of its
-  /// master copy.
+  /// The parameters are the weights the optimizer updates (the fp32 ones under `fp32` and
+  /// `params = fp32`, the 16-bit ones under `adam(master = none)`): its step reads and writes
+  /// them; otherwise it writes their cast of its master copy.
   bool masterParams = false;
   /// Bytes of a gathered (or host-fetched) parameter: its compute-type cast under
   /// `params = fp32` (FSDP2 gathers the shards cast to bf16), the stored type otherwise.
   double gathered = 0;
+  /// Of `optimizer`: the fp32 master copy's bytes (4 or 0), and the moments' count and bytes
+  /// each.
+  unsigned masterCopy = 0, moments = 0, momentBytes = 0;
 };
 StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
-                         bool fp32Params, Fp8Scaling scaling = Fp8Scaling::Tensor);
+                         bool fp32Params, Fp8Scaling scaling = Fp8Scaling::Tensor,
+                         OptimizerStates states = {});
 /// A precision as a run writes it: `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`,
 /// `mixed(bf16, params = fp32)`, `mixed(fp8, saved = fp8)`.
 std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,
@@ -687,6 +704,8 @@ public:
   /// `mixed(fp8, scaling = mx)`: MXFP8 (Fp8Scaling).
   Fp8Scaling fp8Scaling = Fp8Scaling::Tensor;
   OptimizerKind optimizer = OptimizerKind::Adam;
+  /// Adam's moments' type and whether a master copy is kept (`adam(moments = …, master = …)`).
+  OptimizerStates optimizerStates;
   CrossEntropyKind crossEntropy = CrossEntropyKind::Fused;
   KernelMode kernels = KernelMode::Fused;
   ParamGather paramGather = ParamGather::InPlace;
