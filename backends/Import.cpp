@@ -1460,9 +1460,10 @@ private:
       diags.error(locOf("--exp-avg-sq-dtype"), "--exp-avg-dtype " + expAvg +
                                                    " with --exp-avg-sq-dtype " + expAvgSq +
                                                    ": Place's Adam keeps both moments in one type");
-    if (getString("--main-params-dtype", "fp32") != "fp32")
+    std::string mainParams = getString("--main-params-dtype", "fp32");
+    if (mainParams != "fp32")
       diags.error(locOf("--main-params-dtype"),
-                  "--main-params-dtype " + getString("--main-params-dtype", "fp32") +
+                  "--main-params-dtype " + mainParams +
                       ": Place's master copy of 16-bit parameters is fp32");
     if (optimizer == "adam")
       imported.optimizerKind = expAvg == "bf16" ? "adam(moments = bf16)" : "adam";

@@ -500,7 +500,6 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
   double gathered = fp32Params ? 2 : paramBytes;
   StateBytes bytes{paramBytes, fp32Grads ? 4 : weightBytes, optimizerBytes, updatesParams,
                    gathered};
-  bytes.masterCopy = masterBytes;
   bytes.moments = moments;
   bytes.momentBytes = moments ? momentBytes : 0;
   return bytes;

@@ -1677,7 +1677,7 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
     (onHost ? host : device)->push_back({std::move(figure), std::move(formula), value, unit.str()});
   };
   std::vector<std::string> optimizerParts;
-  if (bytes.masterCopy > 0)
+  if (bytes.masterCopy() > 0)
     optimizerParts.push_back("fp32 master");
   if (bytes.moments == 2)
     optimizerParts.push_back(bytes.momentBytes == 4 ? "momentum, variance"

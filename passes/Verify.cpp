@@ -599,10 +599,9 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
   if (strategy.activationMode == ir::ActivationMode::RecomputeAttention) {
     std::string why;
     if (run.model->kind != ir::ModelKind::Transformer)
-      why = Twine("model '" + run.model->name + "' is ")
-                .concat(run.model->kind == ir::ModelKind::Mlp ? "an mlp" : "abstract")
-                .concat(", which has no attention")
-                .str();
+      why = "model '" + run.model->name + "' is " +
+            (run.model->kind == ir::ModelKind::Mlp ? "an mlp" : "abstract") +
+            ", which has no attention";
     else if (run.model->transformer.unpad)
       why = "unpad = true is flash-attn's packing as llm-foundry calls it, which Megatron-Core's "
             "checkpointed core attention does not run";

@@ -647,8 +647,8 @@ TEST(IRTest, AdamStatesInBf16AndWithoutAMasterCopy) {
   EXPECT_EQ(bare.optimizer, 4u);
   EXPECT_FALSE(half.masterParams);
   EXPECT_TRUE(bare.masterParams);
-  EXPECT_EQ(half.masterCopy, 4u);
-  EXPECT_EQ(bare.masterCopy, 0u);
+  EXPECT_EQ(half.masterCopy(), 4u);
+  EXPECT_EQ(bare.masterCopy(), 0u);
   EXPECT_EQ(bare.params, plain.params);
   EXPECT_EQ(bare.grads, plain.grads);
   // Over fp32 parameters there is no copy to leave out: the moments alone change.

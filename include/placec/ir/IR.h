@@ -630,9 +630,11 @@ struct StateBytes {
   /// Bytes of a gathered (or host-fetched) parameter: its compute-type cast under
   /// `params = fp32` (FSDP2 gathers the shards cast to bf16), the stored type otherwise.
   double gathered = 0;
-  /// Of `optimizer`: the fp32 master copy's bytes (4 or 0), and the moments' count and bytes
-  /// each.
-  unsigned masterCopy = 0, moments = 0, momentBytes = 0;
+  /// Of `optimizer`: the moments' count and bytes each.
+  unsigned moments = 0, momentBytes = 0;
+  /// Of `optimizer`: the fp32 master copy's bytes, 4 where the step writes the parameters' cast
+  /// of it, none where it updates the parameters themselves.
+  unsigned masterCopy() const { return masterParams ? 0 : 4; }
 };
 StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
                          bool fp32Params, Fp8Scaling scaling = Fp8Scaling::Tensor,
