@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Per-step times of MLPerf Training runs, from their result logs.
+
+The MLPerf rows of bench/fidelity/holdout (mlperf-*.place) take their measured step from the
+result logs of mlcommons/training_results_v<round>. Each log is a sequence of `:::MLLOG` JSON
+records; training runs in blocks between `block_start` and `block_stop`, with the evaluations
+outside them. A block's steps are its tokens over global_batch_size × sequence:
+- rounds 3.1 to 4.1 (GPT-3): the block's `epoch_count` metadata, in tokens;
+- round 5.0 (Llama 3.1 405B): the difference of `samples_count` between the block's start and
+  the evaluation after it, in sequences.
+
+This script reads the logs from local clones of the results repositories and writes, for every
+run of the systems listed in SYSTEMS, the time per step of each of its blocks (blocks.json).
+test/lit/report/mlperf-steps.test recomputes each row's measured_step from that file (the mean
+over a system's runs of each run's median block) and checks it against the .place files.
+
+    python3 bench/fidelity/mlperf/extract.py v3.1=DIR v4.0=DIR v4.1=DIR v5.0=DIR > blocks.json
+
+DIR is a clone of github.com/mlcommons/training_results_v<round> (any checkout: the logs are read
+from its HEAD with `git show`).
+"""
+
+import json
+import subprocess
+import sys
+
+# (round, results directory of the system, sequence length, the .place row it measures)
+SYSTEMS = [
+    ("v3.1", "NVIDIA/results/eos_n64_ngc23.09_nemo/gpt3", 2048, "mlperf31_gpt3_512"),
+    ("v3.1", "NVIDIA/results/eos_n96_ngc23.09_nemo/gpt3", 2048, "mlperf31_gpt3_768"),
+    ("v3.1", "NVIDIA/results/eos-dfw_n512_ngc23.09_nemo/gpt3", 2048, "mlperf31_gpt3_4096"),
+    ("v3.1", "NVIDIA/results/eos-dfw_n768_ngc23.09_nemo/gpt3", 2048, "mlperf31_gpt3_6144"),
+    ("v3.1", "NVIDIA/results/eos-dfw_n1024_ngc23.09_nemo/gpt3", 2048, "mlperf31_gpt3_8192"),
+    ("v3.1", "NVIDIA/results/eos-dfw_n1280_ngc23.09_nemo/gpt3", 2048, "mlperf31_gpt3_10240"),
+    ("v3.1", "NVIDIA/results/eos-dfw_n1344_ngc23.09_nemo/gpt3", 2048, "mlperf31_gpt3_10752"),
+    ("v3.1", "Azure+NVIDIA/results/ND_H100_v5_n1344_pytorch/gpt3", 2048,
+     "mlperf31_gpt3_10752_azure"),
+    ("v4.0", "NVIDIA/results/eos_n64_ngc24.04_nemo/gpt3", 2048, "mlperf_gpt3_512"),
+    ("v4.0", "NVIDIA/results/eos-dfw_n1344_ngc24.04_nemo/gpt3", 2048, "mlperf_gpt3_10752"),
+    ("v4.0", "NVIDIA/results/eos-dfw_n1452_ngc24.04_nemo/gpt3", 2048, "mlperf_gpt3_11616"),
+    ("v4.1", "NVIDIA/results/eos_n32_ngc24.09_nemo/gpt3", 2048, "mlperf_gpt3_256"),
+    ("v4.1", "NVIDIA/results/eos_n64_ngc24.09_nemo/gpt3", 2048, "mlperf_gpt3_512_v41"),
+    ("v4.1", "NVIDIA/results/b200_n8_preview_nemo/gpt3", 2048, "mlperf_gpt3_b200_64"),
+    ("v5.0", "NVIDIA/results/eos-dfw_n64_ngc25.01_nemo/llama31_405b", 8192,
+     "mlperf50_llama405b_512"),
+    ("v5.0", "NVIDIA/results/eos-dfw_n256_ngc25.01_nemo/llama31_405b", 8192,
+     "mlperf50_llama405b_2048"),
+    ("v5.0", "NVIDIA/results/eos-dfw_n304_ngc25.01_nemo/llama31_405b", 8192,
+     "mlperf50_llama405b_2432"),
+    ("v5.0", "NVIDIA/results/eos-dfw_n320_ngc25.01_nemo/llama31_405b", 8192,
+     "mlperf50_llama405b_2560"),
+    ("v5.0", "NVIDIA/results/eos-dfw_n1024_ngc25.01_nemo/llama31_405b", 8192,
+     "mlperf50_llama405b_8192"),
+]
+
+
+def git(repo, *args):
+    return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def records(text):
+    for line in text.splitlines():
+        if ":::MLLOG" in line:
+            yield json.loads(line.split(":::MLLOG", 1)[1])
+
+
+def block_steps(text, sequence):
+    """The global batch and the seconds per step of each training block of one log."""
+    batch = None
+    blocks = []
+    start = start_samples = tokens = stopped = None
+    for record in records(text):
+        key, meta = record["key"], record.get("metadata", {})
+        if key == "global_batch_size":
+            batch = record["value"]
+        elif key == "block_start":
+            start, tokens, start_samples = record["time_ms"], meta.get("epoch_count"), \
+                meta.get("samples_count")
+        elif key == "block_stop":
+            seconds = (record["time_ms"] - start) / 1000
+            if tokens is not None:
+                blocks.append(seconds / (tokens / (batch * sequence)))
+            else:
+                stopped = seconds
+        elif key == "eval_start" and stopped is not None:
+            blocks.append(stopped / ((meta["samples_count"] - start_samples) / batch))
+            stopped = None
+    return batch, blocks
+
+
+def main(argv):
+    clones = dict(arg.split("=", 1) for arg in argv)
+    out = []
+    for round_, directory, sequence, run in SYSTEMS:
+        repo = clones[round_]
+        files = sorted(f for f in git(repo, "ls-tree", "--name-only", "HEAD", directory + "/")
+                       .split() if f.endswith(".txt"))
+        runs = []
+        for path in files:
+            batch, blocks = block_steps(git(repo, "show", "HEAD:" + path), sequence)
+            runs.append({"log": path.split("/")[-1], "global_batch": batch,
+                         "step_seconds": [round(b, 5) for b in blocks]})
+        out.append({"round": round_, "system": directory, "sequence": sequence, "run": run,
+                    "runs": runs})
+    json.dump(out, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
