@@ -766,10 +766,13 @@ void Lowering::lowerStage(StagePlan &stage) {
                                         owned, pType, false,
                                         "params @ host: updated params back to the host"));
     }
+    // Under `gather = fp8` the updated parameters are all-gathered in FP8 as well
+    // (Megatron-Core's --fp8-param-gather keeps its parameter buffer in FP8 and all-gathers it;
+    // apex's DistributedFusedAdam with FP8 parameters syncs them as uint8).
     if (!syncAxes.empty())
       stage.step.push_back(
           collective(OpKind::AllGather, Phase::Step, ir::State::Params, u, syncAxes,
-                     ceilDiv(unit.params, r.paramShard), pType, false,
+                     ceilDiv(unit.params, r.paramShard), plan->gatherType, false,
                      "optimizer shard, params replicated: all-gather the updated params (state "
                      "consistency)"));
   }

@@ -129,6 +129,12 @@ unsigned optimizerMask(OptimizerChoice choice) {
                                                                                           : 0;
 }
 
+/// Whether a placement all-gathers parameters, which `gather = fp8` then moves in FP8: the
+/// gathered parameters, or the updated ones where the optimizer is sharded and they are not.
+bool gathersParams(ParamChoice params, OptimizerChoice optimizer) {
+  return paramMask(params) != 0 || (optimizerMask(optimizer) & ~paramMask(params)) != 0;
+}
+
 /// The data-parallel axes (kOuter, kInner, kContext) a candidate's mesh has.
 unsigned presentAxes(const Candidate &c) {
   return (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0) | (c.cp > 1 ? kContext : 0);
@@ -1118,7 +1124,7 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
         if (hostStepTransfer)
           unitStepExposed += hostTransfer(owned * pBytes);
         if (syncAxes) {
-          double synced = static_cast<double>(ceilDiv(group.params, paramShard)) * pBytes;
+          double synced = static_cast<double>(ceilDiv(group.params, paramShard)) * gatherBytes;
           placement.stepGather[kind] = collective(plan::OpKind::AllGather, syncGroup, synced);
           if (copiesGathers)
             unitStepExposed += costModel.getGatherCopySeconds(synced);
@@ -1474,7 +1480,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                     c.grads = grad;
                     c.optimizer = optimizer;
                     // FP8 gathers change only the bytes of parameter all-gathers.
-                    bool gathers = paramMask(param) != 0;
+                    bool gathers = gathersParams(param, optimizer);
                     for (bool fp8Gather : {false, true}) {
                       if (fp8Gather ? !(variant.fp8Gather && gathers)
                                     : !(variant.plainGather || !gathers))
@@ -1993,7 +1999,7 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                   for (ir::ActivationMode mode : activations)
                     for (ir::AsyncTensorParallel async : tp > 1 ? asyncValues : offOnly) {
                       if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
-                          (fp8Gather && placement.params == ParamChoice::Replicate))
+                          (fp8Gather && !gathersParams(placement.params, placement.optimizer)))
                         continue;
                       int64_t samples = (rest / ep) * ep;
                       if (run.globalBatch % (b * samples) != 0)

@@ -8,13 +8,15 @@ outside them. A block's steps are its tokens over global_batch_size × sequence:
 - rounds 3.1 to 4.1 (GPT-3): the block's `epoch_count` metadata, in tokens;
 - round 5.0 (Llama 3.1 405B): the difference of `samples_count` between the block's start and
   the evaluation after it, in sequences.
+Round 5.1's logs record each step's time as well (`tracked_stats`, train_step_time); for those the
+script writes every step's time, each step its own "block".
 
 This script reads the logs from local clones of the results repositories and writes, for every
 run of the systems listed in SYSTEMS, the time per step of each of its blocks (blocks.json).
 test/lit/report/mlperf-steps.test recomputes each row's measured_step from that file (the mean
 over a system's runs of each run's median block) and checks it against the .place files.
 
-    python3 bench/fidelity/mlperf/extract.py v3.1=DIR v4.0=DIR v4.1=DIR v5.0=DIR > blocks.json
+    python3 bench/fidelity/mlperf/extract.py v3.1=DIR v4.0=DIR v4.1=DIR v5.0=DIR v5.1=DIR > blocks.json
 
 DIR is a clone of github.com/mlcommons/training_results_v<round> (any checkout: the logs are read
 from its HEAD with `git show`).
@@ -51,7 +53,18 @@ SYSTEMS = [
      "mlperf50_llama405b_2560"),
     ("v5.0", "NVIDIA/results/eos-dfw_n1024_ngc25.01_nemo/llama31_405b", 8192,
      "mlperf50_llama405b_8192"),
+    ("v5.1", "University-of-Florida/results/hpg.dgxb200x8.n32/llama31_405b", 8192,
+     "mlperf51_llama405b_b200_256"),
+    ("v5.1", "University-of-Florida/results/hpg.dgxb200x8.n56/llama31_405b", 8192,
+     "mlperf51_llama405b_b200_448"),
+    ("v5.1", "University-of-Florida/results/hpg.dgxb200x8.n1/llama31_8b", 8192,
+     "mlperf51_llama8b_b200_8"),
+    ("v5.1", "University-of-Florida/results/hpg.dgxb200x8.n8/llama31_8b", 8192,
+     "mlperf51_llama8b_b200_64"),
 ]
+
+# Rounds whose logs time every step (tracked_stats' train_step_time): their steps, not blocks.
+STEP_ROUNDS = {"v5.1"}
 
 
 def git(repo, *args):
@@ -89,6 +102,19 @@ def block_steps(text, sequence):
     return batch, blocks
 
 
+def tracked_steps(text):
+    """The global batch and every step's train_step_time of one log."""
+    batch = None
+    steps = []
+    for record in records(text):
+        if record["key"] == "global_batch_size":
+            batch = record["value"]
+        elif record["key"] == "tracked_stats" and isinstance(record["value"], dict) and \
+                "train_step_time" in record["value"]:
+            steps.append(record["value"]["train_step_time"])
+    return batch, steps
+
+
 def main(argv):
     clones = dict(arg.split("=", 1) for arg in argv)
     out = []
@@ -98,13 +124,20 @@ def main(argv):
                        .split() if f.endswith(".txt"))
         runs = []
         for path in files:
-            batch, blocks = block_steps(git(repo, "show", "HEAD:" + path), sequence)
+            text = git(repo, "show", "HEAD:" + path)
+            batch, blocks = tracked_steps(text) if round_ in STEP_ROUNDS else \
+                block_steps(text, sequence)
             runs.append({"log": path.split("/")[-1], "global_batch": batch,
                          "step_seconds": [round(b, 5) for b in blocks]})
         out.append({"round": round_, "system": directory, "sequence": sequence, "run": run,
                     "runs": runs})
-    json.dump(out, sys.stdout, indent=1)
-    sys.stdout.write("\n")
+    # One line per run: the file stays readable and diffs by run.
+    lines = []
+    for system in out:
+        head = {key: value for key, value in system.items() if key != "runs"}
+        runs = ",\n".join("  " + json.dumps(run, separators=(",", ":")) for run in system["runs"])
+        lines.append(json.dumps(head)[:-1] + ', "runs": [\n' + runs + "\n]}")
+    sys.stdout.write("[\n" + ",\n".join(lines) + "\n]\n")
 
 
 if __name__ == "__main__":
