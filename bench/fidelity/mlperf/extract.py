@@ -8,21 +8,24 @@ outside them. A block's steps are its tokens over global_batch_size × sequence:
 - rounds 3.1 to 4.1 (GPT-3): the block's `epoch_count` metadata, in tokens;
 - round 5.0 (Llama 3.1 405B): the difference of `samples_count` between the block's start and
   the evaluation after it, in sequences.
-Round 5.1's logs record each step's time as well (`tracked_stats`, train_step_time); for those the
-script writes every step's time, each step its own "block".
+Round 5.1's logs record each step's time as well (`tracked_stats`, train_step_time, up to every
+step); for those the script writes each run's number of timed steps and their median, not every
+step (thousands a run).
 
 This script reads the logs from local clones of the results repositories and writes, for every
 run of the systems listed in SYSTEMS, the time per step of each of its blocks (blocks.json).
 test/lit/report/mlperf-steps.test recomputes each row's measured_step from that file (the mean
 over a system's runs of each run's median block) and checks it against the .place files.
 
-    python3 bench/fidelity/mlperf/extract.py v3.1=DIR v4.0=DIR v4.1=DIR v5.0=DIR v5.1=DIR > blocks.json
+    python3 bench/fidelity/mlperf/extract.py v3.1=DIR v4.0=DIR v4.1=DIR v5.0=DIR v5.1=DIR \
+        > blocks.json
 
 DIR is a clone of github.com/mlcommons/training_results_v<round> (any checkout: the logs are read
 from its HEAD with `git show`).
 """
 
 import json
+import statistics
 import subprocess
 import sys
 
@@ -61,6 +64,8 @@ SYSTEMS = [
      "mlperf51_llama8b_b200_8"),
     ("v5.1", "University-of-Florida/results/hpg.dgxb200x8.n8/llama31_8b", 8192,
      "mlperf51_llama8b_b200_64"),
+    ("v5.1", "Cisco/results/hpf_n8/llama31_8b", 8192, "mlperf51_llama8b_h100_64"),
+    ("v5.1", "Cisco/results/hpf_n16/llama31_8b", 8192, "mlperf51_llama8b_h100_128"),
 ]
 
 # Rounds whose logs time every step (tracked_stats' train_step_time): their steps, not blocks.
@@ -125,8 +130,13 @@ def main(argv):
         runs = []
         for path in files:
             text = git(repo, "show", "HEAD:" + path)
-            batch, blocks = tracked_steps(text) if round_ in STEP_ROUNDS else \
-                block_steps(text, sequence)
+            if round_ in STEP_ROUNDS:
+                batch, steps = tracked_steps(text)
+                runs.append({"log": path.split("/")[-1], "global_batch": batch,
+                             "timed_steps": len(steps),
+                             "median_step_seconds": round(statistics.median(steps), 5)})
+                continue
+            batch, blocks = block_steps(text, sequence)
             runs.append({"log": path.split("/")[-1], "global_batch": batch,
                          "step_seconds": [round(b, 5) for b in blocks]})
         out.append({"round": round_, "system": directory, "sequence": sequence, "run": run,

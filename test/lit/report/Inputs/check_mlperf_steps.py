@@ -3,9 +3,10 @@
 Usage: check_mlperf_steps.py BLOCKS.json FILE.place...
 
 BLOCKS.json is bench/fidelity/mlperf/blocks.json (extract.py's output: every run's seconds per step
-in each training block of its log). For each row it names, the row's measured_step must be the mean
-over the system's runs of each run's median block, to the digits written, and its global_batch
-the logs' global_batch_size; every run of the .place files must have its blocks. One line per row.
+in each training block of its log, or, where the log times every step, their median). For each row
+it names, the row's measured_step must be the mean over the system's runs of each run's median, to
+the digits written, and its global_batch the logs' global_batch_size; every run of the .place files
+must have its blocks. One line per row.
 """
 
 import json
@@ -37,7 +38,8 @@ def main(blocks_path, places):
             status = 1
             continue
         batch, written = rows[name]
-        medians = [statistics.median(r["step_seconds"]) for r in system["runs"]]
+        medians = [statistics.median(r["step_seconds"]) if "step_seconds" in r
+                   else r["median_step_seconds"] for r in system["runs"]]
         mean = statistics.mean(medians)
         # Half a unit of the last digit written.
         decimals = len(written.split(".")[1]) if "." in written else 0
@@ -50,8 +52,9 @@ def main(blocks_path, places):
             print("error: %s: global_batch %s, the logs say %s" % (name, batch, sorted(batches)))
             status = 1
         spread = (max(medians) - min(medians)) / min(medians)
-        print("%s: measured step %s s = the mean of %d runs' median blocks (%.5f s; the runs within "
-              "%.1f %%), global batch %s" % (name, written, len(medians), mean, 100 * spread, batch))
+        print("%s: measured step %s s = the mean of %d runs' medians (%.5f s; the runs within "
+              "%.1f %%), global batch %s" % (name, written, len(medians), mean, 100 * spread,
+                                             batch))
     for name in sorted(set(rows) - seen):
         print("error: %s: no blocks in %s" % (name, blocks_path))
         status = 1
