@@ -66,6 +66,14 @@ SYSTEMS = [
      "mlperf51_llama8b_b200_64"),
     ("v5.1", "Cisco/results/hpf_n8/llama31_8b", 8192, "mlperf51_llama8b_h100_64"),
     ("v5.1", "Cisco/results/hpf_n16/llama31_8b", 8192, "mlperf51_llama8b_h100_128"),
+    ("v5.1", "NVIDIA/results/tyche_ngpu72_ngc25.09_nemo/llama31_8b", 8192,
+     "mlperf51_llama8b_gb200_72"),
+    ("v5.1", "NVIDIA/results/theia_ngpu72_ngc25.09_nemo/llama31_8b", 8192,
+     "mlperf51_llama8b_gb300_72"),
+    ("v5.1", "NVIDIA/results/tyche_ngpu512_ngc25.09_nemo/llama31_8b", 8192,
+     "mlperf51_llama8b_gb200_512"),
+    ("v5.1", "NVIDIA/results/theia_ngpu512_ngc25.09_nemo/llama31_8b", 8192,
+     "mlperf51_llama8b_gb300_512"),
 ]
 
 # Rounds whose logs time every step (tracked_stats' train_step_time): their steps, not blocks.
