@@ -74,6 +74,11 @@ SYSTEMS = [
      "mlperf51_llama8b_gb200_512"),
     ("v5.1", "NVIDIA/results/theia_ngpu512_ngc25.09_nemo/llama31_8b", 8192,
      "mlperf51_llama8b_gb300_512"),
+    ("v5.1", "Dell/results/1xXE9780x8B300-SXM-270GB/llama31_8b", 8192, "mlperf51_llama8b_b300_8"),
+    ("v5.1", "Dell/results/2xXE9680Lx8B200-SXM-180GB/llama31_8b", 8192,
+     "mlperf51_llama8b_b200_16_xe9680l"),
+    ("v5.1", "Dell/results/2xXE9685Lx8B200-SXM-180GB/llama31_8b", 8192,
+     "mlperf51_llama8b_b200_16_xe9685l"),
 ]
 
 # Rounds whose logs time every step (tracked_stats' train_step_time): their steps, not blocks.
