@@ -719,9 +719,12 @@ private:
       // E4M3 in the forward, E5M2 for the gradients: Transformer Engine's recipe, which the
       // import reads back as mixed(fp8) like e4m3.
       flag("--fp8-format", "hybrid");
-      // Megatron-LM's default recipe scales per tensor (delayed); MXFP8 is its own recipe.
+      // Megatron-LM's default recipe scales per tensor (delayed); current scaling is its
+      // tensorwise recipe, MXFP8 its own.
       if (run.fp8Scaling == ir::Fp8Scaling::Mx)
         flag("--fp8-recipe", "mxfp8");
+      else if (run.fp8Scaling == ir::Fp8Scaling::Current)
+        flag("--fp8-recipe", "tensorwise");
       if (run.fp8Gather)
         os << "--fp8-param-gather\n";
     }
@@ -1020,7 +1023,7 @@ private:
              "for the backward in bf16 (leave saved = fp8 out)");
     if (run.fp8Scaling == ir::Fp8Scaling::Mx)
       refuse("mixed(fp8, scaling = mx): placec's MXFP8 is Transformer Engine's recipe; torchtitan "
-             "exports tensorwise float8 only (write scaling = tensor)");
+             "exports tensorwise float8 only (write scaling = tensor or scaling = current)");
     // Without FSDP torchtitan's mixed precision is autocast, which it turns off under tensor or
     // pipeline parallelism (torchtitan/distributed/utils.py, maybe_enable_amp): such a job would
     // train in fp32.

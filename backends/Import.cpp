@@ -1423,7 +1423,9 @@ private:
       std::string recipe = getString("--fp8-recipe", "delayed");
       if (recipe == "mxfp8")
         scaling = ir::Fp8Scaling::Mx;
-      else if (recipe != "delayed" && recipe != "tensorwise")
+      else if (recipe == "tensorwise")
+        scaling = ir::Fp8Scaling::Current;
+      else if (recipe != "delayed")
         diags.error(locOf("--fp8-recipe"),
                     "--fp8-recipe " + recipe +
                         " scales blocks of a tensor that placec does not model; it models "

@@ -2178,8 +2178,10 @@ void Sema::buildRun(const ast::RunDecl &decl) {
           continue;
         }
         if (type == "fp8" && arg.key == "scaling" && option.kind == ast::Value::Kind::Name &&
-            (option.text == "tensor" || option.text == "mx")) {
-          run->fp8Scaling = option.text == "mx" ? ir::Fp8Scaling::Mx : ir::Fp8Scaling::Tensor;
+            (option.text == "tensor" || option.text == "current" || option.text == "mx")) {
+          run->fp8Scaling = option.text == "mx"        ? ir::Fp8Scaling::Mx
+                            : option.text == "current" ? ir::Fp8Scaling::Current
+                                                       : ir::Fp8Scaling::Tensor;
           continue;
         }
         if (arg.key == "grads" && option.kind == ast::Value::Kind::Name &&
@@ -2196,8 +2198,10 @@ void Sema::buildRun(const ast::RunDecl &decl) {
         }
         diags.error(arg.key.empty() ? option.getLoc() : arg.keyLoc,
                     Twine("mixed(") + type + ") takes " +
-                        (type == "fp8" ? "'scaling = tensor' or 'scaling = mx' (one scale per "
-                                         "tensor, or MXFP8's per block of 32), 'gather = fp8' or "
+                        (type == "fp8" ? "'scaling = tensor', 'scaling = current' or 'scaling = "
+                                         "mx' (one scale per tensor, from the amax history or "
+                                         "from the tensor's own amax, or MXFP8's per block of "
+                                         "32), 'gather = fp8' or "
                                          "'gather = bf16' (the type parameters are all-gathered "
                                          "in), 'saved = fp8' or 'saved = bf16' (the type the FP8 "
                                          "products keep their inputs in), "

@@ -302,6 +302,8 @@ StringRef toString(Fp8Scaling scaling) {
   switch (scaling) {
   case Fp8Scaling::Tensor:
     return "tensor";
+  case Fp8Scaling::Current:
+    return "current";
   case Fp8Scaling::Mx:
     return "mx";
   }
@@ -509,13 +511,13 @@ std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, 
                            bool fp8Saved, Fp8Scaling scaling) {
   std::string text = toString(precision).str();
   bool fp8 = precision == Precision::MixedFP8;
-  bool mx = fp8 && scaling == Fp8Scaling::Mx;
+  bool scaled = fp8 && scaling != Fp8Scaling::Tensor;
   if (precision == Precision::FP32 ||
-      (!(fp8 && (fp8Gather || fp8Saved)) && !mx && !fp32Grads && !fp32Params))
+      (!(fp8 && (fp8Gather || fp8Saved)) && !scaled && !fp32Grads && !fp32Params))
     return text;
   text.pop_back();
-  if (mx)
-    text += ", scaling = mx";
+  if (scaled)
+    text += ", scaling = " + toString(scaling).str();
   if (fp8 && fp8Gather)
     text += ", gather = fp8";
   if (fp8 && fp8Saved)

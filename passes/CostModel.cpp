@@ -323,6 +323,8 @@ struct TransformerDims {
   bool fp8Saved = false;
   /// `scaling = mx`: each FP8 tensor is MXFP8, with a one-byte scale per 32 elements (Layout).
   bool mx = false;
+  /// `scaling = current`: each FP8 cast computes its tensor's amax in a pass of its own (Layout).
+  bool currentScaling = false;
   /// Bytes per element of the FP8 copy a product keeps of its input: 1, or an MXFP8 copy's.
   double fp8SavedBytes() const { return mx ? ir::kMxfp8BytesPerElement : 1; }
   /// `unpad = true`: Q, K and V packed before the attention kernel, its output padded after.
@@ -375,6 +377,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.paramsGathered = layout.paramsGathered;
   dims.fp8Saved = dims.fp8 && layout.fp8Saved;
   dims.mx = dims.fp8 && layout.fp8Scaling == ir::Fp8Scaling::Mx;
+  dims.currentScaling = dims.fp8 && layout.fp8Scaling == ir::Fp8Scaling::Current;
   dims.unpad = config.unpad && !dims.materialized();
   dims.stream = getStreamBytes(layout.precision, layout.fp32Params, layout.paramsGathered);
   return dims;
@@ -525,9 +528,12 @@ std::vector<std::pair<const Gemm *, int>> groupBySharedInput(const std::vector<G
 /// scaling maxima: read in the activation type, write one byte (Transformer Engine fuses the
 /// cast with the norm before a product where it can; the count here is each cast once). Products
 /// that read one input cast it once: torch.compile's graph computes torchao's identical casts of
-/// it once (AOTAutograd's common-subexpression elimination). Under MXFP8 each cast writes two
-/// copies, along the rows and along the columns, each with its block scales (Transformer
-/// Engine's MXFP8 quantization of a tensor for both of the products that read it).
+/// it once (AOTAutograd's common-subexpression elimination). Under current scaling the amax is a
+/// pass of its own before the cast, which reads the input a second time (Transformer Engine,
+/// docs/features/low_precision_training/fp8_current_scaling: "Quantization is a memory-bound
+/// operation that requires reading the tensor twice"). Under MXFP8 each cast writes two copies,
+/// along the rows and along the columns, each with its block scales (Transformer Engine's MXFP8
+/// quantization of a tensor for both of the products that read it).
 void addFp8Casts(const TransformerDims &x, const std::vector<Gemm> &products, bool backward,
                  Work &work) {
   if (!x.fp8)
@@ -543,11 +549,15 @@ void addFp8Casts(const TransformerDims &x, const std::vector<Gemm> &products, bo
         elements += gemm->m * gemm->k * gemm->batch;
   }
   double written = x.mx ? 2 * ir::kMxfp8BytesPerElement : 1;
-  work.memory.push_back({x.mx       ? (backward ? "mxfp8 casts of the gradients (rows and columns)"
-                                                : "mxfp8 casts of the inputs (rows and columns)")
-                         : backward ? "fp8 casts of the gradients"
-                                    : "fp8 casts of the inputs",
-                         elements * (x.e + written)});
+  double read = x.currentScaling ? 2 * x.e : x.e;
+  const char *name = x.mx ? (backward ? "mxfp8 casts of the gradients (rows and columns)"
+                                      : "mxfp8 casts of the inputs (rows and columns)")
+                     : x.currentScaling
+                         ? (backward ? "fp8 casts of the gradients (current scaling: amax and cast)"
+                                     : "fp8 casts of the inputs (current scaling: amax and cast)")
+                     : backward ? "fp8 casts of the gradients"
+                                : "fp8 casts of the inputs";
+  work.memory.push_back({name, elements * (read + written)});
 }
 
 /// `mixed(…, params = fp32)` (PyTorch's mixed precision over fp32 modules): every use casts the

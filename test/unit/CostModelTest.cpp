@@ -1208,6 +1208,38 @@ TEST(CostModelTest, Mxfp8CastsWriteBothCopiesWithTheirScales) {
               1e-9 * gradients);
 }
 
+TEST(CostModelTest, CurrentScalingReadsEachCastInputTwice) {
+  // Transformer Engine's current scaling computes a tensor's amax in a pass of its own and then
+  // casts it: two reads of the bf16 tensor and one byte written per element (its documentation,
+  // docs/features/low_precision_training/fp8_current_scaling). Llama 3.1 8B's layer at T = 8192
+  // tokens: the forward casts the four products' inputs, T·(3·h + f) elements.
+  ir::Model model = llama8bLayer();
+  double T = 8192, h = 4096, f = 14336, e = 2;
+  Layout tensor;
+  tensor.precision = ir::Precision::MixedFP8;
+  Layout current = tensor;
+  current.fp8Scaling = ir::Fp8Scaling::Current;
+  auto casts = [&](PassKind pass, const Layout &layout) {
+    for (const MemoryOp &op : getUnitWork(model, UnitKind::Layer, 0, pass, layout).memory)
+      if (op.name.find("fp8 casts") != std::string::npos)
+        return op.bytes;
+    return 0.0;
+  };
+  double inputs = T * (3 * h + f);
+  EXPECT_NEAR(casts(PassKind::Forward, current), inputs * (2 * e + 1), 1e-9 * inputs);
+  double gradients = casts(PassKind::Backward, tensor) / (e + 1);
+  EXPECT_GT(gradients, 0);
+  EXPECT_NEAR(casts(PassKind::Backward, current), gradients * (2 * e + 1), 1e-9 * gradients);
+  // Nothing else in the layer changes: the products, and every other kernel's bytes.
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward}) {
+    Work a = getUnitWork(model, UnitKind::Layer, 0, pass, tensor);
+    Work b = getUnitWork(model, UnitKind::Layer, 0, pass, current);
+    EXPECT_EQ(a.gemms.size(), b.gemms.size());
+    EXPECT_NEAR(b.getMemoryBytes() - a.getMemoryBytes(), casts(pass, current) - casts(pass, tensor),
+                1e-9 * a.getMemoryBytes());
+  }
+}
+
 TEST(CostModelTest, Mxfp8CastOnB200AgainstTransformerEnginesKernel) {
   // Transformer Engine's MXFP8 quantization of a bf16 8192×8192 tensor along its rows and its
   // columns ("both") took 52.34 us on a B200 (ROCm/TransformerEngine pull request 598, the B200

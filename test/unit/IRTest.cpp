@@ -617,6 +617,13 @@ TEST(StateBytesTest, LanguageTable) {
             "mixed(fp8)");
   EXPECT_EQ(spellPrecision(Precision::MixedBF16, false, false, false, false, Fp8Scaling::Mx),
             "mixed(bf16)");
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, true, false, false, true, Fp8Scaling::Current),
+            "mixed(fp8, scaling = current, gather = fp8, saved = fp8)");
+  // Current scaling caches the weights as delayed scaling does: one byte beside the bf16 weight.
+  EXPECT_DOUBLE_EQ(
+      getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, false, false, Fp8Scaling::Current)
+          .params,
+      3);
   // MXFP8's weight cache: two copies of one E4M3 byte and a 32nd of an E8M0 scale each (OCP MX
   // v1.0, block size 32), beside the bf16 weight: 2 + 2·(1 + 1/32) = 4.0625 bytes.
   EXPECT_DOUBLE_EQ(

@@ -381,6 +381,46 @@ run mx { model = llama_cp; cluster = b200_32; strategy = zero3(dp = 32);
   EXPECT_EQ(compared, 20u);
 }
 
+TEST(SearchTest, FastPathAgreesWithCurrentScaling) {
+  // mixed(fp8, scaling = current, gather = fp8): the fast path and the analyses agree at both
+  // precisions the search tries; the candidates keep current scaling at mixed(fp8) only, and
+  // against delayed scaling a candidate takes longer (each cast reads its input twice) in the
+  // same memory.
+  auto compiled = compile(std::string(kContext) + R"(
+cluster b200_32 { device = b200; nodes = 4; devices_per_node = 8; device_memory = 24 GB;
+                  host_memory = 512 GB; }
+run current { model = llama_cp; cluster = b200_32; strategy = zero3(dp = 32);
+              micro_batch = 1; global_batch = 32;
+              precision = mixed(fp8, scaling = current, gather = fp8, saved = fp8);
+              optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "current");
+  std::vector<ir::Precision> tried = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
+  checkAgreement(run, *run.cluster, 400, 29, tried);
+  unsigned compared = 0;
+  forEachCandidate(
+      run, *run.cluster,
+      [&](const Candidate &c) {
+        bool fp8 = c.precision == ir::Precision::MixedFP8;
+        EXPECT_EQ(c.fp8Scaling, fp8 ? ir::Fp8Scaling::Current : ir::Fp8Scaling::Tensor)
+            << c.describe();
+        if (!fp8 || compared >= 20)
+          return;
+        Candidate delayed = c;
+        delayed.fp8Scaling = ir::Fp8Scaling::Tensor;
+        FastVerdict with = evaluateFast(run, *run.cluster, c);
+        FastVerdict without = evaluateFast(run, *run.cluster, delayed);
+        if (!with.rejectedBy.empty() || !without.rejectedBy.empty())
+          return;
+        EXPECT_EQ(with.peakBytes, without.peakBytes) << c.describe();
+        EXPECT_GT(with.stepSeconds, without.stepSeconds) << c.describe();
+        ++compared;
+      },
+      tried);
+  EXPECT_EQ(compared, 20u);
+}
+
 TEST(SearchTest, FastPathAgreesWithUnpadAndTrainMetrics) {
   // `unpad = true` (Q, K and V packed around the attention kernel, its output padded and kept
   // twice) and `train_metrics = 2` (two cross-entropies of the logits after each backward): the

@@ -586,13 +586,20 @@ enum class Precision {
 };
 llvm::StringRef toString(Precision precision);
 
-/// How `mixed(fp8)` scales its FP8 tensors (`scaling`): `tensor`, one scale per tensor (delayed
-/// or current scaling, Transformer Engine's and torchao's tensorwise recipes); `mx`, MXFP8 (OCP
-/// Microscaling: one E8M0 scale per 32 consecutive elements along the reduction dimension,
-/// Blackwell's block-scaled tensor cores), as Transformer Engine's MXFP8BlockScaling recipe runs
-/// it: every tensor that enters a product is quantized along its rows and along its columns (the
-/// two products that read it reduce over different dimensions), each copy with its scales.
-enum class Fp8Scaling { Tensor, Mx };
+/// How `mixed(fp8)` scales its FP8 tensors (`scaling`):
+/// - `tensor`, one scale per tensor whose amax costs the cast no pass of its own: delayed scaling
+///   (Transformer Engine's DelayedScaling, which scales by the amax history and records the new
+///   amax as it casts), or a tensorwise amax that the kernel producing the tensor computes
+///   (torch.compile's fusion of torchao's dynamic scaling into its producer);
+/// - `current`, one scale per tensor from the tensor's own amax, computed by a pass of its own
+///   before the cast (Transformer Engine's Float8CurrentScaling, Megatron-LM's
+///   `--fp8-recipe tensorwise`): each cast reads its input twice;
+/// - `mx`, MXFP8 (OCP Microscaling: one E8M0 scale per 32 consecutive elements along the reduction
+///   dimension, Blackwell's block-scaled tensor cores), as Transformer Engine's
+///   MXFP8BlockScaling recipe runs it: every tensor that enters a product is quantized along its
+///   rows and along its columns (the two products that read it reduce over different
+///   dimensions), each copy with its scales.
+enum class Fp8Scaling { Tensor, Current, Mx };
 llvm::StringRef toString(Fp8Scaling scaling);
 /// Bytes per element of one MXFP8 copy of a tensor: the E4M3 value and a 32nd of its block's
 /// one-byte E8M0 scale (OCP Microscaling Formats (MX) v1.0, §5: block size 32).
@@ -703,7 +710,7 @@ public:
   /// LayerNormLinear's norm writes FP8), rather than in the activation type (PyTorch's float8
   /// linears save the high-precision input).
   bool fp8Saved = false;
-  /// `mixed(fp8, scaling = mx)`: MXFP8 (Fp8Scaling).
+  /// `mixed(fp8, scaling = current)` or `scaling = mx` (Fp8Scaling).
   Fp8Scaling fp8Scaling = Fp8Scaling::Tensor;
   OptimizerKind optimizer = OptimizerKind::Adam;
   /// Adam's moments' type and whether a master copy is kept (`adam(moments = …, master = …)`).
