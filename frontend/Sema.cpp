@@ -2177,12 +2177,15 @@ void Sema::buildRun(const ast::RunDecl &decl) {
           run->fp8Saved = option.text == "fp8";
           continue;
         }
-        if (type == "fp8" && arg.key == "scaling" && option.kind == ast::Value::Kind::Name &&
-            (option.text == "tensor" || option.text == "current" || option.text == "mx")) {
-          run->fp8Scaling = option.text == "mx"        ? ir::Fp8Scaling::Mx
-                            : option.text == "current" ? ir::Fp8Scaling::Current
-                                                       : ir::Fp8Scaling::Tensor;
-          continue;
+        if (type == "fp8" && arg.key == "scaling" && option.kind == ast::Value::Kind::Name) {
+          static constexpr ir::Fp8Scaling kScalings[] = {
+              ir::Fp8Scaling::Tensor, ir::Fp8Scaling::Current, ir::Fp8Scaling::Mx};
+          const auto *scaling = llvm::find_if(
+              kScalings, [&](ir::Fp8Scaling s) { return ir::toString(s) == option.text; });
+          if (scaling != std::end(kScalings)) {
+            run->fp8Scaling = *scaling;
+            continue;
+          }
         }
         if (arg.key == "grads" && option.kind == ast::Value::Kind::Name &&
             (option.text == "fp32" || option.text == gradType)) {

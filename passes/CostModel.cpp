@@ -550,14 +550,12 @@ void addFp8Casts(const TransformerDims &x, const std::vector<Gemm> &products, bo
   }
   double written = x.mx ? 2 * ir::kMxfp8BytesPerElement : 1;
   double read = x.currentScaling ? 2 * x.e : x.e;
-  const char *name = x.mx ? (backward ? "mxfp8 casts of the gradients (rows and columns)"
-                                      : "mxfp8 casts of the inputs (rows and columns)")
-                     : x.currentScaling
-                         ? (backward ? "fp8 casts of the gradients (current scaling: amax and cast)"
-                                     : "fp8 casts of the inputs (current scaling: amax and cast)")
-                     : backward ? "fp8 casts of the gradients"
-                                : "fp8 casts of the inputs";
-  work.memory.push_back({name, elements * (read + written)});
+  const char *how = x.mx               ? " (rows and columns)"
+                    : x.currentScaling ? " (current scaling: amax and cast)"
+                                       : "";
+  work.memory.push_back({fmt::format("{} casts of the {}{}", x.mx ? "mxfp8" : "fp8",
+                                     backward ? "gradients" : "inputs", how),
+                         elements * (read + written)});
 }
 
 /// `mixed(…, params = fp32)` (PyTorch's mixed precision over fp32 modules): every use casts the

@@ -1180,6 +1180,14 @@ TEST(CostModelTest, SeparateProjectionsReadTheirInputEachAndSumTheirGradients) {
   }
 }
 
+/// The bytes of a layer's FP8 (or MXFP8) casts in one pass, 0 without them.
+double getLayerCastBytes(const ir::Model &model, PassKind pass, const Layout &layout) {
+  for (const MemoryOp &op : getUnitWork(model, UnitKind::Layer, 0, pass, layout).memory)
+    if (op.name.find("fp8 casts") != std::string::npos)
+      return op.bytes;
+  return 0.0;
+}
+
 TEST(CostModelTest, Mxfp8CastsWriteBothCopiesWithTheirScales) {
   // Llama 3.1 8B's layer, one sequence of T = 8192 tokens, bf16 activations (e = 2). Its forward
   // products read four inputs, the QKV and MLP-input products the norms' outputs [T, h], the
@@ -1193,10 +1201,7 @@ TEST(CostModelTest, Mxfp8CastsWriteBothCopiesWithTheirScales) {
   Layout mx = tensor;
   mx.fp8Scaling = ir::Fp8Scaling::Mx;
   auto casts = [&](PassKind pass, const Layout &layout) {
-    for (const MemoryOp &op : getUnitWork(model, UnitKind::Layer, 0, pass, layout).memory)
-      if (op.name.find("fp8 casts") != std::string::npos)
-        return op.bytes;
-    return 0.0;
+    return getLayerCastBytes(model, pass, layout);
   };
   double inputs = T * (3 * h + f);
   EXPECT_NEAR(casts(PassKind::Forward, tensor), inputs * (e + 1), 1e-9 * inputs);
@@ -1220,10 +1225,7 @@ TEST(CostModelTest, CurrentScalingReadsEachCastInputTwice) {
   Layout current = tensor;
   current.fp8Scaling = ir::Fp8Scaling::Current;
   auto casts = [&](PassKind pass, const Layout &layout) {
-    for (const MemoryOp &op : getUnitWork(model, UnitKind::Layer, 0, pass, layout).memory)
-      if (op.name.find("fp8 casts") != std::string::npos)
-        return op.bytes;
-    return 0.0;
+    return getLayerCastBytes(model, pass, layout);
   };
   double inputs = T * (3 * h + f);
   EXPECT_NEAR(casts(PassKind::Forward, current), inputs * (2 * e + 1), 1e-9 * inputs);
