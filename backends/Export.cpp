@@ -703,6 +703,10 @@ private:
       os << "--overlap-grad-reduce\n";
     if (strategy.dataParallelOverlap == ir::DataParallelOverlap::All)
       os << "--overlap-param-gather\n";
+    // Batch-level overlap of the expert all-to-alls: Megatron-Core's documentation pairs it with
+    // --delay-wgrad-compute (megatron/core/transformer/moe/README.md, "EP A2A Overlap").
+    if (strategy.expertOverlap == ir::ExpertOverlap::On)
+      os << "--overlap-moe-expert-parallel-comm\n--delay-wgrad-compute\n";
     flag("--micro-batch-size", Twine(run.microBatch));
     flag("--global-batch-size", Twine(run.globalBatch));
     if (run.precision == ir::Precision::MixedBF16 || run.precision == ir::Precision::MixedFP8)
@@ -907,6 +911,10 @@ private:
       refuse("dp_overlap = all: torchtitan's FSDP2 gathers the parameters before each unit's "
              "forward and has no all-gather of updated parameters after the optimizer step to "
              "overlap (write dp_overlap = grads, the default)");
+    if (strategy.expertOverlap == ir::ExpertOverlap::On)
+      refuse("ep_overlap = true: Megatron-Core's batch-level overlap of the expert all-to-alls "
+             "(--overlap-moe-expert-parallel-comm), for which placec writes no torchtitan "
+             "setting (write ep_overlap = false, the default)");
     if (run.kernels == ir::KernelMode::Eager &&
         strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off && view.tensorDegree > 1)
       refuse("kernels = eager with async_tp: torchtitan applies asynchronous tensor parallelism "

@@ -109,6 +109,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
     os << "  sp_inputs = " << imported.spInputs << ";\n";
   if (imported.dpOverlap != ir::DataParallelOverlap::Grads)
     os << "  dp_overlap = " << ir::toString(imported.dpOverlap) << ";\n";
+  if (imported.epOverlap != ir::ExpertOverlap::Off)
+    os << "  ep_overlap = " << ir::toString(imported.epOverlap) << ";\n";
   auto line = [&](StringRef state, StringRef value) {
     if (!value.empty())
       os << "  " << state << " = " << value << ";\n";
@@ -727,6 +729,8 @@ constexpr const char *kMegatronFlags[] = {
     "--moe-layer-freq=",
     "--moe-token-dispatcher-type=",
     "--moe-router-load-balancing-type=",
+    "--overlap-moe-expert-parallel-comm",
+    "--delay-wgrad-compute",
 };
 
 /// Megatron-LM flags that change the model or the placement in ways `placec import` does not
@@ -1313,6 +1317,30 @@ private:
       imported.dpOverlap = !overlapGrads   ? ir::DataParallelOverlap::None
                            : overlapParams ? ir::DataParallelOverlap::All
                                            : ir::DataParallelOverlap::Grads;
+    // Megatron-Core's batch-level overlap of the expert all-to-alls, which it runs only over
+    // expert parallelism, over a pipeline only when interleaved, and with --delay-wgrad-compute
+    // only beside it (megatron/core/transformer/transformer_config.py).
+    if (has("--delay-wgrad-compute") && !has("--overlap-moe-expert-parallel-comm"))
+      diags.error(locOf("--delay-wgrad-compute"),
+                  "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm (Megatron-Core "
+                  "refuses it without)");
+    if (has("--overlap-moe-expert-parallel-comm")) {
+      if (e <= 1)
+        diags.error(locOf("--overlap-moe-expert-parallel-comm"),
+                    "--overlap-moe-expert-parallel-comm overlaps the expert-parallel all-to-alls "
+                    "and needs --expert-model-parallel-size above 1");
+      else if (p > 1 && !has("--num-layers-per-virtual-pipeline-stage"))
+        diags.error(locOf("--overlap-moe-expert-parallel-comm"),
+                    "--overlap-moe-expert-parallel-comm over a pipeline needs the interleaved "
+                    "schedule (--num-layers-per-virtual-pipeline-stage): Megatron-Core pairs the "
+                    "micro-batches' forward and backward passes only there");
+      else if (getString("--recompute-granularity", "") == "full")
+        diags.error(locOf("--overlap-moe-expert-parallel-comm"),
+                    "--overlap-moe-expert-parallel-comm with --recompute-granularity full: "
+                    "Megatron-Core refuses whole-layer recomputation with it");
+      else
+        imported.epOverlap = ir::ExpertOverlap::On;
+    }
     std::string granularity = getString("--recompute-granularity", "");
     if (has("--recompute-activations"))
       granularity = "selective";

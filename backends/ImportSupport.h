@@ -55,6 +55,8 @@ struct Imported {
   std::string spInputs;
   /// `dp_overlap = …;`, written when it is not the default (grads).
   ir::DataParallelOverlap dpOverlap = ir::DataParallelOverlap::Grads;
+  /// `ep_overlap = true;` where the expert all-to-alls run beside another micro-batch's compute.
+  ir::ExpertOverlap epOverlap = ir::ExpertOverlap::Off;
   int64_t microBatch = 0, globalBatch = 0;
   std::string precision = "mixed(bf16)";
   std::string optimizerKind = "adam";

@@ -213,6 +213,11 @@ void JsonWriter::writeStrategy(const RunReport &report) {
     out.attribute("dp_overlap", nullptr);
   else
     out.attribute("dp_overlap", overlap);
+  std::string expertOverlap = describeExpertOverlap(strategy);
+  if (expertOverlap.empty())
+    out.attribute("ep_overlap", nullptr);
+  else
+    out.attribute("ep_overlap", expertOverlap == "true");
   if (strategy.pipeline)
     out.attributeObject("pipeline", [&] {
       out.attribute("schedule", ir::toString(strategy.pipeline->schedule));

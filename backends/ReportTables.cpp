@@ -182,6 +182,11 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
          std::string text = describeDataParallelOverlap(*r.run->strategy);
          return text.empty() ? std::string("-") : text;
        }},
+      {"  ep_overlap",
+       [](const RunReport &r) {
+         std::string text = describeExpertOverlap(*r.run->strategy);
+         return text.empty() ? std::string("-") : text;
+       }},
       {"batch (micro × dp × steps)", [](const RunReport &r) { return describeBatch(*r.run); }},
       {"precision", [](const RunReport &r) { return describePrecision(*r.run); }},
       {"optimizer", [](const RunReport &r) { return describeOptimizer(*r.run); }},

@@ -193,7 +193,7 @@ private:
                                          std::string name, SMLoc loc);
   bool bindPlacement(const ast::Placement &placement, ir::Strategy &strategy);
   /// The strategy settings written like placements: `context = ring;`, `async_tp = true;`,
-  /// `sp_inputs = keep;`, `dp_overlap = all;`.
+  /// `sp_inputs = keep;`, `dp_overlap = all;`, `ep_overlap = true;`.
   bool bindSetting(const ast::Placement &placement, ir::Strategy &strategy);
   bool bindActivations(const ast::Placement &placement, ir::Strategy &strategy);
   bool bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env, ir::Strategy &strategy);
@@ -1381,6 +1381,11 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
         "'dp_overlap' takes grads (the step's gradient reductions beside the last backward), all "
         "(and the updated parameters' all-gathers beside the next forward) or none (both after "
         "the backward, exposed)");
+  if (placement.state == "ep_overlap")
+    return choose(std::array{ir::ExpertOverlap::On, ir::ExpertOverlap::Off}, strategy.expertOverlap,
+                  strategy.expertOverlapLoc,
+                  "'ep_overlap' takes true (each micro-batch's expert all-to-alls beside another "
+                  "micro-batch's compute) or false");
   return choose(std::array{ir::AsyncTensorParallel::All, ir::AsyncTensorParallel::Off,
                            ir::AsyncTensorParallel::Forward,
                            ir::AsyncTensorParallel::WeightGradient},
@@ -1392,7 +1397,8 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
 
 bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy) {
   if (placement.state == "context" || placement.state == "async_tp" ||
-      placement.state == "sp_inputs" || placement.state == "dp_overlap")
+      placement.state == "sp_inputs" || placement.state == "dp_overlap" ||
+      placement.state == "ep_overlap")
     return bindSetting(placement, strategy);
   std::optional<ir::State> state;
   StringRef stateName = placement.state;
@@ -1411,11 +1417,11 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
                 Twine("unknown state '") + placement.state +
                     "': expected params, grads, optimizer or activations, their experts' "
                     "expert_params, expert_grads and expert_optimizer, or the settings context, "
-                    "async_tp, sp_inputs and dp_overlap" +
+                    "async_tp, sp_inputs, dp_overlap and ep_overlap" +
                     didYouMean(placement.state,
                                {"params", "grads", "optimizer", "activations", "expert_params",
                                 "expert_grads", "expert_optimizer", "mesh", "pipeline", "context",
-                                "async_tp", "sp_inputs", "dp_overlap"}));
+                                "async_tp", "sp_inputs", "dp_overlap", "ep_overlap"}));
     return false;
   }
   ir::StatePlacement &target =
@@ -1912,10 +1918,10 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
   bool ok = true;
   StringMap<size_t> axisOwner;
   std::optional<size_t> layersOwner, pipelineOwner, activationOwner, contextOwner, asyncTpOwner,
-      spInputsOwner, dpOverlapOwner;
+      spInputsOwner, dpOverlapOwner, epOverlapOwner;
   std::array<std::optional<size_t>, ir::kNumStates> tierOwner;
-  // A setting written like a placement (`async_tp`, `sp_inputs`, `dp_overlap`): the first operand
-  // that writes it sets it, and another that writes a different value is an error.
+  // A setting written like a placement (`async_tp`, `sp_inputs`, `dp_overlap`, `ep_overlap`): the
+  // first operand that writes it sets it, and another that writes a different value is an error.
   auto agreeOn = [&](size_t i, std::optional<size_t> &owner, auto ir::Strategy::*value,
                      llvm::SMLoc ir::Strategy::*loc, StringRef name) {
     const ir::Strategy &operand = *operands[i];
@@ -2011,6 +2017,8 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
             &ir::Strategy::sequenceParallelInputsLoc, "sp_inputs");
     agreeOn(i, dpOverlapOwner, &ir::Strategy::dataParallelOverlap,
             &ir::Strategy::dataParallelOverlapLoc, "dp_overlap");
+    agreeOn(i, epOverlapOwner, &ir::Strategy::expertOverlap, &ir::Strategy::expertOverlapLoc,
+            "ep_overlap");
     for (ir::State state : ir::kAllStates) {
       const ir::StatePlacement &from = operand.getPlacement(state);
       ir::StatePlacement &to = result->getPlacement(state);

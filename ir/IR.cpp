@@ -144,6 +144,10 @@ StringRef toString(DataParallelOverlap overlap) {
   llvm_unreachable("unknown DataParallelOverlap");
 }
 
+StringRef toString(ExpertOverlap overlap) {
+  return overlap == ExpertOverlap::On ? "true" : "false";
+}
+
 StringRef toString(SequenceParallelInputs inputs) {
   switch (inputs) {
   case SequenceParallelInputs::Regather:

@@ -355,6 +355,8 @@ void IRPrinter::print(const Strategy &strategy) {
          << explicitness(strategy.sequenceParallelInputsLoc.isValid()) << '\n';
   line() << "dp_overlap = " << toString(strategy.dataParallelOverlap) << ' '
          << explicitness(strategy.dataParallelOverlapLoc.isValid()) << '\n';
+  line() << "ep_overlap = " << toString(strategy.expertOverlap) << ' '
+         << explicitness(strategy.expertOverlapLoc.isValid()) << '\n';
   close();
 }
 

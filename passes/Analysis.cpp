@@ -185,6 +185,13 @@ private:
     return cost::overlapsTensorTraffic(strategy.asyncTensorParallel, forwardComputation,
                                        inputGradient);
   }
+  /// An expert-parallel all-to-all (a MoE layer's dispatch or combine, forward or backward).
+  bool isExpertExchange(const Op &op) const {
+    return op.kind == OpKind::AllToAll && !op.axes.empty() &&
+           llvm::all_of(op.axes, [&](unsigned axis) {
+             return mesh.axes[axis].kind == ir::AxisKind::Expert;
+           });
+  }
   /// Communication inside a unit that runs beside the unit's compute: the tensor-parallel
   /// collectives under async_tp and sequence parallelism's second gathers of the column-parallel
   /// products' inputs, beside their own products (isAsyncTensor), and ring attention's
@@ -698,7 +705,10 @@ RunAnalysis Analyzer::analyze() {
     double critical = 0;
     std::vector<size_t> positions;
     std::vector<cost::PassUnit> backwardUnits;
-    auto timePass = [&](const std::vector<Op> &ops, double &compute) {
+    // Under `ep_overlap = true`: each unit's expert all-to-alls and compute, by pass.
+    bool expertOverlap = strategy.expertOverlap == ir::ExpertOverlap::On;
+    std::map<int, cost::ExpertExchange> expertExchanges;
+    auto timePass = [&](const std::vector<Op> &ops, double &compute, bool backwardPass) {
       std::vector<cost::PassUnit> units(getPassPositions(ops, positions));
       for (size_t i = 0; i < ops.size(); ++i) {
         const Op &op = ops[i];
@@ -707,6 +717,9 @@ RunAnalysis Analyzer::analyze() {
           double seconds = computeSeconds(op);
           unit.compute += seconds;
           compute += seconds;
+          if (expertOverlap)
+            (backwardPass ? expertExchanges[op.unit].backwardCompute
+                          : expertExchanges[op.unit].forwardCompute) += seconds;
           const cost::TensorSlotSeconds &slots = slotSeconds(op);
           for (size_t s = 0; s < slots.size(); ++s)
             unit.slots[s] += slots[s];
@@ -722,6 +735,9 @@ RunAnalysis Analyzer::analyze() {
         compute += copy;
         if (isOverlappable(op))
           (op.kind == OpKind::AllGather ? unit.gather : unit.reduce) += seconds;
+        else if (expertOverlap && isExpertExchange(op))
+          (backwardPass ? expertExchanges[op.unit].backwardComm
+                        : expertExchanges[op.unit].forwardComm) += seconds;
         else if (isAsyncTensor(op))
           unit.tensorBeside += seconds;
         else if (op.kind == OpKind::RingStep)
@@ -731,10 +747,20 @@ RunAnalysis Analyzer::analyze() {
       }
       return units;
     };
-    std::vector<cost::PassUnit> forwardUnits = timePass(stage.forward, st.forwardCompute);
+    std::vector<cost::PassUnit> forwardUnits = timePass(stage.forward, st.forwardCompute, false);
     double forwardExposed = cost::getPassExposedSeconds(forwardUnits);
-    backwardUnits = timePass(stage.backward, st.backwardCompute);
+    backwardUnits = timePass(stage.backward, st.backwardCompute, true);
     double backwardExposed = cost::getPassExposedSeconds(backwardUnits);
+    double expertExposed = 0;
+    if (expertOverlap) {
+      std::vector<cost::ExpertExchange> exchanges;
+      for (const auto &[unit, exchange] : expertExchanges)
+        exchanges.push_back(exchange);
+      expertExposed = cost::getExpertOverlapExposedSeconds(
+          exchanges,
+          cost::getExpertOverlapUnpairedShare(static_cast<int64_t>(plan.stages.size()), stage.stage,
+                                              plan.microbatches, plan.chunks));
+    }
     // Once per step: the gradient reductions left for the step start as the last micro-batch's
     // backward produces each unit's gradients, so they run beside that backward unit by unit
     // (the last unit's, the first layer's, exposed), or after it under
@@ -797,7 +823,7 @@ RunAnalysis Analyzer::analyze() {
     double stepReduce = cost::getPassExposedSeconds(stepUnits) +
                         cost::getOverlapExposedSeconds(stepOverlap, st.backwardCompute) +
                         cost::getPassExposedSeconds(nextForwardUnits);
-    st.exposedPerMicrobatch = critical + forwardExposed + backwardExposed;
+    st.exposedPerMicrobatch = critical + forwardExposed + backwardExposed + expertExposed;
     st.exposed = m * st.exposedPerMicrobatch + stepReduce + stepExposed;
     st.total = m * (st.forwardCompute + st.backwardCompute) + st.exposed + st.optimizer;
     stageTimes.push_back(st);
@@ -929,7 +955,7 @@ RunAnalysis Analyzer::analyze() {
            "{} × {} per micro-batch ({}pipeline and host traffic in full; "
            "a pass's first gather and last gradient reduction in full; the others beside "
            "the neighbouring unit's compute, max(comm - compute, comm × κ/(1 + κ)) with "
-           "κ = {}, the compute's slowdown beside communication{}{}) + what the step's "
+           "κ = {}, the compute's slowdown beside communication{}{}{}) + what the step's "
            "reductions and updates add ({}){}",
            microbatches(m), seconds(slowest->exposedPerMicrobatch),
            async == ir::AsyncTensorParallel::Off && !plan.regather ? "tensor-parallel, "
@@ -960,6 +986,16 @@ RunAnalysis Analyzer::analyze() {
                  "better than each beside its product's input gradient (those GEMMs "
                  "join the slots' G)"
                : "",
+           strategy.expertOverlap == ir::ExpertOverlap::On
+               ? fmt::format(
+                     "; ep_overlap = true: each MoE layer's forward and backward all-to-alls "
+                     "beside the compute of both its passes (a forward beside another "
+                     "micro-batch's backward), max(A - C, A × κ/(1 + κ)), but for the share u = "
+                     "{} of the passes that run alone, in full",
+                     num(cost::getExpertOverlapUnpairedShare(
+                         static_cast<int64_t>(plan.stages.size()), slowest->stage,
+                         plan.microbatches, plan.chunks)))
+               : std::string(),
            strategy.dataParallelOverlap == ir::DataParallelOverlap::None
                ? "dp_overlap = none: the gradient reductions after the last backward and the "
                  "updated parameters' all-gathers after the optimizer, in full"

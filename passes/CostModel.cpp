@@ -1977,6 +1977,28 @@ double getPassExposedSeconds(ArrayRef<PassUnit> units) {
   return exposed + previousReduce;
 }
 
+double getExpertOverlapUnpairedShare(int64_t stages, int64_t stage, int64_t microbatches,
+                                     int64_t chunks) {
+  double m = static_cast<double>(std::max<int64_t>(1, microbatches));
+  if (stages <= 1)
+    return 1 / m;
+  double p = static_cast<double>(stages), v = static_cast<double>(std::max<int64_t>(1, chunks));
+  double warmup = 2 * (p - static_cast<double>(stage) - 1) + (v - 1) * p + 1;
+  return std::min(1.0, warmup / (m * v));
+}
+
+double getExpertOverlapExposedSeconds(ArrayRef<ExpertExchange> units, double unpaired) {
+  double paired = 0, alone = 0;
+  for (const ExpertExchange &unit : units) {
+    double comm = unit.forwardComm + unit.backwardComm;
+    if (comm <= 0)
+      continue;
+    paired += getOverlapExposedSeconds(comm, unit.forwardCompute + unit.backwardCompute);
+    alone += comm;
+  }
+  return (1 - unpaired) * paired + unpaired * alone;
+}
+
 PassUnit getStepPassUnit(const PassUnit &unit, double stepGather, double stepReduce) {
   PassUnit step;
   step.compute = unit.compute;

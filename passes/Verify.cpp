@@ -888,6 +888,44 @@ bool VerifyPass::checkExperts(const ir::Run &run) {
   for (unsigned i = 0; i < mesh.axes.size(); ++i)
     if (mesh.axes[i].kind == ir::AxisKind::Expert && firstExpertAxis < 0)
       firstExpertAxis = static_cast<int>(i);
+  // `ep_overlap = true` runs each micro-batch's expert all-to-alls beside another's compute, as
+  // Megatron-Core's combined 1F1B does, under that schedule's conditions
+  // (megatron/core/transformer/transformer_config.py, TransformerConfig.__post_init__).
+  if (strategy.expertOverlap == ir::ExpertOverlap::On) {
+    auto refuse = [&](const Twine &why, StringRef rule) {
+      report(Severity::Error, run, locate(run, strategy.expertOverlapLoc),
+             "ep_overlap = true overlaps each micro-batch's expert all-to-alls with another "
+             "micro-batch's compute, but " +
+                 why,
+             rule);
+      ok = false;
+    };
+    const std::optional<ir::Pipeline> &pipeline = strategy.pipeline;
+    int64_t stages = mesh.getDegree(ir::AxisKind::Layers);
+    if (!model.isMoe())
+      refuse(Twine("model '") + model.name + "' has no routed experts", "placement");
+    else if (ep <= 1)
+      refuse(Twine("strategy '") + strategy.name + "' has no expert axis of more than one device " +
+                 "in its mesh " + formatMesh(mesh) + " to exchange tokens over",
+             "placement");
+    if (stages > 1 && pipeline &&
+        (pipeline->schedule != ir::Schedule::Interleaved || pipeline->chunks < 2))
+      refuse(Twine("over ") + Twine(stages) + " pipeline stages Megatron-Core pairs the forward " +
+                 "and backward micro-batches only in the interleaved schedule (it needs " +
+                 "virtual pipeline stages), and strategy '" + strategy.name + "' runs " +
+                 ir::toString(pipeline->schedule) +
+                 (pipeline->schedule == ir::Schedule::Interleaved ? " with one chunk" : ""),
+             "schedule");
+    if (strategy.activationMode == ir::ActivationMode::RecomputeFull)
+      refuse(Twine("strategy '") + strategy.name + "' recomputes whole layers (" +
+                 ir::getActivationModeText(strategy.activationMode, strategy.recomputeLayers) +
+                 "), which Megatron-Core refuses with it",
+             "placement");
+    if (run.precision == ir::Precision::FP32)
+      refuse(Twine("run '") + run.name + "' computes in fp32; Megatron-Core runs it only over a " +
+                 "bf16 or fp16 model",
+             "precision");
+  }
   if (!model.isMoe()) {
     if (firstExpertAxis >= 0) {
       const ir::Axis &axis = mesh.axes[firstExpertAxis];

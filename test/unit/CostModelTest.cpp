@@ -286,6 +286,29 @@ TEST(CostModelTest, OverlapWindow) {
   EXPECT_DOUBLE_EQ(getOverlapExposedSeconds(0.0, 5.0), 0.0);
 }
 
+TEST(CostModelTest, ExpertOverlapPairsEachForwardWithAnotherMicrobatchsBackward) {
+  double k = kOverlapComputeSlowdown, floor = k / (1 + k);
+  // Without a pipeline Megatron-Core's combined 1F1B runs the first forward and the last backward
+  // alone, and the m - 1 others in pairs: 1/m of the passes unpaired.
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(1, 0, 8, 1), 1.0 / 8);
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(1, 0, 1, 1), 1.0);
+  // Interleaved over p = 8 stages with v = 4 chunks and m = 512: stage 0 warms up with
+  // 2·7 + 3·8 + 1 = 39 of its 2,048 chunk forwards, the last stage with 3·8 + 1 = 25.
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(8, 0, 512, 4), 39.0 / 2048);
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(8, 7, 512, 4), 25.0 / 2048);
+  // Fewer micro-batches than the warm-up: every pass alone.
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(4, 0, 4, 2), 1.0);
+  // Two MoE layers: all-to-alls of 1 + 1 s beside 10 + 20 s of compute (the floor), and of
+  // 3 + 3 s beside 2 + 2 s (the excess, 2 s); a dense layer with none. Half the passes alone.
+  ExpertExchange hidden{1.0, 1.0, 10.0, 20.0}, long_{3.0, 3.0, 2.0, 2.0}, dense{0, 0, 5.0, 9.0};
+  ExpertExchange units[] = {hidden, long_, dense};
+  double paired = 2.0 * floor + 2.0, alone = 2.0 + 6.0;
+  EXPECT_NEAR(getExpertOverlapExposedSeconds(units, 0.5), 0.5 * paired + 0.5 * alone, 1e-12);
+  // All alone: the all-to-alls in full; all paired: the windows alone.
+  EXPECT_NEAR(getExpertOverlapExposedSeconds(units, 1.0), alone, 1e-12);
+  EXPECT_NEAR(getExpertOverlapExposedSeconds(units, 0.0), paired, 1e-12);
+}
+
 /// A small swiglu transformer (hidden 256, 4 heads, sequence 128, vocabulary 512, FFN 1024).
 ir::Model smallTransformer(int64_t layers) {
   ir::Model model;

@@ -346,6 +346,22 @@ enum class DataParallelOverlap {
 /// The value as written: `grads`, `all`, `none`.
 llvm::StringRef toString(DataParallelOverlap overlap);
 
+/// `ep_overlap = false | true;`: whether the expert-parallel all-to-alls of one micro-batch run
+/// beside the compute of another.
+enum class ExpertOverlap {
+  /// `false` (the default): each MoE layer's dispatch and combine are on the critical path.
+  Off,
+  /// `true`: Megatron-Core's batch-level overlap (--overlap-moe-expert-parallel-comm, with
+  /// --delay-wgrad-compute as its documentation pairs them): the forward of one micro-batch runs
+  /// layer by layer beside the backward of the one before it, each pass's all-to-alls beside the
+  /// other's compute (megatron/core/pipeline_parallel/combined_1f1b.py); the first forward and
+  /// the last backward, and under interleaving the warm-up forwards and cool-down backwards, run
+  /// alone.
+  On,
+};
+/// The value as written: `false`, `true`.
+llvm::StringRef toString(ExpertOverlap overlap);
+
 /// `sp_inputs = regather | keep;`: what a column-parallel product (QKV, the MLP's input, the
 /// output layer) keeps of its input for its weight gradient under sequence parallelism, where the
 /// input is the all-gather of the sequence-split activations.
@@ -550,6 +566,10 @@ public:
   /// `dp_overlap = ...;`: which of the step's data-parallel collectives run beside compute.
   DataParallelOverlap dataParallelOverlap = DataParallelOverlap::Grads;
   llvm::SMLoc dataParallelOverlapLoc;
+  /// `ep_overlap = ...;`: whether the expert-parallel all-to-alls run beside another
+  /// micro-batch's compute.
+  ExpertOverlap expertOverlap = ExpertOverlap::Off;
+  llvm::SMLoc expertOverlapLoc;
   /// Whether the backward gathers the column-parallel products' inputs again: sequence
   /// parallelism with `sp_inputs = regather`.
   bool regathersInputs() const {

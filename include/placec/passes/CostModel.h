@@ -552,6 +552,33 @@ double getTensorOverlapExposedSeconds(double commSeconds, const TensorSlotSecond
 /// `G_1 + Σ_j max(X_j − C_j, X_j·κ/(1 + κ), T_j) + R_k`, X_j = G_{j+1} + R_{j−1} + S_j.
 double getPassExposedSeconds(llvm::ArrayRef<PassUnit> units);
 
+/// The expert-parallel all-to-alls of one unit (a MoE layer) under `ep_overlap = true`: the
+/// dispatch and combine of its forward and of its backward, and the compute of both passes.
+struct ExpertExchange {
+  double forwardComm = 0, backwardComm = 0;
+  double forwardCompute = 0, backwardCompute = 0;
+};
+
+/// The share of a stage's forwards (and of its backwards) that run alone under `ep_overlap =
+/// true`, with no pass of another micro-batch beside them. Megatron-Core's combined 1F1B runs the
+/// forward of each micro-batch beside the backward of an earlier one and leaves alone the first
+/// forward and the last backward (megatron/core/pipeline_parallel/combined_1f1b.py), and under
+/// interleaving the warm-up forwards and cool-down backwards of each stage, W = 2·(p − s − 1) +
+/// (v − 1)·p + 1 of its m·v chunk passes for stage s of p with v chunks per stage (schedules.py,
+/// get_pp_rank_microbatches, with the micro-batch group of a virtual stage at its default of p
+/// and the extra warm-up forward of the overlap): min(1, W / (m·v)), 1/m without a pipeline.
+double getExpertOverlapUnpairedShare(int64_t stages, int64_t stage, int64_t microbatches,
+                                     int64_t chunks);
+
+/// Seconds per micro-batch that the expert-parallel all-to-alls of a stage's units add under
+/// `ep_overlap = true`: each unit's forward and backward exchanges beside the compute of both its
+/// passes (a forward runs beside another micro-batch's backward, each pass's all-to-alls beside
+/// the other's attention and expert products), as getOverlapExposedSeconds, for the share of the
+/// passes that are paired, and in full for the `unpaired` share that runs alone:
+/// `(1 − u)·Σ_j max(A_j − C_j, A_j·κ/(1 + κ)) + u·Σ_j A_j`, A_j = A^f_j + A^b_j, C_j = C^f_j +
+/// C^b_j.
+double getExpertOverlapExposedSeconds(llvm::ArrayRef<ExpertExchange> units, double unpaired);
+
 /// A unit of a pass as the step's data-parallel collectives see it: its compute (and
 /// multiplicity), gathering `stepGather` seconds before it and reducing `stepReduce` after it; its
 /// own collectives were counted with every micro-batch's pass and are not counted again. The

@@ -1,0 +1,44 @@
+"""Checks what `ep_overlap` exposes against the all-to-alls' times in the communication table of
+test/lit/report/ep-overlap.place's runs (`python3 check_ep_overlap.py report.json`)."""
+import json
+import sys
+
+# The compute's slowdown beside communication: Lee et al. 2025, "Characterizing
+# Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning", arXiv:2507.03114,
+# §1 (18.9 % on average).
+KAPPA = 0.189
+
+report = json.load(open(sys.argv[1]))
+runs = {run["name"]: run for run in report["runs"]}
+
+
+def all_to_alls(run):
+    return sum(entry["time_s"] for entry in run["communication"]
+               if entry["collective"] == "all-to-all")
+
+
+def close(a, b):
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-12)
+
+
+def exposed(name):
+    return runs[name]["time"]["exposed_comm_s"]
+
+
+for on, off in (("overlap", "plain"), ("overlap_one", "plain_one")):
+    a = all_to_alls(runs[off])
+    assert a > 0 and close(a, all_to_alls(runs[on])), (on, a)
+    m = runs[off]["batch"]["microbatches_per_step"]
+    # Everything else the two runs move and compute is the same.
+    assert close(runs[on]["time"]["compute_s"], runs[off]["time"]["compute_s"]), on
+    fall = exposed(off) - exposed(on)
+    expected = a * (1 - 1 / m) / (1 + KAPPA)
+    assert close(fall, expected), (on, fall, expected)
+    if m > 1:
+        print(f"{on}: exposed falls by A·(1 - 1/m)/(1 + κ), m = {m}")
+    else:
+        print(f"{on}: exposed unchanged, m = {m}")
+
+print("settings: " + " ".join(
+    json.dumps(runs[name]["strategy"]["ep_overlap"])
+    for name in ("overlap", "plain", "overlap_one", "plain_one")))
