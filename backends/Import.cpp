@@ -1317,6 +1317,9 @@ private:
       imported.dpOverlap = !overlapGrads   ? ir::DataParallelOverlap::None
                            : overlapParams ? ir::DataParallelOverlap::All
                                            : ir::DataParallelOverlap::Grads;
+    std::string granularity = getString("--recompute-granularity", "");
+    if (has("--recompute-activations"))
+      granularity = "selective";
     // Megatron-Core's batch-level overlap of the expert all-to-alls, which it runs only over
     // expert parallelism, over a pipeline only when interleaved, and with --delay-wgrad-compute
     // only beside it (megatron/core/transformer/transformer_config.py).
@@ -1334,16 +1337,13 @@ private:
                     "--overlap-moe-expert-parallel-comm over a pipeline needs the interleaved "
                     "schedule (--num-layers-per-virtual-pipeline-stage): Megatron-Core pairs the "
                     "micro-batches' forward and backward passes only there");
-      else if (getString("--recompute-granularity", "") == "full")
+      else if (granularity == "full")
         diags.error(locOf("--overlap-moe-expert-parallel-comm"),
                     "--overlap-moe-expert-parallel-comm with --recompute-granularity full: "
                     "Megatron-Core refuses whole-layer recomputation with it");
       else
         imported.epOverlap = ir::ExpertOverlap::On;
     }
-    std::string granularity = getString("--recompute-granularity", "");
-    if (has("--recompute-activations"))
-      granularity = "selective";
     std::string recompute;
     if (granularity == "full") {
       // uniform: groups of n layers keep one input each (n = 1 is Place's recompute); block:

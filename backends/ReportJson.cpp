@@ -213,11 +213,10 @@ void JsonWriter::writeStrategy(const RunReport &report) {
     out.attribute("dp_overlap", nullptr);
   else
     out.attribute("dp_overlap", overlap);
-  std::string expertOverlap = describeExpertOverlap(strategy);
-  if (expertOverlap.empty())
+  if (describeExpertOverlap(strategy).empty())
     out.attribute("ep_overlap", nullptr);
   else
-    out.attribute("ep_overlap", expertOverlap == "true");
+    out.attribute("ep_overlap", strategy.expertOverlap == ir::ExpertOverlap::On);
   if (strategy.pipeline)
     out.attributeObject("pipeline", [&] {
       out.attribute("schedule", ir::toString(strategy.pipeline->schedule));
