@@ -383,16 +383,23 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
     if (explain)
       x.recomputedLayerText = moe > dense ? moeText : denseText;
   }
-  x.inFlight = cost::getInFlightMicrobatches(
+  double scheduleInFlight = cost::getInFlightMicrobatches(
       plan.schedule, static_cast<int64_t>(plan.stages.size()), plan.microbatches, plan.chunks,
       stage.stage, explain ? &x.inFlightText : nullptr);
+  x.inFlight = scheduleInFlight;
+  // The layers' activations only: the loss's buffers are not paired (the combined step runs the
+  // backward's loss before its layers, the forward's after them).
+  if (strategy.expertOverlap == ir::ExpertOverlap::On)
+    x.inFlight = cost::getExpertOverlapInFlight(
+        scheduleInFlight, static_cast<int64_t>(plan.stages.size()), plan.microbatches, plan.chunks,
+        x.layers, explain ? &x.inFlightText : nullptr);
   if (hasHead && model.kind == ir::ModelKind::Transformer) {
     std::string headText;
     x.headBuffers =
         cost::getHeadActivationBytes(model.transformer, layout, explain ? &headText : nullptr) *
-        x.inFlight;
+        scheduleInFlight;
     if (explain)
-      x.headBuffersText = headText + "× " + num(x.inFlight) + " in flight (the head's loss)";
+      x.headBuffersText = headText + "× " + num(scheduleInFlight) + " in flight (the head's loss)";
   }
   if (explain) {
     x.paramsText = num(x.params);

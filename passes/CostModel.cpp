@@ -1630,6 +1630,23 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
   return 1;
 }
 
+double getExpertOverlapInFlight(double inFlight, int64_t stages, int64_t microbatches,
+                                int64_t chunks, int64_t stageLayers, std::string *formula) {
+  double m = static_cast<double>(microbatches);
+  if (microbatches <= 1 || stageLayers <= 0)
+    return inFlight;
+  double layer = 1 / static_cast<double>(stageLayers);
+  double chunk = stages > 1 ? 1 / static_cast<double>(std::max<int64_t>(1, chunks)) : 0;
+  double value = std::min(m, inFlight + chunk + layer);
+  if (formula) {
+    std::string extra =
+        stages > 1 ? fmt::format(" + 1/{} (one more warm-up chunk)", chunks) : std::string();
+    *formula += fmt::format("; ep_overlap: min(m, {}{} + 1/{} (one more layer paired)) = {}",
+                            num(inFlight), extra, stageLayers, num(value));
+  }
+  return value;
+}
+
 StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &bytes,
                                  std::vector<Explanation> *device, std::vector<Explanation> *host) {
   StageMemoryResult result;

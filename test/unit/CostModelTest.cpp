@@ -309,6 +309,22 @@ TEST(CostModelTest, ExpertOverlapPairsEachForwardWithAnotherMicrobatchsBackward)
   EXPECT_NEAR(getExpertOverlapExposedSeconds(units, 0.0), paired, 1e-12);
 }
 
+TEST(CostModelTest, ExpertOverlapHoldsOneMoreLayerAndOneMoreWarmupChunk) {
+  // Without a pipeline, 1F1B holds one micro-batch of the stage's 48 layers; paired, the
+  // forward of layer i beside the backward of the other micro-batch's last held layer, 49.
+  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(1, 1, 16, 1, 48), 49.0 / 48);
+  // One micro-batch: nothing is paired.
+  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(1, 1, 1, 1, 48), 1.0);
+  // Interleaved, p = 4, v = 3, stage 0 of 12 layers (chunks of 4): Megatron-Core warms up with
+  // 2·3 + 2·4 = 14 chunk forwards and holds 15 chunks, 60 layers, at its peak; under the overlap
+  // 16 chunks and one layer paired, 65 layers.
+  double scheduled = getInFlightMicrobatches(ir::Schedule::Interleaved, 4, 64, 3, 0);
+  EXPECT_DOUBLE_EQ(scheduled * 12, 60.0);
+  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(scheduled, 4, 64, 3, 12) * 12, 65.0);
+  // Never more than every micro-batch of the step.
+  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(2, 4, 2, 2, 4), 2.0);
+}
+
 /// A small swiglu transformer (hidden 256, 4 heads, sequence 128, vocabulary 512, FFN 1024).
 ir::Model smallTransformer(int64_t layers) {
   ir::Model model;

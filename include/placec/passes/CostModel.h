@@ -388,6 +388,17 @@ double getMlpLayerActivationBytes(const ir::MlpConfig &config, const Layout &lay
 double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
                                int64_t chunks, int stage, std::string *formula = nullptr);
 
+/// Micro-batches in flight on a stage under `ep_overlap = true`, from the schedule's `inFlight`
+/// (getInFlightMicrobatches). Megatron-Core's combined 1F1B runs the forward of layer i of one
+/// micro-batch beside the backward of the last layer another still holds
+/// (megatron/core/models/common/model_chunk_schedule_plan.py), so the two hold one layer more than
+/// the other's whole stage: + 1/n for a stage of n layers; under interleaving it schedules one
+/// extra warm-up forward of a model chunk (schedules.py, get_pp_rank_microbatches): + 1/v more.
+/// At most m; unchanged at one micro-batch, which nothing is paired with.
+double getExpertOverlapInFlight(double inFlight, int64_t stages, int64_t microbatches,
+                                int64_t chunks, int64_t stageLayers,
+                                std::string *formula = nullptr);
+
 /// What one pipeline stage holds, the input of getStageMemory.
 struct StageStates {
   double params = 0;        ///< Parameter elements per device after the tensor split.

@@ -39,6 +39,35 @@ for on, off in (("overlap", "plain"), ("overlap_one", "plain_one")):
     else:
         print(f"{on}: exposed unchanged, m = {m}")
 
+
+
+def layers_in_flight(run, overlap):
+    """Layer activations the first stage holds at its peak, in layers, counted from the schedule:
+    1F1B without a pipeline one micro-batch's layers, interleaved the chunk forwards of the
+    warm-up and the first of the steady state (Megatron-Core's schedules.py), each of n/v layers;
+    under the overlap one more warm-up forward (interleaved) and one more layer, paired."""
+    stages = len(run["memory"]["stages"])
+    m = run["batch"]["microbatches_per_step"]
+    n = run["model"]["layers"] // stages
+    if stages == 1:
+        layers = n
+        chunk = 0
+    else:
+        v = run["strategy"]["pipeline"]["chunks"]
+        warmup = 2 * (stages - 1) + (v - 1) * stages + (1 if overlap else 0)
+        layers = min(warmup + 1, m * v) * n // v
+    if overlap and m > 1:
+        layers += 1
+    return min(layers, m * n)
+
+
+for on, off in (("overlap", "plain"), ("overlap_one", "plain_one"), ("overlap_pp", "plain_pp")):
+    first = [runs[name]["memory"]["stages"][0]["device"]["activations"] for name in (on, off)]
+    counted = [layers_in_flight(runs[on], True), layers_in_flight(runs[off], False)]
+    assert close(first[0] * counted[1], first[1] * counted[0]), (on, first, counted)
+    ratio = f"{counted[0]}/{counted[1]}" if counted[0] != counted[1] else "1"
+    print(f"{on}: layer activations × {ratio}, m = {runs[on]['batch']['microbatches_per_step']}")
+
 print("settings: " + " ".join(
     json.dumps(runs[name]["strategy"]["ep_overlap"])
-    for name in ("overlap", "plain", "overlap_one", "plain_one")))
+    for name in ("overlap", "plain", "overlap_one", "plain_one", "overlap_pp", "plain_pp")))
