@@ -12,6 +12,7 @@
 // search re-checks its winners with the real pipeline.
 #include "placec/passes/Search.h"
 
+#include "fmt/format.h"
 #include "placec/ir/Devices.h"
 #include "placec/ir/Diagnostics.h"
 #include "placec/passes/Passes.h"
@@ -1591,7 +1592,8 @@ std::string Candidate::describe() const {
           (sequenceParallel ? (spInputs == ir::SequenceParallelInputs::Keep ? "+sp(keep)" : "+sp")
                             : "") +
           (asyncTp != ir::AsyncTensorParallel::Off ? "+" + formatAsyncTp(asyncTp) : "") +
-          ", b=" + std::to_string(microBatch) + " m=" + std::to_string(microbatches);
+          (epOverlap ? "+ep_overlap" : "") + ", b=" + std::to_string(microBatch) +
+          " m=" + std::to_string(microbatches);
   if (expertsReplicated)
     text += ", experts replicated over dp";
   if (pp > 1)
@@ -1716,6 +1718,19 @@ std::optional<std::vector<ir::AsyncTensorParallel>> parseAsyncTensorParallel(Str
                           ir::AsyncTensorParallel::WeightGradient},
                          "--async-tp", "an async_tp setting",
                          "write a comma-separated list of false, true, forward and wgrad", error);
+}
+
+std::optional<std::vector<ir::ExpertOverlap>> parseExpertOverlap(StringRef text, const ir::Run &run,
+                                                                 std::string &error) {
+  std::optional<std::vector<ir::ExpertOverlap>> values = parseChoiceList(
+      text, {ir::ExpertOverlap::Off, ir::ExpertOverlap::On}, "--ep-overlap",
+      "an ep_overlap setting", "write a comma-separated list of false and true", error);
+  if (values && llvm::is_contained(*values, ir::ExpertOverlap::On) && !run.model->isMoe()) {
+    error = "--ep-overlap true: model '" + run.model->name +
+            "' has no experts (ep_overlap overlaps the expert all-to-alls of a mixture of experts)";
+    return std::nullopt;
+  }
+  return values;
 }
 
 std::optional<std::vector<ir::Precision>> parsePrecisions(StringRef text, const ir::Run &run,
@@ -1858,6 +1873,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
   if (c.sequenceParallel && c.tp > 1)
     strategy->sequenceParallelInputs = c.spInputs;
   strategy->dataParallelOverlap = c.dpOverlap;
+  strategy->expertOverlap = c.epOverlap ? ir::ExpertOverlap::On : ir::ExpertOverlap::Off;
   if (c.cp > 1)
     strategy->contextMethod = c.context;
   if (c.pp > 1) {
@@ -1969,6 +1985,17 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
   const std::vector<ir::AsyncTensorParallel> offOnly = {ir::AsyncTensorParallel::Off};
   const std::vector<ir::AsyncTensorParallel> &asyncValues =
       options.asyncTp.empty() ? offOnly : options.asyncTp;
+  // The ep_overlap settings where Megatron-Core's conditions hold (Verify's checkExperts): an
+  // expert axis, no pipeline (its combined 1F1B needs the interleaved schedule, which this space
+  // does not explore), no full recomputation, not fp32.
+  const std::vector<ir::ExpertOverlap> overlapOff = {ir::ExpertOverlap::Off};
+  const std::vector<ir::ExpertOverlap> &overlapValues =
+      options.epOverlap.empty() ? overlapOff : options.epOverlap;
+  auto overlapsExperts = [](int64_t ep, int64_t pp, ir::ActivationMode mode,
+                            ir::Precision precision) {
+    return ep > 1 && pp == 1 && mode != ir::ActivationMode::RecomputeFull &&
+           precision != ir::Precision::FP32;
+  };
   unsigned keep = std::max(1u, options.topK);
   std::vector<std::pair<Candidate, analysis::RunAnalysis>> best; // Fastest first.
   for (int64_t tp : divisorsOf(std::min<int64_t>(cluster.devicesPerNode, 8))) {
@@ -1997,71 +2024,79 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                 for (int64_t b : {1, 2, 4}) {
                   bool lessOver = false;
                   for (ir::ActivationMode mode : activations)
-                    for (ir::AsyncTensorParallel async : tp > 1 ? asyncValues : offOnly) {
-                      if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
-                          (fp8Gather && !gathersParams(placement.params, placement.optimizer)))
-                        continue;
-                      int64_t samples = (rest / ep) * ep;
-                      if (run.globalBatch % (b * samples) != 0)
-                        continue;
-                      Candidate c;
-                      c.pp = pp;
-                      c.dpNode = rest / ep;
-                      c.ep = ep;
-                      c.tp = tp;
-                      c.params = placement.params;
-                      c.grads = placement.grads;
-                      c.optimizer = placement.optimizer;
-                      c.activations = mode;
-                      c.sequenceParallel = tp > 1;
-                      c.spInputs = options.spInputs;
-                      c.dpOverlap = options.dpOverlap;
-                      c.asyncTp = async;
-                      c.microBatch = b;
-                      c.microbatches = run.globalBatch / (b * samples);
-                      c.precision = variant.precision;
-                      c.fp32Grads = variant.fp32Grads;
-                      c.fp32Params = variant.fp32Params;
-                      c.fp8Saved = variant.fp8Saved;
-                      c.fp8Scaling = variant.fp8Scaling;
-                      c.fp8Gather = fp8Gather;
-                      c.expertsReplicated = expertsReplicated;
-                      if (options.filter && !options.filter(c))
-                        continue;
-                      ++result.spaceSize;
-                      if (smallerOver || lessOver) {
-                        ++result.rejectedByRule["capacity"];
-                        ++result.prunedByMemoryOrder;
-                        continue;
+                    for (ir::AsyncTensorParallel async : tp > 1 ? asyncValues : offOnly)
+                      for (ir::ExpertOverlap overlap :
+                           overlapsExperts(ep, pp, mode, variant.precision) ? overlapValues
+                                                                            : overlapOff) {
+                        if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
+                            (fp8Gather && !gathersParams(placement.params, placement.optimizer)))
+                          continue;
+                        int64_t samples = (rest / ep) * ep;
+                        if (run.globalBatch % (b * samples) != 0)
+                          continue;
+                        Candidate c;
+                        c.pp = pp;
+                        c.dpNode = rest / ep;
+                        c.ep = ep;
+                        c.tp = tp;
+                        c.params = placement.params;
+                        c.grads = placement.grads;
+                        c.optimizer = placement.optimizer;
+                        c.activations = mode;
+                        c.sequenceParallel = tp > 1;
+                        c.spInputs = options.spInputs;
+                        c.dpOverlap = options.dpOverlap;
+                        c.asyncTp = async;
+                        c.epOverlap = overlap == ir::ExpertOverlap::On;
+                        c.microBatch = b;
+                        c.microbatches = run.globalBatch / (b * samples);
+                        c.precision = variant.precision;
+                        c.fp32Grads = variant.fp32Grads;
+                        c.fp32Params = variant.fp32Params;
+                        c.fp8Saved = variant.fp8Saved;
+                        c.fp8Scaling = variant.fp8Scaling;
+                        c.fp8Gather = fp8Gather;
+                        c.expertsReplicated = expertsReplicated;
+                        if (options.filter && !options.filter(c))
+                          continue;
+                        ++result.spaceSize;
+                        if (smallerOver || lessOver) {
+                          ++result.rejectedByRule["capacity"];
+                          ++result.prunedByMemoryOrder;
+                          continue;
+                        }
+                        analysis::RunAnalysis exact;
+                        std::string rule = evaluateExact(run, cluster, c, &exact);
+                        c.stepSeconds = exact.time.stepSeconds;
+                        c.peakBytes = exact.memory.device.peak;
+                        c.hostPeakBytes = exact.memory.host.peak;
+                        // The overlap holds more than the same plan without it, which the
+                        // plans after it may not: only a plan without it prunes them.
+                        if (rule == "capacity" && !c.epOverlap) {
+                          lessOver = true;
+                          if (mode == ir::ActivationMode::RecomputeFull)
+                            smallerOver = true;
+                        }
+                        if (rule == "capacity") {
+                          if (!result.smallest || c.peakBytes < result.smallest->peakBytes)
+                            result.smallest = c;
+                        }
+                        if (!rule.empty()) {
+                          ++result.rejectedByRule[rule];
+                          continue;
+                        }
+                        ++result.accepted;
+                        if (options.onAccepted)
+                          options.onAccepted(c);
+                        if (best.size() == keep && !isBetter(c, best.back().first))
+                          continue;
+                        auto at = std::upper_bound(
+                            best.begin(), best.end(), c,
+                            [](const Candidate &x, const auto &y) { return isBetter(x, y.first); });
+                        best.insert(at, {c, std::move(exact)});
+                        if (best.size() > keep)
+                          best.pop_back();
                       }
-                      analysis::RunAnalysis exact;
-                      std::string rule = evaluateExact(run, cluster, c, &exact);
-                      c.stepSeconds = exact.time.stepSeconds;
-                      c.peakBytes = exact.memory.device.peak;
-                      c.hostPeakBytes = exact.memory.host.peak;
-                      if (rule == "capacity") {
-                        lessOver = true;
-                        if (mode == ir::ActivationMode::RecomputeFull)
-                          smallerOver = true;
-                        if (!result.smallest || c.peakBytes < result.smallest->peakBytes)
-                          result.smallest = c;
-                      }
-                      if (!rule.empty()) {
-                        ++result.rejectedByRule[rule];
-                        continue;
-                      }
-                      ++result.accepted;
-                      if (options.onAccepted)
-                        options.onAccepted(c);
-                      if (best.size() == keep && !isBetter(c, best.back().first))
-                        continue;
-                      auto at = std::upper_bound(
-                          best.begin(), best.end(), c,
-                          [](const Candidate &x, const auto &y) { return isBetter(x, y.first); });
-                      best.insert(at, {c, std::move(exact)});
-                      if (best.size() > keep)
-                        best.pop_back();
-                    }
                 }
               }
       }
@@ -2513,6 +2548,8 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
     text += "  sp_inputs   = " + ir::toString(c.spInputs).str() + ";\n";
   if (writesDpOverlap(c))
     text += "  dp_overlap  = " + ir::toString(c.dpOverlap).str() + ";\n";
+  if (c.epOverlap)
+    text += "  ep_overlap  = true;\n";
   if (c.pp > 1) {
     text += "  pipeline    = " + ir::toString(c.schedule).str() +
             "(microbatches = " + std::to_string(c.microbatches);
@@ -2549,6 +2586,26 @@ std::string formatModel(const ir::Model &model) {
     os << "  unpad = true;\n";
   if (config.projections != ir::Projections::Fused)
     os << "  projections = " << ir::toString(config.projections) << ";\n";
+  if (config.headDim > 0)
+    os << "  head_dim = " << config.headDim << ";\n";
+  if (config.qkNorm)
+    os << "  qk_norm = true;\n";
+  if (config.moe.isEnabled()) {
+    // Every field, defaults included, so that the plan's model is the searched one.
+    const ir::MoeConfig &moe = config.moe;
+    os << "  experts = " << moe.experts << "; top_k = " << moe.topK
+       << "; expert_ffn = " << moe.expertFfn << ";\n";
+    if (moe.sharedExperts > 0)
+      os << "  shared_experts = " << moe.sharedExperts
+         << "; shared_expert_ffn = " << moe.sharedExpertFfn << ";\n";
+    os << "  dense_layers = " << moe.denseLayers << "; moe_every = " << moe.every
+       << "; router = " << ir::toString(moe.router)
+       << fmt::format("; aux_loss = {};\n", moe.auxLoss);
+    if (moe.capacityFactor)
+      os << fmt::format("  capacity_factor = {};\n", *moe.capacityFactor);
+    else
+      os << fmt::format("  imbalance = {};\n", moe.imbalance);
+  }
   os << "  attention = " << ir::toString(config.attention) << ";\n}\n";
   return text;
 }

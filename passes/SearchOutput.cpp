@@ -114,7 +114,8 @@ std::string activationsText(const Candidate &c) {
           : c.spInputs == ir::SequenceParallelInputs::Keep ? " + sp(keep)"
                                                            : " + sp") +
          (c.asyncTp != ir::AsyncTensorParallel::Off ? " + " + formatAsyncTp(c.asyncTp)
-                                                    : std::string());
+                                                    : std::string()) +
+         (c.epOverlap ? " + ep_overlap" : "");
 }
 
 /// `interleaved(4)`, `interleaved(8)(emb+loss)` (the embedding and the loss counted as layers),
@@ -203,6 +204,7 @@ json::Object candidateJson(const Candidate &c) {
                                         ? json::Value(ir::toString(c.spInputs))
                                         : json::Value(nullptr)},
                       {"dp_overlap", ir::toString(c.dpOverlap)},
+                      {"ep_overlap", c.epOverlap},
                       {"precision", c.formatPrecision()},
                       {"ep", c.ep},
                       {"experts_replicated", c.expertsReplicated},
@@ -355,6 +357,16 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       return 1;
     }
     searchOptions.asyncTp = *values;
+  }
+  if (!options.epOverlap.empty()) {
+    std::string error;
+    std::optional<std::vector<ir::ExpertOverlap>> values =
+        parseExpertOverlap(options.epOverlap, *run, error);
+    if (!values) {
+      err << "placec: error: " << error << "\n";
+      return 1;
+    }
+    searchOptions.epOverlap = *values;
   }
   if (!options.spInputs.empty()) {
     if (options.spInputs == "regather" || options.spInputs == "keep") {

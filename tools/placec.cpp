@@ -137,6 +137,12 @@ cl::opt<std::string> searchAsyncTp(
              "false, true, forward and wgrad (default: false and true; false for mixtures of "
              "experts)"),
     cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> searchEpOverlap(
+    "ep-overlap",
+    cl::desc("search: the ep_overlap settings to explore for a mixture of experts where they "
+             "apply (an expert axis, no pipeline, no full recomputation), a comma-separated list "
+             "of false and true (default: false)"),
+    cl::init(""), cl::cat(placecCategory));
 cl::opt<std::string> searchSpInputs(
     "sp-inputs",
     cl::desc("search: what the column-parallel products of every sequence-parallel candidate keep "
@@ -244,7 +250,8 @@ COMMANDS:
   search    Find the fastest correct placement that fits for one run's model, batch and cluster:
             placec search FILE --run NAME [--devices N] [--memory-budget 70GB] [--top K]
             [--precision bf16,fp8] [--schedules 1f1b,zbv] [--activations keep,op]
-            [--async-tp false,wgrad] [--sp-inputs keep] [--threads N] [--format=json|md|html] [-o best.place]
+            [--async-tp false,wgrad] [--ep-overlap false,true] [--sp-inputs keep] [--threads N]
+            [--format=json|md|html] [-o best.place]
             [--max-params]
             (docs/search.md).
 
@@ -544,6 +551,7 @@ int runSearch() {
   options.schedules = searchSchedules;
   options.activations = searchActivations;
   options.asyncTp = searchAsyncTp;
+  options.epOverlap = searchEpOverlap;
   options.spInputs = searchSpInputs;
   options.dpOverlap = searchDpOverlap;
   options.topK = searchTop;
@@ -1087,6 +1095,7 @@ bool checkOptionsApply(Command command) {
       {&searchSchedules, search},
       {&searchActivations, search},
       {&searchAsyncTp, search},
+      {&searchEpOverlap, search},
       {&searchSpInputs, search},
       {&searchDpOverlap, search},
       {&searchMaxParams, search},

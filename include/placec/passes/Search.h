@@ -61,6 +61,9 @@ struct Candidate {
   ir::ContextMethod context = ir::ContextMethod::Ring;
   /// `async_tp = …;` (only with tp > 1; `true` and `forward` with sequence parallelism too).
   ir::AsyncTensorParallel asyncTp = ir::AsyncTensorParallel::Off;
+  /// `ep_overlap = true;`: the expert all-to-alls beside another micro-batch's compute (only with
+  /// ep > 1, no pipeline, no full recomputation, not fp32: the verifier's conditions).
+  bool epOverlap = false;
   /// `sp_inputs = …;` of its sequence parallelism (the search's `--sp-inputs`, the same for every
   /// candidate).
   ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather;
@@ -147,6 +150,9 @@ struct SearchOptions {
   /// `false` for mixtures of experts. `false` and `wgrad` are explored with and without sequence
   /// parallelism, `true` and `forward` with it.
   std::vector<ir::AsyncTensorParallel> asyncTp;
+  /// The ep_overlap settings to explore for a mixture of experts where they apply (ep > 1, no
+  /// pipeline, no full recomputation, not fp32); empty: `false`. Elsewhere `false`.
+  std::vector<ir::ExpertOverlap> epOverlap;
   /// What sequence parallelism's column-parallel products keep in every candidate (`sp_inputs`):
   /// `regather` as Megatron-LM, `keep` as PyTorch.
   ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather;
@@ -262,6 +268,11 @@ parseActivationModes(llvm::StringRef text, const ir::Run &run, std::string &erro
 std::optional<std::vector<ir::AsyncTensorParallel>> parseAsyncTensorParallel(llvm::StringRef text,
                                                                              std::string &error);
 
+/// Parses `--ep-overlap false,true` into ep_overlap settings; on an error (an unknown name, or
+/// `true` for a model without experts) returns nullopt and sets `error`.
+std::optional<std::vector<ir::ExpertOverlap>>
+parseExpertOverlap(llvm::StringRef text, const ir::Run &run, std::string &error);
+
 /// Parses `--precision bf16,fp8` into precisions; on an error returns nullopt and sets `error`
 /// (an unknown name, fp8 on the run's cluster without an FP8 peak, or fp8 under
 /// `kernels = eager`).
@@ -316,6 +327,9 @@ struct SearchCommandOptions {
   /// `--async-tp`: a comma-separated list of false, true, forward and wgrad; empty: the default
   /// set (SearchOptions::asyncTp).
   std::string asyncTp;
+  /// `--ep-overlap`: a comma-separated list of false and true; empty: false
+  /// (SearchOptions::epOverlap).
+  std::string epOverlap;
   /// `--sp-inputs`: regather or keep; empty: regather.
   std::string spInputs;
   /// `--dp-overlap`: grads, all or none; empty: grads.
