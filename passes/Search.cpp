@@ -2014,26 +2014,26 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
         // keeping more is over it too, and is counted without being evaluated.
         for (const Placement &placement : placements)
           for (const PrecisionVariant &variant : precisions)
-            for (bool fp8Gather : {false, true})
+            for (bool fp8Gather : {false, true}) {
+              if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
+                  (fp8Gather && !gathersParams(placement.params, placement.optimizer)))
+                continue;
               for (bool expertsReplicated : {false, true}) {
                 // Under ZeRO-3 the experts may instead stay whole over dp (ZeRO-1 for them).
                 if (expertsReplicated &&
                     (placement.params != ParamChoice::GatherAll || rest / ep == 1))
                   continue;
                 bool smallerOver = false; // The previous micro-batch size's full recomputation.
+                int64_t samples = (rest / ep) * ep;
                 for (int64_t b : {1, 2, 4}) {
+                  if (run.globalBatch % (b * samples) != 0)
+                    continue;
                   bool lessOver = false;
                   for (ir::ActivationMode mode : activations)
                     for (ir::AsyncTensorParallel async : tp > 1 ? asyncValues : offOnly)
                       for (ir::ExpertOverlap overlap :
                            overlapsExperts(ep, pp, mode, variant.precision) ? overlapValues
                                                                             : overlapOff) {
-                        if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
-                            (fp8Gather && !gathersParams(placement.params, placement.optimizer)))
-                          continue;
-                        int64_t samples = (rest / ep) * ep;
-                        if (run.globalBatch % (b * samples) != 0)
-                          continue;
                         Candidate c;
                         c.pp = pp;
                         c.dpNode = rest / ep;
@@ -2070,14 +2070,14 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                         c.stepSeconds = exact.time.stepSeconds;
                         c.peakBytes = exact.memory.device.peak;
                         c.hostPeakBytes = exact.memory.host.peak;
-                        // The overlap holds more than the same plan without it, which the
-                        // plans after it may not: only a plan without it prunes them.
-                        if (rule == "capacity" && !c.epOverlap) {
-                          lessOver = true;
-                          if (mode == ir::ActivationMode::RecomputeFull)
-                            smallerOver = true;
-                        }
                         if (rule == "capacity") {
+                          // The overlap holds more than the same plan without it, which the
+                          // plans after it may not: only a plan without it prunes them.
+                          if (!c.epOverlap) {
+                            lessOver = true;
+                            if (mode == ir::ActivationMode::RecomputeFull)
+                              smallerOver = true;
+                          }
                           if (!result.smallest || c.peakBytes < result.smallest->peakBytes)
                             result.smallest = c;
                         }
@@ -2099,6 +2099,7 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                       }
                 }
               }
+            }
       }
     }
   }
