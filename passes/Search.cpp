@@ -32,6 +32,7 @@
 #include <limits>
 #include <mutex>
 #include <numeric>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 
@@ -1650,15 +1651,30 @@ parseChoiceList(StringRef text, std::initializer_list<T> choices, StringRef flag
   return result;
 }
 
-std::optional<std::vector<ir::Schedule>> parseSchedules(StringRef text, std::string &error) {
-  return parseChoiceList(text,
-                         {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::Interleaved,
-                          ir::Schedule::ZeroBubble, ir::Schedule::ZeroBubbleV,
-                          ir::Schedule::DualPipeV},
-                         "--schedules", "a schedule the search explores",
-                         "write a comma-separated list of 1f1b, gpipe, interleaved, zero_bubble, "
-                         "zbv and dualpipev",
-                         error);
+bool isMoeSearchSchedule(ir::Schedule schedule) {
+  return schedule == ir::Schedule::OneFOneB || schedule == ir::Schedule::GPipe ||
+         schedule == ir::Schedule::Interleaved;
+}
+
+std::optional<std::vector<ir::Schedule>> parseSchedules(StringRef text, const ir::Run &run,
+                                                        std::string &error) {
+  std::optional<std::vector<ir::Schedule>> schedules = parseChoiceList(
+      text,
+      {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::Interleaved,
+       ir::Schedule::ZeroBubble, ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV},
+      "--schedules", "a schedule the search explores",
+      "write a comma-separated list of 1f1b, gpipe, interleaved, zero_bubble, "
+      "zbv and dualpipev",
+      error);
+  if (schedules && run.model->isMoe())
+    for (ir::Schedule schedule : *schedules)
+      if (!isMoeSearchSchedule(schedule)) {
+        error = "--schedules " + ir::toString(schedule).str() + ": model '" + run.model->name +
+                "' has routed experts, and the search of a mixture of experts explores 1f1b, "
+                "gpipe and interleaved pipelines only";
+        return std::nullopt;
+      }
+  return schedules;
 }
 
 /// Why a run under `kernels = eager` cannot be searched with activation mode `mode` at
@@ -1941,6 +1957,9 @@ std::string evaluateExact(const ir::Run &base, const ir::Cluster &cluster, const
       rule = diag.rule.empty() ? "error" : diag.rule;
       break;
     }
+  // A run another rule rejects is not analysed: nothing reads its times or memory.
+  if (!rule.empty() && rule != "capacity")
+    return rule;
   analysis::RunAnalysis result =
       verified ? std::move(*verified) : analysis::analyze(*plan::lowerRun(*program.runs.back()));
   // The capacity rule is defined by the memory analysis; a verifier without it (it is being
@@ -1950,165 +1969,6 @@ std::string evaluateExact(const ir::Run &base, const ir::Cluster &cluster, const
   if (analysisOut)
     *analysisOut = std::move(result);
   return rule;
-}
-
-/// Mixture-of-experts models: their MoE layers differ from the dense ones and their experts have
-/// a placement of their own, which the closed-form fast path does not model, so every candidate
-/// goes through the exact path (the verifier and the analyses of its step plan). The space is
-/// smaller: meshes [pp, dp, ep, tp] (tp inside a node, ep dividing the experts), ZeRO-1, -2 or -3
-/// over every batch-like axis (the experts' states sharded over the expert-data-parallel `dp`
-/// like the dense ones), the three activation modes (or those of `--activations`), micro-batches of
-/// 1, 2 or 4, 1F1B pipelines, sequence parallelism with tensor parallelism.
-void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptions &options,
-               SearchResult &result) {
-  const ir::TransformerConfig &config = run.model->transformer;
-  int64_t devices = cluster.getNumDevices();
-  std::vector<PrecisionVariant> precisions = precisionVariants(run, options.precisions);
-  struct Placement {
-    ParamChoice params;
-    GradChoice grads;
-    OptimizerChoice optimizer;
-  };
-  const Placement placements[] = {
-      {ParamChoice::Replicate, GradChoice::Replicate, OptimizerChoice::ShardAll},
-      {ParamChoice::Replicate, GradChoice::ShardAll, OptimizerChoice::ShardAll},
-      {ParamChoice::GatherAll, GradChoice::ShardAll, OptimizerChoice::ShardAll}};
-  // By growing memory, so that a mode over the budget prunes the ones after it (the requested
-  // ones in this order; recompute(op) does not apply to MoE layers).
-  std::vector<ir::ActivationMode> activations;
-  for (ir::ActivationMode mode : {ir::ActivationMode::RecomputeFull,
-                                  ir::ActivationMode::RecomputeSelective, ir::ActivationMode::Keep})
-    if (options.activations.empty() || llvm::is_contained(options.activations, mode))
-      activations.push_back(mode);
-  // The async_tp settings (sequence parallelism is on wherever tp > 1): the requested ones, or
-  // none by default.
-  const std::vector<ir::AsyncTensorParallel> offOnly = {ir::AsyncTensorParallel::Off};
-  const std::vector<ir::AsyncTensorParallel> &asyncValues =
-      options.asyncTp.empty() ? offOnly : options.asyncTp;
-  // The ep_overlap settings where Megatron-Core's conditions hold (Verify's checkExperts): an
-  // expert axis, no pipeline (its combined 1F1B needs the interleaved schedule, which this space
-  // does not explore), no full recomputation, not fp32.
-  const std::vector<ir::ExpertOverlap> overlapOff = {ir::ExpertOverlap::Off};
-  const std::vector<ir::ExpertOverlap> &overlapValues =
-      options.epOverlap.empty() ? overlapOff : options.epOverlap;
-  auto overlapsExperts = [](int64_t ep, int64_t pp, ir::ActivationMode mode,
-                            ir::Precision precision) {
-    return ep > 1 && pp == 1 && mode != ir::ActivationMode::RecomputeFull &&
-           precision != ir::Precision::FP32;
-  };
-  unsigned keep = std::max(1u, options.topK);
-  std::vector<std::pair<Candidate, analysis::RunAnalysis>> best; // Fastest first.
-  for (int64_t tp : divisorsOf(std::min<int64_t>(cluster.devicesPerNode, 8))) {
-    if (devices % tp != 0)
-      continue;
-    for (int64_t pp : divisorsOf(devices / tp)) {
-      if (pp > 1 && config.layers % pp != 0)
-        continue;
-      int64_t rest = devices / (tp * pp);
-      for (int64_t ep : divisorsOf(rest)) {
-        if (config.moe.experts % ep != 0)
-          continue;
-        ++result.meshes;
-        // Memory grows with the micro-batch and with what the activations keep (full
-        // recomputation, then selective, then keep): past a plan over the budget, the same plan
-        // keeping more is over it too, and is counted without being evaluated.
-        for (const Placement &placement : placements)
-          for (const PrecisionVariant &variant : precisions)
-            for (bool fp8Gather : {false, true}) {
-              if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
-                  (fp8Gather && !gathersParams(placement.params, placement.optimizer)))
-                continue;
-              for (bool expertsReplicated : {false, true}) {
-                // Under ZeRO-3 the experts may instead stay whole over dp (ZeRO-1 for them).
-                if (expertsReplicated &&
-                    (placement.params != ParamChoice::GatherAll || rest / ep == 1))
-                  continue;
-                bool smallerOver = false; // The previous micro-batch size's full recomputation.
-                int64_t samples = (rest / ep) * ep;
-                for (int64_t b : {1, 2, 4}) {
-                  if (run.globalBatch % (b * samples) != 0)
-                    continue;
-                  bool lessOver = false;
-                  for (ir::ActivationMode mode : activations)
-                    for (ir::AsyncTensorParallel async : tp > 1 ? asyncValues : offOnly)
-                      for (ir::ExpertOverlap overlap :
-                           overlapsExperts(ep, pp, mode, variant.precision) ? overlapValues
-                                                                            : overlapOff) {
-                        Candidate c;
-                        c.pp = pp;
-                        c.dpNode = rest / ep;
-                        c.ep = ep;
-                        c.tp = tp;
-                        c.params = placement.params;
-                        c.grads = placement.grads;
-                        c.optimizer = placement.optimizer;
-                        c.activations = mode;
-                        c.sequenceParallel = tp > 1;
-                        c.spInputs = options.spInputs;
-                        c.dpOverlap = options.dpOverlap;
-                        c.asyncTp = async;
-                        c.epOverlap = overlap == ir::ExpertOverlap::On;
-                        c.microBatch = b;
-                        c.microbatches = run.globalBatch / (b * samples);
-                        c.precision = variant.precision;
-                        c.fp32Grads = variant.fp32Grads;
-                        c.fp32Params = variant.fp32Params;
-                        c.fp8Saved = variant.fp8Saved;
-                        c.fp8Scaling = variant.fp8Scaling;
-                        c.fp8Gather = fp8Gather;
-                        c.expertsReplicated = expertsReplicated;
-                        if (options.filter && !options.filter(c))
-                          continue;
-                        ++result.spaceSize;
-                        if (smallerOver || lessOver) {
-                          ++result.rejectedByRule["capacity"];
-                          ++result.prunedByMemoryOrder;
-                          continue;
-                        }
-                        analysis::RunAnalysis exact;
-                        std::string rule = evaluateExact(run, cluster, c, &exact);
-                        c.stepSeconds = exact.time.stepSeconds;
-                        c.peakBytes = exact.memory.device.peak;
-                        c.hostPeakBytes = exact.memory.host.peak;
-                        if (rule == "capacity") {
-                          // The overlap holds more than the same plan without it, which the
-                          // plans after it may not: only a plan without it prunes them.
-                          if (!c.epOverlap) {
-                            lessOver = true;
-                            if (mode == ir::ActivationMode::RecomputeFull)
-                              smallerOver = true;
-                          }
-                          if (!result.smallest || c.peakBytes < result.smallest->peakBytes)
-                            result.smallest = c;
-                        }
-                        if (!rule.empty()) {
-                          ++result.rejectedByRule[rule];
-                          continue;
-                        }
-                        ++result.accepted;
-                        if (options.onAccepted)
-                          options.onAccepted(c);
-                        if (best.size() == keep && !isBetter(c, best.back().first))
-                          continue;
-                        auto at = std::upper_bound(
-                            best.begin(), best.end(), c,
-                            [](const Candidate &x, const auto &y) { return isBetter(x, y.first); });
-                        best.insert(at, {c, std::move(exact)});
-                        if (best.size() > keep)
-                          best.pop_back();
-                      }
-                }
-              }
-            }
-      }
-    }
-  }
-  if (result.accepted > 0)
-    result.smallest.reset();
-  for (auto &[candidate, analysis] : best) {
-    result.top.push_back(candidate);
-    result.topAnalyses.push_back(std::move(analysis));
-  }
 }
 
 namespace {
@@ -2146,6 +2006,300 @@ struct SearchShare {
 };
 
 } // namespace
+
+/// Mixture-of-experts models: their MoE layers differ from the dense ones and their experts have
+/// a placement of their own, which the closed-form fast path does not model, so every candidate
+/// goes through the exact path (the verifier and the analyses of its step plan). The space is
+/// smaller: meshes [pp, dp, ep, tp] (tp inside a node, ep dividing the experts), ZeRO-1, -2 or -3
+/// over every batch-like axis (the experts' states sharded over the expert-data-parallel `dp`
+/// like the dense ones), the three activation modes (or those of `--activations`), micro-batches of
+/// 1, 2 or 4, 1F1B and interleaved pipelines (the layers split evenly, or the embedding and the
+/// loss counted as layers), sequence parallelism with tensor parallelism.
+void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptions &options,
+               SearchResult &result) {
+  const ir::Model &model = *run.model;
+  int64_t layers = model.getNumLayers();
+  int64_t devices = cluster.getNumDevices();
+  std::vector<PrecisionVariant> precisions = precisionVariants(run, options.precisions);
+  struct Placement {
+    ParamChoice params;
+    GradChoice grads;
+    OptimizerChoice optimizer;
+  };
+  const Placement placements[] = {
+      {ParamChoice::Replicate, GradChoice::Replicate, OptimizerChoice::ShardAll},
+      {ParamChoice::Replicate, GradChoice::ShardAll, OptimizerChoice::ShardAll},
+      {ParamChoice::GatherAll, GradChoice::ShardAll, OptimizerChoice::ShardAll}};
+  // By growing memory, so that a mode over the budget prunes the ones after it (the requested
+  // ones in this order; recompute(op) does not apply to MoE layers).
+  std::vector<ir::ActivationMode> activations;
+  for (ir::ActivationMode mode : {ir::ActivationMode::RecomputeFull,
+                                  ir::ActivationMode::RecomputeSelective, ir::ActivationMode::Keep})
+    if (options.activations.empty() || llvm::is_contained(options.activations, mode))
+      activations.push_back(mode);
+  // The async_tp settings (sequence parallelism is on wherever tp > 1): the requested ones, or
+  // none by default.
+  const std::vector<ir::AsyncTensorParallel> offOnly = {ir::AsyncTensorParallel::Off};
+  const std::vector<ir::AsyncTensorParallel> &asyncValues =
+      options.asyncTp.empty() ? offOnly : options.asyncTp;
+  // The pipeline schedules explored (isMoeSearchSchedule): the requested ones, or 1f1b and
+  // interleaved.
+  auto explores = [&](ir::Schedule schedule) {
+    return isMoeSearchSchedule(schedule) &&
+           (options.schedules.empty() ? schedule != ir::Schedule::GPipe
+                                      : llvm::is_contained(options.schedules, schedule));
+  };
+  // A pipeline of the search: its schedule and chunks, the embedding and the loss counted as
+  // layers or not (then `edge` holds the first and the last stage's layers).
+  struct Schedule {
+    ir::Schedule schedule;
+    int64_t chunks;
+    bool counted = false;
+    int64_t edge = 0;
+    bool operator<(const Schedule &other) const {
+      return std::tie(schedule, chunks, counted) <
+             std::tie(other.schedule, other.chunks, other.counted);
+    }
+  };
+  // The ep_overlap settings where Megatron-Core's conditions hold (Verify's checkExperts): an
+  // expert axis, no pipeline or an interleaved one (its combined 1F1B needs virtual stages), no
+  // full recomputation, not fp32.
+  const std::vector<ir::ExpertOverlap> overlapOff = {ir::ExpertOverlap::Off};
+  const std::vector<ir::ExpertOverlap> &overlapValues =
+      options.epOverlap.empty() ? overlapOff : options.epOverlap;
+  auto overlapsExperts = [](int64_t ep, int64_t pp, const Schedule &pipeline,
+                            ir::ActivationMode mode, ir::Precision precision) {
+    return ep > 1 &&
+           (pp == 1 || (pipeline.schedule == ir::Schedule::Interleaved && pipeline.chunks > 1)) &&
+           mode != ir::ActivationMode::RecomputeFull && precision != ir::Precision::FP32;
+  };
+  // The groups of candidates, in the search order: a mesh with its pipelines, a placement, a
+  // precision, the gather's type and the experts' placement. Within a group the candidates grow in
+  // memory (micro-batch, then activation mode), which prunes them; the groups are searched on
+  // every thread.
+  struct Group {
+    int64_t tp, pp, ep;
+    size_t pipelines; ///< Index into `layouts`.
+    const Placement *placement;
+    const PrecisionVariant *variant;
+    bool fp8Gather, expertsReplicated;
+  };
+  std::vector<std::vector<Schedule>> layouts;
+  std::vector<Group> groups;
+  for (int64_t tp : divisorsOf(std::min<int64_t>(cluster.devicesPerNode, 8))) {
+    if (devices % tp != 0)
+      continue;
+    for (int64_t pp : divisorsOf(devices / tp)) {
+      if (pp > layers)
+        break;
+      // The stage layouts: the layers split evenly, or (interleaved) with the embedding and the
+      // loss counted as layers (Megatron-LM's --account-for-embedding-in-pipeline-split and
+      // --account-for-loss-in-pipeline-split; Qwen3-235B's 94 + 2 layers on 8 stages × 3 chunks
+      // of 4): the chunks v > 1 for which pp·v divides layers + 2, the first and the last stage
+      // holding (layers + 2)/pp − 1 layers (rule `divisibility`).
+      std::vector<Schedule> pipelines;
+      if (pp == 1) {
+        pipelines.push_back({ir::Schedule::OneFOneB, 1});
+      } else {
+        if (layers % pp == 0) {
+          for (ir::Schedule schedule : {ir::Schedule::OneFOneB, ir::Schedule::GPipe})
+            if (explores(schedule))
+              pipelines.push_back({schedule, 1});
+          if (explores(ir::Schedule::Interleaved))
+            for (int64_t v : divisorsOf(layers / pp))
+              if (v > 1)
+                pipelines.push_back({ir::Schedule::Interleaved, v});
+        }
+        if ((layers + 2) % pp == 0 && explores(ir::Schedule::Interleaved))
+          for (int64_t v : divisorsOf((layers + 2) / pp))
+            if (v > 1)
+              pipelines.push_back({ir::Schedule::Interleaved, v, true, (layers + 2) / pp - 1});
+      }
+      if (pipelines.empty())
+        continue;
+      layouts.push_back(std::move(pipelines));
+      int64_t rest = devices / (tp * pp);
+      for (int64_t ep : divisorsOf(rest)) {
+        if (model.transformer.moe.experts % ep != 0)
+          continue;
+        ++result.meshes;
+        for (const Placement &placement : placements)
+          for (const PrecisionVariant &variant : precisions)
+            for (bool fp8Gather : {false, true}) {
+              if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
+                  (fp8Gather && !gathersParams(placement.params, placement.optimizer)))
+                continue;
+              // Under ZeRO-3 the experts may instead stay whole over dp (ZeRO-1 for them).
+              for (bool expertsReplicated : {false, true})
+                if (!expertsReplicated ||
+                    (placement.params == ParamChoice::GatherAll && rest / ep > 1))
+                  groups.push_back({tp, pp, ep, layouts.size() - 1, &placement, &variant, fp8Gather,
+                                    expertsReplicated});
+            }
+      }
+    }
+  }
+
+  // One group: its candidates evaluated exactly, in order. Memory grows with the micro-batch and
+  // with what the activations keep (full recomputation, then selective, then keep): past a plan
+  // over the budget, the same plan keeping more is over it too, and is counted without being
+  // evaluated.
+  unsigned keep = std::max(1u, options.topK);
+  struct Share {
+    SearchResult counts;
+    std::vector<std::pair<Ranked, analysis::RunAnalysis>> best; // isRankedBetter order.
+    std::optional<Ranked> smallest;
+  };
+  auto searchGroup = [&](uint64_t index, Share &share) {
+    const Group &group = groups[index];
+    int64_t tp = group.tp, pp = group.pp, ep = group.ep;
+    int64_t rest = devices / (tp * pp);
+    int64_t samples = (rest / ep) * ep;
+    const PrecisionVariant &variant = *group.variant;
+    SearchResult &counts = share.counts;
+    uint64_t order = index << 32;
+    // The pipelines whose full recomputation was over the budget at a smaller micro-batch:
+    // each holds b·min(in flight, m·v) micro-batches' activations, m = B/b, which does not
+    // shrink as b grows.
+    std::set<Schedule> smallerOver;
+    for (int64_t b : {1, 2, 4}) {
+      if (run.globalBatch % (b * samples) != 0)
+        continue;
+      int64_t m = run.globalBatch / (b * samples);
+      for (const Schedule &pipeline : layouts[group.pipelines]) {
+        if (!cost::isScheduleValid(pipeline.schedule, pp, m, pipeline.chunks))
+          continue;
+        bool lessOver = false;
+        for (ir::ActivationMode mode : activations)
+          for (ir::AsyncTensorParallel async : tp > 1 ? asyncValues : offOnly)
+            for (ir::ExpertOverlap overlap :
+                 overlapsExperts(ep, pp, pipeline, mode, variant.precision) ? overlapValues
+                                                                            : overlapOff) {
+              Candidate c;
+              c.pp = pp;
+              c.dpNode = rest / ep;
+              c.ep = ep;
+              c.tp = tp;
+              c.params = group.placement->params;
+              c.grads = group.placement->grads;
+              c.optimizer = group.placement->optimizer;
+              c.activations = mode;
+              c.sequenceParallel = tp > 1;
+              c.spInputs = options.spInputs;
+              c.dpOverlap = options.dpOverlap;
+              c.asyncTp = async;
+              c.epOverlap = overlap == ir::ExpertOverlap::On;
+              c.microBatch = b;
+              c.microbatches = m;
+              c.schedule = pipeline.schedule;
+              c.chunks = pipeline.chunks;
+              c.countedSplit = pipeline.counted;
+              c.edgeLayers = pipeline.edge;
+              c.precision = variant.precision;
+              c.fp32Grads = variant.fp32Grads;
+              c.fp32Params = variant.fp32Params;
+              c.fp8Saved = variant.fp8Saved;
+              c.fp8Scaling = variant.fp8Scaling;
+              c.fp8Gather = group.fp8Gather;
+              c.expertsReplicated = group.expertsReplicated;
+              if (options.filter && !options.filter(c))
+                continue;
+              ++counts.spaceSize;
+              uint64_t position = order++;
+              if (smallerOver.count(pipeline) || lessOver) {
+                ++counts.rejectedByRule["capacity"];
+                ++counts.prunedByMemoryOrder;
+                continue;
+              }
+              analysis::RunAnalysis exact;
+              std::string rule = evaluateExact(run, cluster, c, &exact);
+              c.stepSeconds = exact.time.stepSeconds;
+              c.peakBytes = exact.memory.device.peak;
+              c.hostPeakBytes = exact.memory.host.peak;
+              Ranked ranked{c, position};
+              if (rule == "capacity") {
+                // The overlap holds more than the same plan without it, which the plans after
+                // it may not: only a plan without it prunes them.
+                if (!c.epOverlap) {
+                  lessOver = true;
+                  if (mode == ir::ActivationMode::RecomputeFull)
+                    smallerOver.insert(pipeline);
+                }
+                if (!share.smallest || isRankedSmaller(ranked, *share.smallest))
+                  share.smallest = ranked;
+              }
+              if (!rule.empty()) {
+                ++counts.rejectedByRule[rule];
+                continue;
+              }
+              ++counts.accepted;
+              if (options.onAccepted)
+                options.onAccepted(c);
+              std::vector<std::pair<Ranked, analysis::RunAnalysis>> &kept = share.best;
+              if (kept.size() == keep && !isRankedBetter(ranked, kept.back().first))
+                continue;
+              auto at = std::upper_bound(
+                  kept.begin(), kept.end(), ranked,
+                  [](const Ranked &x, const auto &y) { return isRankedBetter(x, y.first); });
+              kept.insert(at, {ranked, std::move(exact)});
+              if (kept.size() > keep)
+                kept.pop_back();
+            }
+      }
+    }
+  };
+
+  unsigned threads =
+      std::min<unsigned>(getSearchThreads(options), std::max<size_t>(1, groups.size()));
+  result.threads = threads;
+  std::vector<Share> shares(threads);
+  std::atomic<uint64_t> next{0};
+  // The progress bar advances by groups.
+  uint64_t done = 0;
+  std::mutex progressMutex;
+  auto work = [&](Share &share) {
+    for (uint64_t index = next.fetch_add(1); index < groups.size(); index = next.fetch_add(1)) {
+      searchGroup(index, share);
+      if (options.progress) {
+        std::lock_guard<std::mutex> lock(progressMutex);
+        options.progress(static_cast<double>(++done) / static_cast<double>(groups.size()));
+      }
+    }
+  };
+  if (threads == 1) {
+    work(shares[0]);
+  } else {
+    DefaultThreadPool pool(hardware_concurrency(threads));
+    for (Share &share : shares)
+      pool.async([&] { work(share); });
+    pool.wait();
+  }
+  // The shares merged: the counts add up, the best and the smallest are those of the search
+  // order, whatever the number of threads.
+  std::vector<std::pair<Ranked, analysis::RunAnalysis>> best;
+  std::optional<Ranked> smallest;
+  for (Share &share : shares) {
+    result.spaceSize += share.counts.spaceSize;
+    result.accepted += share.counts.accepted;
+    result.prunedByMemoryOrder += share.counts.prunedByMemoryOrder;
+    for (const auto &[rule, count] : share.counts.rejectedByRule)
+      result.rejectedByRule[rule] += count;
+    for (auto &entry : share.best)
+      best.push_back(std::move(entry));
+    if (share.smallest && (!smallest || isRankedSmaller(*share.smallest, *smallest)))
+      smallest = share.smallest;
+  }
+  std::sort(best.begin(), best.end(),
+            [](const auto &x, const auto &y) { return isRankedBetter(x.first, y.first); });
+  if (best.size() > keep)
+    best.resize(keep);
+  if (result.accepted == 0 && smallest)
+    result.smallest = smallest->candidate;
+  for (auto &[ranked, analysis] : best) {
+    result.top.push_back(ranked.candidate);
+    result.topAnalyses.push_back(std::move(analysis));
+  }
+}
 
 unsigned getSearchThreads(const SearchOptions &options) {
   if (options.onAccepted)

@@ -331,7 +331,8 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
   }
   if (!options.schedules.empty()) {
     std::string error;
-    std::optional<std::vector<ir::Schedule>> schedules = parseSchedules(options.schedules, error);
+    std::optional<std::vector<ir::Schedule>> schedules =
+        parseSchedules(options.schedules, *run, error);
     if (!schedules) {
       err << "placec: error: " << error << "\n";
       return 1;

@@ -123,7 +123,8 @@ cl::opt<std::string> searchPrecision(
 cl::opt<std::string> searchSchedules(
     "schedules",
     cl::desc("search: the pipeline schedules to explore, a comma-separated list of 1f1b, gpipe, "
-             "interleaved, zero_bubble, zbv and dualpipev (default: all but gpipe)"),
+             "interleaved, zero_bubble, zbv and dualpipev (default: all but gpipe; 1f1b and "
+             "interleaved for mixtures of experts, which take 1f1b, gpipe and interleaved)"),
     cl::init(""), cl::cat(placecCategory));
 cl::opt<std::string> searchActivations(
     "activations",
@@ -140,7 +141,8 @@ cl::opt<std::string> searchAsyncTp(
 cl::opt<std::string> searchEpOverlap(
     "ep-overlap",
     cl::desc("search: the ep_overlap settings to explore for a mixture of experts where they "
-             "apply (an expert axis, no pipeline, no full recomputation), a comma-separated list "
+             "apply (an expert axis, no pipeline or an interleaved one, no full recomputation), "
+             "a comma-separated list "
              "of false and true (default: false)"),
     cl::init(""), cl::cat(placecCategory));
 cl::opt<std::string> searchSpInputs(

@@ -62,7 +62,8 @@ struct Candidate {
   /// `async_tp = …;` (only with tp > 1; `true` and `forward` with sequence parallelism too).
   ir::AsyncTensorParallel asyncTp = ir::AsyncTensorParallel::Off;
   /// `ep_overlap = true;`: the expert all-to-alls beside another micro-batch's compute (only with
-  /// ep > 1, no pipeline, no full recomputation, not fp32: the verifier's conditions).
+  /// ep > 1, no pipeline or an interleaved one, no full recomputation, not fp32: the verifier's
+  /// conditions).
   bool epOverlap = false;
   /// `sp_inputs = …;` of its sequence parallelism (the search's `--sp-inputs`, the same for every
   /// candidate).
@@ -140,7 +141,8 @@ struct SearchOptions {
   /// `mixed(fp8, gather = fp8)`. The caller checks that the cluster has an FP8 peak.
   std::vector<ir::Precision> precisions;
   /// The pipeline schedules to explore; empty: 1f1b, interleaved, zero_bubble, zbv and dualpipev
-  /// (gpipe only when listed: 1F1B is never slower and never larger).
+  /// (gpipe only when listed: 1F1B is never slower and never larger); for a mixture of experts
+  /// those of them that isMoeSearchSchedule accepts.
   std::vector<ir::Schedule> schedules;
   /// The activation modes to explore; empty: keep, recompute(selective) and recompute, and
   /// recompute(op) too where the run's strategy uses it. Every mode listed applies to the model
@@ -207,7 +209,7 @@ struct SearchResult {
   /// When nothing fits: the candidate that passes every other rule with the least device peak.
   std::optional<Candidate> smallest;
   double seconds = 0;
-  /// The threads that evaluated the space (getSearchThreads; 1 for mixtures of experts).
+  /// The threads that evaluated the space (getSearchThreads, at most one per group of candidates).
   unsigned threads = 1;
   /// The cluster the search ran on (a copy with the searched device count and budget).
   std::shared_ptr<ir::Cluster> cluster;
@@ -241,7 +243,8 @@ FastVerdict evaluateFast(const ir::Run &run, const ir::Cluster &cluster,
                          const Candidate &candidate);
 
 /// The slow path: the verifier (capacity as an error) and the analyses on the built run. Returns
-/// the first rule with an error (empty when accepted) and fills `analysisOut`.
+/// the first rule with an error (empty when accepted) and, where that is none or `capacity`,
+/// fills `analysisOut` (a run another rule rejects is not analysed).
 std::string evaluateExact(const ir::Run &run, const ir::Cluster &cluster,
                           const Candidate &candidate, analysis::RunAnalysis *analysisOut);
 
@@ -254,8 +257,16 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
                       ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather,
                       ir::DataParallelOverlap dpOverlap = ir::DataParallelOverlap::Grads);
 
-/// Parses `--schedules 1f1b,zbv` into schedules; on an error returns nullopt and sets `error`.
-std::optional<std::vector<ir::Schedule>> parseSchedules(llvm::StringRef text, std::string &error);
+/// Whether the search of a mixture-of-experts model explores `schedule`: 1f1b, gpipe and
+/// interleaved (Megatron-Core's schedules for MoE layers); the zero-bubble ones only for dense
+/// models.
+bool isMoeSearchSchedule(ir::Schedule schedule);
+
+/// Parses `--schedules 1f1b,zbv` into schedules for `run`'s search; on an error returns nullopt
+/// and sets `error` (an unknown name, or a schedule the search does not explore for a mixture of
+/// experts).
+std::optional<std::vector<ir::Schedule>> parseSchedules(llvm::StringRef text, const ir::Run &run,
+                                                        std::string &error);
 
 /// Parses `--activations keep,selective,full,op` into activation modes; on an error returns
 /// nullopt and sets `error` (an unknown name, op for a model it does not apply to, or a mode
