@@ -1115,10 +1115,18 @@ Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind 
                  const Layout &layout) {
   if (model.kind == ir::ModelKind::Transformer)
     return transformerWork(model.transformer, unit, pass, layout,
-                           unit == UnitKind::Layer && model.transformer.moe.isMoeLayer(layer));
+                           getUnitWorkClass(model, unit, layer) == 1);
   if (model.kind == ir::ModelKind::Mlp && unit == UnitKind::MlpLayer)
     return mlpWork(model.mlp, layer, pass, layout);
   return {};
+}
+
+int64_t getUnitWorkClass(const ir::Model &model, UnitKind unit, int64_t layer) {
+  if (model.kind == ir::ModelKind::Transformer)
+    return unit == UnitKind::Layer && model.transformer.moe.isMoeLayer(layer) ? 1 : 0;
+  if (model.kind == ir::ModelKind::Mlp && unit == UnitKind::MlpLayer)
+    return layer;
+  return 0;
 }
 
 MoeShape getMoeShape(const ir::TransformerConfig &config, const Layout &layout,

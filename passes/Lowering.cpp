@@ -13,6 +13,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <tuple>
 
 using namespace llvm;
 
@@ -123,9 +124,16 @@ private:
   void buildUnits();
   void lowerStage(StagePlan &stage);
   /// The work of one pass of a unit for one micro-batch on one device (the cost model's).
-  cost::Work unitWork(const Unit &unit, cost::PassKind pass) const {
-    return cost::getUnitWork(model, unit.kind, unit.layer, pass, layout);
+  /// A unit's work in `pass`, computed once per class of units (cost::getUnitWorkClass).
+  const cost::Work &unitWork(const Unit &unit, cost::PassKind pass) const {
+    auto key = std::make_tuple(static_cast<int>(unit.kind), static_cast<int>(pass),
+                               cost::getUnitWorkClass(model, unit.kind, unit.layer));
+    auto [at, inserted] = works.try_emplace(key);
+    if (inserted)
+      at->second = cost::getUnitWork(model, unit.kind, unit.layer, pass, layout);
+    return at->second;
   }
+  mutable std::map<std::tuple<int, int, int64_t>, cost::Work> works;
   /// A compute op of a unit's pass.
   Op computeOp(int unitIndex, const Unit &unit, cost::PassKind pass) const;
   /// Elements of the activation tensor that crosses a stage boundary, per micro-batch.

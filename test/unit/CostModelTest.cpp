@@ -704,6 +704,45 @@ TEST(CostModelTest, MoeLayerFlops) {
   EXPECT_NEAR(moe - dense, expected, 1e-6 * std::abs(expected));
 }
 
+// getUnitWorkClass says what getUnitWork reads of the layer, which the lowering relies on to
+// compute each class's work once: with two dense layers and then an MoE layer every other layer
+// (layers 2, 4, 6), the layers of one class have the same work in every pass, and the two classes
+// differ (the experts' products and kernels against the MLP's).
+TEST(CostModelTest, LayersOfOneWorkClassHaveTheSameWork) {
+  ir::Model model = smallTransformer(8);
+  ir::TransformerConfig &config = model.transformer;
+  config.moe.experts = 16;
+  config.moe.topK = 2;
+  config.moe.expertFfn = 384;
+  config.moe.denseLayers = 2;
+  config.moe.every = 2;
+  Layout layout;
+  layout.expert = 4;
+  const bool moeLayers[] = {false, false, true, false, true, false, true, false};
+  for (int64_t layer = 0; layer < 8; ++layer)
+    EXPECT_EQ(getUnitWorkClass(model, UnitKind::Layer, layer), moeLayers[layer] ? 1 : 0) << layer;
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward, PassKind::RecomputeFull,
+                        PassKind::RecomputeSelective}) {
+    Work dense = getUnitWork(model, UnitKind::Layer, 0, pass, layout);
+    Work moe = getUnitWork(model, UnitKind::Layer, 2, pass, layout);
+    EXPECT_TRUE(dense.getFlops() != moe.getFlops() ||
+                dense.getMemoryBytes() != moe.getMemoryBytes())
+        << static_cast<int>(pass);
+    for (int64_t layer = 1; layer < 8; ++layer) {
+      Work work = getUnitWork(model, UnitKind::Layer, layer, pass, layout);
+      const Work &same = moeLayers[layer] ? moe : dense;
+      EXPECT_EQ(work.getFlops(), same.getFlops()) << layer;
+      EXPECT_EQ(work.getMemoryBytes(), same.getMemoryBytes()) << layer;
+      ASSERT_EQ(work.gemms.size(), same.gemms.size()) << layer;
+      for (size_t i = 0; i < work.gemms.size(); ++i)
+        EXPECT_EQ(work.gemms[i].name, same.gemms[i].name) << layer;
+    }
+  }
+  // The embedding and the head are one class each.
+  EXPECT_EQ(getUnitWorkClass(model, UnitKind::Embedding, -1), 0);
+  EXPECT_EQ(getUnitWorkClass(model, UnitKind::Head, 8), 0);
+}
+
 // projections = separate in an MoE layer: the attention's q, k, v, the routed experts' gate and
 // up and the shared experts' gate and up are three inputs, summed apart in the backward, even
 // when the experts' rows equal the tokens (top-1 over 16 experts on 16 expert ranks: one local
