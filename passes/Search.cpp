@@ -2005,6 +2005,30 @@ struct SearchShare {
   std::optional<Ranked> smallest;
 };
 
+/// Adds one thread's counts of a search to the result's.
+void addCounts(const SearchResult &share, SearchResult &result) {
+  result.spaceSize += share.spaceSize;
+  result.accepted += share.accepted;
+  result.prunedByLowerBound += share.prunedByLowerBound;
+  result.prunedBySchedule += share.prunedBySchedule;
+  result.prunedByStep += share.prunedByStep;
+  result.prunedByMemoryOrder += share.prunedByMemoryOrder;
+  for (const auto &[rule, count] : share.rejectedByRule)
+    result.rejectedByRule[rule] += count;
+}
+
+/// Runs `body(thread)` for each of `threads` threads: inline for one, on a pool for more.
+template <typename Body> void runOnThreads(unsigned threads, Body body) {
+  if (threads == 1) {
+    body(0u);
+    return;
+  }
+  DefaultThreadPool pool(hardware_concurrency(threads));
+  for (unsigned thread = 0; thread < threads; ++thread)
+    pool.async([&body, thread] { body(thread); });
+  pool.wait();
+}
+
 } // namespace
 
 /// Mixture-of-experts models: their MoE layers differ from the dense ones and their experts have
@@ -2051,12 +2075,12 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
   };
   // A pipeline of the search: its schedule and chunks, the embedding and the loss counted as
   // layers or not (then `edge` holds the first and the last stage's layers).
-  struct Schedule {
+  struct Pipeline {
     ir::Schedule schedule;
     int64_t chunks;
     bool counted = false;
     int64_t edge = 0;
-    bool operator<(const Schedule &other) const {
+    bool operator<(const Pipeline &other) const {
       return std::tie(schedule, chunks, counted) <
              std::tie(other.schedule, other.chunks, other.counted);
     }
@@ -2067,7 +2091,7 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
   const std::vector<ir::ExpertOverlap> overlapOff = {ir::ExpertOverlap::Off};
   const std::vector<ir::ExpertOverlap> &overlapValues =
       options.epOverlap.empty() ? overlapOff : options.epOverlap;
-  auto overlapsExperts = [](int64_t ep, int64_t pp, const Schedule &pipeline,
+  auto overlapsExperts = [](int64_t ep, int64_t pp, const Pipeline &pipeline,
                             ir::ActivationMode mode, ir::Precision precision) {
     return ep > 1 &&
            (pp == 1 || (pipeline.schedule == ir::Schedule::Interleaved && pipeline.chunks > 1)) &&
@@ -2084,7 +2108,7 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
     const PrecisionVariant *variant;
     bool fp8Gather, expertsReplicated;
   };
-  std::vector<std::vector<Schedule>> layouts;
+  std::vector<std::vector<Pipeline>> layouts;
   std::vector<Group> groups;
   for (int64_t tp : divisorsOf(std::min<int64_t>(cluster.devicesPerNode, 8))) {
     if (devices % tp != 0)
@@ -2097,7 +2121,7 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
       // --account-for-loss-in-pipeline-split; Qwen3-235B's 94 + 2 layers on 8 stages × 3 chunks
       // of 4): the chunks v > 1 for which pp·v divides layers + 2, the first and the last stage
       // holding (layers + 2)/pp − 1 layers (rule `divisibility`).
-      std::vector<Schedule> pipelines;
+      std::vector<Pipeline> pipelines;
       if (pp == 1) {
         pipelines.push_back({ir::Schedule::OneFOneB, 1});
       } else {
@@ -2161,12 +2185,12 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
     // The pipelines whose full recomputation was over the budget at a smaller micro-batch:
     // each holds b·min(in flight, m·v) micro-batches' activations, m = B/b, which does not
     // shrink as b grows.
-    std::set<Schedule> smallerOver;
+    std::set<Pipeline> smallerOver;
     for (int64_t b : {1, 2, 4}) {
       if (run.globalBatch % (b * samples) != 0)
         continue;
       int64_t m = run.globalBatch / (b * samples);
-      for (const Schedule &pipeline : layouts[group.pipelines]) {
+      for (const Pipeline &pipeline : layouts[group.pipelines]) {
         if (!cost::isScheduleValid(pipeline.schedule, pp, m, pipeline.chunks))
           continue;
         bool lessOver = false;
@@ -2266,24 +2290,13 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
       }
     }
   };
-  if (threads == 1) {
-    work(shares[0]);
-  } else {
-    DefaultThreadPool pool(hardware_concurrency(threads));
-    for (Share &share : shares)
-      pool.async([&] { work(share); });
-    pool.wait();
-  }
+  runOnThreads(threads, [&](unsigned thread) { work(shares[thread]); });
   // The shares merged: the counts add up, the best and the smallest are those of the search
   // order, whatever the number of threads.
   std::vector<std::pair<Ranked, analysis::RunAnalysis>> best;
   std::optional<Ranked> smallest;
   for (Share &share : shares) {
-    result.spaceSize += share.counts.spaceSize;
-    result.accepted += share.counts.accepted;
-    result.prunedByMemoryOrder += share.counts.prunedByMemoryOrder;
-    for (const auto &[rule, count] : share.counts.rejectedByRule)
-      result.rejectedByRule[rule] += count;
+    addCounts(share.counts, result);
     for (auto &entry : share.best)
       best.push_back(std::move(entry));
     if (share.smallest && (!smallest || isRankedSmaller(*share.smallest, *smallest)))
@@ -2497,24 +2510,13 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   auto search = [&](bool prune, bool collect) {
     std::atomic<uint64_t> next{0};
     std::vector<SearchShare> shares(threads);
-    if (threads == 1) {
-      searchShare(prune, collect, 0, next, shares[0]);
-    } else {
-      DefaultThreadPool pool(hardware_concurrency(threads));
-      for (unsigned thread = 0; thread < threads; ++thread)
-        pool.async([&, thread] { searchShare(prune, collect, thread, next, shares[thread]); });
-      pool.wait();
-    }
+    runOnThreads(threads, [&](unsigned thread) {
+      searchShare(prune, collect, thread, next, shares[thread]);
+    });
     std::vector<Ranked> merged;
     std::optional<Ranked> smallest;
     for (SearchShare &share : shares) {
-      result.spaceSize += share.counts.spaceSize;
-      result.accepted += share.counts.accepted;
-      result.prunedByLowerBound += share.counts.prunedByLowerBound;
-      result.prunedBySchedule += share.counts.prunedBySchedule;
-      result.prunedByStep += share.counts.prunedByStep;
-      for (const auto &[rule, count] : share.counts.rejectedByRule)
-        result.rejectedByRule[rule] += count;
+      addCounts(share.counts, result);
       merged.insert(merged.end(), share.best.begin(), share.best.end());
       if (share.smallest && (!smallest || isRankedSmaller(*share.smallest, *smallest)))
         smallest = share.smallest;
