@@ -136,8 +136,8 @@ private:
     std::string text; ///< ` / 64 (gather over dp)` or ` (replicated over dp = 64)`.
   };
   /// The shard degree of a state over its batch axes; of the routed experts' over their
-  /// expert-data-parallel axes with `expert`.
-  Shard shardOf(ir::State state, bool expert = false) const;
+  /// expert-data-parallel axes with `expert`; its text only with `explain`.
+  Shard shardOf(ir::State state, bool expert, bool explain) const;
   /// What a stage holds, for the cost model's memory formula.
   cost::StageStates stageStates(const plan::StagePlan &stage, bool explain) const;
 
@@ -167,7 +167,9 @@ private:
   /// The time of a compute op (transformer layers share one figure per kind of pass).
   double computeSeconds(const Op &op, std::vector<Explanation> *lines = nullptr);
   /// The weight-gradient part of a backward compute op.
-  double weightSeconds(const Op &op) const { return costModel.getWeightGradientSeconds(op.work); }
+  double weightSeconds(const Op &op) const {
+    return costModel.getWeightGradientSeconds(op.getWork());
+  }
   /// The copy of the gathered parameters out of an all-gather's buffer that follows `op` on the
   /// compute stream under `param_gather = copy_out`; 0 for any other op or setting.
   double gatherCopySeconds(const Op &op, std::string *formula = nullptr) const {
@@ -221,20 +223,13 @@ private:
   cost::Layout layout;
   std::map<std::vector<unsigned>, cost::GroupShape> groups;
   std::map<std::pair<int, int>, bool> crossings;
-  std::map<std::pair<int, int>, double> computeCache;
-  std::map<std::pair<int, int>, cost::TensorSlotSeconds> slotCache;
-  /// The cache key of a compute op: its unit's kind, its pass and its reason; mlp layers, whose
-  /// work differs, by their unit.
-  std::pair<int, int> computeKey(const Op &op) const {
-    const plan::Unit &unit = plan.units[op.unit];
-    if (unit.kind == cost::UnitKind::MlpLayer)
-      return {-1 - op.unit, static_cast<int>(op.compute)};
-    return {static_cast<int>(unit.kind),
-            static_cast<int>(op.compute) * 4 + static_cast<int>(op.reason.size() % 4)};
-  }
+  /// The compute time and the product slots of each work, keyed by the work the compute ops
+  /// share (the ops of one class of units and one pass: plan::Op::work).
+  std::map<const cost::Work *, double> computeCache;
+  std::map<const cost::Work *, cost::TensorSlotSeconds> slotCache;
 };
 
-Analyzer::Shard Analyzer::shardOf(ir::State state, bool expert) const {
+Analyzer::Shard Analyzer::shardOf(ir::State state, bool expert, bool explain) const {
   Shard shard;
   const ir::StatePlacement &placement =
       expert ? strategy.getExpertPlacement(state) : strategy.getPlacement(state);
@@ -245,19 +240,21 @@ Analyzer::Shard Analyzer::shardOf(ir::State state, bool expert) const {
       continue;
     switch (placement.axes[i].mode) {
     case ir::PlacementMode::Sharded:
-      shard.degree *= axis.size;
-      split.push_back(fmt::format("shard over {}", axis.name));
-      break;
     case ir::PlacementMode::ShardedWithGather:
       shard.degree *= axis.size;
-      split.push_back(fmt::format("gather over {}", axis.name));
+      if (explain)
+        split.push_back(fmt::format(
+            "{} over {}", placement.axes[i].mode == ir::PlacementMode::Sharded ? "shard" : "gather",
+            axis.name));
       break;
     default:
-      if (axis.size > 1)
+      if (explain && axis.size > 1)
         replicated.push_back(fmt::format("{} = {}", axis.name, axis.size));
       break;
     }
   }
+  if (!explain)
+    return shard;
   if (shard.degree > 1)
     shard.text = fmt::format(" / {} ({})", shard.degree, llvm::join(split, ", "));
   else if (!replicated.empty())
@@ -283,8 +280,9 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
   x.gradsOnHost = grads.tier != ir::Tier::Device || x.gradsOnHostWithOptimizer;
   x.paramsOnHost = params.tier != ir::Tier::Device;
   x.activationsOnHost = activations.tier != ir::Tier::Device;
-  Shard paramShard = shardOf(ir::State::Params), gradShard = shardOf(ir::State::Grads),
-        optimizerShard = shardOf(ir::State::Optimizer);
+  Shard paramShard = shardOf(ir::State::Params, false, explain),
+        gradShard = shardOf(ir::State::Grads, false, explain),
+        optimizerShard = shardOf(ir::State::Optimizer, false, explain);
   x.paramShard = paramShard.degree;
   x.gradShard = gradShard.degree;
   x.optimizerShard = optimizerShard.degree;
@@ -294,13 +292,14 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
 
   if (model.isMoe()) {
     int64_t ep = mesh.getDegree(ir::AxisKind::Expert);
-    Shard expertParams = shardOf(ir::State::Params, true),
-          expertGrads = shardOf(ir::State::Grads, true),
-          expertOptimizer = shardOf(ir::State::Optimizer, true);
+    Shard expertParams = shardOf(ir::State::Params, true, explain),
+          expertGrads = shardOf(ir::State::Grads, true, explain),
+          expertOptimizer = shardOf(ir::State::Optimizer, true, explain);
     x.expertParamShard = expertParams.degree;
     x.expertGradShard = expertGrads.degree;
     x.expertOptimizerShard = expertOptimizer.degree;
-    std::string split = ep > 1 ? fmt::format(" (E/{} experts per device)", ep) : std::string();
+    std::string split =
+        explain && ep > 1 ? fmt::format(" (E/{} experts per device)", ep) : std::string();
     x.expertParamShardText = expertParams.text + split;
     x.expertGradShardText = expertGrads.text;
     x.expertOptimizerShardText = expertOptimizer.text;
@@ -453,33 +452,31 @@ const cost::TensorSlotSeconds &Analyzer::slotSeconds(const Op &op) {
   bool regather = backward && plan.regather;
   if (!async && !regather)
     return none;
-  // Keyed as computeSeconds: every transformer block has the same products.
-  auto [it, inserted] = slotCache.try_emplace(computeKey(op));
+  // Keyed as computeSeconds: the units of one class have the same products.
+  auto [it, inserted] = slotCache.try_emplace(&op.getWork());
   if (inserted) {
     if (async && strategy.asyncTensorParallel != ir::AsyncTensorParallel::WeightGradient)
-      costModel.getComputeSeconds(op.work, nullptr, &it->second);
+      costModel.getComputeSeconds(op.getWork(), nullptr, &it->second);
     else
       it->second = costModel.getColumnParallelSlotSeconds(
-          op.work, regather,
+          op.getWork(), regather,
           strategy.asyncTensorParallel == ir::AsyncTensorParallel::WeightGradient);
   }
   return it->second;
 }
 
 double Analyzer::computeSeconds(const Op &op, std::vector<Explanation> *lines) {
-  // Every transformer block has the same work; mlp layers differ.
-  bool shared = plan.units[op.unit].kind != cost::UnitKind::MlpLayer;
-  auto key = computeKey(op);
-  if (shared && !lines) {
+  // The ops of one class of units share their work, and so its time (the flops follow from it).
+  const cost::Work *key = &op.getWork();
+  if (!lines) {
     auto it = computeCache.find(key);
     if (it != computeCache.end())
       return it->second;
   }
-  double time = op.work.empty() && op.flops > 0
+  double time = op.getWork().empty() && op.flops > 0
                     ? op.flops / (costModel.getPeak() * cluster.efficiency)
-                    : costModel.getComputeSeconds(op.work, lines);
-  if (shared)
-    computeCache[key] = time;
+                    : costModel.getComputeSeconds(op.getWork(), lines);
+  computeCache[key] = time;
   return time;
 }
 

@@ -2395,7 +2395,7 @@ double getOptimizerStepBytes(const ir::StateBytes &bytes, std::string *text) {
 double CostModel::getOptimizerSeconds(double elements, ir::StateBytes bytes,
                                       std::string *formula) const {
   std::string perParamText;
-  double traffic = elements * getOptimizerStepBytes(bytes, &perParamText);
+  double traffic = elements * getOptimizerStepBytes(bytes, formula ? &perParamText : nullptr);
   std::string memoryFormula;
   double time = getMemorySeconds(traffic, formula ? &memoryFormula : nullptr);
   if (formula)
@@ -2462,7 +2462,7 @@ double CostModel::getTrainMetricSyncSeconds(int64_t metrics, const GroupShape &w
 double CostModel::getHostOptimizerSeconds(double elements, ir::StateBytes bytes,
                                           std::string *formula) const {
   std::string perParamText;
-  double traffic = elements * getOptimizerStepBytes(bytes, &perParamText);
+  double traffic = elements * getOptimizerStepBytes(bytes, formula ? &perParamText : nullptr);
   if (!cluster.hostMemoryBandwidth || *cluster.hostMemoryBandwidth <= 0) {
     if (formula)
       *formula = "on the host: not timed (host_memory_bandwidth is not given)";

@@ -115,8 +115,9 @@ int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 class Lowering {
 public:
-  explicit Lowering(const ir::Run &run)
-      : run(run), strategy(*run.strategy), mesh(strategy.mesh), model(*run.model) {}
+  Lowering(const ir::Run &run, const LowerOptions &options)
+      : run(run), strategy(*run.strategy), mesh(strategy.mesh), model(*run.model),
+        reasons(options.reasons) {}
 
   std::unique_ptr<StepPlan> lower();
 
@@ -125,15 +126,34 @@ private:
   void lowerStage(StagePlan &stage);
   /// The work of one pass of a unit for one micro-batch on one device (the cost model's).
   /// A unit's work in `pass`, computed once per class of units (cost::getUnitWorkClass).
-  const cost::Work &unitWork(const Unit &unit, cost::PassKind pass) const {
+  /// The compute ops of one class share it.
+  const std::shared_ptr<const cost::Work> &unitWork(const Unit &unit, cost::PassKind pass) const {
     auto key = std::make_tuple(static_cast<int>(unit.kind), static_cast<int>(pass),
                                cost::getUnitWorkClass(model, unit.kind, unit.layer));
     auto [at, inserted] = works.try_emplace(key);
     if (inserted)
-      at->second = cost::getUnitWork(model, unit.kind, unit.layer, pass, layout);
+      at->second = std::make_shared<const cost::Work>(
+          cost::getUnitWork(model, unit.kind, unit.layer, pass, layout));
     return at->second;
   }
-  mutable std::map<std::tuple<int, int, int64_t>, cost::Work> works;
+  mutable std::map<std::tuple<int, int, int64_t>, std::shared_ptr<const cost::Work>> works;
+  /// The collectives inside a unit's forward, its backward (getUnitCollectives) or its
+  /// recomputed forward (getRecomputedCollectives), computed once per class of units: they
+  /// depend on the layer only as its work does (cost::getUnitWorkClass).
+  enum class Traffic { Forward, Backward, Recomputed };
+  const std::vector<UnitCollective> &unitTraffic(const Unit &unit, Traffic which) const {
+    auto key = std::make_tuple(static_cast<int>(unit.kind), static_cast<int>(which),
+                               cost::getUnitWorkClass(model, unit.kind, unit.layer));
+    auto [at, inserted] = traffic.try_emplace(key);
+    if (inserted)
+      at->second = which == Traffic::Recomputed
+                       ? getRecomputedCollectives(model, unit.kind, unit.layer,
+                                                  strategy.activationMode, unitLayout)
+                       : getUnitCollectives(model, unit.kind, unit.layer, which == Traffic::Forward,
+                                            unitLayout);
+    return at->second;
+  }
+  mutable std::map<std::tuple<int, int, int64_t>, std::vector<UnitCollective>> traffic;
   /// A compute op of a unit's pass.
   Op computeOp(int unitIndex, const Unit &unit, cost::PassKind pass) const;
   /// Elements of the activation tensor that crosses a stage boundary, per micro-batch.
@@ -149,10 +169,10 @@ private:
   /// A boundary send or receive, and after a receive of scattered slices their all-gather over
   /// the tensor axes.
   void boundaryTransfer(std::vector<Op> &ops, OpKind kind, Phase phase, int unit, int peer,
-                        std::string reason) const {
+                        const Twine &reason) const {
     DType type = plan->boundaryType;
     Op op = collective(kind, phase, ir::State::Activations, unit, {}, sentElements(), type, true,
-                       std::move(reason));
+                       reason);
     op.peerStage = peer;
     op.boundary = true;
     if (layersAxis)
@@ -181,7 +201,7 @@ private:
   }
 
   Op collective(OpKind kind, Phase phase, ir::State state, int unit, std::vector<unsigned> axes,
-                int64_t elements, DType dtype, bool perMicrobatch, std::string reason) const {
+                int64_t elements, DType dtype, bool perMicrobatch, const Twine &reason) const {
     Op op;
     op.kind = kind;
     op.phase = phase;
@@ -191,7 +211,8 @@ private:
     op.elements = elements;
     op.dtype = dtype;
     op.perMicrobatch = perMicrobatch;
-    op.reason = std::move(reason);
+    if (reasons)
+      op.reason = reason.str();
     return op;
   }
 
@@ -199,6 +220,8 @@ private:
   const ir::Strategy &strategy;
   const ir::Mesh &mesh;
   const ir::Model &model;
+  /// LowerOptions::reasons.
+  bool reasons;
   std::unique_ptr<StepPlan> plan;
 
   cost::Layout layout;
@@ -412,7 +435,9 @@ Op Lowering::computeOp(int unitIndex, const Unit &unit, cost::PassKind pass) con
                : pass == cost::PassKind::Backward ? ComputeKind::Backward
                                                   : ComputeKind::Recompute;
   op.work = unitWork(unit, pass);
-  op.flops = op.work.getFlops();
+  op.flops = op.work->getFlops();
+  if (!reasons)
+    return op;
   switch (pass) {
   case cost::PassKind::Forward:
     op.reason = "forward of " + unit.name;
@@ -552,7 +577,7 @@ void Lowering::lowerStage(StagePlan &stage) {
                                : c.over == ir::AxisKind::Batch  ? batchAxes
                                                                 : contextAxes,
                                c.elements, c.fp8 ? DType::FP8 : aType, true,
-                               (c.what + Twine(" (") + why + ")").str()));
+                               c.what + Twine(" (") + why + ")"));
       ops.back().recomputed = recomputed;
       ops.back().inputGradient = c.inputGradient;
       ops.back().regather = c.regather;
@@ -561,7 +586,7 @@ void Lowering::lowerStage(StagePlan &stage) {
   auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, bool forwardPass, int unitIndex,
                            const Unit &unit, StringRef why) {
     addTraffic(ops, phase, unitIndex,
-               getUnitCollectives(model, unit.kind, unit.layer, forwardPass, unitLayout), why);
+               unitTraffic(unit, forwardPass ? Traffic::Forward : Traffic::Backward), why);
   };
 
   // A unit's parameters are brought in before each use (from the host where params are
@@ -573,17 +598,17 @@ void Lowering::lowerStage(StagePlan &stage) {
     if (paramsOnHost)
       ops.push_back(collective(OpKind::HostToDevice, phase, ir::State::Params, unitIndex, {},
                                ceilDiv(unit.params, r.paramShard), pType, true,
-                               ("params @ host: the unit's shard to the device for " + use).str()));
+                               "params @ host: the unit's shard to the device for " + use));
     if (!r.axes->gatherAxes.empty())
       ops.push_back(collective(OpKind::AllGather, phase, ir::State::Params, unitIndex,
                                r.axes->gatherAxes, unit.params, plan->gatherType, true,
-                               ("params gather: the whole unit for " + use).str()));
+                               "params gather: the whole unit for " + use));
   };
   auto release = [&](std::vector<Op> &ops, Phase phase, int unitIndex, const Unit &unit,
                      StringRef what) {
     if (!reductions(unit).axes->gatherAxes.empty())
       ops.push_back(collective(OpKind::Free, phase, ir::State::Params, unitIndex, {}, unit.params,
-                               pType, true, ("free " + what).str()));
+                               pType, true, "free " + what));
   };
   // An MoE layer's routed experts (their own unit, right after the layer's) are brought in and
   // released with the layer, since the layer's compute uses them.
@@ -607,6 +632,12 @@ void Lowering::lowerStage(StagePlan &stage) {
   }
   bool tiedHere = model.kind == ir::ModelKind::Transformer && model.transformer.tiedEmbeddings &&
                   embedUnit >= 0 && headUnit >= 0 && (paramsOnHost || !gatherAxes.empty());
+
+  // Room for a unit's usual ops (its compute, gathers and frees, tensor-parallel and expert
+  // collectives, reductions), so that the lists rarely grow.
+  stage.forward.reserve(8 * stage.units.size());
+  stage.backward.reserve(12 * stage.units.size());
+  stage.step.reserve(4 * stage.units.size());
 
   // Forward of one micro-batch.
   for (unsigned index : stage.units) {
@@ -675,11 +706,9 @@ void Lowering::lowerStage(StagePlan &stage) {
     // (the attention core when it is materialized; the norms and MLP activation under flash).
     // Per-op recomputation (`recompute(op)`) repeats the products and kernels whose outputs it
     // does not keep, and the tensor-parallel collectives among them (getRecomputedCollectives).
-    if (recomputePass && unit.recomputed && !unitWork(unit, *recomputePass).empty()) {
+    if (recomputePass && unit.recomputed && !unitWork(unit, *recomputePass)->empty()) {
       stage.backward.push_back(computeOp(u, unit, *recomputePass));
-      addTraffic(stage.backward, Phase::Backward, u,
-                 getRecomputedCollectives(model, unit.kind, unit.layer, strategy.activationMode,
-                                          unitLayout),
+      addTraffic(stage.backward, Phase::Backward, u, unitTraffic(unit, Traffic::Recomputed),
                  "recomputed forward", /*recomputed=*/true);
     }
     stage.backward.push_back(computeOp(u, unit, cost::PassKind::Backward));
@@ -760,8 +789,9 @@ void Lowering::lowerStage(StagePlan &stage) {
     update.elements = owned;
     update.dtype = DType::FP32;
     update.perMicrobatch = false;
-    update.reason = optimizerOnHost ? "optimizer step on the host for this rank's shard"
-                                    : "optimizer step for this rank's shard";
+    if (reasons)
+      update.reason = optimizerOnHost ? "optimizer step on the host for this rank's shard"
+                                      : "optimizer step for this rank's shard";
     stage.step.push_back(update);
     if (optimizerOnHost || paramsOnHost) {
       // The updated parameters return to the device (or, with params @ host, stay there).
@@ -1078,7 +1108,9 @@ bool PipelineLayout::isRecomputedLayer(int64_t layer, int64_t recomputeLayers) c
   return layerInChunk[static_cast<size_t>(layer)] < recomputeLayers;
 }
 
-std::unique_ptr<StepPlan> lowerRun(const ir::Run &run) { return Lowering(run).lower(); }
+std::unique_ptr<StepPlan> lowerRun(const ir::Run &run, const LowerOptions &options) {
+  return Lowering(run, options).lower();
+}
 
 void printPlan(const StepPlan &plan, raw_ostream &os) {
   const ir::Run &run = *plan.run;

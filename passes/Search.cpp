@@ -18,6 +18,7 @@
 #include "placec/passes/Passes.h"
 #include "placec/passes/StepPlan.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSwitch.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/ThreadPool.h"
@@ -1243,6 +1244,34 @@ std::vector<ir::ActivationMode> getDefaultActivationModes(const ir::Run &run) {
   return modes;
 }
 
+/// The ways attention may exchange keys and values over a context axis of cp devices beside tp
+/// tensor-parallel ones: those `allowed` (SearchOptions::contextMethods; nullopt: all) where their
+/// divisibility holds (rule `divisibility`, docs/rules.md): the ring and the all-gather split each
+/// sequence into 2·cp load-balanced chunks, the all-to-all (Ulysses) splits the heads and the
+/// key/value heads it exchanges over tp·cp. With cp = 1 only `ring`, which then means nothing.
+std::vector<ir::ContextMethod>
+getContextMethods(const ir::Run &run, int64_t tp, int64_t cp,
+                  const std::optional<std::vector<ir::ContextMethod>> &allowed) {
+  const ir::TransformerConfig &config = run.model->transformer;
+  if (cp == 1)
+    return {ir::ContextMethod::Ring};
+  std::vector<ir::ContextMethod> methods;
+  auto add = [&](ir::ContextMethod method) {
+    if (!allowed || llvm::is_contained(*allowed, method))
+      methods.push_back(method);
+  };
+  if (config.seq % (2 * cp) == 0) {
+    add(ir::ContextMethod::Ring);
+    add(ir::ContextMethod::AllGather);
+  }
+  // The key/value heads Ulysses's all-to-all splits: `heads` where they are repeated before the
+  // attention (cost::getAttentionKvHeads).
+  if (config.heads % (tp * cp) == 0 &&
+      cost::getAttentionKvHeads(config, run.kernels) % (tp * cp) == 0 && config.seq % cp == 0)
+    add(ir::ContextMethod::AllToAll);
+  return methods;
+}
+
 /// Whether `async_tp = value` needs sequence parallelism (Verify's rule `async_tp`).
 bool needsSequenceParallelism(ir::AsyncTensorParallel value) {
   return value == ir::AsyncTensorParallel::All || value == ir::AsyncTensorParallel::Forward;
@@ -1257,7 +1286,8 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                const std::vector<ir::Schedule> &schedules,
                const std::vector<ir::ActivationMode> &activations,
                const std::vector<ir::AsyncTensorParallel> &asyncTp,
-               ir::SequenceParallelInputs spInputs, ir::DataParallelOverlap dpOverlap, GroupFn body,
+               ir::SequenceParallelInputs spInputs, ir::DataParallelOverlap dpOverlap,
+               const std::optional<std::vector<ir::ContextMethod>> &contextMethods, GroupFn body,
                CandidateFn inner, uint64_t *meshCount = nullptr) {
   // The schedules explored: the requested ones, or every one but gpipe.
   auto explores = [&](ir::Schedule schedule) {
@@ -1277,9 +1307,6 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                       : asyncTp;
   int64_t globalBatch = run.globalBatch;
   int64_t kvHeads = config.getKvHeads();
-  // The key/value heads Ulysses's all-to-all splits: `heads` where they are repeated before the
-  // attention (cost::getAttentionKvHeads).
-  int64_t attentionKvHeads = cost::getAttentionKvHeads(config, run.kernels);
   bool host = cluster.hostBandwidth.has_value() && *cluster.hostBandwidth > 0;
   for (const PrecisionVariant &variant : precisions)
     for (int64_t tp : divisorsOf(cluster.devicesPerNode)) {
@@ -1318,18 +1345,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
           int64_t dp = devices / (tp * pp * cp);
           if (globalBatch % dp)
             continue;
-          // Context methods whose divisibility holds (rule `divisibility`, docs/rules.md).
-          std::vector<ir::ContextMethod> methods;
-          if (cp == 1) {
-            methods.push_back(ir::ContextMethod::Ring);
-          } else {
-            if (config.seq % (2 * cp) == 0)
-              methods.insert(methods.end(),
-                             {ir::ContextMethod::Ring, ir::ContextMethod::AllGather});
-            if (config.heads % (tp * cp) == 0 && attentionKvHeads % (tp * cp) == 0 &&
-                config.seq % cp == 0)
-              methods.push_back(ir::ContextMethod::AllToAll);
-          }
+          std::vector<ir::ContextMethod> methods = getContextMethods(run, tp, cp, contextMethods);
           if (methods.empty())
             continue;
           // Micro-batch sizes with their schedules (schedule, chunks), each only where its
@@ -1596,7 +1612,7 @@ std::string Candidate::describe() const {
           (epOverlap ? "+ep_overlap" : "") + ", b=" + std::to_string(microBatch) +
           " m=" + std::to_string(microbatches);
   if (expertsReplicated)
-    text += ", experts replicated over dp";
+    text += cp > 1 ? ", experts replicated over dp and cp" : ", experts replicated over dp";
   if (pp > 1)
     text += " " + ir::toString(schedule).str() +
             (schedule == ir::Schedule::Interleaved ? "/" + std::to_string(chunks) : "") +
@@ -1625,7 +1641,7 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
     return;
   enumerate(
       run, cluster, precisionVariants(run, precisions), {}, {}, asyncTp, spInputs, dpOverlap,
-      [](const Candidate &, uint64_t, const Layouts &) { return true; },
+      std::nullopt, [](const Candidate &, uint64_t, const Layouts &) { return true; },
       [&](const Candidate &c) { callback(c); });
 }
 
@@ -1747,6 +1763,25 @@ std::optional<std::vector<ir::ExpertOverlap>> parseExpertOverlap(StringRef text,
     return std::nullopt;
   }
   return values;
+}
+
+std::optional<std::vector<ir::ContextMethod>> parseContextMethods(StringRef text,
+                                                                  std::string &error) {
+  // `none` adds nothing: plans without a context axis are always explored.
+  SmallVector<StringRef, 4> names;
+  text.split(names, ',');
+  std::vector<std::string> methods;
+  for (StringRef name : names)
+    if (name.trim() != "none")
+      methods.push_back(name.str());
+  if (methods.empty())
+    return std::vector<ir::ContextMethod>();
+  std::string listed = llvm::join(methods, ",");
+  return parseChoiceList(
+      StringRef(listed),
+      {ir::ContextMethod::Ring, ir::ContextMethod::AllGather, ir::ContextMethod::AllToAll},
+      "--context", "a context-parallel method",
+      "write a comma-separated list of none, ring, all_gather and all_to_all", error);
 }
 
 std::optional<std::vector<ir::Precision>> parsePrecisions(StringRef text, const ir::Run &run,
@@ -1876,12 +1911,17 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     strategy->getPlacement(ir::State::Optimizer).tier = ir::Tier::Host;
     strategy->getPlacement(ir::State::Optimizer).tierExplicit = true;
   }
-  if (c.expertsReplicated && outer >= 0)
+  // ZeRO-1 for the experts: their params and grads replicated over every expert-data-parallel
+  // axis (the batch and context axes).
+  if (c.expertsReplicated)
     for (ir::State state : {ir::State::Params, ir::State::Grads}) {
       ir::StatePlacement &placement = strategy->getExpertPlacement(state);
       placement.axes.resize(mesh.axes.size());
-      placement.axes[outer].mode = ir::PlacementMode::Replicated;
-      placement.axes[outer].isExplicit = true;
+      for (int index : {outer, inner, context})
+        if (index >= 0) {
+          placement.axes[index].mode = ir::PlacementMode::Replicated;
+          placement.axes[index].isExplicit = true;
+        }
     }
   strategy->activationMode = c.activations;
   strategy->sequenceParallel = c.sequenceParallel;
@@ -1961,7 +2001,9 @@ std::string evaluateExact(const ir::Run &base, const ir::Cluster &cluster, const
   if (!rule.empty() && rule != "capacity")
     return rule;
   analysis::RunAnalysis result =
-      verified ? std::move(*verified) : analysis::analyze(*plan::lowerRun(*program.runs.back()));
+      verified ? std::move(*verified)
+               : analysis::analyze(
+                     *plan::lowerRun(*program.runs.back(), plan::LowerOptions{/*reasons=*/false}));
   // The capacity rule is defined by the memory analysis; a verifier without it (it is being
   // added) is completed here so that the search never reports a plan that does not fit.
   if (rule.empty() && (!result.memory.fitsDevice || !result.memory.fitsHost))
@@ -2034,11 +2076,12 @@ template <typename Body> void runOnThreads(unsigned threads, Body body) {
 /// Mixture-of-experts models: their MoE layers differ from the dense ones and their experts have
 /// a placement of their own, which the closed-form fast path does not model, so every candidate
 /// goes through the exact path (the verifier and the analyses of its step plan). The space is
-/// smaller: meshes [pp, dp, ep, tp] (tp inside a node, ep dividing the experts), ZeRO-1, -2 or -3
-/// over every batch-like axis (the experts' states sharded over the expert-data-parallel `dp`
-/// like the dense ones), the three activation modes (or those of `--activations`), micro-batches of
-/// 1, 2 or 4, 1F1B and interleaved pipelines (the layers split evenly, or the embedding and the
-/// loss counted as layers), sequence parallelism with tensor parallelism.
+/// smaller: meshes [pp, dp, ep, cp, tp] (tp inside a node, ep dividing the experts, cp with the
+/// context methods whose divisibility holds), ZeRO-1, -2 or -3 over every batch-like axis (the
+/// experts' states sharded over the expert-data-parallel `dp` and `cp` like the dense ones), the
+/// three activation modes (or those of `--activations`), micro-batches of 1, 2 or 4 (not a
+/// multiple of cp > 1), 1F1B and interleaved pipelines (the layers split evenly, or the embedding
+/// and the loss counted as layers), sequence parallelism with tensor parallelism.
 void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptions &options,
                SearchResult &result) {
   const ir::Model &model = *run.model;
@@ -2102,7 +2145,8 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
   // memory (micro-batch, then activation mode), which prunes them; the groups are searched on
   // every thread.
   struct Group {
-    int64_t tp, pp, ep;
+    int64_t tp, pp, cp, ep;
+    ir::ContextMethod context;
     size_t pipelines; ///< Index into `layouts`.
     const Placement *placement;
     const PrecisionVariant *variant;
@@ -2143,24 +2187,27 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
         continue;
       layouts.push_back(std::move(pipelines));
       int64_t rest = devices / (tp * pp);
-      for (int64_t ep : divisorsOf(rest)) {
-        if (model.transformer.moe.experts % ep != 0)
-          continue;
-        ++result.meshes;
-        for (const Placement &placement : placements)
-          for (const PrecisionVariant &variant : precisions)
-            for (bool fp8Gather : {false, true}) {
-              if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
-                  (fp8Gather && !gathersParams(placement.params, placement.optimizer)))
-                continue;
-              // Under ZeRO-3 the experts may instead stay whole over dp (ZeRO-1 for them).
-              for (bool expertsReplicated : {false, true})
-                if (!expertsReplicated ||
-                    (placement.params == ParamChoice::GatherAll && rest / ep > 1))
-                  groups.push_back({tp, pp, ep, layouts.size() - 1, &placement, &variant, fp8Gather,
-                                    expertsReplicated});
-            }
-      }
+      for (int64_t cp : divisorsOf(rest))
+        for (ir::ContextMethod context : getContextMethods(run, tp, cp, options.contextMethods))
+          for (int64_t ep : divisorsOf(rest / cp)) {
+            if (model.transformer.moe.experts % ep != 0)
+              continue;
+            ++result.meshes;
+            for (const Placement &placement : placements)
+              for (const PrecisionVariant &variant : precisions)
+                for (bool fp8Gather : {false, true}) {
+                  if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
+                      (fp8Gather && !gathersParams(placement.params, placement.optimizer)))
+                    continue;
+                  // Under ZeRO-3 the experts may instead stay whole over their
+                  // expert-data-parallel axes, dp and cp (ZeRO-1 for them).
+                  for (bool expertsReplicated : {false, true})
+                    if (!expertsReplicated ||
+                        (placement.params == ParamChoice::GatherAll && rest / ep > 1))
+                      groups.push_back({tp, pp, cp, ep, context, layouts.size() - 1, &placement,
+                                        &variant, fp8Gather, expertsReplicated});
+                }
+          }
     }
   }
 
@@ -2176,9 +2223,10 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
   };
   auto searchGroup = [&](uint64_t index, Share &share) {
     const Group &group = groups[index];
-    int64_t tp = group.tp, pp = group.pp, ep = group.ep;
+    int64_t tp = group.tp, pp = group.pp, cp = group.cp, ep = group.ep;
     int64_t rest = devices / (tp * pp);
-    int64_t samples = (rest / ep) * ep;
+    // The devices that take different samples: dp × ep (the context ranks share theirs).
+    int64_t samples = rest / cp;
     const PrecisionVariant &variant = *group.variant;
     SearchResult &counts = share.counts;
     uint64_t order = index << 32;
@@ -2187,7 +2235,11 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
     // shrink as b grows.
     std::set<Pipeline> smallerOver;
     for (int64_t b : {1, 2, 4}) {
-      if (run.globalBatch % (b * samples) != 0)
+      // A micro-batch that is a multiple of cp > 1 is left out: with the context ranks as batch
+      // ranks and b/cp sequences each, a device computes the same tokens per micro-batch in the
+      // same number of micro-batches, without the key/value exchanges, and its expert axis is
+      // no wider.
+      if (run.globalBatch % (b * samples) != 0 || (cp > 1 && b % cp == 0))
         continue;
       int64_t m = run.globalBatch / (b * samples);
       for (const Pipeline &pipeline : layouts[group.pipelines]) {
@@ -2201,7 +2253,9 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                                                                             : overlapOff) {
               Candidate c;
               c.pp = pp;
-              c.dpNode = rest / ep;
+              c.dpNode = samples / ep;
+              c.cp = cp;
+              c.context = group.context;
               c.ep = ep;
               c.tp = tp;
               c.params = group.placement->params;
@@ -2353,7 +2407,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   if (options.progress)
     enumerate(
         run, cluster, precisions, options.schedules, options.activations, options.asyncTp,
-        options.spInputs, options.dpOverlap,
+        options.spInputs, options.dpOverlap, options.contextMethods,
         [&](const Candidate &c, uint64_t inner, const Layouts &) {
           if (!options.filter)
             total += inner;
@@ -2412,7 +2466,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
     };
     enumerate(
         run, cluster, precisions, options.schedules, options.activations, options.asyncTp,
-        options.spInputs, options.dpOverlap,
+        options.spInputs, options.dpOverlap, options.contextMethods,
         [&](const Candidate &c, uint64_t inner, const Layouts &layouts) {
           if (group++ != claimed)
             return false;
@@ -2692,8 +2746,11 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
     optimizerText += std::string(optimizerText.empty() ? "" : " ") + "@ host";
   if (!optimizerText.empty())
     text += "  optimizer   = " + optimizerText + ";\n";
-  if (c.expertsReplicated && c.getBatchDegree() > 1)
-    text += "  expert_params = replicate(dp);\n  expert_grads = replicate(dp);\n";
+  // ZeRO-1 for the experts: replicated over their expert-data-parallel axes (buildStrategy).
+  std::string expertAxes = c.expertsReplicated ? axes(kOuter | kInner | kContext) : "";
+  if (!expertAxes.empty())
+    text += "  expert_params = replicate(" + expertAxes + ");\n  expert_grads = replicate(" +
+            expertAxes + ");\n";
   std::string activations = c.sequenceParallel ? "shard(tp), " : "";
   activations += ir::toString(c.activations).str();
   text += "  activations = " + activations + ";\n";

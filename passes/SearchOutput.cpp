@@ -46,7 +46,7 @@ std::optional<double> parseBytes(StringRef text) {
 namespace {
 
 /// The params column: the choice, and `x:rep` when the routed experts' params and grads are
-/// replicated over dp instead (mixture-of-experts searches; the legend says so).
+/// replicated over dp and cp instead (mixture-of-experts searches; the legend says so).
 std::string paramsText(const Candidate &c) {
   return toString(c.params).str() + (c.expertsReplicated ? " x:rep" : "");
 }
@@ -165,7 +165,7 @@ void printTable(const SearchResult &result, raw_ostream &out) {
                   formatBytes(analysis.memory.device.peak).c_str());
   }
   if (llvm::any_of(result.top, [](const Candidate &c) { return c.expertsReplicated; }))
-    out << "x:rep: the routed experts' params and grads replicated over dp (ZeRO-1 for the "
+    out << "x:rep: the routed experts' params and grads replicated over dp and cp (ZeRO-1 for the "
            "experts)\n";
 }
 
@@ -368,6 +368,16 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       return 1;
     }
     searchOptions.epOverlap = *values;
+  }
+  if (!options.context.empty()) {
+    std::string error;
+    std::optional<std::vector<ir::ContextMethod>> methods =
+        parseContextMethods(options.context, error);
+    if (!methods) {
+      err << "placec: error: " << error << "\n";
+      return 1;
+    }
+    searchOptions.contextMethods = *methods;
   }
   if (!options.spInputs.empty()) {
     if (options.spInputs == "regather" || options.spInputs == "keep") {

@@ -299,7 +299,8 @@ bool VerifyPass::run(ir::Program &program, DiagnosticEngine &diags) {
       ok = false;
       continue;
     }
-    std::unique_ptr<plan::StepPlan> plan = plan::lowerRun(*run);
+    std::unique_ptr<plan::StepPlan> plan =
+        plan::lowerRun(*run, plan::LowerOptions{/*reasons=*/false});
     analysis::RunAnalysis analysis = analysis::analyze(*plan);
     checkPipelineSharding(*run, &analysis);
     checkOffloadTraffic(*run, *plan);
@@ -1223,7 +1224,8 @@ double analyzePeak(const ir::Run &run, const ir::Strategy &strategy) {
   ir::Strategy resolved = strategy;
   ir::resolveExpertPlacements(resolved);
   copy.strategy = &resolved;
-  std::unique_ptr<plan::StepPlan> plan = plan::lowerRun(copy);
+  std::unique_ptr<plan::StepPlan> plan =
+      plan::lowerRun(copy, plan::LowerOptions{/*reasons=*/false});
   return analysis::analyze(*plan).memory.device.peak;
 }
 

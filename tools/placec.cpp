@@ -145,6 +145,12 @@ cl::opt<std::string> searchEpOverlap(
              "a comma-separated list "
              "of false and true (default: false)"),
     cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> searchContext(
+    "context",
+    cl::desc("search: the context-parallel methods to explore over context axes, a "
+             "comma-separated list of none, ring, all_gather and all_to_all, each where its "
+             "divisibility holds (default: all three; none: no context axis)"),
+    cl::init(""), cl::cat(placecCategory));
 cl::opt<std::string> searchSpInputs(
     "sp-inputs",
     cl::desc("search: what the column-parallel products of every sequence-parallel candidate keep "
@@ -554,6 +560,7 @@ int runSearch() {
   options.activations = searchActivations;
   options.asyncTp = searchAsyncTp;
   options.epOverlap = searchEpOverlap;
+  options.context = searchContext;
   options.spInputs = searchSpInputs;
   options.dpOverlap = searchDpOverlap;
   options.topK = searchTop;
@@ -1098,6 +1105,7 @@ bool checkOptionsApply(Command command) {
       {&searchActivations, search},
       {&searchAsyncTp, search},
       {&searchEpOverlap, search},
+      {&searchContext, search},
       {&searchSpInputs, search},
       {&searchDpOverlap, search},
       {&searchMaxParams, search},

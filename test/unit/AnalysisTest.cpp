@@ -1478,4 +1478,30 @@ TEST(AnalysisOffload, HostLinkTraffic) {
   }
 }
 
+// A mixture of experts whose first layers keep a dense MLP (DeepSeek-V3's dense_layers): its
+// dense and MoE layers are timed each by their own work. Three models of 8 layers, the first 1, 2
+// and 3 of them dense, on one device: each dense layer more replaces an MoE layer, so the compute
+// grows by the same amount twice, the difference between the two layers' times, which is not
+// zero (a dense MLP of 8192 against two routed experts of 512 per token).
+TEST(AnalysisMoe, DenseAndMoeLayersAreTimedApart) {
+  std::string text = "cluster one { device = h100_sxm; nodes = 1; devices_per_node = 1; }\n";
+  for (int dense : {1, 2, 3})
+    text += fmt::format(
+        "model m{0} : transformer {{ layers = 8; hidden = 2048; heads = 16; seq = 2048; "
+        "vocab = 32000; mlp = swiglu; bias = false; norm = rmsnorm; positions = rope; "
+        "tied_embeddings = false; ffn = 8192; experts = 16; top_k = 2; expert_ffn = 512; "
+        "dense_layers = {0}; }}\n"
+        "run r_dense{0} {{ model = m{0}; cluster = one; strategy = dp(1); micro_batch = 1; "
+        "global_batch = 1; }}\n",
+        dense);
+  Session session(text);
+  ASSERT_SESSION(session);
+  double compute[3];
+  for (int dense : {1, 2, 3})
+    compute[dense - 1] = session.get("dense" + std::to_string(dense))->analysis.time.computeSeconds;
+  double step = compute[1] - compute[0];
+  EXPECT_GT(step, 0.05 * compute[0]);
+  EXPECT_REL(compute[2] - compute[1], step, 1e-9);
+}
+
 } // namespace

@@ -5,6 +5,7 @@
 #include "placec/passes/CostModel.h"
 
 #include "TestSupport.h"
+#include "placec/passes/StepPlan.h"
 
 #include <gtest/gtest.h>
 
@@ -704,18 +705,24 @@ TEST(CostModelTest, MoeLayerFlops) {
   EXPECT_NEAR(moe - dense, expected, 1e-6 * std::abs(expected));
 }
 
+/// Eight layers, two dense and then an MoE layer every other layer (layers 2, 4, 6).
+ir::Model mixedMoeTransformer() {
+  ir::Model model = smallTransformer(8);
+  ir::MoeConfig &moe = model.transformer.moe;
+  moe.experts = 16;
+  moe.topK = 2;
+  moe.expertFfn = 384;
+  moe.denseLayers = 2;
+  moe.every = 2;
+  return model;
+}
+
 // getUnitWorkClass says what getUnitWork reads of the layer, which the lowering relies on to
 // compute each class's work once: with two dense layers and then an MoE layer every other layer
 // (layers 2, 4, 6), the layers of one class have the same work in every pass, and the two classes
 // differ (the experts' products and kernels against the MLP's).
 TEST(CostModelTest, LayersOfOneWorkClassHaveTheSameWork) {
-  ir::Model model = smallTransformer(8);
-  ir::TransformerConfig &config = model.transformer;
-  config.moe.experts = 16;
-  config.moe.topK = 2;
-  config.moe.expertFfn = 384;
-  config.moe.denseLayers = 2;
-  config.moe.every = 2;
+  ir::Model model = mixedMoeTransformer();
   Layout layout;
   layout.expert = 4;
   const bool moeLayers[] = {false, false, true, false, true, false, true, false};
@@ -741,6 +748,63 @@ TEST(CostModelTest, LayersOfOneWorkClassHaveTheSameWork) {
   // The embedding and the head are one class each.
   EXPECT_EQ(getUnitWorkClass(model, UnitKind::Embedding, -1), 0);
   EXPECT_EQ(getUnitWorkClass(model, UnitKind::Head, 8), 0);
+}
+
+// The lowering computes each unit's collectives once per class of units too: every layer of a
+// class has the same tensor-parallel, context-parallel and expert collectives as the class's
+// first, in each pass and recomputation, under tensor, sequence, context and expert parallelism
+// with the load-balancing loss.
+TEST(CostModelTest, LayersOfOneWorkClassHaveTheSameCollectives) {
+  ir::Model model = mixedMoeTransformer();
+  model.transformer.moe.auxLoss = 0.01;
+  plan::UnitLayout layout;
+  layout.microBatch = 2;
+  layout.tensor = 2;
+  layout.sequenceParallel = true;
+  layout.context = 2;
+  layout.expert = 4;
+  layout.samples = 8;
+  layout.regather = true;
+  layout.fp8 = true;
+  auto same = [](const std::vector<plan::UnitCollective> &x,
+                 const std::vector<plan::UnitCollective> &y) {
+    if (x.size() != y.size())
+      return false;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i].kind != y[i].kind || x[i].over != y[i].over || x[i].elements != y[i].elements ||
+          llvm::StringRef(x[i].what) != y[i].what || x[i].inputGradient != y[i].inputGradient ||
+          x[i].regather != y[i].regather || x[i].fp8 != y[i].fp8)
+        return false;
+    return true;
+  };
+  for (ir::ContextMethod method :
+       {ir::ContextMethod::Ring, ir::ContextMethod::AllGather, ir::ContextMethod::AllToAll}) {
+    layout.contextMethod = method;
+    // The first layer of each class: 0 (dense) and 2 (MoE).
+    auto first = [&](int64_t layer) {
+      return getUnitWorkClass(model, UnitKind::Layer, layer) ? 2 : 0;
+    };
+    for (bool forward : {true, false}) {
+      std::vector<plan::UnitCollective> dense =
+          plan::getUnitCollectives(model, UnitKind::Layer, 0, forward, layout);
+      std::vector<plan::UnitCollective> moe =
+          plan::getUnitCollectives(model, UnitKind::Layer, 2, forward, layout);
+      // The classes differ: the MoE layer has its all-to-alls.
+      EXPECT_FALSE(same(dense, moe));
+      for (int64_t layer = 1; layer < 8; ++layer)
+        EXPECT_TRUE(
+            same(plan::getUnitCollectives(model, UnitKind::Layer, layer, forward, layout),
+                 plan::getUnitCollectives(model, UnitKind::Layer, first(layer), forward, layout)))
+            << layer << " forward " << forward;
+    }
+    for (ir::ActivationMode mode :
+         {ir::ActivationMode::RecomputeFull, ir::ActivationMode::RecomputeAttention})
+      for (int64_t layer = 1; layer < 8; ++layer)
+        EXPECT_TRUE(same(
+            plan::getRecomputedCollectives(model, UnitKind::Layer, layer, mode, layout),
+            plan::getRecomputedCollectives(model, UnitKind::Layer, first(layer), mode, layout)))
+            << layer;
+  }
 }
 
 // projections = separate in an MoE layer: the attention's q, k, v, the routed experts' gate and

@@ -1121,6 +1121,53 @@ TEST(SearchTest, NothingFitsSaysWhy) {
             static_cast<double>(run.model->numParams));
 }
 
+/// The Place text of candidate `c` of `base` (model, cluster, strategy `best`, run `searched`),
+/// compiled again (`run` null when it does not compile), and the strategy the search built for
+/// it.
+struct Reparsed {
+  std::string text;
+  std::unique_ptr<Compiled> compiled;
+  const ir::Run *run = nullptr;
+  std::unique_ptr<ir::Strategy> expected;
+};
+Reparsed reparse(const ir::Run &base, const Candidate &c) {
+  Reparsed result;
+  result.text = formatModel(*base.model) + formatCluster(*base.cluster) +
+                formatStrategy(c, "best") +
+                formatRun(base, c, "searched", "best", base.cluster->name);
+  result.compiled = compile(result.text);
+  if (result.compiled->program)
+    result.run = &runOf(*result.compiled, "searched");
+  result.expected = buildStrategy(c, "best");
+  return result;
+}
+
+/// The reparsed strategy's mesh is the searched one's, axis by axis.
+void expectSameMesh(const ir::Strategy &actual, const ir::Strategy &expected,
+                    const std::string &text) {
+  ASSERT_EQ(actual.mesh.axes.size(), expected.mesh.axes.size()) << text;
+  for (size_t a = 0; a < actual.mesh.axes.size(); ++a) {
+    EXPECT_EQ(actual.mesh.axes[a].name, expected.mesh.axes[a].name) << text;
+    EXPECT_EQ(actual.mesh.axes[a].kind, expected.mesh.axes[a].kind) << text;
+    EXPECT_EQ(actual.mesh.axes[a].size, expected.mesh.axes[a].size) << text;
+  }
+}
+
+/// The reparsed run is timed and sized as the search's exact path timed and sized the candidate
+/// (which that path accepts, with `accepted`).
+void expectSamePredictions(const ir::Run &base, const Candidate &c, const ir::Run &run,
+                           const std::string &text, bool accepted) {
+  analysis::RunAnalysis searched;
+  std::string rule = evaluateExact(base, *base.cluster, c, &searched);
+  if (accepted) {
+    EXPECT_EQ(rule, "") << text;
+  }
+  analysis::RunAnalysis parsed = analysis::analyze(*plan::lowerRun(run));
+  EXPECT_LT(relativeDifference(searched.time.stepSeconds, parsed.time.stepSeconds), 1e-12) << text;
+  EXPECT_LT(relativeDifference(searched.memory.device.peak, parsed.memory.device.peak), 1e-12)
+      << text;
+}
+
 TEST(SearchTest, PlaceTextMeansWhatWasSearched) {
   // The printed strategy and run, compiled by the front end, bind to the strategy the search
   // evaluated, and predict the same step time.
@@ -1146,20 +1193,13 @@ TEST(SearchTest, PlaceTextMeansWhatWasSearched) {
       Candidate c = space[random() % space.size()];
       while (evaluateFast(base, *base.cluster, c).rejectedBy == "gradient-integrity")
         c = space[random() % space.size()];
-      std::string text = formatModel(*base.model) + formatCluster(*base.cluster) +
-                         formatStrategy(c, "best") +
-                         formatRun(base, c, "searched", "best", base.cluster->name);
-      auto reparsed = compile(text);
-      ASSERT_TRUE(reparsed->program) << reparsed->messages << "\n" << text;
-      const ir::Run &run = runOf(*reparsed, "searched");
-      std::unique_ptr<ir::Strategy> expected = buildStrategy(c, "best");
+      Reparsed reparsed = reparse(base, c);
+      const std::string &text = reparsed.text;
+      ASSERT_TRUE(reparsed.run) << reparsed.compiled->messages << "\n" << text;
+      const ir::Run &run = *reparsed.run;
+      const std::unique_ptr<ir::Strategy> &expected = reparsed.expected;
       const ir::Strategy &actual = *run.strategy;
-      ASSERT_EQ(actual.mesh.axes.size(), expected->mesh.axes.size()) << text;
-      for (size_t a = 0; a < actual.mesh.axes.size(); ++a) {
-        EXPECT_EQ(actual.mesh.axes[a].name, expected->mesh.axes[a].name);
-        EXPECT_EQ(actual.mesh.axes[a].kind, expected->mesh.axes[a].kind);
-        EXPECT_EQ(actual.mesh.axes[a].size, expected->mesh.axes[a].size);
-      }
+      expectSameMesh(actual, *expected, text);
       for (ir::State state : ir::kAllStates) {
         const ir::StatePlacement &x = actual.getPlacement(state);
         const ir::StatePlacement &y = expected->getPlacement(state);
@@ -1190,14 +1230,65 @@ TEST(SearchTest, PlaceTextMeansWhatWasSearched) {
       }
       EXPECT_EQ(run.microBatch, c.microBatch);
       EXPECT_EQ(run.microbatchesPerStep, c.microbatches);
-      analysis::RunAnalysis searched;
-      evaluateExact(base, *base.cluster, c, &searched);
-      analysis::RunAnalysis parsed = analysis::analyze(*plan::lowerRun(run));
-      EXPECT_LT(relativeDifference(searched.time.stepSeconds, parsed.time.stepSeconds), 1e-12)
-          << text;
-      EXPECT_LT(relativeDifference(searched.memory.device.peak, parsed.memory.device.peak), 1e-12)
-          << text;
+      expectSamePredictions(base, c, run, text, /*accepted=*/false);
     }
+  }
+}
+
+TEST(SearchTest, MoePlaceTextMeansWhatWasSearched) {
+  // The same for a mixture of experts, whose plans the exact path evaluates: the printed
+  // strategy binds to the mesh, the dense and the experts' placements and the context method
+  // the search evaluated (ZeRO-1 for the experts over dp and cp among them), with the same step
+  // time and peak memory.
+  auto compiled = compile(R"(
+model moe_cp : transformer {
+  layers = 4; hidden = 1024; heads = 8; kv_heads = 4; seq = 16384; vocab = 32000; mlp = swiglu;
+  norm = rmsnorm; bias = false; positions = rope; tied_embeddings = false; attention = cudnn;
+  experts = 16; top_k = 2; expert_ffn = 1024;
+}
+cluster h100_16 { device = h100_sxm; nodes = 2; devices_per_node = 8; }
+run moe { model = moe_cp; cluster = h100_16; strategy = dp(16);
+          micro_batch = 1; global_batch = 16; precision = mixed(bf16); optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &base = runOf(*compiled, "moe");
+  std::vector<Candidate> accepted;
+  SearchOptions options;
+  options.onAccepted = [&](const Candidate &c) { accepted.push_back(c); };
+  searchStrategies(base, options);
+  // Every plan with the experts replicated and a context axis, and a random sample of the rest.
+  std::vector<Candidate> chosen;
+  for (const Candidate &c : accepted)
+    if (c.expertsReplicated && c.cp > 1)
+      chosen.push_back(c);
+  ASSERT_FALSE(chosen.empty());
+  ASSERT_TRUE(llvm::any_of(accepted, [](const Candidate &c) { return c.cp > 1 && c.ep > 1; }));
+  std::mt19937_64 random(5);
+  for (unsigned i = 0; i < 30; ++i)
+    chosen.push_back(accepted[random() % accepted.size()]);
+  for (const Candidate &c : chosen) {
+    Reparsed reparsed = reparse(base, c);
+    ASSERT_TRUE(reparsed.run) << reparsed.compiled->messages << "\n" << reparsed.text;
+    const ir::Strategy &actual = *reparsed.run->strategy, &expected = *reparsed.expected;
+    expectSameMesh(actual, expected, reparsed.text);
+    for (ir::State state : ir::kAllStates)
+      for (bool experts : {false, true}) {
+        const ir::StatePlacement &x =
+            experts ? actual.getExpertPlacement(state) : actual.getPlacement(state);
+        const ir::StatePlacement &y =
+            experts ? expected.getExpertPlacement(state) : expected.getPlacement(state);
+        if (experts && state == ir::State::Activations)
+          continue;
+        ASSERT_EQ(x.axes.size(), y.axes.size()) << reparsed.text;
+        for (size_t a = 0; a < x.axes.size(); ++a)
+          EXPECT_EQ(x.axes[a].mode, y.axes[a].mode)
+              << (experts ? "expert " : "") << ir::toString(state).str() << "\n"
+              << reparsed.text;
+      }
+    if (c.cp > 1) {
+      EXPECT_EQ(actual.contextMethod, expected.contextMethod) << reparsed.text;
+    }
+    expectSamePredictions(base, c, *reparsed.run, reparsed.text, /*accepted=*/true);
   }
 }
 

@@ -152,6 +152,10 @@ struct SearchOptions {
   /// `false` for mixtures of experts. `false` and `wgrad` are explored with and without sequence
   /// parallelism, `true` and `forward` with it.
   std::vector<ir::AsyncTensorParallel> asyncTp;
+  /// The context-parallel methods explored over context axes of more than one device, each where
+  /// its divisibility holds; empty: no context axis (`--context none`); nullopt: ring, all_gather
+  /// and all_to_all. Plans without a context axis are always part of the space.
+  std::optional<std::vector<ir::ContextMethod>> contextMethods;
   /// The ep_overlap settings to explore for a mixture of experts where they apply (ep > 1, no
   /// pipeline, no full recomputation, not fp32); empty: `false`. Elsewhere `false`.
   std::vector<ir::ExpertOverlap> epOverlap;
@@ -284,6 +288,12 @@ std::optional<std::vector<ir::AsyncTensorParallel>> parseAsyncTensorParallel(llv
 std::optional<std::vector<ir::ExpertOverlap>>
 parseExpertOverlap(llvm::StringRef text, const ir::Run &run, std::string &error);
 
+/// Parses `--context ring,all_to_all` into the context-parallel methods to explore (`none`
+/// alone: an empty list, no context axis); on an error (an unknown name) returns nullopt and sets
+/// `error`.
+std::optional<std::vector<ir::ContextMethod>> parseContextMethods(llvm::StringRef text,
+                                                                  std::string &error);
+
 /// Parses `--precision bf16,fp8` into precisions; on an error returns nullopt and sets `error`
 /// (an unknown name, fp8 on the run's cluster without an FP8 peak, or fp8 under
 /// `kernels = eager`).
@@ -341,6 +351,9 @@ struct SearchCommandOptions {
   /// `--ep-overlap`: a comma-separated list of false and true; empty: false
   /// (SearchOptions::epOverlap).
   std::string epOverlap;
+  /// `--context`: a comma-separated list of none, ring, all_gather and all_to_all; empty: every
+  /// method (SearchOptions::contextMethods).
+  std::string context;
   /// `--sp-inputs`: regather or keep; empty: regather.
   std::string spInputs;
   /// `--dp-overlap`: grads, all or none; empty: grads.

@@ -91,10 +91,18 @@ struct Op {
   /// Compute: what is computed, its work (GEMMs by shape, attention, memory-bound kernels) and
   /// FLOPs per device per micro-batch.
   ComputeKind compute = ComputeKind::Forward;
-  cost::Work work;
+  /// Shared by the ops of the units of one class (cost::getUnitWorkClass); null for the other
+  /// kinds of op (getWork reads it as empty).
+  std::shared_ptr<const cost::Work> work;
   double flops = 0;
   /// Why the op is there, in the terms of the placement: "params gather(dp) before use".
   std::string reason;
+
+  /// The compute op's work; empty for the other kinds.
+  const cost::Work &getWork() const {
+    static const cost::Work none;
+    return work ? *work : none;
+  }
 };
 
 /// A unit of the model the plan moves as one: the embeddings, one transformer block or mlp
@@ -263,8 +271,14 @@ PipelineLayout getPipelineLayout(int64_t layers, int64_t stages, const ir::Pipel
 std::vector<OpKind> getTensorCollectives(const ir::Model &model, cost::UnitKind unit, int64_t layer,
                                          bool forwardPass, bool sequenceParallel);
 
+struct LowerOptions {
+  /// Write each op's `reason`. The analyses never read it; the verifier and the search, which
+  /// print no plan, lower without it.
+  bool reasons = true;
+};
+
 /// Lowers a verified run to its step plan.
-std::unique_ptr<StepPlan> lowerRun(const ir::Run &run);
+std::unique_ptr<StepPlan> lowerRun(const ir::Run &run, const LowerOptions &options = {});
 
 /// Prints the plan (`placec --emit=plan`), documented in docs/plan.md.
 void printPlan(const StepPlan &plan, llvm::raw_ostream &os);
