@@ -662,14 +662,20 @@ RunAnalysis Analyzer::analyze() {
   double metricSync = costModel.getTrainMetricSyncSeconds(
       run.trainMetrics, world, options.explain ? &metricSyncFormula : nullptr);
   for (const plan::StagePlan &stage : plan.stages) {
-    std::map<std::tuple<int, std::vector<unsigned>, int, int>, size_t> index;
+    // The communication table's row of each (collective, axes, state, phase); the axes by the
+    // number of their first appearance, so that looking a row up copies nothing.
+    std::map<std::vector<unsigned>, int> axesNumbers;
+    std::map<std::tuple<int, int, int, int>, size_t> index;
     auto account = [&](const Op &op) {
       if (!isTraffic(op))
         return 0.0;
       double bytes = static_cast<double>(op.elements) * plan::getSize(op.dtype);
       double calls = op.perMicrobatch ? m : 1;
-      auto key = std::make_tuple(static_cast<int>(op.kind), op.axes, static_cast<int>(op.state),
-                                 static_cast<int>(op.phase));
+      auto numbered = axesNumbers.find(op.axes);
+      if (numbered == axesNumbers.end())
+        numbered = axesNumbers.emplace(op.axes, static_cast<int>(axesNumbers.size())).first;
+      auto key = std::make_tuple(static_cast<int>(op.kind), numbered->second,
+                                 static_cast<int>(op.state), static_cast<int>(op.phase));
       auto [it, inserted] = index.try_emplace(key, result.communication.size());
       if (inserted) {
         CommEntry entry;

@@ -548,6 +548,15 @@ int runSearch() {
     printError("--top: expected 1 or more plans, got 0");
     return 1;
   }
+  // A setting given empty is an error, not the default.
+  for (const cl::opt<std::string> *setting :
+       {&searchBudget, &searchPrecision, &searchSchedules, &searchActivations, &searchAsyncTp,
+        &searchEpOverlap, &searchContext, &searchSpInputs, &searchDpOverlap})
+    if (setting->getNumOccurrences() && setting->getValue().empty()) {
+      printError(fmt::format("--{}: expected {}, got nothing", setting->ArgStr.str(),
+                             setting->ValueStr.empty() ? "a value" : setting->ValueStr.str()));
+      return 1;
+    }
   std::unique_ptr<ir::Program> program = loadProgram(inputFiles[0], diags);
   if (!program || diags.hasErrors())
     return 1;
