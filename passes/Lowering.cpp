@@ -128,23 +128,26 @@ private:
   /// A unit's work in `pass`, computed once per class of units (cost::getUnitWorkClass).
   /// The compute ops of one class share it.
   const std::shared_ptr<const cost::Work> &unitWork(const Unit &unit, cost::PassKind pass) const {
-    auto key = std::make_tuple(static_cast<int>(unit.kind), static_cast<int>(pass),
-                               cost::getUnitWorkClass(model, unit.kind, unit.layer));
-    auto [at, inserted] = works.try_emplace(key);
+    auto [at, inserted] = works.try_emplace(classKey(unit, static_cast<int>(pass)));
     if (inserted)
       at->second = std::make_shared<const cost::Work>(
           cost::getUnitWork(model, unit.kind, unit.layer, pass, layout));
     return at->second;
   }
-  mutable std::map<std::tuple<int, int, int64_t>, std::shared_ptr<const cost::Work>> works;
+  /// The key of what the units of one class share: the unit's kind, `what` of it (a pass, a
+  /// Traffic) and its class.
+  using ClassKey = std::tuple<int, int, int64_t>;
+  ClassKey classKey(const Unit &unit, int what) const {
+    return {static_cast<int>(unit.kind), what,
+            cost::getUnitWorkClass(model, unit.kind, unit.layer)};
+  }
+  mutable std::map<ClassKey, std::shared_ptr<const cost::Work>> works;
   /// The collectives inside a unit's forward, its backward (getUnitCollectives) or its
   /// recomputed forward (getRecomputedCollectives), computed once per class of units: they
   /// depend on the layer only as its work does (cost::getUnitWorkClass).
   enum class Traffic { Forward, Backward, Recomputed };
   const std::vector<UnitCollective> &unitTraffic(const Unit &unit, Traffic which) const {
-    auto key = std::make_tuple(static_cast<int>(unit.kind), static_cast<int>(which),
-                               cost::getUnitWorkClass(model, unit.kind, unit.layer));
-    auto [at, inserted] = traffic.try_emplace(key);
+    auto [at, inserted] = traffic.try_emplace(classKey(unit, static_cast<int>(which)));
     if (inserted)
       at->second = which == Traffic::Recomputed
                        ? getRecomputedCollectives(model, unit.kind, unit.layer,
@@ -153,7 +156,7 @@ private:
                                             unitLayout);
     return at->second;
   }
-  mutable std::map<std::tuple<int, int, int64_t>, std::vector<UnitCollective>> traffic;
+  mutable std::map<ClassKey, std::vector<UnitCollective>> traffic;
   /// A compute op of a unit's pass.
   Op computeOp(int unitIndex, const Unit &unit, cost::PassKind pass) const;
   /// Elements of the activation tensor that crosses a stage boundary, per micro-batch.

@@ -553,8 +553,7 @@ int runSearch() {
        {&searchBudget, &searchPrecision, &searchSchedules, &searchActivations, &searchAsyncTp,
         &searchEpOverlap, &searchContext, &searchSpInputs, &searchDpOverlap})
     if (setting->getNumOccurrences() && setting->getValue().empty()) {
-      printError(fmt::format("--{}: expected {}, got nothing", setting->ArgStr.str(),
-                             setting->ValueStr.empty() ? "a value" : setting->ValueStr.str()));
+      printError(fmt::format("--{}: expected a value, got nothing", setting->ArgStr.str()));
       return 1;
     }
   std::unique_ptr<ir::Program> program = loadProgram(inputFiles[0], diags);
