@@ -164,6 +164,11 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "the trainer's attention heads are hidden/heads wide");
     if (config.qkNorm)
       refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+    if (config.isWindowed())
+      refuse(config.windowLoc.isValid() ? config.windowLoc : model.loc,
+             "window = " + Twine(config.window) + " < seq = " + Twine(config.seq),
+             "placert's attention attends the whole causal prefix; leave window out, or compile a "
+             "model whose window is at least its sequence");
     if (config.mlp == ir::MlpActivation::Relu2)
       refuse(config.mlpLoc, "mlp = relu2",
              "placert's transformer implements GELU and SwiGLU MLPs; declare mlp = gelu or "

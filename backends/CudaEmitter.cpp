@@ -163,6 +163,11 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
            "the trainer's attention heads are hidden/heads wide");
   if (config.qkNorm)
     refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+  if (config.isWindowed())
+    refuse(config.windowLoc.isValid() ? config.windowLoc : model.loc,
+           "window = " + Twine(config.window) + " < seq = " + Twine(config.seq),
+           "the GPU trainer's attention attends the whole causal prefix; leave window out, or "
+           "compile a model whose window is at least its sequence");
   if (config.unpad)
     refuse(config.unpadLoc, "unpad = true",
            "the GPU trainer's attention reads the padded Q, K and V in place and keeps one copy "

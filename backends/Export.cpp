@@ -805,6 +805,27 @@ private:
       os << "--group-query-attention\n";
       flag("--num-query-groups", Twine(config.getKvHeads()));
     }
+    // Megatron-LM's head width is --kv-channels (hidden / heads when not given), and
+    // --qk-layernorm normalizes each head's queries and keys with --normalization's norm.
+    if (config.headDim > 0)
+      flag("--kv-channels", Twine(config.headDim));
+    if (config.qkNorm) {
+      if (config.norm != ir::NormKind::RmsNorm)
+        refuse("qk_norm = true with norm = " + ir::toString(config.norm) +
+               ": Megatron-LM's --qk-layernorm normalizes queries and keys with the model's "
+               "--normalization, where Place's qk_norm is an RMSNorm (write norm = rmsnorm)");
+      os << "--qk-layernorm\n";
+    }
+    // Megatron-Core's window_size is flash-attn's (left, right): a query attends `left` earlier
+    // tokens and itself, so Place's window of w tokens is (w − 1, 0). Its unfused attention has
+    // no window (megatron/core/transformer/dot_product_attention.py asserts window_size is None).
+    if (config.isWindowed()) {
+      if (config.attention == ir::AttentionKind::Materialized)
+        refuse("window = " + Twine(config.window) +
+               " with attention = materialized: Megatron-Core's unfused attention has no sliding "
+               "window (write attention = flash or cudnn)");
+      flag("--window-size", Twine(config.window - 1) + ",0");
+    }
     switch (config.attention) {
     case ir::AttentionKind::Flash:
     case ir::AttentionKind::Flash3:

@@ -703,6 +703,9 @@ constexpr const char *kMegatronFlags[] = {
     "--group-query-attention",
     "--attention-backend=",
     "--num-query-groups=",
+    "--kv-channels=",
+    "--qk-layernorm",
+    "--window-size=",
     "--add-qkv-bias",
     "--context-parallel-size=",
     "--cp-comm-type=",
@@ -751,11 +754,20 @@ const UntranslatedFlag kUntranslatedMegatronFlags[] = {
      "--fp8-format e4m3 or hybrid",
      true},
     {"--pipeline-model-parallel-layout", nullptr, "a custom pipeline layout"},
+    {"--window-attn-skip-freq", nullptr,
+     "layers of full attention among the sliding-window ones, where Place's window holds in "
+     "every layer",
+     true},
     {"--recompute-modules", "core_attn",
      "selective recomputation of other modules than the core attention (layernorm, mlp, moe, "
      "moe_act, ...)",
      true},
 };
+
+/// Megatron-LM flags that describe a dense model's attention (errors with a model named by
+/// --model, whose declaration says it).
+constexpr StringRef kMegatronAttentionModelFlags[] = {"--kv-channels", "--qk-layernorm",
+                                                      "--window-size"};
 
 /// Megatron-LM flags that describe a mixture-of-experts model (errors with a model named by
 /// --model, whose declaration says it).
@@ -924,6 +936,31 @@ private:
   SMLoc locOf(StringRef flag) const {
     auto it = flags.find(flag);
     return locAt(it == flags.end() ? 0 : it->second.second);
+  }
+
+  /// Place's window from --window-size LEFT,RIGHT (flash-attn's: a query attends LEFT earlier
+  /// tokens and itself, and RIGHT later ones; -1 is unbounded): LEFT + 1 where RIGHT is 0;
+  /// nothing where LEFT is -1 or the window holds the whole sequence.
+  std::optional<int64_t> windowOf(int64_t seq) {
+    std::string text = getString("--window-size", "");
+    SMLoc loc = locOf("--window-size");
+    auto [leftText, rightText] = StringRef(text).split(',');
+    int64_t left = 0, right = 0;
+    if (StringRef(leftText).trim().getAsInteger(10, left) ||
+        StringRef(rightText).trim().getAsInteger(10, right) || left < -1 || right < -1) {
+      diags.error(loc, "--window-size '" + text +
+                           "' is not LEFT,RIGHT: two whole numbers of tokens, each at least -1");
+      return std::nullopt;
+    }
+    if (right != 0) {
+      diags.error(loc, "--window-size " + text +
+                           ": a window that reaches later tokens is not causal; Place's window "
+                           "looks back only (write LEFT,0)");
+      return std::nullopt;
+    }
+    if (left < 0 || left + 1 >= seq)
+      return std::nullopt;
+    return left + 1;
   }
 
   /// The MoE fields of a model declared from the flags (nothing for a dense model).
@@ -1160,6 +1197,21 @@ private:
       // Megatron-LM reads --num-query-groups (default 1) only with --group-query-attention.
       if (has("--group-query-attention"))
         m << "  kv_heads = " << getInt("--num-query-groups").value_or(1) << ";\n";
+      if (std::optional<int64_t> channels = getInt("--kv-channels"))
+        m << "  head_dim = " << *channels << ";\n";
+      if (has("--qk-layernorm")) {
+        if (norm != "RMSNorm")
+          diags.error(locOf("--qk-layernorm"),
+                      "--qk-layernorm normalizes queries and keys with the --normalization "
+                      "norm (" +
+                          norm +
+                          "), and Place's qk_norm is an RMSNorm: add --normalization "
+                          "RMSNorm or drop the flag");
+        m << "  qk_norm = true;\n";
+      }
+      if (has("--window-size"))
+        if (std::optional<int64_t> window = windowOf(*seq))
+          m << "  window = " << *window << ";\n";
       if (attention != "flash")
         m << "  attention = " << attention << ";\n";
       m << moeModelText(ffn.value_or(4 * *hidden), *layers);
@@ -1168,13 +1220,16 @@ private:
     }
 
     if (!options.modelName.empty())
-      for (StringRef flag : kMegatronMoeModelFlags)
-        if (has(flag))
-          diags.error(locOf(flag), flag +
-                                       " describes the model, but the model is named with "
-                                       "--model '" +
-                                       options.modelName +
-                                       "': write it in the model's declaration and drop the flag");
+      for (ArrayRef<StringRef> flags : {ArrayRef<StringRef>(kMegatronAttentionModelFlags),
+                                        ArrayRef<StringRef>(kMegatronMoeModelFlags)})
+        for (StringRef flag : flags)
+          if (has(flag))
+            diags.error(locOf(flag),
+                        flag +
+                            " describes the model, but the model is named with "
+                            "--model '" +
+                            options.modelName +
+                            "': write it in the model's declaration and drop the flag");
     if (e > 1 && !options.modelName.empty() && options.modelExperts == 0)
       diags.error(locOf("--expert-model-parallel-size"),
                   "--expert-model-parallel-size needs a mixture-of-experts model, but model '" +

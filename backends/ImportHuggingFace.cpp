@@ -370,18 +370,33 @@ private:
     if (kvHeads > 0 && *heads % kvHeads != 0)
       refuse("num_key_value_heads", "it does not divide the " + Twine(*heads) + " heads");
 
-    // Sliding-window attention computes fewer scores than placec counts once the sequence is
-    // longer than the window.
+    // Sliding-window attention (Mistral, Phi-3: every layer; Qwen2 and Qwen3 under
+    // use_sliding_window: the layers from max_window_layers on, as transformers' layer_types
+    // says) is Place's window, which holds in every layer. A window of the whole sequence is
+    // none.
+    int64_t window = 0;
     if (modern && root->get("sliding_window")) {
-      std::optional<int64_t> window = getInt("sliding_window", false);
+      std::optional<int64_t> size = getInt("sliding_window", false);
       bool qwen = family == Family::Qwen2 || family == Family::Qwen3 || family == Family::Qwen3Moe;
       bool used = !qwen || getBool("use_sliding_window").value_or(false);
-      if (used && window && *window < seq)
-        refuse("sliding_window",
-               "attention looks back " + Twine(*window) + " tokens, fewer than the sequence of " +
-                   Twine(seq) +
-                   ", and placec counts attention over the whole sequence; import with --seq " +
-                   Twine(*window) + " or less");
+      if (used && size && *size < seq) {
+        std::optional<int64_t> full =
+            qwen ? root->getInteger("max_window_layers") : std::optional<int64_t>(0);
+        if (!full || *full < 0)
+          refuse(qwen && root->get("max_window_layers") ? "max_window_layers"
+                                                        : "use_sliding_window",
+                 "use_sliding_window needs max_window_layers, a whole number of layers (the "
+                 "first ones, which attend the whole sequence)");
+        else if (*full == 0)
+          window = *size;
+        else if (*full < *layers)
+          refuse("max_window_layers", "the first " + Twine(*full) +
+                                          " layers attend the whole sequence and the others "
+                                          "a window of " +
+                                          Twine(*size) +
+                                          " tokens, and Place's window holds in every "
+                                          "layer");
+      }
     }
 
     // Activation.
@@ -513,6 +528,8 @@ private:
       m << "  kv_heads = " << kvHeads << ";\n";
     if (headDim > 0)
       m << "  head_dim = " << headDim << ";\n";
+    if (window > 0)
+      m << "  window = " << window << ";\n";
     if (qkNorm)
       m << "  qk_norm = true;\n";
     m << "  seq = " << seq << ";\n  vocab = " << *vocab << ";\n";

@@ -139,7 +139,8 @@ const char *detail::findTorchtitanFlavor(const ir::TransformerConfig &config) {
         config.ffn == flavor.ffn && config.vocab == kLlama3Vocab &&
         config.mlp == ir::MlpActivation::Swiglu && config.norm == ir::NormKind::RmsNorm &&
         !config.bias && !config.qkvBias && config.positions == ir::PositionKind::Rope &&
-        !config.tiedEmbeddings && !config.moe.isEnabled() && config.headDim == 0 && !config.qkNorm)
+        !config.tiedEmbeddings && !config.moe.isEnabled() && config.headDim == 0 &&
+        !config.qkNorm && !config.isWindowed())
       return flavor.name;
   return nullptr;
 }

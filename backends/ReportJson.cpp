@@ -131,6 +131,10 @@ void JsonWriter::writeModel(const ir::Model &model) {
     out.attribute("unpad", config.unpad);
     out.attribute("projections", ir::toString(config.projections));
     out.attribute("attention", ir::toString(config.attention));
+    if (config.window > 0)
+      out.attribute("window", config.window);
+    else
+      out.attribute("window", nullptr);
     if (model.isMoe()) {
       const ir::MoeConfig &moe = config.moe;
       out.attribute("active_params", model.getActiveParams());

@@ -419,9 +419,11 @@ std::string describeAttention(const ir::Model &model) {
   }
   // kv_repeat = true (eager runs repeat them too: the kernels row says so).
   bool repeated = cost::repeatsKv(model.transformer, ir::KernelMode::Fused);
-  return fmt::format("{} ({}){}{}", ir::toString(kind).str(), kernel.str(),
-                     repeated ? ", K/V repeated to every head" : "",
-                     model.transformer.unpad ? ", inputs unpadded" : "");
+  const ir::TransformerConfig &config = model.transformer;
+  return fmt::format(
+      "{} ({}){}{}{}", ir::toString(kind).str(), kernel.str(),
+      config.isWindowed() ? fmt::format(", window of {} tokens", config.window) : std::string(),
+      repeated ? ", K/V repeated to every head" : "", config.unpad ? ", inputs unpadded" : "");
 }
 
 std::string describeCluster(const ir::Cluster &cluster) {

@@ -688,7 +688,8 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "aux_loss",
                                                   "imbalance",
                                                   "head_dim",
-                                                  "qk_norm"};
+                                                  "qk_norm",
+                                                  "window"};
     auto fields = collectFields(decl, "a transformer", keys);
     ok &= requireFields(decl, "transformer", fields, {"layers", "hidden", "heads", "seq", "vocab"});
     ir::TransformerConfig &config = model->transformer;
@@ -708,6 +709,9 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     count("ffn", config.ffn, 1 << 26);
     count("kv_heads", config.kvHeads, 1 << 20);
     count("head_dim", config.headDim, 1 << 16);
+    count("window", config.window, 1 << 30);
+    if (const ast::Field *field = fields.lookup("window"))
+      config.windowLoc = field->keyLoc;
     if (const ast::Field *field = fields.lookup("kv_repeat")) {
       std::optional<bool> value = getBool(field->value, "kv_repeat");
       ok &= value.has_value();

@@ -260,11 +260,18 @@ bool runsAttention(ir::DeviceFamily family, ir::AttentionKind kernel) {
 // Work
 //===----------------------------------------------------------------------===//
 
+double AttentionCore::getAttendedKeys() const {
+  bool windowed = window > 0 && window < keys;
+  if (!causal)
+    return windowed ? window : keys;
+  // Σ over the queries of min(position, w), continuous as kCausalFraction is: s·w − w²/2.
+  return windowed ? window - window * window / (2 * keys) : keys * kCausalFraction;
+}
+
 double AttentionCore::getFlops() const {
-  // QKᵀ and PV: 2 · 2·q·k·d per head; the backward's five products are 2.5 times that.
-  double flops = 4 * batchHeads * queries * keys * headDim;
-  if (causal)
-    flops *= kCausalFraction;
+  // QKᵀ and PV: 2 · 2·q·k·d per head over the keys each query attends; the backward's five
+  // products are 2.5 times that.
+  double flops = 4 * batchHeads * queries * getAttendedKeys() * headDim;
   if (backward)
     flops *= kFusedAttentionBackwardRatio;
   return flops;
@@ -305,6 +312,8 @@ namespace {
 /// The shapes of a transformer on one device, per micro-batch.
 struct TransformerDims {
   double b, s, keys, tokens, h, a, kv, d, f, vocab, t, e;
+  /// Sliding-window attention's window (ir::TransformerConfig::window); 0: none.
+  double window = 0;
   bool sp, swiglu, relu2, rope, fp8;
   /// The rotary embedding is a complex product run as PyTorch's kernels (rotatesComplex).
   bool complexRotary = false;
@@ -351,6 +360,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.b = layout.microBatch;
   double context = static_cast<double>(std::max<int64_t>(1, layout.context));
   dims.keys = static_cast<double>(config.seq);
+  dims.window = static_cast<double>(config.window);
   dims.s = dims.keys / context;
   dims.tokens = dims.b * dims.s;
   dims.h = static_cast<double>(config.hidden);
@@ -500,6 +510,7 @@ AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
   core.keys = x.keys;
   core.headDim = x.d;
   core.causal = true;
+  core.window = x.window;
   core.backward = backward;
   core.kernel = x.attention;
   return core;
@@ -1174,7 +1185,8 @@ double getModelFlops(const ir::Model &model, double globalBatch, std::string *fo
   }
   if (model.kind != ir::ModelKind::Transformer)
     return 0;
-  // One sample's forward on one device, the attention counted over the whole s×s.
+  // One sample's forward on one device, the attention counted over the whole s×s (s×w under a
+  // sliding window: AttentionCore::getAttendedKeys without the causal mask).
   Layout layout;
   auto forwardOf = [&](const ir::TransformerConfig &config, UnitKind unit, bool moeLayer) {
     Work work = transformerWork(config, unit, PassKind::Forward, layout, moeLayer);
@@ -2295,7 +2307,7 @@ double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *fo
     }
     efficiency = core.backward ? constants->backwardEfficiency : constants->forwardEfficiency;
     // The keys each query attends on average, and the two overheads of FusedAttentionConstants.
-    double attended = core.keys * (core.causal ? kCausalFraction : 1);
+    double attended = core.getAttendedKeys();
     double keyOverhead =
         core.backward ? constants->backwardKeyOverhead : constants->forwardKeyOverhead;
     double dimOverhead = constants->headDimOverhead;
@@ -2311,9 +2323,14 @@ double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *fo
     *formula =
         fmt::format("fused attention{} ({} heads × {}×{} × d {}{}{}): {}{} / ({} × {}{})",
                     core.backward ? " backward" : "", num(core.batchHeads), num(core.queries),
-                    num(core.keys), num(core.headDim), core.causal ? ", causal" : "", kernel.str(),
-                    fmtAmount(flops, "FLOP"), overheads, fmtRate(peak, "FLOP/s"), num(efficiency),
-                    shapes ? " × " + num(kernels) : std::string());
+                    num(core.keys), num(core.headDim),
+                    std::string(core.causal ? ", causal" : "") +
+                        (core.window > 0 && core.window < core.keys
+                             ? ", window " + num(core.window) + " (" + num(core.getAttendedKeys()) +
+                                   " keys a query)"
+                             : std::string()),
+                    kernel.str(), fmtAmount(flops, "FLOP"), overheads, fmtRate(peak, "FLOP/s"),
+                    num(efficiency), shapes ? " × " + num(kernels) : std::string());
   return rate > 0 ? flops * stretch / rate : 0;
 }
 

@@ -1255,6 +1255,9 @@ getContextMethods(const ir::Run &run, int64_t tp, int64_t cp,
   const ir::TransformerConfig &config = run.model->transformer;
   if (cp == 1)
     return {ir::ContextMethod::Ring};
+  // The verifier's rule `placement`: no context parallelism under a sliding window.
+  if (config.isWindowed())
+    return {};
   std::vector<ir::ContextMethod> methods;
   auto add = [&](ir::ContextMethod method) {
     if (!allowed || llvm::is_contained(*allowed, method))
@@ -2804,6 +2807,8 @@ std::string formatModel(const ir::Model &model) {
     os << "  head_dim = " << config.headDim << ";\n";
   if (config.qkNorm)
     os << "  qk_norm = true;\n";
+  if (config.window > 0)
+    os << "  window = " << config.window << ";\n";
   if (config.moe.isEnabled()) {
     // Every field, defaults included, so that the plan's model is the searched one.
     const ir::MoeConfig &moe = config.moe;

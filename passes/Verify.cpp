@@ -452,7 +452,22 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
         diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
         ok = false;
       };
-      if (strategy.contextMethod == ir::ContextMethod::AllToAll) {
+      // Sliding-window attention (rule `placement`): placec times each context method's
+      // exchanges and blockwise attention over the whole causal prefix, where a window needs
+      // only the neighbouring ranks' keys (cost::AttentionCore::window holds without it only).
+      if (config.isWindowed()) {
+        diags->error(strategy.contextLoc.isValid() ? strategy.contextLoc : strategyLoc,
+                     Twine("context parallelism over ") + Twine(context) +
+                         " devices with a sliding window (model '" + model.name +
+                         "': window = " + Twine(config.window) +
+                         "): placec times the keys and values a context-parallel rank receives "
+                         "over the whole causal prefix, not over a sliding window (leave the "
+                         "sequence axis out)",
+                     "placement");
+        diags->note(config.windowLoc.isValid() ? config.windowLoc : model.loc,
+                    Twine("the window of model '") + model.name + "' is written here");
+        ok = false;
+      } else if (strategy.contextMethod == ir::ContextMethod::AllToAll) {
         int64_t degree = tensorDegree * context;
         requireContext("the heads", config.heads, degree,
                        "Ulysses's all-to-all gives each of the tensor × context ranks whole heads");

@@ -1539,8 +1539,6 @@ TEST(CostModelTest, RecomputedLayerIsAliveThroughItsBackward) {
   EXPECT_NEAR(memory.device.peak, 3 * perOp + recomputed, 1e-9 * all);
 }
 
-} // namespace
-
 TEST(CostModelTest, Fp32ParametersAreCastOnEveryUse) {
   // mixed(bf16, params = fp32), PyTorch's mixed precision over fp32 modules, on Llama 3.1 8B's
   // layer (e = 2): the weights of its products, W = h·a·d (Q) + 2·h·kv·d (K, V) + a·d·h (output)
@@ -1670,3 +1668,68 @@ TEST(CostModelTest, Fp32ParametersOfAnMlpAreCastOnEveryUse) {
     EXPECT_NEAR(extra(layer, eager, plainEager, PassKind::Backward), cast, 1e-9 * cast);
   }
 }
+
+TEST(CostModelTest, SlidingWindowAttendsTheKeysInsideIt) {
+  // Query i (from 1) of a causal window of w keys attends min(i, w) of them; summed here key by
+  // key over 8192 queries and compared with getAttendedKeys' closed form (continuous, as the
+  // causal half s/2 is, hence within 1/s).
+  AttentionCore core;
+  core.batchHeads = 32;
+  core.queries = core.keys = 8192;
+  core.headDim = 128;
+  for (double window : {1.0, 512.0, 4096.0, 8191.0}) {
+    double attended = 0;
+    for (int i = 1; i <= 8192; ++i)
+      attended += std::min<double>(i, window);
+    core.window = window;
+    EXPECT_NEAR(core.getAttendedKeys() * core.queries, attended, attended / 8192) << window;
+    EXPECT_NEAR(core.getFlops(), 4.0 * 32 * 128 * attended, 4.0 * 32 * 128 * attended / 8192)
+        << window;
+  }
+  // A window of the whole sequence or more is the causal half; without the mask (model FLOPs)
+  // a query attends the window's keys.
+  core.window = 0;
+  double causal = core.getFlops();
+  core.window = 8192;
+  EXPECT_EQ(core.getFlops(), causal);
+  core.window = 100000;
+  EXPECT_EQ(core.getFlops(), causal);
+  core.causal = false;
+  core.window = 1024;
+  EXPECT_EQ(core.getAttendedKeys(), 1024);
+}
+
+TEST(CostModelTest, SlidingWindowChangesOnlyTheFusedAttentionCore) {
+  // Llama 3.1 8B's layer at 8K tokens with a 2K window: every product and memory-bound kernel is
+  // the unwindowed layer's, and the fused core's FLOPs are its own at the window (the whole
+  // causal prefix: 4·a·s·(s/2)·d; the window: 4·a·s·(w − w²/2s)·d, per sample).
+  ir::Model full = llama8bLayer();
+  ir::Model windowed = full;
+  windowed.transformer.window = 2048;
+  Layout layout;
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward}) {
+    Work a = getUnitWork(full, UnitKind::Layer, 0, pass, layout);
+    Work b = getUnitWork(windowed, UnitKind::Layer, 0, pass, layout);
+    ASSERT_EQ(a.gemms.size(), b.gemms.size());
+    for (size_t i = 0; i < a.gemms.size(); ++i)
+      EXPECT_EQ(a.gemms[i].getFlops(), b.gemms[i].getFlops()) << a.gemms[i].name;
+    EXPECT_EQ(a.getMemoryBytes(), b.getMemoryBytes());
+    ASSERT_EQ(b.attention.size(), 1u);
+    double scale = pass == PassKind::Backward ? 2.5 : 1;
+    double s = 8192, w = 2048;
+    EXPECT_DOUBLE_EQ(a.attention[0].getFlops(), scale * 4 * 32 * s * (s / 2) * 128);
+    EXPECT_DOUBLE_EQ(b.attention[0].getFlops(), scale * 4 * 32 * s * (w - w * w / (2 * s)) * 128);
+  }
+  // The model FLOPs count s × w scores per head where full attention counts s × s: per sample
+  // and layer 4·a·s·(s − w)·d fewer forward FLOPs, three times that with the backward.
+  double difference = getModelFlops(full, 1) - getModelFlops(windowed, 1);
+  EXPECT_DOUBLE_EQ(difference, 3.0 * 4 * 32 * 8192 * (8192 - 2048) * 128);
+  // Materialized attention computes the whole s×s scores and masks them (Hugging Face's eager
+  // attention): the window changes nothing there.
+  full.transformer.attention = windowed.transformer.attention = ir::AttentionKind::Materialized;
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward})
+    EXPECT_EQ(getUnitWork(full, UnitKind::Layer, 0, pass, layout).getFlops(),
+              getUnitWork(windowed, UnitKind::Layer, 0, pass, layout).getFlops());
+}
+
+} // namespace

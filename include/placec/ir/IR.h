@@ -159,6 +159,13 @@ struct TransformerConfig {
   /// RMSNorm of each head's queries and keys before the attention (Qwen3, OLMo 2): two weights of
   /// the head width per layer.
   bool qkNorm = false;
+  /// `window = w`: sliding-window attention in every layer (Mistral 7B; Beltagy et al. 2020,
+  /// "Longformer"; Child et al. 2019): each query attends the `w` most recent tokens, itself
+  /// included, as Hugging Face's `sliding_window` counts them. 0: the whole causal prefix. A
+  /// window of `seq` tokens or more is the whole prefix.
+  int64_t window = 0;
+  /// Where `window` is written (invalid when it is not).
+  llvm::SMLoc windowLoc;
   MlpActivation mlp = MlpActivation::Gelu;
   /// Where `mlp` is written (invalid when it is not).
   llvm::SMLoc mlpLoc;
@@ -173,6 +180,8 @@ struct TransformerConfig {
 
   /// The key/value heads: `kvHeads`, or `heads` when it is not given.
   int64_t getKvHeads() const { return kvHeads > 0 ? kvHeads : heads; }
+  /// Whether attention looks back over fewer tokens than the sequence (`window` < `seq`).
+  bool isWindowed() const { return window > 0 && window < seq; }
   /// The width of one attention head.
   int64_t getHeadDim() const { return headDim > 0 ? headDim : heads > 0 ? hidden / heads : 0; }
   /// The `bias` field as written: `true`, `false` or `qkv`.

@@ -206,9 +206,17 @@ struct MemoryOp {
 struct AttentionCore {
   double batchHeads = 0, queries = 0, keys = 0, headDim = 0;
   bool causal = true;
+  /// Sliding-window attention: each query attends at most this many keys (itself included); 0:
+  /// no window. Only without context parallelism (the queries are the keys' positions).
+  double window = 0;
   bool backward = false;
   /// The fused kernel (never Materialized: those products are Gemms).
   ir::AttentionKind kernel = ir::AttentionKind::Flash;
+  /// The keys a query attends on average: every key; under a causal mask the earlier half
+  /// (kCausalFraction); under a window w < keys, w − w²/(2·keys) causal (the first w queries
+  /// see their prefix, the others w keys) and w otherwise. A fused kernel skips the blocks
+  /// outside the mask.
+  double getAttendedKeys() const;
   double getFlops() const;
 };
 
