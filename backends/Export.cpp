@@ -222,11 +222,20 @@ public:
 private:
   /// Reports one part of the placement that the target cannot express.
   void refuse(const Twine &message) {
-    diags.error(loc, "cannot export run '" + run.name + "' to " + toString(target) + ": " + message,
-                "export");
+    if (refusals)
+      refusals->push_back(message.str());
+    else
+      diags.error(loc,
+                  "cannot export run '" + run.name + "' to " + toString(target) + ": " + message,
+                  "export");
     refused = true;
   }
 
+public:
+  /// When set, refusals are collected here instead of reported (getExportRefusals).
+  std::vector<std::string> *refusals = nullptr;
+
+private:
   const ir::StatePlacement &placement(ir::State state) const {
     return strategy.getPlacement(state);
   }
@@ -1206,6 +1215,19 @@ bool exportRun(const ir::Run &run, Target target, DiagnosticEngine &diags, raw_o
     return false;
   }
   return Exporter(run, target, diags).exportTo(os);
+}
+
+std::vector<std::string> getExportRefusals(const ir::Run &run, Target target) {
+  std::vector<std::string> refusals;
+  if (!run.strategy || !run.model || !run.cluster)
+    return {"it is incomplete"};
+  SourceMgr sourceMgr;
+  DiagnosticEngine diags(sourceMgr);
+  diags.setQuiet(true);
+  Exporter exporter(run, target, diags);
+  exporter.refusals = &refusals;
+  exporter.exportTo(nulls());
+  return refusals;
 }
 
 } // namespace placec::bridge

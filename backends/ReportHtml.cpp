@@ -8,6 +8,7 @@
 #include "placec/passes/Search.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
 #include <cmath>
@@ -804,13 +805,33 @@ void printSearchHtml(const ir::Run &run, const search::SearchResult &result,
   Table top;
   top.header = {"rank", "mesh", "plan", "step", "memory", "MFU"};
   top.leftColumns = {1, 2};
+  bool bridges = !result.topBridges.empty();
+  if (bridges) {
+    top.header.push_back("exports to");
+    top.leftColumns.push_back(6);
+  }
   for (size_t i = 0; i < result.top.size(); ++i) {
     const search::Candidate &c = result.top[i];
-    top.addRow({std::to_string(i + 1) + (i == 0 ? " (chosen)" : ""), c.formatMesh(), c.describe(),
-                formatSeconds(c.stepSeconds), formatBytes(c.peakBytes),
-                formatPercent(result.topAnalyses[i].time.mfu)});
+    std::vector<std::string> row = {std::to_string(i + 1) + (i == 0 ? " (chosen)" : ""),
+                                    c.formatMesh(),
+                                    c.describe(),
+                                    formatSeconds(c.stepSeconds),
+                                    formatBytes(c.peakBytes),
+                                    formatPercent(result.topAnalyses[i].time.mfu)};
+    if (bridges) {
+      std::vector<std::string> targets;
+      for (const search::BridgeVerdict &verdict : result.topBridges[i])
+        if (verdict.exports())
+          targets.push_back(verdict.target);
+      row.push_back(targets.empty() ? "-" : llvm::join(targets, ", "));
+    }
+    top.addRow(row);
   }
-  if (result.top.empty()) {
+  if (result.top.empty() && result.bestRefused)
+    top.notes.push_back("nothing that the bridge named by --target can express fits: the fastest "
+                        "plan that fits, " +
+                        result.bestRefused->describe() + ", is refused: " + result.bestRefusal);
+  else if (result.top.empty()) {
     top.notes.push_back("nothing fits the memory budget");
     if (result.smallest)
       top.notes.push_back("the smallest per-device memory reachable is " +
@@ -821,9 +842,20 @@ void printSearchHtml(const ir::Run &run, const search::SearchResult &result,
   os << "<p class=\"note\">step time and memory predicted by the search's closed form for the "
         "sample; the fastest plans re-checked by the verifier and the analyses</p>\n"
      << "</section>\n";
-  if (!placeText.empty())
+  if (!placeText.empty()) {
     os << "<section id=\"best-plan\">\n<h2>The best plan</h2>\n<pre>" << escapeHtml(placeText)
-       << "</pre>\n</section>\n";
+       << "</pre>\n";
+    if (bridges) {
+      os << "<p>In other frameworks (<code>placec compile --target=...</code>):</p>\n<ul>\n";
+      for (const search::BridgeVerdict &verdict : result.topBridges.front())
+        os << "<li><code>" << escapeHtml(verdict.target) << "</code>: "
+           << (verdict.exports() ? std::string("exports it")
+                                 : "refuses it: " + escapeHtml(verdict.refusal))
+           << "</li>\n";
+      os << "</ul>\n";
+    }
+    os << "</section>\n";
+  }
   endPage(os);
 }
 

@@ -2044,10 +2044,43 @@ bool isRankedSmaller(const Ranked &x, const Ranked &y) {
 
 /// One thread's part of a search: the groups it claimed, its counts, its best candidates (sorted
 /// by isRankedBetter, at most `keep`) and its smallest footprint.
+/// SearchOptions::refusal's verdicts in one thread: the best candidate refused and why.
+struct Refused {
+  std::optional<Ranked> best;
+  std::string reason;
+  /// Asks `options.refusal` of a candidate about to enter the top; true when it is refused.
+  bool refuses(const SearchOptions &options, const Ranked &ranked, SearchResult &counts) {
+    if (!options.refusal)
+      return false;
+    std::string why = options.refusal(ranked.candidate);
+    if (why.empty())
+      return false;
+    ++counts.refused;
+    if (!best || isRankedBetter(ranked, *best)) {
+      best = ranked;
+      reason = std::move(why);
+    }
+    return true;
+  }
+  void merge(const Refused &other) {
+    if (other.best && (!best || isRankedBetter(*other.best, *best))) {
+      best = other.best;
+      reason = other.reason;
+    }
+  }
+  void store(SearchResult &result) const {
+    if (best) {
+      result.bestRefused = best->candidate;
+      result.bestRefusal = reason;
+    }
+  }
+};
+
 struct SearchShare {
   SearchResult counts;
   std::vector<Ranked> best;
   std::optional<Ranked> smallest;
+  Refused refused;
 };
 
 /// Adds one thread's counts of a search to the result's.
@@ -2058,6 +2091,7 @@ void addCounts(const SearchResult &share, SearchResult &result) {
   result.prunedBySchedule += share.prunedBySchedule;
   result.prunedByStep += share.prunedByStep;
   result.prunedByMemoryOrder += share.prunedByMemoryOrder;
+  result.refused += share.refused;
   for (const auto &[rule, count] : share.rejectedByRule)
     result.rejectedByRule[rule] += count;
 }
@@ -2223,6 +2257,7 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
     SearchResult counts;
     std::vector<std::pair<Ranked, analysis::RunAnalysis>> best; // isRankedBetter order.
     std::optional<Ranked> smallest;
+    Refused refused;
   };
   auto searchGroup = [&](uint64_t index, Share &share) {
     const Group &group = groups[index];
@@ -2319,6 +2354,8 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
               std::vector<std::pair<Ranked, analysis::RunAnalysis>> &kept = share.best;
               if (kept.size() == keep && !isRankedBetter(ranked, kept.back().first))
                 continue;
+              if (share.refused.refuses(options, ranked, counts))
+                continue;
               auto at = std::upper_bound(
                   kept.begin(), kept.end(), ranked,
                   [](const Ranked &x, const auto &y) { return isRankedBetter(x, y.first); });
@@ -2352,13 +2389,16 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
   // order, whatever the number of threads.
   std::vector<std::pair<Ranked, analysis::RunAnalysis>> best;
   std::optional<Ranked> smallest;
+  Refused refused;
   for (Share &share : shares) {
     addCounts(share.counts, result);
     for (auto &entry : share.best)
       best.push_back(std::move(entry));
     if (share.smallest && (!smallest || isRankedSmaller(*share.smallest, *smallest)))
       smallest = share.smallest;
+    refused.merge(share.refused);
   }
+  refused.store(result);
   std::sort(best.begin(), best.end(),
             [](const auto &x, const auto &y) { return isRankedBetter(x.first, y.first); });
   if (best.size() > keep)
@@ -2553,6 +2593,8 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
             options.onAccepted(copy.candidate);
           if (kept.size() == keep && !isRankedBetter(copy, kept.back()))
             return;
+          if (share.refused.refuses(options, copy, counts))
+            return;
           kept.insert(std::upper_bound(kept.begin(), kept.end(), copy, isRankedBetter), copy);
           if (kept.size() > keep)
             kept.pop_back();
@@ -2564,6 +2606,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
 
   // Runs the search on every thread and merges the shares: the counts add up, the best and the
   // smallest are those of the merged order.
+  Refused refused;
   auto search = [&](bool prune, bool collect) {
     std::atomic<uint64_t> next{0};
     std::vector<SearchShare> shares(threads);
@@ -2577,6 +2620,8 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
       merged.insert(merged.end(), share.best.begin(), share.best.end());
       if (share.smallest && (!smallest || isRankedSmaller(*share.smallest, *smallest)))
         smallest = share.smallest;
+      if (collect)
+        refused.merge(share.refused);
     }
     std::sort(merged.begin(), merged.end(), isRankedBetter);
     if (merged.size() > keep)
@@ -2597,6 +2642,7 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   }
   if (result.accepted > 0)
     result.smallest.reset();
+  refused.store(result);
 
   // Re-check the winners with the verifier and the analyses themselves.
   for (const Candidate &candidate : best) {

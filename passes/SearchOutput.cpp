@@ -135,6 +135,15 @@ std::string scheduleText(const Candidate &c) {
   return text;
 }
 
+/// The bridges that export a plan, `megatron, torchtitan`, or `-`.
+std::string exportsText(const std::vector<BridgeVerdict> &verdicts) {
+  std::vector<StringRef> targets;
+  for (const BridgeVerdict &verdict : verdicts)
+    if (verdict.exports())
+      targets.push_back(verdict.target);
+  return targets.empty() ? "-" : llvm::join(targets, ", ");
+}
+
 void printTable(const SearchResult &result, raw_ostream &out) {
   int64_t devices = result.cluster->getNumDevices();
   int meshWidth = 4, activationsWidth = 34, precisionWidth = 24;
@@ -143,11 +152,12 @@ void printTable(const SearchResult &result, raw_ostream &out) {
     activationsWidth = std::max(activationsWidth, static_cast<int>(activationsText(c).size()));
     precisionWidth = std::max(precisionWidth, static_cast<int>(c.formatPrecision().size()));
   }
-  out << format("%-4s %-*s %-10s %-18s %-14s %-16s %-*s %4s %5s %-30s %-*s %10s %9s %6s %10s\n",
+  out << format("%-4s %-*s %-10s %-18s %-14s %-16s %-*s %4s %5s %-30s %-*s %10s %9s %6s %10s",
                 text("rank"), meshWidth, text("mesh"), text("context"), text("params"),
                 text("grads"), text("optimizer"), activationsWidth, text("activations"), text("b"),
                 text("m"), text("schedule"), precisionWidth, text("precision"), text("step (s)"),
                 text("TFLOP/s"), text("MFU"), text("memory"));
+  out << (result.topBridges.empty() ? "\n" : "  exports to\n");
   for (size_t i = 0; i < result.top.size(); ++i) {
     const Candidate &c = result.top[i];
     const analysis::RunAnalysis &analysis = result.topAnalyses[i];
@@ -155,7 +165,7 @@ void printTable(const SearchResult &result, raw_ostream &out) {
     std::string schedule = scheduleText(c);
     std::string context = c.cp > 1 ? ir::toString(c.context).str() : "-";
     out << format("%-4zu %-*s %-10s %-18s %-14s %-16s %-*s %4lld %5lld %-30s %-*s %10.3f %9.1f "
-                  "%5.1f%% %10s\n",
+                  "%5.1f%% %10s",
                   i + 1, meshWidth, c.formatMesh().c_str(), context.c_str(), paramsText(c).c_str(),
                   toString(c.grads).str().c_str(), toString(c.optimizer).str().c_str(),
                   activationsWidth, activations.c_str(), static_cast<long long>(c.microBatch),
@@ -163,6 +173,7 @@ void printTable(const SearchResult &result, raw_ostream &out) {
                   c.formatPrecision().c_str(), analysis.time.stepSeconds,
                   tflopsPerDevice(analysis, devices), analysis.time.mfu * 100,
                   formatBytes(analysis.memory.device.peak).c_str());
+    out << (i < result.topBridges.size() ? "  " + exportsText(result.topBridges[i]) : "") << "\n";
   }
   if (llvm::any_of(result.top, [](const Candidate &c) { return c.expertsReplicated; }))
     out << "x:rep: the routed experts' params and grads replicated over dp and cp (ZeRO-1 for the "
@@ -172,9 +183,12 @@ void printTable(const SearchResult &result, raw_ostream &out) {
 /// The same table as GitHub Markdown.
 void printMarkdownTable(const SearchResult &result, raw_ostream &out) {
   int64_t devices = result.cluster->getNumDevices();
+  bool bridges = !result.topBridges.empty();
   out << "| rank | mesh | context | params | grads | optimizer | activations | b | m | schedule | "
-         "precision | step (s) | TFLOP/s | MFU | memory |\n"
-      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+         "precision | step (s) | TFLOP/s | MFU | memory |"
+      << (bridges ? " exports to |" : "") << "\n"
+      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (bridges ? "---|" : "")
+      << "\n";
   for (size_t i = 0; i < result.top.size(); ++i) {
     const Candidate &c = result.top[i];
     const analysis::RunAnalysis &analysis = result.topAnalyses[i];
@@ -187,7 +201,9 @@ void printMarkdownTable(const SearchResult &result, raw_ostream &out) {
         << c.formatPrecision() << " | " << format("%.3f", analysis.time.stepSeconds) << " | "
         << format("%.1f", tflopsPerDevice(analysis, devices)) << " | "
         << format("%.1f%%", analysis.time.mfu * 100) << " | "
-        << formatBytes(analysis.memory.device.peak) << " |\n";
+        << formatBytes(analysis.memory.device.peak) << " |"
+        << (i < result.topBridges.size() ? " " + exportsText(result.topBridges[i]) + " |" : "")
+        << "\n";
   }
 }
 
@@ -349,10 +365,34 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     }
     searchOptions.activations = *modes;
   }
-  if (!options.asyncTp.empty()) {
+  // --target: the framework's own settings where none is asked for, and only plans its bridge
+  // exports. Megatron-LM always reduces the input gradients beside the weight gradients (wgrad;
+  // true is --tp-comm-overlap) and gathers the sequence shard again (regather, the default);
+  // torchtitan's asynchronous TP overlaps the forward's collectives (forward) and PyTorch keeps
+  // the gathered inputs (keep). A mixture of experts is searched without async_tp's overlap.
+  std::string asyncTp = options.asyncTp, spInputs = options.spInputs;
+  if (!options.target.empty()) {
+    bool known = false;
+    if (options.bridges)
+      known = !options.bridges(*run, options.target).empty();
+    if (!known) {
+      err << "placec: error: --target '" << options.target
+          << "' is not a framework whose bridge the search can ask: write megatron, torchtitan "
+             "or deepspeed\n";
+      return 1;
+    }
+    bool moe = run->model->isMoe();
+    if (asyncTp.empty() && options.target == "megatron")
+      asyncTp = moe ? "wgrad" : "wgrad,true";
+    if (asyncTp.empty() && options.target == "torchtitan")
+      asyncTp = moe ? "false" : "false,forward";
+    if (spInputs.empty() && options.target == "torchtitan")
+      spInputs = "keep";
+  }
+  if (!asyncTp.empty()) {
     std::string error;
     std::optional<std::vector<ir::AsyncTensorParallel>> values =
-        parseAsyncTensorParallel(options.asyncTp, error);
+        parseAsyncTensorParallel(asyncTp, error);
     if (!values) {
       err << "placec: error: " << error << "\n";
       return 1;
@@ -379,12 +419,12 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     }
     searchOptions.contextMethods = *methods;
   }
-  if (!options.spInputs.empty()) {
-    if (options.spInputs == "regather" || options.spInputs == "keep") {
-      searchOptions.spInputs = options.spInputs == "keep" ? ir::SequenceParallelInputs::Keep
-                                                          : ir::SequenceParallelInputs::Regather;
+  if (!spInputs.empty()) {
+    if (spInputs == "regather" || spInputs == "keep") {
+      searchOptions.spInputs = spInputs == "keep" ? ir::SequenceParallelInputs::Keep
+                                                  : ir::SequenceParallelInputs::Regather;
     } else {
-      err << "placec: error: --sp-inputs '" << options.spInputs
+      err << "placec: error: --sp-inputs '" << spInputs
           << "' is not an sp_inputs setting: write regather (Megatron-LM's column-parallel "
              "products gather their inputs again in the backward) or keep (PyTorch's keep them "
              "gathered)\n";
@@ -411,6 +451,25 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
   if (options.maxParams)
     return printMaxParams(*run, searchOptions, options.json, out);
 
+  std::string strategyName = run->name + "_best";
+  std::string runName = run->name + "_searched";
+  // The plans are built as the runs their Place text declares, on the searched cluster.
+  std::shared_ptr<ir::Cluster> searchCluster =
+      makeSearchCluster(*run->cluster, searchOptions.devices, searchOptions.memoryBudget);
+  auto buildPlan = [&](const Candidate &c, std::unique_ptr<ir::Strategy> &strategy) {
+    strategy = buildStrategy(c, strategyName);
+    std::unique_ptr<ir::Run> built = buildRun(*run, *searchCluster, *strategy, c);
+    built->name = runName;
+    return built;
+  };
+  if (!options.target.empty())
+    searchOptions.refusal = [&](const Candidate &c) {
+      std::unique_ptr<ir::Strategy> strategy;
+      std::unique_ptr<ir::Run> built = buildPlan(c, strategy);
+      std::vector<BridgeVerdict> verdicts = options.bridges(*built, options.target);
+      return verdicts.empty() ? std::string() : verdicts.front().refusal;
+    };
+
   ProgressBar bar(err);
   if (options.progress && sys::Process::StandardErrIsDisplayed())
     searchOptions.progress = [&](double fraction) { bar.update(fraction); };
@@ -419,12 +478,16 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
   const ir::Cluster &cluster = *result.cluster;
   int64_t devices = cluster.getNumDevices();
 
-  std::string strategyName = run->name + "_best";
-  std::string runName = run->name + "_searched";
   std::string placeText;
   if (!result.top.empty())
     placeText = formatStrategy(result.top.front(), strategyName) + "\n" +
                 formatRun(*run, result.top.front(), runName, strategyName, cluster.name);
+  // What each framework's bridge says of each plan, built as the run its Place text declares.
+  if (options.bridges)
+    for (const Candidate &c : result.top) {
+      std::unique_ptr<ir::Strategy> strategy;
+      result.topBridges.push_back(options.bridges(*buildPlan(c, strategy), ""));
+    }
 
   if (options.print) {
     options.print(*run, result, placeText, out);
@@ -438,22 +501,32 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       object["tflops_per_device"] = tflopsPerDevice(result.topAnalyses[i], devices);
       object["mfu"] = result.topAnalyses[i].time.mfu;
       object["inter_node_bytes"] = interNodeBytes(result.topAnalyses[i]);
+      if (i < result.topBridges.size()) {
+        json::Object bridges;
+        for (const BridgeVerdict &verdict : result.topBridges[i])
+          bridges[verdict.target] =
+              verdict.exports() ? json::Value(nullptr) : json::Value(verdict.refusal);
+        object["bridges"] = std::move(bridges);
+      }
       top.push_back(std::move(object));
     }
-    json::Object root{{"run", run->name},
-                      {"devices", devices},
-                      {"memory_budget", cluster.deviceMemory},
-                      {"space", static_cast<int64_t>(result.spaceSize)},
-                      {"meshes", static_cast<int64_t>(result.meshes)},
-                      {"accepted", static_cast<int64_t>(result.accepted)},
-                      {"pruned_by_lower_bound", static_cast<int64_t>(result.prunedByLowerBound)},
-                      {"pruned_by_schedule", static_cast<int64_t>(result.prunedBySchedule)},
-                      {"pruned_by_step", static_cast<int64_t>(result.prunedByStep)},
-                      {"pruned_by_memory_order", static_cast<int64_t>(result.prunedByMemoryOrder)},
-                      {"rejected", std::move(rejected)},
-                      {"seconds", result.seconds},
-                      {"threads", static_cast<int64_t>(result.threads)},
-                      {"top", std::move(top)}};
+    json::Object root{
+        {"run", run->name},
+        {"devices", devices},
+        {"memory_budget", cluster.deviceMemory},
+        {"space", static_cast<int64_t>(result.spaceSize)},
+        {"meshes", static_cast<int64_t>(result.meshes)},
+        {"accepted", static_cast<int64_t>(result.accepted)},
+        {"pruned_by_lower_bound", static_cast<int64_t>(result.prunedByLowerBound)},
+        {"pruned_by_schedule", static_cast<int64_t>(result.prunedBySchedule)},
+        {"pruned_by_step", static_cast<int64_t>(result.prunedByStep)},
+        {"pruned_by_memory_order", static_cast<int64_t>(result.prunedByMemoryOrder)},
+        {"rejected", std::move(rejected)},
+        {"target", options.target.empty() ? json::Value(nullptr) : json::Value(options.target)},
+        {"refused_by_target", static_cast<int64_t>(result.refused)},
+        {"seconds", result.seconds},
+        {"threads", static_cast<int64_t>(result.threads)},
+        {"top", std::move(top)}};
     if (!placeText.empty())
       root["place"] = placeText;
     if (result.smallest) {
@@ -469,10 +542,20 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
         << " candidates over " << result.meshes << " meshes; accepted: " << result.accepted;
     for (const auto &[rule, count] : result.rejectedByRule)
       out << "; rejected by " << rule << ": " << count;
+    if (!options.target.empty())
+      out << "; left out as `placec compile --target=" << options.target
+          << "` cannot express them: " << result.refused;
     out << ".\n\n";
     if (!result.top.empty()) {
       printMarkdownTable(result, out);
       out << "\nThe best plan:\n\n```\n" << placeText << "```\n";
+      if (!result.topBridges.empty()) {
+        out << "\nThe best plan in other frameworks (`placec compile --target=...`):\n\n";
+        for (const BridgeVerdict &verdict : result.topBridges.front())
+          out << "- `" << verdict.target << "`: "
+              << (verdict.exports() ? std::string("exports it") : "refuses it: " + verdict.refusal)
+              << "\n";
+      }
     }
   } else {
     out << "search for run '" << run->name << "': model '" << run->model->name << "' ("
@@ -505,10 +588,21 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       out << "rejected by " << rule << ": " << count
           << (pruned.empty() ? std::string() : " (" + llvm::join(pruned, ", ") + ")") << "\n";
     }
+    if (!options.target.empty())
+      out << "left out as placec compile --target=" << options.target
+          << " cannot express them: " << result.refused
+          << " (of the accepted plans that would have ranked)\n";
     if (!result.top.empty()) {
       out << "\n";
       printTable(result, out);
       out << "\n// The best plan, ready to paste:\n" << placeText;
+      if (!result.topBridges.empty()) {
+        out << "\nThe best plan in other frameworks (placec compile --target=...):\n";
+        for (const BridgeVerdict &verdict : result.topBridges.front())
+          out << format("  %-11s ", verdict.target.c_str())
+              << (verdict.exports() ? std::string("exports it") : "refuses it: " + verdict.refusal)
+              << "\n";
+      }
     }
   }
   out.flush();
@@ -516,6 +610,13 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     err << "placec: warning: " << result.disagreements
         << " candidates the search accepted were rejected by the verifier\n";
 
+  if (result.top.empty() && result.bestRefused) {
+    err << "placec: error: no strategy for run '" << run->name << "' on " << devices
+        << " devices that placec compile --target=" << options.target
+        << " can express fits: the fastest plan that fits, " << result.bestRefused->describe()
+        << ", is refused: " << result.bestRefusal << "\n";
+    return 1;
+  }
   if (result.top.empty()) {
     err << "placec: error: no strategy for run '" << run->name << "' fits " << devices
         << " devices with " << formatBytes(cluster.deviceMemory) << " each";

@@ -105,7 +105,11 @@ cl::opt<std::string> searchBudget("memory-budget",
                                            "'70 GB' (default: device_memory)"),
                                   cl::init(""), cl::cat(placecCategory));
 cl::opt<std::string>
-    compileTarget("target", cl::desc("compile: what the generated program runs on (cpu, cuda)"),
+    compileTarget("target",
+                  cl::desc("compile: what the generated program runs on (cpu, cuda), or the "
+                           "framework whose configuration it writes (deepspeed, megatron, "
+                           "torchtitan); search: only plans that framework's bridge exports, "
+                           "with its async_tp and sp_inputs settings by default"),
                   cl::init("cpu"), cl::cat(placecCategory));
 cl::opt<unsigned> searchTop("top", cl::desc("search: how many plans to list (default 5)"),
                             cl::init(5), cl::cat(placecCategory));
@@ -551,7 +555,7 @@ int runSearch() {
   // A setting given empty is an error, not the default.
   for (const cl::opt<std::string> *setting :
        {&searchBudget, &searchPrecision, &searchSchedules, &searchActivations, &searchAsyncTp,
-        &searchEpOverlap, &searchContext, &searchSpInputs, &searchDpOverlap})
+        &searchEpOverlap, &searchContext, &searchSpInputs, &searchDpOverlap, &compileTarget})
     if (setting->getNumOccurrences() && setting->getValue().empty()) {
       printError(fmt::format("--{}: expected a value, got nothing", setting->ArgStr.str()));
       return 1;
@@ -578,6 +582,20 @@ int runSearch() {
   options.maxParams = searchMaxParams;
   options.outputFile = outputFile == "-" ? std::string() : outputFile.getValue();
   options.progress = true;
+  if (compileTarget.getNumOccurrences())
+    options.target = compileTarget;
+  options.bridges = [](const ir::Run &run, StringRef only) {
+    std::vector<search::BridgeVerdict> verdicts;
+    for (bridge::Target target :
+         {bridge::Target::Megatron, bridge::Target::Torchtitan, bridge::Target::DeepSpeed}) {
+      if (!only.empty() && only != bridge::toString(target))
+        continue;
+      std::vector<std::string> refusals = bridge::getExportRefusals(run, target);
+      verdicts.push_back(
+          {bridge::toString(target).str(), refusals.empty() ? std::string() : refusals.front()});
+    }
+    return verdicts;
+  };
   report::CandidateSample sample;
   if (outputFormat == report::Format::Html) {
     options.onAccepted = [&](const search::Candidate &candidate) { sample.add(candidate); };
@@ -1127,7 +1145,7 @@ bool checkOptionsApply(Command command) {
       {&fidelityMaxMemoryError, fidelity},
       {&fidelityFit, fidelity},
       {&placertDir, {C::Compile}},
-      {&compileTarget, {C::Compile}},
+      {&compileTarget, {C::Compile, C::Search}},
       {&formatInPlace, {C::Format}},
   };
   for (const Scope &scope : scopes) {

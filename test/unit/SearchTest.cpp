@@ -888,6 +888,44 @@ TEST(SearchTest, PruningChangesNothingWithContextVSchedulesAndUnevenStages) {
   }
 }
 
+TEST(SearchTest, RefusedCandidatesStayOutOfTheTop) {
+  // SearchOptions::refusal (placec search --target) leaves out every candidate it gives a reason
+  // for: here every plan whose batch axis is split in two (dp_node × dp_local). The top is then the
+  // unrefused candidates' own order, the same on one thread and on all, and the best refused plan
+  // is one of those it refused, faster than the best plan listed (else it would not have been asked
+  // first).
+  auto compiled = compile(kContext);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "gpt");
+  SearchOptions plain;
+  plain.topK = 200;
+  SearchResult unfiltered = searchStrategies(run, plain);
+  std::vector<std::string> expected;
+  for (const Candidate &c : unfiltered.top)
+    if (!c.isSplit() && expected.size() < 5)
+      expected.push_back(c.describe());
+  ASSERT_EQ(expected.size(), 5u);
+  ASSERT_TRUE(unfiltered.top.front().isSplit()) << "the test needs a fastest plan that is refused";
+  for (unsigned threads : {1u, 0u}) {
+    SearchOptions options;
+    options.topK = 5;
+    options.threads = threads;
+    options.refusal = [](const Candidate &c) {
+      return c.isSplit() ? std::string("split batch axes") : std::string();
+    };
+    SearchResult result = searchStrategies(run, options);
+    ASSERT_EQ(result.top.size(), 5u);
+    for (size_t i = 0; i < result.top.size(); ++i)
+      EXPECT_EQ(result.top[i].describe(), expected[i]) << threads << " #" << i;
+    EXPECT_GT(result.refused, 0u);
+    EXPECT_EQ(result.accepted, unfiltered.accepted);
+    ASSERT_TRUE(result.bestRefused);
+    EXPECT_EQ(result.bestRefused->describe(), unfiltered.top.front().describe());
+    EXPECT_EQ(result.bestRefusal, "split batch axes");
+    EXPECT_LE(result.bestRefused->stepSeconds, result.top.front().stepSeconds);
+  }
+}
+
 TEST(SearchTest, ThreadsChangeNothing) {
   // The same search on one thread and on every hardware thread: the same counts, the same best
   // plans in the same order, the same smallest footprint when nothing fits (the second, unpruned

@@ -11,6 +11,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace llvm {
 class raw_ostream;
@@ -28,6 +29,11 @@ llvm::StringRef toString(Target target);
 /// the target, reports an error (rule `export`) at the run's `strategy` field for each part that
 /// cannot be expressed, writes nothing and returns false.
 bool exportRun(const ir::Run &run, Target target, DiagnosticEngine &diags, llvm::raw_ostream &os);
+
+/// What `exportRun` would refuse in the run for `target`, each part's reason as its error says
+/// it after "cannot export run '…' to …: ", in the order the errors come; empty when the target
+/// expresses the whole run. Nothing is reported or written.
+std::vector<std::string> getExportRefusals(const ir::Run &run, Target target);
 
 /// What an import needs besides the configuration itself.
 struct ImportOptions {

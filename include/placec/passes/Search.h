@@ -152,6 +152,10 @@ struct SearchOptions {
   /// `false` for mixtures of experts. `false` and `wgrad` are explored with and without sequence
   /// parallelism, `true` and `forward` with it.
   std::vector<ir::AsyncTensorParallel> asyncTp;
+  /// When set, asked of each accepted candidate that would enter the top: a reason to leave it
+  /// out (`placec search --target`: what the framework's bridge cannot express), or empty.
+  /// Called from the search's threads at once.
+  std::function<std::string(const Candidate &)> refusal;
   /// The context-parallel methods explored over context axes of more than one device, each where
   /// its divisibility holds; empty: no context axis (`--context none`); nullopt: ring, all_gather
   /// and all_to_all. Plans without a context axis are always part of the space.
@@ -186,6 +190,14 @@ struct SearchOptions {
   unsigned threads = 0;
 };
 
+/// Whether a framework's bridge exports a plan (`placec compile --target=…`): the target's name
+/// and the first part of the plan it cannot express (empty when it exports it).
+struct BridgeVerdict {
+  std::string target;
+  std::string refusal;
+  bool exports() const { return refusal.empty(); }
+};
+
 struct SearchResult {
   /// Candidates in the space (after the filter), and how many of them each rule rejected.
   uint64_t spaceSize = 0;
@@ -217,6 +229,14 @@ struct SearchResult {
   unsigned threads = 1;
   /// The cluster the search ran on (a copy with the searched device count and budget).
   std::shared_ptr<ir::Cluster> cluster;
+  /// For each plan of `top`, what each bridge says of it (SearchCommandOptions::bridges); empty
+  /// when not asked.
+  std::vector<std::vector<BridgeVerdict>> topBridges;
+  /// SearchOptions::refusal: the accepted candidates it refused as they were about to enter the
+  /// top (those it was asked of), and the best of them with its reason.
+  uint64_t refused = 0;
+  std::optional<Candidate> bestRefused;
+  std::string bestRefusal;
 };
 
 /// The threads a search with `options` runs on: `options.threads` but at most one per hardware
@@ -369,6 +389,15 @@ struct SearchCommandOptions {
   bool progress = false;  ///< Show a progress bar on stderr (when it is a terminal).
   /// Passed on to SearchOptions::onAccepted.
   std::function<void(const Candidate &)> onAccepted;
+  /// When set, each plan of the top is built as the run it prints (buildRun) and given to this,
+  /// which says whether each framework's bridge exports it (SearchResult::topBridges; `placec
+  /// search` asks Megatron-LM's, torchtitan's and DeepSpeed's), or only the one named by its
+  /// second argument when that is not empty.
+  std::function<std::vector<BridgeVerdict>(const ir::Run &, llvm::StringRef only)> bridges;
+  /// `--target`: the framework whose bridge must export every plan listed (its name, as `bridges`
+  /// gives it); empty: any plan. Needs `bridges`. It also sets what --async-tp and --sp-inputs
+  /// default to: the framework's own.
+  std::string target;
   /// When set, prints the result in place of the table or JSON (`--format=html`); `placeText`
   /// is the best plan's Place text (empty when nothing fits).
   std::function<void(const ir::Run &, const SearchResult &, llvm::StringRef placeText,
