@@ -241,8 +241,10 @@ struct UnitTimes {
 /// path otherwise), the ring steps (beside), the other context-parallel exchanges (critical); and
 /// the vocabulary-parallel cross-entropy's all-gather of the head (a tensor-parallel collective
 /// too).
+/// Traffic of each kind of unit by pass: the forward, the backward, and the recomputed forward of
+/// recompute(op) and of recompute(attention) (the last two: getRecomputedCollectives).
 struct UnitTraffic {
-  double tensor[3][3] = {}, ring[3][3] = {}, context[3][3] = {};
+  double tensor[3][4] = {}, ring[3][4] = {}, context[3][4] = {};
   /// The parts of tensor[kind][1] that reduce input gradients (plan::UnitCollective::
   /// inputGradient), which `async_tp = wgrad` runs beside the weight gradients, and that gather
   /// the column-parallel inputs again (plan::UnitCollective::regather), always beside the input
@@ -565,11 +567,14 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
                 : kind == cost::UnitKind::Layer   ? 0
                                                   : static_cast<int>(layers);
     int index = unitIndex(kind);
-    for (int pass = 0; pass < 3; ++pass)
+    for (int pass = 0; pass < 4; ++pass)
       for (const plan::UnitCollective &op :
-           pass < 2 ? plan::getUnitCollectives(model, kind, layer, pass == 0, layout)
-                    : plan::getRecomputedCollectives(model, kind, layer,
-                                                     ir::ActivationMode::RecomputeOps, layout)) {
+           pass < 2
+               ? plan::getUnitCollectives(model, kind, layer, pass == 0, layout)
+               : plan::getRecomputedCollectives(model, kind, layer,
+                                                pass == 2 ? ir::ActivationMode::RecomputeOps
+                                                          : ir::ActivationMode::RecomputeAttention,
+                                                layout)) {
         double opBytes = static_cast<double>(op.elements) *
                          (op.fp8 ? plan::getSize(plan::DType::FP8) : activationBytes);
         if (op.kind == plan::OpKind::RingStep)
@@ -1060,6 +1065,8 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
           addPass(0, backwardUnit);
         else if (*recomputePass == cost::PassKind::RecomputeOps)
           addPass(2, backwardUnit);
+        else if (*recomputePass == cost::PassKind::RecomputeAttention)
+          addPass(3, backwardUnit);
         addSlots(*recomputePass, backwardUnit);
       }
       addPass(1, backwardUnit);
@@ -1720,11 +1727,23 @@ parseActivationModes(StringRef text, const ir::Run &run, std::string &error) {
             .Case("selective", ir::ActivationMode::RecomputeSelective)
             .Case("full", ir::ActivationMode::RecomputeFull)
             .Case("op", ir::ActivationMode::RecomputeOps)
+            .Case("attention", ir::ActivationMode::RecomputeAttention)
             .Default(std::nullopt);
     if (!mode) {
       error = "--activations '" + name.str() +
               "' is not an activation mode: write a comma-separated list of keep, selective, "
-              "full and op";
+              "full, op and attention";
+      return std::nullopt;
+    }
+    if (*mode == ir::ActivationMode::RecomputeAttention && model.isMoe()) {
+      error = "--activations attention: the search of a mixture of experts explores keep, "
+              "selective and full";
+      return std::nullopt;
+    }
+    if (*mode == ir::ActivationMode::RecomputeAttention && model.transformer.unpad) {
+      error = "--activations attention: model '" + model.name +
+              "' says unpad = true, and recompute(attention) needs the padded Q, K and V it "
+              "stores (rule placement)";
       return std::nullopt;
     }
     if (*mode == ir::ActivationMode::RecomputeOps) {
@@ -2056,6 +2075,7 @@ struct Refused {
     if (why.empty())
       return false;
     ++counts.refused;
+    ++counts.refusals[why];
     if (!best || isRankedBetter(ranked, *best)) {
       best = ranked;
       reason = std::move(why);
@@ -2092,6 +2112,8 @@ void addCounts(const SearchResult &share, SearchResult &result) {
   result.prunedByStep += share.prunedByStep;
   result.prunedByMemoryOrder += share.prunedByMemoryOrder;
   result.refused += share.refused;
+  for (const auto &[reason, count] : share.refusals)
+    result.refusals[reason] += count;
   for (const auto &[rule, count] : share.rejectedByRule)
     result.rejectedByRule[rule] += count;
 }

@@ -355,22 +355,20 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     }
     searchOptions.schedules = *schedules;
   }
-  if (!options.activations.empty()) {
-    std::string error;
-    std::optional<std::vector<ir::ActivationMode>> modes =
-        parseActivationModes(options.activations, *run, error);
-    if (!modes) {
-      err << "placec: error: " << error << "\n";
-      return 1;
-    }
-    searchOptions.activations = *modes;
-  }
   // --target: the framework's own settings where none is asked for, and only plans its bridge
   // exports. Megatron-LM always reduces the input gradients beside the weight gradients (wgrad;
   // true is --tp-comm-overlap) and gathers the sequence shard again (regather, the default);
   // torchtitan's asynchronous TP overlaps the forward's collectives (forward) and PyTorch keeps
   // the gathered inputs (keep). A mixture of experts is searched without async_tp's overlap.
-  std::string asyncTp = options.asyncTp, spInputs = options.spInputs;
+  // Megatron-LM recomputes whole layers or, with its selective recomputation, the core attention:
+  // over fused attention that is recompute(attention).
+  std::string asyncTp = options.asyncTp, spInputs = options.spInputs,
+              activations = options.activations;
+  if (!options.target.empty() && options.maxParams) {
+    err << "placec: error: --max-params sizes the strategy families, not a framework's plans; "
+           "leave --target out\n";
+    return 1;
+  }
   if (!options.target.empty()) {
     bool known = false;
     if (options.bridges)
@@ -384,10 +382,24 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     bool moe = run->model->isMoe();
     if (asyncTp.empty() && options.target == "megatron")
       asyncTp = moe ? "wgrad" : "wgrad,true";
+    if (activations.empty() && options.target == "megatron" && !moe &&
+        run->model->transformer.attention != ir::AttentionKind::Materialized &&
+        !run->model->transformer.unpad && run->kernels == ir::KernelMode::Fused)
+      activations = "keep,attention,full";
     if (asyncTp.empty() && options.target == "torchtitan")
       asyncTp = moe ? "false" : "false,forward";
     if (spInputs.empty() && options.target == "torchtitan")
       spInputs = "keep";
+  }
+  if (!activations.empty()) {
+    std::string error;
+    std::optional<std::vector<ir::ActivationMode>> modes =
+        parseActivationModes(activations, *run, error);
+    if (!modes) {
+      err << "placec: error: " << error << "\n";
+      return 1;
+    }
+    searchOptions.activations = *modes;
   }
   if (!asyncTp.empty()) {
     std::string error;
@@ -495,6 +507,9 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     json::Object rejected;
     for (const auto &[rule, count] : result.rejectedByRule)
       rejected[rule] = static_cast<int64_t>(count);
+    json::Object refusals;
+    for (const auto &[reason, count] : result.refusals)
+      refusals[reason] = static_cast<int64_t>(count);
     json::Array top;
     for (size_t i = 0; i < result.top.size(); ++i) {
       json::Object object = candidateJson(result.top[i]);
@@ -524,6 +539,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
         {"rejected", std::move(rejected)},
         {"target", options.target.empty() ? json::Value(nullptr) : json::Value(options.target)},
         {"refused_by_target", static_cast<int64_t>(result.refused)},
+        {"refusals", std::move(refusals)},
         {"seconds", result.seconds},
         {"threads", static_cast<int64_t>(result.threads)},
         {"top", std::move(top)}};
@@ -615,6 +631,13 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
         << " devices that placec compile --target=" << options.target
         << " can express fits: the fastest plan that fits, " << result.bestRefused->describe()
         << ", is refused: " << result.bestRefusal << "\n";
+    // The bridge's reasons over every plan it was asked of, the most frequent first.
+    std::vector<std::pair<std::string, uint64_t>> reasons(result.refusals.begin(),
+                                                          result.refusals.end());
+    llvm::stable_sort(reasons, [](const auto &a, const auto &b) { return a.second > b.second; });
+    for (size_t i = 0; i < std::min<size_t>(reasons.size(), 3); ++i)
+      err << "placec: note: " << reasons[i].second << " of the " << result.refused
+          << " plans refused: " << reasons[i].first << "\n";
     return 1;
   }
   if (result.top.empty()) {

@@ -133,8 +133,9 @@ cl::opt<std::string> searchSchedules(
 cl::opt<std::string> searchActivations(
     "activations",
     cl::desc("search: the activation modes to explore, a comma-separated list of keep, "
-             "selective, full and op (default: keep, selective and full, and op where the run "
-             "uses recompute(op))"),
+             "selective, full, op and attention (default: keep, selective and full, and op where "
+             "the run uses recompute(op); keep, attention and full for --target=megatron over "
+             "fused attention)"),
     cl::init(""), cl::cat(placecCategory));
 cl::opt<std::string> searchAsyncTp(
     "async-tp",

@@ -185,6 +185,7 @@ void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned sam
       chosen.push_back(members[random() % members.size()]);
   // The search does not propose `recompute(op)`, but evaluates it like the analyses: where the
   // model allows it, every sampled candidate is checked under it too.
+  size_t sampled = chosen.size();
   bool perOp = run.model->kind == ir::ModelKind::Transformer &&
                cost::getOpRecomputeObstacle(*run.model).empty() && !run.fp8Saved;
   std::vector<Candidate> perOpCandidates;
@@ -195,6 +196,25 @@ void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned sam
       perOpCandidates.back().activations = ir::ActivationMode::RecomputeOps;
     }
     for (const Candidate &c : perOpCandidates)
+      chosen.push_back(&c);
+  }
+  // Nor, but under --activations attention (placec search --target=megatron's), Megatron-Core's
+  // checkpointed core attention: the sample is checked under it too, context-parallel exchanges
+  // repeated included.
+  bool attention =
+      run.model->kind == ir::ModelKind::Transformer && !run.model->isMoe() &&
+      !run.model->transformer.unpad &&
+      (run.kernels == ir::KernelMode::Fused ||
+       cost::getEagerObstacle(*run.model, ir::ActivationMode::RecomputeAttention, run.precision)
+           .empty());
+  std::vector<Candidate> attentionCandidates;
+  if (attention) {
+    attentionCandidates.reserve(sampled);
+    for (size_t i = 0; i < sampled; ++i) {
+      attentionCandidates.push_back(*chosen[i]);
+      attentionCandidates.back().activations = ir::ActivationMode::RecomputeAttention;
+    }
+    for (const Candidate &c : attentionCandidates)
       chosen.push_back(&c);
   }
   for (const Candidate *sample : chosen) {

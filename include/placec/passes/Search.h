@@ -237,6 +237,8 @@ struct SearchResult {
   uint64_t refused = 0;
   std::optional<Candidate> bestRefused;
   std::string bestRefusal;
+  /// How many of them each reason refused.
+  std::map<std::string, uint64_t> refusals;
 };
 
 /// The threads a search with `options` runs on: `options.threads` but at most one per hardware
