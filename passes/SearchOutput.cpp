@@ -634,7 +634,9 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     // The bridge's reasons over every plan it was asked of, the most frequent first.
     std::vector<std::pair<std::string, uint64_t>> reasons(result.refusals.begin(),
                                                           result.refusals.end());
-    llvm::stable_sort(reasons, [](const auto &a, const auto &b) { return a.second > b.second; });
+    llvm::sort(reasons, [](const auto &a, const auto &b) {
+      return a.second != b.second ? a.second > b.second : a.first < b.first;
+    });
     for (size_t i = 0; i < std::min<size_t>(reasons.size(), 3); ++i)
       err << "placec: note: " << reasons[i].second << " of the " << result.refused
           << " plans refused: " << reasons[i].first << "\n";
