@@ -152,6 +152,9 @@ public:
     loc = it != run.fieldLocs.end() ? it->second : run.loc;
   }
 
+  /// When set, refusals are collected here instead of reported (getExportRefusals).
+  std::vector<std::string> *refusals = nullptr;
+
   bool exportTo(raw_ostream &os) {
     std::string text;
     raw_string_ostream out(text);
@@ -231,11 +234,6 @@ private:
     refused = true;
   }
 
-public:
-  /// When set, refusals are collected here instead of reported (getExportRefusals).
-  std::vector<std::string> *refusals = nullptr;
-
-private:
   const ir::StatePlacement &placement(ir::State state) const {
     return strategy.getPlacement(state);
   }

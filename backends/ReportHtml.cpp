@@ -8,7 +8,6 @@
 #include "placec/passes/Search.h"
 
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
 #include <cmath>
@@ -818,13 +817,8 @@ void printSearchHtml(const ir::Run &run, const search::SearchResult &result,
                                     formatSeconds(c.stepSeconds),
                                     formatBytes(c.peakBytes),
                                     formatPercent(result.topAnalyses[i].time.mfu)};
-    if (bridges) {
-      std::vector<std::string> targets;
-      for (const search::BridgeVerdict &verdict : result.topBridges[i])
-        if (verdict.exports())
-          targets.push_back(verdict.target);
-      row.push_back(targets.empty() ? "-" : llvm::join(targets, ", "));
-    }
+    if (bridges)
+      row.push_back(search::formatExports(result.topBridges[i]));
     top.addRow(row);
   }
   if (result.top.empty() && result.bestRefused)
@@ -848,10 +842,8 @@ void printSearchHtml(const ir::Run &run, const search::SearchResult &result,
     if (bridges) {
       os << "<p>In other frameworks (<code>placec compile --target=...</code>):</p>\n<ul>\n";
       for (const search::BridgeVerdict &verdict : result.topBridges.front())
-        os << "<li><code>" << escapeHtml(verdict.target) << "</code>: "
-           << (verdict.exports() ? std::string("exports it")
-                                 : "refuses it: " + escapeHtml(verdict.refusal))
-           << "</li>\n";
+        os << "<li><code>" << escapeHtml(verdict.target)
+           << "</code>: " << escapeHtml(verdict.describe()) << "</li>\n";
       os << "</ul>\n";
     }
     os << "</section>\n";

@@ -234,15 +234,14 @@ struct UnitTimes {
 };
 
 /// The seconds of the collectives inside each kind of unit's forward ([kind][0]) and backward
-/// ([kind][1]) (plan::getUnitCollectives), and those `recompute(op)` repeats ([kind][2],
-/// plan::getRecomputedCollectives; full recomputation repeats the forward's), for one (tp,
+/// ([kind][1]) (plan::getUnitCollectives), and those `recompute(op)` and `recompute(attention)`
+/// repeat ([kind][2] and [kind][3], plan::getRecomputedCollectives; full recomputation repeats
+/// the forward's), for one (tp,
 /// micro-batch, sequence parallelism, cp, method), by where they run (Analyzer::isAsyncTensor and
 /// the ring steps): the tensor-parallel ones (beside the compute under async_tp, on the critical
 /// path otherwise), the ring steps (beside), the other context-parallel exchanges (critical); and
 /// the vocabulary-parallel cross-entropy's all-gather of the head (a tensor-parallel collective
 /// too).
-/// Traffic of each kind of unit by pass: the forward, the backward, and the recomputed forward of
-/// recompute(op) and of recompute(attention) (the last two: getRecomputedCollectives).
 struct UnitTraffic {
   double tensor[3][4] = {}, ring[3][4] = {}, context[3][4] = {};
   /// The parts of tensor[kind][1] that reduce input gradients (plan::UnitCollective::
@@ -2061,8 +2060,6 @@ bool isRankedSmaller(const Ranked &x, const Ranked &y) {
   return x.order < y.order;
 }
 
-/// One thread's part of a search: the groups it claimed, its counts, its best candidates (sorted
-/// by isRankedBetter, at most `keep`) and its smallest footprint.
 /// SearchOptions::refusal's verdicts in one thread: the best candidate refused and why.
 struct Refused {
   std::optional<Ranked> best;
@@ -2096,6 +2093,8 @@ struct Refused {
   }
 };
 
+/// One thread's part of a search: the groups it claimed, its counts, its best candidates (sorted
+/// by isRankedBetter, at most `keep`), its smallest footprint and the candidates it refused.
 struct SearchShare {
   SearchResult counts;
   std::vector<Ranked> best;

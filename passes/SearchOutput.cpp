@@ -19,6 +19,14 @@ using namespace llvm;
 
 namespace placec::search {
 
+std::string formatExports(const std::vector<BridgeVerdict> &verdicts) {
+  std::vector<StringRef> targets;
+  for (const BridgeVerdict &verdict : verdicts)
+    if (verdict.exports())
+      targets.push_back(verdict.target);
+  return targets.empty() ? "-" : llvm::join(targets, ", ");
+}
+
 std::optional<double> parseBytes(StringRef text) {
   text = text.trim();
   size_t split = text.find_first_not_of("0123456789.eE+-");
@@ -135,15 +143,6 @@ std::string scheduleText(const Candidate &c) {
   return text;
 }
 
-/// The bridges that export a plan, `megatron, torchtitan`, or `-`.
-std::string exportsText(const std::vector<BridgeVerdict> &verdicts) {
-  std::vector<StringRef> targets;
-  for (const BridgeVerdict &verdict : verdicts)
-    if (verdict.exports())
-      targets.push_back(verdict.target);
-  return targets.empty() ? "-" : llvm::join(targets, ", ");
-}
-
 void printTable(const SearchResult &result, raw_ostream &out) {
   int64_t devices = result.cluster->getNumDevices();
   int meshWidth = 4, activationsWidth = 34, precisionWidth = 24;
@@ -173,7 +172,7 @@ void printTable(const SearchResult &result, raw_ostream &out) {
                   c.formatPrecision().c_str(), analysis.time.stepSeconds,
                   tflopsPerDevice(analysis, devices), analysis.time.mfu * 100,
                   formatBytes(analysis.memory.device.peak).c_str());
-    out << (i < result.topBridges.size() ? "  " + exportsText(result.topBridges[i]) : "") << "\n";
+    out << (i < result.topBridges.size() ? "  " + formatExports(result.topBridges[i]) : "") << "\n";
   }
   if (llvm::any_of(result.top, [](const Candidate &c) { return c.expertsReplicated; }))
     out << "x:rep: the routed experts' params and grads replicated over dp and cp (ZeRO-1 for the "
@@ -202,7 +201,7 @@ void printMarkdownTable(const SearchResult &result, raw_ostream &out) {
         << format("%.1f", tflopsPerDevice(analysis, devices)) << " | "
         << format("%.1f%%", analysis.time.mfu * 100) << " | "
         << formatBytes(analysis.memory.device.peak) << " |"
-        << (i < result.topBridges.size() ? " " + exportsText(result.topBridges[i]) + " |" : "")
+        << (i < result.topBridges.size() ? " " + formatExports(result.topBridges[i]) + " |" : "")
         << "\n";
   }
 }
@@ -370,15 +369,6 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     return 1;
   }
   if (!options.target.empty()) {
-    bool known = false;
-    if (options.bridges)
-      known = !options.bridges(*run, options.target).empty();
-    if (!known) {
-      err << "placec: error: --target '" << options.target
-          << "' is not a framework whose bridge the search can ask: write megatron, torchtitan "
-             "or deepspeed\n";
-      return 1;
-    }
     bool moe = run->model->isMoe();
     if (asyncTp.empty() && options.target == "megatron")
       asyncTp = moe ? "wgrad" : "wgrad,true";
@@ -568,9 +558,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       if (!result.topBridges.empty()) {
         out << "\nThe best plan in other frameworks (`placec compile --target=...`):\n\n";
         for (const BridgeVerdict &verdict : result.topBridges.front())
-          out << "- `" << verdict.target << "`: "
-              << (verdict.exports() ? std::string("exports it") : "refuses it: " + verdict.refusal)
-              << "\n";
+          out << "- `" << verdict.target << "`: " << verdict.describe() << "\n";
       }
     }
   } else {
@@ -615,9 +603,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       if (!result.topBridges.empty()) {
         out << "\nThe best plan in other frameworks (placec compile --target=...):\n";
         for (const BridgeVerdict &verdict : result.topBridges.front())
-          out << format("  %-11s ", verdict.target.c_str())
-              << (verdict.exports() ? std::string("exports it") : "refuses it: " + verdict.refusal)
-              << "\n";
+          out << format("  %-11s ", verdict.target.c_str()) << verdict.describe() << "\n";
       }
     }
   }

@@ -109,7 +109,7 @@ cl::opt<std::string>
                   cl::desc("compile: what the generated program runs on (cpu, cuda), or the "
                            "framework whose configuration it writes (deepspeed, megatron, "
                            "torchtitan); search: only plans that framework's bridge exports, "
-                           "with its async_tp and sp_inputs settings by default"),
+                           "with its async_tp, sp_inputs and activation modes by default"),
                   cl::init("cpu"), cl::cat(placecCategory));
 cl::opt<unsigned> searchTop("top", cl::desc("search: how many plans to list (default 5)"),
                             cl::init(5), cl::cat(placecCategory));
@@ -583,8 +583,15 @@ int runSearch() {
   options.maxParams = searchMaxParams;
   options.outputFile = outputFile == "-" ? std::string() : outputFile.getValue();
   options.progress = true;
-  if (compileTarget.getNumOccurrences())
+  if (compileTarget.getNumOccurrences()) {
+    if (!bridge::parseTarget(compileTarget)) {
+      printError("--target '" + compileTarget +
+                 "' is not a framework whose bridge the search can ask: write megatron, "
+                 "torchtitan or deepspeed");
+      return 1;
+    }
     options.target = compileTarget;
+  }
   options.bridges = [](const ir::Run &run, StringRef only) {
     std::vector<search::BridgeVerdict> verdicts;
     for (bridge::Target target :

@@ -196,7 +196,12 @@ struct BridgeVerdict {
   std::string target;
   std::string refusal;
   bool exports() const { return refusal.empty(); }
+  /// `exports it`, or `refuses it: ` and the refusal.
+  std::string describe() const { return exports() ? "exports it" : "refuses it: " + refusal; }
 };
+
+/// The targets of the verdicts that export a plan, `megatron, torchtitan`, or `-` for none.
+std::string formatExports(const std::vector<BridgeVerdict> &verdicts);
 
 struct SearchResult {
   /// Candidates in the space (after the filter), and how many of them each rule rejected.
@@ -397,8 +402,8 @@ struct SearchCommandOptions {
   /// second argument when that is not empty.
   std::function<std::vector<BridgeVerdict>(const ir::Run &, llvm::StringRef only)> bridges;
   /// `--target`: the framework whose bridge must export every plan listed (its name, as `bridges`
-  /// gives it); empty: any plan. Needs `bridges`. It also sets what --async-tp and --sp-inputs
-  /// default to: the framework's own.
+  /// gives it: the caller checks it is one); empty: any plan. Needs `bridges`. It also sets what
+  /// --async-tp, --sp-inputs and --activations default to: the framework's own.
   std::string target;
   /// When set, prints the result in place of the table or JSON (`--format=html`); `placeText`
   /// is the best plan's Place text (empty when nothing fits).
