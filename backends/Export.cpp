@@ -832,6 +832,10 @@ private:
                " with attention = materialized: Megatron-Core's unfused attention has no sliding "
                "window (write attention = flash or cudnn)");
       flag("--window-size", Twine(config.window - 1) + ",0");
+      // Megatron-Core's is_layer_window_attention: layer_number (from 1) % freq != 0 attends the
+      // window, as Place's full_every counts its layers.
+      if (config.hasFullAttentionLayers())
+        flag("--window-attn-skip-freq", Twine(config.fullEvery));
     }
     switch (config.attention) {
     case ir::AttentionKind::Flash:

@@ -706,6 +706,7 @@ constexpr const char *kMegatronFlags[] = {
     "--kv-channels=",
     "--qk-layernorm",
     "--window-size=",
+    "--window-attn-skip-freq=",
     "--add-qkv-bias",
     "--context-parallel-size=",
     "--cp-comm-type=",
@@ -754,10 +755,6 @@ const UntranslatedFlag kUntranslatedMegatronFlags[] = {
      "--fp8-format e4m3 or hybrid",
      true},
     {"--pipeline-model-parallel-layout", nullptr, "a custom pipeline layout"},
-    {"--window-attn-skip-freq", nullptr,
-     "layers of full attention among the sliding-window ones, where Place's window holds in "
-     "every layer",
-     true},
     {"--recompute-modules", "core_attn",
      "selective recomputation of other modules than the core attention (layernorm, mlp, moe, "
      "moe_act, ...)",
@@ -767,7 +764,7 @@ const UntranslatedFlag kUntranslatedMegatronFlags[] = {
 /// Megatron-LM flags that describe a dense model's attention (errors with a model named by
 /// --model, whose declaration says it).
 constexpr StringRef kMegatronAttentionModelFlags[] = {"--kv-channels", "--qk-layernorm",
-                                                      "--window-size"};
+                                                      "--window-size", "--window-attn-skip-freq"};
 
 /// Megatron-LM flags that describe a mixture-of-experts model (errors with a model named by
 /// --model, whose declaration says it).
@@ -961,6 +958,33 @@ private:
     if (left < 0 || left + 1 >= seq)
       return std::nullopt;
     return left + 1;
+  }
+
+  /// Place's full_every from --window-attn-skip-freq N (Megatron-Core's is_layer_window_attention:
+  /// the layers numbered from 1 that N divides attend the whole prefix): N where some layer is
+  /// one, nothing where N exceeds the layers or the flag is absent. Its per-layer lists
+  /// (`[1,1,0]*4`, 1 for a windowed layer) have no Place equivalent.
+  std::optional<int64_t> fullEveryOf(int64_t layers) {
+    if (!has("--window-attn-skip-freq"))
+      return std::nullopt;
+    std::string text = getString("--window-attn-skip-freq", "");
+    SMLoc loc = locOf("--window-attn-skip-freq");
+    int64_t every = 0;
+    if (StringRef(text).trim().getAsInteger(10, every) || every < 1) {
+      diags.error(loc, "--window-attn-skip-freq '" + text +
+                           "' is not a whole number of at least 1: Place's full_every makes "
+                           "every n-th layer one of full attention, and a per-layer list has no "
+                           "Place equivalent");
+      return std::nullopt;
+    }
+    if (every == 1) {
+      diags.error(loc, "--window-attn-skip-freq 1 makes every layer one of full attention, and "
+                       "--window-size then applies to none: drop both flags");
+      return std::nullopt;
+    }
+    if (every > layers)
+      return std::nullopt;
+    return every;
   }
 
   /// The MoE fields of a model declared from the flags (nothing for a dense model).
@@ -1210,8 +1234,11 @@ private:
         m << "  qk_norm = true;\n";
       }
       if (has("--window-size"))
-        if (std::optional<int64_t> window = windowOf(*seq))
+        if (std::optional<int64_t> window = windowOf(*seq)) {
           m << "  window = " << *window << ";\n";
+          if (std::optional<int64_t> every = fullEveryOf(*layers))
+            m << "  full_every = " << *every << ";\n";
+        }
       if (attention != "flash")
         m << "  attention = " << attention << ";\n";
       m << moeModelText(ffn.value_or(4 * *hidden), *layers);

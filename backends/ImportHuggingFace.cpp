@@ -144,7 +144,7 @@ std::vector<StringRef> familyKeys(Family family) {
             "num_key_value_heads", "intermediate_size", "max_position_embeddings",
             "original_max_position_embeddings", "head_dim", "hidden_act", "hidden_activation",
             "tie_word_embeddings", "attention_bias", "mlp_bias", "sliding_window",
-            "use_sliding_window", "max_window_layers", "partial_rotary_factor",
+            "use_sliding_window", "max_window_layers", "layer_types", "partial_rotary_factor",
             // Nemotron's LayerNorm1P.
             "norm_eps",
             // Mixtral and Qwen3-MoE.
@@ -201,8 +201,8 @@ public:
     if (*type == "gpt_oss") {
       diags.error(locOf("model_type"),
                   "'model_type' is \"gpt_oss\": gpt-oss's attention has learned sinks (a logit "
-                  "per head) and alternates sliding-window and full layers (layer_types, "
-                  "sliding_window), which Place's attention cannot express");
+                  "per head in each softmax's denominator), which Place's attention cannot "
+                  "express");
       return false;
     }
     if (!info) {
@@ -235,6 +235,30 @@ private:
     if (value)
       os << *value;
     return out;
+  }
+
+  /// transformers' `layer_types`, one entry per layer: true for "full_attention", false for
+  /// "sliding_attention"; nothing, with an error, for anything else.
+  std::optional<std::vector<bool>> getLayerTypes(int64_t layers) {
+    const json::Array *types = root->getArray("layer_types");
+    std::vector<bool> full;
+    if (types) {
+      for (const json::Value &type : *types) {
+        std::optional<StringRef> name = type.getAsString();
+        if (name != std::optional<StringRef>("full_attention") &&
+            name != std::optional<StringRef>("sliding_attention"))
+          break;
+        full.push_back(*name == "full_attention");
+      }
+    }
+    if (!types || full.size() != types->size() || static_cast<int64_t>(full.size()) != layers) {
+      diags.error(locOf("layer_types"),
+                  "'layer_types' must list \"full_attention\" or \"sliding_attention\" for each "
+                  "of the " +
+                      Twine(layers) + " layers");
+      return std::nullopt;
+    }
+    return full;
   }
 
   /// Reports `key = value` as something Place cannot represent.
@@ -371,11 +395,38 @@ private:
       refuse("num_key_value_heads", "it does not divide the " + Twine(*heads) + " heads");
 
     // Sliding-window attention (Mistral, Phi-3: every layer; Qwen2 and Qwen3 under
-    // use_sliding_window: the layers from max_window_layers on, as transformers' layer_types
-    // says) is Place's window, which holds in every layer. A window of the whole sequence is
-    // none.
-    int64_t window = 0;
-    if (modern && root->get("sliding_window")) {
+    // use_sliding_window: the layers from max_window_layers on) is Place's window, in every
+    // layer or (layer_types) with every n-th layer of full attention. A window of the whole
+    // sequence is none.
+    int64_t window = 0, fullEvery = 0;
+    if (modern && root->get("layer_types")) {
+      // transformers' layer_types, which its newer versions write, says each layer's attention
+      // and decides over use_sliding_window and max_window_layers: windowed layers with every
+      // n-th (from 1) of full attention are Place's full_every = n.
+      std::optional<std::vector<bool>> full = getLayerTypes(*layers);
+      bool anyWindowed = full && llvm::is_contained(*full, false);
+      std::optional<int64_t> size =
+          anyWindowed ? getInt("sliding_window", false) : std::optional<int64_t>();
+      if (anyWindowed && !size) {
+        if (!root->get("sliding_window"))
+          refuse("layer_types", "its sliding_attention layers need 'sliding_window', the "
+                                "window's tokens");
+      } else if (anyWindowed && *size < seq) {
+        window = *size;
+        auto first = llvm::find(*full, true);
+        int64_t every = first == full->end() ? 0 : (first - full->begin()) + 1;
+        for (int64_t l = 0; every > 0 && l < *layers; ++l)
+          if ((*full)[l] != ((l + 1) % every == 0)) {
+            refuse("layer_types",
+                   "its full_attention layers are not every n-th layer (the n-th, the 2n-th, "
+                   "…), the one pattern of windowed and full layers Place's full_every says");
+            window = 0;
+            break;
+          }
+        if (window > 0)
+          fullEvery = every;
+      }
+    } else if (modern && root->get("sliding_window")) {
       std::optional<int64_t> size = getInt("sliding_window", false);
       bool qwen = family == Family::Qwen2 || family == Family::Qwen3 || family == Family::Qwen3Moe;
       bool used = !qwen || getBool("use_sliding_window").value_or(false);
@@ -530,6 +581,8 @@ private:
       m << "  head_dim = " << headDim << ";\n";
     if (window > 0)
       m << "  window = " << window << ";\n";
+    if (fullEvery > 0)
+      m << "  full_every = " << fullEvery << ";\n";
     if (qkNorm)
       m << "  qk_norm = true;\n";
     m << "  seq = " << seq << ";\n  vocab = " << *vocab << ";\n";

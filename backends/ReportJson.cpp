@@ -135,6 +135,10 @@ void JsonWriter::writeModel(const ir::Model &model) {
       out.attribute("window", config.window);
     else
       out.attribute("window", nullptr);
+    if (config.fullEvery > 0)
+      out.attribute("full_every", config.fullEvery);
+    else
+      out.attribute("full_every", nullptr);
     if (model.isMoe()) {
       const ir::MoeConfig &moe = config.moe;
       out.attribute("active_params", model.getActiveParams());

@@ -399,6 +399,17 @@ std::string describeModel(const ir::Model &model) {
   return text;
 }
 
+/// `n` as an English ordinal: 2nd, 6th, 11th, 23rd.
+static std::string ordinal(int64_t n) {
+  int64_t tens = n % 100, units = n % 10;
+  const char *suffix = tens >= 11 && tens <= 13 ? "th"
+                       : units == 1             ? "st"
+                       : units == 2             ? "nd"
+                       : units == 3             ? "rd"
+                                                : "th";
+  return std::to_string(n) + suffix;
+}
+
 std::string describeAttention(const ir::Model &model) {
   if (model.kind != ir::ModelKind::Transformer)
     return "-";
@@ -422,7 +433,10 @@ std::string describeAttention(const ir::Model &model) {
   const ir::TransformerConfig &config = model.transformer;
   return fmt::format(
       "{} ({}){}{}{}", ir::toString(kind).str(), kernel.str(),
-      config.isWindowed() ? fmt::format(", window of {} tokens", config.window) : std::string(),
+      !config.isWindowed()              ? std::string()
+      : config.hasFullAttentionLayers() ? fmt::format(", window of {} tokens, every {} layer full",
+                                                      config.window, ordinal(config.fullEvery))
+                                        : fmt::format(", window of {} tokens", config.window),
       repeated ? ", K/V repeated to every head" : "", config.unpad ? ", inputs unpadded" : "");
 }
 

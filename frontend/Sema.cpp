@@ -689,7 +689,8 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "imbalance",
                                                   "head_dim",
                                                   "qk_norm",
-                                                  "window"};
+                                                  "window",
+                                                  "full_every"};
     auto fields = collectFields(decl, "a transformer", keys);
     ok &= requireFields(decl, "transformer", fields, {"layers", "hidden", "heads", "seq", "vocab"});
     ir::TransformerConfig &config = model->transformer;
@@ -712,6 +713,22 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     count("window", config.window, 1 << 30);
     if (const ast::Field *field = fields.lookup("window"))
       config.windowLoc = field->keyLoc;
+    if (const ast::Field *field = fields.lookup("full_every")) {
+      config.fullEveryLoc = field->keyLoc;
+      if (!fields.lookup("window")) {
+        diags.error(field->keyLoc,
+                    "'full_every' makes every n-th layer attend the whole prefix among "
+                    "sliding-window ones; write 'window = W;' for the others");
+        ok = false;
+      } else {
+        // One layer in n of full attention, n from 2 (1 would leave the window to no layer)
+        // to the layer count (the n-th layer must exist).
+        std::optional<int64_t> value =
+            getCount(field->value, "full_every", 2, std::max<int64_t>(config.layers, 1));
+        ok &= value.has_value();
+        config.fullEvery = value.value_or(0);
+      }
+    }
     if (const ast::Field *field = fields.lookup("kv_repeat")) {
       std::optional<bool> value = getBool(field->value, "kv_repeat");
       ok &= value.has_value();

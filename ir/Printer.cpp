@@ -207,8 +207,12 @@ void IRPrinter::print(const Model &model) {
     if (config.headDim > 0 || config.qkNorm)
       line() << "head_dim = " << config.getHeadDim()
              << ", qk_norm = " << (config.qkNorm ? "true" : "false") << '\n';
-    if (config.window > 0)
-      line() << "window = " << config.window << '\n';
+    if (config.window > 0) {
+      line() << "window = " << config.window;
+      if (config.fullEvery > 0)
+        os << ", full_every = " << config.fullEvery;
+      os << '\n';
+    }
     if (config.moe.isEnabled()) {
       const MoeConfig &moe = config.moe;
       line() << "experts = " << moe.experts << ", top_k = " << moe.topK

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <limits>
+#include <map>
 #include <numeric>
 
 using namespace llvm;
@@ -886,9 +887,17 @@ double crossEntropyBytes(ir::CrossEntropyKind kind, double e, bool backward) {
   return 2 * e;
 }
 
+/// The classes of a transformer's layers (getUnitWorkClass): bits of what sets a layer apart.
+constexpr int64_t kMoeLayerClass = 1;
+/// A layer of full attention among sliding-window ones (`full_every`).
+constexpr int64_t kFullAttentionLayerClass = 2;
+
+/// A transformer unit's work; a layer's by its class (getUnitWorkClass).
 Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKind pass,
-                     const Layout &layout, bool moeLayer = false) {
-  TransformerDims x = getLayerDims(config, layout, moeLayer);
+                     const Layout &layout, int64_t layerClass = 0) {
+  TransformerDims x = getLayerDims(config, layout, layerClass & kMoeLayerClass);
+  if (layerClass & kFullAttentionLayerClass)
+    x.window = 0;
   Work work;
   bool backward = pass == PassKind::Backward;
   switch (unit) {
@@ -1126,15 +1135,22 @@ Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind 
                  const Layout &layout) {
   if (model.kind == ir::ModelKind::Transformer)
     return transformerWork(model.transformer, unit, pass, layout,
-                           getUnitWorkClass(model, unit, layer) == 1);
+                           getUnitWorkClass(model, unit, layer));
   if (model.kind == ir::ModelKind::Mlp && unit == UnitKind::MlpLayer)
     return mlpWork(model.mlp, layer, pass, layout);
   return {};
 }
 
 int64_t getUnitWorkClass(const ir::Model &model, UnitKind unit, int64_t layer) {
-  if (model.kind == ir::ModelKind::Transformer)
-    return unit == UnitKind::Layer && model.transformer.moe.isMoeLayer(layer) ? 1 : 0;
+  if (model.kind == ir::ModelKind::Transformer) {
+    const ir::TransformerConfig &config = model.transformer;
+    if (unit != UnitKind::Layer)
+      return 0;
+    return (config.moe.isMoeLayer(layer) ? kMoeLayerClass : 0) |
+           (config.hasFullAttentionLayers() && !config.isWindowedLayer(layer)
+                ? kFullAttentionLayerClass
+                : 0);
+  }
   if (model.kind == ir::ModelKind::Mlp && unit == UnitKind::MlpLayer)
     return layer;
   return 0;
@@ -1188,8 +1204,8 @@ double getModelFlops(const ir::Model &model, double globalBatch, std::string *fo
   // One sample's forward on one device, the attention counted over the whole s×s (s×w under a
   // sliding window: AttentionCore::getAttendedKeys without the causal mask).
   Layout layout;
-  auto forwardOf = [&](const ir::TransformerConfig &config, UnitKind unit, bool moeLayer) {
-    Work work = transformerWork(config, unit, PassKind::Forward, layout, moeLayer);
+  auto forwardOf = [&](const ir::TransformerConfig &config, UnitKind unit, int64_t layerClass) {
+    Work work = transformerWork(config, unit, PassKind::Forward, layout, layerClass);
     double flops = 0;
     for (const Gemm &gemm : work.gemms)
       flops += gemm.getFlops();
@@ -1199,25 +1215,39 @@ double getModelFlops(const ir::Model &model, double globalBatch, std::string *fo
     }
     return flops;
   };
-  auto forward = [&](UnitKind unit) { return forwardOf(model.transformer, unit, false); };
+  auto forward = [&](UnitKind unit) { return forwardOf(model.transformer, unit, 0); };
   double layers = static_cast<double>(model.transformer.layers);
   double layer = forward(UnitKind::Layer), head = forward(UnitKind::Head);
   const ir::MoeConfig &moe = model.transformer.moe;
-  if (moe.isEnabled()) {
-    // Dense and MoE layers apart; an MoE layer's experts counted at even routing (the FLOPs a
-    // token needs, whatever the imbalance or the capacity padding).
+  if (moe.isEnabled() || model.transformer.hasFullAttentionLayers()) {
+    // The layers by class (dense or MoE, windowed or full attention), each class's forward once;
+    // an MoE layer's experts counted at even routing (the FLOPs a token needs, whatever the
+    // imbalance or the capacity padding).
     ir::TransformerConfig even = model.transformer;
     even.moe.capacityFactor.reset();
     even.moe.imbalance = 1;
-    double moeLayers = static_cast<double>(moe.getNumMoeLayers(model.transformer.layers));
-    double moeLayer = forwardOf(even, UnitKind::Layer, true);
-    double flops = 3 * ((layers - moeLayers) * layer + moeLayers * moeLayer + head) * globalBatch;
+    std::map<int64_t, int64_t> classes;
+    for (int64_t l = 0; l < model.transformer.layers; ++l)
+      ++classes[getUnitWorkClass(model, UnitKind::Layer, l)];
+    double sum = 0;
+    std::string terms;
+    for (auto [layerClass, count] : classes) {
+      double perLayer = forwardOf(even, UnitKind::Layer, layerClass);
+      sum += static_cast<double>(count) * perLayer;
+      if (!formula)
+        continue;
+      std::string name = moe.isEnabled() ? (layerClass & kMoeLayerClass ? "MoE" : "dense") : "";
+      if (model.transformer.hasFullAttentionLayers())
+        name += std::string(name.empty() ? "" : ", ") +
+                (layerClass & kFullAttentionLayerClass ? "full attention" : "windowed");
+      terms += fmt::format("{}{} × {} ({})", terms.empty() ? "" : " + ", count,
+                           fmtAmount(perLayer, "FLOP"), name);
+    }
+    double flops = 3 * (sum + head) * globalBatch;
     if (formula)
-      *formula =
-          fmt::format("3 × (dense layers × layer forward + MoE layers × MoE layer forward "
-                      "+ head forward) × B = 3 × ({} × {} + {} × {} + {}) × {}",
-                      num(layers - moeLayers), fmtAmount(layer, "FLOP"), num(moeLayers),
-                      fmtAmount(moeLayer, "FLOP"), fmtAmount(head, "FLOP"), num(globalBatch));
+      *formula = fmt::format("3 × (Σ layers of a class × its layer forward + head forward) × B "
+                             "= 3 × ({} + {}) × {}",
+                             terms, fmtAmount(head, "FLOP"), num(globalBatch));
     return flops;
   }
   double flops = 3 * (layers * layer + head) * globalBatch;

@@ -1194,11 +1194,11 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
   }
 }
 
-/// True when the search can handle the run's model: a dense transformer (the fast path's units
-/// are the embedding, identical layers and the head; mixture-of-experts layers and expert
-/// parallelism are not part of the space).
+/// True when the fast path can handle the run's model: a transformer of identical layers (the
+/// fast path's units are the embedding, identical layers and the head; models whose layers
+/// differ are searched exactly, searchesExactly).
 bool isSearchable(const ir::Run &run) {
-  return run.model->kind == ir::ModelKind::Transformer && !run.model->isMoe() &&
+  return run.model->kind == ir::ModelKind::Transformer && !searchesExactly(*run.model) &&
          run.model->getNumLayers() > 0 && run.globalBatch > 0;
 }
 
@@ -1676,7 +1676,19 @@ parseChoiceList(StringRef text, std::initializer_list<T> choices, StringRef flag
   return result;
 }
 
-bool isMoeSearchSchedule(ir::Schedule schedule) {
+bool searchesExactly(const ir::Model &model) { return !getExactSearchReason(model).empty(); }
+
+std::string getExactSearchReason(const ir::Model &model) {
+  if (model.kind != ir::ModelKind::Transformer)
+    return std::string();
+  if (model.isMoe())
+    return "has routed experts";
+  if (model.transformer.hasFullAttentionLayers())
+    return "alternates sliding-window and full-attention layers";
+  return std::string();
+}
+
+bool isExactSearchSchedule(ir::Schedule schedule) {
   return schedule == ir::Schedule::OneFOneB || schedule == ir::Schedule::GPipe ||
          schedule == ir::Schedule::Interleaved;
 }
@@ -1691,12 +1703,13 @@ std::optional<std::vector<ir::Schedule>> parseSchedules(StringRef text, const ir
       "write a comma-separated list of 1f1b, gpipe, interleaved, zero_bubble, "
       "zbv and dualpipev",
       error);
-  if (schedules && run.model->isMoe())
+  if (schedules && searchesExactly(*run.model))
     for (ir::Schedule schedule : *schedules)
-      if (!isMoeSearchSchedule(schedule)) {
+      if (!isExactSearchSchedule(schedule)) {
         error = "--schedules " + ir::toString(schedule).str() + ": model '" + run.model->name +
-                "' has routed experts, and the search of a mixture of experts explores 1f1b, "
-                "gpipe and interleaved pipelines only";
+                "' " + getExactSearchReason(*run.model) +
+                ", and the search of a model whose layers differ explores 1f1b, gpipe and "
+                "interleaved pipelines only";
         return std::nullopt;
       }
   return schedules;
@@ -1734,11 +1747,6 @@ parseActivationModes(StringRef text, const ir::Run &run, std::string &error) {
               "full, op and attention";
       return std::nullopt;
     }
-    if (*mode == ir::ActivationMode::RecomputeAttention && model.isMoe()) {
-      error = "--activations attention: the search of a mixture of experts explores keep, "
-              "selective and full";
-      return std::nullopt;
-    }
     if (*mode == ir::ActivationMode::RecomputeAttention && model.transformer.unpad) {
       error = "--activations attention: model '" + model.name +
               "' says unpad = true, and recompute(attention) needs the padded Q, K and V it "
@@ -1752,6 +1760,14 @@ parseActivationModes(StringRef text, const ir::Run &run, std::string &error) {
             "--activations op: recompute(op) does not apply to model '" + model.name + "': " + why;
         return std::nullopt;
       }
+    }
+    if ((*mode == ir::ActivationMode::RecomputeAttention ||
+         *mode == ir::ActivationMode::RecomputeOps) &&
+        searchesExactly(model)) {
+      error = "--activations " + name.str() + ": model '" + model.name + "' " +
+              getExactSearchReason(model) +
+              ", and the search of a model whose layers differ explores keep, selective and full";
+      return std::nullopt;
     }
     if (std::string why = eagerObstacle(run, *mode, run.precision); !why.empty()) {
       error = "--activations " + name.str() + ": " + why;
@@ -2140,8 +2156,8 @@ template <typename Body> void runOnThreads(unsigned threads, Body body) {
 /// three activation modes (or those of `--activations`), micro-batches of 1, 2 or 4 (not a
 /// multiple of cp > 1), 1F1B and interleaved pipelines (the layers split evenly, or the embedding
 /// and the loss counted as layers), sequence parallelism with tensor parallelism.
-void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptions &options,
-               SearchResult &result) {
+void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchOptions &options,
+                   SearchResult &result) {
   const ir::Model &model = *run.model;
   int64_t layers = model.getNumLayers();
   int64_t devices = cluster.getNumDevices();
@@ -2167,10 +2183,10 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
   const std::vector<ir::AsyncTensorParallel> offOnly = {ir::AsyncTensorParallel::Off};
   const std::vector<ir::AsyncTensorParallel> &asyncValues =
       options.asyncTp.empty() ? offOnly : options.asyncTp;
-  // The pipeline schedules explored (isMoeSearchSchedule): the requested ones, or 1f1b and
+  // The pipeline schedules explored (isExactSearchSchedule): the requested ones, or 1f1b and
   // interleaved.
   auto explores = [&](ir::Schedule schedule) {
-    return isMoeSearchSchedule(schedule) &&
+    return isExactSearchSchedule(schedule) &&
            (options.schedules.empty() ? schedule != ir::Schedule::GPipe
                                       : llvm::is_contained(options.schedules, schedule));
   };
@@ -2248,7 +2264,8 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
       for (int64_t cp : divisorsOf(rest))
         for (ir::ContextMethod context : getContextMethods(run, tp, cp, options.contextMethods))
           for (int64_t ep : divisorsOf(rest / cp)) {
-            if (model.transformer.moe.experts % ep != 0)
+            // Expert parallelism for a mixture of experts only (ep dividing its experts).
+            if (model.isMoe() ? model.transformer.moe.experts % ep != 0 : ep > 1)
               continue;
             ++result.meshes;
             for (const Placement &placement : placements)
@@ -2261,7 +2278,8 @@ void searchMoe(const ir::Run &run, const ir::Cluster &cluster, const SearchOptio
                   // expert-data-parallel axes, dp and cp (ZeRO-1 for them).
                   for (bool expertsReplicated : {false, true})
                     if (!expertsReplicated ||
-                        (placement.params == ParamChoice::GatherAll && rest / ep > 1))
+                        (model.isMoe() && placement.params == ParamChoice::GatherAll &&
+                         rest / ep > 1))
                       groups.push_back({tp, pp, cp, ep, context, layouts.size() - 1, &placement,
                                         &variant, fp8Gather, expertsReplicated});
                 }
@@ -2447,8 +2465,8 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   result.cluster = makeSearchCluster(*run.cluster, options.devices, options.memoryBudget);
   const ir::Cluster &cluster = *result.cluster;
   result.threads = 1;
-  if (run.model->isMoe() && run.model->getNumLayers() > 0 && run.globalBatch > 0) {
-    searchMoe(run, cluster, options, result);
+  if (searchesExactly(*run.model) && run.model->getNumLayers() > 0 && run.globalBatch > 0) {
+    searchExactly(run, cluster, options, result);
     result.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
@@ -2876,6 +2894,8 @@ std::string formatModel(const ir::Model &model) {
     os << "  qk_norm = true;\n";
   if (config.window > 0)
     os << "  window = " << config.window << ";\n";
+  if (config.fullEvery > 0)
+    os << "  full_every = " << config.fullEvery << ";\n";
   if (config.moe.isEnabled()) {
     // Every field, defaults included, so that the plan's model is the searched one.
     const ir::MoeConfig &moe = config.moe;

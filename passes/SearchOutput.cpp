@@ -358,7 +358,8 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
   // exports. Megatron-LM always reduces the input gradients beside the weight gradients (wgrad;
   // true is --tp-comm-overlap) and gathers the sequence shard again (regather, the default);
   // torchtitan's asynchronous TP overlaps the forward's collectives (forward) and PyTorch keeps
-  // the gathered inputs (keep). A mixture of experts is searched without async_tp's overlap.
+  // the gathered inputs (keep). A model searched exactly (search::searchesExactly: a mixture of
+  // experts, alternating window and full attention) is searched without async_tp's overlap.
   // Megatron-LM recomputes whole layers or, with its selective recomputation, the core attention:
   // over fused attention that is recompute(attention).
   std::string asyncTp = options.asyncTp, spInputs = options.spInputs,
@@ -369,7 +370,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     return 1;
   }
   if (!options.target.empty()) {
-    bool moe = run->model->isMoe();
+    bool moe = searchesExactly(*run->model);
     if (asyncTp.empty() && options.target == "megatron")
       asyncTp = moe ? "wgrad" : "wgrad,true";
     if (activations.empty() && options.target == "megatron" && !moe &&

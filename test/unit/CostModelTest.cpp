@@ -8,6 +8,7 @@
 #include "placec/passes/StepPlan.h"
 
 #include <gtest/gtest.h>
+#include <set>
 
 using namespace placec;
 using namespace placec::cost;
@@ -1730,6 +1731,55 @@ TEST(CostModelTest, SlidingWindowChangesOnlyTheFusedAttentionCore) {
   for (PassKind pass : {PassKind::Forward, PassKind::Backward})
     EXPECT_EQ(getUnitWork(full, UnitKind::Layer, 0, pass, layout).getFlops(),
               getUnitWork(windowed, UnitKind::Layer, 0, pass, layout).getFlops());
+}
+
+TEST(CostModelTest, FullEveryAlternatesWindowedAndFullLayers) {
+  // full_every = 4 over 8 layers of a mixture of experts (MoE layers 2, 4 and 6): the layers
+  // numbered from 1 that 4 divides, indices 3 and 7, attend the whole prefix (Megatron-Core's
+  // is_layer_window_attention), the others the window. Each layer's work is that of the same
+  // layer in the model without the window (3, 7) or with it everywhere (the others), and its
+  // class tells both apart from the MoE bit.
+  ir::Model pattern = mixedMoeTransformer();
+  pattern.transformer.seq = 512;
+  pattern.transformer.window = 128;
+  pattern.transformer.fullEvery = 4;
+  ir::Model everywhere = pattern, nowhere = pattern;
+  everywhere.transformer.fullEvery = 0;
+  nowhere.transformer.window = 0;
+  nowhere.transformer.fullEvery = 0;
+  Layout layout;
+  layout.expert = 4;
+  std::set<int64_t> classes;
+  for (int64_t layer = 0; layer < 8; ++layer) {
+    bool full = layer == 3 || layer == 7;
+    EXPECT_EQ(pattern.transformer.isWindowedLayer(layer), !full) << layer;
+    const ir::Model &same = full ? nowhere : everywhere;
+    for (PassKind pass : {PassKind::Forward, PassKind::Backward})
+      EXPECT_EQ(getUnitWork(pattern, UnitKind::Layer, layer, pass, layout).getFlops(),
+                getUnitWork(same, UnitKind::Layer, layer, pass, layout).getFlops())
+          << layer;
+    classes.insert(getUnitWorkClass(pattern, UnitKind::Layer, layer));
+  }
+  // Dense windowed, MoE windowed and dense full (layers 3 and 7): three classes.
+  EXPECT_EQ(classes.size(), 3u);
+  // The windowed layers attend fewer keys than the full ones.
+  EXPECT_LT(getUnitWork(pattern, UnitKind::Layer, 0, PassKind::Forward, layout).getFlops(),
+            getUnitWork(pattern, UnitKind::Layer, 3, PassKind::Forward, layout).getFlops());
+
+  // Dense, the model FLOPs are those of the windowed model plus, for each full layer, one
+  // layer's difference between the two: a quarter of the way from the one to the other.
+  ir::Model dense = llama8bLayer();
+  dense.transformer.layers = 12;
+  dense.transformer.window = 2048;
+  ir::Model denseEverywhere = dense, denseNowhere = dense;
+  denseNowhere.transformer.window = 0;
+  dense.transformer.fullEvery = 4;
+  double low = getModelFlops(denseEverywhere, 1), high = getModelFlops(denseNowhere, 1);
+  EXPECT_NEAR(getModelFlops(dense, 1), low + 0.25 * (high - low), 1e-12 * high);
+  // A pattern of more layers than the model has leaves the window everywhere.
+  dense.transformer.fullEvery = 13;
+  EXPECT_FALSE(dense.transformer.hasFullAttentionLayers());
+  EXPECT_EQ(getModelFlops(dense, 1), low);
 }
 
 } // namespace

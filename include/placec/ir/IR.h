@@ -166,6 +166,14 @@ struct TransformerConfig {
   int64_t window = 0;
   /// Where `window` is written (invalid when it is not).
   llvm::SMLoc windowLoc;
+  /// `full_every = n` with a window: every n-th layer (the n-th, the 2n-th, … counted from 1)
+  /// attends the whole causal prefix and the others the window (Megatron-Core's
+  /// `--window-attn-skip-freq n`; Gemma 3's five local layers to one global, n = 6, Gemma Team
+  /// 2025, "Gemma 3 Technical Report"; gpt-oss's alternation, n = 2, OpenAI 2025, "gpt-oss-120b &
+  /// gpt-oss-20b Model Card"). 0: the window holds in every layer.
+  int64_t fullEvery = 0;
+  /// Where `full_every` is written (invalid when it is not).
+  llvm::SMLoc fullEveryLoc;
   MlpActivation mlp = MlpActivation::Gelu;
   /// Where `mlp` is written (invalid when it is not).
   llvm::SMLoc mlpLoc;
@@ -182,6 +190,16 @@ struct TransformerConfig {
   int64_t getKvHeads() const { return kvHeads > 0 ? kvHeads : heads; }
   /// Whether attention looks back over fewer tokens than the sequence (`window` < `seq`).
   bool isWindowed() const { return window > 0 && window < seq; }
+  /// Whether layer `layer` (from 0) attends a sliding window: every layer of a windowed model but
+  /// every `fullEvery`-th.
+  bool isWindowedLayer(int64_t layer) const {
+    return isWindowed() && (fullEvery == 0 || (layer + 1) % fullEvery != 0);
+  }
+  /// Whether some layers attend a window and others the whole prefix (`full_every` with a
+  /// window shorter than the sequence and no more than `layers` layers apart).
+  bool hasFullAttentionLayers() const {
+    return isWindowed() && fullEvery > 0 && fullEvery <= layers;
+  }
   /// The width of one attention head.
   int64_t getHeadDim() const { return headDim > 0 ? headDim : heads > 0 ? hidden / heads : 0; }
   /// The `bias` field as written: `true`, `false` or `qkv`.

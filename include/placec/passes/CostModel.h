@@ -329,12 +329,13 @@ Layout getRunLayout(const ir::Run &run);
 /// kernels with the bytes they move. A backward computes, for each product of the forward, the
 /// input gradient and the weight gradient.
 /// `layer` is the layer's index: an mlp's layers differ in shape, a transformer's only in being
-/// dense or mixture-of-experts layers (getUnitWorkClass).
+/// dense or mixture-of-experts layers and, under `full_every`, in attending a window or the
+/// whole prefix (getUnitWorkClass).
 Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind pass,
                  const Layout &layout);
 /// What getUnitWork reads of `layer`: units of `model` of the same kind and class have the same
-/// work in every pass under one layout (a transformer's dense and MoE layers, an mlp's layers
-/// one by one), so that a caller may compute it once per class.
+/// work in every pass under one layout (a transformer's dense and MoE layers, each windowed or of
+/// full attention; an mlp's layers one by one), so that a caller may compute it once per class.
 int64_t getUnitWorkClass(const ir::Model &model, UnitKind unit, int64_t layer);
 
 /// Mixture-of-experts layers on one device for one micro-batch (Fedus et al. 2021, "Switch

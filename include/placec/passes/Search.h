@@ -142,7 +142,7 @@ struct SearchOptions {
   std::vector<ir::Precision> precisions;
   /// The pipeline schedules to explore; empty: 1f1b, interleaved, zero_bubble, zbv and dualpipev
   /// (gpipe only when listed: 1F1B is never slower and never larger); for a mixture of experts
-  /// those of them that isMoeSearchSchedule accepts.
+  /// those of them that isExactSearchSchedule accepts.
   std::vector<ir::Schedule> schedules;
   /// The activation modes to explore; empty: keep, recompute(selective) and recompute, and
   /// recompute(op) too where the run's strategy uses it. Every mode listed applies to the model
@@ -288,10 +288,18 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
                       ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather,
                       ir::DataParallelOverlap dpOverlap = ir::DataParallelOverlap::Grads);
 
-/// Whether the search of a mixture-of-experts model explores `schedule`: 1f1b, gpipe and
-/// interleaved (Megatron-Core's schedules for MoE layers); the zero-bubble ones only for dense
-/// models.
-bool isMoeSearchSchedule(ir::Schedule schedule);
+/// Whether the search evaluates every candidate for `model` exactly, through the verifier and
+/// the analyses of its step plan, rather than by the closed-form fast path, which holds for
+/// identical layers only: a mixture of experts (its MoE layers and its experts' placement) and a
+/// model whose layers alternate sliding-window and full attention (`full_every`).
+bool searchesExactly(const ir::Model &model);
+/// Why `model` is searched exactly, for diagnostics: "has routed experts" or "alternates
+/// sliding-window and full-attention layers"; empty when it is not.
+std::string getExactSearchReason(const ir::Model &model);
+
+/// Whether the exact search (searchesExactly) explores `schedule`: 1f1b, gpipe and interleaved
+/// (Megatron-Core's schedules for MoE layers); the zero-bubble ones only by the fast path.
+bool isExactSearchSchedule(ir::Schedule schedule);
 
 /// Parses `--schedules 1f1b,zbv` into schedules for `run`'s search; on an error returns nullopt
 /// and sets `error` (an unknown name, or a schedule the search does not explore for a mixture of
