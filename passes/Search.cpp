@@ -1761,12 +1761,10 @@ parseActivationModes(StringRef text, const ir::Run &run, std::string &error) {
         return std::nullopt;
       }
     }
-    if ((*mode == ir::ActivationMode::RecomputeAttention ||
-         *mode == ir::ActivationMode::RecomputeOps) &&
-        searchesExactly(model)) {
-      error = "--activations " + name.str() + ": model '" + model.name + "' " +
-              getExactSearchReason(model) +
-              ", and the search of a model whose layers differ explores keep, selective and full";
+    if (*mode == ir::ActivationMode::RecomputeOps && searchesExactly(model)) {
+      error = "--activations op: model '" + model.name + "' " + getExactSearchReason(model) +
+              ", and the search of a model whose layers differ explores keep, selective, "
+              "attention and full";
       return std::nullopt;
     }
     if (std::string why = eagerObstacle(run, *mode, run.precision); !why.empty()) {
@@ -2172,11 +2170,16 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
       {ParamChoice::Replicate, GradChoice::ShardAll, OptimizerChoice::ShardAll},
       {ParamChoice::GatherAll, GradChoice::ShardAll, OptimizerChoice::ShardAll}};
   // By growing memory, so that a mode over the budget prunes the ones after it (the requested
-  // ones in this order; recompute(op) does not apply to MoE layers).
+  // ones in this order; recompute(op) does not apply to MoE layers). recompute(attention), only
+  // where asked for, keeps what keep keeps but the attention kernel's softmax statistics (and its
+  // output where the projection keeps an FP8 copy), more than recompute(selective)'s recomputed
+  // norms and MLP activation drop (cost::getLayerActivationBytes).
   std::vector<ir::ActivationMode> activations;
-  for (ir::ActivationMode mode : {ir::ActivationMode::RecomputeFull,
-                                  ir::ActivationMode::RecomputeSelective, ir::ActivationMode::Keep})
-    if (options.activations.empty() || llvm::is_contained(options.activations, mode))
+  for (ir::ActivationMode mode :
+       {ir::ActivationMode::RecomputeFull, ir::ActivationMode::RecomputeSelective,
+        ir::ActivationMode::RecomputeAttention, ir::ActivationMode::Keep})
+    if (options.activations.empty() ? mode != ir::ActivationMode::RecomputeAttention
+                                    : llvm::is_contained(options.activations, mode))
       activations.push_back(mode);
   // The async_tp settings (sequence parallelism is on wherever tp > 1): the requested ones, or
   // none by default.

@@ -373,7 +373,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     bool moe = searchesExactly(*run->model);
     if (asyncTp.empty() && options.target == "megatron")
       asyncTp = moe ? "wgrad" : "wgrad,true";
-    if (activations.empty() && options.target == "megatron" && !moe &&
+    if (activations.empty() && options.target == "megatron" &&
         run->model->transformer.attention != ir::AttentionKind::Materialized &&
         !run->model->transformer.unpad && run->kernels == ir::KernelMode::Fused)
       activations = "keep,attention,full";
