@@ -163,6 +163,9 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
            "the trainer's attention heads are hidden/heads wide");
   if (config.qkNorm)
     refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+  if (config.postNorm)
+    refuse(config.postNormLoc.isValid() ? config.postNormLoc : model.loc, "post_norm = true",
+           "the GPU trainer's layers have two norms, before the attention and the MLP");
   if (config.isWindowed())
     refuse(config.windowLoc.isValid() ? config.windowLoc : model.loc,
            "window = " + Twine(config.window) + " < seq = " + Twine(config.seq),

@@ -816,6 +816,11 @@ private:
     // --qk-layernorm normalizes each head's queries and keys with --normalization's norm.
     if (config.headDim > 0)
       flag("--kv-channels", Twine(config.headDim));
+    // Megatron-LM's GPT layer normalizes each block's input only (Gemma's post-norms are
+    // Megatron-Bridge's model code, not a flag).
+    if (config.postNorm)
+      refuse("post_norm = true: Megatron-LM's transformer layer has no norm on the attention's "
+             "and the MLP's outputs");
     if (config.qkNorm) {
       if (config.norm != ir::NormKind::RmsNorm)
         refuse("qk_norm = true with norm = " + ir::toString(config.norm) +

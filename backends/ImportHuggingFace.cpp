@@ -31,6 +31,7 @@ enum class Family {
   Qwen2,
   Qwen3,
   Gemma,
+  Gemma3,
   Phi3,
   Mixtral,
   Qwen3Moe,
@@ -54,7 +55,7 @@ constexpr FamilyInfo kFamilies[] = {
     {"gemma", Family::Gemma, true},        {"phi3", Family::Phi3, false},
     {"gpt2", Family::Gpt2, true},          {"gpt_neox", Family::GptNeox, false},
     {"mixtral", Family::Mixtral, false},   {"qwen3_moe", Family::Qwen3Moe, false},
-    {"nemotron", Family::Nemotron, false},
+    {"nemotron", Family::Nemotron, false}, {"gemma3_text", Family::Gemma3, true},
 };
 
 /// Keys of every family that change neither the parameter count nor the FLOPs: token ids,
@@ -139,6 +140,16 @@ std::vector<StringRef> familyKeys(Family family) {
             "rotary_pct",
             "partial_rotary_factor",
             "use_parallel_residual"};
+  case Family::Gemma3: {
+    // Gemma 3's language model: the common keys, its window's pattern and keys whose only
+    // accepted value is the one Place's attention computes (no soft-capping, causal).
+    std::vector<StringRef> keys = familyKeys(Family::Llama);
+    keys.insert(keys.end(),
+                {"sliding_window_pattern", "query_pre_attn_scalar", "rope_local_base_freq",
+                 "attn_logit_softcapping", "final_logit_softcapping", "cache_implementation",
+                 "use_bidirectional_attention"});
+    return keys;
+  }
   default:
     return {"model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
             "num_key_value_heads", "intermediate_size", "max_position_embeddings",
@@ -198,13 +209,19 @@ public:
                                   "multi-head or grouped-query");
       return false;
     }
-    if (*type == "gpt_oss") {
-      diags.error(locOf("model_type"),
-                  "'model_type' is \"gpt_oss\": gpt-oss's attention has learned sinks (a logit "
-                  "per head in each softmax's denominator), which Place's attention cannot "
-                  "express");
-      return false;
-    }
+    // Families refused as a whole, each with what Place cannot describe of it.
+    static const std::pair<StringRef, StringRef> kRefusedTypes[] = {
+        {"gemma3", "Gemma 3's image-and-text model, whose vision tower Place does not describe; "
+                   "import its text_config (model_type gemma3_text) for the language model "
+                   "alone"},
+        {"gpt_oss", "gpt-oss's attention has learned sinks (a logit per head in each softmax's "
+                    "denominator), which Place's attention cannot express"},
+    };
+    for (const auto &[refused, why] : kRefusedTypes)
+      if (*type == refused) {
+        diags.error(locOf("model_type"), "'model_type' is \"" + refused + "\": " + why);
+        return false;
+      }
     if (!info) {
       diags.error(locOf("model_type"),
                   "'model_type' is \"" + *type + "\", which placec does not map; it maps " +
@@ -430,7 +447,15 @@ private:
       std::optional<int64_t> size = getInt("sliding_window", false);
       bool qwen = family == Family::Qwen2 || family == Family::Qwen3 || family == Family::Qwen3Moe;
       bool used = !qwen || getBool("use_sliding_window").value_or(false);
-      if (used && size && *size < seq) {
+      if (used && size && *size < seq && family == Family::Gemma3) {
+        // Gemma3TextConfig: layer i attends the whole prefix where (i + 1) %
+        // sliding_window_pattern is 0 (default 6); a pattern of 1 leaves no windowed layer.
+        int64_t pattern = getInt("sliding_window_pattern", false, 1 << 20).value_or(6);
+        if (pattern > 1) {
+          window = *size;
+          fullEvery = pattern <= *layers ? pattern : 0;
+        }
+      } else if (used && size && *size < seq) {
         std::optional<int64_t> full =
             qwen ? root->getInteger("max_window_layers") : std::optional<int64_t>(0);
         if (!full || *full < 0)
@@ -451,10 +476,11 @@ private:
     }
 
     // Activation.
-    StringRef actKey = family == Family::Gemma && root->get("hidden_activation")
-                           ? "hidden_activation"
-                       : gpt2 ? "activation_function"
-                              : "hidden_act";
+    StringRef actKey =
+        (family == Family::Gemma || family == Family::Gemma3) && root->get("hidden_activation")
+            ? "hidden_activation"
+        : gpt2 ? "activation_function"
+               : "hidden_act";
     StringRef act = getString(actKey).value_or(gpt2       ? "gelu_new"
                                                : nemotron ? "relu2"
                                                : gated    ? "silu"
@@ -491,7 +517,19 @@ private:
 
     // Families whose layers hold weights that Place's transformer has no field for.
     // Qwen3 (dense and MoE) normalizes each head's queries and keys: qk_norm.
-    bool qkNorm = family == Family::Qwen3 || family == Family::Qwen3Moe;
+    bool qkNorm = family == Family::Qwen3 || family == Family::Qwen3Moe || family == Family::Gemma3;
+    // Gemma 3 normalizes each block's output too (post_attention_layernorm,
+    // post_feedforward_layernorm): post_norm. Its attention is causal and unscaled by tanh.
+    bool postNorm = family == Family::Gemma3;
+    if (family == Family::Gemma3) {
+      for (StringRef key : {"attn_logit_softcapping", "final_logit_softcapping"})
+        if (const json::Value *value = root->get(key); value && value->kind() != json::Value::Null)
+          refuse(key, "logit soft-capping (c·tanh(x/c) over the attention scores or the logits) "
+                      "has no Place equivalent");
+      if (getBool("use_bidirectional_attention").value_or(false))
+        refuse("use_bidirectional_attention",
+               "Place's attention is causal; a bidirectional model is not a decoder");
+    }
     // Families whose attention projects Q, K and V with linears of their own (q_proj, k_proj,
     // v_proj) and whose gated MLPs (and experts) have their own gate and up linears; Phi-3 fuses
     // both (qkv_proj, gate_up_proj), GPT-2 (c_attn) and GPT-NeoX (query_key_value) the attention.
@@ -585,6 +623,8 @@ private:
       m << "  full_every = " << fullEvery << ";\n";
     if (qkNorm)
       m << "  qk_norm = true;\n";
+    if (postNorm)
+      m << "  post_norm = true;\n";
     m << "  seq = " << seq << ";\n  vocab = " << *vocab << ";\n";
     int64_t ffnValue = ffn.value_or(4 * *hidden);
     if (ffnValue != 4 * *hidden || gated)

@@ -129,6 +129,7 @@ void JsonWriter::writeModel(const ir::Model &model) {
     out.attribute("kv_repeat", config.kvRepeat);
     out.attribute("rope_complex", config.ropeComplex);
     out.attribute("unpad", config.unpad);
+    out.attribute("post_norm", config.postNorm);
     out.attribute("projections", ir::toString(config.projections));
     out.attribute("attention", ir::toString(config.attention));
     if (config.window > 0)

@@ -690,7 +690,8 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "head_dim",
                                                   "qk_norm",
                                                   "window",
-                                                  "full_every"};
+                                                  "full_every",
+                                                  "post_norm"};
     auto fields = collectFields(decl, "a transformer", keys);
     ok &= requireFields(decl, "transformer", fields, {"layers", "hidden", "heads", "seq", "vocab"});
     ir::TransformerConfig &config = model->transformer;
@@ -746,6 +747,12 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       ok &= value.has_value();
       config.unpad = value.value_or(false);
       config.unpadLoc = field->keyLoc;
+    }
+    if (const ast::Field *field = fields.lookup("post_norm")) {
+      std::optional<bool> value = getBool(field->value, "post_norm");
+      ok &= value.has_value();
+      config.postNorm = value.value_or(false);
+      config.postNormLoc = field->keyLoc;
     }
     if (const ast::Field *field = fields.lookup("qk_norm")) {
       std::optional<bool> value = getBool(field->value, "qk_norm");

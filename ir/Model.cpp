@@ -152,12 +152,15 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
     builder.add(prefix + ".attn.proj.weight", {h, queryWidth}, TensorSplit::Row, layer);
     if (config.bias)
       builder.add(prefix + ".attn.proj.bias", {h}, TensorSplit::Replicated, layer);
+    if (config.postNorm)
+      addNorm(prefix + ".attn_post_norm", layer);
     addNorm(prefix + ".ln2", layer);
-    if (config.moe.isMoeLayer(l)) {
+    if (config.moe.isMoeLayer(l))
       addMoe(prefix + ".moe", layer);
-      continue;
-    }
-    addMlp(prefix + ".mlp", ffn, 0, layer, false);
+    else
+      addMlp(prefix + ".mlp", ffn, 0, layer, false);
+    if (config.postNorm)
+      addNorm(prefix + ".mlp_post_norm", layer);
   }
 
   // The head, after the last layer.

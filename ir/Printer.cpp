@@ -207,6 +207,8 @@ void IRPrinter::print(const Model &model) {
     if (config.headDim > 0 || config.qkNorm)
       line() << "head_dim = " << config.getHeadDim()
              << ", qk_norm = " << (config.qkNorm ? "true" : "false") << '\n';
+    if (config.postNorm)
+      line() << "post_norm = true\n";
     if (config.window > 0) {
       line() << "window = " << config.window;
       if (config.fullEvery > 0)

@@ -339,6 +339,10 @@ struct TransformerDims {
   double fp8SavedBytes() const { return mx ? ir::kMxfp8BytesPerElement : 1; }
   /// `unpad = true`: Q, K and V packed before the attention kernel, its output padded after.
   bool unpad = false;
+  /// `post_norm = true`: a norm on each block's output too, four a layer.
+  bool postNorm = false;
+  /// The norms of a layer: two, or four with `post_norm`.
+  double norms() const { return postNorm ? 4 : 2; }
   /// Bytes per element of the residual stream (the embedding's output, every residual addition
   /// and the norms' inputs): e, or 4 under autocast over fp32 modules (autocastStream).
   double stream = 2;
@@ -390,6 +394,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.mx = dims.fp8 && layout.fp8Scaling == ir::Fp8Scaling::Mx;
   dims.currentScaling = dims.fp8 && layout.fp8Scaling == ir::Fp8Scaling::Current;
   dims.unpad = config.unpad && !dims.materialized();
+  dims.postNorm = config.postNorm;
   dims.stream = getStreamBytes(layout.precision, layout.fp32Params, layout.paramsGathered);
   return dims;
 }
@@ -715,8 +720,11 @@ double mlpActivationAccesses(const TransformerDims &x, bool backward) {
   return backward ? 5 : 3;
 }
 
-void addNorms(const TransformerDims &x, Work &work) {
-  work.memory.push_back({"norms", 2 * x.outside() * normBytesPerElement(x, false)});
+/// A layer's norms, each over the stream: `count` of them (x.norms() in a forward; `post_norm`'s
+/// norms of the blocks' outputs go to the residual additions, not to a product, so only the two
+/// pre-norms' outputs are cast, and recomputed by recompute(selective)).
+void addNorms(const TransformerDims &x, Work &work, double count) {
+  work.memory.push_back({"norms", count * x.outside() * normBytesPerElement(x, false)});
   if (double cast = streamCastBytes(x))
     work.memory.push_back({"norm outputs cast (autocast)", 2 * x.outside() * cast});
 }
@@ -770,7 +778,7 @@ void addProjectionCasts(const TransformerDims &x, bool backward, Work &work) {
 void addLayerElementwise(const TransformerDims &x, Work &work) {
   addProjectionCasts(x, /*backward=*/false, work);
   addRouting(x, /*backward=*/false, work);
-  addNorms(x, work);
+  addNorms(x, work, x.norms());
   addRotary(x, /*backward=*/false, work);
   addKvExpansion(x, /*backward=*/false, work);
   addUnpad(x, /*backward=*/false, work);
@@ -801,7 +809,7 @@ void addLayerElementwiseBackward(const TransformerDims &x, const std::vector<Gem
   addProjectionCasts(x, /*backward=*/true, work);
   addInputGradientSums(x, products, work);
   addRouting(x, /*backward=*/true, work);
-  work.memory.push_back({"norms backward", 2 * x.outside() * normBytesPerElement(x, true)});
+  work.memory.push_back({"norms backward", x.norms() * x.outside() * normBytesPerElement(x, true)});
   if (double cast = streamCastBytes(x))
     work.memory.push_back({"stream gradients cast (autocast)", 4 * x.outside() * cast});
   addRotary(x, /*backward=*/true, work);
@@ -843,7 +851,7 @@ void addOpRecompute(const TransformerDims &x, Work &work) {
   work.gemms = opRecomputedProducts(x);
   addFp8Casts(x, work.gemms, /*backward=*/false, work);
   addWeightCasts(x, work.gemms, /*backward=*/false, work);
-  addNorms(x, work);
+  addNorms(x, work, 2);
   addRotary(x, /*backward=*/false, work);
   addKvExpansion(x, /*backward=*/false, work);
   addMlpActivation(x, work);
@@ -965,7 +973,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     if (x.materialized()) {
       addMaterializedAttention(x, /*backward=*/false, work);
     } else {
-      addNorms(x, work);
+      addNorms(x, work, 2);
       addMlpActivation(x, work);
     }
     return work;
@@ -1058,6 +1066,8 @@ std::string getOpRecomputeObstacle(const ir::Model &model) {
   if (config.unpad)
     return "it keeps the attention kernel's output as scaled_dot_product_attention returns it, "
            "and the model packs the attention's inputs (unpad = true)";
+  if (config.postNorm)
+    return "it is defined for two norms a layer, and the model has post_norm = true";
   return std::string();
 }
 
@@ -1283,7 +1293,7 @@ ExtraKept getExtraKept(const TransformerDims &x) {
   if (x.repeatKv)
     kept.repeated = 2 * 2 * (x.a - x.kv) * x.d / x.h;
   if (x.eager) {
-    kept.fp32 = x.rmsnorm ? 2 * 4 : 0;
+    kept.fp32 = x.rmsnorm ? x.norms() * 4 : 0;
     kept.silu = x.swiglu ? 2 * x.f / x.h : 0;
   }
   return kept;
@@ -1298,8 +1308,8 @@ std::string describeExtraKept(const ExtraKept &kept, const TransformerDims &x,
   std::vector<std::string> terms, outside, inside;
   if (kept.fp32 > 0) {
     terms.push_back(num(kept.fp32) + split);
-    outside.push_back(
-        fmt::format("the norms' fp32 inputs 2·4{} (kernels = eager)", x.sp ? "/t" : ""));
+    outside.push_back(fmt::format("the norms' fp32 inputs {}·4{} (kernels = eager)", num(x.norms()),
+                                  x.sp ? "/t" : ""));
   }
   if (kept.inside() > 0)
     terms.push_back(fmt::format("{}/{}", num(kept.inside() * x.e / 2), t));
@@ -1395,6 +1405,9 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
                      mode == ir::ActivationMode::RecomputeAttention;
     double coefficient = 0;
     std::string symbols, numbers;
+    // `post_norm`: the two blocks' outputs, the post-norms' inputs, 4 more outside the
+    // tensor-parallel region.
+    double post = x.postNorm ? 4 : 0;
     if (sp && x.keepInputs) {
       // sp_inputs = keep: QKV's and the MLP's inputs (2 + 2 of the 10) kept gathered.
       coefficient = 30 / t + 4 + (selective ? 0 : attention);
@@ -1417,6 +1430,12 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
       symbols = selective ? "s·b·h·34" : "s·b·h·(34 + " + attentionSymbols + ")";
       numbers = selective ? fmt::format("{}·34", sbhText)
                           : fmt::format("{}·(34 + {})", sbhText, attentionNumbers);
+    }
+    if (post > 0) {
+      coefficient += post / (sp ? t : 1);
+      std::string split = sp ? fmt::format("/{}", num(t)) : std::string();
+      numbers += fmt::format(" + {}·4{}", sbhText, split);
+      symbols += fmt::format(" + s·b·h·4{} (post_norm: the blocks' outputs)", sp ? "/t" : "");
     }
     if (formula)
       *formula = fmt::format("{} B per layer [{}]{}", numbers, symbols, scaleText);
@@ -1468,7 +1487,8 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // Under sp_inputs = keep the products' inputs (4) are kept gathered, not split by t, and not
   // recomputed by selective recomputation either.
   double gathered = x.keepInputs ? 2 * p : 0;
-  double outside = selective || x.keepInputs ? 4 : 4 + 2 * p;
+  // `post_norm`: the post-norms' inputs, the two blocks' outputs (4), kept whatever the mode.
+  double outside = (selective || x.keepInputs ? 4 : 4 + 2 * p) + (x.postNorm ? 4 : 0);
   // Eager PyTorch and repeated K/V keep more (ExtraKept): all of it under keep; the repeated K and
   // V under recompute(selective) too, which recomputes neither the attention kernel nor its
   // inputs (getEagerObstacle refuses recompute(selective) under eager).
@@ -1491,7 +1511,9 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
         sbhText, num(outside), sp ? fmt::format("/{}", num(t)) : std::string(),
         gathered > 0 ? " + " + num(gathered) : std::string(), num(qkv), num(attentionOutput),
         mlpText, coreAttention ? std::string() : fmt::format(" + 4·{}/{}", num(x.a), num(x.h)),
-        num(t), gathered > 0 ? "norm inputs" : "norm and product inputs",
+        num(t),
+        std::string(gathered > 0 ? "norm inputs" : "norm and product inputs") +
+            (x.postNorm ? ", the blocks' outputs (post_norm)" : ""),
         sp ? (gathered > 0 ? "/t + product inputs" : "/t") : "",
         coreAttention ? "" : " + softmax statistics",
         coreAttention && x.fp8Saved

@@ -2899,6 +2899,8 @@ std::string formatModel(const ir::Model &model) {
     os << "  window = " << config.window << ";\n";
   if (config.fullEvery > 0)
     os << "  full_every = " << config.fullEvery << ";\n";
+  if (config.postNorm)
+    os << "  post_norm = true;\n";
   if (config.moe.isEnabled()) {
     // Every field, defaults included, so that the plan's model is the searched one.
     const ir::MoeConfig &moe = config.moe;

@@ -1782,4 +1782,52 @@ TEST(CostModelTest, FullEveryAlternatesWindowedAndFullLayers) {
   EXPECT_EQ(getModelFlops(dense, 1), low);
 }
 
+TEST(CostModelTest, PostNormsNormalizeEachBlocksOutput) {
+  // post_norm = true (Gemma 2 and 3): four norms a layer where there were two. Each pass's norm
+  // kernels move twice the bytes (the same per norm), and each layer keeps the two blocks'
+  // outputs, the post-norms' inputs: 2 tensors of s·b·h at 2 bytes, split by t under sequence
+  // parallelism, whatever the activation mode but full recomputation (which keeps the layer's
+  // input alone). recompute(op), defined for two norms, does not apply.
+  ir::Model plain = llama8bLayer();
+  ir::Model post = plain;
+  post.transformer.postNorm = true;
+  auto bytesOf = [](const Work &work, llvm::StringRef name) {
+    double bytes = 0;
+    for (const MemoryOp &op : work.memory)
+      if (op.name == name)
+        bytes += op.bytes;
+    return bytes;
+  };
+  Layout layout;
+  for (auto [pass, name] :
+       {std::pair{PassKind::Forward, "norms"}, std::pair{PassKind::Backward, "norms backward"}}) {
+    Work a = getUnitWork(plain, UnitKind::Layer, 0, pass, layout);
+    Work b = getUnitWork(post, UnitKind::Layer, 0, pass, layout);
+    EXPECT_GT(bytesOf(a, name), 0);
+    EXPECT_DOUBLE_EQ(bytesOf(b, name), 2 * bytesOf(a, name));
+    EXPECT_DOUBLE_EQ(b.getMemoryBytes() - a.getMemoryBytes(), bytesOf(a, name));
+    EXPECT_EQ(a.getFlops(), b.getFlops());
+  }
+  double sbh = 8192.0 * 4096;
+  for (auto [tensor, sp] : {std::pair{1, false}, std::pair{2, true}, std::pair{4, false}}) {
+    layout.tensor = tensor;
+    layout.sequenceParallel = sp;
+    for (ir::AttentionKind kernel : {ir::AttentionKind::Flash, ir::AttentionKind::Materialized})
+      for (ir::ActivationMode mode :
+           {ir::ActivationMode::Keep, ir::ActivationMode::RecomputeSelective,
+            ir::ActivationMode::RecomputeAttention, ir::ActivationMode::RecomputeFull}) {
+        plain.transformer.attention = post.transformer.attention = kernel;
+        layout.activations = mode;
+        double extra = mode == ir::ActivationMode::RecomputeFull ? 0 : 2 * 2 * sbh / (sp ? 2 : 1);
+        EXPECT_DOUBLE_EQ(getLayerActivationBytes(post.transformer, layout) -
+                             getLayerActivationBytes(plain.transformer, layout),
+                         extra)
+            << tensor << " " << static_cast<int>(kernel) << " " << static_cast<int>(mode);
+      }
+  }
+  plain.transformer.attention = post.transformer.attention = ir::AttentionKind::Flash;
+  EXPECT_TRUE(getOpRecomputeObstacle(plain).empty());
+  EXPECT_FALSE(getOpRecomputeObstacle(post).empty());
+}
+
 } // namespace

@@ -174,6 +174,12 @@ struct TransformerConfig {
   int64_t fullEvery = 0;
   /// Where `full_every` is written (invalid when it is not).
   llvm::SMLoc fullEveryLoc;
+  /// `post_norm = true`: a norm of the model's kind also on each block's output before its
+  /// residual addition, four norms a layer (Gemma 2 and 3's post_attention_layernorm and
+  /// post_feedforward_layernorm; Gemma Team 2024, "Gemma 2", §2).
+  bool postNorm = false;
+  /// Where `post_norm` is written (invalid when it is not).
+  llvm::SMLoc postNormLoc;
   MlpActivation mlp = MlpActivation::Gelu;
   /// Where `mlp` is written (invalid when it is not).
   llvm::SMLoc mlpLoc;
