@@ -1688,8 +1688,8 @@ std::string getExactSearchReason(const ir::Model &model) {
   return std::string();
 }
 
-bool isExactSearchSchedule(ir::Schedule schedule) {
-  return schedule == ir::Schedule::OneFOneB || schedule == ir::Schedule::GPipe ||
+bool isSearchSchedule(const ir::Model &model, ir::Schedule schedule) {
+  return !model.isMoe() || schedule == ir::Schedule::OneFOneB || schedule == ir::Schedule::GPipe ||
          schedule == ir::Schedule::Interleaved;
 }
 
@@ -1703,13 +1703,12 @@ std::optional<std::vector<ir::Schedule>> parseSchedules(StringRef text, const ir
       "write a comma-separated list of 1f1b, gpipe, interleaved, zero_bubble, "
       "zbv and dualpipev",
       error);
-  if (schedules && searchesExactly(*run.model))
+  if (schedules)
     for (ir::Schedule schedule : *schedules)
-      if (!isExactSearchSchedule(schedule)) {
+      if (!isSearchSchedule(*run.model, schedule)) {
         error = "--schedules " + ir::toString(schedule).str() + ": model '" + run.model->name +
-                "' " + getExactSearchReason(*run.model) +
-                ", and the search of a model whose layers differ explores 1f1b, gpipe and "
-                "interleaved pipelines only";
+                "' has routed experts, and the search of a mixture of experts explores 1f1b, "
+                "gpipe and interleaved pipelines only";
         return std::nullopt;
       }
   return schedules;
@@ -2186,10 +2185,10 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
   const std::vector<ir::AsyncTensorParallel> offOnly = {ir::AsyncTensorParallel::Off};
   const std::vector<ir::AsyncTensorParallel> &asyncValues =
       options.asyncTp.empty() ? offOnly : options.asyncTp;
-  // The pipeline schedules explored (isExactSearchSchedule): the requested ones, or 1f1b and
-  // interleaved.
+  // The pipeline schedules explored (isSearchSchedule): the requested ones, or every one but
+  // gpipe (a mixture of experts: 1f1b and interleaved).
   auto explores = [&](ir::Schedule schedule) {
-    return isExactSearchSchedule(schedule) &&
+    return isSearchSchedule(model, schedule) &&
            (options.schedules.empty() ? schedule != ir::Schedule::GPipe
                                       : llvm::is_contained(options.schedules, schedule));
   };
@@ -2247,13 +2246,19 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
         pipelines.push_back({ir::Schedule::OneFOneB, 1});
       } else {
         if (layers % pp == 0) {
-          for (ir::Schedule schedule : {ir::Schedule::OneFOneB, ir::Schedule::GPipe})
+          for (ir::Schedule schedule :
+               {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::ZeroBubble})
             if (explores(schedule))
               pipelines.push_back({schedule, 1});
           if (explores(ir::Schedule::Interleaved))
             for (int64_t v : divisorsOf(layers / pp))
               if (v > 1)
                 pipelines.push_back({ir::Schedule::Interleaved, v});
+          // The V schedules: two chunks a stage, the second in reverse order.
+          if (layers % (2 * pp) == 0)
+            for (ir::Schedule schedule : {ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV})
+              if (explores(schedule))
+                pipelines.push_back({schedule, 2});
         }
         if ((layers + 2) % pp == 0 && explores(ir::Schedule::Interleaved))
           for (int64_t v : divisorsOf((layers + 2) / pp))

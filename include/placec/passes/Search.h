@@ -142,7 +142,7 @@ struct SearchOptions {
   std::vector<ir::Precision> precisions;
   /// The pipeline schedules to explore; empty: 1f1b, interleaved, zero_bubble, zbv and dualpipev
   /// (gpipe only when listed: 1F1B is never slower and never larger); for a mixture of experts
-  /// those of them that isExactSearchSchedule accepts.
+  /// those of them that isSearchSchedule accepts.
   std::vector<ir::Schedule> schedules;
   /// The activation modes to explore; empty: keep, recompute(selective) and recompute, and
   /// recompute(op) too where the run's strategy uses it. Every mode listed applies to the model
@@ -297,9 +297,9 @@ bool searchesExactly(const ir::Model &model);
 /// sliding-window and full-attention layers"; empty when it is not.
 std::string getExactSearchReason(const ir::Model &model);
 
-/// Whether the exact search (searchesExactly) explores `schedule`: 1f1b, gpipe and interleaved
-/// (Megatron-Core's schedules for MoE layers); the zero-bubble ones only by the fast path.
-bool isExactSearchSchedule(ir::Schedule schedule);
+/// Whether the search of `model` explores `schedule`: for a mixture of experts 1f1b, gpipe and
+/// interleaved (Megatron-Core's schedules for MoE layers), for a dense model every schedule.
+bool isSearchSchedule(const ir::Model &model, ir::Schedule schedule);
 
 /// Parses `--schedules 1f1b,zbv` into schedules for `run`'s search; on an error returns nullopt
 /// and sets `error` (an unknown name, or a schedule the search does not explore for a mixture of
