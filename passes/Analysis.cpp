@@ -10,6 +10,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <map>
+#include <set>
 #include <tuple>
 
 using namespace llvm;
@@ -883,17 +884,19 @@ RunAnalysis Analyzer::analyze() {
   const plan::StagePlan &stage = plan.stages[slowest->stage];
   std::string stageText =
       stages > 1 ? fmt::format(" (stage {}, the slowest)", slowest->stage) : std::string();
-  // The compute of each kind of unit and pass on the slowest stage, once.
-  std::map<std::pair<int, int>, bool> shown;
+  // The compute of each kind and class of unit (cost::getUnitWorkClass: a transformer's dense and
+  // MoE layers, windowed or of full attention; each mlp layer) and pass on the slowest stage,
+  // once.
+  std::set<std::tuple<int, int, int64_t>> shown;
   for (const std::vector<Op> *ops : {&stage.forward, &stage.backward})
     for (const Op &op : *ops) {
       if (op.kind != OpKind::Compute)
         continue;
       const plan::Unit &unit = plan.units[op.unit];
-      auto key = std::make_pair(static_cast<int>(unit.kind),
-                                static_cast<int>(op.compute) * 1000 +
-                                    (unit.kind == cost::UnitKind::MlpLayer ? unit.layer : 0));
-      if (!shown.try_emplace(key, true).second)
+      if (!shown
+               .emplace(static_cast<int>(unit.kind), static_cast<int>(op.compute),
+                        cost::getUnitWorkClass(model, unit.kind, unit.layer))
+               .second)
         continue;
       std::vector<Explanation> lines;
       double seconds = computeSeconds(op, &lines);
