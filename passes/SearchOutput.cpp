@@ -261,9 +261,8 @@ int printMaxParams(const ir::Run &run, const SearchOptions &options, bool json, 
   const ir::TransformerConfig &base = run.model->transformer;
   out << "largest model of the shape of '" << run.model->name << "' (hidden / layers "
       << format("%g", static_cast<double>(base.hidden) / static_cast<double>(base.layers))
-      << ", seq " << base.seq << ", vocab " << base.vocab << ", head dim "
-      << base.hidden / base.heads << "; hidden, heads and layers scaled) that fits on "
-      << options.devices << " devices:\n";
+      << ", seq " << base.seq << ", vocab " << base.vocab << ", head dim " << base.getHeadDim()
+      << "; hidden, heads and layers scaled) that fits on " << options.devices << " devices:\n";
   out << format("%-8s %-4s %10s %8s %6s %6s  %s\n", text("family"), text("tp"), text("params"),
                 text("hidden"), text("heads"), text("layers"), text("best plan"));
   for (const MaxParamsRow &row : rows) {
@@ -451,6 +450,12 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
   searchOptions.topK = std::max(1u, options.topK);
   searchOptions.onAccepted = options.onAccepted;
   searchOptions.threads = options.threads;
+  if (options.maxParams && searchesExactly(*run->model)) {
+    // The families are sized by the fast path over models of identical layers.
+    err << "placec: error: --max-params scales a model of identical layers, and model '"
+        << run->model->name << "' " << getExactSearchReason(*run->model) << "\n";
+    return 1;
+  }
   if (options.maxParams)
     return printMaxParams(*run, searchOptions, options.json, out);
 
