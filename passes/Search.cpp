@@ -2144,15 +2144,17 @@ template <typename Body> void runOnThreads(unsigned threads, Body body) {
 
 } // namespace
 
-/// Mixture-of-experts models: their MoE layers differ from the dense ones and their experts have
-/// a placement of their own, which the closed-form fast path does not model, so every candidate
-/// goes through the exact path (the verifier and the analyses of its step plan). The space is
-/// smaller: meshes [pp, dp, ep, cp, tp] (tp inside a node, ep dividing the experts, cp with the
-/// context methods whose divisibility holds), ZeRO-1, -2 or -3 over every batch-like axis (the
-/// experts' states sharded over the expert-data-parallel `dp` and `cp` like the dense ones), the
-/// three activation modes (or those of `--activations`), micro-batches of 1, 2 or 4 (not a
-/// multiple of cp > 1), 1F1B and interleaved pipelines (the layers split evenly, or the embedding
-/// and the loss counted as layers), sequence parallelism with tensor parallelism.
+/// Models whose layers differ (searchesExactly): a mixture of experts, whose MoE layers differ
+/// from the dense ones and whose experts have a placement of their own, and a model that
+/// alternates sliding-window and full-attention layers. The closed-form fast path models neither,
+/// so every candidate goes through the exact path (the verifier and the analyses of its step
+/// plan). The space is smaller: meshes [pp, dp, ep, cp, tp] (tp inside a node, ep dividing the
+/// experts, 1 for a dense model, cp with the context methods whose divisibility holds), ZeRO-1, -2
+/// or -3 over every batch-like axis (the experts' states sharded over the expert-data-parallel
+/// `dp` and `cp` like the dense ones), the three activation modes (or those of `--activations`),
+/// micro-batches of 1, 2 or 4 (not a multiple of cp > 1), the pipelines of isSearchSchedule (the
+/// layers split evenly, or, interleaved, the embedding and the loss counted as layers), sequence
+/// parallelism with tensor parallelism.
 void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchOptions &options,
                    SearchResult &result) {
   const ir::Model &model = *run.model;
