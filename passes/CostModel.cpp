@@ -1358,6 +1358,9 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
                               inputs == 1 ? "the layer's input" : "the norms' inputs");
     return bytes + extra;
   };
+  // `post_norm`: the two blocks' outputs, the post-norms' inputs (4 in units of s·b·h at 2
+  // bytes, outside the tensor-parallel region), kept in every mode but full recomputation.
+  double post = x.postNorm ? 4 : 0;
   if (mode == ir::ActivationMode::RecomputeFull) {
     // Layer inputs only.
     double bytes = scale * 2 * sbh / (sp ? t : 1);
@@ -1405,9 +1408,6 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
                      mode == ir::ActivationMode::RecomputeAttention;
     double coefficient = 0;
     std::string symbols, numbers;
-    // `post_norm`: the two blocks' outputs, the post-norms' inputs, 4 more outside the
-    // tensor-parallel region.
-    double post = x.postNorm ? 4 : 0;
     if (sp && x.keepInputs) {
       // sp_inputs = keep: QKV's and the MLP's inputs (2 + 2 of the 10) kept gathered.
       coefficient = 30 / t + 4 + (selective ? 0 : attention);
@@ -1487,8 +1487,7 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // Under sp_inputs = keep the products' inputs (4) are kept gathered, not split by t, and not
   // recomputed by selective recomputation either.
   double gathered = x.keepInputs ? 2 * p : 0;
-  // `post_norm`: the post-norms' inputs, the two blocks' outputs (4), kept whatever the mode.
-  double outside = (selective || x.keepInputs ? 4 : 4 + 2 * p) + (x.postNorm ? 4 : 0);
+  double outside = (selective || x.keepInputs ? 4 : 4 + 2 * p) + post;
   // Eager PyTorch and repeated K/V keep more (ExtraKept): all of it under keep; the repeated K and
   // V under recompute(selective) too, which recomputes neither the attention kernel nor its
   // inputs (getEagerObstacle refuses recompute(selective) under eager).

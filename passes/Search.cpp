@@ -1676,16 +1676,16 @@ parseChoiceList(StringRef text, std::initializer_list<T> choices, StringRef flag
   return result;
 }
 
-bool searchesExactly(const ir::Model &model) { return !getExactSearchReason(model).empty(); }
+bool searchesExactly(const ir::Model &model) {
+  return model.isMoe() ||
+         (model.kind == ir::ModelKind::Transformer && model.transformer.hasFullAttentionLayers());
+}
 
 std::string getExactSearchReason(const ir::Model &model) {
-  if (model.kind != ir::ModelKind::Transformer)
+  if (!searchesExactly(model))
     return std::string();
-  if (model.isMoe())
-    return "has routed experts";
-  if (model.transformer.hasFullAttentionLayers())
-    return "alternates sliding-window and full-attention layers";
-  return std::string();
+  return model.isMoe() ? "has routed experts"
+                       : "alternates sliding-window and full-attention layers";
 }
 
 bool isSearchSchedule(const ir::Model &model, ir::Schedule schedule) {
