@@ -164,6 +164,10 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "the trainer's attention heads are hidden/heads wide");
     if (config.qkNorm)
       refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+    if (config.isLatentAttention())
+      refuse(config.kvLoraRankLoc.isValid() ? config.kvLoraRankLoc : model.loc,
+             "kv_lora_rank = " + Twine(config.kvLoraRank),
+             "the trainer's attention is multi-head or grouped-query, not latent");
     if (config.postNorm)
       refuse(config.postNormLoc.isValid() ? config.postNormLoc : model.loc, "post_norm = true",
              "the trainer's layers have two norms, before the attention and the MLP");

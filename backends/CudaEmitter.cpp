@@ -163,6 +163,10 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
            "the trainer's attention heads are hidden/heads wide");
   if (config.qkNorm)
     refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+  if (config.isLatentAttention())
+    refuse(config.kvLoraRankLoc.isValid() ? config.kvLoraRankLoc : model.loc,
+           "kv_lora_rank = " + Twine(config.kvLoraRank),
+           "the GPU trainer's attention is multi-head or grouped-query, not latent");
   if (config.postNorm)
     refuse(config.postNormLoc.isValid() ? config.postNormLoc : model.loc, "post_norm = true",
            "the GPU trainer's layers have two norms, before the attention and the MLP");

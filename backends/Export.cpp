@@ -814,8 +814,21 @@ private:
     }
     // Megatron-LM's head width is --kv-channels (hidden / heads when not given), and
     // --qk-layernorm normalizes each head's queries and keys with --normalization's norm.
-    if (config.headDim > 0)
+    if (config.headDim > 0 && !config.isLatentAttention())
       flag("--kv-channels", Twine(config.headDim));
+    // Multi-head latent attention (Megatron-Core's MLASelfAttention): --qk-layernorm gives its
+    // latents their norms (of --normalization's kind, as Place's are the model's norm), and
+    // every width is written rather than left to Megatron-LM's defaults.
+    if (config.isLatentAttention()) {
+      os << "--multi-latent-attention\n";
+      if (config.qLoraRank > 0)
+        flag("--q-lora-rank", Twine(config.qLoraRank));
+      flag("--kv-lora-rank", Twine(config.kvLoraRank));
+      flag("--qk-head-dim", Twine(config.getHeadDim()));
+      flag("--qk-pos-emb-head-dim", Twine(config.ropeHeadDim));
+      flag("--v-head-dim", Twine(config.getValueHeadDim()));
+      os << "--qk-layernorm\n";
+    }
     // Megatron-LM's GPT layer normalizes each block's input only (Gemma's post-norms are
     // Megatron-Bridge's model code, not a flag).
     if (config.postNorm)

@@ -707,6 +707,12 @@ constexpr const char *kMegatronFlags[] = {
     "--qk-layernorm",
     "--window-size=",
     "--window-attn-skip-freq=",
+    "--multi-latent-attention",
+    "--q-lora-rank=",
+    "--kv-lora-rank=",
+    "--qk-head-dim=",
+    "--qk-pos-emb-head-dim=",
+    "--v-head-dim=",
     "--add-qkv-bias",
     "--context-parallel-size=",
     "--cp-comm-type=",
@@ -763,8 +769,20 @@ const UntranslatedFlag kUntranslatedMegatronFlags[] = {
 
 /// Megatron-LM flags that describe a dense model's attention (errors with a model named by
 /// --model, whose declaration says it).
-constexpr StringRef kMegatronAttentionModelFlags[] = {"--kv-channels", "--qk-layernorm",
-                                                      "--window-size", "--window-attn-skip-freq"};
+constexpr StringRef kMegatronAttentionModelFlags[] = {"--kv-channels",
+                                                      "--qk-layernorm",
+                                                      "--window-size",
+                                                      "--window-attn-skip-freq",
+                                                      "--multi-latent-attention",
+                                                      "--q-lora-rank",
+                                                      "--kv-lora-rank",
+                                                      "--qk-head-dim",
+                                                      "--qk-pos-emb-head-dim",
+                                                      "--v-head-dim"};
+/// Megatron-LM's widths of multi-head latent attention besides --q-lora-rank, which the import
+/// needs written with --multi-latent-attention rather than assume its defaults.
+constexpr StringRef kMegatronLatentFlags[] = {"--kv-lora-rank", "--qk-head-dim",
+                                              "--qk-pos-emb-head-dim", "--v-head-dim"};
 
 /// Megatron-LM flags that describe a mixture-of-experts model (errors with a model named by
 /// --model, whose declaration says it).
@@ -1221,9 +1239,40 @@ private:
       // Megatron-LM reads --num-query-groups (default 1) only with --group-query-attention.
       if (has("--group-query-attention"))
         m << "  kv_heads = " << getInt("--num-query-groups").value_or(1) << ";\n";
-      if (std::optional<int64_t> channels = getInt("--kv-channels"))
+      bool latent = has("--multi-latent-attention");
+      if (latent) {
+        // Megatron-Core's MLA: --qk-head-dim is the part of a head without positions, Place's
+        // head_dim; --qk-layernorm gives the latents their norms, which Place's latent attention
+        // always has.
+        std::vector<StringRef> missing;
+        for (StringRef flag : kMegatronLatentFlags)
+          if (!has(flag))
+            missing.push_back(flag);
+        if (!missing.empty())
+          diags.error(locOf("--multi-latent-attention"),
+                      "--multi-latent-attention needs " + join(missing, ", ") +
+                          " written: placec does not assume Megatron-LM's defaults for them");
+        if (!has("--qk-layernorm"))
+          diags.error(locOf("--multi-latent-attention"),
+                      "--multi-latent-attention without --qk-layernorm leaves the latents "
+                      "unnormalized, which Place's latent attention (DeepSeek's) does not "
+                      "describe; add --qk-layernorm");
+        if (std::optional<int64_t> rank = getInt("--q-lora-rank"))
+          m << "  q_lora_rank = " << *rank << ";\n";
+        m << "  kv_lora_rank = " << getInt("--kv-lora-rank").value_or(0) << ";\n";
+        m << "  head_dim = " << getInt("--qk-head-dim").value_or(0) << ";\n";
+        m << "  rope_head_dim = " << getInt("--qk-pos-emb-head-dim").value_or(0) << ";\n";
+        m << "  v_head_dim = " << getInt("--v-head-dim").value_or(0) << ";\n";
+      } else {
+        for (StringRef flag : {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
+                               "--qk-pos-emb-head-dim", "--v-head-dim"})
+          if (has(flag))
+            diags.error(locOf(flag), flag + " describes multi-head latent attention; add "
+                                            "--multi-latent-attention or drop the flag");
+      }
+      if (std::optional<int64_t> channels = getInt("--kv-channels"); channels && !latent)
         m << "  head_dim = " << *channels << ";\n";
-      if (has("--qk-layernorm")) {
+      if (has("--qk-layernorm") && !latent) {
         if (norm != "RMSNorm")
           diags.error(locOf("--qk-layernorm"),
                       "--qk-layernorm normalizes queries and keys with the --normalization "

@@ -37,7 +37,8 @@ enum class Family {
   Qwen3Moe,
   Gpt2,
   GptNeox,
-  Nemotron
+  Nemotron,
+  DeepSeek
 };
 
 struct FamilyInfo {
@@ -50,12 +51,21 @@ struct FamilyInfo {
 // Qwen2Config, Qwen3Config, Phi3Config and GPTNeoXConfig default to False; GemmaConfig and
 // GPT2Config tie).
 constexpr FamilyInfo kFamilies[] = {
-    {"llama", Family::Llama, false},       {"mistral", Family::Mistral, false},
-    {"qwen2", Family::Qwen2, false},       {"qwen3", Family::Qwen3, false},
-    {"gemma", Family::Gemma, true},        {"phi3", Family::Phi3, false},
-    {"gpt2", Family::Gpt2, true},          {"gpt_neox", Family::GptNeox, false},
-    {"mixtral", Family::Mixtral, false},   {"qwen3_moe", Family::Qwen3Moe, false},
-    {"nemotron", Family::Nemotron, false}, {"gemma3_text", Family::Gemma3, true},
+    {"llama", Family::Llama, false},
+    {"mistral", Family::Mistral, false},
+    {"qwen2", Family::Qwen2, false},
+    {"qwen3", Family::Qwen3, false},
+    {"gemma", Family::Gemma, true},
+    {"phi3", Family::Phi3, false},
+    {"gpt2", Family::Gpt2, true},
+    {"gpt_neox", Family::GptNeox, false},
+    {"mixtral", Family::Mixtral, false},
+    {"qwen3_moe", Family::Qwen3Moe, false},
+    {"nemotron", Family::Nemotron, false},
+    {"gemma3_text", Family::Gemma3, true},
+    {"deepseek_v3", Family::DeepSeek, false},
+    {"deepseek_v2", Family::DeepSeek, false},
+    {"kimi_k2", Family::DeepSeek, false},
 };
 
 /// Keys of every family that change neither the parameter count nor the FLOPs: token ids,
@@ -150,6 +160,47 @@ std::vector<StringRef> familyKeys(Family family) {
                  "use_bidirectional_attention"});
     return keys;
   }
+  case Family::DeepSeek:
+    // DeepSeek-V2 and V3 (transformers' DeepseekV2Config and DeepseekV3Config, and the keys of
+    // deepseek-ai's own configs; Kimi K2 is DeepSeek-V3's architecture): multi-head latent
+    // attention and a mixture of experts with shared experts after dense layers. Routing among
+    // groups of experts (n_group, topk_group, topk_method), the routed weights' scale and the
+    // expert-parallel degree the weights were saved for (ep_size) change neither the parameters
+    // nor the FLOPs.
+    return {"model_type",
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "hidden_act",
+            "tie_word_embeddings",
+            "attention_bias",
+            "mlp_bias",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+            "n_routed_experts",
+            "n_shared_experts",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "first_k_dense_replace",
+            "moe_layer_freq",
+            "scoring_func",
+            "norm_topk_prob",
+            "aux_loss_alpha",
+            "seq_aux",
+            "num_nextn_predict_layers",
+            "n_group",
+            "topk_group",
+            "topk_method",
+            "routed_scaling_factor",
+            "ep_size",
+            "rope_interleave"};
   default:
     return {"model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
             "num_key_value_heads", "intermediate_size", "max_position_embeddings",
@@ -197,17 +248,6 @@ public:
       known.push_back(candidate.modelType);
       if (*type == candidate.modelType)
         info = &candidate;
-    }
-    // Families whose attention Place cannot express: an error naming what, without the key
-    // checks (their other keys would only repeat it).
-    if (*type == "deepseek_v3" || *type == "deepseek_v2") {
-      StringRef key = root->get("q_lora_rank") ? "q_lora_rank" : "model_type";
-      diags.error(locOf(key), "'" + key + "' is " + quoted(key) +
-                                  ": DeepSeek's multi-head latent attention (q_lora_rank, "
-                                  "kv_lora_rank: queries, keys and values through low-rank "
-                                  "projections) has no Place equivalent; Place's attention is "
-                                  "multi-head or grouped-query");
-      return false;
     }
     // Families refused as a whole, each with what Place cannot describe of it.
     static const std::pair<StringRef, StringRef> kRefusedTypes[] = {
@@ -400,14 +440,47 @@ private:
                             ", and Place's model has one sequence length");
     }
 
-    if (*hidden % *heads != 0 && !(modern && root->get("head_dim")))
+    bool deepseek = family == Family::DeepSeek;
+    if (*hidden % *heads != 0 && !(modern && root->get("head_dim")) && !deepseek)
       refuse(gpt2 ? "n_head" : "num_attention_heads",
              "it does not divide the hidden size " + Twine(*hidden) +
                  ", and Place's heads are hidden / heads wide");
     // A head width other than hidden / heads (Gemma 7B, most Qwen3 sizes) is Place's head_dim.
     int64_t headDim = modern ? getInt("head_dim", false, 1 << 24).value_or(0) : 0;
-    if (headDim > 0 && headDim * *heads == *hidden)
+    std::string latentText;
+    if (deepseek) {
+      // DeepSeek's multi-head latent attention: every head's keys and values come up from the
+      // key/value latent, so num_key_value_heads can only be the heads (transformers' attention
+      // repeats nothing then); qk_nope_head_dim is Place's head_dim. A null q_lora_rank
+      // (DeepSeek-V2-Lite) projects the queries from the hidden state.
+      if (kvHeads > 0 && kvHeads != *heads)
+        refuse("num_key_value_heads",
+               "multi-head latent attention brings up keys and values for every one of the " +
+                   Twine(*heads) + " heads, so there are no key/value groups");
+      kvHeads = 0;
+      headDim = getInt("qk_nope_head_dim", true, 1 << 16).value_or(0);
+      std::optional<int64_t> kvRank = getInt("kv_lora_rank", true, 1 << 20);
+      std::optional<int64_t> qRank = getInt("q_lora_rank", false, 1 << 20);
+      std::optional<int64_t> rope = getInt("qk_rope_head_dim", true, 1 << 16);
+      std::optional<int64_t> value = getInt("v_head_dim", true, 1 << 16);
+      // Multi-token prediction (DeepSeek-V3 §2.2): modules after the last layer that
+      // transformers' DeepseekV3ForCausalLM does not build and Place does not describe.
+      if (std::optional<int64_t> mtp = root->getInteger("num_nextn_predict_layers");
+          mtp && *mtp != 0)
+        refuse("num_nextn_predict_layers",
+               "multi-token prediction modules (a transformer layer and a projection each, "
+               "trained beside the model) have no Place equivalent; set it to 0 to import the "
+               "model without them, as transformers' DeepseekV3ForCausalLM builds it");
+      if (kvRank && rope && value) {
+        raw_string_ostream l(latentText);
+        if (qRank)
+          l << "  q_lora_rank = " << *qRank << ";\n";
+        l << "  kv_lora_rank = " << *kvRank << ";\n  rope_head_dim = " << *rope
+          << ";\n  v_head_dim = " << *value << ";\n";
+      }
+    } else if (headDim > 0 && headDim * *heads == *hidden) {
       headDim = 0;
+    }
     if (kvHeads > 0 && *heads % kvHeads != 0)
       refuse("num_key_value_heads", "it does not divide the " + Twine(*heads) + " heads");
 
@@ -507,6 +580,10 @@ private:
       else if (mlpBias)
         refuse("mlp_bias", "biases on the MLP only have no Place equivalent");
     }
+    if (deepseek && (attentionBias || mlpBias))
+      refuse(attentionBias ? "attention_bias" : "mlp_bias",
+             "Place's multi-head latent attention has no biases (DeepSeek's projections have "
+             "none)");
     if (family == Family::Qwen2 && root->get("attention_bias"))
       refuse("attention_bias", "Qwen2 has query, key and value biases whatever this key says");
     if (neox && !attentionBias)
@@ -596,6 +673,9 @@ private:
       }
     }
 
+    if (deepseek)
+      moeText = translateDeepSeekMoe();
+
     bool tied = getBool("tie_word_embeddings").value_or(info.tiedByDefault);
     if (diags.hasErrors())
       return "";
@@ -617,6 +697,7 @@ private:
       m << "  kv_heads = " << kvHeads << ";\n";
     if (headDim > 0)
       m << "  head_dim = " << headDim << ";\n";
+    m << latentText;
     if (window > 0)
       m << "  window = " << window << ";\n";
     if (fullEvery > 0)
@@ -643,6 +724,73 @@ private:
       m << "  projections = separate;\n";
     m << moeText;
     m << "}\n";
+    return out;
+  }
+
+  /// A whole number from 0 to `max` at `key`, or `fallback` when it is absent or null.
+  std::optional<int64_t> getCount(StringRef key, int64_t fallback, int64_t max) {
+    const json::Value *value = root->get(key);
+    if (!value || value->kind() == json::Value::Null)
+      return fallback;
+    std::optional<int64_t> number = value->getAsInteger();
+    if (!number || *number < 0 || *number > max) {
+      diags.error(locOf(key), "'" + key + "' must be a whole number from 0 to " + Twine(max) +
+                                  ", not " + quoted(key));
+      return std::nullopt;
+    }
+    return number;
+  }
+
+  /// DeepSeek-V2 and V3's mixture of experts: n_routed_experts routed experts of
+  /// moe_intermediate_size, n_shared_experts shared ones of the same width, after
+  /// first_k_dense_replace dense layers (transformers' DeepseekV3DecoderLayer: layer i is MoE
+  /// from first_k_dense_replace on, every moe_layer_freq-th counted from layer 0, which is Place's
+  /// moe_every only for 1), routed by a softmax or a sigmoid (scoring_func).
+  std::string translateDeepSeekMoe() {
+    std::optional<int64_t> experts = getInt("n_routed_experts", true, 1 << 16);
+    std::optional<int64_t> topK = getInt("num_experts_per_tok", true, 1 << 16);
+    std::optional<int64_t> expertFfn = getInt("moe_intermediate_size", true, 1 << 26);
+    std::optional<int64_t> shared = getCount("n_shared_experts", 0, 1024);
+    std::optional<int64_t> dense = getCount("first_k_dense_replace", 0, ir::kMaxLayers);
+    if (std::optional<int64_t> every = getCount("moe_layer_freq", 1, ir::kMaxLayers);
+        every && *every != 1)
+      refuse("moe_layer_freq", "DeepSeek's MoE layers are every n-th counted from layer 0 after "
+                               "the dense ones; Place's moe_every counts from the first MoE layer, "
+                               "so only 1 maps");
+    StringRef scoring = getString("scoring_func").value_or("softmax");
+    if (scoring != "softmax" && scoring != "sigmoid")
+      refuse("scoring_func", "Place's router is a softmax or a sigmoid");
+    if (!getBool("norm_topk_prob").value_or(false))
+      refuse(root->get("norm_topk_prob") ? "norm_topk_prob" : "model_type",
+             "Place's router renormalizes the top-k probabilities (norm_topk_prob = true); "
+             "without it the combine weights differ");
+    double auxLoss = 0;
+    if (const json::Value *value = root->get("aux_loss_alpha")) {
+      std::optional<double> number = value->getAsNumber();
+      if (!number || *number < 0 || *number > 1)
+        diags.error(locOf("aux_loss_alpha"), "'aux_loss_alpha' must be a number from 0 to 1, not " +
+                                                 quoted("aux_loss_alpha"));
+      else
+        auxLoss = *number;
+    }
+    if (experts && topK && *topK > *experts)
+      refuse("num_experts_per_tok", "it exceeds the " + Twine(*experts) + " experts");
+    if (experts && *experts < 2)
+      refuse("n_routed_experts", "a mixture of experts has at least 2");
+    std::string out;
+    if (!experts || !topK || !expertFfn || !shared || !dense)
+      return out;
+    raw_string_ostream e(out);
+    e << "  experts = " << *experts << ";\n  top_k = " << *topK
+      << ";\n  expert_ffn = " << *expertFfn << ";\n";
+    if (*shared > 0)
+      e << "  shared_experts = " << *shared << ";\n";
+    if (*dense > 0)
+      e << "  dense_layers = " << *dense << ";\n";
+    if (scoring == "sigmoid")
+      e << "  router = sigmoid;\n";
+    if (auxLoss > 0)
+      e << "  aux_loss = " << format("%g", auxLoss) << ";\n";
     return out;
   }
 

@@ -140,7 +140,7 @@ const char *detail::findTorchtitanFlavor(const ir::TransformerConfig &config) {
         config.mlp == ir::MlpActivation::Swiglu && config.norm == ir::NormKind::RmsNorm &&
         !config.bias && !config.qkvBias && config.positions == ir::PositionKind::Rope &&
         !config.tiedEmbeddings && !config.moe.isEnabled() && config.headDim == 0 &&
-        !config.qkNorm && !config.isWindowed() && !config.postNorm)
+        !config.qkNorm && !config.isWindowed() && !config.postNorm && !config.isLatentAttention())
       return flavor.name;
   return nullptr;
 }

@@ -140,6 +140,20 @@ void JsonWriter::writeModel(const ir::Model &model) {
       out.attribute("full_every", config.fullEvery);
     else
       out.attribute("full_every", nullptr);
+    // Multi-head latent attention: null for multi-head and grouped-query attention.
+    if (config.isLatentAttention())
+      out.attributeObject("latent_attention", [&] {
+        out.attribute("kv_lora_rank", config.kvLoraRank);
+        if (config.qLoraRank > 0)
+          out.attribute("q_lora_rank", config.qLoraRank);
+        else
+          out.attribute("q_lora_rank", nullptr);
+        out.attribute("head_dim", config.getHeadDim());
+        out.attribute("rope_head_dim", config.ropeHeadDim);
+        out.attribute("v_head_dim", config.getValueHeadDim());
+      });
+    else
+      out.attribute("latent_attention", nullptr);
     if (model.isMoe()) {
       const ir::MoeConfig &moe = config.moe;
       out.attribute("active_params", model.getActiveParams());

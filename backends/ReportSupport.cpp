@@ -431,8 +431,17 @@ std::string describeAttention(const ir::Model &model) {
   // kv_repeat = true (eager runs repeat them too: the kernels row says so).
   bool repeated = cost::repeatsKv(model.transformer, ir::KernelMode::Fused);
   const ir::TransformerConfig &config = model.transformer;
+  std::string latent =
+      config.isLatentAttention()
+          ? fmt::format(", multi-head latent (kv_lora_rank {}, {}, heads {} + {} rotary, values "
+                        "{})",
+                        config.kvLoraRank,
+                        config.qLoraRank > 0 ? fmt::format("q_lora_rank {}", config.qLoraRank)
+                                             : std::string("queries unprojected"),
+                        config.getHeadDim(), config.ropeHeadDim, config.getValueHeadDim())
+          : std::string();
   return fmt::format(
-      "{} ({}){}{}{}", ir::toString(kind).str(), kernel.str(),
+      "{} ({}){}{}{}{}", ir::toString(kind).str(), kernel.str(), latent,
       !config.isWindowed()              ? std::string()
       : config.hasFullAttentionLayers() ? fmt::format(", window of {} tokens, every {} layer full",
                                                       config.window, ordinal(config.fullEvery))

@@ -170,6 +170,8 @@ private:
   /// Reads the mixture-of-experts fields of a transformer into `config.moe`.
   bool buildMoe(const ast::ModelDecl &decl, const StringMap<const ast::Field *> &fields,
                 ir::TransformerConfig &config);
+  bool buildLatentAttention(const StringMap<const ast::Field *> &fields,
+                            ir::TransformerConfig &config);
   void buildCluster(const ast::ClusterDecl &decl);
   void buildRun(const ast::RunDecl &decl);
 
@@ -553,6 +555,91 @@ std::optional<ParamValue> Sema::getParamCount(const ast::Value &value, StringRef
 // Models
 //===----------------------------------------------------------------------===//
 
+/// Multi-head latent attention's fields (ir::TransformerConfig::kvLoraRank), after the others
+/// of the transformer are read: errors without `kv_lora_rank`, and for what such attention does
+/// not have (grouped key/value heads, biases, q/k norms, separate or packed projections) or what
+/// placec does not account for it (materialized attention).
+bool Sema::buildLatentAttention(const StringMap<const ast::Field *> &fields,
+                                ir::TransformerConfig &config) {
+  static const char *const latentKeys[] = {"q_lora_rank", "rope_head_dim", "v_head_dim"};
+  const ast::Field *rankField = fields.lookup("kv_lora_rank");
+  if (!rankField) {
+    bool ok = true;
+    for (const char *key : latentKeys)
+      if (const ast::Field *field = fields.lookup(key)) {
+        diags.error(field->keyLoc, Twine("'") + key +
+                                       "' applies to multi-head latent attention; write "
+                                       "'kv_lora_rank = R;' to make the attention latent");
+        ok = false;
+      }
+    return ok;
+  }
+  bool ok = true;
+  auto count = [&](StringRef key, int64_t &out, int64_t max) {
+    if (const ast::Field *field = fields.lookup(key)) {
+      std::optional<int64_t> value = getCount(field->value, key, 1, max);
+      ok &= value.has_value();
+      out = value.value_or(0);
+    }
+  };
+  config.kvLoraRankLoc = rankField->keyLoc;
+  count("kv_lora_rank", config.kvLoraRank, 1 << 20);
+  count("q_lora_rank", config.qLoraRank, 1 << 20);
+  count("rope_head_dim", config.ropeHeadDim, 1 << 16);
+  count("v_head_dim", config.valueHeadDim, 1 << 16);
+  if (!ok)
+    return false;
+  SMLoc at = rankField->keyLoc;
+  auto refuse = [&](const Twine &message) {
+    diags.error(at, message);
+    ok = false;
+  };
+  if (const ast::Field *field = fields.lookup("rope_head_dim")) {
+    if (config.ropeHeadDim % 2 != 0) {
+      diags.error(field->value.getLoc(),
+                  "rope_head_dim = " + Twine(config.ropeHeadDim) +
+                      " is odd: the rotary embedding turns pairs of elements");
+      ok = false;
+    }
+  } else {
+    refuse("multi-head latent attention needs 'rope_head_dim': the rotary part of each query "
+           "and key head, decoupled from the latent (DeepSeek-V2 and V3: 64)");
+  }
+  if (config.positions != ir::PositionKind::Rope)
+    refuse("multi-head latent attention carries its positions in a decoupled rotary part; "
+           "write positions = rope");
+  // What latent attention has in place of a field, or what placec does not account for with it.
+  static const std::pair<const char *, const char *> conflicts[] = {
+      {"kv_heads", "every head's keys and values come up from one latent, so there are no "
+                   "key/value groups"},
+      {"kv_repeat", "the keys and values are already one per query head"},
+      {"qk_norm", "the latents are normalized, not each head's queries and keys"},
+      {"unpad", "placec accounts for it in padded batches only"},
+  };
+  for (const auto &[key, why] : conflicts)
+    if (const ast::Field *field = fields.lookup(key)) {
+      diags.error(field->keyLoc, Twine("'") + key + "' with multi-head latent attention ('" +
+                                     "kv_lora_rank'): " + why);
+      ok = false;
+    }
+  if (config.bias || config.qkvBias) {
+    const ast::Field *bias = fields.lookup("bias");
+    diags.error(bias ? bias->value.getLoc() : at,
+                Twine("multi-head latent attention has no biases in placec (DeepSeek's "
+                      "projections have none); write bias = false") +
+                    (bias ? "" : " (bias defaults to true)"));
+    ok = false;
+  }
+  if (config.attention == ir::AttentionKind::Materialized) {
+    diags.error(fields.lookup("attention")->value.getLoc(),
+                "attention = materialized keeps Korthikanti et al.'s accounting of multi-head "
+                "attention; multi-head latent attention is accounted with fused attention "
+                "(flash, flash3 or cudnn)");
+    ok = false;
+  }
+  return ok;
+}
+
 bool Sema::buildMoe(const ast::ModelDecl &decl, const StringMap<const ast::Field *> &fields,
                     ir::TransformerConfig &config) {
   static const char *const moeKeys[] = {
@@ -691,7 +778,11 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "qk_norm",
                                                   "window",
                                                   "full_every",
-                                                  "post_norm"};
+                                                  "post_norm",
+                                                  "kv_lora_rank",
+                                                  "q_lora_rank",
+                                                  "rope_head_dim",
+                                                  "v_head_dim"};
     auto fields = collectFields(decl, "a transformer", keys);
     ok &= requireFields(decl, "transformer", fields, {"layers", "hidden", "heads", "seq", "vocab"});
     ir::TransformerConfig &config = model->transformer;
@@ -828,6 +919,8 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       ok = false;
     }
     ok &= buildMoe(decl, fields, config);
+    if (ok)
+      ok &= buildLatentAttention(fields, config);
     if (ok && config.moe.isEnabled() && config.attention == ir::AttentionKind::Materialized) {
       diags.error(fields["attention"]->value.getLoc(),
                   "attention = materialized keeps Korthikanti et al.'s accounting of dense "
@@ -851,9 +944,15 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       return;
     }
     double h = config.hidden, l = config.layers, f = config.ffn;
-    // Attention projections wider than h with head_dim.
+    // Attention projections wider than h with head_dim; latent attention's up-projections and
+    // rotary parts are bounded by their widest head times the heads.
     double attentionWidth =
         config.headDim > 0 ? static_cast<double>(config.heads) * config.headDim : h;
+    if (config.isLatentAttention())
+      attentionWidth =
+          static_cast<double>(config.heads) *
+              std::max({config.getQueryKeyHeadDim(), config.getValueHeadDim(), int64_t{1}}) +
+          static_cast<double>(config.qLoraRank) + config.kvLoraRank + config.ropeHeadDim;
     // MoE layers hold every routed and shared expert's MLP in place of the dense one.
     const ir::MoeConfig &moe = config.moe;
     double moeLayers = static_cast<double>(moe.getNumMoeLayers(config.layers));
@@ -863,6 +962,9 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     double estimate = l * (4 * h * std::max(h, attentionWidth) + 16 * h) + mlpWidth * (3 * h + 3) +
                       moeLayers * static_cast<double>(moe.experts) * 2 * h +
                       (2.0 * config.vocab + config.seq + 2) * h;
+    // Latent attention's up-projections read their latents, not h.
+    if (config.isLatentAttention())
+      estimate += l * (static_cast<double>(config.qLoraRank) + config.kvLoraRank) * attentionWidth;
     if (estimate > kMaxParams) {
       diags.error(decl.nameLoc, Twine("model '") + decl.name + "' is too large: about " +
                                     formatEstimate(estimate) +

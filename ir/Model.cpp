@@ -65,7 +65,11 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
   // columns, keys and values have `kv_heads` heads each.
   // With `head_dim` the query and output projections are heads·head_dim wide instead of h.
   const int64_t headDim = config.getHeadDim();
-  const int64_t queryWidth = config.headDim > 0 ? saturatingMul(config.heads, headDim) : h;
+  // Under latent attention the output projection reads heads·v_head_dim.
+  const int64_t queryWidth = config.isLatentAttention()
+                                 ? saturatingMul(config.heads, config.getValueHeadDim())
+                             : config.headDim > 0 ? saturatingMul(config.heads, headDim)
+                                                  : h;
   const bool grouped = config.kvHeads > 0 && config.kvHeads != config.heads && config.heads > 0;
   const int64_t kvWidth =
       config.headDim > 0 || grouped ? saturatingMul(config.getKvHeads(), headDim) : h;
@@ -126,6 +130,32 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
   // A mixture-of-experts block (Shazeer et al. 2017; Fedus et al. 2021): the router's linear
   // scores, the routed experts stacked, and the shared experts as one MLP of their summed width
   // (DeepSeek-V3's and Qwen2-MoE's shared experts are one wide MLP of the same activation).
+  // Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2", §2.1), as Megatron-Core splits
+  // it: the down-projections to the latents (and the shared rotary key) replicated over the
+  // tensor axes, the latents' norms, the up-projections to the heads column-parallel. Without
+  // q_lora_rank the queries are one projection of the hidden state.
+  auto addLatentAttention = [&](const std::string &prefix, int layer) {
+    const int64_t heads = config.heads, qk = config.getQueryKeyHeadDim();
+    const int64_t kvUp = saturatingMul(heads, saturatingAdd(headDim, config.getValueHeadDim()));
+    auto addLatentNorm = [&](const Twine &name, int64_t width) {
+      builder.add(prefix + "." + name + ".weight", {width}, TensorSplit::Replicated, layer);
+      if (layerNorm)
+        builder.add(prefix + "." + name + ".bias", {width}, TensorSplit::Replicated, layer);
+    };
+    if (config.qLoraRank > 0) {
+      builder.add(prefix + ".q_down.weight", {config.qLoraRank, h}, TensorSplit::Replicated, layer);
+      addLatentNorm("q_latent_norm", config.qLoraRank);
+      builder.add(prefix + ".q_up.weight", {saturatingMul(heads, qk), config.qLoraRank},
+                  TensorSplit::Column, layer);
+    } else {
+      builder.add(prefix + ".q.weight", {saturatingMul(heads, qk), h}, TensorSplit::Column, layer);
+    }
+    builder.add(prefix + ".kv_down.weight",
+                {saturatingAdd(config.kvLoraRank, config.ropeHeadDim), h}, TensorSplit::Replicated,
+                layer);
+    addLatentNorm("kv_latent_norm", config.kvLoraRank);
+    builder.add(prefix + ".kv_up.weight", {kvUp, config.kvLoraRank}, TensorSplit::Column, layer);
+  };
   const MoeConfig &moe = config.moe;
   auto addMoe = [&](const std::string &prefix, int layer) {
     builder.add(prefix + ".router.weight", {moe.experts, h}, TensorSplit::Replicated, layer);
@@ -142,12 +172,16 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
     const int layer = toLayerIndex(l);
     const std::string prefix = (Twine("layers.") + Twine(l)).str();
     addNorm(prefix + ".ln1", layer);
-    builder.add(prefix + ".attn.qkv.weight", {qkvRows, h}, TensorSplit::Column, layer);
-    if (config.bias || config.qkvBias)
-      builder.add(prefix + ".attn.qkv.bias", {qkvRows}, TensorSplit::Column, layer);
-    if (config.qkNorm) {
-      builder.add(prefix + ".attn.q_norm.weight", {headDim}, TensorSplit::Replicated, layer);
-      builder.add(prefix + ".attn.k_norm.weight", {headDim}, TensorSplit::Replicated, layer);
+    if (config.isLatentAttention()) {
+      addLatentAttention(prefix + ".attn", layer);
+    } else {
+      builder.add(prefix + ".attn.qkv.weight", {qkvRows, h}, TensorSplit::Column, layer);
+      if (config.bias || config.qkvBias)
+        builder.add(prefix + ".attn.qkv.bias", {qkvRows}, TensorSplit::Column, layer);
+      if (config.qkNorm) {
+        builder.add(prefix + ".attn.q_norm.weight", {headDim}, TensorSplit::Replicated, layer);
+        builder.add(prefix + ".attn.k_norm.weight", {headDim}, TensorSplit::Replicated, layer);
+      }
     }
     builder.add(prefix + ".attn.proj.weight", {h, queryWidth}, TensorSplit::Row, layer);
     if (config.bias)

@@ -207,6 +207,10 @@ void IRPrinter::print(const Model &model) {
     if (config.headDim > 0 || config.qkNorm)
       line() << "head_dim = " << config.getHeadDim()
              << ", qk_norm = " << (config.qkNorm ? "true" : "false") << '\n';
+    if (config.isLatentAttention())
+      line() << "kv_lora_rank = " << config.kvLoraRank << ", q_lora_rank = " << config.qLoraRank
+             << ", rope_head_dim = " << config.ropeHeadDim
+             << ", v_head_dim = " << config.getValueHeadDim() << '\n';
     if (config.postNorm)
       line() << "post_norm = true\n";
     if (config.window > 0) {

@@ -270,9 +270,9 @@ double AttentionCore::getAttendedKeys() const {
 }
 
 double AttentionCore::getFlops() const {
-  // QKᵀ and PV: 2 · 2·q·k·d per head over the keys each query attends; the backward's five
-  // products are 2.5 times that.
-  double flops = 4 * batchHeads * queries * getAttendedKeys() * headDim;
+  // QKᵀ and PV: 2·q·k·d each per head over the keys each query attends (d the query/key and the
+  // value head width); the backward's five products are 2.5 times that.
+  double flops = 4 * batchHeads * queries * getAttendedKeys() * getMeanHeadDim();
   if (backward)
     flops *= kFusedAttentionBackwardRatio;
   return flops;
@@ -343,6 +343,15 @@ struct TransformerDims {
   bool postNorm = false;
   /// The norms of a layer: two, or four with `post_norm`.
   double norms() const { return postNorm ? 4 : 2; }
+  /// Multi-head latent attention (ir::TransformerConfig::isLatentAttention): the query latent's
+  /// width (0: no query latent), the key/value latent's and the rotary part's of each query/key
+  /// head. `dqk` and `dv` are the widths of a query/key head and of a value head (both d for
+  /// multi-head and grouped-query attention).
+  bool latent = false;
+  double qRank = 0, kvRank = 0, ropeDim = 0, dqk = 0, dv = 0;
+  /// Latent attention's tokens through its down-projections, which are replicated over the
+  /// tensor axes: each rank's own under sequence parallelism, all of them otherwise.
+  double latentTokens() const { return tokens / (sp ? t : 1); }
   /// Bytes per element of the residual stream (the embedding's output, every residual addition
   /// and the norms' inputs): e, or 4 under autocast over fp32 modules (autocastStream).
   double stream = 2;
@@ -372,6 +381,12 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.a = static_cast<double>(config.heads);
   dims.kv = static_cast<double>(config.getKvHeads());
   dims.d = static_cast<double>(config.getHeadDim());
+  dims.dqk = static_cast<double>(config.getQueryKeyHeadDim());
+  dims.dv = static_cast<double>(config.getValueHeadDim());
+  dims.latent = config.isLatentAttention();
+  dims.qRank = static_cast<double>(config.qLoraRank);
+  dims.kvRank = static_cast<double>(config.kvLoraRank);
+  dims.ropeDim = static_cast<double>(config.ropeHeadDim);
   dims.f = static_cast<double>(config.ffn > 0 ? config.ffn : 4 * config.hidden);
   dims.vocab = static_cast<double>(config.vocab);
   dims.t = static_cast<double>(std::max<int64_t>(1, layout.tensor));
@@ -450,9 +465,36 @@ void addMlpShapes(const TransformerDims &x, const std::string &name, SharedInput
   gemms.back().tensorSlot = kSlotMlpOut;
 }
 
+/// Multi-head latent attention's products before the attention core, as Megatron-Core runs them
+/// (megatron/core/transformer/multi_latent_attention.py): the down-projections, replicated over
+/// the tensor axes, of each rank's tokens (its sequence slice under sequence parallelism) into
+/// the query latent and into the key/value latent with the shared rotary key; the up-projections,
+/// column-parallel, of the gathered latents to the heads' queries and to their keys and values.
+/// Without a query latent the queries are one column-parallel product of the hidden state.
+void addLatentProjectionShapes(const TransformerDims &x, std::vector<Gemm> &gemms) {
+  auto add = [&](const char *name, double m, double n, double k, int slot, int input) {
+    gemms.push_back({name, m, n, k});
+    gemms.back().tensorSlot = slot;
+    gemms.back().input = input;
+  };
+  // The hidden state is read by both down-projections (or by q and the kv down-projection
+  // without sequence parallelism, where q's input is not gathered).
+  int shared = x.qRank > 0 || !x.sp ? kInputAttention : -1;
+  if (x.qRank > 0) {
+    add("q down", x.latentTokens(), x.qRank, x.h, -1, shared);
+    add("q up", x.tokens, x.a * x.dqk / x.t, x.qRank, kSlotQkv, -1);
+  } else {
+    add("q", x.tokens, x.a * x.dqk / x.t, x.h, kSlotQkv, shared);
+  }
+  add("kv down", x.latentTokens(), x.kvRank + x.ropeDim, x.h, -1, shared);
+  add("kv up", x.tokens, x.a * (x.d + x.dv) / x.t, x.kvRank, kSlotQkv, -1);
+}
+
 std::vector<Gemm> layerProjectionShapes(const TransformerDims &x) {
   std::vector<Gemm> gemms;
-  if (x.separateProjections) {
+  if (x.latent) {
+    addLatentProjectionShapes(x, gemms);
+  } else if (x.separateProjections) {
     for (auto [name, heads] : {std::pair{"q", x.a}, {"k", x.kv}, {"v", x.kv}}) {
       gemms.push_back({name, x.tokens, heads * x.d / x.t, x.h});
       gemms.back().tensorSlot = kSlotQkv;
@@ -462,7 +504,7 @@ std::vector<Gemm> layerProjectionShapes(const TransformerDims &x) {
     gemms.push_back({"qkv", x.tokens, (x.a + 2 * x.kv) * x.d / x.t, x.h});
     gemms.back().tensorSlot = kSlotQkv;
   }
-  gemms.push_back({"attention output", x.tokens, x.h, x.a * x.d / x.t});
+  gemms.push_back({"attention output", x.tokens, x.h, x.a * x.dv / x.t});
   gemms.back().tensorSlot = kSlotAttentionOutput;
   if (!x.moe) {
     addMlpShapes(x, "mlp", kInputMlp, x.tokens, x.f, 1, gemms);
@@ -514,7 +556,8 @@ AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
   core.batchHeads = x.batchHeads();
   core.queries = x.s;
   core.keys = x.keys;
-  core.headDim = x.d;
+  core.headDim = x.dqk;
+  core.valueDim = x.latent ? x.dv : 0;
   core.causal = true;
   core.window = x.window;
   core.backward = backward;
@@ -728,15 +771,34 @@ void addNorms(const TransformerDims &x, Work &work, double count) {
   if (double cast = streamCastBytes(x))
     work.memory.push_back({"norm outputs cast (autocast)", 2 * x.outside() * cast});
 }
-/// The rotary embedding of Q and K, forward or backward (the same kernels each way).
+/// The rotary embedding of Q and K, forward or backward (the same kernels each way). Under latent
+/// attention, Megatron-Core's fused kernels (megatron/core/fusions/fused_mla_yarn_rope_apply.py):
+/// the queries' rotary parts turned in place (a·r read and written), and the keys and values
+/// written from the key/value up-projection's output and the shared rotary key (a·(d + dv) + r
+/// read, a·(d + r) + a·dv written), per token over t.
 void addRotary(const TransformerDims &x, bool backward, Work &work) {
   if (!x.rope)
     return;
-  std::string name = x.complexRotary ? "rotary embedding (complex product)" : "rotary embedding";
+  std::string name = x.latent          ? "rotary embedding (latent attention: Q in place, K and V)"
+                     : x.complexRotary ? "rotary embedding (complex product)"
+                                       : "rotary embedding";
   if (backward)
     name += " backward";
-  work.memory.push_back(
-      {std::move(name), x.tokens * (x.a + x.kv) * x.d / x.t * rotaryBytesPerElement(x)});
+  double bytes =
+      x.latent ? x.tokens *
+                     ((2 * x.a * x.ropeDim + x.a * (x.d + x.dv) + x.a * (x.dqk + x.dv)) / x.t +
+                      x.ropeDim) *
+                     x.e
+               : x.tokens * (x.a + x.kv) * x.d / x.t * rotaryBytesPerElement(x);
+  work.memory.push_back({std::move(name), bytes});
+}
+/// Latent attention's norms of its latents (a fused kernel each way, as LayerNormLinear runs the
+/// query's and the key/value's), over the tokens of its down-projections.
+void addLatentNorms(const TransformerDims &x, bool backward, Work &work) {
+  if (!x.latent)
+    return;
+  work.memory.push_back({backward ? "latent norms backward" : "latent norms",
+                         (backward ? 3 : 2) * x.e * x.latentTokens() * (x.qRank + x.kvRank)});
 }
 void addKvExpansion(const TransformerDims &x, bool backward, Work &work) {
   if (x.repeatKv)
@@ -779,6 +841,7 @@ void addLayerElementwise(const TransformerDims &x, Work &work) {
   addProjectionCasts(x, /*backward=*/false, work);
   addRouting(x, /*backward=*/false, work);
   addNorms(x, work, x.norms());
+  addLatentNorms(x, /*backward=*/false, work);
   addRotary(x, /*backward=*/false, work);
   addKvExpansion(x, /*backward=*/false, work);
   addUnpad(x, /*backward=*/false, work);
@@ -810,6 +873,7 @@ void addLayerElementwiseBackward(const TransformerDims &x, const std::vector<Gem
   addInputGradientSums(x, products, work);
   addRouting(x, /*backward=*/true, work);
   work.memory.push_back({"norms backward", x.norms() * x.outside() * normBytesPerElement(x, true)});
+  addLatentNorms(x, /*backward=*/true, work);
   if (double cast = streamCastBytes(x))
     work.memory.push_back({"stream gradients cast (autocast)", 4 * x.outside() * cast});
   addRotary(x, /*backward=*/true, work);
@@ -974,6 +1038,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
       addMaterializedAttention(x, /*backward=*/false, work);
     } else {
       addNorms(x, work, 2);
+      addLatentNorms(x, /*backward=*/false, work);
       addMlpActivation(x, work);
     }
     return work;
@@ -1068,6 +1133,9 @@ std::string getOpRecomputeObstacle(const ir::Model &model) {
            "and the model packs the attention's inputs (unpad = true)";
   if (config.postNorm)
     return "it is defined for two norms a layer, and the model has post_norm = true";
+  if (config.isLatentAttention())
+    return "it is defined over the q, k and v products, and the model has multi-head latent "
+           "attention (kv_lora_rank)";
   return std::string();
 }
 
@@ -1095,6 +1163,9 @@ std::string getEagerObstacle(const ir::Model &model, ir::ActivationMode mode,
            "(scaled_dot_product_attention), and the model has attention = materialized";
   if (config.moe.isEnabled())
     return "placec counts eager PyTorch for dense layers, and the model has MoE layers";
+  if (config.isLatentAttention())
+    return "placec counts eager PyTorch for multi-head and grouped-query attention, and the model "
+           "has multi-head latent attention (kv_lora_rank)";
   if (precision == ir::Precision::MixedFP8)
     return "Float8 linears without torch.compile cast through separate kernels that placec does "
            "not count; write mixed(bf16), or kernels = fused for a compiled run";
@@ -1459,13 +1530,14 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // its projection and the MLP's second input; what other kernels keep stays in the activation
   // type).
   double p = x.fp8Saved ? x.fp8SavedBytes() : 2;
-  // Q, K and V, and the attention output, over h (a·d = h unless head_dim says otherwise); under
-  // `saved = fp8` the projection keeps an FP8 copy of the output beside the kernel's.
-  double qkv = 2 * (x.a + 2 * x.kv) * x.d / x.h;
+  // Q, K and V, and the attention output, over h (a·d = h unless head_dim says otherwise; under
+  // latent attention a·(d + r) for Q and K and a·dv for V and the output); under `saved = fp8`
+  // the projection keeps an FP8 copy of the output beside the kernel's.
+  double qkv = 2 * ((x.a + x.kv) * x.dqk + x.kv * x.dv) / x.h;
   // `unpad = true`: the output projection keeps the padded output beside the kernel's packed one.
   double attentionOutput = ((coreAttention && x.fp8Saved ? 0 : 2) +
                             (x.fp8Saved ? x.fp8SavedBytes() : 0) + (x.unpad ? 2 : 0)) *
-                           x.a * x.d / x.h;
+                           x.a * x.dv / x.h;
   // An MLP of width w keeps (swiglu) gate, up and their product, 6·w/h, or 4·w/h with the
   // product recomputed; (gelu) its input and output, 4·w/h, or 2·w/h. The product (swiglu) or
   // output (gelu) is the second product's input: p bytes.
@@ -1488,6 +1560,12 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // recomputed by selective recomputation either.
   double gathered = x.keepInputs ? 2 * p : 0;
   double outside = (selective || x.keepInputs ? 4 : 4 + 2 * p) + post;
+  // Latent attention's latents, per h, beside the stream's: each norm's input (2) and output,
+  // the up-projection's input (p; recomputed by recompute(selective), kept gathered under
+  // sp_inputs = keep), computed on each rank's own tokens.
+  double latents = x.latent ? (x.qRank + x.kvRank) / x.h : 0;
+  gathered += x.keepInputs ? p * latents : 0;
+  outside += (selective || x.keepInputs ? 2 : 2 + p) * latents;
   // Eager PyTorch and repeated K/V keep more (ExtraKept): all of it under keep; the repeated K and
   // V under recompute(selective) too, which recomputes neither the attention kernel nor its
   // inputs (getEagerObstacle refuses recompute(selective) under eager).
@@ -1535,6 +1613,11 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
     if (x.unpad)
       *formula += " [unpad = true: the attention output twice, the kernel's packed one and the "
                   "padded one its projection keeps]";
+    if (x.latent)
+      *formula += fmt::format(
+          " [multi-head latent attention: the latents' norm inputs and outputs, ({} + {})/{} per "
+          "unit outside; Q and K of a·(d + r) = {}·{}, V and the output of a·dv = {}·{}]",
+          num(x.qRank), num(x.kvRank), num(x.h), num(x.a), num(x.dqk), num(x.a), num(x.dv));
     if (x.moe)
       *formula += fmt::format(" + s·b·h·({}·R + 4·E/h) = {}·({}·{} + 4·{}/{}) B [MoE: the experts' "
                               "intermediates of R = {} routed rows per token in the MLP term, "
@@ -2362,26 +2445,29 @@ double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *fo
     double keyOverhead =
         core.backward ? constants->backwardKeyOverhead : constants->forwardKeyOverhead;
     double dimOverhead = constants->headDimOverhead;
-    if (attended > 0 && core.headDim > 0 && (keyOverhead > 0 || dimOverhead > 0)) {
-      stretch = (1 + keyOverhead / attended) * (1 + dimOverhead / core.headDim);
+    double d = core.getMeanHeadDim();
+    if (attended > 0 && d > 0 && (keyOverhead > 0 || dimOverhead > 0)) {
+      stretch = (1 + keyOverhead / attended) * (1 + dimOverhead / d);
       overheads = fmt::format(" × (1 + {} / {} keys) × (1 + {} / d {})", num(keyOverhead),
-                              num(attended), num(dimOverhead), num(core.headDim));
+                              num(attended), num(dimOverhead), num(d));
     }
   }
   double kernels = shapes ? kernelEfficiency : 1;
   double rate = peak * efficiency * kernels;
   if (formula)
-    *formula =
-        fmt::format("fused attention{} ({} heads × {}×{} × d {}{}{}): {}{} / ({} × {}{})",
-                    core.backward ? " backward" : "", num(core.batchHeads), num(core.queries),
-                    num(core.keys), num(core.headDim),
-                    std::string(core.causal ? ", causal" : "") +
-                        (core.window > 0 && core.window < core.keys
-                             ? ", window " + num(core.window) + " (" + num(core.getAttendedKeys()) +
-                                   " keys a query)"
-                             : std::string()),
-                    kernel.str(), fmtAmount(flops, "FLOP"), overheads, fmtRate(peak, "FLOP/s"),
-                    num(efficiency), shapes ? " × " + num(kernels) : std::string());
+    *formula = fmt::format(
+        "fused attention{} ({} heads × {}×{} × d {}{}{}): {}{} / ({} × {}{})",
+        core.backward ? " backward" : "", num(core.batchHeads), num(core.queries), num(core.keys),
+        core.valueDim > 0 && core.valueDim != core.headDim
+            ? fmt::format("{} (values {})", num(core.headDim), num(core.valueDim))
+            : num(core.headDim),
+        std::string(core.causal ? ", causal" : "") +
+            (core.window > 0 && core.window < core.keys
+                 ? ", window " + num(core.window) + " (" + num(core.getAttendedKeys()) +
+                       " keys a query)"
+                 : std::string()),
+        kernel.str(), fmtAmount(flops, "FLOP"), overheads, fmtRate(peak, "FLOP/s"), num(efficiency),
+        shapes ? " × " + num(kernels) : std::string());
   return rate > 0 ? flops * stretch / rate : 0;
 }
 

@@ -888,14 +888,40 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
     tensorElements = b * (forwardPass ? (layer + 1 == mlp.layers ? mlp.output : mlp.width)
                                       : (layer == 0 ? mlp.input : mlp.width));
   }
+  // Multi-head latent attention gathers its latents, not the hidden state, before its
+  // column-parallel up-projections (Megatron-Core's multi_latent_attention.py: the query latent,
+  // or the hidden state without one, the key/value latent and the shared rotary key, each rank's
+  // down-projections having run on its own tokens), and reduces their gradients in the backward:
+  // the attention block's input collective, the first of a forward under sequence parallelism
+  // and the last of a backward.
+  bool latent = model.kind == ir::ModelKind::Transformer && unit == cost::UnitKind::Layer &&
+                model.transformer.isLatentAttention();
+  size_t latentAt = forwardPass ? (layout.sequenceParallel ? 0 : SIZE_MAX) : tensor.size() - 1;
+  int64_t latentElements = 0;
+  if (latent) {
+    const ir::TransformerConfig &config = model.transformer;
+    latentElements = b * config.seq / layout.context *
+                     ((config.qLoraRank > 0 ? config.qLoraRank : config.hidden) +
+                      config.kvLoraRank + config.ropeHeadDim);
+  }
+  auto elementsAt = [&](size_t i) {
+    return latent && i == latentAt ? latentElements : tensorElements;
+  };
   // In the backward every tensor-parallel reduction sums the input gradient of a column-parallel
   // product (QKV, the MLP's input, the output layer, an mlp's even layer), the transpose of the
   // forward's gather or identity; the row-parallel products' output gradients are gathered.
-  auto addTensor = [&](OpKind kind, bool fp8) {
-    result.push_back({kind, ir::AxisKind::Tensor, tensorElements,
-                      kind == OpKind::AllGather       ? "sequence-parallel gather of the input"
-                      : kind == OpKind::ReduceScatter ? "sequence-parallel reduce of the output"
-                                                      : "tensor-parallel partial sums",
+  auto addTensor = [&](size_t i, bool fp8) {
+    OpKind kind = tensor[i];
+    bool latents = latent && i == latentAt;
+    result.push_back({kind, ir::AxisKind::Tensor, elementsAt(i),
+                      kind == OpKind::AllGather
+                          ? (latents ? "sequence-parallel gather of the attention's latents"
+                                     : "sequence-parallel gather of the input")
+                      : kind == OpKind::ReduceScatter
+                          ? (latents ? "sequence-parallel reduce of the latents' gradients"
+                                     : "sequence-parallel reduce of the output")
+                      : latents ? "tensor-parallel partial sums of the latents' gradients"
+                                : "tensor-parallel partial sums",
                       /*inputGradient=*/!forwardPass && kind != OpKind::AllGather,
                       /*regather=*/false, fp8});
   };
@@ -906,12 +932,15 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
   if (layout.context > 1 && unit == cost::UnitKind::Layer &&
       model.kind == ir::ModelKind::Transformer) {
     const ir::TransformerConfig &config = model.transformer;
-    int64_t cp = layout.context, t = layout.tensor, d = config.getHeadDim();
+    // The head widths of K (and Q) and of V: under latent attention head_dim + rope_head_dim and
+    // v_head_dim, otherwise both head_dim.
+    int64_t cp = layout.context, t = layout.tensor, dqk = config.getQueryKeyHeadDim(),
+            dv = config.getValueHeadDim();
     int64_t local = b * config.seq / cp;
     // The key/value heads the attention kernel receives: `heads` where the model repeats them
     // before it (kv_repeat = true, or eager PyTorch), `kv_heads` otherwise.
     int64_t kv = cost::getAttentionKvHeads(config, layout.kernels);
-    int64_t kvBlock = 2 * local * kv * d / t; // K and V of the local tokens
+    int64_t kvBlock = local * kv * (dqk + dv) / t; // K and V of the local tokens
     switch (layout.contextMethod) {
     case ir::ContextMethod::Ring:
       if (forwardPass) {
@@ -934,8 +963,8 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
                            "context parallelism: reduce-scatter the key/value gradients"});
       break;
     case ir::ContextMethod::AllToAll: {
-      int64_t qkv = local * (config.heads + 2 * kv) * d / t;
-      int64_t out = local * config.heads * d / t;
+      int64_t qkv = local * (config.heads * dqk + kv * (dqk + dv)) / t;
+      int64_t out = local * config.heads * dv / t;
       UnitCollective in{OpKind::AllToAll, ir::AxisKind::Sequence, qkv,
                         "Ulysses: queries, keys and values from sequence-split to head-split"};
       UnitCollective back{OpKind::AllToAll, ir::AxisKind::Sequence, out,
@@ -1013,11 +1042,11 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
     // third) and the regathers before their reductions.
     bool fp8Layer = layout.fp8 && unit == cost::UnitKind::Layer;
     if (columnParallelReduction)
-      result.push_back({OpKind::AllGather, ir::AxisKind::Tensor, tensorElements,
+      result.push_back({OpKind::AllGather, ir::AxisKind::Tensor, elementsAt(i),
                         "sequence-parallel gather of the input again, for the weight gradient",
                         /*inputGradient=*/false, /*regather=*/true, fp8Layer});
-    addTensor(tensor[i], fp8Layer && forwardPass && sp && tensor[i] == OpKind::AllGather &&
-                             (i == 0 || !model.transformer.moe.isMoeLayer(layer)));
+    addTensor(i, fp8Layer && forwardPass && sp && tensor[i] == OpKind::AllGather &&
+                     (i == 0 || !model.transformer.moe.isMoeLayer(layer)));
   }
   return result;
 }

@@ -2908,6 +2908,12 @@ std::string formatModel(const ir::Model &model) {
     os << "  full_every = " << config.fullEvery << ";\n";
   if (config.postNorm)
     os << "  post_norm = true;\n";
+  if (config.isLatentAttention()) {
+    os << "  kv_lora_rank = " << config.kvLoraRank << "; rope_head_dim = " << config.ropeHeadDim
+       << "; v_head_dim = " << config.getValueHeadDim() << ";\n";
+    if (config.qLoraRank > 0)
+      os << "  q_lora_rank = " << config.qLoraRank << ";\n";
+  }
   if (config.moe.isEnabled()) {
     // Every field, defaults included, so that the plan's model is the searched one.
     const ir::MoeConfig &moe = config.moe;

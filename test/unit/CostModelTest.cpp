@@ -1831,3 +1831,127 @@ TEST(CostModelTest, PostNormsNormalizeEachBlocksOutput) {
 }
 
 } // namespace
+
+namespace {
+
+// DeepSeek-V3's attention (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §4.2; widths from
+// deepseek-ai/DeepSeek-V3 config.json): 128 heads, q_lora_rank 1536, kv_lora_rank 512, heads of
+// 128 + 64 rotary, values of 128, on a one-layer dense model of hidden 7168.
+ir::Model latentLayer() {
+  ir::Model model = smallTransformer(1);
+  ir::TransformerConfig &config = model.transformer;
+  config.hidden = 7168;
+  config.heads = 128;
+  config.headDim = 128;
+  config.seq = 4096;
+  config.vocab = 129280;
+  config.ffn = 18432;
+  config.mlp = ir::MlpActivation::Swiglu;
+  config.norm = ir::NormKind::RmsNorm;
+  config.bias = false;
+  config.positions = ir::PositionKind::Rope;
+  config.kvLoraRank = 512;
+  config.qLoraRank = 1536;
+  config.ropeHeadDim = 64;
+  config.valueHeadDim = 128;
+  model.tensors = ir::buildTransformerTensors(config);
+  return model;
+}
+
+} // namespace
+
+TEST(CostModelTest, LatentAttentionProjectsThroughItsLatents) {
+  ir::Model model = latentLayer();
+  const double h = 7168, a = 128, d = 128, r = 64, dv = 128, rq = 1536, rkv = 512;
+  // Its attention's parameters, projection by projection (DeepSeek-V2 §2.1: W_DQ, W_UQ with the
+  // rotary W_QR, W_DKV with the shared rotary key W_KR, W_UK and W_UV, W_O) and the latents'
+  // norms: 187,107,328 a layer.
+  double attention =
+      h * rq + rq + rq * a * (d + r) + h * (rkv + r) + rkv + rkv * a * (d + dv) + a * dv * h;
+  EXPECT_EQ(attention, 187107328);
+  int64_t attentionParams = 0;
+  for (const ir::Tensor &tensor : model.tensors)
+    if (llvm::StringRef(tensor.name).contains(".attn."))
+      attentionParams += tensor.numElements;
+  EXPECT_EQ(attentionParams, 187107328);
+
+  // The forward's products on one device, b = 1 and s = 4096 tokens: per token 2·(k·n) FLOPs of
+  // each projection, plus the attention core's QKᵀ over heads of d + r and PV over values of dv,
+  // causal (half the keys).
+  Layout layout;
+  double tokens = 4096;
+  double mlp = 3 * h * 18432;
+  double projections = h * rq + rq * a * (d + r) + h * (rkv + r) + rkv * a * (d + dv) + a * dv * h;
+  double core = 2 * a * tokens * 0.5 * ((d + r) + dv);
+  Work forward = getUnitWork(model, UnitKind::Layer, 0, PassKind::Forward, layout);
+  EXPECT_NEAR(forward.getFlops(), tokens * (2 * (projections + mlp) + core), 1);
+
+  // Under tensor parallelism over t = 4 with sequence parallelism: the down-projections run on
+  // each rank's s/t tokens with their whole weights (replicated), the up-projections and the
+  // output on every token with a/t of the heads; the core over a/t heads.
+  layout.tensor = 4;
+  layout.sequenceParallel = true;
+  Work split = getUnitWork(model, UnitKind::Layer, 0, PassKind::Forward, layout);
+  double perRank = (tokens / 4) * (h * rq + h * (rkv + r)) +
+                   tokens * (rq * a * (d + r) + rkv * a * (d + dv) + a * dv * h) / 4;
+  EXPECT_NEAR(split.getFlops(), 2 * perRank + tokens * 2 * mlp / 4 + core / 4 * tokens, 1);
+
+  // The attention block's tensor-parallel input collective moves the latents (r_q + r_kv + r per
+  // token), not the hidden state: the forward's first all-gather under sequence parallelism and
+  // the backward's last reduction; the output's collectives stay [tokens, h].
+  plan::UnitLayout units;
+  units.tensor = 4;
+  units.sequenceParallel = true;
+  units.regather = true;
+  std::vector<plan::UnitCollective> fwd =
+      plan::getUnitCollectives(model, UnitKind::Layer, 0, /*forwardPass=*/true, units);
+  ASSERT_EQ(fwd.size(), 4u);
+  EXPECT_EQ(fwd[0].kind, plan::OpKind::AllGather);
+  EXPECT_EQ(fwd[0].elements, 4096 * (1536 + 512 + 64));
+  EXPECT_EQ(fwd[1].elements, 4096 * 7168);
+  EXPECT_EQ(fwd[2].elements, 4096 * 7168);
+  std::vector<plan::UnitCollective> bwd =
+      plan::getUnitCollectives(model, UnitKind::Layer, 0, /*forwardPass=*/false, units);
+  ASSERT_FALSE(bwd.empty());
+  EXPECT_EQ(bwd.back().kind, plan::OpKind::ReduceScatter);
+  EXPECT_EQ(bwd.back().elements, 4096 * (1536 + 512 + 64));
+  // Its regather for the up-projections' weight gradients is of the latents too.
+  EXPECT_TRUE(bwd[bwd.size() - 2].regather);
+  EXPECT_EQ(bwd[bwd.size() - 2].elements, 4096 * (1536 + 512 + 64));
+  units.sequenceParallel = false;
+  units.regather = false;
+  bwd = plan::getUnitCollectives(model, UnitKind::Layer, 0, /*forwardPass=*/false, units);
+  ASSERT_EQ(bwd.size(), 2u);
+  EXPECT_EQ(bwd[0].elements, 4096 * 7168);
+  EXPECT_EQ(bwd[1].elements, 4096 * (1536 + 512 + 64));
+  fwd = plan::getUnitCollectives(model, UnitKind::Layer, 0, /*forwardPass=*/true, units);
+  ASSERT_EQ(fwd.size(), 2u);
+  EXPECT_EQ(fwd[0].elements, 4096 * 7168);
+
+  // Ring context parallelism passes K (heads of d + r) and V (heads of dv) of the local tokens.
+  units.context = 2;
+  units.tensor = 1;
+  fwd = plan::getUnitCollectives(model, UnitKind::Layer, 0, /*forwardPass=*/true, units);
+  ASSERT_EQ(fwd.size(), 1u);
+  EXPECT_EQ(fwd[0].kind, plan::OpKind::RingStep);
+  EXPECT_EQ(fwd[0].elements, 2048 * 128 * (192 + 128));
+}
+
+TEST(CostModelTest, LatentAttentionKeepsItsLatentsAndWiderHeads) {
+  // What a layer keeps under `keep` with fused attention, tensor by tensor (2 bytes each but the
+  // fp32 log-sum-exp), t = 1: the two norms' inputs and outputs (4·h), the latents' norms'
+  // inputs and outputs (2·(r_q + r_kv)), Q and K of a·(d + r), V and the output of a·dv, the
+  // log-sum-exp (4 bytes per head), swiglu's gate, up and product (3·f).
+  ir::Model model = latentLayer();
+  Layout layout;
+  double T = 4096, h = 7168, a = 128, qk = 192, dv = 128, f = 18432;
+  double kept = 2 * T * (4 * h + 2 * (1536 + 512) + 2 * a * qk + 2 * a * dv + 3 * f) + 4 * a * T;
+  EXPECT_NEAR(getLayerActivationBytes(model.transformer, layout), kept, 1e-9 * kept);
+  // recompute(selective) recomputes the norms' outputs, the latents' too, and swiglu's product.
+  layout.activations = ir::ActivationMode::RecomputeSelective;
+  double selective = kept - 2 * T * (2 * h + 1536 + 512 + f);
+  EXPECT_NEAR(getLayerActivationBytes(model.transformer, layout), selective, 1e-9 * kept);
+  // recompute(op) and eager kernels are defined for multi-head and grouped-query attention.
+  EXPECT_FALSE(getOpRecomputeObstacle(model).empty());
+  EXPECT_FALSE(getEagerObstacle(model, ir::ActivationMode::Keep, ir::Precision::MixedBF16).empty());
+}

@@ -180,6 +180,17 @@ struct TransformerConfig {
   bool postNorm = false;
   /// Where `post_norm` is written (invalid when it is not).
   llvm::SMLoc postNormLoc;
+  /// Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2", §2.1; DeepSeek-V3) when
+  /// `kvLoraRank` > 0: the keys and values of every head come up from one latent of
+  /// `kv_lora_rank` per token (a down-projection, an RMSNorm, an up-projection to the heads), the
+  /// queries likewise from a latent of `q_lora_rank` (0: one projection from the hidden state),
+  /// and a decoupled rotary part of `rope_head_dim` per head, whose key is one head shared by all.
+  /// Each query and key head is head_dim + rope_head_dim wide (head_dim is the part without
+  /// positions: DeepSeek's qk_nope_head_dim, Megatron-Core's --qk-head-dim), each value head
+  /// `v_head_dim` (0: head_dim).
+  int64_t kvLoraRank = 0, qLoraRank = 0, ropeHeadDim = 0, valueHeadDim = 0;
+  /// Where `kv_lora_rank` is written (invalid when it is not).
+  llvm::SMLoc kvLoraRankLoc;
   MlpActivation mlp = MlpActivation::Gelu;
   /// Where `mlp` is written (invalid when it is not).
   llvm::SMLoc mlpLoc;
@@ -206,8 +217,18 @@ struct TransformerConfig {
   bool hasFullAttentionLayers() const {
     return isWindowed() && fullEvery > 0 && fullEvery <= layers;
   }
-  /// The width of one attention head.
+  /// The width of one attention head (under latent attention, its part without positions).
   int64_t getHeadDim() const { return headDim > 0 ? headDim : heads > 0 ? hidden / heads : 0; }
+  /// Whether the attention is multi-head latent attention (`kv_lora_rank`).
+  bool isLatentAttention() const { return kvLoraRank > 0; }
+  /// The width of one query or key head: head_dim, and the rotary part under latent attention.
+  int64_t getQueryKeyHeadDim() const {
+    return getHeadDim() + (isLatentAttention() ? ropeHeadDim : 0);
+  }
+  /// The width of one value head (and of one head of the attention's output).
+  int64_t getValueHeadDim() const {
+    return isLatentAttention() && valueHeadDim > 0 ? valueHeadDim : getHeadDim();
+  }
   /// The `bias` field as written: `true`, `false` or `qkv`.
   llvm::StringRef getBiasText() const { return bias ? "true" : qkvBias ? "qkv" : "false"; }
 };

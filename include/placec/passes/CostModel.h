@@ -204,7 +204,9 @@ struct MemoryOp {
 /// A fused attention core (FlashAttention): `batchHeads` independent heads of `queries` query
 /// rows against `keys` key rows of width `headDim`.
 struct AttentionCore {
-  double batchHeads = 0, queries = 0, keys = 0, headDim = 0;
+  /// `headDim`: the width of a query and key head; `valueDim`, of a value head where it differs
+  /// (multi-head latent attention), 0 otherwise.
+  double batchHeads = 0, queries = 0, keys = 0, headDim = 0, valueDim = 0;
   bool causal = true;
   /// Sliding-window attention: each query attends at most this many keys (itself included); 0:
   /// no window. Only without context parallelism (the queries are the keys' positions).
@@ -217,6 +219,9 @@ struct AttentionCore {
   /// see their prefix, the others w keys) and w otherwise. A fused kernel skips the blocks
   /// outside the mask.
   double getAttendedKeys() const;
+  /// The mean of the two products' head widths, (query/key + value)/2: the width whose 4·q·k·d
+  /// FLOPs are QKᵀ's and PV's.
+  double getMeanHeadDim() const { return valueDim > 0 ? (headDim + valueDim) / 2 : headDim; }
   double getFlops() const;
 };
 
