@@ -1379,3 +1379,32 @@ TEST(SearchTest, MaxParamsGrowsWithSharding) {
   // ZeRO-3 on 64 devices holds about 16 bytes per parameter over 64: far beyond LLaMA-7B.
   EXPECT_GT(rows[6].params, 100'000'000'000);
 }
+
+TEST(SearchTest, FastPathAgreesWithLatentAttention) {
+  // A dense model with multi-head latent attention (DeepSeek-V2-Lite's attention: no query
+  // latent; and with one), context parallelism and FP8 among the candidates: the fast path, which
+  // asks the cost model for the latents' products and collectives as the analyses do, agrees
+  // with the verifier and the analyses.
+  auto compiled = compile(std::string(kContext) + R"(
+model mla_lite : transformer {
+  layers = 16; hidden = 2048; heads = 16; head_dim = 128; kv_lora_rank = 512; rope_head_dim = 64;
+  v_head_dim = 128; ffn = 5632; seq = 16384; vocab = 32000; mlp = swiglu; norm = rmsnorm;
+  bias = false; positions = rope; tied_embeddings = false;
+}
+model mla_q : transformer {
+  layers = 16; hidden = 2048; heads = 16; head_dim = 64; q_lora_rank = 768; kv_lora_rank = 256;
+  rope_head_dim = 32; v_head_dim = 96; ffn = 5632; seq = 8192; vocab = 32000; mlp = swiglu;
+  norm = rmsnorm; bias = false; positions = rope; tied_embeddings = false;
+}
+run mla { model = mla_lite; cluster = h100_32; strategy = zero3(dp = 32);
+          micro_batch = 1; global_batch = 32; precision = mixed(bf16); optimizer = adam; }
+run mla_query { model = mla_q; cluster = h100_32; strategy = zero3(dp = 32);
+                micro_batch = 1; global_batch = 64; precision = mixed(bf16); optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  for (const char *name : {"mla", "mla_query"}) {
+    const ir::Run &run = runOf(*compiled, name);
+    checkAgreement(run, *run.cluster, 400, 17,
+                   {ir::Precision::MixedBF16, ir::Precision::MixedFP8});
+  }
+}
