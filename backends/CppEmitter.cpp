@@ -164,6 +164,11 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "the trainer's attention heads are hidden/heads wide");
     if (config.qkNorm)
       refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+    if (config.sinks)
+      refuse(config.sinksLoc.isValid() ? config.sinksLoc : model.loc, "sinks = true",
+             "the trainer's softmax has no sink logits");
+    if (config.moe.routerBias)
+      refuse(model.loc, "router_bias = true", "the trainer's router has no bias");
     if (config.isLatentAttention())
       refuse(config.kvLoraRankLoc.isValid() ? config.kvLoraRankLoc : model.loc,
              "kv_lora_rank = " + Twine(config.kvLoraRank),

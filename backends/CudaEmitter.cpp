@@ -163,6 +163,9 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
            "the trainer's attention heads are hidden/heads wide");
   if (config.qkNorm)
     refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
+  if (config.sinks)
+    refuse(config.sinksLoc.isValid() ? config.sinksLoc : model.loc, "sinks = true",
+           "the GPU trainer's softmax has no sink logits");
   if (config.isLatentAttention())
     refuse(config.kvLoraRankLoc.isValid() ? config.kvLoraRankLoc : model.loc,
            "kv_lora_rank = " + Twine(config.kvLoraRank),

@@ -867,8 +867,19 @@ private:
       flag("--attention-backend", "unfused");
       break;
     }
+    // Attention sinks: Megatron-Core's learnable softmax offset per head.
+    if (config.sinks)
+      flag("--softmax-type", "learnable");
     if (model.isMoe()) {
       const ir::MoeConfig &moe = config.moe;
+      // Megatron-Core's router has a bias exactly when its linears do (--add-bias-linear).
+      if (moe.routerBias != config.bias)
+        refuse(moe.routerBias ? "router_bias = true with bias = " + config.getBiasText() +
+                                    ": Megatron-Core's router has a bias only with its linears' "
+                                    "(--add-bias-linear; write bias = true)"
+                              : Twine("bias = true without router_bias: Megatron-Core's router "
+                                      "has a bias with its linears' (--add-bias-linear); write "
+                                      "router_bias = true"));
       flag("--num-experts", Twine(moe.experts));
       flag("--moe-router-topk", Twine(moe.topK));
       flag("--moe-ffn-hidden-size", Twine(moe.expertFfn));

@@ -708,6 +708,7 @@ constexpr const char *kMegatronFlags[] = {
     "--window-size=",
     "--window-attn-skip-freq=",
     "--multi-latent-attention",
+    "--softmax-type=",
     "--q-lora-rank=",
     "--kv-lora-rank=",
     "--qk-head-dim=",
@@ -774,6 +775,7 @@ constexpr StringRef kMegatronAttentionModelFlags[] = {"--kv-channels",
                                                       "--window-size",
                                                       "--window-attn-skip-freq",
                                                       "--multi-latent-attention",
+                                                      "--softmax-type",
                                                       "--q-lora-rank",
                                                       "--kv-lora-rank",
                                                       "--qk-head-dim",
@@ -1021,6 +1023,9 @@ private:
     if (!experts)
       return "";
     m << "  experts = " << *experts << ";\n  top_k = " << topK << ";\n";
+    // Megatron-Core's router has a bias with the linears' (--add-bias-linear, the default).
+    if (!has("--disable-bias-linear"))
+      m << "  router_bias = true;\n";
     if (std::optional<int64_t> width = getInt("--moe-ffn-hidden-size"); width && *width != ffn)
       m << "  expert_ffn = " << *width << ";\n";
     if (std::optional<int64_t> shared = getInt("--moe-shared-expert-intermediate-size"))
@@ -1272,6 +1277,14 @@ private:
       }
       if (std::optional<int64_t> channels = getInt("--kv-channels"); channels && !latent)
         m << "  head_dim = " << *channels << ";\n";
+      // Megatron-Core's softmax_type: `learnable` adds a learned logit per head (sinks).
+      std::string softmax = getString("--softmax-type", "vanilla");
+      if (softmax == "learnable")
+        m << "  sinks = true;\n";
+      else if (softmax != "vanilla")
+        diags.error(locOf("--softmax-type"),
+                    "--softmax-type '" + softmax +
+                        "' has no Place equivalent (vanilla, or learnable: sinks = true)");
       if (has("--qk-layernorm") && !latent) {
         if (norm != "RMSNorm")
           diags.error(locOf("--qk-layernorm"),

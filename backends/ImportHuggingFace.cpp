@@ -38,7 +38,8 @@ enum class Family {
   Gpt2,
   GptNeox,
   Nemotron,
-  DeepSeek
+  DeepSeek,
+  GptOss
 };
 
 struct FamilyInfo {
@@ -66,6 +67,7 @@ constexpr FamilyInfo kFamilies[] = {
     {"deepseek_v3", Family::DeepSeek, false},
     {"deepseek_v2", Family::DeepSeek, false},
     {"kimi_k2", Family::DeepSeek, false},
+    {"gpt_oss", Family::GptOss, false},
 };
 
 /// Keys of every family that change neither the parameter count nor the FLOPs: token ids,
@@ -212,7 +214,10 @@ std::vector<StringRef> familyKeys(Family family) {
             // Mixtral and Qwen3-MoE.
             "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
             "decoder_sparse_step", "mlp_only_layers", "norm_topk_prob", "router_aux_loss_coef",
-            "output_router_logits", "router_jitter_noise"};
+            "output_router_logits", "router_jitter_noise",
+            // gpt-oss: its experts per token under a second name, the clamp of its gated
+            // activation, and the context its rotary scaling starts from.
+            "experts_per_token", "swiglu_limit", "initial_context_length"};
   }
 }
 
@@ -254,8 +259,6 @@ public:
         {"gemma3", "Gemma 3's image-and-text model, whose vision tower Place does not describe; "
                    "import its text_config (model_type gemma3_text) for the language model "
                    "alone"},
-        {"gpt_oss", "gpt-oss's attention has learned sinks (a logit per head in each softmax's "
-                    "denominator), which Place's attention cannot express"},
     };
     for (const auto &[refused, why] : kRefusedTypes)
       if (*type == refused) {
@@ -402,7 +405,11 @@ private:
 
   std::string translate(const FamilyInfo &info) {
     bool gpt2 = family == Family::Gpt2, neox = family == Family::GptNeox;
-    bool moe = family == Family::Mixtral || family == Family::Qwen3Moe;
+    // gpt-oss (transformers' GptOssForCausalLM): Mixtral's routing over experts of
+    // intermediate_size with biases on every linear, the router's included, and a learned sink
+    // logit per head in each attention softmax.
+    bool gptOss = family == Family::GptOss;
+    bool moe = family == Family::Mixtral || family == Family::Qwen3Moe || gptOss;
     // Nemotron (transformers' NemotronForCausalLM: Nemotron-4, Minitron): today's attention
     // (grouped query heads, head_dim, rotary positions), a two-matrix MLP with squared ReLU
     // (up_proj, down_proj), LayerNorm1P (a LayerNorm whose weight is stored less one: the same
@@ -569,7 +576,8 @@ private:
     if (family == Family::Qwen2)
       bias = "qkv"; // Qwen2Attention: q_proj, k_proj, v_proj with bias, o_proj without.
     bool attentionBias = getBool("attention_bias").value_or(neox);
-    bool mlpBias = getBool("mlp_bias").value_or(false);
+    // gpt-oss's experts have biases whatever its config says (GptOssExperts).
+    bool mlpBias = getBool("mlp_bias").value_or(false) || gptOss;
     if (modern && family != Family::Qwen2) {
       if (attentionBias && mlpBias)
         bias = "true";
@@ -610,12 +618,20 @@ private:
     // Families whose attention projects Q, K and V with linears of their own (q_proj, k_proj,
     // v_proj) and whose gated MLPs (and experts) have their own gate and up linears; Phi-3 fuses
     // both (qkv_proj, gate_up_proj), GPT-2 (c_attn) and GPT-NeoX (query_key_value) the attention.
-    bool separateProjections = family != Family::Phi3 && !gpt2 && !neox;
+    // gpt-oss's experts compute the gate and the up in one product (gate_up_proj) where its
+    // attention has q_proj, k_proj and v_proj: written fused, which times its attention's
+    // projections as one product.
+    bool separateProjections = family != Family::Phi3 && !gpt2 && !neox && !gptOss;
 
     // Mixtures of experts.
     std::string moeText;
     if (moe) {
-      bool mixtral = family == Family::Mixtral;
+      bool mixtral = family == Family::Mixtral || gptOss;
+      if (gptOss)
+        if (std::optional<int64_t> perToken = root->getInteger("experts_per_token");
+            perToken && *perToken != root->getInteger("num_experts_per_tok"))
+          refuse("experts_per_token", "it differs from num_experts_per_tok, which transformers "
+                                      "routes by");
       StringRef expertsKey = mixtral ? "num_local_experts" : "num_experts";
       std::optional<int64_t> experts = getInt(expertsKey, true, 1 << 16);
       std::optional<int64_t> topK = getInt("num_experts_per_tok", true, 1 << 16);
@@ -706,6 +722,8 @@ private:
       m << "  qk_norm = true;\n";
     if (postNorm)
       m << "  post_norm = true;\n";
+    if (gptOss)
+      m << "  sinks = true;\n";
     m << "  seq = " << seq << ";\n  vocab = " << *vocab << ";\n";
     int64_t ffnValue = ffn.value_or(4 * *hidden);
     if (ffnValue != 4 * *hidden || gated)
@@ -723,6 +741,8 @@ private:
     if (separateProjections)
       m << "  projections = separate;\n";
     m << moeText;
+    if (gptOss)
+      m << "  router_bias = true;\n";
     m << "}\n";
     return out;
   }

@@ -140,7 +140,8 @@ const char *detail::findTorchtitanFlavor(const ir::TransformerConfig &config) {
         config.mlp == ir::MlpActivation::Swiglu && config.norm == ir::NormKind::RmsNorm &&
         !config.bias && !config.qkvBias && config.positions == ir::PositionKind::Rope &&
         !config.tiedEmbeddings && !config.moe.isEnabled() && config.headDim == 0 &&
-        !config.qkNorm && !config.isWindowed() && !config.postNorm && !config.isLatentAttention())
+        !config.qkNorm && !config.isWindowed() && !config.postNorm && !config.isLatentAttention() &&
+        !config.sinks)
       return flavor.name;
   return nullptr;
 }

@@ -130,6 +130,7 @@ void JsonWriter::writeModel(const ir::Model &model) {
     out.attribute("rope_complex", config.ropeComplex);
     out.attribute("unpad", config.unpad);
     out.attribute("post_norm", config.postNorm);
+    out.attribute("sinks", config.sinks);
     out.attribute("projections", ir::toString(config.projections));
     out.attribute("attention", ir::toString(config.attention));
     if (config.window > 0)
@@ -166,6 +167,7 @@ void JsonWriter::writeModel(const ir::Model &model) {
         out.attribute("shared_expert_ffn", moe.sharedExpertFfn);
         out.attribute("moe_layers", moe.getNumMoeLayers(config.layers));
         out.attribute("router", ir::toString(moe.router));
+        out.attribute("router_bias", moe.routerBias);
         if (moe.capacityFactor)
           out.attribute("capacity_factor", *moe.capacityFactor);
         else

@@ -446,7 +446,8 @@ std::string describeAttention(const ir::Model &model) {
       : config.hasFullAttentionLayers() ? fmt::format(", window of {} tokens, every {} layer full",
                                                       config.window, ordinal(config.fullEvery))
                                         : fmt::format(", window of {} tokens", config.window),
-      repeated ? ", K/V repeated to every head" : "", config.unpad ? ", inputs unpadded" : "");
+      repeated ? ", K/V repeated to every head" : "",
+      std::string(config.unpad ? ", inputs unpadded" : "") + (config.sinks ? ", with sinks" : ""));
 }
 
 std::string describeCluster(const ir::Cluster &cluster) {

@@ -643,8 +643,9 @@ bool Sema::buildLatentAttention(const StringMap<const ast::Field *> &fields,
 bool Sema::buildMoe(const ast::ModelDecl &decl, const StringMap<const ast::Field *> &fields,
                     ir::TransformerConfig &config) {
   static const char *const moeKeys[] = {
-      "top_k",        "expert_ffn", "shared_experts",  "shared_expert_ffn", "moe_every",
-      "dense_layers", "router",     "capacity_factor", "aux_loss",          "imbalance"};
+      "top_k",     "expert_ffn",   "shared_experts", "shared_expert_ffn",
+      "moe_every", "dense_layers", "router",         "capacity_factor",
+      "aux_loss",  "imbalance",    "router_bias"};
   const ast::Field *expertsField = fields.lookup("experts");
   if (!expertsField) {
     bool ok = true;
@@ -689,6 +690,11 @@ bool Sema::buildMoe(const ast::ModelDecl &decl, const StringMap<const ast::Field
   }
   count("moe_every", moe.every, 1, std::max<int64_t>(config.layers, 1));
   count("dense_layers", moe.denseLayers, 0, std::max<int64_t>(config.layers - 1, 0));
+  if (const ast::Field *field = fields.lookup("router_bias")) {
+    std::optional<bool> value = getBool(field->value, "router_bias");
+    ok &= value.has_value();
+    moe.routerBias = value.value_or(false);
+  }
   if (const ast::Field *field = fields.lookup("router")) {
     std::optional<std::string> choice = getChoice(field->value, "router", {"softmax", "sigmoid"});
     ok &= choice.has_value();
@@ -779,6 +785,8 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "window",
                                                   "full_every",
                                                   "post_norm",
+                                                  "sinks",
+                                                  "router_bias",
                                                   "kv_lora_rank",
                                                   "q_lora_rank",
                                                   "rope_head_dim",
@@ -844,6 +852,12 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       ok &= value.has_value();
       config.postNorm = value.value_or(false);
       config.postNormLoc = field->keyLoc;
+    }
+    if (const ast::Field *field = fields.lookup("sinks")) {
+      std::optional<bool> value = getBool(field->value, "sinks");
+      ok &= value.has_value();
+      config.sinks = value.value_or(false);
+      config.sinksLoc = field->keyLoc;
     }
     if (const ast::Field *field = fields.lookup("qk_norm")) {
       std::optional<bool> value = getBool(field->value, "qk_norm");

@@ -159,6 +159,8 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
   const MoeConfig &moe = config.moe;
   auto addMoe = [&](const std::string &prefix, int layer) {
     builder.add(prefix + ".router.weight", {moe.experts, h}, TensorSplit::Replicated, layer);
+    if (moe.routerBias)
+      builder.add(prefix + ".router.bias", {moe.experts}, TensorSplit::Replicated, layer);
     addMlp(prefix + ".experts", moe.expertFfn > 0 ? moe.expertFfn : ffn, moe.experts, layer, true);
     if (moe.sharedExperts > 0)
       addMlp(prefix + ".shared",
@@ -183,6 +185,9 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
         builder.add(prefix + ".attn.k_norm.weight", {headDim}, TensorSplit::Replicated, layer);
       }
     }
+    // Attention sinks: one logit per head, split with the heads.
+    if (config.sinks)
+      builder.add(prefix + ".attn.sinks", {config.heads}, TensorSplit::Column, layer);
     builder.add(prefix + ".attn.proj.weight", {h, queryWidth}, TensorSplit::Row, layer);
     if (config.bias)
       builder.add(prefix + ".attn.proj.bias", {h}, TensorSplit::Replicated, layer);

@@ -213,6 +213,8 @@ void IRPrinter::print(const Model &model) {
              << ", v_head_dim = " << config.getValueHeadDim() << '\n';
     if (config.postNorm)
       line() << "post_norm = true\n";
+    if (config.sinks)
+      line() << "sinks = true\n";
     if (config.window > 0) {
       line() << "window = " << config.window;
       if (config.fullEvery > 0)
@@ -230,6 +232,8 @@ void IRPrinter::print(const Model &model) {
              << (moe.capacityFactor ? formatNumber(*moe.capacityFactor) : "dropless")
              << ", aux_loss = " << formatNumber(moe.auxLoss)
              << ", imbalance = " << formatNumber(moe.imbalance) << '\n';
+      if (moe.routerBias)
+        line() << "router_bias = true\n";
     }
   } else {
     const MlpConfig &config = model.mlp;

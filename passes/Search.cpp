@@ -2908,6 +2908,8 @@ std::string formatModel(const ir::Model &model) {
     os << "  full_every = " << config.fullEvery << ";\n";
   if (config.postNorm)
     os << "  post_norm = true;\n";
+  if (config.sinks)
+    os << "  sinks = true;\n";
   if (config.isLatentAttention()) {
     os << "  kv_lora_rank = " << config.kvLoraRank << "; rope_head_dim = " << config.ropeHeadDim
        << "; v_head_dim = " << config.getValueHeadDim() << ";\n";
@@ -2925,6 +2927,8 @@ std::string formatModel(const ir::Model &model) {
     os << "  dense_layers = " << moe.denseLayers << "; moe_every = " << moe.every
        << "; router = " << ir::toString(moe.router)
        << fmt::format("; aux_loss = {};\n", moe.auxLoss);
+    if (moe.routerBias)
+      os << "  router_bias = true;\n";
     if (moe.capacityFactor)
       os << fmt::format("  capacity_factor = {};\n", *moe.capacityFactor);
     else

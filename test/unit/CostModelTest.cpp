@@ -1955,3 +1955,29 @@ TEST(CostModelTest, LatentAttentionKeepsItsLatentsAndWiderHeads) {
   EXPECT_FALSE(getOpRecomputeObstacle(model).empty());
   EXPECT_FALSE(getEagerObstacle(model, ir::ActivationMode::Keep, ir::Precision::MixedBF16).empty());
 }
+
+TEST(CostModelTest, SinksAndRouterBiasAreParametersOnly) {
+  // Attention sinks (one learned logit per head, gpt-oss) add `heads` parameters a layer, split
+  // with the heads over the tensor axes, and a router bias one per expert a MoE layer; neither
+  // changes a pass's products, FLOPs or kept activations (the sink is one more logit in each
+  // softmax row of thousands).
+  ir::Model plain = llama8bLayer();
+  plain.transformer.moe.experts = 8;
+  plain.transformer.moe.topK = 2;
+  plain.transformer.moe.expertFfn = 14336;
+  plain.tensors = ir::buildTransformerTensors(plain.transformer);
+  ir::Model sinks = plain;
+  sinks.transformer.sinks = true;
+  sinks.transformer.moe.routerBias = true;
+  sinks.tensors = ir::buildTransformerTensors(sinks.transformer);
+  EXPECT_EQ(sinks.getTensorParams() - plain.getTensorParams(), 32 + 8);
+  Layout layout;
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward}) {
+    Work a = getUnitWork(plain, UnitKind::Layer, 0, pass, layout);
+    Work b = getUnitWork(sinks, UnitKind::Layer, 0, pass, layout);
+    EXPECT_EQ(a.getFlops(), b.getFlops());
+    EXPECT_EQ(a.getMemoryBytes(), b.getMemoryBytes());
+  }
+  EXPECT_EQ(getLayerActivationBytes(plain.transformer, layout, nullptr, true),
+            getLayerActivationBytes(sinks.transformer, layout, nullptr, true));
+}

@@ -1404,7 +1404,6 @@ run mla_query { model = mla_q; cluster = h100_32; strategy = zero3(dp = 32);
   ASSERT_TRUE(compiled->program) << compiled->messages;
   for (const char *name : {"mla", "mla_query"}) {
     const ir::Run &run = runOf(*compiled, name);
-    checkAgreement(run, *run.cluster, 400, 17,
-                   {ir::Precision::MixedBF16, ir::Precision::MixedFP8});
+    checkAgreement(run, *run.cluster, 400, 17, {ir::Precision::MixedBF16, ir::Precision::MixedFP8});
   }
 }

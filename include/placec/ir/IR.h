@@ -96,6 +96,9 @@ struct MoeConfig {
   int64_t every = 1;           ///< Every k-th layer after the dense ones is an MoE layer.
   int64_t denseLayers = 0;     ///< The first n layers are dense.
   RouterKind router = RouterKind::Softmax;
+  /// `router_bias = true`: the router's scores have a bias per expert (gpt-oss; Megatron-Core's
+  /// router under --add-bias-linear).
+  bool routerBias = false;
   /// Expert capacity as a multiple of the tokens an expert gets under even routing; nullopt:
   /// dropless routing.
   std::optional<double> capacityFactor;
@@ -180,6 +183,12 @@ struct TransformerConfig {
   bool postNorm = false;
   /// Where `post_norm` is written (invalid when it is not).
   llvm::SMLoc postNormLoc;
+  /// `sinks = true`: a learned logit per head in each row of the attention's softmax, attended by
+  /// no value (gpt-oss; OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card"; Xiao et al. 2023,
+  /// "Efficient Streaming Language Models with Attention Sinks"): `heads` parameters a layer.
+  bool sinks = false;
+  /// Where `sinks` is written (invalid when it is not).
+  llvm::SMLoc sinksLoc;
   /// Multi-head latent attention (DeepSeek-AI 2024, "DeepSeek-V2", §2.1; DeepSeek-V3) when
   /// `kvLoraRank` > 0: the keys and values of every head come up from one latent of
   /// `kv_lora_rank` per token (a down-projection, an RMSNorm, an up-projection to the heads), the
