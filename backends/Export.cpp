@@ -691,6 +691,18 @@ private:
         flag("--decoder-last-pipeline-num-layers", Twine(strategy.pipeline->lastStageLayers));
     }
     if (view.contextDegree > 1) {
+      // Transformer Engine's context-parallel attention (its tests/pytorch/attention/
+      // test_attention_with_cp.py): keys and values of another width than the queries' (latent
+      // attention) only around a ring, a learnable softmax (sinks) only all-to-all.
+      const ir::TransformerConfig &config = model.transformer;
+      if (config.isLatentAttention() && strategy.contextMethod != ir::ContextMethod::Ring)
+        refuse("context = " + ir::toString(strategy.contextMethod) +
+               " with multi-head latent attention: Transformer Engine passes keys and values of "
+               "another width than the queries' around a ring only (write context = ring)");
+      if (config.sinks && strategy.contextMethod != ir::ContextMethod::AllToAll)
+        refuse("context = " + ir::toString(strategy.contextMethod) +
+               " with sinks = true: Transformer Engine's learnable softmax runs under context "
+               "parallelism all-to-all only (write context = all_to_all)");
       flag("--context-parallel-size", Twine(view.contextDegree));
       flag("--cp-comm-type", strategy.contextMethod == ir::ContextMethod::Ring        ? "p2p"
                              : strategy.contextMethod == ir::ContextMethod::AllGather ? "all_gather"
