@@ -1951,6 +1951,21 @@ TEST(CostModelTest, LatentAttentionKeepsItsLatentsAndWiderHeads) {
   layout.activations = ir::ActivationMode::RecomputeSelective;
   double selective = kept - 2 * T * (2 * h + 1536 + 512 + f);
   EXPECT_NEAR(getLayerActivationBytes(model.transformer, layout), selective, 1e-9 * kept);
+  // Under tensor parallelism over t = 4 with sequence parallelism, what sits outside the
+  // tensor-parallel region (the stream's norms' inputs and outputs, the latents and their norms'
+  // outputs, computed on each rank's own tokens) is split by the sequence, the heads' tensors by
+  // the heads: everything by 4 but the log-sum-exp's heads too.
+  layout.activations = ir::ActivationMode::Keep;
+  layout.tensor = 4;
+  layout.sequenceParallel = true;
+  EXPECT_NEAR(getLayerActivationBytes(model.transformer, layout), kept / 4, 1e-9 * kept);
+  // sp_inputs = keep: the products' inputs kept gathered, the latents' norms' outputs among them
+  // (2 bytes each), the rest as before.
+  layout.sequenceParallelInputs = ir::SequenceParallelInputs::Keep;
+  double gathered = 2 * T * (2 * h + 1536 + 512);
+  EXPECT_NEAR(getLayerActivationBytes(model.transformer, layout),
+              kept / 4 + gathered * (1 - 1.0 / 4), 1e-9 * kept);
+  layout = Layout();
   // recompute(op) and eager kernels are defined for multi-head and grouped-query attention.
   EXPECT_FALSE(getOpRecomputeObstacle(model).empty());
   EXPECT_FALSE(getEagerObstacle(model, ir::ActivationMode::Keep, ir::Precision::MixedBF16).empty());
