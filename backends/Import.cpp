@@ -762,6 +762,10 @@ const UntranslatedFlag kUntranslatedMegatronFlags[] = {
      "--fp8-format e4m3 or hybrid",
      true},
     {"--pipeline-model-parallel-layout", nullptr, "a custom pipeline layout"},
+    {"--mtp-num-layers", "0",
+     "multi-token prediction layers (DeepSeek-V3's: a transformer layer and a second pass "
+     "through the output layer each, beside the model), which have no Place equivalent",
+     true},
     {"--recompute-modules", "core_attn",
      "selective recomputation of other modules than the core attention (layernorm, mlp, moe, "
      "moe_act, ...)",
