@@ -884,7 +884,8 @@ private:
       flag("--softmax-type", "learnable");
     if (model.isMoe()) {
       const ir::MoeConfig &moe = config.moe;
-      // Megatron-Core's router has a bias exactly when its linears do (--add-bias-linear).
+      // Megatron-Core's router has a bias exactly when its linears do (--add-bias-linear:
+      // megatron/core/transformer/moe/router.py, Router.__init__).
       if (moe.routerBias != config.bias)
         refuse(moe.routerBias ? "router_bias = true with bias = " + config.getBiasText() +
                                     ": Megatron-Core's router has a bias only with its linears' "
