@@ -785,9 +785,10 @@ constexpr StringRef kMegatronAttentionModelFlags[] = {"--kv-channels",
                                                       "--qk-head-dim",
                                                       "--qk-pos-emb-head-dim",
                                                       "--v-head-dim"};
-/// Megatron-LM's widths of multi-head latent attention besides --q-lora-rank, which the import
-/// needs written with --multi-latent-attention rather than assume its defaults.
-constexpr StringRef kMegatronLatentFlags[] = {"--kv-lora-rank", "--qk-head-dim",
+/// Megatron-LM's widths of multi-head latent attention; all but the first (--q-lora-rank, none
+/// without a query latent) the import needs written with --multi-latent-attention rather than
+/// assume its defaults.
+constexpr StringRef kMegatronLatentFlags[] = {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
                                               "--qk-pos-emb-head-dim", "--v-head-dim"};
 
 /// Megatron-LM flags that describe a mixture-of-experts model (errors with a model named by
@@ -1254,7 +1255,7 @@ private:
         // head_dim; --qk-layernorm gives the latents their norms, which Place's latent attention
         // always has.
         std::vector<StringRef> missing;
-        for (StringRef flag : kMegatronLatentFlags)
+        for (StringRef flag : ArrayRef(kMegatronLatentFlags).drop_front())
           if (!has(flag))
             missing.push_back(flag);
         if (!missing.empty())
@@ -1273,8 +1274,7 @@ private:
         m << "  rope_head_dim = " << getInt("--qk-pos-emb-head-dim").value_or(0) << ";\n";
         m << "  v_head_dim = " << getInt("--v-head-dim").value_or(0) << ";\n";
       } else {
-        for (StringRef flag : {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
-                               "--qk-pos-emb-head-dim", "--v-head-dim"})
+        for (StringRef flag : kMegatronLatentFlags)
           if (has(flag))
             diags.error(locOf(flag), flag + " describes multi-head latent attention; add "
                                             "--multi-latent-attention or drop the flag");

@@ -657,25 +657,11 @@ private:
           else
             dense = int64_t(list->size());
         }
-        if (!getBool("norm_topk_prob").value_or(false))
-          refuse(root->get("norm_topk_prob") ? "norm_topk_prob" : "model_type",
-                 "Place's router renormalizes the top-k probabilities (norm_topk_prob = true); "
-                 "without it the combine weights differ");
+        requireNormalizedTopK();
       }
-      double auxLoss = 0.001; // MixtralConfig's and Qwen3MoeConfig's default.
-      if (const json::Value *value = root->get("router_aux_loss_coef")) {
-        std::optional<double> number = value->getAsNumber();
-        if (!number || *number < 0 || *number > 1)
-          diags.error(locOf("router_aux_loss_coef"),
-                      "'router_aux_loss_coef' must be a number from 0 to 1, not " +
-                          quoted("router_aux_loss_coef"));
-        else
-          auxLoss = *number;
-      }
-      if (experts && topK && *topK > *experts)
-        refuse("num_experts_per_tok", "it exceeds the " + Twine(*experts) + " experts");
-      if (experts && *experts < 2)
-        refuse(expertsKey, "a mixture of experts has at least 2");
+      // MixtralConfig's and Qwen3MoeConfig's default.
+      double auxLoss = getAuxLoss("router_aux_loss_coef", 0.001);
+      checkExperts(expertsKey, experts, topK);
       if (experts && topK && expertFfn) {
         raw_string_ostream e(moeText);
         e << "  experts = " << *experts << ";\n  top_k = " << *topK << ";\n";
@@ -747,6 +733,37 @@ private:
     return out;
   }
 
+  /// Place's router renormalizes the top-k probabilities: an error unless norm_topk_prob is true.
+  void requireNormalizedTopK() {
+    if (!getBool("norm_topk_prob").value_or(false))
+      refuse(root->get("norm_topk_prob") ? "norm_topk_prob" : "model_type",
+             "Place's router renormalizes the top-k probabilities (norm_topk_prob = true); "
+             "without it the combine weights differ");
+  }
+
+  /// The load-balancing loss coefficient at `key` (0 to 1), or `fallback` when it is absent.
+  double getAuxLoss(StringRef key, double fallback) {
+    const json::Value *value = root->get(key);
+    if (!value)
+      return fallback;
+    std::optional<double> number = value->getAsNumber();
+    if (!number || *number < 0 || *number > 1) {
+      diags.error(locOf(key), "'" + key + "' must be a number from 0 to 1, not " + quoted(key));
+      return fallback;
+    }
+    return *number;
+  }
+
+  /// A mixture of experts has at least 2 experts (at `expertsKey`), and routes each token to no
+  /// more of them than it has.
+  void checkExperts(StringRef expertsKey, std::optional<int64_t> experts,
+                    std::optional<int64_t> topK) {
+    if (experts && topK && *topK > *experts)
+      refuse("num_experts_per_tok", "it exceeds the " + Twine(*experts) + " experts");
+    if (experts && *experts < 2)
+      refuse(expertsKey, "a mixture of experts has at least 2");
+  }
+
   /// A whole number from 0 to `max` at `key`, or `fallback` when it is absent or null.
   std::optional<int64_t> getCount(StringRef key, int64_t fallback, int64_t max) {
     const json::Value *value = root->get(key);
@@ -780,23 +797,9 @@ private:
     StringRef scoring = getString("scoring_func").value_or("softmax");
     if (scoring != "softmax" && scoring != "sigmoid")
       refuse("scoring_func", "Place's router is a softmax or a sigmoid");
-    if (!getBool("norm_topk_prob").value_or(false))
-      refuse(root->get("norm_topk_prob") ? "norm_topk_prob" : "model_type",
-             "Place's router renormalizes the top-k probabilities (norm_topk_prob = true); "
-             "without it the combine weights differ");
-    double auxLoss = 0;
-    if (const json::Value *value = root->get("aux_loss_alpha")) {
-      std::optional<double> number = value->getAsNumber();
-      if (!number || *number < 0 || *number > 1)
-        diags.error(locOf("aux_loss_alpha"), "'aux_loss_alpha' must be a number from 0 to 1, not " +
-                                                 quoted("aux_loss_alpha"));
-      else
-        auxLoss = *number;
-    }
-    if (experts && topK && *topK > *experts)
-      refuse("num_experts_per_tok", "it exceeds the " + Twine(*experts) + " experts");
-    if (experts && *experts < 2)
-      refuse("n_routed_experts", "a mixture of experts has at least 2");
+    requireNormalizedTopK();
+    double auxLoss = getAuxLoss("aux_loss_alpha", 0);
+    checkExperts("n_routed_experts", experts, topK);
     std::string out;
     if (!experts || !topK || !expertFfn || !shared || !dense)
       return out;
