@@ -176,6 +176,10 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
     if (config.postNorm)
       refuse(config.postNormLoc.isValid() ? config.postNormLoc : model.loc, "post_norm = true",
              "the trainer's layers have two norms, before the attention and the MLP");
+    if (config.mtpLayers > 0)
+      refuse(config.mtpLayersLoc.isValid() ? config.mtpLayersLoc : model.loc,
+             "mtp_layers = " + Twine(config.mtpLayers),
+             "the trainer predicts the next token only, with no multi-token prediction modules");
     if (config.isWindowed())
       refuse(config.windowLoc.isValid() ? config.windowLoc : model.loc,
              "window = " + Twine(config.window) + " < seq = " + Twine(config.seq),

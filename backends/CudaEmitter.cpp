@@ -173,6 +173,10 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
   if (config.postNorm)
     refuse(config.postNormLoc.isValid() ? config.postNormLoc : model.loc, "post_norm = true",
            "the GPU trainer's layers have two norms, before the attention and the MLP");
+  if (config.mtpLayers > 0)
+    refuse(config.mtpLayersLoc.isValid() ? config.mtpLayersLoc : model.loc,
+           "mtp_layers = " + Twine(config.mtpLayers),
+           "the GPU trainer predicts the next token only, with no multi-token prediction modules");
   if (config.isWindowed())
     refuse(config.windowLoc.isValid() ? config.windowLoc : model.loc,
            "window = " + Twine(config.window) + " < seq = " + Twine(config.seq),

@@ -804,6 +804,10 @@ private:
     }
     const ir::TransformerConfig &config = model.transformer;
     flag("--num-layers", Twine(config.layers));
+    // Multi-token prediction modules (Megatron-Core's MultiTokenPredictionBlock, on the last
+    // pipeline stage, each layer of the decoder's last layer spec).
+    if (config.mtpLayers > 0)
+      flag("--mtp-num-layers", Twine(config.mtpLayers));
     flag("--hidden-size", Twine(config.hidden));
     flag("--num-attention-heads", Twine(config.heads));
     flag("--ffn-hidden-size", Twine(config.ffn ? config.ffn : 4 * config.hidden));
@@ -958,6 +962,9 @@ private:
                "optimizer sharded)");
       }
     }
+    if (run.model->kind == ir::ModelKind::Transformer && run.model->transformer.mtpLayers > 0)
+      refuse("mtp_layers = " + Twine(run.model->transformer.mtpLayers) +
+             ": torchtitan's trainer has no multi-token prediction modules");
     if (strategy.asyncTensorParallel == ir::AsyncTensorParallel::All && view.tensorDegree > 1)
       refuse("async_tp = true: torchtitan's asynchronous tensor parallelism overlaps only the "
              "forward computation's collectives; its compiler pass fuses a collective with a "

@@ -742,6 +742,7 @@ constexpr const char *kMegatronFlags[] = {
     "--moe-router-load-balancing-type=",
     "--overlap-moe-expert-parallel-comm",
     "--delay-wgrad-compute",
+    "--mtp-num-layers=",
 };
 
 /// Megatron-LM flags that change the model or the placement in ways `placec import` does not
@@ -762,10 +763,6 @@ const UntranslatedFlag kUntranslatedMegatronFlags[] = {
      "--fp8-format e4m3 or hybrid",
      true},
     {"--pipeline-model-parallel-layout", nullptr, "a custom pipeline layout"},
-    {"--mtp-num-layers", "0",
-     "multi-token prediction layers (DeepSeek-V3's: a transformer layer and a second pass "
-     "through the output layer each, beside the model), which have no Place equivalent",
-     true},
     {"--recompute-modules", "core_attn",
      "selective recomputation of other modules than the core attention (layernorm, mlp, moe, "
      "moe_act, ...)",
@@ -785,6 +782,9 @@ constexpr StringRef kMegatronAttentionModelFlags[] = {"--kv-channels",
                                                       "--qk-head-dim",
                                                       "--qk-pos-emb-head-dim",
                                                       "--v-head-dim"};
+/// Megatron-LM flags that describe other parts of the model (errors with a model named by
+/// --model, whose declaration says it): the multi-token prediction modules.
+constexpr StringRef kMegatronOtherModelFlags[] = {"--mtp-num-layers"};
 /// Megatron-LM's widths of multi-head latent attention; all but the first (--q-lora-rank, none
 /// without a query latent) the import needs written with --multi-latent-attention rather than
 /// assume its defaults.
@@ -1308,15 +1308,20 @@ private:
       if (attention != "flash")
         m << "  attention = " << attention << ";\n";
       m << moeModelText(ffn.value_or(4 * *hidden), *layers);
+      // Multi-token prediction (Megatron-Core's --mtp-num-layers; 0, as written, is none).
+      if (getString("--mtp-num-layers", "0") != "0")
+        if (std::optional<int64_t> mtp = getInt("--mtp-num-layers"))
+          m << "  mtp_layers = " << *mtp << ";\n";
       m << "}\n";
       modelText = body;
     }
 
     if (!options.modelName.empty())
       for (ArrayRef<StringRef> flags : {ArrayRef<StringRef>(kMegatronAttentionModelFlags),
-                                        ArrayRef<StringRef>(kMegatronMoeModelFlags)})
+                                        ArrayRef<StringRef>(kMegatronMoeModelFlags),
+                                        ArrayRef<StringRef>(kMegatronOtherModelFlags)})
         for (StringRef flag : flags)
-          if (has(flag))
+          if (has(flag) && !(flag == "--mtp-num-layers" && getString(flag, "0") == "0"))
             diags.error(locOf(flag),
                         flag +
                             " describes the model, but the model is named with "

@@ -470,20 +470,27 @@ private:
       std::optional<int64_t> qRank = getInt("q_lora_rank", false, 1 << 20);
       std::optional<int64_t> rope = getInt("qk_rope_head_dim", true, 1 << 16);
       std::optional<int64_t> value = getInt("v_head_dim", true, 1 << 16);
-      // Multi-token prediction (DeepSeek-V3 §2.2): modules after the last layer that
-      // transformers' DeepseekV3ForCausalLM does not build and Place does not describe.
-      if (std::optional<int64_t> mtp = root->getInteger("num_nextn_predict_layers");
-          mtp && *mtp != 0)
-        refuse("num_nextn_predict_layers",
-               "multi-token prediction modules (a transformer layer and a projection each, "
-               "trained beside the model) have no Place equivalent; set it to 0 to import the "
-               "model without them, as transformers' DeepseekV3ForCausalLM builds it");
+      // Multi-token prediction (DeepSeek-V3 §2.2): the modules after the last layer that the
+      // checkpoint holds (DeepSeek-V3's layer 61) and training runs, which transformers'
+      // DeepseekV3ForCausalLM leaves out for inference; Place's mtp_layers.
+      int64_t mtp = 0;
+      if (root->get("num_nextn_predict_layers")) {
+        std::optional<int64_t> value = root->getInteger("num_nextn_predict_layers");
+        if (!value || *value < 0 || *value > ir::kMaxLayers)
+          refuse("num_nextn_predict_layers", "it must be a whole number from 0 to " +
+                                                 Twine(ir::kMaxLayers) +
+                                                 " (the multi-token prediction modules)");
+        else
+          mtp = *value;
+      }
       if (kvRank && rope && value) {
         raw_string_ostream l(latentText);
         if (qRank)
           l << "  q_lora_rank = " << *qRank << ";\n";
         l << "  kv_lora_rank = " << *kvRank << ";\n  rope_head_dim = " << *rope
           << ";\n  v_head_dim = " << *value << ";\n";
+        if (mtp > 0)
+          l << "  mtp_layers = " << mtp << ";\n";
       }
     } else if (headDim > 0 && headDim * *heads == *hidden) {
       headDim = 0;

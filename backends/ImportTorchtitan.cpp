@@ -141,7 +141,7 @@ const char *detail::findTorchtitanFlavor(const ir::TransformerConfig &config) {
         !config.bias && !config.qkvBias && config.positions == ir::PositionKind::Rope &&
         !config.tiedEmbeddings && !config.moe.isEnabled() && config.headDim == 0 &&
         !config.qkNorm && !config.isWindowed() && !config.postNorm && !config.isLatentAttention() &&
-        !config.sinks)
+        !config.sinks && config.mtpLayers == 0)
       return flavor.name;
   return nullptr;
 }

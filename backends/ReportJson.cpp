@@ -120,6 +120,7 @@ void JsonWriter::writeModel(const ir::Model &model) {
   if (model.kind == ir::ModelKind::Transformer) {
     const ir::TransformerConfig &config = model.transformer;
     out.attribute("layers", config.layers);
+    out.attribute("mtp_layers", config.mtpLayers);
     out.attribute("hidden", config.hidden);
     out.attribute("heads", config.heads);
     out.attribute("seq", config.seq);

@@ -393,6 +393,9 @@ std::string describeModel(const ir::Model &model) {
     text += fmt::format(", {} layers", model.mlp.layers);
   else
     text += ", abstract";
+  if (model.kind == ir::ModelKind::Transformer && model.transformer.mtpLayers > 0)
+    text += fmt::format(", {} multi-token prediction module{}", model.transformer.mtpLayers,
+                        model.transformer.mtpLayers > 1 ? "s" : "");
   if (model.kind == ir::ModelKind::Transformer &&
       model.transformer.projections == ir::Projections::Separate)
     text += ", separate projections";

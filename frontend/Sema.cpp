@@ -790,7 +790,8 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "kv_lora_rank",
                                                   "q_lora_rank",
                                                   "rope_head_dim",
-                                                  "v_head_dim"};
+                                                  "v_head_dim",
+                                                  "mtp_layers"};
     auto fields = collectFields(decl, "a transformer", keys);
     ok &= requireFields(decl, "transformer", fields, {"layers", "hidden", "heads", "seq", "vocab"});
     ir::TransformerConfig &config = model->transformer;
@@ -811,6 +812,13 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
     count("kv_heads", config.kvHeads, 1 << 20);
     count("head_dim", config.headDim, 1 << 16);
     count("window", config.window, 1 << 30);
+    // Multi-token prediction modules: 0 (none, the default) or more.
+    if (const ast::Field *field = fields.lookup("mtp_layers")) {
+      std::optional<int64_t> value = getCount(field->value, "mtp_layers", 0, ir::kMaxLayers);
+      ok &= value.has_value();
+      config.mtpLayers = value.value_or(0);
+      config.mtpLayersLoc = field->keyLoc;
+    }
     if (const ast::Field *field = fields.lookup("window"))
       config.windowLoc = field->keyLoc;
     if (const ast::Field *field = fields.lookup("full_every")) {
@@ -957,7 +965,9 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                       "number of query heads");
       return;
     }
-    double h = config.hidden, l = config.layers, f = config.ffn;
+    // The multi-token prediction modules are layers of the last layer's kind, each with a
+    // projection of 2·h² (bounded with the layers').
+    double h = config.hidden, l = static_cast<double>(config.getNumBlocks()), f = config.ffn;
     // Attention projections wider than h with head_dim; latent attention's up-projections and
     // rotary parts are bounded by their widest head times the heads.
     double attentionWidth =
@@ -969,13 +979,15 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
           static_cast<double>(config.qLoraRank) + config.kvLoraRank + config.ropeHeadDim;
     // MoE layers hold every routed and shared expert's MLP in place of the dense one.
     const ir::MoeConfig &moe = config.moe;
-    double moeLayers = static_cast<double>(moe.getNumMoeLayers(config.layers));
+    double moeLayers = static_cast<double>(moe.getNumMoeLayers(config.layers)) +
+                       (config.isMoeBlock(config.layers) ? config.mtpLayers : 0);
     double mlpWidth = (l - moeLayers) * f +
                       moeLayers * (static_cast<double>(moe.experts) * moe.expertFfn +
                                    static_cast<double>(moe.sharedExperts) * moe.sharedExpertFfn);
     double estimate = l * (4 * h * std::max(h, attentionWidth) + 16 * h) + mlpWidth * (3 * h + 3) +
                       moeLayers * static_cast<double>(moe.experts) * 2 * h +
-                      (2.0 * config.vocab + config.seq + 2) * h;
+                      (2.0 * config.vocab + config.seq + 2) * h +
+                      static_cast<double>(config.mtpLayers) * 2 * h * h;
     // Latent attention's up-projections read their latents, not h.
     if (config.isLatentAttention())
       estimate += l * (static_cast<double>(config.qLoraRank) + config.kvLoraRank) * attentionWidth;

@@ -76,7 +76,8 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
   const int64_t qkvRows = saturatingAdd(queryWidth, saturatingMul(2, kvWidth));
   const bool layerNorm = config.norm == NormKind::LayerNorm;
   const int64_t numLayers = std::max<int64_t>(config.layers, 0);
-  const int headLayer = toLayerIndex(numLayers);
+  const int headLayer =
+      toLayerIndex(saturatingAdd(numLayers, std::max<int64_t>(config.mtpLayers, 0)));
 
   // Embeddings, before the first layer.
   builder.add("embed.tokens", {vocab, h}, TensorSplit::Vocabulary, -1);
@@ -170,9 +171,8 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
              0, layer, false);
   };
 
-  for (int64_t l = 0; l < numLayers; ++l) {
-    const int layer = toLayerIndex(l);
-    const std::string prefix = (Twine("layers.") + Twine(l)).str();
+  // One transformer block's tensors under `prefix`, at block index `layer`.
+  auto addLayer = [&](const std::string &prefix, int layer) {
     addNorm(prefix + ".ln1", layer);
     if (config.isLatentAttention()) {
       addLatentAttention(prefix + ".attn", layer);
@@ -194,15 +194,30 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
     if (config.postNorm)
       addNorm(prefix + ".attn_post_norm", layer);
     addNorm(prefix + ".ln2", layer);
-    if (config.moe.isMoeLayer(l))
+    if (config.isMoeBlock(layer))
       addMoe(prefix + ".moe", layer);
     else
       addMlp(prefix + ".mlp", ffn, 0, layer, false);
     if (config.postNorm)
       addNorm(prefix + ".mlp_post_norm", layer);
+  };
+  for (int64_t l = 0; l < numLayers; ++l)
+    addLayer((Twine("layers.") + Twine(l)).str(), toLayerIndex(l));
+
+  // Multi-token prediction modules (DeepSeek-V3 §2.2, as Megatron-Core's
+  // MultiTokenPredictionLayer builds them: enorm, hnorm, eh_proj column-parallel from 2·h to h
+  // without a bias, the transformer layer, final_layernorm), blocks L … L + n − 1.
+  for (int64_t k = 0; k < std::max<int64_t>(config.mtpLayers, 0); ++k) {
+    const int layer = toLayerIndex(saturatingAdd(numLayers, k));
+    const std::string prefix = (Twine("mtp.") + Twine(k)).str();
+    addNorm(prefix + ".enorm", layer);
+    addNorm(prefix + ".hnorm", layer);
+    builder.add(prefix + ".eh_proj.weight", {h, saturatingMul(2, h)}, TensorSplit::Column, layer);
+    addLayer(prefix, layer);
+    addNorm(prefix + ".final_norm", layer);
   }
 
-  // The head, after the last layer.
+  // The head, after the last layer and the multi-token prediction modules.
   addNorm("final_norm", headLayer);
   if (!config.tiedEmbeddings)
     builder.add("output.weight", {vocab, h}, TensorSplit::Vocabulary, headLayer);
@@ -267,9 +282,19 @@ int64_t Model::getEmbeddingParams() const {
   return sumParams(tensors, [](const Tensor &t) { return t.layer < 0; });
 }
 
+int64_t Model::getHeadLayer() const {
+  return kind == ModelKind::Transformer ? transformer.getNumBlocks() : getNumLayers();
+}
+
 int64_t Model::getHeadParams() const {
-  int64_t numLayers = getNumLayers();
-  return sumParams(tensors, [&](const Tensor &t) { return t.layer >= numLayers; });
+  int64_t head = getHeadLayer();
+  return sumParams(tensors, [&](const Tensor &t) { return t.layer >= head; });
+}
+
+int64_t Model::getMtpParams() const {
+  if (kind != ModelKind::Transformer)
+    return 0;
+  return sumParams(tensors, [&](const Tensor &t) { return transformer.isMtpBlock(t.layer); });
 }
 
 int64_t Model::getParamsWithSplit(TensorSplit split) const {

@@ -235,6 +235,8 @@ void IRPrinter::print(const Model &model) {
       if (moe.routerBias)
         line() << "router_bias = true\n";
     }
+    if (config.mtpLayers > 0)
+      line() << "mtp_layers = " << config.mtpLayers << '\n';
   } else {
     const MlpConfig &config = model.mlp;
     line() << "layers = " << config.layers << '\n';
@@ -261,6 +263,8 @@ void IRPrinter::print(const Model &model) {
   line() << "layers = " << layerParams << '\n';
   line() << "embeddings = " << embeddingParams << '\n';
   line() << "head = " << model.getHeadParams() << '\n';
+  if (int64_t mtp = model.getMtpParams(); mtp > 0)
+    line() << "mtp = " << mtp << " (multi-token prediction modules)\n";
   if (model.isMoe()) {
     line() << "experts = " << model.getExpertParams() << " (routed)\n";
     line() << "active = " << model.getActiveParams() << " (per token: top_k of the routed)\n";

@@ -320,9 +320,12 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
       continue;
     bool moeLayer = unit.kind == cost::UnitKind::Layer &&
                     model.kind == ir::ModelKind::Transformer &&
-                    model.transformer.moe.isMoeLayer(unit.layer);
+                    model.transformer.isMoeBlock(unit.layer);
     if (moeLayer)
       ++x.moeLayers;
+    if (unit.kind == cost::UnitKind::Layer && model.kind == ir::ModelKind::Transformer &&
+        model.transformer.isMtpBlock(unit.layer))
+      ++x.mtpLayers;
     if (unit.kind == cost::UnitKind::Layer || unit.kind == cost::UnitKind::MlpLayer) {
       ++x.layers;
       // recompute(layers = n): the layers after the first n of their chunk keep everything.
@@ -362,6 +365,9 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
   };
   layerBytes(layout, x.moeLayers > 0, x.layerActivationBytes, x.layerActivationText,
              x.moeLayerActivationBytes, x.moeLayerActivationText);
+  if (x.mtpLayers > 0)
+    x.mtpActivationBytes = cost::getMtpActivationBytes(model.transformer, layout,
+                                                       explain ? &x.mtpActivationText : nullptr);
   if (x.keptLayers > 0) {
     cost::Layout keep = layout;
     keep.activations = ir::ActivationMode::Keep;

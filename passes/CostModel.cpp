@@ -963,6 +963,48 @@ double crossEntropyBytes(ir::CrossEntropyKind kind, double e, bool backward) {
 constexpr int64_t kMoeLayerClass = 1;
 /// A layer of full attention among sliding-window ones (`full_every`).
 constexpr int64_t kFullAttentionLayerClass = 2;
+/// A multi-token prediction module (`mtp_layers`): a layer of its kind with the module's own work.
+constexpr int64_t kMtpLayerClass = 4;
+
+/// A multi-token prediction module's projection (Megatron-Core's MultiTokenPredictionLayer,
+/// megatron/core/transformer/multi_token_prediction.py: eh_proj, column-parallel from the
+/// concatenated 2·h to h over every token of the tensor-parallel group, in FP8 under mixed(fp8)
+/// like the layer's products).
+Gemm mtpProjection(const TransformerDims &x) {
+  Gemm projection{"mtp projection", x.tokens, x.h / x.t, 2 * x.h};
+  projection.fp8 = x.fp8;
+  projection.mx = x.fp8 && x.mx;
+  return projection;
+}
+
+/// A multi-token prediction module's work besides its transformer layer (DeepSeek-AI 2024,
+/// "DeepSeek-V3", §2.2, as Megatron-Core runs it): the embedding lookup of the shifted tokens on
+/// the module's stage, the norms of the embedding (enorm) and of the previous depth's hidden state
+/// (hnorm), their concatenation (torch.cat: both read, 2·h written per token), the projection, and
+/// the norm of the layer's output (final_layernorm); backward, the projection's products, the
+/// three norms' backward and the embedding's gradient (the concatenation's backward is two views).
+/// The output layer and the loss over the module's output are the head's. Recomputed with the
+/// layer under full recomputation (Megatron-Core checkpoints the module whole); the other modes
+/// keep the module's own tensors (getMtpActivationBytes).
+void addMtpWork(const TransformerDims &x, PassKind pass, Work &work) {
+  std::vector<Gemm> products = {mtpProjection(x)};
+  if (pass == PassKind::Forward || pass == PassKind::RecomputeFull) {
+    work.memory.push_back({"mtp embedding lookup", 2 * x.tokens * x.h * x.stream});
+    work.memory.push_back(
+        {"mtp norms (enorm, hnorm, final norm)", 3 * x.outside() * normBytesPerElement(x, false)});
+    work.memory.push_back({"mtp concatenation", 2 * 2 * x.outside() * x.e});
+    work.gemms.push_back(products.front());
+    addFp8Casts(x, products, /*backward=*/false, work);
+    addWeightCasts(x, products, /*backward=*/false, work);
+  } else if (pass == PassKind::Backward) {
+    addBackwardProducts(products, work.gemms);
+    addFp8Casts(x, products, /*backward=*/true, work);
+    addWeightCasts(x, products, /*backward=*/true, work);
+    work.memory.push_back({"mtp norms backward (enorm, hnorm, final norm)",
+                           3 * x.outside() * normBytesPerElement(x, true)});
+    work.memory.push_back({"mtp embedding gradient", 3 * x.tokens * x.h * x.stream});
+  }
+}
 
 /// A transformer unit's work; a layer's by its class (getUnitWorkClass).
 Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKind pass,
@@ -986,22 +1028,44 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     Gemm logits{"logits", x.tokens, x.vocab / x.t, x.h};
     logits.tensorSlot = kSlotQkv; // Beside the all-gather of the final norm's output.
     double logitCount = x.tokens * x.vocab / x.t;
+    // Multi-token prediction: the output layer and the loss once more over each module's output
+    // (Megatron-Core's GPTModel applies its output layer to the main and every module's hidden
+    // states; DeepSeek-V3 §2.2, the shared output head).
+    double depths = 1 + static_cast<double>(config.mtpLayers);
+    std::string times =
+        config.mtpLayers > 0
+            ? fmt::format(" × {} (the model's loss and its {} multi-token "
+                          "prediction module{})",
+                          num(depths), config.mtpLayers, config.mtpLayers > 1 ? "s'" : "'s")
+            : std::string();
     if (x.fp32Params)
-      addWeightCasts(x, {logits}, backward, work);
+      for (int64_t depth = 0; depth <= config.mtpLayers; ++depth)
+        addWeightCasts(x, {logits}, backward, work);
     if (!backward) {
-      work.gemms.push_back(logits);
+      for (int64_t depth = 0; depth <= config.mtpLayers; ++depth) {
+        work.gemms.push_back(logits);
+        if (depth > 0)
+          work.gemms.back().name = "logits (multi-token prediction " + std::to_string(depth) + ")";
+      }
       work.memory.push_back({"final norm", x.outside() * normBytesPerElement(x, false)});
       if (double cast = streamCastBytes(x))
         work.memory.push_back({"final norm output cast (autocast)", x.outside() * cast});
       work.memory.push_back(
-          {"cross-entropy", logitCount * crossEntropyBytes(layout.crossEntropy, x.e, false)});
+          {"cross-entropy" + times,
+           depths * logitCount * crossEntropyBytes(layout.crossEntropy, x.e, false)});
     } else {
-      addBackwardProducts({logits}, work.gemms);
+      for (int64_t depth = 0; depth <= config.mtpLayers; ++depth) {
+        addBackwardProducts({logits}, work.gemms);
+        if (depth > 0)
+          for (size_t i = work.gemms.size() - 2; i < work.gemms.size(); ++i)
+            work.gemms[i].name += " (multi-token prediction " + std::to_string(depth) + ")";
+      }
       work.memory.push_back({"final norm backward", x.outside() * normBytesPerElement(x, true)});
       if (double cast = streamCastBytes(x))
         work.memory.push_back({"final norm gradient cast (autocast)", x.outside() * cast});
-      work.memory.push_back({"cross-entropy backward",
-                             logitCount * crossEntropyBytes(layout.crossEntropy, x.e, true)});
+      work.memory.push_back(
+          {"cross-entropy backward" + times,
+           depths * logitCount * crossEntropyBytes(layout.crossEntropy, x.e, true)});
       // `train_metrics`: after the backward, each metric is an unfused cross-entropy's forward
       // over the logits (autocast's fp32 copy, then the log-softmax), without gradient.
       if (layout.trainMetrics > 0)
@@ -1013,6 +1077,12 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     return work;
   }
   case UnitKind::Layer:
+    if (layerClass & kMtpLayerClass) {
+      // A multi-token prediction module: a layer of its kind, then the module's own work.
+      work = transformerWork(config, unit, pass, layout, layerClass & ~kMtpLayerClass);
+      addMtpWork(x, pass, work);
+      return work;
+    }
     break;
   default:
     return work;
@@ -1136,6 +1206,9 @@ std::string getOpRecomputeObstacle(const ir::Model &model) {
   if (config.isLatentAttention())
     return "it is defined over the q, k and v products, and the model has multi-head latent "
            "attention (kv_lora_rank)";
+  if (config.mtpLayers > 0)
+    return "it is torchtitan's policy over its Llama layers, and the model has multi-token "
+           "prediction modules (mtp_layers)";
   return std::string();
 }
 
@@ -1166,6 +1239,9 @@ std::string getEagerObstacle(const ir::Model &model, ir::ActivationMode mode,
   if (config.isLatentAttention())
     return "placec counts eager PyTorch for multi-head and grouped-query attention, and the model "
            "has multi-head latent attention (kv_lora_rank)";
+  if (config.mtpLayers > 0)
+    return "placec counts eager PyTorch for the reference modules of a next-token model, and the "
+           "model has multi-token prediction modules (mtp_layers)";
   if (precision == ir::Precision::MixedFP8)
     return "Float8 linears without torch.compile cast through separate kernels that placec does "
            "not count; write mixed(bf16), or kernels = fused for a compiled run";
@@ -1227,10 +1303,11 @@ int64_t getUnitWorkClass(const ir::Model &model, UnitKind unit, int64_t layer) {
     const ir::TransformerConfig &config = model.transformer;
     if (unit != UnitKind::Layer)
       return 0;
-    return (config.moe.isMoeLayer(layer) ? kMoeLayerClass : 0) |
-           (config.hasFullAttentionLayers() && !config.isWindowedLayer(layer)
+    return (config.isMoeBlock(layer) ? kMoeLayerClass : 0) |
+           (config.hasFullAttentionLayers() && !config.isWindowedBlock(layer)
                 ? kFullAttentionLayerClass
-                : 0);
+                : 0) |
+           (config.isMtpBlock(layer) ? kMtpLayerClass : 0);
   }
   if (model.kind == ir::ModelKind::Mlp && unit == UnitKind::MlpLayer)
     return layer;
@@ -1300,7 +1377,8 @@ double getModelFlops(const ir::Model &model, double globalBatch, std::string *fo
   double layers = static_cast<double>(model.transformer.layers);
   double layer = forward(UnitKind::Layer), head = forward(UnitKind::Head);
   const ir::MoeConfig &moe = model.transformer.moe;
-  if (moe.isEnabled() || model.transformer.hasFullAttentionLayers()) {
+  if (moe.isEnabled() || model.transformer.hasFullAttentionLayers() ||
+      model.transformer.mtpLayers > 0) {
     // The layers by class (dense or MoE, windowed or full attention), each class's forward once;
     // an MoE layer's experts counted at even routing (the FLOPs a token needs, whatever the
     // imbalance or the capacity padding).
@@ -1308,7 +1386,7 @@ double getModelFlops(const ir::Model &model, double globalBatch, std::string *fo
     even.moe.capacityFactor.reset();
     even.moe.imbalance = 1;
     std::map<int64_t, int64_t> classes;
-    for (int64_t l = 0; l < model.transformer.layers; ++l)
+    for (int64_t l = 0; l < model.transformer.getNumBlocks(); ++l)
       ++classes[getUnitWorkClass(model, UnitKind::Layer, l)];
     double sum = 0;
     std::string terms;
@@ -1317,10 +1395,14 @@ double getModelFlops(const ir::Model &model, double globalBatch, std::string *fo
       sum += static_cast<double>(count) * perLayer;
       if (!formula)
         continue;
-      std::string name = moe.isEnabled() ? (layerClass & kMoeLayerClass ? "MoE" : "dense") : "";
+      std::string name = moe.isEnabled() || model.transformer.mtpLayers > 0
+                             ? (layerClass & kMoeLayerClass ? "MoE" : "dense")
+                             : "";
       if (model.transformer.hasFullAttentionLayers())
         name += std::string(name.empty() ? "" : ", ") +
                 (layerClass & kFullAttentionLayerClass ? "full attention" : "windowed");
+      if (layerClass & kMtpLayerClass)
+        name += std::string(name.empty() ? "" : ", ") + "multi-token prediction";
       terms += fmt::format("{}{} × {} ({})", terms.empty() ? "" : " + ", count,
                            fmtAmount(perLayer, "FLOP"), name);
     }
@@ -1642,10 +1724,11 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   return withStream(scale * sbh * coefficient + extra.getBytes(x) + copies, 2);
 }
 
-double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
-                              std::string *formula) {
-  TransformerDims x = getDims(config, layout);
-  if (layout.crossEntropy == ir::CrossEntropyKind::Unfused) {
+/// The head's loss buffers of one output layer's logits (getHeadActivationBytes, which counts one
+/// per multi-token prediction depth).
+static double getLogitBufferBytes(const TransformerDims &x, ir::CrossEntropyKind crossEntropy,
+                                  std::string *formula) {
+  if (crossEntropy == ir::CrossEntropyKind::Unfused) {
     // The larger of the forward's peak (the logits, their fp32 copy and the fp32 log-softmax)
     // and the backward's (the kept log-softmax, the gradient of it and the gradient of the copy;
     // the logits are freed before the backward, as torchtitan does).
@@ -1657,7 +1740,7 @@ double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout 
                              num(x.b), num(x.s), num(x.vocab), num(x.t), num(x.e));
     return x.tokens * x.vocab / x.t * perLogit;
   }
-  if (layout.crossEntropy == ir::CrossEntropyKind::Chunked) {
+  if (crossEntropy == ir::CrossEntropyKind::Chunked) {
     // One sequence's logits at a time, the loss's gradient written over them (placert's CUDA
     // trainer, GptCudaTrainer.cu).
     if (formula)
@@ -1671,6 +1754,55 @@ double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout 
     *formula = fmt::format("{}·{}·{}/{}·({} + 4) B (logits and their fp32 softmax) ", num(x.b),
                            num(x.s), num(x.vocab), num(x.t), num(x.e));
   return bytes;
+}
+
+double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
+                              std::string *formula) {
+  TransformerDims x = getDims(config, layout);
+  double bytes = getLogitBufferBytes(x, layout.crossEntropy, formula);
+  // Multi-token prediction: each module's loss over its own logits, all kept for the backward.
+  if (config.mtpLayers > 0) {
+    if (formula)
+      *formula = fmt::format("{} × {}(the model's loss and its {} multi-token prediction "
+                             "module{}) ",
+                             config.mtpLayers + 1, *formula, config.mtpLayers,
+                             config.mtpLayers > 1 ? "s'" : "'s");
+    bytes *= static_cast<double>(config.mtpLayers + 1);
+  }
+  return bytes;
+}
+
+double getMtpActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
+                             std::string *formula) {
+  TransformerDims x = getDims(config, layout);
+  double t = x.t;
+  std::string sbh = fmt::format("{}·{}·{}", num(x.s), num(x.b), num(x.h));
+  std::string split = x.sp ? fmt::format("/{}", num(t)) : std::string();
+  double scale = x.e / 2;
+  if (layout.activations == ir::ActivationMode::RecomputeFull) {
+    if (formula)
+      *formula = fmt::format("2·{}{} B [the module checkpointed from its two inputs: the shifted "
+                             "tokens' embedding beside the hidden state its layer's count holds]",
+                             sbh, split);
+    return scale * 2 * x.s * x.b * x.h / (x.sp ? t : 1);
+  }
+  // In units of s·b·h at 2 bytes: the three norms' inputs (2 each, over the stream), the
+  // projection's input of 2·h (p bytes per element: 1 under saved = fp8) and the output layer's
+  // input (p), outside the tensor-parallel region: split over t under sequence parallelism, or
+  // both products' inputs kept gathered under sp_inputs = keep.
+  double p = x.fp8Saved ? x.fp8SavedBytes() : 2;
+  double norms = 3 * 2, inputs = 3 * p;
+  double coefficient = x.keepInputs ? norms / t + inputs : (norms + inputs) / (x.sp ? t : 1);
+  if (formula)
+    *formula = x.keepInputs
+                   ? fmt::format("{}·(6/{} + 3·{}) B [the inputs of enorm, hnorm and the final "
+                                 "norm 3·2/t, the projection's 2·h and the output layer's h kept "
+                                 "gathered (sp_inputs = keep)]",
+                                 sbh, num(t), num(p))
+                   : fmt::format("{}·(6 + 3·{}){} B [the inputs of enorm, hnorm and the final norm "
+                                 "3·2, the projection's 2·h and the output layer's h at {} B]",
+                                 sbh, num(p), split, num(p));
+  return scale * x.s * x.b * x.h * coefficient;
 }
 
 double getMlpLayerActivationBytes(const ir::MlpConfig &config, const Layout &layout,
@@ -1826,6 +1958,7 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
   double activations = 0;
   for (size_t i = 0; i < 4; ++i)
     activations += static_cast<double>(termCounts[i]) * termBytes[i];
+  activations += static_cast<double>(x.mtpLayers) * x.mtpActivationBytes;
   activations *= x.inFlight;
   (x.activationsOnHost ? result.host : result.device).activations = activations;
 
@@ -1895,7 +2028,7 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
   if (!x.activationsKnown)
     add(x.activationsOnHost, "activations",
         "unknown: an abstract model gives its parameter count only", 0, "");
-  else if (x.moeLayers == 0 && x.keptLayers == 0)
+  else if (x.moeLayers == 0 && x.keptLayers == 0 && x.mtpLayers == 0)
     add(x.activationsOnHost, "activations",
         fmt::format("{} layers × {} × {}", x.layers, x.layerActivationText, x.inFlightText),
         activations);
@@ -1912,6 +2045,10 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
       if (termCounts[i] > 0)
         layerTerms.push_back(
             fmt::format("{} {} layers × {}", termCounts[i], termNames[i], *termTexts[i]));
+    if (x.mtpLayers > 0)
+      layerTerms.push_back(fmt::format("{} multi-token prediction module{} × {} (beyond {} layer)",
+                                       x.mtpLayers, x.mtpLayers > 1 ? "s" : "", x.mtpActivationText,
+                                       x.mtpLayers > 1 ? "their" : "its"));
     add(x.activationsOnHost, "activations",
         fmt::format("({}) × {}", llvm::join(layerTerms, " + "), x.inFlightText), activations);
   }

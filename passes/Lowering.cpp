@@ -189,18 +189,24 @@ private:
       ops.push_back(gather);
     }
   }
+  /// Transformer blocks (layers and multi-token prediction modules) and mlp layers.
   bool isLayer(const Unit &unit) const {
-    return unit.layer >= 0 && unit.layer < model.getNumLayers();
+    return unit.layer >= 0 && unit.layer < model.getHeadLayer();
+  }
+  bool isMtp(const Unit &unit) const {
+    return model.kind == ir::ModelKind::Transformer && model.transformer.isMtpBlock(unit.layer);
   }
   /// Units whose forward recomputation repeats: transformer blocks and mlp layers.
-  /// Under `recompute(layers = n)` the first n layers of each chunk only.
+  /// Under `recompute(layers = n)` the first n layers of each chunk only, and every multi-token
+  /// prediction module: Megatron-Core checkpoints the module whenever the recomputation
+  /// granularity is full, whatever the method and the layer count (multi_token_prediction.py).
   bool isRecomputed(const Unit &unit) const {
     return (unit.kind == cost::UnitKind::Layer || unit.kind == cost::UnitKind::MlpLayer) &&
-           pipelineLayout.isRecomputedLayer(unit.layer, strategy.recomputeLayers);
+           (isMtp(unit) || pipelineLayout.isRecomputedLayer(unit.layer, strategy.recomputeLayers));
   }
   /// The final norm and output layer of a transformer (an abstract model has no head).
   bool isHead(const Unit &unit) const {
-    return model.kind == ir::ModelKind::Transformer && unit.layer >= model.getNumLayers();
+    return model.kind == ir::ModelKind::Transformer && unit.layer >= model.getHeadLayer();
   }
 
   Op collective(OpKind kind, Phase phase, ir::State state, int unit, std::vector<unsigned> axes,
@@ -383,9 +389,12 @@ void Lowering::buildUnits() {
     }
     return;
   }
-  // Units by layer index: -1 embeddings, [0, L) layers, L head. The embedding is on the stage of
-  // the first chunk, the head on the stage of the last (the first stage under V shapes).
+  // Units by layer index: -1 embeddings, [0, L) layers, [L, L + n) multi-token prediction
+  // modules, L + n head. The embedding is on the stage of the first chunk, the modules and the
+  // head on the stage of the last (the first stage under V shapes), as Megatron-Core builds the
+  // modules on the last pipeline stage (mtp_on_this_rank) beside the output layer.
   const PipelineLayout &pipe = pipelineLayout;
+  int64_t head = model.getHeadLayer();
   auto stageOf = [&](int64_t layer) -> int {
     if (layer < 0)
       return pipe.stageOfChunk.front();
@@ -404,13 +413,14 @@ void Lowering::buildUnits() {
       unit.stage = stageOf(tensor.layer);
       unit.expert = tensor.expert;
       unit.name = tensor.layer < 0         ? std::string("embed")
-                  : tensor.layer >= layers ? std::string("head")
+                  : tensor.layer >= head   ? std::string("head")
+                  : tensor.layer >= layers ? "mtp." + std::to_string(tensor.layer - layers)
                                            : "layer." + std::to_string(tensor.layer);
       if (tensor.expert)
         unit.name += ".experts";
       unit.kind = model.kind == ir::ModelKind::Mlp ? cost::UnitKind::MlpLayer
                   : tensor.layer < 0               ? cost::UnitKind::Embedding
-                  : tensor.layer >= layers         ? cost::UnitKind::Head
+                  : tensor.layer >= head           ? cost::UnitKind::Head
                                                    : cost::UnitKind::Layer;
       plan->units.push_back(unit);
     }
@@ -531,7 +541,6 @@ void Lowering::lowerStage(StagePlan &stage) {
   // one layer (Llama 3 405B's 126 + 2 layers over 16 stages × 8 chunks, "the first model chunk on
   // the first stage has only the embedding", Dubey et al. 2024, §3.3.2).
   const PipelineLayout &pipe = pipelineLayout;
-  auto stageOfLayer = [&](int64_t layer) { return pipe.stageOfChunk[pipe.chunkOfLayer[layer]]; };
   std::optional<int> embeddingStage, headStage;
   for (const Unit &unit : plan->units) {
     if (unit.expert)
@@ -541,20 +550,28 @@ void Lowering::lowerStage(StagePlan &stage) {
     else if (isHead(unit))
       headStage = unit.stage;
   }
+  // The stage of block `block`: a layer's chunk's, or the head's for a multi-token prediction
+  // module (Lowering::buildUnits).
+  auto stageOfLayer = [&](int64_t block) -> std::optional<int> {
+    if (block >= layers)
+      return headStage;
+    return pipe.stageOfChunk[pipe.chunkOfLayer[block]];
+  };
+  int64_t blocks = model.getHeadLayer();
   // The stage of the unit before and after `unit` in model order, if there is one.
   auto stageBefore = [&](const Unit &unit) -> std::optional<int> {
     if (isHead(unit))
-      return layers > 0 ? std::optional<int>(stageOfLayer(layers - 1)) : embeddingStage;
+      return blocks > 0 ? stageOfLayer(blocks - 1) : embeddingStage;
     if (!isLayer(unit))
       return std::nullopt;
-    return unit.layer > 0 ? std::optional<int>(stageOfLayer(unit.layer - 1)) : embeddingStage;
+    return unit.layer > 0 ? stageOfLayer(unit.layer - 1) : embeddingStage;
   };
   auto stageAfter = [&](const Unit &unit) -> std::optional<int> {
     if (unit.layer < 0)
-      return layers > 0 ? std::optional<int>(stageOfLayer(0)) : headStage;
+      return blocks > 0 ? stageOfLayer(0) : headStage;
     if (!isLayer(unit))
       return std::nullopt;
-    return unit.layer + 1 < layers ? std::optional<int>(stageOfLayer(unit.layer + 1)) : headStage;
+    return unit.layer + 1 < blocks ? stageOfLayer(unit.layer + 1) : headStage;
   };
   auto chunkStart = [&](const Unit &unit) {
     std::optional<int> before = unit.expert ? std::nullopt : stageBefore(unit);
@@ -662,12 +679,15 @@ void Lowering::lowerStage(StagePlan &stage) {
     // holds the logits of V/t words, so the per-token maximum, sum of exponentials and target
     // logit of every rank (3·b·s values each, in the activation dtype) are all-gathered before
     // the loss. A recomputed head reuses them.
+    // With multi-token prediction, once per module's loss too.
     if (hasTensorTraffic && model.kind == ir::ModelKind::Transformer && isHead(unit))
-      stage.forward.push_back(collective(
-          OpKind::AllGather, Phase::Forward, ir::State::Activations, u, tensorAxes,
-          3 * run.microBatch * model.transformer.seq / contextDegree * tensorDegree, aType, true,
-          "vocabulary-parallel cross-entropy: every rank's row maxima, sums of exponentials and "
-          "target logits"));
+      for (int64_t depth = 0; depth <= model.transformer.mtpLayers; ++depth)
+        stage.forward.push_back(collective(
+            OpKind::AllGather, Phase::Forward, ir::State::Activations, u, tensorAxes,
+            3 * run.microBatch * model.transformer.seq / contextDegree * tensorDegree, aType, true,
+            depth == 0 ? "vocabulary-parallel cross-entropy: every rank's row maxima, sums of "
+                         "exponentials and target logits"
+                       : "vocabulary-parallel cross-entropy of a multi-token prediction module"));
     if (x >= 0 && !expertReductions.keepAfterForward)
       release(stage.forward, Phase::Forward, x, plan->units[x], "the experts after the forward");
     if (!keepAfterForward && !(tiedHere && u == embedUnit)) {
@@ -867,6 +887,69 @@ bool regathersInputs(const ir::Model &model, int64_t tensor, bool sequenceParall
   return inputs == ir::SequenceParallelInputs::Regather;
 }
 
+/// The tensor-parallel collectives of multi-token prediction (Megatron-Core's
+/// MultiTokenPredictionLayer, megatron/core/transformer/multi_token_prediction.py), added to a
+/// pass's `result`:
+///  - a module's own, before its layer's in the forward and after them in the backward: the
+///    vocabulary-parallel embedding of the shifted tokens (reduced as the embedding's: an
+///    all-reduce, or a reduce-scatter under sequence parallelism, gathered again in the
+///    backward), the projection's input of 2·h gathered under sequence parallelism (in FP8 under
+///    mixed(fp8), as the layers' column-parallel inputs; again for the weight gradient under
+///    sp_inputs = regather) and its input gradient reduced, and its output gathered over the
+///    tensor axes (gather_from_tensor_model_parallel_region; split again along the sequence
+///    under sequence parallelism, whose backward gathers the gradient);
+///  - the head's, once more per module: the output layer over each module's output.
+static void addMtpCollectives(const ir::TransformerConfig &config, cost::UnitKind unit,
+                              int64_t layer, bool forwardPass, const UnitLayout &layout,
+                              std::vector<UnitCollective> &result) {
+  if (config.mtpLayers <= 0)
+    return;
+  if (unit == cost::UnitKind::Head) {
+    std::vector<UnitCollective> one = result;
+    for (int64_t k = 0; k < config.mtpLayers; ++k)
+      result.insert(result.end(), one.begin(), one.end());
+    return;
+  }
+  if (unit != cost::UnitKind::Layer || !config.isMtpBlock(layer))
+    return;
+  bool sp = layout.sequenceParallel;
+  int64_t tokens = layout.microBatch * config.seq / layout.context * config.hidden;
+  std::vector<UnitCollective> own;
+  if (forwardPass) {
+    own.push_back({sp ? OpKind::ReduceScatter : OpKind::AllReduce, ir::AxisKind::Tensor, tokens,
+                   "multi-token prediction: the shifted tokens' vocabulary-parallel embedding"});
+    if (sp)
+      own.push_back({OpKind::AllGather, ir::AxisKind::Tensor, 2 * tokens,
+                     "multi-token prediction: sequence-parallel gather of the projection's input",
+                     false, false, layout.fp8});
+    own.push_back({OpKind::AllGather, ir::AxisKind::Tensor, tokens,
+                   "multi-token prediction: the projection's output gathered over the tensor "
+                   "axes"});
+    result.insert(result.begin(), own.begin(), own.end());
+    return;
+  }
+  if (sp)
+    result.push_back({OpKind::AllGather, ir::AxisKind::Tensor, tokens,
+                      "multi-token prediction: the projection's output gradient gathered along "
+                      "the sequence"});
+  if (sp && layout.regather)
+    result.push_back({OpKind::AllGather, ir::AxisKind::Tensor, 2 * tokens,
+                      "multi-token prediction: the projection's input gathered again, for the "
+                      "weight gradient",
+                      /*inputGradient=*/false, /*regather=*/true, layout.fp8});
+  result.push_back({sp ? OpKind::ReduceScatter : OpKind::AllReduce, ir::AxisKind::Tensor,
+                    2 * tokens,
+                    sp ? "multi-token prediction: sequence-parallel reduce of the projection's "
+                         "input gradient"
+                       : "multi-token prediction: tensor-parallel partial sums of the "
+                         "projection's input gradient",
+                    /*inputGradient=*/true});
+  if (sp)
+    result.push_back({OpKind::AllGather, ir::AxisKind::Tensor, tokens,
+                      "multi-token prediction: the shifted tokens' embedding gradient gathered "
+                      "along the sequence"});
+}
+
 std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::UnitKind unit,
                                                int64_t layer, bool forwardPass,
                                                const UnitLayout &layout) {
@@ -983,7 +1066,7 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
   // An MoE layer's dispatch and combine over the expert axes (the rows of getMoeShape).
   std::vector<UnitCollective> experts;
   if (unit == cost::UnitKind::Layer && model.kind == ir::ModelKind::Transformer &&
-      model.transformer.moe.isMoeLayer(layer)) {
+      model.transformer.isMoeBlock(layer)) {
     const ir::MoeConfig &moe = model.transformer.moe;
     if (forwardPass && moe.auxLoss > 0 && layout.samples > 1)
       experts.push_back({OpKind::AllReduce, ir::AxisKind::Batch, 2 * moe.experts,
@@ -1036,7 +1119,7 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
         !forwardPass && layout.regather && sp && tensor[i] == OpKind::ReduceScatter &&
         (unit == cost::UnitKind::Head ||
          (unit == cost::UnitKind::Layer &&
-          (i + 1 == tensor.size() || !model.transformer.moe.isMoeLayer(layer))));
+          (i + 1 == tensor.size() || !model.transformer.isMoeBlock(layer))));
     // Under mixed(fp8) a layer's QKV input and a dense layer's MLP input are gathered in FP8
     // (UnitCollective::fp8): the forward's gathers (the attention block's first, the MLP's
     // third) and the regathers before their reductions.
@@ -1046,8 +1129,10 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
                         "sequence-parallel gather of the input again, for the weight gradient",
                         /*inputGradient=*/false, /*regather=*/true, fp8Layer});
     addTensor(i, fp8Layer && forwardPass && sp && tensor[i] == OpKind::AllGather &&
-                     (i == 0 || !model.transformer.moe.isMoeLayer(layer)));
+                     (i == 0 || !model.transformer.isMoeBlock(layer)));
   }
+  if (model.kind == ir::ModelKind::Transformer && layout.tensor > 1)
+    addMtpCollectives(model.transformer, unit, layer, forwardPass, layout, result);
   return result;
 }
 

@@ -1678,14 +1678,17 @@ parseChoiceList(StringRef text, std::initializer_list<T> choices, StringRef flag
 
 bool searchesExactly(const ir::Model &model) {
   return model.isMoe() ||
-         (model.kind == ir::ModelKind::Transformer && model.transformer.hasFullAttentionLayers());
+         (model.kind == ir::ModelKind::Transformer &&
+          (model.transformer.hasFullAttentionLayers() || model.transformer.mtpLayers > 0));
 }
 
 std::string getExactSearchReason(const ir::Model &model) {
   if (!searchesExactly(model))
     return std::string();
   return model.isMoe() ? "has routed experts"
-                       : "alternates sliding-window and full-attention layers";
+         : model.transformer.hasFullAttentionLayers()
+             ? "alternates sliding-window and full-attention layers"
+             : "has multi-token prediction modules on its last stage";
 }
 
 bool isSearchSchedule(const ir::Model &model, ir::Schedule schedule) {
@@ -2145,8 +2148,9 @@ template <typename Body> void runOnThreads(unsigned threads, Body body) {
 } // namespace
 
 /// Models whose layers differ (searchesExactly): a mixture of experts, whose MoE layers differ
-/// from the dense ones and whose experts have a placement of their own, and a model that
-/// alternates sliding-window and full-attention layers. The closed-form fast path models neither,
+/// from the dense ones and whose experts have a placement of their own, a model that alternates
+/// sliding-window and full-attention layers, and one with multi-token prediction modules on its
+/// last stage. The closed-form fast path models none of them,
 /// so every candidate goes through the exact path (the verifier and the analyses of its step
 /// plan). The space is smaller: meshes [pp, dp, ep, cp, tp] (tp inside a node, ep dividing the
 /// experts, 1 for a dense model, cp with the context methods whose divisibility holds), ZeRO-1, -2
@@ -2934,6 +2938,8 @@ std::string formatModel(const ir::Model &model) {
     else
       os << fmt::format("  imbalance = {};\n", moe.imbalance);
   }
+  if (config.mtpLayers > 0)
+    os << "  mtp_layers = " << config.mtpLayers << ";\n";
   os << "  attention = " << ir::toString(config.attention) << ";\n}\n";
   return text;
 }

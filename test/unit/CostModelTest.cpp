@@ -1996,3 +1996,143 @@ TEST(CostModelTest, SinksAndRouterBiasAreParametersOnly) {
   EXPECT_EQ(getLayerActivationBytes(plain.transformer, layout, nullptr, true),
             getLayerActivationBytes(sinks.transformer, layout, nullptr, true));
 }
+
+namespace {
+/// Four layers (layer 0 dense, then MoE layers of 16 experts of 384, top-2), a 64-token window
+/// with every second layer full, and `mtp` multi-token prediction modules.
+ir::Model mtpTransformer(int64_t mtp) {
+  ir::Model model = smallTransformer(4);
+  ir::TransformerConfig &config = model.transformer;
+  config.norm = ir::NormKind::RmsNorm;
+  config.bias = false;
+  config.window = 64;
+  config.fullEvery = 2;
+  config.moe.experts = 16;
+  config.moe.topK = 2;
+  config.moe.expertFfn = 384;
+  config.moe.denseLayers = 1;
+  config.mtpLayers = mtp;
+  model.tensors = ir::buildTransformerTensors(config);
+  model.numParams = model.getTensorParams();
+  return model;
+}
+} // namespace
+
+TEST(CostModelTest, MultiTokenPredictionIsALayerAProjectionAndALoss) {
+  ir::Model plain = mtpTransformer(0), model = mtpTransformer(2);
+  const double h = 256, E = 16, fe = 384, T = 128, V = 512;
+  // Each module (DeepSeek-V3 §2.2, Megatron-Core's MultiTokenPredictionLayer): a layer of the
+  // last layer's kind (MoE: attention 4·h², two norms, the router E·h, the experts E·3·h·fe), its
+  // three norms (enorm, hnorm, final norm) and its projection from 2·h to h.
+  double layer = 4 * h * h + 2 * h + E * h + E * 3 * h * fe;
+  double module = layer + 3 * h + 2 * h * h;
+  EXPECT_EQ(static_cast<double>(model.getMtpParams()), 2 * module);
+  EXPECT_EQ(static_cast<double>(model.numParams - plain.numParams), 2 * module);
+  EXPECT_EQ(model.getHeadParams(), plain.getHeadParams());
+  EXPECT_EQ(model.getHeadLayer(), 6);
+  // The modules take the last layer's kind (MoE) and number their layers from 1 for the window:
+  // the first attends the window (as layer 0), the second the whole prefix (as layer 1).
+  EXPECT_EQ(getUnitWorkClass(model, UnitKind::Layer, 4),
+            getUnitWorkClass(model, UnitKind::Layer, 2) | 4);
+  EXPECT_EQ(getUnitWorkClass(model, UnitKind::Layer, 5),
+            getUnitWorkClass(model, UnitKind::Layer, 3) | 4);
+  EXPECT_NE(getUnitWorkClass(model, UnitKind::Layer, 2),
+            getUnitWorkClass(model, UnitKind::Layer, 3));
+
+  // A module's forward is its layer's, the projection's 2·T·h·2h FLOPs, and the memory-bound
+  // work: the shifted tokens' lookup (2·T·h·2 B), three norms (each 2·2 B per element read and
+  // written) and the concatenation of the two normalized inputs (both read, 2·h written: 4·T·h·2
+  // B).
+  Layout layout;
+  layout.expert = 4;
+  Work layer2 = getUnitWork(model, UnitKind::Layer, 2, PassKind::Forward, layout);
+  Work module0 = getUnitWork(model, UnitKind::Layer, 4, PassKind::Forward, layout);
+  EXPECT_NEAR(module0.getFlops() - layer2.getFlops(), 2 * T * h * 2 * h, 1e-6);
+  EXPECT_NEAR(module0.getMemoryBytes() - layer2.getMemoryBytes(), T * h * (4 + 3 * 4 + 8), 1e-6);
+  // Backward: the projection's input and weight gradients.
+  Work back2 = getUnitWork(model, UnitKind::Layer, 2, PassKind::Backward, layout);
+  Work back0 = getUnitWork(model, UnitKind::Layer, 4, PassKind::Backward, layout);
+  EXPECT_NEAR(back0.getFlops() - back2.getFlops(), 2 * 2 * T * h * 2 * h, 1e-6);
+  // The head runs the output layer once more per module, forward and backward.
+  for (PassKind pass : {PassKind::Forward, PassKind::Backward}) {
+    double with = getUnitWork(model, UnitKind::Head, 6, pass, layout).getFlops();
+    double without = getUnitWork(plain, UnitKind::Head, 4, pass, layout).getFlops();
+    EXPECT_NEAR(with, 3 * without, 1e-6 * with);
+    EXPECT_NEAR(without, (pass == PassKind::Forward ? 1 : 2) * 2 * T * V * h, 1e-6);
+  }
+
+  // Model FLOPs: three times the forward of the two modules' layers, projections and logits more.
+  // Their layers are those of a six-layer model's layers 4 (windowed) and 5 (full attention).
+  Layout one;
+  ir::Model six = smallTransformer(6);
+  six.transformer = plain.transformer;
+  six.transformer.layers = 6;
+  six.tensors = ir::buildTransformerTensors(six.transformer);
+  double layers = getModelFlops(six, 8) - getModelFlops(plain, 8);
+  EXPECT_NEAR(getModelFlops(model, 8) - getModelFlops(plain, 8),
+              layers + 3 * 8 * 2 * (2 * T * h * 2 * h + 2 * T * V * h),
+              1e-9 * getModelFlops(model, 8));
+
+  // What a module keeps beyond its layer: the three norms' inputs (2 B), the projection's input of
+  // 2·h and the output layer's input (2 B each), 12·T·h B; split over t = 2 under sequence
+  // parallelism; under full recomputation its second input, 2·T·h B. The head keeps one loss's
+  // buffers per module more.
+  EXPECT_DOUBLE_EQ(getMtpActivationBytes(model.transformer, one), 12 * T * h);
+  Layout sp = one;
+  sp.tensor = 2;
+  sp.sequenceParallel = true;
+  EXPECT_DOUBLE_EQ(getMtpActivationBytes(model.transformer, sp), 12 * T * h / 2);
+  Layout full = one;
+  full.activations = ir::ActivationMode::RecomputeFull;
+  EXPECT_DOUBLE_EQ(getMtpActivationBytes(model.transformer, full), 2 * T * h);
+  EXPECT_DOUBLE_EQ(getHeadActivationBytes(model.transformer, one),
+                   3 * getHeadActivationBytes(plain.transformer, one));
+  EXPECT_DOUBLE_EQ(getHeadActivationBytes(plain.transformer, one), T * V * (2 + 4));
+
+  // Tensor-parallel collectives with sequence parallelism: the layer's, and before them the
+  // shifted tokens' embedding (reduce-scatter of T·h), the projection's input gathered (2·T·h)
+  // and its output gathered (T·h); in the backward after the layer's, the output gradient
+  // gathered, the input gathered again and its gradient reduced (2·T·h), the embedding's gradient
+  // gathered. The head's, once per loss.
+  plan::UnitLayout units;
+  units.tensor = 2;
+  units.sequenceParallel = true;
+  units.regather = true;
+  std::vector<plan::UnitCollective> layerFwd =
+      plan::getUnitCollectives(model, UnitKind::Layer, 2, true, units);
+  std::vector<plan::UnitCollective> moduleFwd =
+      plan::getUnitCollectives(model, UnitKind::Layer, 4, true, units);
+  ASSERT_EQ(moduleFwd.size(), layerFwd.size() + 3);
+  EXPECT_EQ(moduleFwd[0].kind, plan::OpKind::ReduceScatter);
+  EXPECT_EQ(moduleFwd[0].elements, 128 * 256);
+  EXPECT_EQ(moduleFwd[1].kind, plan::OpKind::AllGather);
+  EXPECT_EQ(moduleFwd[1].elements, 2 * 128 * 256);
+  EXPECT_EQ(moduleFwd[2].kind, plan::OpKind::AllGather);
+  EXPECT_EQ(moduleFwd[2].elements, 128 * 256);
+  std::vector<plan::UnitCollective> layerBwd =
+      plan::getUnitCollectives(model, UnitKind::Layer, 2, false, units);
+  std::vector<plan::UnitCollective> moduleBwd =
+      plan::getUnitCollectives(model, UnitKind::Layer, 4, false, units);
+  ASSERT_EQ(moduleBwd.size(), layerBwd.size() + 4);
+  size_t n = layerBwd.size();
+  EXPECT_EQ(moduleBwd[n].kind, plan::OpKind::AllGather);
+  EXPECT_TRUE(moduleBwd[n + 1].regather);
+  EXPECT_EQ(moduleBwd[n + 1].elements, 2 * 128 * 256);
+  EXPECT_EQ(moduleBwd[n + 2].kind, plan::OpKind::ReduceScatter);
+  EXPECT_TRUE(moduleBwd[n + 2].inputGradient);
+  EXPECT_EQ(moduleBwd[n + 2].elements, 2 * 128 * 256);
+  EXPECT_EQ(moduleBwd[n + 3].kind, plan::OpKind::AllGather);
+  for (bool forward : {true, false})
+    EXPECT_EQ(plan::getUnitCollectives(model, UnitKind::Head, 6, forward, units).size(),
+              3 * plan::getUnitCollectives(plain, UnitKind::Head, 4, forward, units).size());
+
+  // recompute(op) and eager kernels are torchtitan's and PyTorch's reference modules, which have
+  // no multi-token prediction.
+  ir::Model dense = smallTransformer(2);
+  dense.transformer.bias = false;
+  dense.transformer.mtpLayers = 1;
+  EXPECT_NE(getOpRecomputeObstacle(dense).find("mtp_layers"), std::string::npos);
+  EXPECT_NE(getEagerObstacle(dense, ir::ActivationMode::Keep, ir::Precision::MixedBF16)
+                .find("mtp_layers"),
+            std::string::npos);
+}

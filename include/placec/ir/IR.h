@@ -211,6 +211,18 @@ struct TransformerConfig {
   PositionKind positions = PositionKind::Learned;
   bool tiedEmbeddings = true;
   MoeConfig moe;
+  /// `mtp_layers = n`: multi-token prediction (DeepSeek-AI 2024, "DeepSeek-V3", §2.2;
+  /// Megatron-Core's --mtp-num-layers): n sequential modules after the last layer, the k-th
+  /// predicting the token k + 1 ahead. Each normalizes the previous depth's hidden state (the
+  /// last layer's output for the first) and the embedding of the token k positions on (two
+  /// norms), projects their concatenation from 2·hidden to hidden, runs one transformer layer of
+  /// the last layer's kind (dense or MoE, its attention pattern), normalizes its output, and
+  /// takes the model's own output layer and cross-entropy; the embedding and the output layer
+  /// are shared with the model. The modules are blocks `layers` … `layers + n − 1`, after the
+  /// decoder's layers and before the head (getNumBlocks).
+  int64_t mtpLayers = 0;
+  /// Where `mtp_layers` is written (invalid when it is not).
+  llvm::SMLoc mtpLayersLoc;
 
   /// The key/value heads: `kvHeads`, or `heads` when it is not given.
   int64_t getKvHeads() const { return kvHeads > 0 ? kvHeads : heads; }
@@ -240,6 +252,25 @@ struct TransformerConfig {
   }
   /// The `bias` field as written: `true`, `false` or `qkv`.
   llvm::StringRef getBiasText() const { return bias ? "true" : qkvBias ? "qkv" : "false"; }
+  /// The transformer blocks: the layers and the multi-token prediction modules after them. The
+  /// head's tensors and unit are block getNumBlocks().
+  int64_t getNumBlocks() const { return layers + mtpLayers; }
+  /// Whether block `block` is a multi-token prediction module (`mtp_layers`).
+  bool isMtpBlock(int64_t block) const { return block >= layers && block < getNumBlocks(); }
+  /// Whether block `block` is an MoE layer: a layer by `moe`, and a multi-token prediction module
+  /// as the last layer, whose layer spec Megatron-Core builds it from
+  /// (megatron/core/models/gpt/gpt_layer_specs.py, get_gpt_mtp_block_spec: the decoder block's
+  /// last layer spec).
+  bool isMoeBlock(int64_t block) const {
+    return moe.isMoeLayer(isMtpBlock(block) && layers > 0 ? layers - 1 : block);
+  }
+  /// Whether block `block` attends a sliding window: a layer by isWindowedLayer, and the k-th
+  /// multi-token prediction module (from 0) as layer k, since Megatron-Core numbers the modules'
+  /// layers from 1 on their own (multi_token_prediction.py) and picks each layer's window by that
+  /// number (is_layer_window_attention).
+  bool isWindowedBlock(int64_t block) const {
+    return isWindowedLayer(isMtpBlock(block) ? block - layers : block);
+  }
 };
 
 struct MlpConfig {
@@ -264,8 +295,14 @@ public:
   int64_t getLayerParams() const;
   /// Parameters in tensors before the first layer (embeddings).
   int64_t getEmbeddingParams() const;
-  /// Parameters in tensors after the last layer (final norm, untied output layer).
+  /// Parameters in tensors after the last layer and its multi-token prediction modules (final
+  /// norm, untied output layer).
   int64_t getHeadParams() const;
+  /// Parameters of the multi-token prediction modules (`mtp_layers`).
+  int64_t getMtpParams() const;
+  /// The block index of the head's tensors: the layer count of an mlp, and of a transformer its
+  /// layers and multi-token prediction modules (TransformerConfig::getNumBlocks).
+  int64_t getHeadLayer() const;
   /// Parameters whose tensor has the given split kind.
   int64_t getParamsWithSplit(TensorSplit split) const;
   /// The sum of the element counts of every tensor (what `numParams` is for a non-abstract model).

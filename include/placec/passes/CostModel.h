@@ -387,6 +387,13 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
 /// backward reads, b·s·V/t·(e + 4) bytes.
 double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
                               std::string *formula = nullptr);
+/// What one multi-token prediction module (`mtp_layers`) keeps for one micro-batch beyond its
+/// transformer layer's activations (getLayerActivationBytes of its kind): under full
+/// recomputation its second input, the shifted tokens' embedding (Megatron-Core checkpoints the
+/// module from its two inputs, where the layer's count has one); otherwise the inputs of its
+/// three norms, the projection's input (the two norms' outputs) and the output layer's input.
+double getMtpActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
+                             std::string *formula = nullptr);
 
 /// The activations a recomputed layer materializes again and holds from its recomputation through
 /// its backward, one layer at a time: its activation bytes under `keep` less those `layout`'s
@@ -460,6 +467,11 @@ struct StageStates {
   int64_t keptLayers = 0, keptMoeLayers = 0;
   double keptLayerActivationBytes = 0, keptMoeLayerActivationBytes = 0;
   std::string keptLayerActivationText, keptMoeLayerActivationText;
+  /// Multi-token prediction modules among `layers`, and what one keeps beyond its layer for one
+  /// micro-batch (getMtpActivationBytes).
+  int64_t mtpLayers = 0;
+  double mtpActivationBytes = 0;
+  std::string mtpActivationText;
   double inFlight = 1;
   std::string inFlightText;
 };

@@ -290,11 +290,13 @@ void forEachCandidate(const ir::Run &run, const ir::Cluster &cluster,
 
 /// Whether the search evaluates every candidate for `model` exactly, through the verifier and
 /// the analyses of its step plan, rather than by the closed-form fast path, which holds for
-/// identical layers only: a mixture of experts (its MoE layers and its experts' placement) and a
-/// model whose layers alternate sliding-window and full attention (`full_every`).
+/// identical layers only: a mixture of experts (its MoE layers and its experts' placement), a
+/// model whose layers alternate sliding-window and full attention (`full_every`), and one with
+/// multi-token prediction modules (`mtp_layers`, blocks of their own on the last stage).
 bool searchesExactly(const ir::Model &model);
-/// Why `model` is searched exactly, for diagnostics: "has routed experts" or "alternates
-/// sliding-window and full-attention layers"; empty when it is not.
+/// Why `model` is searched exactly, for diagnostics: "has routed experts", "alternates
+/// sliding-window and full-attention layers" or "has multi-token prediction modules on its last
+/// stage"; empty when it is not.
 std::string getExactSearchReason(const ir::Model &model);
 
 /// Whether the search of `model` explores `schedule`: for a mixture of experts 1f1b, gpipe and
