@@ -880,10 +880,19 @@ private:
         word = word.take_front(eq);
         hasValue = true;
       }
+      // The words after a flag up to the next flag: its values (Megatron-LM's list flags, such
+      // as --recompute-modules or --data-path, take several).
+      auto takeValues = [&] {
+        std::vector<std::string> values;
+        while (i + 1 < words.size() && !StringRef(words[i + 1].text).starts_with("--"))
+          values.push_back(words[++i].text);
+        return values;
+      };
       if (const UntranslatedFlag *untranslated = findUntranslated(word)) {
         size_t offset = words[i].offset;
-        if (!hasValue && i + 1 < words.size() && !StringRef(words[i + 1].text).starts_with("--"))
-          value = words[++i].text;
+        if (!hasValue)
+          value = join(takeValues(), " ");
+        std::string given = value.empty() ? std::string() : " (given '" + value + "')";
         if (!untranslated->neutral || value != untranslated->neutral)
           diags.error(locAt(offset),
                       Twine("Megatron-LM flag '") + word + "' sets " + untranslated->what +
@@ -891,7 +900,8 @@ private:
                                ? ""
                                : ", which placec import does not translate yet; ignoring it "
                                  "would write a plan that is not this job's: write that part of "
-                                 "the .place file by hand, or drop the flag"));
+                                 "the .place file by hand, or drop the flag") +
+                          given);
         continue;
       }
       if (!llvm::is_contained(names, word)) {
@@ -903,18 +913,27 @@ private:
                                                   "'; did you mean '" + suggestion + "'?");
         else
           ignored.push_back(words[i]);
-        if (!hasValue && i + 1 < words.size() && !StringRef(words[i + 1].text).starts_with("--"))
-          ++i;
+        if (!hasValue)
+          takeValues();
         continue;
       }
+      size_t at = i;
       if (takesValue.contains(word) && !hasValue) {
         if (i + 1 >= words.size() || StringRef(words[i + 1].text).starts_with("--")) {
           diags.error(locAt(words[i].offset), "flag '" + word + "' needs a value");
           continue;
         }
         value = words[++i].text;
+        at = i;
+        // The flags placec reads take one value each.
+        if (i + 1 < words.size() && !StringRef(words[i + 1].text).starts_with("--")) {
+          diags.error(locAt(words[i + 1].offset), "flag '" + word + "' takes one value, but '" +
+                                                      words[i + 1].text + "' follows '" + value +
+                                                      "'");
+          takeValues();
+        }
       }
-      flags[word.str()] = {value, words[i].offset};
+      flags[word.str()] = {value, words[at].offset};
     }
     if (!ignored.empty()) {
       std::vector<std::string> names;
