@@ -216,6 +216,12 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "activations = recompute(attention)",
              "placert keeps a layer's activations, its selective set or its input only; "
              "Megatron-Core's checkpointed core attention is analysed and exported, not compiled");
+    if (strategy.activationMode == ir::ActivationMode::RecomputeModules)
+      refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
+             "activations = " +
+                 ir::getActivationModeText(strategy.activationMode, 0, strategy.recomputeModules),
+             "placert keeps a layer's activations, its selective set or its input only; "
+             "Megatron-Core's recomputation of its modules is analysed and exported, not compiled");
     if (strategy.activationMode == ir::ActivationMode::RecomputeOps)
       refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
              "activations = recompute(op)",

@@ -126,6 +126,12 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
     refuseStrategy(strategy.activationModeLoc, "activations = recompute(op)",
                    "the GPU trainer keeps a block's activations (recomputing the attention "
                    "probabilities) or its input only");
+  if (strategy.activationMode == ir::ActivationMode::RecomputeModules)
+    refuseStrategy(strategy.activationModeLoc,
+                   "activations = " + ir::getActivationModeText(strategy.activationMode, 0,
+                                                                strategy.recomputeModules),
+                   "the GPU trainer keeps a block's activations or its input only, not "
+                   "Megatron-Core's recomputation of its modules");
   if (strategy.activationMode == ir::ActivationMode::RecomputeAttention)
     refuseStrategy(strategy.activationModeLoc, "activations = recompute(attention)",
                    "the GPU trainer keeps a block's activations (recomputing the attention "

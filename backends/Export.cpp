@@ -390,8 +390,10 @@ private:
              "ZeRO stages 1-3");
     if (strategy.activationMode == ir::ActivationMode::RecomputeSelective ||
         strategy.activationMode == ir::ActivationMode::RecomputeOps ||
-        strategy.activationMode == ir::ActivationMode::RecomputeAttention)
-      refuse("activations = " + ir::toString(strategy.activationMode) +
+        strategy.activationMode == ir::ActivationMode::RecomputeAttention ||
+        strategy.activationMode == ir::ActivationMode::RecomputeModules)
+      refuse("activations = " +
+             ir::getActivationModeText(strategy.activationMode, 0, strategy.recomputeModules) +
              ": DeepSpeed's activation checkpointing recomputes whole checkpointed functions "
              "(recompute)");
     if (strategy.recomputeLayers > 0)
@@ -789,6 +791,16 @@ private:
     case ir::ActivationMode::RecomputeAttention:
       flag("--recompute-granularity", "selective");
       break;
+    case ir::ActivationMode::RecomputeModules: {
+      // Megatron-Core's --recompute-modules, a list in its own order.
+      flag("--recompute-granularity", "selective");
+      std::string modules;
+      for (const auto &[module, name] : ir::getRecomputeModuleNames())
+        if (strategy.recomputeModules & module)
+          modules += (modules.empty() ? "" : " ") + name.str();
+      flag("--recompute-modules", modules);
+      break;
+    }
     case ir::ActivationMode::RecomputeOps:
       break; // Refused.
     }
@@ -1001,8 +1013,10 @@ private:
       refuse("kernels = eager with async_tp: torchtitan applies asynchronous tensor parallelism "
              "only under torch.compile (write kernels = fused)");
     if (strategy.activationMode == ir::ActivationMode::RecomputeSelective ||
-        strategy.activationMode == ir::ActivationMode::RecomputeAttention)
-      refuse("activations = " + ir::toString(strategy.activationMode) +
+        strategy.activationMode == ir::ActivationMode::RecomputeAttention ||
+        strategy.activationMode == ir::ActivationMode::RecomputeModules)
+      refuse("activations = " +
+             ir::getActivationModeText(strategy.activationMode, 0, strategy.recomputeModules) +
              ": torchtitan's selective checkpointing keeps every other product's output (\"op\", "
              "recompute(op)) or recomputes every n-th block whole; write recompute(op), recompute "
              "or keep");
@@ -1241,6 +1255,7 @@ private:
       break;
     case ir::ActivationMode::RecomputeSelective:
     case ir::ActivationMode::RecomputeAttention:
+    case ir::ActivationMode::RecomputeModules:
       break; // Refused.
     case ir::ActivationMode::RecomputeOps:
       os << "mode = \"selective\"\nselective_ac_option = \"op\"\n";

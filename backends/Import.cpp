@@ -3,6 +3,7 @@
 // errors at their line and column, with the closest known spelling.
 #include "ImportSupport.h"
 #include "placec/backends/Export.h"
+#include "placec/passes/CostModel.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -743,7 +744,12 @@ constexpr const char *kMegatronFlags[] = {
     "--overlap-moe-expert-parallel-comm",
     "--delay-wgrad-compute",
     "--mtp-num-layers=",
+    "--recompute-modules=",
 };
+
+/// The flags placec reads that take a list of values (Megatron-LM's nargs='*'), read as one value
+/// of the words joined by spaces.
+constexpr StringRef kMegatronListFlags[] = {"--recompute-modules"};
 
 /// Megatron-LM flags that change the model or the placement in ways `placec import` does not
 /// translate yet. Each is an error unless it has its neutral value (`neutral`, when not null):
@@ -763,10 +769,6 @@ const UntranslatedFlag kUntranslatedMegatronFlags[] = {
      "--fp8-format e4m3 or hybrid",
      true},
     {"--pipeline-model-parallel-layout", nullptr, "a custom pipeline layout"},
-    {"--recompute-modules", "core_attn",
-     "selective recomputation of other modules than the core attention (layernorm, mlp, moe, "
-     "moe_act, ...)",
-     true},
 };
 
 /// Megatron-LM flags that describe a dense model's attention (errors with a model named by
@@ -925,8 +927,11 @@ private:
         }
         value = words[++i].text;
         at = i;
-        // The flags placec reads take one value each.
-        if (i + 1 < words.size() && !StringRef(words[i + 1].text).starts_with("--")) {
+        // The flags placec reads take one value each, but its list flags.
+        if (llvm::is_contained(kMegatronListFlags, word)) {
+          for (const std::string &more : takeValues())
+            value += " " + more;
+        } else if (i + 1 < words.size() && !StringRef(words[i + 1].text).starts_with("--")) {
           diags.error(locAt(words[i + 1].offset), "flag '" + word + "' takes one value, but '" +
                                                       words[i + 1].text + "' follows '" + value +
                                                       "'");
@@ -1047,6 +1052,8 @@ private:
     if (!experts)
       return "";
     m << "  experts = " << *experts << ";\n  top_k = " << topK << ";\n";
+    flagModel.transformer.moe.experts = *experts;
+    flagModel.transformer.moe.topK = topK;
     // Megatron-Core's router has a bias with the linears' (--add-bias-linear, the default).
     if (!has("--disable-bias-linear"))
       m << "  router_bias = true;\n";
@@ -1060,12 +1067,14 @@ private:
     StringRef pattern(freq);
     pattern = pattern.trim();
     if (!pattern.getAsInteger(10, every) && every >= 1) {
+      flagModel.transformer.moe.every = every;
       if (every > 1)
         m << "  moe_every = " << every << ";\n";
     } else if (pattern.consume_front("([0]*") && !pattern.consumeInteger(10, dense) &&
                pattern.consume_front("+[1]*") && !pattern.consumeInteger(10, moe) &&
                pattern == ")" && moe >= 1 && dense <= layers && moe <= layers &&
                dense + moe == layers) {
+      flagModel.transformer.moe.denseLayers = dense;
       if (dense > 0)
         m << "  dense_layers = " << dense << ";\n";
     } else {
@@ -1326,6 +1335,13 @@ private:
         }
       if (attention != "flash")
         m << "  attention = " << attention << ";\n";
+      flagModel.kind = ir::ModelKind::Transformer;
+      flagModel.transformer.layers = *layers;
+      flagModel.transformer.attention = attention == "cudnn" ? ir::AttentionKind::Cudnn
+                                        : attention == "materialized"
+                                            ? ir::AttentionKind::Materialized
+                                            : ir::AttentionKind::Flash;
+      flagModel.transformer.kvLoraRank = latent ? getInt("--kv-lora-rank").value_or(1) : 0;
       m << moeModelText(ffn.value_or(4 * *hidden), *layers);
       // Multi-token prediction (Megatron-Core's --mtp-num-layers; 0, as written, is none).
       if (getString("--mtp-num-layers", "0") != "0")
@@ -1543,7 +1559,42 @@ private:
       std::string effective = !modelName.empty() && !options.modelAttention.empty()
                                   ? options.modelAttention
                                   : attention;
-      recompute = effective == "materialized" ? "recompute(selective)" : "recompute(attention)";
+      // --recompute-modules names them (core_attn by default): Place's recompute(…) with the
+      // same names, held to the model as the verifier holds it (cost::getModuleRecomputeObstacle).
+      std::string modules = getString("--recompute-modules", "core_attn");
+      SmallVector<StringRef> names;
+      StringRef(modules).split(names, ' ', -1, /*KeepEmpty=*/false);
+      unsigned bits = 0;
+      bool known = true;
+      for (StringRef module : names) {
+        const auto *entry = llvm::find_if(ir::getRecomputeModuleNames(),
+                                          [&](const auto &e) { return e.second == module; });
+        if (entry != ir::getRecomputeModuleNames().end()) {
+          bits |= entry->first;
+          continue;
+        }
+        known = false;
+        diags.error(locOf("--recompute-modules"),
+                    module == "moe" || module == "shared_experts"
+                        ? "--recompute-modules " + module +
+                              ": Megatron-Core's checkpoint of the whole " +
+                              (module == "moe" ? "MoE layer" : "shared experts' MLP") +
+                              " is not one placec describes (it describes core_attn, moe_act, "
+                              "layernorm, mla_up_proj and mlp)"
+                        : "--recompute-modules " + module +
+                              ": not a module placec describes (core_attn, moe_act, layernorm, "
+                              "mla_up_proj, mlp)");
+      }
+      const ir::Model *rules = options.model                                  ? options.model
+                               : flagModel.kind == ir::ModelKind::Transformer ? &flagModel
+                                                                              : nullptr;
+      if (known && bits != ir::kRecomputeCoreAttention && bits != 0 && rules)
+        if (std::string why = cost::getModuleRecomputeObstacle(*rules, bits); !why.empty())
+          diags.error(locOf("--recompute-modules"), "--recompute-modules " + modules + ": " + why);
+      if (bits == 0 || bits == ir::kRecomputeCoreAttention)
+        recompute = effective == "materialized" ? "recompute(selective)" : "recompute(attention)";
+      else
+        recompute = ir::getActivationModeText(ir::ActivationMode::RecomputeModules, 0, bits);
     } else if (!granularity.empty()) {
       diags.error(locOf("--recompute-granularity"),
                   "--recompute-granularity is 'full' or 'selective', not '" + granularity + "'");
@@ -1686,6 +1737,9 @@ private:
   std::vector<Word> words;
   std::vector<Word> ignored;
   std::map<std::string, std::pair<std::string, size_t>, std::less<>> flags;
+  /// The model the flags declare, as far as the strategy's rules read it (its layers, attention
+  /// kernel, latent attention and MoE layers); abstract when a model is named or none declared.
+  ir::Model flagModel;
 };
 
 } // namespace

@@ -307,7 +307,8 @@ std::string describePlacement(const ir::Strategy &strategy, ir::State state) {
 }
 
 std::string describeActivations(const ir::Strategy &strategy) {
-  std::string text = ir::getActivationModeText(strategy.activationMode, strategy.recomputeLayers);
+  std::string text = ir::getActivationModeText(strategy.activationMode, strategy.recomputeLayers,
+                                               strategy.recomputeModules);
   if (strategy.sequenceParallel) {
     for (const ir::Axis &axis : strategy.mesh.axes)
       if (axis.kind == ir::AxisKind::Tensor)

@@ -155,6 +155,8 @@ private:
   std::optional<double> getReal(const ast::Value &value, StringRef what, double min, double max,
                                 bool minExclusive = false);
   std::optional<bool> getBool(const ast::Value &value, StringRef what);
+  /// The RecomputeModule bits of `recompute(core_attn, moe_act, …)`, or nothing after an error.
+  std::optional<unsigned> getRecomputeModules(const ast::Mode &mode);
   /// A name from a fixed set of choices.
   std::optional<std::string> getChoice(const ast::Value &value, StringRef what,
                                        ArrayRef<std::string> choices);
@@ -1758,6 +1760,49 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
   return ok;
 }
 
+std::optional<unsigned> Sema::getRecomputeModules(const ast::Mode &mode) {
+  unsigned modules = 0;
+  std::string known;
+  for (const auto &[module, name] : ir::getRecomputeModuleNames())
+    known += (known.empty() ? "" : ", ") + name.str();
+  for (const ast::Arg &arg : mode.args) {
+    SMLoc loc = arg.key.empty() ? arg.value->getLoc() : arg.keyLoc;
+    if (!arg.key.empty() || arg.value->kind != ast::Value::Kind::Name) {
+      diags.error(loc,
+                  "'recompute' with Megatron-Core's modules takes their names only (" + known +
+                      "), not '" + (arg.key.empty() ? arg.value->text : arg.key) + "'",
+                  "placement");
+      return std::nullopt;
+    }
+    StringRef name = arg.value->text;
+    if (name == "moe" || name == "shared_experts") {
+      diags.error(
+          loc,
+          "Megatron-Core's '" + name + "' recomputation (a checkpoint of the whole " +
+              (name == "moe" ? "MoE layer, its all-to-alls included" : "shared experts' MLP") +
+              ") is not one placec describes; it describes " + known,
+          "placement");
+      return std::nullopt;
+    }
+    const auto *entry = llvm::find_if(ir::getRecomputeModuleNames(),
+                                      [&](const auto &e) { return e.second == name; });
+    if (entry == ir::getRecomputeModuleNames().end()) {
+      diags.error(loc,
+                  "'" + name + "' is not a Megatron-Core module 'recompute' names (" + known +
+                      "); its other forms are 'recompute', 'recompute(selective)', "
+                      "'recompute(attention)', 'recompute(op)' and 'recompute(layers = n)'",
+                  "placement");
+      return std::nullopt;
+    }
+    if (modules & entry->first) {
+      diags.error(loc, "'" + name + "' is named twice", "placement");
+      return std::nullopt;
+    }
+    modules |= entry->first;
+  }
+  return modules;
+}
+
 bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strategy) {
   ir::StatePlacement &target = strategy.getPlacement(ir::State::Activations);
   bool ok = true;
@@ -1766,12 +1811,33 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
     if (mode.name == "keep" || mode.name == "recompute") {
       ir::ActivationMode activationMode = ir::ActivationMode::Keep;
       int64_t recomputeLayers = 0;
+      unsigned recomputeModules = 0;
       if (mode.name == "recompute") {
         activationMode = ir::ActivationMode::RecomputeFull;
-        // recompute[(full | selective | op)] or recompute([full,] layers = n).
+        // recompute[(full | selective | op)], recompute([full,] layers = n), or Megatron-Core's
+        // modules: recompute(core_attn, moe_act, …).
         const ast::Arg *kindArg = nullptr, *layersArg = nullptr;
         bool argsOk = true;
-        for (const ast::Arg &arg : mode.args) {
+        auto isModuleArg = [](const ast::Arg &arg) {
+          if (!arg.key.empty() || arg.value->kind != ast::Value::Kind::Name)
+            return false;
+          StringRef name = arg.value->text;
+          return name == "moe" || name == "shared_experts" ||
+                 llvm::any_of(ir::getRecomputeModuleNames(),
+                              [&](const auto &entry) { return entry.second == name; });
+        };
+        if (!mode.args.empty() && isModuleArg(mode.args.front())) {
+          std::optional<unsigned> modules = getRecomputeModules(mode);
+          if (!modules) {
+            ok = false;
+            continue;
+          }
+          activationMode = *modules == ir::kRecomputeCoreAttention
+                               ? ir::ActivationMode::RecomputeAttention
+                               : ir::ActivationMode::RecomputeModules;
+          recomputeModules = *modules;
+        }
+        for (const ast::Arg &arg : recomputeModules ? ArrayRef<ast::Arg>() : ArrayRef(mode.args)) {
           if (arg.key.empty() && !kindArg && !layersArg)
             kindArg = &arg;
           else if (arg.key == "layers" && !layersArg)
@@ -1801,7 +1867,9 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
                       "placement");
           argsOk = false;
         }
-        if (argsOk && kindArg && kindArg->value->text == "selective")
+        if (recomputeModules) {
+          // Set above, from Megatron-Core's module names.
+        } else if (argsOk && kindArg && kindArg->value->text == "selective")
           activationMode = ir::ActivationMode::RecomputeSelective;
         else if (argsOk && kindArg && kindArg->value->text == "op")
           activationMode = ir::ActivationMode::RecomputeOps;
@@ -1843,6 +1911,8 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
       modeLoc = mode.nameLoc;
       strategy.activationMode = activationMode;
       strategy.recomputeLayers = recomputeLayers;
+      strategy.recomputeModules =
+          activationMode == ir::ActivationMode::RecomputeModules ? recomputeModules : 0;
       strategy.activationModeLoc = mode.nameLoc;
       continue;
     }
@@ -2129,7 +2199,7 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
       pipelineOwner = i;
     if (operand.activationModeLoc.isValid()) {
       auto modeText = [](const ir::Strategy &x) {
-        return ir::getActivationModeText(x.activationMode, x.recomputeLayers);
+        return ir::getActivationModeText(x.activationMode, x.recomputeLayers, x.recomputeModules);
       };
       if (activationOwner && modeText(*operands[*activationOwner]) != modeText(operand)) {
         diags.error(operandLocs[i],
@@ -2146,6 +2216,7 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
         activationOwner = i;
         result->activationMode = operand.activationMode;
         result->recomputeLayers = operand.recomputeLayers;
+        result->recomputeModules = operand.recomputeModules;
         result->activationModeLoc = operand.activationModeLoc;
       }
     }

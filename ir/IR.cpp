@@ -258,13 +258,33 @@ StringRef toString(ActivationMode mode) {
     return "recompute(op)";
   case ActivationMode::RecomputeAttention:
     return "recompute(attention)";
+  case ActivationMode::RecomputeModules:
+    return "recompute(modules)";
   }
   llvm_unreachable("unknown ActivationMode");
 }
 
-std::string getActivationModeText(ActivationMode mode, int64_t recomputeLayers) {
+ArrayRef<std::pair<RecomputeModule, StringRef>> getRecomputeModuleNames() {
+  static const std::pair<RecomputeModule, StringRef> names[] = {
+      {kRecomputeCoreAttention, "core_attn"},
+      {kRecomputeMoeActivation, "moe_act"},
+      {kRecomputeLayernorm, "layernorm"},
+      {kRecomputeMlaUpProjection, "mla_up_proj"},
+      {kRecomputeMlp, "mlp"}};
+  return names;
+}
+
+std::string getActivationModeText(ActivationMode mode, int64_t recomputeLayers,
+                                  unsigned recomputeModules) {
   if (mode == ActivationMode::RecomputeFull && recomputeLayers > 0)
     return "recompute(layers = " + std::to_string(recomputeLayers) + ")";
+  if (mode == ActivationMode::RecomputeModules) {
+    std::string text;
+    for (const auto &[module, name] : getRecomputeModuleNames())
+      if (recomputeModules & module)
+        text += (text.empty() ? "" : ", ") + name.str();
+    return "recompute(" + text + ")";
+  }
   return toString(mode).str();
 }
 

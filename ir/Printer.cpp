@@ -402,7 +402,9 @@ void IRPrinter::printState(const Strategy &strategy, State state, bool expert) {
   line() << "tier = " << toString(placement.tier) << ' ' << explicitness(placement.tierExplicit)
          << '\n';
   if (state == State::Activations) {
-    line() << "mode = " << getActivationModeText(strategy.activationMode, strategy.recomputeLayers)
+    line() << "mode = "
+           << getActivationModeText(strategy.activationMode, strategy.recomputeLayers,
+                                    strategy.recomputeModules)
            << ' ' << explicitness(strategy.activationModeLoc.isValid()) << '\n';
     line() << "sequence_parallel = " << (strategy.sequenceParallel ? "true" : "false") << '\n';
   }

@@ -1006,6 +1006,54 @@ void addMtpWork(const TransformerDims &x, PassKind pass, Work &work) {
   }
 }
 
+/// The norms of a layer that are modules of their own under Transformer Engine's layer specs,
+/// which Megatron-Core's `layernorm` recomputation recomputes (transformer_layer.py: an input or
+/// pre-MLP norm that is not an IdentityOp): an MoE layer's before its router and dispatcher, and
+/// under latent attention the one before its down-projections; a dense layer's norms are fused
+/// into the products they feed (TELayerNormColumnParallelLinear), which keep their outputs.
+double separateNorms(const TransformerDims &x) { return (x.moe ? 1 : 0) + (x.latent ? 1 : 0); }
+
+/// Bytes of one [rows, width/t] slab over a layer's routed experts.
+double expertWidthBytes(const TransformerDims &x) {
+  return x.experts.tokensPerExpert * x.experts.localExperts * x.expertFfn / x.t * x.e;
+}
+
+/// Megatron-Core's selective recomputation of `modules` (ir::RecomputeModule bits;
+/// transformer_config.py, recompute_modules), what each repeats before the layer's backward:
+/// `core_attn` the attention kernel's forward (attention.py, checkpoint_core_attention);
+/// `layernorm` the norms of their own (separateNorms); `moe_act` the routed experts' activation
+/// function (experts.py); `mla_up_proj` latent attention's up-projections of the stored latents
+/// (the query's from the hidden state without a query latent) and the rotary embedding
+/// (multi_latent_attention.py, qkv_up_proj_and_rope_apply); `mlp` a dense layer's whole MLP from
+/// its input, its norm and both products (transformer_layer.py, recompute_mlp; not an MoE layer's).
+void addModuleRecompute(const TransformerDims &x, unsigned modules, Work &work) {
+  if (modules & ir::kRecomputeCoreAttention)
+    work.attention.push_back(fusedAttention(x, /*backward=*/false));
+  if ((modules & ir::kRecomputeLayernorm) && separateNorms(x) > 0)
+    addNorms(x, work, separateNorms(x));
+  if ((modules & ir::kRecomputeMoeActivation) && x.moe)
+    work.memory.push_back(
+        {"experts' activation", mlpActivationAccesses(x, false) * expertWidthBytes(x)});
+  bool upProjections = x.latent && (modules & ir::kRecomputeMlaUpProjection);
+  bool mlp = !x.moe && (modules & ir::kRecomputeMlp);
+  std::vector<Gemm> products;
+  for (const Gemm &gemm : layerProjections(x)) {
+    StringRef name = gemm.name;
+    if ((upProjections && (name == "q up" || name == "kv up" || name == "q")) ||
+        (mlp && name.starts_with("mlp ")))
+      products.push_back(gemm);
+  }
+  work.gemms.insert(work.gemms.end(), products.begin(), products.end());
+  addFp8Casts(x, products, /*backward=*/false, work);
+  addWeightCasts(x, products, /*backward=*/false, work);
+  if (upProjections)
+    addRotary(x, /*backward=*/false, work);
+  if (mlp) {
+    addNorms(x, work, 1);
+    addMlpActivation(x, work);
+  }
+}
+
 /// A transformer unit's work; a layer's by its class (getUnitWorkClass).
 Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKind pass,
                      const Layout &layout, int64_t layerClass = 0) {
@@ -1124,6 +1172,9 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     else
       work.attention.push_back(fusedAttention(x, /*backward=*/false));
     return work;
+  case PassKind::RecomputeModules:
+    addModuleRecompute(x, layout.recomputeModules, work);
+    return work;
   case PassKind::Backward: {
     std::vector<Gemm> products = layerProjections(x);
     addBackwardProducts(products, work.gemms);
@@ -1143,7 +1194,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
 Work mlpWork(const ir::MlpConfig &config, int64_t layer, PassKind pass, const Layout &layout) {
   Work work;
   if (pass == PassKind::RecomputeSelective || pass == PassKind::RecomputeOps ||
-      pass == PassKind::RecomputeAttention)
+      pass == PassKind::RecomputeAttention || pass == PassKind::RecomputeModules)
     return work;
   double b = layout.microBatch, t = static_cast<double>(std::max<int64_t>(1, layout.tensor));
   double in = static_cast<double>(layer == 0 ? config.input : config.width);
@@ -1180,6 +1231,8 @@ std::optional<PassKind> getRecomputePass(ir::ActivationMode mode) {
     return PassKind::RecomputeOps;
   case ir::ActivationMode::RecomputeAttention:
     return PassKind::RecomputeAttention;
+  case ir::ActivationMode::RecomputeModules:
+    return PassKind::RecomputeModules;
   }
   llvm_unreachable("unknown ActivationMode");
 }
@@ -1209,6 +1262,35 @@ std::string getOpRecomputeObstacle(const ir::Model &model) {
   if (config.mtpLayers > 0)
     return "it is torchtitan's policy over its Llama layers, and the model has multi-token "
            "prediction modules (mtp_layers)";
+  return std::string();
+}
+
+std::string getModuleRecomputeObstacle(const ir::Model &model, unsigned modules) {
+  if (model.kind != ir::ModelKind::Transformer)
+    return "model '" + model.name + "' is " +
+           (model.kind == ir::ModelKind::Mlp ? "an mlp" : "abstract") +
+           ", and Megatron-Core's modules are a transformer layer's";
+  const ir::TransformerConfig &config = model.transformer;
+  if (config.attention == ir::AttentionKind::Materialized)
+    return "placec counts Megatron-Core's modules over fused attention, and the model has "
+           "attention = materialized";
+  if (config.unpad)
+    return "unpad = true is flash-attn's packing as llm-foundry calls it, which Megatron-Core's "
+           "layer does not run";
+  bool moe = config.moe.isEnabled();
+  bool dense = !moe || config.moe.getNumMoeLayers(config.layers) < config.layers;
+  if ((modules & ir::kRecomputeMoeActivation) && !moe)
+    return "moe_act recomputes the experts' activation, and the model has no MoE layers";
+  if ((modules & ir::kRecomputeMlaUpProjection) && !config.isLatentAttention())
+    return "mla_up_proj recomputes latent attention's up-projections, and the model has no "
+           "kv_lora_rank";
+  if ((modules & ir::kRecomputeMlp) && !dense)
+    return "mlp recomputes a dense layer's MLP (not an MoE layer's), and every layer of the model "
+           "is an MoE layer";
+  if ((modules & ir::kRecomputeLayernorm) && !moe && !config.isLatentAttention())
+    return "layernorm recomputes the norms that are modules of their own (an MoE layer's before "
+           "its router, latent attention's before its down-projections), and the model's norms "
+           "are fused into the products they feed";
   return std::string();
 }
 
@@ -1246,8 +1328,10 @@ std::string getEagerObstacle(const ir::Model &model, ir::ActivationMode mode,
     return "Float8 linears without torch.compile cast through separate kernels that placec does "
            "not count; write mixed(bf16), or kernels = fused for a compiled run";
   if (mode == ir::ActivationMode::RecomputeSelective ||
-      mode == ir::ActivationMode::RecomputeAttention)
-    return ir::toString(mode).str() +
+      mode == ir::ActivationMode::RecomputeAttention ||
+      mode == ir::ActivationMode::RecomputeModules)
+    return (mode == ir::ActivationMode::RecomputeModules ? std::string("recompute(modules)")
+                                                         : ir::toString(mode).str()) +
            " is Megatron-LM's recomputation of its fused kernels; write recompute(op) "
            "(torchtitan's per-op policy), recompute or keep";
   return std::string();
@@ -1274,6 +1358,7 @@ Layout getRunLayout(const ir::Run &run) {
   layout.sequenceParallel = strategy.sequenceParallel;
   layout.sequenceParallelInputs = strategy.sequenceParallelInputs;
   layout.activations = strategy.activationMode;
+  layout.recomputeModules = strategy.recomputeModules;
   layout.precision = run.precision;
   layout.crossEntropy = run.crossEntropy;
   layout.trainMetrics = run.trainMetrics;
@@ -1605,7 +1690,14 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // checkpoint keeps Q, K and V and the output projection its input, so the log-sum-exp goes, and
   // the kernel's BF16 output where the projection keeps an FP8 copy instead (saved = fp8).
   bool selective = mode == ir::ActivationMode::RecomputeSelective;
-  bool coreAttention = mode == ir::ActivationMode::RecomputeAttention;
+  // Megatron-Core's modules (addModuleRecompute): each drops what its recomputation gives back.
+  unsigned modules = mode == ir::ActivationMode::RecomputeModules ? layout.recomputeModules : 0;
+  bool coreAttention =
+      mode == ir::ActivationMode::RecomputeAttention || (modules & ir::kRecomputeCoreAttention);
+  bool upProjections = x.latent && (modules & ir::kRecomputeMlaUpProjection);
+  bool moeActivation = x.moe && (modules & ir::kRecomputeMoeActivation);
+  bool denseMlp = !x.moe && (modules & ir::kRecomputeMlp);
+  double norms = (modules & ir::kRecomputeLayernorm) ? separateNorms(x) : 0;
   // Bytes per element of what a product keeps of its input for its weight gradient: 2, or 1 under
   // `saved = fp8` (Transformer Engine's linears keep the FP8 cast of their input, and a
   // LayerNormLinear's norm writes it directly: the norm outputs, the attention output's copy for
@@ -1615,7 +1707,7 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // Q, K and V, and the attention output, over h (a·d = h unless head_dim says otherwise; under
   // latent attention a·(d + r) for Q and K and a·dv for V and the output); under `saved = fp8`
   // the projection keeps an FP8 copy of the output beside the kernel's.
-  double qkv = 2 * ((x.a + x.kv) * x.dqk + x.kv * x.dv) / x.h;
+  double qkv = upProjections ? 0 : 2 * ((x.a + x.kv) * x.dqk + x.kv * x.dv) / x.h;
   // `unpad = true`: the output projection keeps the padded output beside the kernel's packed one.
   double attentionOutput = ((coreAttention && x.fp8Saved ? 0 : 2) +
                             (x.fp8Saved ? x.fp8SavedBytes() : 0) + (x.unpad ? 2 : 0)) *
@@ -1623,10 +1715,12 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // An MLP of width w keeps (swiglu) gate, up and their product, 6·w/h, or 4·w/h with the
   // product recomputed; (gelu) its input and output, 4·w/h, or 2·w/h. The product (swiglu) or
   // output (gelu) is the second product's input: p bytes.
-  auto mlpOf = [&](double width) {
-    return (x.swiglu ? (selective ? 4 : 4 + p) : (selective ? 2 : 2 + p)) * width / x.h;
+  auto mlpOf = [&](double width, bool activationRecomputed) {
+    bool dropped = selective || activationRecomputed;
+    return (x.swiglu ? (dropped ? 4 : 4 + p) : (dropped ? 2 : 2 + p)) * width / x.h;
   };
-  double mlp = mlpOf(x.f);
+  // `mlp` keeps none of a dense MLP's intermediates (its input is the norm's, kept anyway).
+  double mlp = denseMlp ? 0 : mlpOf(x.f, false);
   // An MoE layer (Megatron-Core's MoE layer keeps the same tensors per routed row): each of the
   // R = (rows the local experts compute)/T routed copies of a token keeps its permuted input
   // (2, not split over t: every tensor-parallel rank routes all its tokens) and its experts'
@@ -1634,14 +1728,16 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   double routed = 0, moeText = 0;
   if (x.moe) {
     double r = x.experts.tokensPerExpert * x.experts.localExperts / x.tokens;
-    mlp = r * mlpOf(x.expertFfn) + (x.sharedFfn > 0 ? mlpOf(x.sharedFfn) : 0);
+    mlp = r * mlpOf(x.expertFfn, moeActivation) + (x.sharedFfn > 0 ? mlpOf(x.sharedFfn, false) : 0);
     routed = p * r + 4 * x.numExperts / x.h;
     moeText = r;
   }
   // Under sp_inputs = keep the products' inputs (4) are kept gathered, not split by t, and not
   // recomputed by selective recomputation either.
   double gathered = x.keepInputs ? 2 * p : 0;
-  double outside = (selective || x.keepInputs ? 4 : 4 + 2 * p) + post;
+  // `layernorm` and `mlp` drop the outputs of the norms they recompute: the products' inputs.
+  double outside =
+      (selective || x.keepInputs ? 4 : 4 + 2 * p) - p * (norms + (denseMlp ? 1 : 0)) + post;
   // Latent attention's latents, per h, beside the stream's: each norm's input (2) and output,
   // the up-projection's input (p; recomputed by recompute(selective), kept gathered under
   // sp_inputs = keep), computed on each rank's own tokens.
@@ -1652,7 +1748,8 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // V under recompute(selective) too, which recomputes neither the attention kernel nor its
   // inputs (getEagerObstacle refuses recompute(selective) under eager).
   ExtraKept extra;
-  if (mode == ir::ActivationMode::Keep || coreAttention)
+  if (mode == ir::ActivationMode::Keep || coreAttention ||
+      mode == ir::ActivationMode::RecomputeModules)
     extra = getExtraKept(x);
   else if (selective)
     extra.repeated = getExtraKept(x).repeated;
@@ -1660,7 +1757,7 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   double lse = coreAttention ? 0 : 4 * x.a / x.h; // 4 bytes per head and token, over h.
   double coefficient = outside / (sp ? t : 1) + gathered + (inside + lse) / t + routed;
   if (formula) {
-    std::string mlpText = x.swiglu && !x.moe
+    std::string mlpText = x.swiglu && !x.moe && !denseMlp
                               ? fmt::format("{}·{}/{}", selective ? 4 : 4 + p, num(x.f), num(x.h))
                               : num(mlp);
     *formula = fmt::format(
@@ -1695,6 +1792,20 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
     if (x.unpad)
       *formula += " [unpad = true: the attention output twice, the kernel's packed one and the "
                   "padded one its projection keeps]";
+    if (modules) {
+      std::vector<std::string> parts;
+      if (norms > 0)
+        parts.push_back(
+            fmt::format("layernorm: {} norm output{} not kept", num(norms), norms > 1 ? "s" : ""));
+      if (moeActivation)
+        parts.push_back("moe_act: the experts' activation output not kept");
+      if (upProjections)
+        parts.push_back("mla_up_proj: Q, K and V not kept");
+      if (denseMlp)
+        parts.push_back("mlp: the MLP norm's output and the MLP's intermediates not kept");
+      *formula += fmt::format(" [{}{}{}]", ir::getActivationModeText(mode, 0, modules),
+                              parts.empty() ? "" : ": ", llvm::join(parts, "; "));
+    }
     if (x.latent)
       *formula += fmt::format(
           " [multi-head latent attention: the latents' norm inputs and outputs, ({} + {})/{} per "
@@ -1857,10 +1968,11 @@ double getRecomputedLayerBytes(const ir::Model &model, const Layout &layout, std
   };
   double all = bytesOf(keep), kept = bytesOf(layout);
   if (formula)
-    *formula = fmt::format("{} − {} (the recomputed {}layer's activations without recomputation, "
-                           "less what {} keeps, alive from its recomputation through its backward)",
-                           fmtAmount(all, "B"), fmtAmount(kept, "B"), moeLayer ? "MoE " : "",
-                           ir::toString(layout.activations).str());
+    *formula =
+        fmt::format("{} − {} (the recomputed {}layer's activations without recomputation, "
+                    "less what {} keeps, alive from its recomputation through its backward)",
+                    fmtAmount(all, "B"), fmtAmount(kept, "B"), moeLayer ? "MoE " : "",
+                    ir::getActivationModeText(layout.activations, 0, layout.recomputeModules));
   return all - kept;
 }
 

@@ -345,6 +345,7 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   unitLayout.contextMethod = strategy.contextMethod;
   unitLayout.kernels = run.kernels;
   unitLayout.fp8 = run.precision == ir::Precision::MixedFP8;
+  unitLayout.recomputeModules = strategy.recomputeModules;
   unitLayout.regather = regathersInputs(model, tensorDegree, strategy.sequenceParallel,
                                         strategy.sequenceParallelInputs, strategy.activationMode);
   plan->regather = unitLayout.regather;
@@ -473,6 +474,10 @@ Op Lowering::computeOp(int unitIndex, const Unit &unit, cost::PassKind pass) con
     op.reason = model.transformer.attention == ir::AttentionKind::Materialized
                     ? "recompute the attention scores and softmax (the checkpointed core attention)"
                     : "recompute the attention kernel's forward (the checkpointed core attention)";
+    break;
+  case cost::PassKind::RecomputeModules:
+    op.reason = "recompute Megatron-Core's modules: " +
+                ir::getActivationModeText(strategy.activationMode, 0, strategy.recomputeModules);
     break;
   }
   return op;
@@ -1142,6 +1147,31 @@ std::vector<UnitCollective> getRecomputedCollectives(const ir::Model &model, cos
   if (mode == ir::ActivationMode::RecomputeFull)
     return getUnitCollectives(model, unit, layer, /*forwardPass=*/true, layout);
   std::vector<UnitCollective> result;
+  // Megatron-Core's modules: the checkpointed core attention's context-parallel exchanges (below)
+  // and a dense layer's checkpointed MLP's tensor-parallel collectives, the last of its forward's
+  // (an all-reduce, or under sequence parallelism the gather of its input and the reduce-scatter
+  // of its output); the other modules recompute kernels and products on stored inputs.
+  if (mode == ir::ActivationMode::RecomputeModules) {
+    if (unit != cost::UnitKind::Layer || model.kind != ir::ModelKind::Transformer)
+      return result;
+    std::vector<UnitCollective> forward =
+        getUnitCollectives(model, unit, layer, /*forwardPass=*/true, layout);
+    if (layout.recomputeModules & ir::kRecomputeCoreAttention)
+      for (const UnitCollective &c : forward)
+        if (c.over == ir::AxisKind::Sequence)
+          result.push_back(c);
+    if ((layout.recomputeModules & ir::kRecomputeMlp) && !model.transformer.isMoeBlock(layer) &&
+        layout.tensor > 1) {
+      std::vector<UnitCollective> tensor;
+      for (const UnitCollective &c : forward)
+        if (c.over == ir::AxisKind::Tensor)
+          tensor.push_back(c);
+      size_t block = layout.sequenceParallel ? 2 : 1;
+      if (tensor.size() >= block)
+        result.insert(result.end(), tensor.end() - block, tensor.end());
+    }
+    return result;
+  }
   // The checkpointed core attention runs its context-parallel exchanges again (Transformer
   // Engine's attention with context parallelism is inside Megatron-Core's checkpoint).
   if (mode == ir::ActivationMode::RecomputeAttention) {

@@ -632,6 +632,26 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       ok = false;
     }
   }
+  // Rule `placement`: `recompute(core_attn, moe_act, …)` is Megatron-Core's recomputation of its
+  // modules: each where the model has it (cost::getModuleRecomputeObstacle), and with the
+  // products' inputs gathered again as Megatron-Core does (sp_inputs = regather).
+  if (strategy.activationMode == ir::ActivationMode::RecomputeModules) {
+    std::string why = cost::getModuleRecomputeObstacle(*run.model, strategy.recomputeModules);
+    if (why.empty() && strategy.sequenceParallel &&
+        strategy.sequenceParallelInputs == ir::SequenceParallelInputs::Keep)
+      why = "sp_inputs = keep keeps the products' inputs gathered, and Megatron-Core's layers "
+            "gather them again (sp_inputs = regather)";
+    if (!why.empty()) {
+      diags->error(
+          strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
+          ir::getActivationModeText(strategy.activationMode, 0, strategy.recomputeModules) +
+              " does not apply to run '" + run.name + "': " + why,
+          "placement");
+      diags->note(fieldLoc(run, "model"),
+                  Twine("run '") + run.name + "' trains model '" + run.model->name + "' here");
+      ok = false;
+    }
+  }
   // Rule `placement`: `saved = fp8` is counted where placec knows what the products keep
   // (cost::getSavedFp8Obstacle).
   if (run.fp8Saved) {
@@ -934,7 +954,8 @@ bool VerifyPass::checkExperts(const ir::Run &run) {
              "schedule");
     if (strategy.activationMode == ir::ActivationMode::RecomputeFull)
       refuse(Twine("strategy '") + strategy.name + "' recomputes whole layers (" +
-                 ir::getActivationModeText(strategy.activationMode, strategy.recomputeLayers) +
+                 ir::getActivationModeText(strategy.activationMode, strategy.recomputeLayers,
+                                           strategy.recomputeModules) +
                  "), which Megatron-Core refuses with it",
              "placement");
     if (run.precision == ir::Precision::FP32)

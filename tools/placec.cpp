@@ -734,9 +734,11 @@ int runImport() {
   options.clusterName = importCluster;
   options.fromPath = importFrom;
   options.seq = importSeq;
+  // The program of --from, alive through the import (ImportOptions::model points into it).
+  std::unique_ptr<ir::Program> program;
   if (!importFrom.empty()) {
     // The model and cluster must exist; the cluster gives the device count.
-    std::unique_ptr<ir::Program> program = loadProgram(importFrom, diags);
+    program = loadProgram(importFrom, diags);
     if (!program || diags.hasErrors())
       return 1;
     const ir::Cluster *cluster = program->findCluster(importCluster);
@@ -757,6 +759,7 @@ int runImport() {
         options.modelExperts = model->transformer.moe.experts;
         options.modelAttention = ir::toString(model->transformer.attention).str();
       }
+      options.model = model;
     }
     // The import line is relative to the output file's folder.
     if (outputFile != "-" && !sys::path::is_absolute(importFrom)) {

@@ -2136,3 +2136,84 @@ TEST(CostModelTest, MultiTokenPredictionIsALayerAProjectionAndALoss) {
                 .find("mtp_layers"),
             std::string::npos);
 }
+
+// Megatron-Core's selective recomputation of its modules (recompute(core_attn, moe_act, …)): each
+// module drops from a layer's kept activations what its recomputation gives back, and the
+// recomputation repeats that work, by DeepSeek-V3's shapes (b = 1, s = 4096, one device).
+TEST(CostModelTest, MegatronCoreModulesDropWhatTheyRecompute) {
+  const double h = 7168, a = 128, d = 128, r = 64, dv = 128, rq = 1536, rkv = 512, f = 18432,
+               fe = 2048, k = 8, s = 4096;
+  ir::Model model = latentLayer();
+  model.transformer.layers = 2;
+  model.transformer.moe.experts = 256;
+  model.transformer.moe.topK = 8;
+  model.transformer.moe.expertFfn = 2048;
+  model.transformer.moe.denseLayers = 1;
+  model.tensors = ir::buildTransformerTensors(model.transformer);
+  Layout keep;
+  auto with = [&](unsigned modules) {
+    Layout layout;
+    layout.activations = ir::ActivationMode::RecomputeModules;
+    layout.recomputeModules = modules;
+    return layout;
+  };
+  auto bytes = [&](const Layout &layout, bool moe) {
+    return getLayerActivationBytes(model.transformer, layout, nullptr, moe);
+  };
+  // core_attn: the kernel's log-sum-exp, 4 bytes per head and token.
+  EXPECT_NEAR(bytes(keep, true) - bytes(with(ir::kRecomputeCoreAttention), true), 4 * a * s, 1e-3);
+  // layernorm: the outputs of the two norms of their own (latent attention's before its
+  // down-projections, the MoE layer's before its router), 2 bytes each; in the dense layer the
+  // latent attention's only.
+  EXPECT_NEAR(bytes(keep, true) - bytes(with(ir::kRecomputeLayernorm), true), 2 * 2 * h * s, 1e-3);
+  EXPECT_NEAR(bytes(keep, false) - bytes(with(ir::kRecomputeLayernorm), false), 2 * h * s, 1e-3);
+  // moe_act: the experts' activation output, 2 bytes of fe for each of the k routed rows.
+  EXPECT_NEAR(bytes(keep, true) - bytes(with(ir::kRecomputeMoeActivation), true), 2 * fe * k * s,
+              1e-3);
+  // mla_up_proj: Q and K of a·(d + r) and V of a·dv, 2 bytes each.
+  EXPECT_NEAR(bytes(keep, true) - bytes(with(ir::kRecomputeMlaUpProjection), true),
+              2 * (2 * a * (d + r) + a * dv) * s, 1e-3);
+  // mlp: a dense layer's MLP input (its norm's output) and intermediates (gate, up and their
+  // product), nothing of an MoE layer.
+  EXPECT_NEAR(bytes(keep, false) - bytes(with(ir::kRecomputeMlp), false), 2 * (h + 3 * f) * s,
+              1e-3);
+  EXPECT_DOUBLE_EQ(bytes(keep, true), bytes(with(ir::kRecomputeMlp), true));
+
+  // The recomputation repeats: mla_up_proj the two up-projections (2·s·(a·(d + r)·rq +
+  // a·(d + dv)·rkv) FLOPs) and the rotary embedding; mlp a dense layer's products (2·s·3·h·f) with
+  // its norm and activation; core_attn the attention kernel; moe_act and layernorm memory-bound
+  // kernels only.
+  auto work = [&](unsigned modules, int64_t layer) {
+    return getUnitWork(model, UnitKind::Layer, layer, PassKind::RecomputeModules, with(modules));
+  };
+  Work up = work(ir::kRecomputeMlaUpProjection, 1);
+  EXPECT_NEAR(up.getFlops(), 2 * s * (a * (d + r) * rq + a * (d + dv) * rkv), 1);
+  EXPECT_EQ(up.gemms.size(), 2u);
+  EXPECT_GT(up.getMemoryBytes(), 0);
+  EXPECT_NEAR(work(ir::kRecomputeMlp, 0).getFlops(), 2 * s * 3 * h * f, 1);
+  EXPECT_TRUE(work(ir::kRecomputeMlp, 1).empty());
+  Work act = work(ir::kRecomputeMoeActivation, 1);
+  EXPECT_EQ(act.getFlops(), 0);
+  // The fused SwiGLU reads gate and up and writes their product: 3 tensors of fe per routed row.
+  EXPECT_NEAR(act.getMemoryBytes(), 3 * 2 * fe * k * s, 1e-3);
+  EXPECT_TRUE(work(ir::kRecomputeMoeActivation, 0).empty());
+  EXPECT_EQ(work(ir::kRecomputeCoreAttention, 1).attention.size(), 1u);
+  Work norms = work(ir::kRecomputeLayernorm, 1);
+  EXPECT_EQ(norms.getFlops(), 0);
+  // Two norms, each reading and writing 2 bytes per element.
+  EXPECT_NEAR(norms.getMemoryBytes(), 2 * 2 * 2 * h * s, 1e-3);
+
+  // The modules apply where the model has them.
+  EXPECT_EQ(getModuleRecomputeObstacle(model, ir::kRecomputeMlaUpProjection | ir::kRecomputeMlp |
+                                                  ir::kRecomputeMoeActivation |
+                                                  ir::kRecomputeLayernorm),
+            "");
+  ir::Model dense = llama8bLayer();
+  EXPECT_NE(getModuleRecomputeObstacle(dense, ir::kRecomputeMoeActivation).find("no MoE"),
+            std::string::npos);
+  EXPECT_NE(getModuleRecomputeObstacle(dense, ir::kRecomputeMlaUpProjection).find("kv_lora_rank"),
+            std::string::npos);
+  EXPECT_NE(getModuleRecomputeObstacle(dense, ir::kRecomputeLayernorm).find("fused"),
+            std::string::npos);
+  EXPECT_EQ(getModuleRecomputeObstacle(dense, ir::kRecomputeMlp | ir::kRecomputeCoreAttention), "");
+}

@@ -58,6 +58,9 @@ struct ImportOptions {
   int64_t modelExperts = 0;
   /// The named model's `attention` (`flash`, `flash3`, `cudnn`, `materialized`); empty if none.
   std::string modelAttention;
+  /// The named model (--model), for the rules a strategy's settings are held to by it (its
+  /// recomputed modules); null if none.
+  const ir::Model *model = nullptr;
 };
 
 /// Reads a DeepSpeed JSON config from buffer `bufferId` of the diagnostic engine's source manager

@@ -560,12 +560,36 @@ enum class ActivationMode {
   /// forward runs again in the backward from the stored queries, keys and values, with its
   /// context-parallel exchanges. Under materialized attention, RecomputeSelective's set.
   RecomputeAttention,
+  /// Megatron-Core's selective recomputation of a set of its modules (`--recompute-modules`,
+  /// Strategy::recomputeModules, RecomputeModule): `recompute(core_attn, moe_act, …)`.
+  RecomputeModules,
 };
 
+/// The Megatron-Core modules `recompute(…)` names (TransformerConfig.recompute_modules,
+/// megatron/core/transformer/transformer_config.py), bits of Strategy::recomputeModules, in the
+/// order Megatron-Core lists them.
+enum RecomputeModule : unsigned {
+  /// `core_attn`: the attention kernel's forward again (RecomputeAttention's alone).
+  kRecomputeCoreAttention = 1u << 0,
+  /// `moe_act`: the experts' activation function, its output not kept.
+  kRecomputeMoeActivation = 1u << 1,
+  /// `layernorm`: the norms that are modules of their own (an MoE layer's before its router, a
+  /// latent attention's before its down-projections), their outputs not kept.
+  kRecomputeLayernorm = 1u << 2,
+  /// `mla_up_proj`: latent attention's up-projections and rotary embedding, Q, K and V not kept.
+  kRecomputeMlaUpProjection = 1u << 3,
+  /// `mlp`: a dense layer's whole MLP, from its input.
+  kRecomputeMlp = 1u << 4,
+};
+/// Every RecomputeModule with its Megatron-Core name, in Megatron-Core's order.
+llvm::ArrayRef<std::pair<RecomputeModule, llvm::StringRef>> getRecomputeModuleNames();
+
 llvm::StringRef toString(ActivationMode mode);
-/// The mode as written: toString, or `recompute(layers = n)` when only the first `recomputeLayers`
-/// layers of each model chunk are recomputed (Strategy::recomputeLayers).
-std::string getActivationModeText(ActivationMode mode, int64_t recomputeLayers);
+/// The mode as written: toString, `recompute(layers = n)` when only the first `recomputeLayers`
+/// layers of each model chunk are recomputed (Strategy::recomputeLayers), or
+/// `recompute(core_attn, moe_act)` for the modules of `recomputeModules`.
+std::string getActivationModeText(ActivationMode mode, int64_t recomputeLayers,
+                                  unsigned recomputeModules = 0);
 
 struct AxisPlacement {
   PlacementMode mode = PlacementMode::Replicated;
@@ -650,6 +674,8 @@ public:
   /// activations, as Megatron-LM's `--recompute-method block --recompute-num-layers n`; 0: every
   /// layer.
   int64_t recomputeLayers = 0;
+  /// RecomputeModules only: the RecomputeModule bits it recomputes.
+  unsigned recomputeModules = 0;
   /// Activations sharded along the sequence over the tensor axes (sequence parallelism).
   bool sequenceParallel = false;
   /// `context = ring | all_gather | all_to_all;`: the exchange of context-parallel attention.

@@ -246,10 +246,11 @@ enum class PassKind {
   RecomputeFull,
   RecomputeSelective,
   RecomputeOps,
-  RecomputeAttention
+  RecomputeAttention,
+  RecomputeModules
 };
 /// The number of PassKinds, for tables indexed by them.
-constexpr int kNumPassKinds = 6;
+constexpr int kNumPassKinds = 7;
 
 /// The pass that recomputes a layer's forward before its backward under activation mode `mode`;
 /// none when everything the backward reads is kept.
@@ -260,6 +261,12 @@ std::optional<PassKind> getRecomputePass(ir::ActivationMode mode);
 /// `aten.addmm`, which the policy does not keep) and of the fused attention kernel, over dense
 /// transformer layers (getLayerActivationBytes). An abstract model has no layers to say.
 std::string getOpRecomputeObstacle(const ir::Model &model);
+/// Why Megatron-Core's recomputation of `modules` (ir::RecomputeModule bits) does not apply to
+/// `model`, or empty where it does: a transformer's over fused attention without flash-attn's
+/// packing, each module where the model has it (`moe_act` an MoE layer, `mla_up_proj` latent
+/// attention, `mlp` a dense layer, `layernorm` a norm of its own: an MoE layer's before its
+/// router, or latent attention's before its down-projections).
+std::string getModuleRecomputeObstacle(const ir::Model &model, unsigned modules);
 /// Why `mixed(fp8, saved = fp8)` cannot be modelled for `model` under `mode`, or empty: it is
 /// counted for transformer layers over a fused attention kernel, and not under torchtitan's
 /// per-op policy (which runs over PyTorch's float8 linears).
@@ -306,6 +313,8 @@ struct Layout {
   /// (`sp_inputs`): under `keep` the two layer inputs they read are kept whole.
   ir::SequenceParallelInputs sequenceParallelInputs = ir::SequenceParallelInputs::Regather;
   ir::ActivationMode activations = ir::ActivationMode::Keep;
+  /// Under ir::ActivationMode::RecomputeModules, the ir::RecomputeModule bits.
+  unsigned recomputeModules = 0;
   ir::Precision precision = ir::Precision::MixedBF16;
   ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
   /// `train_metrics`: cross-entropy metrics computed from each micro-batch's logits after its

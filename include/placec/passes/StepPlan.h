@@ -179,6 +179,9 @@ struct UnitLayout {
   /// `mixed(fp8)`: the sequence-parallel gathers of the FP8 products' inputs move the FP8 cast
   /// (UnitCollective::fp8).
   bool fp8 = false;
+  /// Under ir::ActivationMode::RecomputeModules, the ir::RecomputeModule bits
+  /// (getRecomputedCollectives).
+  unsigned recomputeModules = 0;
 };
 
 /// Whether the backward all-gathers the inputs of the column-parallel products again for their
