@@ -1567,15 +1567,13 @@ private:
       unsigned bits = 0;
       bool known = true;
       for (StringRef module : names) {
-        const auto *entry = llvm::find_if(ir::getRecomputeModuleNames(),
-                                          [&](const auto &e) { return e.second == module; });
-        if (entry != ir::getRecomputeModuleNames().end()) {
-          bits |= entry->first;
+        if (std::optional<ir::RecomputeModule> bit = ir::findRecomputeModule(module)) {
+          bits |= *bit;
           continue;
         }
         known = false;
         diags.error(locOf("--recompute-modules"),
-                    module == "moe" || module == "shared_experts"
+                    ir::isUndescribedRecomputeModule(module)
                         ? "--recompute-modules " + module +
                               ": Megatron-Core's checkpoint of the whole " +
                               (module == "moe" ? "MoE layer" : "shared experts' MLP") +

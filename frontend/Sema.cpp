@@ -1775,7 +1775,7 @@ std::optional<unsigned> Sema::getRecomputeModules(const ast::Mode &mode) {
       return std::nullopt;
     }
     StringRef name = arg.value->text;
-    if (name == "moe" || name == "shared_experts") {
+    if (ir::isUndescribedRecomputeModule(name)) {
       diags.error(
           loc,
           "Megatron-Core's '" + name + "' recomputation (a checkpoint of the whole " +
@@ -1784,9 +1784,8 @@ std::optional<unsigned> Sema::getRecomputeModules(const ast::Mode &mode) {
           "placement");
       return std::nullopt;
     }
-    const auto *entry = llvm::find_if(ir::getRecomputeModuleNames(),
-                                      [&](const auto &e) { return e.second == name; });
-    if (entry == ir::getRecomputeModuleNames().end()) {
+    std::optional<ir::RecomputeModule> module = ir::findRecomputeModule(name);
+    if (!module) {
       diags.error(loc,
                   "'" + name + "' is not a Megatron-Core module 'recompute' names (" + known +
                       "); its other forms are 'recompute', 'recompute(selective)', "
@@ -1794,11 +1793,11 @@ std::optional<unsigned> Sema::getRecomputeModules(const ast::Mode &mode) {
                   "placement");
       return std::nullopt;
     }
-    if (modules & entry->first) {
+    if (modules & *module) {
       diags.error(loc, "'" + name + "' is named twice", "placement");
       return std::nullopt;
     }
-    modules |= entry->first;
+    modules |= *module;
   }
   return modules;
 }
@@ -1822,9 +1821,7 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
           if (!arg.key.empty() || arg.value->kind != ast::Value::Kind::Name)
             return false;
           StringRef name = arg.value->text;
-          return name == "moe" || name == "shared_experts" ||
-                 llvm::any_of(ir::getRecomputeModuleNames(),
-                              [&](const auto &entry) { return entry.second == name; });
+          return ir::isUndescribedRecomputeModule(name) || ir::findRecomputeModule(name);
         };
         if (!mode.args.empty() && isModuleArg(mode.args.front())) {
           std::optional<unsigned> modules = getRecomputeModules(mode);
@@ -1867,9 +1864,7 @@ bool Sema::bindActivations(const ast::Placement &placement, ir::Strategy &strate
                       "placement");
           argsOk = false;
         }
-        if (recomputeModules) {
-          // Set above, from Megatron-Core's module names.
-        } else if (argsOk && kindArg && kindArg->value->text == "selective")
+        if (argsOk && kindArg && kindArg->value->text == "selective")
           activationMode = ir::ActivationMode::RecomputeSelective;
         else if (argsOk && kindArg && kindArg->value->text == "op")
           activationMode = ir::ActivationMode::RecomputeOps;

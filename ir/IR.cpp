@@ -274,6 +274,13 @@ ArrayRef<std::pair<RecomputeModule, StringRef>> getRecomputeModuleNames() {
   return names;
 }
 
+std::optional<RecomputeModule> findRecomputeModule(StringRef name) {
+  for (const auto &[module, moduleName] : getRecomputeModuleNames())
+    if (moduleName == name)
+      return module;
+  return std::nullopt;
+}
+
 std::string getActivationModeText(ActivationMode mode, int64_t recomputeLayers,
                                   unsigned recomputeModules) {
   if (mode == ActivationMode::RecomputeFull && recomputeLayers > 0)

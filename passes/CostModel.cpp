@@ -664,14 +664,17 @@ void addWeightCasts(const TransformerDims &x, const std::vector<Gemm> &products,
                  work);
 }
 
+/// Bytes of one [rows, width/t] slab over a layer's routed experts.
+double expertWidthBytes(const TransformerDims &x) {
+  return x.experts.tokensPerExpert * x.experts.localExperts * x.expertFfn / x.t * x.e;
+}
+
 /// Bytes of one [rows, width/t] slab over the layer's feed-forward blocks: the dense MLP, or the
 /// routed experts' rows and the shared experts'.
 double mlpWidthBytes(const TransformerDims &x) {
   if (!x.moe)
     return x.tokens * x.f / x.t * x.e;
-  return (x.experts.tokensPerExpert * x.experts.localExperts * x.expertFfn +
-          x.tokens * x.sharedFfn) /
-         x.t * x.e;
+  return expertWidthBytes(x) + x.tokens * x.sharedFfn / x.t * x.e;
 }
 
 /// An MoE layer's routing: the router's softmax (or sigmoid) and top-k over fp32 scores, and the
@@ -1013,11 +1016,6 @@ void addMtpWork(const TransformerDims &x, PassKind pass, Work &work) {
 /// into the products they feed (TELayerNormColumnParallelLinear), which keep their outputs.
 double separateNorms(const TransformerDims &x) { return (x.moe ? 1 : 0) + (x.latent ? 1 : 0); }
 
-/// Bytes of one [rows, width/t] slab over a layer's routed experts.
-double expertWidthBytes(const TransformerDims &x) {
-  return x.experts.tokensPerExpert * x.experts.localExperts * x.expertFfn / x.t * x.e;
-}
-
 /// Megatron-Core's selective recomputation of `modules` (ir::RecomputeModule bits;
 /// transformer_config.py, recompute_modules), what each repeats before the layer's backward:
 /// `core_attn` the attention kernel's forward (attention.py, checkpoint_core_attention);
@@ -1330,8 +1328,7 @@ std::string getEagerObstacle(const ir::Model &model, ir::ActivationMode mode,
   if (mode == ir::ActivationMode::RecomputeSelective ||
       mode == ir::ActivationMode::RecomputeAttention ||
       mode == ir::ActivationMode::RecomputeModules)
-    return (mode == ir::ActivationMode::RecomputeModules ? std::string("recompute(modules)")
-                                                         : ir::toString(mode).str()) +
+    return ir::toString(mode).str() +
            " is Megatron-LM's recomputation of its fused kernels; write recompute(op) "
            "(torchtitan's per-op policy), recompute or keep";
   return std::string();

@@ -583,6 +583,13 @@ enum RecomputeModule : unsigned {
 };
 /// Every RecomputeModule with its Megatron-Core name, in Megatron-Core's order.
 llvm::ArrayRef<std::pair<RecomputeModule, llvm::StringRef>> getRecomputeModuleNames();
+/// The RecomputeModule of Megatron-Core name `name`, or nothing for another name.
+std::optional<RecomputeModule> findRecomputeModule(llvm::StringRef name);
+/// Whether `name` is one of Megatron-Core's recompute modules placec does not describe (`moe`,
+/// `shared_experts`: checkpoints of the whole MoE layer or of the shared experts' MLP).
+inline bool isUndescribedRecomputeModule(llvm::StringRef name) {
+  return name == "moe" || name == "shared_experts";
+}
 
 llvm::StringRef toString(ActivationMode mode);
 /// The mode as written: toString, `recompute(layers = n)` when only the first `recomputeLayers`
