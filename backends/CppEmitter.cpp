@@ -272,6 +272,9 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
     if (pipeline.firstStageLayers > 0 || pipeline.lastStageLayers > 0)
       refuse(pipeline.loc, "uneven first and last pipeline stages",
              "placert's pipeline executor splits the layers evenly among the stages");
+    if (!pipeline.layout.empty())
+      refuse(pipeline.layout.loc, "a pipeline layout",
+             "placert's pipeline executor splits the layers evenly among the stages");
     if (pipeline.embeddingLayer || pipeline.lossLayer)
       refuse(pipeline.loc, "the embedding or the loss counted as a pipeline layer",
              "placert's pipeline executor splits the layers evenly among the stages");

@@ -675,8 +675,12 @@ private:
     flag("--pipeline-model-parallel-size", Twine(view.layersDegree));
     if (view.expertDegree > 1)
       flag("--expert-model-parallel-size", Twine(view.expertDegree));
-    if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::Interleaved &&
-        view.layersDegree > 1)
+    bool layout = view.layersDegree > 1 && strategy.pipeline && !strategy.pipeline->layout.empty();
+    // Megatron-Core derives the virtual stages from a layout (quoted: it holds '|', '(' and '*').
+    if (layout)
+      flag("--pipeline-model-parallel-layout", "\"" + strategy.pipeline->layout.text + "\"");
+    else if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::Interleaved &&
+             view.layersDegree > 1)
       flag("--num-layers-per-virtual-pipeline-stage",
            Twine(strategy.pipeline->getSplitLayers(model.getNumLayers()) /
                  (view.layersDegree * strategy.pipeline->chunks)));
@@ -1092,6 +1096,10 @@ private:
              "rank is neither");
     if (pipelineSchedule == ir::Schedule::DualPipe)
       refuse("pipeline schedule dualpipe: torchtitan runs DualPipeV, the one-copy form");
+    if (!view.layersAxes.empty() && strategy.pipeline && !strategy.pipeline->layout.empty())
+      refuse("a pipeline layout: Megatron-Core's --pipeline-model-parallel-layout has no "
+             "torchtitan equivalent in placec's export (write first and last for uneven edge "
+             "stages)");
     // Uneven stages become split points: the module names where each stage after the first
     // starts.
     std::vector<int64_t> splitPoints;

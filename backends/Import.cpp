@@ -724,6 +724,7 @@ constexpr const char *kMegatronFlags[] = {
     "--tp-comm-overlap",
     "--cross-entropy-loss-fusion",
     "--cross-entropy-fusion-impl=",
+    "--pipeline-model-parallel-layout=",
     "--decoder-first-pipeline-num-layers=",
     "--decoder-last-pipeline-num-layers=",
     "--account-for-embedding-in-pipeline-split",
@@ -768,7 +769,6 @@ const UntranslatedFlag kUntranslatedMegatronFlags[] = {
      "FP8 training through an abbreviation that Megatron-LM's parser may not resolve: write "
      "--fp8-format e4m3 or hybrid",
      true},
-    {"--pipeline-model-parallel-layout", nullptr, "a custom pipeline layout"},
 };
 
 /// Megatron-LM flags that describe a dense model's attention (errors with a model named by
@@ -1450,11 +1450,62 @@ private:
       diags.error(locOf(accountFlag),
                   Twine(accountFlag) + " with --decoder-" + (firstLayers ? "first" : "last") +
                       "-pipeline-num-layers: Megatron-LM takes one or the other");
+    // Megatron-Core's layout (its --pipeline-model-parallel-layout): the virtual stages are the
+    // layout's over the pipeline size, and it takes no other way of splitting the layers.
+    std::optional<ir::PipelineLayoutSpec> layout;
+    if (has("--pipeline-model-parallel-layout")) {
+      const char *layoutFlag = "--pipeline-model-parallel-layout";
+      std::string text = getString(layoutFlag, "");
+      std::string error;
+      size_t offset = 0;
+      layout = ir::parsePipelineLayout(text, error, offset);
+      const char *conflict = firstLayers                   ? "--decoder-first-pipeline-num-layers"
+                             : lastLayers                  ? "--decoder-last-pipeline-num-layers"
+                             : embeddingLayer || lossLayer ? accountFlag
+                             : virtualLayers ? "--num-layers-per-virtual-pipeline-stage"
+                                             : nullptr;
+      // The modules: the named model's, or the flag's.
+      int64_t mtp = 0;
+      if (options.model)
+        mtp = options.model->transformer.mtpLayers;
+      else
+        StringRef(getString("--mtp-num-layers", "0")).getAsInteger(10, mtp);
+      if (!layout)
+        diags.error(locOf(layoutFlag), Twine(layoutFlag) + " '" + text + "' at its character " +
+                                           Twine(offset + 1) + ": " + error);
+      else if (p == 1)
+        diags.error(locOf(layoutFlag),
+                    Twine(layoutFlag) + " needs --pipeline-model-parallel-size above 1");
+      else if (conflict)
+        diags.error(locOf(layoutFlag), Twine(layoutFlag) + " with " + conflict +
+                                           ": the layout places every layer itself");
+      else if (layout->layers.size() % static_cast<size_t>(p) != 0)
+        diags.error(locOf(layoutFlag),
+                    Twine(layoutFlag) + " '" + text + "' has " + Twine(layout->layers.size()) +
+                        " virtual stages, not a multiple of the pipeline size " + Twine(p));
+      else if (numLayers > 0 && layout->getNumLayers() != numLayers)
+        diags.error(locOf(layoutFlag),
+                    Twine(layoutFlag) + " '" + text + "' places " + Twine(layout->getNumLayers()) +
+                        " transformer layers (t), but the model has " + Twine(numLayers));
+      else if (layout->getNumMtpLayers() != mtp)
+        diags.error(locOf(layoutFlag), Twine(layoutFlag) + " '" + text + "' places " +
+                                           Twine(layout->getNumMtpLayers()) +
+                                           " multi-token prediction modules (m), but the "
+                                           "model has " +
+                                           Twine(mtp));
+    }
     int64_t splitLayers = numLayers + (embeddingLayer ? 1 : 0) + (lossLayer ? 1 : 0);
     std::string accounted = std::string(embeddingLayer ? ", embedding_layer = true" : "") +
                             (lossLayer ? ", loss_layer = true" : "");
     if (p > 1 && !diags.hasErrors()) {
-      if (virtualLayers) {
+      if (layout) {
+        int64_t chunks = static_cast<int64_t>(layout->layers.size()) / p;
+        imported.pipeline =
+            (chunks > 1 ? "interleaved(microbatches = " + std::to_string(microbatches) +
+                              ", chunks = " + std::to_string(chunks)
+                        : "1f1b(microbatches = " + std::to_string(microbatches)) +
+            ", layout = \"" + layout->text + "\")";
+      } else if (virtualLayers) {
         if (numLayers <= 0 || splitLayers % (p * *virtualLayers) != 0) {
           diags.error(locOf("--num-layers-per-virtual-pipeline-stage"),
                       "the layers" +
@@ -1520,7 +1571,8 @@ private:
         diags.error(locOf("--overlap-moe-expert-parallel-comm"),
                     "--overlap-moe-expert-parallel-comm overlaps the expert-parallel all-to-alls "
                     "and needs --expert-model-parallel-size above 1");
-      else if (p > 1 && !has("--num-layers-per-virtual-pipeline-stage"))
+      else if (p > 1 && !has("--num-layers-per-virtual-pipeline-stage") &&
+               !(layout && static_cast<int64_t>(layout->layers.size()) > p))
         diags.error(locOf("--overlap-moe-expert-parallel-comm"),
                     "--overlap-moe-expert-parallel-comm over a pipeline needs the interleaved "
                     "schedule (--num-layers-per-virtual-pipeline-stage): Megatron-Core pairs the "

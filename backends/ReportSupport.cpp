@@ -329,6 +329,8 @@ std::string describePipeline(const ir::Strategy &strategy, int64_t microbatches)
     text += fmt::format(", first = {}", pipeline.firstStageLayers);
   if (pipeline.lastStageLayers > 0)
     text += fmt::format(", last = {}", pipeline.lastStageLayers);
+  if (!pipeline.layout.empty())
+    text += fmt::format(", layout = \"{}\"", pipeline.layout.text);
   if (pipeline.embeddingLayer)
     text += ", embedding_layer = true";
   if (pipeline.lossLayer)

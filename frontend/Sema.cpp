@@ -2044,6 +2044,28 @@ bool Sema::bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env,
         continue;
       }
       (key == "first" ? pipeline.firstStageLayers : pipeline.lastStageLayers) = value->value;
+    } else if (key == "layout" && (pipeline.schedule == ir::Schedule::OneFOneB ||
+                                   pipeline.schedule == ir::Schedule::Interleaved)) {
+      if (arg.value->kind != ast::Value::Kind::String) {
+        diags.error(arg.value->getLoc(),
+                    "'layout' is Megatron-Core's pipeline layout as a string, such as "
+                    "layout = \"Et*4|(t*4|)*14tmL\"");
+        ok = false;
+        continue;
+      }
+      std::string error;
+      size_t offset = 0;
+      std::optional<ir::PipelineLayoutSpec> layout =
+          ir::parsePipelineLayout(arg.value->text, error, offset);
+      if (!layout) {
+        // The byte at fault, after the opening quote.
+        diags.error(SMLoc::getFromPointer(arg.value->getLoc().getPointer() + 1 + offset),
+                    "pipeline layout: " + error);
+        ok = false;
+        continue;
+      }
+      pipeline.layout = std::move(*layout);
+      pipeline.layout.loc = arg.value->getLoc();
     } else if (key == "embedding_layer" || key == "loss_layer") {
       std::optional<bool> value = getBool(*arg.value, key);
       if (!value) {
@@ -2059,12 +2081,16 @@ bool Sema::bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env,
       }
       pipeline.scatterSends = *value == "scatter";
     } else {
-      StringRef options = pipeline.schedule == ir::Schedule::Interleaved
-                              ? "microbatches, chunks, embedding_layer, loss_layer and sends"
-                          : pipeline.chunks > 1
-                              ? "microbatches, embedding_layer, loss_layer and sends"
-                              : "microbatches, first and last (the layers of the first and last "
-                                "stages), embedding_layer, loss_layer and sends";
+      StringRef options =
+          pipeline.schedule == ir::Schedule::Interleaved
+              ? "microbatches, chunks, layout (Megatron-Core's pipeline layout), "
+                "embedding_layer, loss_layer and sends"
+          : pipeline.chunks > 1 ? "microbatches, embedding_layer, loss_layer and sends"
+          : pipeline.schedule == ir::Schedule::OneFOneB
+              ? "microbatches, first and last (the layers of the first and last stages), layout "
+                "(Megatron-Core's pipeline layout), embedding_layer, loss_layer and sends"
+              : "microbatches, first and last (the layers of the first and last stages), "
+                "embedding_layer, loss_layer and sends";
       diags.error(loc, Twine("pipeline schedule '") + spec.schedule + "' has no option '" + key +
                            "'; its options are " + options);
       ok = false;
@@ -2077,6 +2103,20 @@ bool Sema::bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env,
                 "'first' and 'last' give the edge stages their layers, 'embedding_layer' and "
                 "'loss_layer' count the embedding and the loss as layers of an even split; "
                 "write one or the other");
+    ok = false;
+  }
+  // A layout gives every virtual stage its layers, which the other ways of splitting would
+  // contradict.
+  if (ok && !pipeline.layout.empty() &&
+      (pipeline.firstStageLayers || pipeline.lastStageLayers || pipeline.embeddingLayer ||
+       pipeline.lossLayer)) {
+    diags.error(pipeline.layout.loc,
+                Twine("'layout' places every layer, the embedding and the loss itself; drop '") +
+                    (pipeline.firstStageLayers  ? "first"
+                     : pipeline.lastStageLayers ? "last"
+                     : pipeline.embeddingLayer  ? "embedding_layer"
+                                                : "loss_layer") +
+                    "'");
     ok = false;
   }
   if (ok && pipeline.schedule == ir::Schedule::Interleaved && !sawChunks) {

@@ -315,6 +315,214 @@ StringRef toString(Schedule schedule) {
   llvm_unreachable("unknown Schedule");
 }
 
+//===----------------------------------------------------------------------===//
+// Pipeline layouts
+//===----------------------------------------------------------------------===//
+
+int64_t PipelineLayoutSpec::getNumLayers() const {
+  int64_t sum = 0;
+  for (int64_t value : layers)
+    sum += value;
+  return sum;
+}
+
+int64_t PipelineLayoutSpec::getNumMtpLayers() const {
+  int64_t sum = 0;
+  for (int64_t value : mtpLayers)
+    sum += value;
+  return sum;
+}
+
+namespace {
+
+/// One symbol of an expanded layout and the byte of the text it was written at.
+struct LayoutSymbol {
+  char symbol;
+  size_t offset;
+};
+
+/// Expands Megatron-Core's layout text: `x*n` repeats the symbol before it, `(…)*n` the group.
+/// Groups do not nest (Megatron-Core's expansion has no nesting either).
+class LayoutExpander {
+public:
+  LayoutExpander(StringRef text, std::string &error, size_t &offset)
+      : text(text), error(error), errorOffset(offset) {}
+
+  bool expand(std::vector<LayoutSymbol> &out) {
+    while (pos < text.size()) {
+      char ch = text[pos];
+      if (ch == ',') { // Cosmetic.
+        ++pos;
+        continue;
+      }
+      size_t start = pos;
+      std::vector<LayoutSymbol> item;
+      if (ch == '(') {
+        ++pos;
+        while (pos < text.size() && text[pos] != ')') {
+          char inner = text[pos];
+          if (inner == '(')
+            return fail(pos, "groups in parentheses do not nest");
+          if (inner == ',') {
+            ++pos;
+            continue;
+          }
+          if (!isSymbol(inner))
+            return fail(pos, describeUnexpected(inner));
+          std::vector<LayoutSymbol> one{{inner, pos}};
+          ++pos;
+          if (!repeat(one, item))
+            return false;
+        }
+        if (pos >= text.size())
+          return fail(start, "'(' is not closed");
+        ++pos;
+        if (pos >= text.size() || text[pos] != '*')
+          return fail(start, "a group in parentheses needs a count: '(…)*n'");
+        if (item.empty())
+          return fail(start, "an empty group");
+      } else if (ch == ')') {
+        return fail(pos, "')' without '('");
+      } else if (isSymbol(ch)) {
+        item.push_back({ch, pos});
+        ++pos;
+      } else {
+        return fail(pos, describeUnexpected(ch));
+      }
+      if (!repeat(item, out))
+        return false;
+    }
+    return true;
+  }
+
+private:
+  static bool isSymbol(char ch) {
+    return ch == 'E' || ch == 't' || ch == 'm' || ch == 'L' || ch == '|';
+  }
+
+  static std::string describeUnexpected(char ch) {
+    if (ch == '*')
+      return "'*' needs a symbol or a group in parentheses before it";
+    std::string shown(3, '\'');
+    shown[1] = ch;
+    return "unexpected " + shown +
+           ": a layout is written with E (the embedding), t (a transformer layer), m (a "
+           "multi-token prediction module), L (the output layer and the loss), '|' between "
+           "virtual stages, 'x*n' and '(…)*n' for repeats, commas for legibility";
+  }
+
+  /// Appends `item` to `out` once, or n times after a following `*n`.
+  bool repeat(const std::vector<LayoutSymbol> &item, std::vector<LayoutSymbol> &out) {
+    int64_t count = 1;
+    if (pos < text.size() && text[pos] == '*') {
+      size_t star = pos++;
+      size_t digits = pos;
+      while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9')
+        ++pos;
+      if (pos == digits)
+        return fail(star, "'*' needs a count after it");
+      if (pos - digits > 6 || text.substr(digits, pos - digits).getAsInteger(10, count))
+        return fail(digits, "the count is too large");
+    }
+    if (static_cast<int64_t>(out.size()) + count * static_cast<int64_t>(item.size()) > kLimit)
+      return fail(item.empty() ? pos : item.front().offset,
+                  "the layout expands to more than " + std::to_string(kLimit) + " symbols");
+    for (int64_t i = 0; i < count; ++i)
+      out.insert(out.end(), item.begin(), item.end());
+    return true;
+  }
+
+  bool fail(size_t at, const std::string &message) {
+    error = message;
+    errorOffset = at;
+    return false;
+  }
+
+  static constexpr int64_t kLimit = 1 << 20;
+  StringRef text;
+  std::string &error;
+  size_t &errorOffset;
+  size_t pos = 0;
+};
+
+} // namespace
+
+std::optional<PipelineLayoutSpec> parsePipelineLayout(StringRef text, std::string &error,
+                                                      size_t &offset) {
+  std::vector<LayoutSymbol> symbols;
+  if (!LayoutExpander(text, error, offset).expand(symbols))
+    return std::nullopt;
+  auto fail = [&](size_t at, std::string message) {
+    error = std::move(message);
+    offset = at;
+    return std::nullopt;
+  };
+  if (symbols.empty())
+    return fail(0, "an empty layout: write the virtual stages' symbols, as 'Et*4|(t*4|)*14tmL'");
+  // Virtual stages with their symbols, and where each begins (its '|', or the text's start).
+  std::vector<std::vector<LayoutSymbol>> stages(1);
+  std::vector<size_t> starts = {0};
+  for (const LayoutSymbol &symbol : symbols) {
+    if (symbol.symbol == '|') {
+      stages.emplace_back();
+      starts.push_back(symbol.offset);
+    } else {
+      stages.back().push_back(symbol);
+    }
+  }
+  const LayoutSymbol *embedding = nullptr, *loss = nullptr;
+  for (const LayoutSymbol &symbol : symbols) {
+    if (symbol.symbol == 'E') {
+      if (embedding)
+        return fail(symbol.offset, "a second E: the layout places the embedding once");
+      embedding = &symbol;
+    } else if (symbol.symbol == 'L') {
+      if (loss)
+        return fail(symbol.offset, "a second L: the layout places the loss once");
+      loss = &symbol;
+    }
+  }
+  if (!embedding)
+    return fail(0, "the layout places no embedding: it begins with E");
+  if (!loss)
+    return fail(text.size(), "the layout places no loss: it ends with L");
+  if (stages.front().empty() || stages.front().front().symbol != 'E')
+    return fail(embedding->offset, "E must be the first symbol of the first virtual stage: "
+                                   "placec places the embedding there");
+  if (stages.back().empty() || stages.back().back().symbol != 'L')
+    return fail(loss->offset, "L must be the last symbol of the last virtual stage: placec "
+                              "places the output layer and the loss there");
+  PipelineLayoutSpec layout;
+  layout.text = text.str();
+  for (size_t i = 0; i < stages.size(); ++i) {
+    int64_t layers = 0, modules = 0;
+    for (const LayoutSymbol &symbol : stages[i]) {
+      if (symbol.symbol == 't') {
+        if (modules > 0)
+          return fail(symbol.offset, "a transformer layer after a multi-token prediction "
+                                     "module: the modules follow every layer");
+        ++layers;
+      } else if (symbol.symbol == 'm') {
+        if (i + 1 != stages.size())
+          return fail(symbol.offset,
+                      "m outside the last virtual stage: placec places the multi-token "
+                      "prediction modules on the last virtual stage, beside the output layer");
+        ++modules;
+      }
+    }
+    bool edge = i == 0 || i + 1 == stages.size();
+    if (!edge && layers == 0) {
+      return fail(starts[i],
+                  "virtual stage " + std::to_string(i) +
+                      " holds no transformer layer: every virtual stage but the first and "
+                      "the last holds at least one");
+    }
+    layout.layers.push_back(layers);
+    layout.mtpLayers.push_back(modules);
+  }
+  return layout;
+}
+
 StringRef toString(Precision precision) {
   switch (precision) {
   case Precision::MixedBF16:

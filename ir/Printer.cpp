@@ -363,7 +363,10 @@ void IRPrinter::print(const Strategy &strategy) {
       os << *pipeline.microbatches;
     else
       os << "auto";
-    os << ", chunks = " << pipeline.chunks << ") " << explicitness(pipeline.loc.isValid()) << '\n';
+    os << ", chunks = " << pipeline.chunks;
+    if (!pipeline.layout.empty())
+      os << ", layout = \"" << pipeline.layout.text << '"';
+    os << ") " << explicitness(pipeline.loc.isValid()) << '\n';
   } else {
     line() << "pipeline = none\n";
   }

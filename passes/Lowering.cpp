@@ -1206,7 +1206,7 @@ PipelineLayout getPipelineLayout(int64_t layers, int64_t stages, const ir::Pipel
         static_cast<int>(vShape && c >= stages ? 2 * stages - 1 - c : c % stages));
   // Layers per chunk: even, or the written first and last stages with the rest even, or even
   // with the embedding and the loss counted as layers of the first and last chunks
-  // (Megatron-Core's get_num_layers_to_build).
+  // (Megatron-Core's get_num_layers_to_build), or as a layout writes them.
   int64_t split = pipeline ? pipeline->getSplitLayers(layers) : layers;
   std::vector<int64_t> perChunk(total, total > 0 ? split / total : 0);
   if (total > 0 && pipeline && pipeline->embeddingLayer)
@@ -1227,6 +1227,9 @@ PipelineLayout getPipelineLayout(int64_t layers, int64_t stages, const ir::Pipel
     if (last > 0)
       perChunk.back() = last;
   }
+  // Megatron-Core's layout gives each virtual stage its layers, in the same order.
+  if (pipeline && static_cast<int64_t>(pipeline->layout.layers.size()) == total)
+    perChunk = pipeline->layout.layers;
   // Whatever an uneven split leaves goes to the last chunk (the verifier rejects such splits).
   int64_t assigned = 0;
   for (int64_t value : perChunk)

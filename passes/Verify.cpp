@@ -369,7 +369,33 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
   int64_t layers = model.getNumLayers();
   const ir::Pipeline *pipeline = strategy.pipeline ? &*strategy.pipeline : nullptr;
   bool uneven = pipeline && (pipeline->firstStageLayers > 0 || pipeline->lastStageLayers > 0);
-  if (uneven && layers > 0) {
+  if (pipeline && !pipeline->layout.empty()) {
+    // Megatron-Core's layout: as many virtual stages as stages × chunks, every layer and
+    // multi-token prediction module of the model placed once (its validate_layer_layout).
+    const ir::PipelineLayoutSpec &layout = pipeline->layout;
+    int64_t virtualStages = static_cast<int64_t>(layout.layers.size());
+    int64_t total = stages * pipeline->chunks;
+    auto fail = [&](const Twine &message) {
+      diags->error(layout.loc, message, "divisibility");
+      diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
+      ok = false;
+    };
+    if (model.kind != ir::ModelKind::Transformer)
+      fail(Twine("a pipeline layout places a transformer's layers, but model '") + model.name +
+           "' is " + (model.kind == ir::ModelKind::Mlp ? "an mlp" : "abstract"));
+    else if (virtualStages != total)
+      fail(Twine("the layout has ") + Twine(virtualStages) + " virtual stages, but " +
+           Twine(stages) + " pipeline stage" + (stages == 1 ? "" : "s") +
+           (pipeline->chunks > 1 ? Twine(" × ") + Twine(pipeline->chunks) + " chunks" : Twine("")) +
+           " make " + Twine(total));
+    else if (layout.getNumLayers() != layers)
+      fail(Twine("the layout places ") + Twine(layout.getNumLayers()) +
+           " transformer layers (t), but model '" + model.name + "' has " + Twine(layers));
+    else if (layout.getNumMtpLayers() != model.transformer.mtpLayers)
+      fail(Twine("the layout places ") + Twine(layout.getNumMtpLayers()) +
+           " multi-token prediction modules (m), but model '" + model.name + "' has " +
+           Twine(model.transformer.mtpLayers) + " (mtp_layers)");
+  } else if (uneven && layers > 0) {
     // The written first and last stages, the others even (Megatron-LM's
     // --decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers).
     int64_t first = pipeline->firstStageLayers, last = pipeline->lastStageLayers;

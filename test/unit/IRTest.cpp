@@ -719,7 +719,8 @@ Program makeSmallProgram() {
   params.axes[1].isExplicit = true;
   strategy->getPlacement(State::Optimizer).tier = Tier::Host;
   strategy->getPlacement(State::Optimizer).tierExplicit = true;
-  strategy->pipeline = Pipeline{Schedule::OneFOneB, 4, 1, 0, 0, false, false, false, llvm::SMLoc()};
+  strategy->pipeline =
+      Pipeline{Schedule::OneFOneB, 4, 1, 0, 0, false, false, false, {}, llvm::SMLoc()};
   program.strategies.push_back(std::move(strategy));
 
   auto meshless = std::make_unique<Strategy>();
@@ -875,6 +876,54 @@ TEST(PrinterTest, OddNamesAreQuoted) {
   std::string text = printToString(program);
   EXPECT_NE(text.find("strategy @\"zero3(dp = 64)\" {\n"), std::string::npos) << text;
   EXPECT_NE(text.find("  strategy = @\"zero3(dp = 64)\"\n"), std::string::npos) << text;
+}
+
+// Megatron-Bridge's DeepSeek-V3 layouts (scripts/performance/configs/deepseek/
+// deepseek_workload_base_configs.py): 16 virtual stages of 4 layers with the last holding one, the
+// module and the loss; and 32 of 2 with one layer on the first and none on the last. The expected
+// lists are the layouts read by hand.
+TEST(PipelineLayoutTest, DeepSeekV3Layouts) {
+  std::string error;
+  size_t offset = 0;
+  std::optional<PipelineLayoutSpec> blackwell =
+      parsePipelineLayout("Et*4|(t*4|)*14tmL", error, offset);
+  ASSERT_TRUE(blackwell) << error;
+  std::vector<int64_t> layers(15, 4), modules(16, 0);
+  layers.push_back(1);
+  modules.back() = 1;
+  EXPECT_EQ(blackwell->layers, layers);
+  EXPECT_EQ(blackwell->mtpLayers, modules);
+  EXPECT_EQ(blackwell->getNumLayers(), 61);
+  EXPECT_EQ(blackwell->getNumMtpLayers(), 1);
+
+  std::optional<PipelineLayoutSpec> hopper = parsePipelineLayout("Et|(tt|)*30mL", error, offset);
+  ASSERT_TRUE(hopper) << error;
+  ASSERT_EQ(hopper->layers.size(), 32u);
+  EXPECT_EQ(hopper->layers.front(), 1);
+  EXPECT_EQ(hopper->layers[1], 2);
+  EXPECT_EQ(hopper->layers[30], 2);
+  EXPECT_EQ(hopper->layers.back(), 0);
+  EXPECT_EQ(hopper->getNumLayers(), 61);
+  EXPECT_EQ(hopper->mtpLayers.back(), 1);
+}
+
+// Megatron-Core's own docstring example, "Ettt|(tt|)*29,m|L": the module on a virtual stage of its
+// own before the loss's, which placec does not place (the modules go beside the output layer).
+TEST(PipelineLayoutTest, ErrorsPointAtTheSymbol) {
+  std::string error;
+  size_t offset = 0;
+  EXPECT_FALSE(parsePipelineLayout("Ettt|(tt|)*29,m|L", error, offset));
+  EXPECT_EQ(offset, 14u) << error; // The m.
+  EXPECT_NE(error.find("m outside the last virtual stage"), std::string::npos) << error;
+  EXPECT_FALSE(parsePipelineLayout("Ett|t*", error, offset));
+  EXPECT_EQ(offset, 5u) << error;
+  EXPECT_FALSE(parsePipelineLayout("Ett|(t|t", error, offset));
+  EXPECT_EQ(offset, 4u) << error;
+  EXPECT_FALSE(parsePipelineLayout("Ett|tx|L", error, offset));
+  EXPECT_EQ(offset, 5u) << error;
+  // Repeats multiply: a billion layers is refused before anything is built.
+  EXPECT_FALSE(parsePipelineLayout("E(t*999999|)*999999L", error, offset));
+  EXPECT_NE(error.find("expands to more than"), std::string::npos) << error;
 }
 
 } // namespace

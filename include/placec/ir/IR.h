@@ -631,6 +631,29 @@ enum class Schedule {
 };
 llvm::StringRef toString(Schedule schedule);
 
+/// A pipeline layout as Megatron-Core writes it (megatron/core/transformer/
+/// pipeline_parallel_layer_layout.py): virtual stages separated by `|`, each a run of `E` (the
+/// embedding), `t` (a transformer layer), `m` (a multi-token prediction module) and `L` (the
+/// output layer and the loss); `x*n` repeats one symbol and `(…)*n` a group, commas are
+/// cosmetic.
+struct PipelineLayoutSpec {
+  std::string text; ///< As written, for printing and the Megatron-LM export.
+  llvm::SMLoc loc;  ///< The string's opening quote, or invalid.
+  /// Per virtual stage: its transformer layers and its multi-token prediction modules.
+  std::vector<int64_t> layers, mtpLayers;
+  bool empty() const { return layers.empty(); }
+  int64_t getNumLayers() const;
+  int64_t getNumMtpLayers() const;
+};
+
+/// Parses Megatron-Core's layout string. On failure returns nullopt with `error` set and
+/// `offset` the byte of `text` at fault. Place's lowering places the embedding on the first
+/// virtual stage's and the output layer, the loss and the modules on the last's, so the layout
+/// must put `E` first, `L` last and every `m` in the last virtual stage after its layers; a
+/// middle virtual stage without a layer is refused too.
+std::optional<PipelineLayoutSpec> parsePipelineLayout(llvm::StringRef text, std::string &error,
+                                                      size_t &offset);
+
 struct Pipeline {
   Schedule schedule = Schedule::OneFOneB;
   /// Micro-batches per step; nullopt for `auto` (derived from the run).
@@ -653,6 +676,10 @@ struct Pipeline {
   /// tensor-parallel rank sends the whole replicated tensor. Only without sequence parallelism,
   /// whose boundary is already split over tp.
   bool scatterSends = false;
+  /// `layout = "Et*4|(t*4|)*14tmL"`: Megatron-Core's pipeline layout (its
+  /// --pipeline-model-parallel-layout), one entry per virtual stage in its order (virtual stage i
+  /// on stage i mod p, its chunk i div p); empty when the split is even or set by first/last.
+  PipelineLayoutSpec layout;
   /// The number of layers the split divides: the model's plus the counted embedding and loss.
   int64_t getSplitLayers(int64_t layers) const {
     return layers + (embeddingLayer ? 1 : 0) + (lossLayer ? 1 : 0);
