@@ -931,8 +931,13 @@ private:
         os << "--moe-pad-expert-input-to-capacity\n";
       }
       os << "--moe-aux-loss-coeff " << format("%g", moe.auxLoss) << "\n";
-      if (view.expertDegree > 1)
+      // Megatron-Core's flex dispatcher names its backend (transformer_config.py,
+      // moe_flex_dispatcher_backend).
+      if (view.expertDegree > 1 && strategy.expertDispatcher == ir::ExpertDispatcher::AllToAll)
         flag("--moe-token-dispatcher-type", "alltoall");
+      else if (view.expertDegree > 1)
+        os << "--moe-token-dispatcher-type flex\n--moe-flex-dispatcher-backend "
+           << ir::toString(strategy.expertDispatcher) << "\n";
     }
     if (config.positions == ir::PositionKind::Rope)
       flag("--position-embedding-type", "rope");
@@ -1012,6 +1017,10 @@ private:
       refuse("ep_overlap = true: Megatron-Core's batch-level overlap of the expert all-to-alls "
              "(--overlap-moe-expert-parallel-comm), for which placec writes no torchtitan "
              "setting (write ep_overlap = false, the default)");
+    if (strategy.expertDispatcher != ir::ExpertDispatcher::AllToAll)
+      refuse("dispatcher = " + ir::toString(strategy.expertDispatcher) +
+             ": placec writes torchtitan's expert parallelism with its all-to-all only (write "
+             "dispatcher = alltoall, the default)");
     if (run.kernels == ir::KernelMode::Eager &&
         strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off && view.tensorDegree > 1)
       refuse("kernels = eager with async_tp: torchtitan applies asynchronous tensor parallelism "

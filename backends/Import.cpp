@@ -112,6 +112,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
     os << "  dp_overlap = " << ir::toString(imported.dpOverlap) << ";\n";
   if (imported.epOverlap != ir::ExpertOverlap::Off)
     os << "  ep_overlap = " << ir::toString(imported.epOverlap) << ";\n";
+  if (imported.dispatcher != ir::ExpertDispatcher::AllToAll)
+    os << "  dispatcher = " << ir::toString(imported.dispatcher) << ";\n";
   auto line = [&](StringRef state, StringRef value) {
     if (!value.empty())
       os << "  " << state << " = " << value << ";\n";
@@ -741,6 +743,7 @@ constexpr const char *kMegatronFlags[] = {
     "--moe-aux-loss-coeff=",
     "--moe-layer-freq=",
     "--moe-token-dispatcher-type=",
+    "--moe-flex-dispatcher-backend=",
     "--moe-router-load-balancing-type=",
     "--overlap-moe-expert-parallel-comm",
     "--delay-wgrad-compute",
@@ -1376,14 +1379,30 @@ private:
                   "Place splits the experts over the tensor axis like the dense MLP: the expert "
                   "tensor-parallel size must be --tensor-model-parallel-size " +
                       Twine(t));
-    // Place models the all-to-all token dispatch; Megatron-Core's default is "allgather".
-    if (e > 1 && getString("--moe-token-dispatcher-type", "allgather") != "alltoall")
+    // Place models the all-to-all token dispatch and the flex dispatcher's DeepEP and HybridEP
+    // backends (`dispatcher`); Megatron-Core's default is "allgather".
+    std::string dispatcherType = getString("--moe-token-dispatcher-type", "allgather");
+    std::string flexBackend = getString("--moe-flex-dispatcher-backend", "deepep");
+    ir::ExpertDispatcher dispatcher = ir::ExpertDispatcher::AllToAll;
+    if (e > 1 && dispatcherType != "alltoall" && dispatcherType != "flex")
       diags.error(locOf(has("--moe-token-dispatcher-type") ? "--moe-token-dispatcher-type"
                                                            : "--expert-model-parallel-size"),
                   "--moe-token-dispatcher-type " +
                       getString("--moe-token-dispatcher-type", "allgather (the default)") +
                       ": Place models the tokens' all-to-all dispatch over the expert-parallel "
-                      "ranks; write --moe-token-dispatcher-type alltoall");
+                      "ranks and the flex dispatcher; write --moe-token-dispatcher-type alltoall "
+                      "or flex");
+    else if (has("--moe-flex-dispatcher-backend") && dispatcherType != "flex")
+      diags.error(locOf("--moe-flex-dispatcher-backend"),
+                  "--moe-flex-dispatcher-backend is the flex dispatcher's backend and needs "
+                  "--moe-token-dispatcher-type flex");
+    else if (dispatcherType == "flex" && flexBackend != "deepep" && flexBackend != "hybridep")
+      diags.error(locOf("--moe-flex-dispatcher-backend"),
+                  "--moe-flex-dispatcher-backend " + flexBackend +
+                      ": Place's dispatchers are alltoall, deepep and hybridep");
+    else if (e > 1 && dispatcherType == "flex")
+      dispatcher =
+          flexBackend == "hybridep" ? ir::ExpertDispatcher::HybridEP : ir::ExpertDispatcher::DeepEP;
     if (diags.hasErrors())
       return false;
     if (!options.modelName.empty() && has("--add-qkv-bias")) {
@@ -1394,6 +1413,7 @@ private:
     }
 
     Imported imported;
+    imported.dispatcher = dispatcher;
     if (p > 1)
       imported.axes.push_back({"pp", p});
     imported.axes.push_back({"dp", d / e});

@@ -57,6 +57,7 @@ struct Imported {
   ir::DataParallelOverlap dpOverlap = ir::DataParallelOverlap::Grads;
   /// `ep_overlap = true;` where the expert all-to-alls run beside another micro-batch's compute.
   ir::ExpertOverlap epOverlap = ir::ExpertOverlap::Off;
+  ir::ExpertDispatcher dispatcher = ir::ExpertDispatcher::AllToAll;
   int64_t microBatch = 0, globalBatch = 0;
   std::string precision = "mixed(bf16)";
   std::string optimizerKind = "adam";

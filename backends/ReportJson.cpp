@@ -243,6 +243,11 @@ void JsonWriter::writeStrategy(const RunReport &report) {
     out.attribute("ep_overlap", nullptr);
   else
     out.attribute("ep_overlap", strategy.expertOverlap == ir::ExpertOverlap::On);
+  std::string dispatcher = describeExpertDispatcher(strategy);
+  if (dispatcher.empty())
+    out.attribute("dispatcher", nullptr);
+  else
+    out.attribute("dispatcher", dispatcher);
   if (strategy.pipeline)
     out.attributeObject("pipeline", [&] {
       out.attribute("schedule", ir::toString(strategy.pipeline->schedule));

@@ -376,6 +376,12 @@ std::string describeExpertOverlap(const ir::Strategy &strategy) {
              : std::string();
 }
 
+std::string describeExpertDispatcher(const ir::Strategy &strategy) {
+  return strategy.mesh.getDegree(ir::AxisKind::Expert) > 1
+             ? ir::toString(strategy.expertDispatcher).str()
+             : std::string();
+}
+
 std::string describePrecision(const ir::Run &run) { return ir::spellPrecision(run); }
 
 std::string describeOptimizer(const ir::Run &run) {

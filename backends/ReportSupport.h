@@ -170,6 +170,8 @@ std::string describeDataParallelOverlap(const ir::Strategy &strategy);
 /// The strategy's `ep_overlap` setting, or an empty string without an expert axis of more than
 /// one device (no all-to-alls to overlap).
 std::string describeExpertOverlap(const ir::Strategy &strategy);
+/// `dispatcher`'s value with an expert axis, else empty.
+std::string describeExpertDispatcher(const ir::Strategy &strategy);
 /// `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`.
 std::string describePrecision(const ir::Run &run);
 /// `adam`, `sgd(momentum = true)`.

@@ -1544,6 +1544,13 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
                   strategy.expertOverlapLoc,
                   "'ep_overlap' takes true (each micro-batch's expert all-to-alls beside another "
                   "micro-batch's compute) or false");
+  if (placement.state == "dispatcher")
+    return choose(std::array{ir::ExpertDispatcher::AllToAll, ir::ExpertDispatcher::DeepEP,
+                             ir::ExpertDispatcher::HybridEP},
+                  strategy.expertDispatcher, strategy.expertDispatcherLoc,
+                  "'dispatcher' takes alltoall (one all-to-all over the expert group), deepep or "
+                  "hybridep (Megatron-Core's flex dispatcher: each token sent once to each other "
+                  "node that holds one of its experts, then over NVLink)");
   return choose(std::array{ir::AsyncTensorParallel::All, ir::AsyncTensorParallel::Off,
                            ir::AsyncTensorParallel::Forward,
                            ir::AsyncTensorParallel::WeightGradient},
@@ -1556,7 +1563,7 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
 bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy) {
   if (placement.state == "context" || placement.state == "async_tp" ||
       placement.state == "sp_inputs" || placement.state == "dp_overlap" ||
-      placement.state == "ep_overlap")
+      placement.state == "ep_overlap" || placement.state == "dispatcher")
     return bindSetting(placement, strategy);
   std::optional<ir::State> state;
   StringRef stateName = placement.state;
@@ -1571,15 +1578,16 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
   else if (stateName == "activations" && !expert)
     state = ir::State::Activations;
   if (!state) {
-    diags.error(placement.stateLoc,
-                Twine("unknown state '") + placement.state +
-                    "': expected params, grads, optimizer or activations, their experts' "
-                    "expert_params, expert_grads and expert_optimizer, or the settings context, "
-                    "async_tp, sp_inputs, dp_overlap and ep_overlap" +
-                    didYouMean(placement.state,
-                               {"params", "grads", "optimizer", "activations", "expert_params",
-                                "expert_grads", "expert_optimizer", "mesh", "pipeline", "context",
-                                "async_tp", "sp_inputs", "dp_overlap", "ep_overlap"}));
+    diags.error(
+        placement.stateLoc,
+        Twine("unknown state '") + placement.state +
+            "': expected params, grads, optimizer or activations, their experts' "
+            "expert_params, expert_grads and expert_optimizer, or the settings context, "
+            "async_tp, sp_inputs, dp_overlap, ep_overlap and dispatcher" +
+            didYouMean(placement.state,
+                       {"params", "grads", "optimizer", "activations", "expert_params",
+                        "expert_grads", "expert_optimizer", "mesh", "pipeline", "context",
+                        "async_tp", "sp_inputs", "dp_overlap", "ep_overlap", "dispatcher"}));
     return false;
   }
   ir::StatePlacement &target =
@@ -2179,7 +2187,7 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
   bool ok = true;
   StringMap<size_t> axisOwner;
   std::optional<size_t> layersOwner, pipelineOwner, activationOwner, contextOwner, asyncTpOwner,
-      spInputsOwner, dpOverlapOwner, epOverlapOwner;
+      spInputsOwner, dpOverlapOwner, epOverlapOwner, dispatcherOwner;
   std::array<std::optional<size_t>, ir::kNumStates> tierOwner;
   // A setting written like a placement (`async_tp`, `sp_inputs`, `dp_overlap`, `ep_overlap`): the
   // first operand that writes it sets it, and another that writes a different value is an error.
@@ -2281,6 +2289,8 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
             &ir::Strategy::dataParallelOverlapLoc, "dp_overlap");
     agreeOn(i, epOverlapOwner, &ir::Strategy::expertOverlap, &ir::Strategy::expertOverlapLoc,
             "ep_overlap");
+    agreeOn(i, dispatcherOwner, &ir::Strategy::expertDispatcher, &ir::Strategy::expertDispatcherLoc,
+            "dispatcher");
     for (ir::State state : ir::kAllStates) {
       const ir::StatePlacement &from = operand.getPlacement(state);
       ir::StatePlacement &to = result->getPlacement(state);

@@ -148,6 +148,18 @@ StringRef toString(ExpertOverlap overlap) {
   return overlap == ExpertOverlap::On ? "true" : "false";
 }
 
+StringRef toString(ExpertDispatcher dispatcher) {
+  switch (dispatcher) {
+  case ExpertDispatcher::AllToAll:
+    return "alltoall";
+  case ExpertDispatcher::DeepEP:
+    return "deepep";
+  case ExpertDispatcher::HybridEP:
+    return "hybridep";
+  }
+  llvm_unreachable("unknown ExpertDispatcher");
+}
+
 StringRef toString(SequenceParallelInputs inputs) {
   switch (inputs) {
   case SequenceParallelInputs::Regather:

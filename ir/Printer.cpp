@@ -380,6 +380,8 @@ void IRPrinter::print(const Strategy &strategy) {
          << explicitness(strategy.dataParallelOverlapLoc.isValid()) << '\n';
   line() << "ep_overlap = " << toString(strategy.expertOverlap) << ' '
          << explicitness(strategy.expertOverlapLoc.isValid()) << '\n';
+  line() << "dispatcher = " << toString(strategy.expertDispatcher) << ' '
+         << explicitness(strategy.expertDispatcherLoc.isValid()) << '\n';
   close();
 }
 

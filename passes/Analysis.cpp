@@ -436,10 +436,15 @@ double Analyzer::callSeconds(const Op &op, int stage, double bytes, std::string 
   case OpKind::Send:
   case OpKind::Recv:
     return costModel.getPointToPointSeconds(bytes, sendCrossesNodes(op, stage), formula);
+  case OpKind::AllToAll:
+    if (isExpertExchange(op) && model.kind == ir::ModelKind::Transformer)
+      return costModel.getExpertExchangeSeconds(strategy.expertDispatcher, groupOf(op.axes), bytes,
+                                                model.transformer.moe.experts,
+                                                model.transformer.moe.topK, formula);
+    [[fallthrough]];
   case OpKind::AllGather:
   case OpKind::ReduceScatter:
   case OpKind::AllReduce:
-  case OpKind::AllToAll:
     return costModel.getCollectiveSeconds(getCollective(op.kind), groupOf(op.axes), bytes, formula);
   case OpKind::RingStep:
     // Each rank sends to its neighbour in the group; across nodes when the group spans them.

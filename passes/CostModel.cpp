@@ -2906,6 +2906,57 @@ double CostModel::busBandwidth(const GroupShape &group, bool ring, std::string *
   return bandwidth;
 }
 
+double CostModel::getRingLatency(double steps, double interSteps) const {
+  // NCCL's base plus a hop per ring step, the steps between nodes at the network's latency and
+  // the others at NVLink's (kNvlinkStepLatency); without a preset `latency` per step.
+  double base = family ? kCollectiveBaseLatency : 0;
+  double intraStep = family ? kNvlinkStepLatency : cluster.latency;
+  return base + (steps - interSteps) * intraStep + interSteps * cluster.latency;
+}
+
+double getRemoteNodesPerToken(int64_t experts, int64_t topK, int64_t nodes) {
+  if (nodes <= 1 || experts <= 0 || topK <= 0)
+    return 0;
+  // The chance that a node's E/N experts hold none of the k: C(E − E/N, k)/C(E, k).
+  double e = static_cast<double>(experts), n = static_cast<double>(nodes);
+  double others = e - e / n, none = 1;
+  for (int64_t i = 0; i < topK; ++i)
+    none *= std::max(0.0, others - static_cast<double>(i)) / (e - static_cast<double>(i));
+  return (n - 1) * (1 - none);
+}
+
+double CostModel::getExpertExchangeSeconds(ir::ExpertDispatcher dispatcher, const GroupShape &group,
+                                           double bytes, int64_t experts, int64_t topK,
+                                           std::string *formula) const {
+  if (dispatcher == ir::ExpertDispatcher::AllToAll || group.isIntraNode() || experts <= 0 ||
+      topK <= 0 || cluster.intraBandwidth <= 0 || cluster.interBandwidth <= 0)
+    return getCollectiveSeconds(Collective::AllToAll, group, bytes, formula);
+  // DeepSeek-AI 2024, §3.2.2, as DeepEP's internode kernels and HybridEP run it: a token goes
+  // once over the network to the rank of its local index on each other node that holds one of
+  // its experts, which forwards it over NVLink to those experts' ranks (the combine the reverse,
+  // reduced in the node before it crosses). The buffer holds k rows per token.
+  double n = static_cast<double>(group.size);
+  double perNode = static_cast<double>(std::min(group.perNode, group.size));
+  double nodes = static_cast<double>(group.getNodes());
+  double remote = getRemoteNodesPerToken(experts, topK, group.getNodes());
+  double k = static_cast<double>(topK);
+  double intraEfficiency = family ? family->intraBusEfficiency : 1;
+  double interEfficiency = family ? family->interBusEfficiency : 1;
+  double inside = (perNode - 1) / perNode * bytes / (cluster.intraBandwidth * intraEfficiency);
+  double outside = remote / k * bytes / (cluster.interBandwidth * interEfficiency);
+  double latency = getRingLatency(n - 1, nodes - 1);
+  if (formula)
+    *formula = fmt::format(
+        "{} (by node): latency + max(every row but the rank's own over NVLink ({} - 1)/{} × {}, "
+        "each token once to each other node with one of its experts over the NIC {}/{} × {} "
+        "[(N - 1)·(1 - C(E - E/N, k)/C(E, k)) = {} of the {} other nodes, E {}, k {}]) = {} + "
+        "max({}, {})",
+        ir::toString(dispatcher).str(), num(perNode), num(perNode), fmtAmount(bytes, "B"),
+        num(remote), num(k), fmtAmount(bytes, "B"), num(remote), num(nodes - 1), experts, topK,
+        fmtSeconds(latency), fmtSeconds(inside), fmtSeconds(outside));
+  return latency + std::max(inside, outside);
+}
+
 double CostModel::getCollectiveSeconds(Collective collective, const GroupShape &group, double bytes,
                                        std::string *formula) const {
   if (collective == Collective::PointToPoint)
@@ -2918,14 +2969,12 @@ double CostModel::getCollectiveSeconds(Collective collective, const GroupShape &
       *formula = "a group of one: nothing moves";
     return 0;
   }
-  // Latency: NCCL's base plus a hop per ring step, the steps between nodes at the network's
-  // latency and the others at NVLink's (kNvlinkStepLatency); without a preset `latency` per step.
   double nodes = static_cast<double>(group.getNodes());
   double base = family ? kCollectiveBaseLatency : 0;
   double intraStep = family ? kNvlinkStepLatency : cluster.latency;
   double interStep = cluster.latency;
   auto ringLatency = [&](double steps, double interSteps) {
-    return base + (steps - interSteps) * intraStep + interSteps * interStep;
+    return getRingLatency(steps, interSteps);
   };
   std::string bandwidthText;
   double bus = busBandwidth(group, true, formula ? &bandwidthText : nullptr);

@@ -1967,6 +1967,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     strategy->sequenceParallelInputs = c.spInputs;
   strategy->dataParallelOverlap = c.dpOverlap;
   strategy->expertOverlap = c.epOverlap ? ir::ExpertOverlap::On : ir::ExpertOverlap::Off;
+  strategy->expertDispatcher = c.dispatcher;
   if (c.cp > 1)
     strategy->contextMethod = c.context;
   if (c.pp > 1) {
@@ -2358,6 +2359,8 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
               c.dpOverlap = options.dpOverlap;
               c.asyncTp = async;
               c.epOverlap = overlap == ir::ExpertOverlap::On;
+              if (ep > 1 && run.strategy)
+                c.dispatcher = run.strategy->expertDispatcher;
               c.microBatch = b;
               c.microbatches = m;
               c.schedule = pipeline.schedule;
@@ -2866,6 +2869,8 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
     text += "  dp_overlap  = " + ir::toString(c.dpOverlap).str() + ";\n";
   if (c.epOverlap)
     text += "  ep_overlap  = true;\n";
+  if (c.dispatcher != ir::ExpertDispatcher::AllToAll)
+    text += "  dispatcher  = " + ir::toString(c.dispatcher).str() + ";\n";
   if (c.pp > 1) {
     text += "  pipeline    = " + ir::toString(c.schedule).str() +
             "(microbatches = " + std::to_string(c.microbatches);

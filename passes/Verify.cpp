@@ -950,6 +950,30 @@ bool VerifyPass::checkExperts(const ir::Run &run) {
   for (unsigned i = 0; i < mesh.axes.size(); ++i)
     if (mesh.axes[i].kind == ir::AxisKind::Expert && firstExpertAxis < 0)
       firstExpertAxis = static_cast<int>(i);
+  // `dispatcher = deepep | hybridep` moves the expert exchanges; without them it says nothing.
+  if (strategy.expertDispatcher != ir::ExpertDispatcher::AllToAll && (!model.isMoe() || ep <= 1)) {
+    report(Severity::Error, run, locate(run, strategy.expertDispatcherLoc),
+           Twine("dispatcher = ") + ir::toString(strategy.expertDispatcher) +
+               " moves the expert-parallel dispatch and combine, but " +
+               (!model.isMoe() ? Twine("model '") + model.name + "' has no routed experts"
+                               : Twine("strategy '") + strategy.name +
+                                     "' has no expert axis of more than one device in its mesh " +
+                                     formatMesh(mesh)),
+           "placement");
+    ok = false;
+  }
+  // The flex dispatcher's exchanges are timed dropless (getMoeShape's padded rows are the
+  // all-to-all dispatcher's).
+  if (strategy.expertDispatcher != ir::ExpertDispatcher::AllToAll && model.isMoe() &&
+      model.kind == ir::ModelKind::Transformer && model.transformer.moe.capacityFactor) {
+    report(Severity::Error, run, locate(run, strategy.expertDispatcherLoc),
+           Twine("dispatcher = ") + ir::toString(strategy.expertDispatcher) +
+               " with the capacity factor of model '" + model.name +
+               "': placec times the flex dispatcher's exchanges dropless (write dispatcher = "
+               "alltoall, whose padded rows it counts, or drop capacity_factor)",
+           "placement");
+    ok = false;
+  }
   // `ep_overlap = true` runs each micro-batch's expert all-to-alls beside another's compute, as
   // Megatron-Core's combined 1F1B does, under that schedule's conditions
   // (megatron/core/transformer/transformer_config.py, TransformerConfig.__post_init__).

@@ -279,6 +279,45 @@ TEST(CostModelTest, NcclRingAcrossNodesIsLimitedByTheNics) {
               1e-9 * wide);
 }
 
+// DeepEP's and HybridEP's dispatch by node (DeepSeek-AI 2024, §3.2.2): a token crosses the network
+// once to each other node holding one of its experts. The expected nodes are computed here with
+// Python's math.comb: 8 experts on 2 nodes, top 2: 1 − C(4, 2)/C(8, 2) = 22/28; DeepSeek-V3's 256
+// experts on 4 nodes, top 8: 3·(1 − C(192, 8)/C(256, 8)) = 2.71066.
+TEST(CostModelTest, DispatchByNodeSendsATokenOncePerNode) {
+  EXPECT_NEAR(getRemoteNodesPerToken(8, 2, 2), 22.0 / 28, 1e-12);
+  EXPECT_NEAR(getRemoteNodesPerToken(256, 8, 4), 2.7106607291748848, 1e-9);
+  EXPECT_EQ(getRemoteNodesPerToken(256, 8, 1), 0);
+  // More experts than a node's share cannot miss it: top 8 of 8 experts on 2 nodes hits both.
+  EXPECT_NEAR(getRemoteNodesPerToken(8, 8, 2), 1, 1e-12);
+
+  auto compiled = unittest::compile(kH100);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Cluster &cluster = *compiled->program->findCluster("h100");
+  CostModel model(cluster, ir::Precision::MixedBF16);
+  // 32 ranks on 4 nodes of 8, 1 GB of routed rows (top 8 of 256): over the NIC 2.71066/8 of the
+  // buffer at inter_bandwidth × 0.95, over NVLink 7/8 of it at 450 GB/s × 0.82, the slower of the
+  // two after the all-to-all's latency (31 steps, 3 of them between nodes).
+  double bytes = 1e9;
+  GroupShape group{32, 8};
+  double latency = 8.4e-6 + 28 * 3.4e-6 + 3 * cluster.latency;
+  double outside = 2.7106607291748848 / 8 * bytes / (cluster.interBandwidth * 0.95);
+  double inside = 7.0 / 8 * bytes / (450e9 * 0.82);
+  double expected = latency + std::max(outside, inside);
+  EXPECT_NEAR(model.getExpertExchangeSeconds(ir::ExpertDispatcher::DeepEP, group, bytes, 256, 8),
+              expected, 1e-9 * expected);
+  EXPECT_EQ(model.getExpertExchangeSeconds(ir::ExpertDispatcher::HybridEP, group, bytes, 256, 8),
+            model.getExpertExchangeSeconds(ir::ExpertDispatcher::DeepEP, group, bytes, 256, 8));
+  // The all-to-all dispatcher sends each row to its expert's rank: 24/32 of the buffer over the
+  // NIC.
+  double allToAll = latency + 24.0 / 32 * bytes / (cluster.interBandwidth * 0.95);
+  EXPECT_NEAR(model.getExpertExchangeSeconds(ir::ExpertDispatcher::AllToAll, group, bytes, 256, 8),
+              allToAll, 1e-9 * allToAll);
+  // Inside a node the two are the same all-to-all.
+  EXPECT_EQ(
+      model.getExpertExchangeSeconds(ir::ExpertDispatcher::DeepEP, GroupShape{8, 8}, bytes, 256, 8),
+      model.getCollectiveSeconds(Collective::AllToAll, GroupShape{8, 8}, bytes));
+}
+
 TEST(CostModelTest, OverlapWindow) {
   double k = kOverlapComputeSlowdown;
   // Communication shorter than the compute beside it exposes X·κ/(1 + κ).

@@ -462,6 +462,22 @@ enum class ExpertOverlap {
 /// The value as written: `false`, `true`.
 llvm::StringRef toString(ExpertOverlap overlap);
 
+/// `dispatcher = alltoall | deepep | hybridep;`: how an expert group's dispatch and combine move
+/// the routed rows.
+enum class ExpertDispatcher {
+  /// `alltoall` (the default): one all-to-all over the group, each routed row sent to its
+  /// expert's rank (Megatron-Core's --moe-token-dispatcher-type alltoall).
+  AllToAll,
+  /// `deepep`, `hybridep`: Megatron-Core's flex dispatcher over DeepEP or NVIDIA's HybridEP, which
+  /// send a token once to each other node that holds one of its experts and forward it there over
+  /// NVLink to the experts' ranks (DeepSeek-AI 2024, §3.2.2; DeepEP's internode kernels). placec
+  /// times both alike (cost::CostModel::getExpertExchangeSeconds).
+  DeepEP,
+  HybridEP,
+};
+/// The value as written: `alltoall`, `deepep`, `hybridep`.
+llvm::StringRef toString(ExpertDispatcher dispatcher);
+
 /// `sp_inputs = regather | keep;`: what a column-parallel product (QKV, the MLP's input, the
 /// output layer) keeps of its input for its weight gradient under sequence parallelism, where the
 /// input is the all-gather of the sequence-split activations.
@@ -730,6 +746,9 @@ public:
   /// micro-batch's compute.
   ExpertOverlap expertOverlap = ExpertOverlap::Off;
   llvm::SMLoc expertOverlapLoc;
+  /// `dispatcher = ...;`: how the expert-parallel all-to-alls move the routed rows.
+  ExpertDispatcher expertDispatcher = ExpertDispatcher::AllToAll;
+  llvm::SMLoc expertDispatcherLoc;
   /// Whether the backward gathers the column-parallel products' inputs again: sequence
   /// parallelism with `sp_inputs = regather`.
   bool regathersInputs() const {

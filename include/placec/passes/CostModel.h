@@ -528,6 +528,12 @@ struct GroupShape {
   bool isIntraNode() const { return perNode >= size; }
 };
 
+/// The expected number of nodes besides a token's own that hold at least one of its `topK`
+/// experts, `experts` experts spread evenly over `nodes` nodes and a token's experts drawn evenly
+/// without repeats (forced-balance routing; placec does not model group-limited routing):
+/// (N − 1)·(1 − C(E − E/N, k)/C(E, k)).
+double getRemoteNodesPerToken(int64_t experts, int64_t topK, int64_t nodes);
+
 /// The shape of the group of mesh `axes` on nodes of `devicesPerNode`: the ranks of group 0
 /// that lie in node 0 (groups are translates of it).
 GroupShape getGroupShape(const ir::Mesh &mesh, llvm::ArrayRef<unsigned> axes,
@@ -774,6 +780,15 @@ public:
   /// the buffer once over their link.
   double getCollectiveSeconds(Collective collective, const GroupShape &group, double bytes,
                               std::string *formula = nullptr) const;
+  /// An expert group's dispatch or combine of `bytes` of routed rows per device (`topK` rows per
+  /// token, `experts` experts spread evenly over the group) under `dispatcher`: the all-to-all
+  /// of getCollectiveSeconds, or, for deepep and hybridep across nodes, each token sent once to
+  /// each other node holding one of its experts (getRemoteNodesPerToken of them) over the NIC
+  /// and every row but the receiving rank's own over NVLink, the slower of the two with the
+  /// all-to-all's latency.
+  double getExpertExchangeSeconds(ir::ExpertDispatcher dispatcher, const GroupShape &group,
+                                  double bytes, int64_t experts, int64_t topK,
+                                  std::string *formula = nullptr) const;
   /// A pipeline send of `bytes` inside a node or across nodes.
   double getPointToPointSeconds(double bytes, bool interNode, std::string *formula = nullptr) const;
   /// A transfer of `bytes` over the host link (or NVMe with `nvme`).
@@ -781,6 +796,8 @@ public:
 
 private:
   double busBandwidth(const GroupShape &group, bool ring, std::string *formula) const;
+  /// A collective's latency: NCCL's base and `steps` hops, `interSteps` of them between nodes.
+  double getRingLatency(double steps, double interSteps) const;
 
   const ir::Cluster &cluster;
   const FamilyConstants *family = nullptr;

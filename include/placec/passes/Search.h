@@ -65,6 +65,9 @@ struct Candidate {
   /// ep > 1, no pipeline or an interleaved one, no full recomputation, not fp32: the verifier's
   /// conditions).
   bool epOverlap = false;
+  /// `dispatcher = …;` (only with ep > 1): the searched run's strategy's, the same for every
+  /// candidate.
+  ir::ExpertDispatcher dispatcher = ir::ExpertDispatcher::AllToAll;
   /// `sp_inputs = …;` of its sequence parallelism (the search's `--sp-inputs`, the same for every
   /// candidate).
   ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather;
