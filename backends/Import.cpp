@@ -727,6 +727,7 @@ constexpr const char *kMegatronFlags[] = {
     "--cross-entropy-loss-fusion",
     "--cross-entropy-fusion-impl=",
     "--pipeline-model-parallel-layout=",
+    "--num-virtual-stages-per-pipeline-rank=",
     "--decoder-first-pipeline-num-layers=",
     "--decoder-last-pipeline-num-layers=",
     "--account-for-embedding-in-pipeline-split",
@@ -987,6 +988,16 @@ private:
     return locAt(it == flags.end() ? 0 : it->second.second);
   }
 
+  /// The multi-token prediction modules: the named model's, or --mtp-num-layers's.
+  int64_t getMtpLayers() const {
+    int64_t mtp = 0;
+    if (options.model)
+      mtp = options.model->transformer.mtpLayers;
+    else
+      StringRef(getString("--mtp-num-layers", "0")).getAsInteger(10, mtp);
+    return mtp;
+  }
+
   /// Place's window from --window-size LEFT,RIGHT (flash-attn's: a query attends LEFT earlier
   /// tokens and itself, and RIGHT later ones; -1 is unbounded): LEFT + 1 where RIGHT is 0;
   /// nothing where LEFT is -1 or the window holds the whole sequence.
@@ -1134,6 +1145,7 @@ private:
     std::optional<int64_t> micro = getInt("--micro-batch-size");
     std::optional<int64_t> global = getInt("--global-batch-size");
     std::optional<int64_t> virtualLayers = getInt("--num-layers-per-virtual-pipeline-stage");
+    std::optional<int64_t> virtualStages = getInt("--num-virtual-stages-per-pipeline-rank");
     std::optional<int64_t> layers = getInt("--num-layers");
     std::optional<int64_t> hidden = getInt("--hidden-size");
     std::optional<int64_t> heads = getInt("--num-attention-heads");
@@ -1452,11 +1464,25 @@ private:
       diags.error(locOf(firstLayers ? "--decoder-first-pipeline-num-layers"
                                     : "--decoder-last-pipeline-num-layers"),
                   "uneven pipeline stages need --pipeline-model-parallel-size above 1");
+    // megatron/training/arguments.py: uneven first and last stages take their virtual stages from
+    // --num-virtual-stages-per-pipeline-rank, and the three ways of giving virtual stages exclude
+    // one another.
     if ((firstLayers || lastLayers) && virtualLayers)
       diags.error(locOf(firstLayers ? "--decoder-first-pipeline-num-layers"
                                     : "--decoder-last-pipeline-num-layers"),
-                  "uneven first and last stages with --num-layers-per-virtual-pipeline-stage have "
-                  "no Place equivalent (Place's interleaved schedule splits the layers evenly)");
+                  "uneven first and last stages with --num-layers-per-virtual-pipeline-stage: "
+                  "Megatron-LM takes their virtual stages from "
+                  "--num-virtual-stages-per-pipeline-rank");
+    if (virtualStages && (virtualLayers || has("--pipeline-model-parallel-layout")))
+      diags.error(locOf("--num-virtual-stages-per-pipeline-rank"),
+                  Twine("--num-virtual-stages-per-pipeline-rank with ") +
+                      (virtualLayers ? "--num-layers-per-virtual-pipeline-stage"
+                                     : "--pipeline-model-parallel-layout") +
+                      ": Megatron-LM takes one way of giving the virtual stages");
+    if (virtualStages && p == 1)
+      diags.error(locOf("--num-virtual-stages-per-pipeline-rank"),
+                  "--num-virtual-stages-per-pipeline-rank needs --pipeline-model-parallel-size "
+                  "above 1");
     // The embedding and the loss counted as layers of the split (Megatron-Core's
     // get_num_layers_to_build); Megatron-LM refuses them with uneven first and last stages.
     bool embeddingLayer = has("--account-for-embedding-in-pipeline-split");
@@ -1484,12 +1510,7 @@ private:
                              : embeddingLayer || lossLayer ? accountFlag
                              : virtualLayers ? "--num-layers-per-virtual-pipeline-stage"
                                              : nullptr;
-      // The modules: the named model's, or the flag's.
-      int64_t mtp = 0;
-      if (options.model)
-        mtp = options.model->transformer.mtpLayers;
-      else
-        StringRef(getString("--mtp-num-layers", "0")).getAsInteger(10, mtp);
+      int64_t mtp = getMtpLayers();
       if (!layout)
         diags.error(locOf(layoutFlag), Twine(layoutFlag) + " '" + text + "' at its character " +
                                            Twine(offset + 1) + ": " + error);
@@ -1525,6 +1546,65 @@ private:
                               ", chunks = " + std::to_string(chunks)
                         : "1f1b(microbatches = " + std::to_string(microbatches)) +
             ", layout = \"" + layout->text + "\")";
+      } else if (virtualStages && *virtualStages > 1 && (firstLayers || lastLayers)) {
+        // Megatron-Core's get_num_layers_to_build: each of the first stage's v chunks builds
+        // first/v layers, the last stage's last/v, the middle stages' their even share over v;
+        // Place says it as the layout of those virtual stages.
+        int64_t v = *virtualStages;
+        int64_t f = firstLayers.value_or(0), l = lastLayers.value_or(0);
+        int64_t middleStages = p - (firstLayers ? 1 : 0) - (lastLayers ? 1 : 0);
+        int64_t rest = numLayers - f - l;
+        int64_t each = middleStages > 0 && rest >= 0 ? rest / middleStages : 0;
+        if (numLayers <= 0 || f % v != 0 || l % v != 0 || rest < 0 ||
+            (middleStages == 0 ? rest != 0 : rest % middleStages != 0 || each % v != 0)) {
+          std::string edges =
+              (firstLayers ? "the first stage's layers (" + std::to_string(f) + ")" : "") +
+              std::string(firstLayers && lastLayers ? ", " : "") +
+              (lastLayers
+                   ? std::string(firstLayers ? "the last's (" : "the last stage's layers (") +
+                         std::to_string(l) + ")"
+                   : "");
+          diags.error(locOf("--num-virtual-stages-per-pipeline-rank"),
+                      edges +
+                          " and the other stages' even share of the rest do not each divide "
+                          "into " +
+                          Twine(v) + " virtual stages (Megatron-Core's TransformerConfig)");
+          return false;
+        }
+        int64_t mtp = getMtpLayers();
+        std::string text;
+        for (int64_t i = 0; i < p * v; ++i) {
+          int64_t rank = i % p;
+          int64_t n = rank == 0 && firstLayers      ? f / v
+                      : rank == p - 1 && lastLayers ? l / v
+                                                    : each / v;
+          text += i == 0 ? "E" : "|";
+          text += n == 1 ? std::string("t") : n > 1 ? "t*" + std::to_string(n) : std::string();
+          if (i + 1 == p * v)
+            text += std::string(static_cast<size_t>(std::max<int64_t>(0, mtp)), 'm') + "L";
+        }
+        std::string error;
+        size_t offset = 0;
+        if (!ir::parsePipelineLayout(text, error, offset)) {
+          diags.error(locOf("--num-virtual-stages-per-pipeline-rank"),
+                      "the virtual stages of the uneven split, \"" + text + "\": " + error);
+          return false;
+        }
+        imported.pipeline = "interleaved(microbatches = " + std::to_string(microbatches) +
+                            ", chunks = " + std::to_string(v) + ", layout = \"" + text + "\")";
+      } else if (virtualStages && *virtualStages > 1) {
+        if (numLayers <= 0 || splitLayers % (p * *virtualStages) != 0) {
+          diags.error(locOf("--num-virtual-stages-per-pipeline-rank"),
+                      "the layers" +
+                          Twine(embeddingLayer || lossLayer
+                                    ? " with the embedding or the loss counted"
+                                    : "") +
+                          " do not divide evenly into " + Twine(p) + " stages of " +
+                          Twine(*virtualStages) + " virtual stages");
+          return false;
+        }
+        imported.pipeline = "interleaved(microbatches = " + std::to_string(microbatches) +
+                            ", chunks = " + std::to_string(*virtualStages) + accounted + ")";
       } else if (virtualLayers) {
         if (numLayers <= 0 || splitLayers % (p * *virtualLayers) != 0) {
           diags.error(locOf("--num-layers-per-virtual-pipeline-stage"),
@@ -1592,7 +1672,8 @@ private:
                     "--overlap-moe-expert-parallel-comm overlaps the expert-parallel all-to-alls "
                     "and needs --expert-model-parallel-size above 1");
       else if (p > 1 && !has("--num-layers-per-virtual-pipeline-stage") &&
-               !(layout && static_cast<int64_t>(layout->layers.size()) > p))
+               !(layout && static_cast<int64_t>(layout->layers.size()) > p) &&
+               !(virtualStages && *virtualStages > 1))
         diags.error(locOf("--overlap-moe-expert-parallel-comm"),
                     "--overlap-moe-expert-parallel-comm over a pipeline needs the interleaved "
                     "schedule (--num-layers-per-virtual-pipeline-stage): Megatron-Core pairs the "
