@@ -926,6 +926,10 @@ private:
         flag("--moe-layer-freq", Twine(moe.every));
       flag("--moe-router-score-function",
            moe.router == ir::RouterKind::Sigmoid ? "sigmoid" : "softmax");
+      if (moe.routerGroups > 0) {
+        flag("--moe-router-num-groups", Twine(moe.routerGroups));
+        flag("--moe-router-group-topk", Twine(moe.routerGroupTopK));
+      }
       if (moe.capacityFactor) {
         os << "--moe-expert-capacity-factor " << format("%g", *moe.capacityFactor) << "\n";
         os << "--moe-pad-expert-input-to-capacity\n";

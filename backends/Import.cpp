@@ -749,6 +749,8 @@ constexpr const char *kMegatronFlags[] = {
     "--overlap-moe-expert-parallel-comm",
     "--delay-wgrad-compute",
     "--mtp-num-layers=",
+    "--moe-router-num-groups=",
+    "--moe-router-group-topk=",
     "--recompute-modules=",
 };
 
@@ -806,7 +808,9 @@ constexpr StringRef kMegatronMoeModelFlags[] = {"--num-experts",
                                                 "--moe-router-score-function",
                                                 "--moe-expert-capacity-factor",
                                                 "--moe-aux-loss-coeff",
-                                                "--moe-layer-freq"};
+                                                "--moe-layer-freq",
+                                                "--moe-router-num-groups",
+                                                "--moe-router-group-topk"};
 
 class MegatronImporter {
 public:
@@ -1104,6 +1108,29 @@ private:
     else if (scoring != "softmax")
       diags.error(locOf("--moe-router-score-function"),
                   "--moe-router-score-function is softmax or sigmoid, not '" + scoring + "'");
+    // Group-limited routing: both flags or neither (Megatron-Core's TopKRouter takes the groups
+    // with their top-k), equal groups whose chosen ones hold the top-k experts (the model's
+    // rules, checked here at the flags).
+    if (has("--moe-router-num-groups") != has("--moe-router-group-topk"))
+      diags.error(locOf(has("--moe-router-num-groups") ? "--moe-router-num-groups"
+                                                       : "--moe-router-group-topk"),
+                  "group-limited routing needs both --moe-router-num-groups and "
+                  "--moe-router-group-topk");
+    else if (std::optional<int64_t> groups = getInt("--moe-router-num-groups"); groups)
+      if (std::optional<int64_t> groupTopK = getInt("--moe-router-group-topk"); groupTopK) {
+        if (*experts % *groups != 0)
+          diags.error(locOf("--moe-router-num-groups"),
+                      "--moe-router-num-groups " + Twine(*groups) + " does not divide the " +
+                          Twine(*experts) + " experts into equal groups");
+        else if (*groupTopK > *groups || *groupTopK * (*experts / *groups) < topK)
+          diags.error(locOf("--moe-router-group-topk"),
+                      "--moe-router-group-topk " + Twine(*groupTopK) + " of " + Twine(*groups) +
+                          " groups of " + Twine(*experts / *groups) +
+                          " experts cannot hold the top " + Twine(topK));
+        else
+          m << "  router_groups = " << *groups << ";\n  router_group_top_k = " << *groupTopK
+            << ";\n";
+      }
     if (has("--moe-expert-capacity-factor")) {
       std::string factor = getString("--moe-expert-capacity-factor", "");
       double value = 0;

@@ -166,7 +166,8 @@ std::vector<StringRef> familyKeys(Family family) {
     // DeepSeek-V2 and V3 (transformers' DeepseekV2Config and DeepseekV3Config, and the keys of
     // deepseek-ai's own configs; Kimi K2 is DeepSeek-V3's architecture): multi-head latent
     // attention and a mixture of experts with shared experts after dense layers. Routing among
-    // groups of experts (n_group, topk_group, topk_method), the routed weights' scale and the
+    // groups of experts (n_group, topk_group under topk_method group_limited_greedy or noaux_tc)
+    // is the model's router_groups and router_group_top_k; the routed weights' scale and the
     // expert-parallel degree the weights were saved for (ep_size) change neither the parameters
     // nor the FLOPs.
     return {"model_type",
@@ -807,6 +808,20 @@ private:
     requireNormalizedTopK();
     double auxLoss = getAuxLoss("aux_loss_alpha", 0);
     checkExperts("n_routed_experts", experts, topK);
+    // Group-limited routing: n_group groups, topk_group of them per token, except under the
+    // greedy top-k (DeepSeek-V2-Lite's), which ignores the groups.
+    int64_t groups = getCount("n_group", 1, 1 << 16).value_or(1);
+    int64_t groupTopK =
+        root->get("topk_group") ? getCount("topk_group", 0, 1 << 16).value_or(0) : 0;
+    bool limited = groups > 1 && getString("topk_method").value_or("greedy") != StringRef("greedy");
+    if (limited && groupTopK < 1)
+      refuse("n_group", "group-limited routing needs topk_group, the groups a token's experts "
+                        "come from, of at least 1");
+    else if (limited && experts && topK &&
+             (*experts % groups != 0 || groupTopK > groups ||
+              groupTopK * (*experts / groups) < *topK))
+      refuse("n_group", "the groups must divide n_routed_experts evenly, and topk_group of them "
+                        "must hold num_experts_per_tok experts");
     std::string out;
     if (!experts || !topK || !expertFfn || !shared || !dense)
       return out;
@@ -819,6 +834,8 @@ private:
       e << "  dense_layers = " << *dense << ";\n";
     if (scoring == "sigmoid")
       e << "  router = sigmoid;\n";
+    if (limited)
+      e << "  router_groups = " << groups << ";\n  router_group_top_k = " << groupTopK << ";\n";
     if (auxLoss > 0)
       e << "  aux_loss = " << format("%g", auxLoss) << ";\n";
     return out;

@@ -169,6 +169,13 @@ void JsonWriter::writeModel(const ir::Model &model) {
         out.attribute("moe_layers", moe.getNumMoeLayers(config.layers));
         out.attribute("router", ir::toString(moe.router));
         out.attribute("router_bias", moe.routerBias);
+        if (moe.routerGroups > 0) {
+          out.attribute("router_groups", moe.routerGroups);
+          out.attribute("router_group_top_k", moe.routerGroupTopK);
+        } else {
+          out.attribute("router_groups", nullptr);
+          out.attribute("router_group_top_k", nullptr);
+        }
         if (moe.capacityFactor)
           out.attribute("capacity_factor", *moe.capacityFactor);
         else

@@ -645,9 +645,9 @@ bool Sema::buildLatentAttention(const StringMap<const ast::Field *> &fields,
 bool Sema::buildMoe(const ast::ModelDecl &decl, const StringMap<const ast::Field *> &fields,
                     ir::TransformerConfig &config) {
   static const char *const moeKeys[] = {
-      "top_k",     "expert_ffn",   "shared_experts", "shared_expert_ffn",
-      "moe_every", "dense_layers", "router",         "capacity_factor",
-      "aux_loss",  "imbalance",    "router_bias"};
+      "top_k",        "expert_ffn",    "shared_experts",    "shared_expert_ffn", "moe_every",
+      "dense_layers", "router",        "capacity_factor",   "aux_loss",          "imbalance",
+      "router_bias",  "router_groups", "router_group_top_k"};
   const ast::Field *expertsField = fields.lookup("experts");
   if (!expertsField) {
     bool ok = true;
@@ -696,6 +696,36 @@ bool Sema::buildMoe(const ast::ModelDecl &decl, const StringMap<const ast::Field
     std::optional<bool> value = getBool(field->value, "router_bias");
     ok &= value.has_value();
     moe.routerBias = value.value_or(false);
+  }
+  // Group-limited routing: both fields or neither, whole groups, enough experts in the chosen
+  // groups for top_k.
+  const ast::Field *groupsField = fields.lookup("router_groups");
+  const ast::Field *groupTopKField = fields.lookup("router_group_top_k");
+  if (groupsField || groupTopKField) {
+    if (!groupsField || !groupTopKField) {
+      diags.error((groupsField ? groupsField : groupTopKField)->keyLoc,
+                  Twine("group-limited routing needs both 'router_groups' (the groups of "
+                        "experts) and 'router_group_top_k' (the groups a token's experts come "
+                        "from); '") +
+                      (groupsField ? "router_group_top_k" : "router_groups") + "' is missing");
+      ok = false;
+    } else {
+      count("router_groups", moe.routerGroups, 1, moe.experts);
+      count("router_group_top_k", moe.routerGroupTopK, 1, std::max<int64_t>(moe.routerGroups, 1));
+      if (moe.routerGroups > 0 && moe.experts % moe.routerGroups != 0) {
+        diags.error(groupsField->value.getLoc(),
+                    Twine("'router_groups' must divide the ") + Twine(moe.experts) +
+                        " experts into equal groups, but " + Twine(moe.routerGroups) + " does not");
+        ok = false;
+      } else if (moe.routerGroups > 0 &&
+                 moe.routerGroupTopK * (moe.experts / moe.routerGroups) < moe.topK) {
+        diags.error(groupTopKField->value.getLoc(),
+                    Twine("'router_group_top_k' = ") + Twine(moe.routerGroupTopK) + " groups of " +
+                        Twine(moe.experts / moe.routerGroups) + " experts hold fewer than the " +
+                        Twine(moe.topK) + " experts a token is sent to (top_k)");
+        ok = false;
+      }
+    }
   }
   if (const ast::Field *field = fields.lookup("router")) {
     std::optional<std::string> choice = getChoice(field->value, "router", {"softmax", "sigmoid"});
@@ -789,6 +819,8 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "post_norm",
                                                   "sinks",
                                                   "router_bias",
+                                                  "router_groups",
+                                                  "router_group_top_k",
                                                   "kv_lora_rank",
                                                   "q_lora_rank",
                                                   "rope_head_dim",

@@ -234,6 +234,9 @@ void IRPrinter::print(const Model &model) {
              << ", imbalance = " << formatNumber(moe.imbalance) << '\n';
       if (moe.routerBias)
         line() << "router_bias = true\n";
+      if (moe.routerGroups > 0)
+        line() << "router_groups = " << moe.routerGroups
+               << ", router_group_top_k = " << moe.routerGroupTopK << '\n';
     }
     if (config.mtpLayers > 0)
       line() << "mtp_layers = " << config.mtpLayers << '\n';

@@ -439,8 +439,7 @@ double Analyzer::callSeconds(const Op &op, int stage, double bytes, std::string 
   case OpKind::AllToAll:
     if (isExpertExchange(op) && model.kind == ir::ModelKind::Transformer)
       return costModel.getExpertExchangeSeconds(strategy.expertDispatcher, groupOf(op.axes), bytes,
-                                                model.transformer.moe.experts,
-                                                model.transformer.moe.topK, formula);
+                                                model.transformer.moe, formula);
     [[fallthrough]];
   case OpKind::AllGather:
   case OpKind::ReduceScatter:

@@ -2914,20 +2914,29 @@ double CostModel::getRingLatency(double steps, double interSteps) const {
   return base + (steps - interSteps) * intraStep + interSteps * cluster.latency;
 }
 
-double getRemoteNodesPerToken(int64_t experts, int64_t topK, int64_t nodes) {
+double getRemoteNodesPerToken(int64_t experts, int64_t topK, int64_t nodes, int64_t groups,
+                              int64_t groupTopK) {
   if (nodes <= 1 || experts <= 0 || topK <= 0)
     return 0;
-  // The chance that a node's E/N experts hold none of the k: C(E − E/N, k)/C(E, k).
-  double e = static_cast<double>(experts), n = static_cast<double>(nodes);
-  double others = e - e / n, none = 1;
-  for (int64_t i = 0; i < topK; ++i)
-    none *= std::max(0.0, others - static_cast<double>(i)) / (e - static_cast<double>(i));
-  return (n - 1) * (1 - none);
+  // Draws of `k` of `total` items spread evenly over the nodes: the chance that a node's
+  // total/N items hold none of them is C(total − total/N, k)/C(total, k).
+  auto otherNodes = [&](int64_t total, int64_t k) {
+    double e = static_cast<double>(total), n = static_cast<double>(nodes);
+    double others = e - e / n, none = 1;
+    for (int64_t i = 0; i < k; ++i)
+      none *= std::max(0.0, others - static_cast<double>(i)) / (e - static_cast<double>(i));
+    return (n - 1) * (1 - none);
+  };
+  // Group-limited routing (DeepSeek-V3 §2.1.2): the token's experts lie in its g groups.
+  if (groups > 0 && groupTopK > 0 && groups % nodes == 0)
+    return otherNodes(groups, groupTopK);
+  return otherNodes(experts, topK);
 }
 
 double CostModel::getExpertExchangeSeconds(ir::ExpertDispatcher dispatcher, const GroupShape &group,
-                                           double bytes, int64_t experts, int64_t topK,
+                                           double bytes, const ir::MoeConfig &moe,
                                            std::string *formula) const {
+  int64_t experts = moe.experts, topK = moe.topK;
   if (dispatcher == ir::ExpertDispatcher::AllToAll || group.isIntraNode() || experts <= 0 ||
       topK <= 0 || cluster.intraBandwidth <= 0 || cluster.interBandwidth <= 0)
     return getCollectiveSeconds(Collective::AllToAll, group, bytes, formula);
@@ -2938,22 +2947,33 @@ double CostModel::getExpertExchangeSeconds(ir::ExpertDispatcher dispatcher, cons
   double n = static_cast<double>(group.size);
   double perNode = static_cast<double>(std::min(group.perNode, group.size));
   double nodes = static_cast<double>(group.getNodes());
-  double remote = getRemoteNodesPerToken(experts, topK, group.getNodes());
+  int64_t nodeCount = group.getNodes();
+  bool grouped =
+      moe.routerGroups > 0 && moe.routerGroupTopK > 0 && moe.routerGroups % nodeCount == 0;
+  double remote =
+      getRemoteNodesPerToken(experts, topK, nodeCount, moe.routerGroups, moe.routerGroupTopK);
   double k = static_cast<double>(topK);
   double intraEfficiency = family ? family->intraBusEfficiency : 1;
   double interEfficiency = family ? family->interBusEfficiency : 1;
   double inside = (perNode - 1) / perNode * bytes / (cluster.intraBandwidth * intraEfficiency);
   double outside = remote / k * bytes / (cluster.interBandwidth * interEfficiency);
   double latency = getRingLatency(n - 1, nodes - 1);
-  if (formula)
+  if (formula) {
+    std::string nodesText =
+        grouped ? fmt::format("(N - 1)·(1 - C(G - G/N, g)/C(G, g)) = {} of the {} other nodes, "
+                              "the token's g {} of G {} expert groups",
+                              num(remote), num(nodes - 1), moe.routerGroupTopK, moe.routerGroups)
+                : fmt::format("(N - 1)·(1 - C(E - E/N, k)/C(E, k)) = {} of the {} other nodes, E "
+                              "{}, k {}",
+                              num(remote), num(nodes - 1), experts, topK);
     *formula = fmt::format(
         "{} (by node): latency + max(every row but the rank's own over NVLink ({} - 1)/{} × {}, "
         "each token once to each other node with one of its experts over the NIC {}/{} × {} "
-        "[(N - 1)·(1 - C(E - E/N, k)/C(E, k)) = {} of the {} other nodes, E {}, k {}]) = {} + "
-        "max({}, {})",
+        "[{}]) = {} + max({}, {})",
         ir::toString(dispatcher).str(), num(perNode), num(perNode), fmtAmount(bytes, "B"),
-        num(remote), num(k), fmtAmount(bytes, "B"), num(remote), num(nodes - 1), experts, topK,
-        fmtSeconds(latency), fmtSeconds(inside), fmtSeconds(outside));
+        num(remote), num(k), fmtAmount(bytes, "B"), nodesText, fmtSeconds(latency),
+        fmtSeconds(inside), fmtSeconds(outside));
+  }
   return latency + std::max(inside, outside);
 }
 

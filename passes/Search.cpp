@@ -2938,6 +2938,9 @@ std::string formatModel(const ir::Model &model) {
        << fmt::format("; aux_loss = {};\n", moe.auxLoss);
     if (moe.routerBias)
       os << "  router_bias = true;\n";
+    if (moe.routerGroups > 0)
+      os << "  router_groups = " << moe.routerGroups
+         << "; router_group_top_k = " << moe.routerGroupTopK << ";\n";
     if (moe.capacityFactor)
       os << fmt::format("  capacity_factor = {};\n", *moe.capacityFactor);
     else

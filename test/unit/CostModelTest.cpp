@@ -289,6 +289,12 @@ TEST(CostModelTest, DispatchByNodeSendsATokenOncePerNode) {
   EXPECT_EQ(getRemoteNodesPerToken(256, 8, 1), 0);
   // More experts than a node's share cannot miss it: top 8 of 8 experts on 2 nodes hits both.
   EXPECT_NEAR(getRemoteNodesPerToken(8, 8, 2), 1, 1e-12);
+  // DeepSeek-V3's group-limited routing, 4 of 8 groups: on 4 nodes of 2 groups each,
+  // 3·(1 − C(6, 4)/C(8, 4)) = 3·55/70; on 8 nodes of one group, 7·(1 − C(7, 4)/C(8, 4)) = 3.5; on
+  // 16 nodes a group spans two, and the experts' count stands.
+  EXPECT_NEAR(getRemoteNodesPerToken(256, 8, 4, 8, 4), 3.0 * 55 / 70, 1e-12);
+  EXPECT_NEAR(getRemoteNodesPerToken(256, 8, 8, 8, 4), 3.5, 1e-12);
+  EXPECT_EQ(getRemoteNodesPerToken(256, 8, 16, 8, 4), getRemoteNodesPerToken(256, 8, 16));
 
   auto compiled = unittest::compile(kH100);
   ASSERT_TRUE(compiled->program) << compiled->messages;
@@ -299,22 +305,32 @@ TEST(CostModelTest, DispatchByNodeSendsATokenOncePerNode) {
   // two after the all-to-all's latency (31 steps, 3 of them between nodes).
   double bytes = 1e9;
   GroupShape group{32, 8};
+  ir::MoeConfig moe;
+  moe.experts = 256;
+  moe.topK = 8;
   double latency = 8.4e-6 + 28 * 3.4e-6 + 3 * cluster.latency;
   double outside = 2.7106607291748848 / 8 * bytes / (cluster.interBandwidth * 0.95);
   double inside = 7.0 / 8 * bytes / (450e9 * 0.82);
   double expected = latency + std::max(outside, inside);
-  EXPECT_NEAR(model.getExpertExchangeSeconds(ir::ExpertDispatcher::DeepEP, group, bytes, 256, 8),
+  EXPECT_NEAR(model.getExpertExchangeSeconds(ir::ExpertDispatcher::DeepEP, group, bytes, moe),
               expected, 1e-9 * expected);
-  EXPECT_EQ(model.getExpertExchangeSeconds(ir::ExpertDispatcher::HybridEP, group, bytes, 256, 8),
-            model.getExpertExchangeSeconds(ir::ExpertDispatcher::DeepEP, group, bytes, 256, 8));
+  EXPECT_EQ(model.getExpertExchangeSeconds(ir::ExpertDispatcher::HybridEP, group, bytes, moe),
+            model.getExpertExchangeSeconds(ir::ExpertDispatcher::DeepEP, group, bytes, moe));
   // The all-to-all dispatcher sends each row to its expert's rank: 24/32 of the buffer over the
   // NIC.
   double allToAll = latency + 24.0 / 32 * bytes / (cluster.interBandwidth * 0.95);
-  EXPECT_NEAR(model.getExpertExchangeSeconds(ir::ExpertDispatcher::AllToAll, group, bytes, 256, 8),
+  EXPECT_NEAR(model.getExpertExchangeSeconds(ir::ExpertDispatcher::AllToAll, group, bytes, moe),
               allToAll, 1e-9 * allToAll);
+  // With group-limited routing the network part is the groups' nodes, 3·55/70 of 8 rows.
+  ir::MoeConfig grouped = moe;
+  grouped.routerGroups = 8;
+  grouped.routerGroupTopK = 4;
+  double limited = latency + 3.0 * 55 / 70 / 8 * bytes / (cluster.interBandwidth * 0.95);
+  EXPECT_NEAR(model.getExpertExchangeSeconds(ir::ExpertDispatcher::DeepEP, group, bytes, grouped),
+              limited, 1e-9 * limited);
   // Inside a node the two are the same all-to-all.
   EXPECT_EQ(
-      model.getExpertExchangeSeconds(ir::ExpertDispatcher::DeepEP, GroupShape{8, 8}, bytes, 256, 8),
+      model.getExpertExchangeSeconds(ir::ExpertDispatcher::DeepEP, GroupShape{8, 8}, bytes, moe),
       model.getCollectiveSeconds(Collective::AllToAll, GroupShape{8, 8}, bytes));
 }
 

@@ -530,9 +530,12 @@ struct GroupShape {
 
 /// The expected number of nodes besides a token's own that hold at least one of its `topK`
 /// experts, `experts` experts spread evenly over `nodes` nodes and a token's experts drawn evenly
-/// without repeats (forced-balance routing; placec does not model group-limited routing):
-/// (N − 1)·(1 − C(E − E/N, k)/C(E, k)).
-double getRemoteNodesPerToken(int64_t experts, int64_t topK, int64_t nodes);
+/// without repeats (routing forced to balance): (N − 1)·(1 − C(E − E/N, k)/C(E, k)). Under
+/// group-limited routing (`groups` G > 0, `groupTopK` g) whose groups lie whole in the nodes (N
+/// divides G), the nodes of the token's g groups, each taken to hold one of its experts:
+/// (N − 1)·(1 − C(G − G/N, g)/C(G, g)); groups that span nodes leave the experts' count.
+double getRemoteNodesPerToken(int64_t experts, int64_t topK, int64_t nodes, int64_t groups = 0,
+                              int64_t groupTopK = 0);
 
 /// The shape of the group of mesh `axes` on nodes of `devicesPerNode`: the ranks of group 0
 /// that lie in node 0 (groups are translates of it).
@@ -780,14 +783,14 @@ public:
   /// the buffer once over their link.
   double getCollectiveSeconds(Collective collective, const GroupShape &group, double bytes,
                               std::string *formula = nullptr) const;
-  /// An expert group's dispatch or combine of `bytes` of routed rows per device (`topK` rows per
-  /// token, `experts` experts spread evenly over the group) under `dispatcher`: the all-to-all
-  /// of getCollectiveSeconds, or, for deepep and hybridep across nodes, each token sent once to
-  /// each other node holding one of its experts (getRemoteNodesPerToken of them) over the NIC
-  /// and every row but the receiving rank's own over NVLink, the slower of the two with the
+  /// An expert group's dispatch or combine of `bytes` of routed rows per device (moe.topK rows
+  /// per token, moe.experts experts spread evenly over the group) under `dispatcher`: the
+  /// all-to-all of getCollectiveSeconds, or, for deepep and hybridep across nodes, each token sent
+  /// once to each other node holding one of its experts (getRemoteNodesPerToken of them) over the
+  /// NIC and every row but the receiving rank's own over NVLink, the slower of the two with the
   /// all-to-all's latency.
   double getExpertExchangeSeconds(ir::ExpertDispatcher dispatcher, const GroupShape &group,
-                                  double bytes, int64_t experts, int64_t topK,
+                                  double bytes, const ir::MoeConfig &moe,
                                   std::string *formula = nullptr) const;
   /// A pipeline send of `bytes` inside a node or across nodes.
   double getPointToPointSeconds(double bytes, bool interNode, std::string *formula = nullptr) const;
