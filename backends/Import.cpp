@@ -1619,33 +1619,26 @@ private:
         }
         imported.pipeline = "interleaved(microbatches = " + std::to_string(microbatches) +
                             ", chunks = " + std::to_string(v) + ", layout = \"" + text + "\")";
-      } else if (virtualStages && *virtualStages > 1) {
-        if (numLayers <= 0 || splitLayers % (p * *virtualStages) != 0) {
-          diags.error(locOf("--num-virtual-stages-per-pipeline-rank"),
+      } else if ((virtualStages && *virtualStages > 1) || virtualLayers) {
+        // An even split over virtual stages, given per stage or as the layers of a chunk.
+        bool byStages = virtualStages && *virtualStages > 1;
+        int64_t divisor = p * (byStages ? *virtualStages : *virtualLayers);
+        if (numLayers <= 0 || splitLayers % divisor != 0) {
+          diags.error(locOf(byStages ? "--num-virtual-stages-per-pipeline-rank"
+                                     : "--num-layers-per-virtual-pipeline-stage"),
                       "the layers" +
                           Twine(embeddingLayer || lossLayer
                                     ? " with the embedding or the loss counted"
                                     : "") +
-                          " do not divide evenly into " + Twine(p) + " stages of " +
-                          Twine(*virtualStages) + " virtual stages");
+                          (byStages ? " do not divide evenly into " + Twine(p) + " stages of " +
+                                          Twine(*virtualStages) + " virtual stages"
+                                    : " do not divide into " + Twine(p) + " stages of chunks of " +
+                                          Twine(*virtualLayers) + " layers"));
           return false;
         }
+        int64_t chunks = byStages ? *virtualStages : splitLayers / divisor;
         imported.pipeline = "interleaved(microbatches = " + std::to_string(microbatches) +
-                            ", chunks = " + std::to_string(*virtualStages) + accounted + ")";
-      } else if (virtualLayers) {
-        if (numLayers <= 0 || splitLayers % (p * *virtualLayers) != 0) {
-          diags.error(locOf("--num-layers-per-virtual-pipeline-stage"),
-                      "the layers" +
-                          Twine(embeddingLayer || lossLayer
-                                    ? " with the embedding or the loss counted"
-                                    : "") +
-                          " do not divide into " + Twine(p) + " stages of chunks of " +
-                          Twine(*virtualLayers) + " layers");
-          return false;
-        }
-        imported.pipeline = "interleaved(microbatches = " + std::to_string(microbatches) +
-                            ", chunks = " + std::to_string(splitLayers / (p * *virtualLayers)) +
-                            accounted + ")";
+                            ", chunks = " + std::to_string(chunks) + accounted + ")";
       } else {
         imported.pipeline = "1f1b(microbatches = " + std::to_string(microbatches);
         if (firstLayers)

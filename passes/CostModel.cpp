@@ -2914,6 +2914,12 @@ double CostModel::getRingLatency(double steps, double interSteps) const {
   return base + (steps - interSteps) * intraStep + interSteps * cluster.latency;
 }
 
+/// Whether group-limited routing sets the nodes a token reaches: groups that lie whole in the
+/// nodes (N divides G).
+static bool routesByNodeGroups(int64_t groups, int64_t groupTopK, int64_t nodes) {
+  return groups > 0 && groupTopK > 0 && nodes > 0 && groups % nodes == 0;
+}
+
 double getRemoteNodesPerToken(int64_t experts, int64_t topK, int64_t nodes, int64_t groups,
                               int64_t groupTopK) {
   if (nodes <= 1 || experts <= 0 || topK <= 0)
@@ -2928,7 +2934,7 @@ double getRemoteNodesPerToken(int64_t experts, int64_t topK, int64_t nodes, int6
     return (n - 1) * (1 - none);
   };
   // Group-limited routing (DeepSeek-V3 §2.1.2): the token's experts lie in its g groups.
-  if (groups > 0 && groupTopK > 0 && groups % nodes == 0)
+  if (routesByNodeGroups(groups, groupTopK, nodes))
     return otherNodes(groups, groupTopK);
   return otherNodes(experts, topK);
 }
@@ -2946,10 +2952,9 @@ double CostModel::getExpertExchangeSeconds(ir::ExpertDispatcher dispatcher, cons
   // reduced in the node before it crosses). The buffer holds k rows per token.
   double n = static_cast<double>(group.size);
   double perNode = static_cast<double>(std::min(group.perNode, group.size));
-  double nodes = static_cast<double>(group.getNodes());
   int64_t nodeCount = group.getNodes();
-  bool grouped =
-      moe.routerGroups > 0 && moe.routerGroupTopK > 0 && moe.routerGroups % nodeCount == 0;
+  double nodes = static_cast<double>(nodeCount);
+  bool grouped = routesByNodeGroups(moe.routerGroups, moe.routerGroupTopK, nodeCount);
   double remote =
       getRemoteNodesPerToken(experts, topK, nodeCount, moe.routerGroups, moe.routerGroupTopK);
   double k = static_cast<double>(topK);
@@ -2993,9 +2998,6 @@ double CostModel::getCollectiveSeconds(Collective collective, const GroupShape &
   double base = family ? kCollectiveBaseLatency : 0;
   double intraStep = family ? kNvlinkStepLatency : cluster.latency;
   double interStep = cluster.latency;
-  auto ringLatency = [&](double steps, double interSteps) {
-    return getRingLatency(steps, interSteps);
-  };
   std::string bandwidthText;
   double bus = busBandwidth(group, true, formula ? &bandwidthText : nullptr);
   if (bus <= 0) {
@@ -3013,7 +3015,7 @@ double CostModel::getCollectiveSeconds(Collective collective, const GroupShape &
     double outside = group.isIntraNode()
                          ? 0
                          : (n - perNode) / n * bytes / (cluster.interBandwidth * interEfficiency);
-    double latency = ringLatency(n - 1, nodes - 1);
+    double latency = getRingLatency(n - 1, nodes - 1);
     double time = latency + std::max(inside, outside);
     if (formula)
       *formula = fmt::format("all-to-all: latency + max(inside the node ({} - 1)/{} × {} over "
@@ -3027,7 +3029,7 @@ double CostModel::getCollectiveSeconds(Collective collective, const GroupShape &
   bool reduce = collective == Collective::AllReduce;
   double steps = reduce ? 2 * (n - 1) : n - 1;
   double interSteps = reduce ? 2 * (nodes - 1) : nodes - 1;
-  double latency = ringLatency(steps, interSteps);
+  double latency = getRingLatency(steps, interSteps);
   double ringTime = latency + sent / bus;
   if (reduce && !group.isIntraNode()) {
     // NCCL's tree all-reduce: a chain inside each node and a double binary tree across nodes,
