@@ -116,9 +116,11 @@ bool isTraffic(const Op &op) {
 }
 
 /// Gathers of parameters and reductions of gradients over batch axes run beside compute.
+/// The embedding's gradient all-reduce with its copy's stage (a collective with a peer stage)
+/// waits for them: Megatron-Core's finalize_model_grads runs it after the data-parallel ones.
 bool isOverlappable(const Op &op) {
   return (op.state == ir::State::Params && op.kind == OpKind::AllGather) ||
-         (op.state == ir::State::Grads &&
+         (op.state == ir::State::Grads && op.peerStage < 0 &&
           (op.kind == OpKind::ReduceScatter || op.kind == OpKind::AllReduce));
 }
 
@@ -147,6 +149,13 @@ private:
     if (it == groups.end())
       it = groups.emplace(axes, cost::getGroupShape(mesh, axes, cluster.devicesPerNode)).first;
     return it->second;
+  }
+  /// The group of a collective made by `stage`: its axes', or with a peer stage the two stages.
+  cost::GroupShape groupOf(const Op &op, int stage) {
+    if (op.peerStage < 0 || op.axes.empty())
+      return groupOf(op.axes);
+    return cost::getStagePairShape(mesh.getStride(op.axes[0]), mesh.axes[op.axes[0]].size, stage,
+                                   op.peerStage, mesh.getNumDevices(), cluster.devicesPerNode);
   }
   /// Whether a pipeline send of `stage` to `peer` crosses nodes.
   bool sendCrossesNodes(const Op &op, int stage) {
@@ -416,6 +425,10 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
     int64_t tensorDegree = mesh.getDegree(ir::AxisKind::Tensor);
     if (tensorDegree > 1)
       x.paramsText += fmt::format(" (per device after the tensor split over {})", tensorDegree);
+    for (unsigned index : stage.units)
+      if (plan.units[index].embeddingCopy > 0)
+        x.paramsText += fmt::format(" (with the head's copy of the word embedding, {})",
+                                    num(static_cast<double>(plan.units[index].embeddingCopy)));
   }
   return x;
 }
@@ -425,7 +438,7 @@ LinkClass Analyzer::linkOf(const Op &op, int stage) {
     return LinkClass::Host;
   if (op.kind == OpKind::Send || op.kind == OpKind::Recv)
     return sendCrossesNodes(op, stage) ? LinkClass::InterNode : LinkClass::IntraNode;
-  return groupOf(op.axes).isIntraNode() ? LinkClass::IntraNode : LinkClass::InterNode;
+  return groupOf(op, stage).isIntraNode() ? LinkClass::IntraNode : LinkClass::InterNode;
 }
 
 double Analyzer::callSeconds(const Op &op, int stage, double bytes, std::string *formula) {
@@ -444,7 +457,8 @@ double Analyzer::callSeconds(const Op &op, int stage, double bytes, std::string 
   case OpKind::AllGather:
   case OpKind::ReduceScatter:
   case OpKind::AllReduce:
-    return costModel.getCollectiveSeconds(getCollective(op.kind), groupOf(op.axes), bytes, formula);
+    return costModel.getCollectiveSeconds(getCollective(op.kind), groupOf(op, stage), bytes,
+                                          formula);
   case OpKind::RingStep:
     // Each rank sends to its neighbour in the group; across nodes when the group spans them.
     return costModel.getPointToPointSeconds(bytes, !groupOf(op.axes).isIntraNode(), formula);
@@ -696,7 +710,7 @@ RunAnalysis Analyzer::analyze() {
           entry.axis += (i ? "," : "") + mesh.axes[op.axes[i]].name;
         if (op.kind == OpKind::HostToDevice || op.kind == OpKind::DeviceToHost)
           entry.axis = "host";
-        const cost::GroupShape &group = groupOf(op.axes);
+        cost::GroupShape group = groupOf(op, stage.stage);
         entry.groupSize = group.size;
         entry.groupPerNode = group.perNode;
         entry.collective = op.kind;

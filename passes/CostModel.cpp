@@ -2304,6 +2304,23 @@ bool crossesNodes(int64_t stride, int64_t stages, int stage, int peer, int64_t d
   return false;
 }
 
+GroupShape getStagePairShape(int64_t stride, int64_t stages, int stage, int peer, int64_t devices,
+                             int64_t devicesPerNode) {
+  return {2, crossesNodes(stride, stages, stage, peer, devices, devicesPerNode) ? 1 : 2};
+}
+
+int64_t getEmbeddingCopyParams(const ir::Model &model, int64_t tensorDegree) {
+  if (model.kind != ir::ModelKind::Transformer ||
+      (!model.transformer.tiedEmbeddings && model.transformer.mtpLayers == 0))
+    return 0;
+  // The token embedding (embed.tokens, split by vocabulary rows like the output layer); the
+  // learned position embedding stays on the first stage.
+  for (const ir::Tensor &tensor : model.tensors)
+    if (tensor.layer < 0 && tensor.split == ir::TensorSplit::Vocabulary)
+      return (tensor.numElements + tensorDegree - 1) / tensorDegree;
+  return 0;
+}
+
 double getSentBytes(Collective collective, double n, double bytes) {
   switch (collective) {
   case Collective::AllReduce:

@@ -437,6 +437,19 @@ void Lowering::buildUnits() {
     if (tensor.split == ir::TensorSplit::Replicated && tensor.layer >= 0 && !routing)
       unit.sequenceParallelParams += tensor.numElements;
   }
+  // A head on another stage than the embedding's holds a copy of the word embedding where the
+  // output layer or the multi-token prediction modules read it (Megatron-Core's
+  // setup_embeddings_and_output_layer); the copy is a parameter like the head's own, with its
+  // gradients and optimizer states.
+  auto embed = unitOfLayer.find({-1, false}),
+       last = unitOfLayer.find({static_cast<int>(head), false});
+  if (embed != unitOfLayer.end() && last != unitOfLayer.end() &&
+      plan->units[embed->second].stage != plan->units[last->second].stage) {
+    Unit &headUnit = plan->units[last->second];
+    headUnit.embeddingCopy = cost::getEmbeddingCopyParams(model, tensorDegree);
+    headUnit.params += headUnit.embeddingCopy;
+    headUnit.fullParams += headUnit.embeddingCopy * tensorDegree;
+  }
 }
 
 Op Lowering::computeOp(int unitIndex, const Unit &unit, cost::PassKind pass) const {
@@ -782,6 +795,19 @@ void Lowering::lowerStage(StagePlan &stage) {
     }
   }
 
+  // The word embedding's copy on the head's stage (buildUnits) and the embedding it mirrors.
+  int copyUnit = -1, embeddingUnit = -1;
+  int64_t embeddingCopy = 0;
+  for (unsigned index = 0; index < plan->units.size(); ++index) {
+    const Unit &unit = plan->units[index];
+    if (unit.embeddingCopy > 0) {
+      copyUnit = static_cast<int>(index);
+      embeddingCopy = unit.embeddingCopy;
+    } else if (unit.layer < 0 && !unit.expert) {
+      embeddingUnit = static_cast<int>(index);
+    }
+  }
+
   // Once per step: the remaining gradient reductions, the optimizer, parameter consistency.
   for (unsigned index : stage.units) {
     const Unit &unit = plan->units[index];
@@ -804,6 +830,19 @@ void Lowering::lowerStage(StagePlan &stage) {
                                       stepReduceAxes, gradElements, gType, false,
                                       "grads and optimizer replicated: sum the accumulated "
                                       "gradients on every replica"));
+    // The word embedding's gradient and its copy's on the head's stage, summed between the two
+    // stages after the batch-axis reductions (Megatron-Core's finalize_model_grads,
+    // _allreduce_word_embedding_grads), so that both copies take the same update: the gradient
+    // as this rank holds it before the step's scatter.
+    if (embeddingCopy > 0 && layersAxis && (u == copyUnit || u == embeddingUnit)) {
+      Op pair = collective(OpKind::AllReduce, Phase::Step, ir::State::Grads, u, {*layersAxis},
+                           ceilDiv(embeddingCopy, r.gradShard), gType, false,
+                           "tied or shared word embedding: sum its gradient with the copy's on "
+                           "the other stage");
+      pair.peerStage =
+          u == copyUnit ? plan->units[embeddingUnit].stage : plan->units[copyUnit].stage;
+      stage.step.push_back(pair);
+    }
     if (optimizerOnHost && r.axes->gradShardAxes.empty())
       stage.step.push_back(collective(OpKind::DeviceToHost, Phase::Step, ir::State::Grads, u, {},
                                       gradElements, gType, false,
@@ -1293,7 +1332,10 @@ void printPlan(const StepPlan &plan, raw_ostream &os) {
         os << (i ? "," : "") << mesh.axes[op.axes[i]].name;
     }
     if (op.peerStage >= 0)
-      os << (op.kind == OpKind::Send ? " to stage " : " from stage ") << op.peerStage;
+      os << (op.kind == OpKind::Send   ? " to stage "
+             : op.kind == OpKind::Recv ? " from stage "
+                                       : " with stage ")
+         << op.peerStage;
     if (op.kind == OpKind::Compute)
       os << " flops=" << format("%.6g", op.flops);
     else

@@ -215,6 +215,11 @@ struct StageShape {
   /// gathered from its forward through the head's (cost::getStageMemory).
   int64_t tiedEmbedParams = 0;
   bool hasHead = false;
+  /// The word embedding's copy (cost::getEmbeddingCopyParams) where the embedding and the head
+  /// are on different stages: on both, the step all-reduces its gradient between them (Lowering);
+  /// the head's group counts the copy in its params. `pair`: the group of the two stages.
+  int64_t embeddingCopy = 0;
+  cost::GroupShape pair;
 };
 
 /// What depends on a candidate's per-device work layout (tp, micro-batch, sequence parallelism,
@@ -259,6 +264,8 @@ struct UnitTraffic {
 /// reductions, the step's exposed transfers and all-gathers, and the optimizer step.
 struct PlacementTimes {
   bool known[3] = {};
+  /// The params each kind was timed for: the head's differ with the word embedding's copy.
+  int64_t params[3] = {};
   double critical[3] = {}, gather[3] = {}, gatherCopy[3] = {}, backwardReduce[3] = {},
          stepReduce[3] = {}, stepGather[3] = {}, stepExposed[3] = {}, optimizer[3] = {},
          accumulation[3] = {};
@@ -692,9 +699,16 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
                           : stage == 0 || stage == pp - 1 ? edge
                                                           : (layers - 2 * edge) / (pp - 2);
     addGroup(unitParams[0], stageLayers, cost::UnitKind::Layer, 0);
+    int64_t copy = pp > 1 && !vShape ? cost::getEmbeddingCopyParams(model, tp) : 0;
     if (stage == headStage && unitParams.count(headLayer)) {
-      addGroup(unitParams[headLayer], 1, cost::UnitKind::Head, headLayer);
+      addGroup(unitParams[headLayer] + (hasEmbedding ? 0 : copy), 1, cost::UnitKind::Head,
+               headLayer);
       shape.hasHead = true;
+    }
+    if (copy > 0 && (hasEmbedding || shape.hasHead)) {
+      shape.embeddingCopy = copy;
+      shape.pair = cost::getStagePairShape(stride, pp, 0, static_cast<int>(headStage),
+                                           cluster.getNumDevices(), cluster.devicesPerNode);
     }
     if (config.tiedEmbeddings && hasEmbedding && shape.hasHead)
       shape.tiedEmbedParams = unitParams[-1];
@@ -1075,9 +1089,10 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
         (cost::overlapsTensorTraffic(c.asyncTp, true, false) ? forwardUnit.tensorBeside
                                                              : unitCritical) += traffic.headGather;
       critical += count * unitCritical;
-      if (!placement.known[kind]) {
+      if (!placement.known[kind] || placement.params[kind] != group.params) {
         // Once per (mesh, placement) and kind of unit.
         placement.known[kind] = true;
+        placement.params[kind] = group.params;
         cost::GroupAxis tensorAxis{1, c.tp};
         cost::GroupShape tensorGroup =
             cost::getGroupShape(ArrayRef(&tensorAxis, 1), cluster.devicesPerNode);
@@ -1178,6 +1193,12 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
                             std::max(0.0, static_cast<double>(c.microbatches) - 1) *
                                 placement.accumulation[kind]);
     }
+    // The word embedding's gradient all-reduced with its copy's stage, after the batch-axis
+    // reductions (Lowering; Analyzer::analyze exposes it).
+    if (shape.embeddingCopy > 0)
+      stepExposed +=
+          collective(plan::OpKind::AllReduce, shape.pair,
+                     static_cast<double>(ceilDiv(shape.embeddingCopy, gradShard)) * bytes.grads);
     StageTimes &stage = lastStages[shapeIndex++];
     stage.forward = forwardCompute;
     stage.backward = backwardCompute;

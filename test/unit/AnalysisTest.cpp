@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -1121,6 +1122,9 @@ TEST(AnalysisPipeline, BoundaryTraffic) {
       int64_t boundaries = p * v - 1;
       std::map<std::pair<int, Phase>, int64_t> calls;
       for (const CommEntry &entry : result->analysis.communication) {
+        // The tied embedding's gradient all-reduce at the step (TiedEmbeddingCopyOnTheLastStage).
+        if (entry.phase == Phase::Step)
+          continue;
         ASSERT_EQ(entry.collective, OpKind::Send);
         EXPECT_EQ(entry.state, ir::State::Activations);
         EXPECT_EQ(entry.messageBytes, message);
@@ -1141,6 +1145,76 @@ TEST(AnalysisPipeline, BoundaryTraffic) {
         }
     }
   }
+}
+
+TEST(AnalysisPipeline, TiedEmbeddingCopyOnTheLastStage) {
+  // Tied embeddings under pipeline parallelism: the last stage holds a copy of the word
+  // embedding for its output layer (Megatron-Core's setup_embeddings_and_output_layer), with
+  // gradients and optimizer states, and the step all-reduces the copy's gradient with the first
+  // stage's (finalize_model_grads). So the last stage holds what an untied model's does, whose
+  // output layer is a [V, h] matrix of its own; multi-token prediction modules need the copy
+  // whether the embeddings are tied or not. V-shaped schedules put the head on the first stage,
+  // beside the embedding: no copy.
+  const GptShape &shape = kPipeModel;
+  double v = static_cast<double>(shape.vocab), h = static_cast<double>(shape.hidden),
+         s = static_cast<double>(shape.seq), l = static_cast<double>(shape.layers);
+  std::string text = transformer("tied", shape) +
+                     transformer("untied", shape, "tied_embeddings = false; ") +
+                     transformer("mtp", shape, "tied_embeddings = false; mtp_layers = 1; ") +
+                     cluster("one", 1, 4) + cluster("two", 2, 2);
+  text += "strategy p4 { mesh [pp = 4]; pipeline = 1f1b(microbatches = 4); }\n"
+          "strategy v4 { mesh [pp = 4]; pipeline = zbv(microbatches = 8); }\n";
+  for (const char *model : {"tied", "untied", "mtp"})
+    for (const char *where : {"one", "two"})
+      text += run(fmt::format("{}_{}", model, where), model, where, "p4", 1, 4);
+  text += run("tied_v", "tied", "one", "v4", 1, 8);
+  Session session(text);
+  ASSERT_SESSION(session);
+  // GPT layers 12h² + 13h, the head's final norm 2h, the embedding (V + s)·h; bf16 params.
+  double layerParams = 12 * h * h + 13 * h;
+  auto params = [&](const std::string &name, size_t stage) {
+    return session.get(name)->analysis.memory.stages.at(stage).device.params / 2;
+  };
+  EXPECT_REL(params("tied_one", 3), l / 4 * layerParams + 2 * h + v * h, kExact);
+  EXPECT_REL(params("tied_one", 0), l / 4 * layerParams + (v + s) * h, kExact);
+  EXPECT_REL(params("tied_one", 1), l / 4 * layerParams, kExact);
+  EXPECT_REL(params("untied_one", 3), params("tied_one", 3), kExact);
+  EXPECT_GT(params("mtp_one", 3), params("untied_one", 3) + v * h);
+
+  // The all-reduce: stages 0 and 3 only, once per step, the [V, h] gradient in bf16 between two
+  // ranks, across nodes when the two stages are on different nodes.
+  for (const char *name : {"tied_one", "tied_two", "mtp_one", "untied_one", "tied_v"}) {
+    SCOPED_TRACE(name);
+    bool copies = std::string(name) != "untied_one" && std::string(name) != "tied_v";
+    std::set<int> stages;
+    for (const CommEntry &entry : session.get(name)->analysis.communication) {
+      if (entry.phase != Phase::Step)
+        continue;
+      EXPECT_EQ(entry.collective, OpKind::AllReduce);
+      EXPECT_EQ(entry.state, ir::State::Grads);
+      EXPECT_EQ(entry.axis, "pp");
+      EXPECT_EQ(entry.groupSize, 2);
+      EXPECT_EQ(entry.count, 1);
+      EXPECT_EQ(entry.messageBytes, v * h * 2);
+      EXPECT_EQ(entry.link,
+                std::string(name) == "tied_two" ? LinkClass::InterNode : LinkClass::IntraNode);
+      stages.insert(entry.stage);
+    }
+    std::set<int> expected;
+    if (copies)
+      expected = {0, 3};
+    EXPECT_EQ(stages, expected);
+  }
+  // Exposed: it follows the data-parallel reductions, after the last backward. Two stages on
+  // two nodes, both with the all-reduce over the 25 GB/s link: the step is longer by at least
+  // its bandwidth term.
+  Session pair(transformer("tied", shape) +
+               transformer("untied", shape, "tied_embeddings = false; ") + cluster("c", 2, 1) +
+               "strategy p2 { mesh [pp = 2]; pipeline = 1f1b(microbatches = 4); }\n" +
+               run("tied", "tied", "c", "p2", 1, 4) + run("untied", "untied", "c", "p2", 1, 4));
+  ASSERT_SESSION(pair);
+  EXPECT_GT(pair.get("tied")->analysis.time.stepSeconds,
+            pair.get("untied")->analysis.time.stepSeconds + v * h * 2 / 25e9);
 }
 
 TEST(AnalysisPipeline, BoundaryLinkClass) {

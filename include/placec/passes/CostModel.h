@@ -113,10 +113,10 @@ inline constexpr int kGemmTiles[][2] = {{256, 128}, {128, 128}};
 /// A GEMM tile's prologue and epilogue (loading the first stages of A and B, writing C) cost
 /// about as much as this much more of the reduction dimension k, so short-k products (small
 /// models, tensor-parallel slices) run below the large-GEMM efficiency.
-inline constexpr double kGemmTileOverheadK = 32;
+inline constexpr double kGemmTileOverheadK = 128;
 /// The fraction of their microbenchmark speed that kernels reach inside a training step (launch
 /// gaps, layout transposes, cache and clock interference among the step's kernels).
-inline constexpr double kTrainingKernelEfficiency = 0.80;
+inline constexpr double kTrainingKernelEfficiency = 0.82;
 
 /// Compute slowdown while communication kernels run alongside it: the average of Lee et al. 2025
 /// ("Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning",
@@ -553,6 +553,20 @@ GroupShape getGroupShape(llvm::ArrayRef<GroupAxis> axes, int64_t devicesPerNode)
 /// coordinates on every other axis) lie in different nodes. `stride` is the layers axis's stride.
 bool crossesNodes(int64_t stride, int64_t stages, int stage, int peer, int64_t devices,
                   int64_t devicesPerNode);
+
+/// The group of two pipeline stages, `stage` and `peer`, at the same coordinates on every other
+/// axis (the embedding group of the first and the last stage): two ranks, in one node or in two
+/// (crossesNodes).
+GroupShape getStagePairShape(int64_t stride, int64_t stages, int stage, int peer, int64_t devices,
+                             int64_t devicesPerNode);
+
+/// The word embedding's copy on a pipeline stage that holds the head but not the embedding, in
+/// elements per device after a tensor split over `tensorDegree` (the vocabulary rows): with tied
+/// embeddings the output layer reads it, and multi-token prediction modules embed their shifted
+/// tokens with it (Megatron-Core's LanguageModule.setup_embeddings_and_output_layer keeps a copy
+/// there for either, and finalize_model_grads all-reduces its gradient with the first stage's
+/// every step); 0 for a model with neither.
+int64_t getEmbeddingCopyParams(const ir::Model &model, int64_t tensorDegree);
 
 /// Bytes one device puts on the wire in one call moving `bytes` (the collective's full
 /// buffer) over `n` ranks: ring all-reduce 2(n−1)/n, all-gather, reduce-scatter and all-to-all

@@ -73,7 +73,8 @@ struct Op {
   DType dtype = DType::BF16;
   /// True when the op runs once per micro-batch; false when once per step.
   bool perMicrobatch = true;
-  /// Send/Recv: the other stage.
+  /// Send/Recv: the other stage. An all-reduce over the layers axis: its group is this stage and
+  /// `peerStage` only (the embedding's gradient with its copy's).
   int peerStage = -1;
   /// Tensor-parallel and other activation traffic: repeated by a recomputed forward, in the
   /// backward phase (part of the forward computation, not of the gradients').
@@ -118,6 +119,10 @@ struct Unit {
   int64_t params = 0;
   /// The unit's parameters before any split.
   int64_t fullParams = 0;
+  /// The head on a stage without the embedding: the copy of the word embedding that it holds
+  /// (cost::getEmbeddingCopyParams), counted in `params`; its gradient is all-reduced with the
+  /// embedding's at the step.
+  int64_t embeddingCopy = 0;
   /// Parameters of tensors that tensor parallelism replicates inside the layers and the head
   /// (norms, row-parallel biases). Under sequence parallelism each tensor-parallel rank sees only
   /// its slice of the sequence, so their gradients must be summed over the tensor axes.
