@@ -246,8 +246,9 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
     if (config.tiedEmbeddings && stages > 1)
       refuse(strategy.pipeline ? strategy.pipeline->loc : strategyLoc,
              "tied embeddings across " + Twine(stages) + " pipeline stages",
-             "the step plan keeps no copy of the embedding on the last stage and no exchange of "
-             "its gradient; declare the model with tied_embeddings = false");
+             "placert's trainer keeps the embedding on one stage, not the copy on the last stage "
+             "and the all-reduce of the two copies' gradients that the step plan has; declare "
+             "the model with tied_embeddings = false");
   } else if (strategy.activationMode != ir::ActivationMode::Keep) {
     refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
            "activation recomputation of an mlp", "the mlp trainer keeps its activations");
