@@ -334,6 +334,35 @@ TEST(CostModelTest, DispatchByNodeSendsATokenOncePerNode) {
       model.getCollectiveSeconds(Collective::AllToAll, GroupShape{8, 8}, bytes));
 }
 
+// The word embedding's copy on the head's stage: the [V, h] token embedding split by vocabulary
+// rows over t tensor ranks (rounded up, as the split rounds), for tied embeddings or multi-token
+// prediction; none for an untied model without modules or a model without embeddings. And the
+// group of the first and the last stage: 4 stages outermost over 2 nodes of 4 devices with dp 2
+// inside (stride 2): stages 0 and 3 are on nodes 0 and 1; over 1 node of 8, on the same one.
+TEST(CostModelTest, EmbeddingCopyOfTheLastStage) {
+  auto compiled = unittest::compile(
+      "model tied : transformer { layers = 2; hidden = 64; heads = 4; seq = 32; vocab = 1001; }\n"
+      "model untied : transformer { layers = 2; hidden = 64; heads = 4; seq = 32; vocab = 1001; "
+      "tied_embeddings = false; }\n"
+      "model mtp : transformer { layers = 2; hidden = 64; heads = 4; seq = 32; vocab = 1001; "
+      "tied_embeddings = false; mtp_layers = 1; }\n"
+      "model toy : mlp { layers = 2; width = 8; input = 4; output = 2; }\n");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Program &program = *compiled->program;
+  EXPECT_EQ(getEmbeddingCopyParams(*program.findModel("tied"), 1), 1001 * 64);
+  EXPECT_EQ(getEmbeddingCopyParams(*program.findModel("tied"), 4), (1001 * 64 + 3) / 4);
+  EXPECT_EQ(getEmbeddingCopyParams(*program.findModel("untied"), 1), 0);
+  EXPECT_EQ(getEmbeddingCopyParams(*program.findModel("mtp"), 2), 1001 * 64 / 2);
+  EXPECT_EQ(getEmbeddingCopyParams(*program.findModel("toy"), 1), 0);
+
+  GroupShape across = getStagePairShape(2, 4, 0, 3, 8, 4);
+  EXPECT_EQ(across.size, 2);
+  EXPECT_FALSE(across.isIntraNode());
+  GroupShape inside = getStagePairShape(2, 4, 0, 3, 8, 8);
+  EXPECT_EQ(inside.size, 2);
+  EXPECT_TRUE(inside.isIntraNode());
+}
+
 TEST(CostModelTest, OverlapWindow) {
   double k = kOverlapComputeSlowdown;
   // Communication shorter than the compute beside it exposes X·κ/(1 + κ).
