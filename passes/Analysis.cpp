@@ -316,10 +316,12 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
   }
 
   double embedParams = 0;
+  int64_t embeddingCopy = 0;
   bool hasHead = false;
   for (unsigned index : stage.units) {
     const plan::Unit &unit = plan.units[index];
     double elements = static_cast<double>(unit.params);
+    embeddingCopy += unit.embeddingCopy;
     (unit.expert ? x.expertParams : x.params) += elements;
     if (elements > x.largestUnit) {
       x.largestUnit = elements;
@@ -425,10 +427,9 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
     int64_t tensorDegree = mesh.getDegree(ir::AxisKind::Tensor);
     if (tensorDegree > 1)
       x.paramsText += fmt::format(" (per device after the tensor split over {})", tensorDegree);
-    for (unsigned index : stage.units)
-      if (plan.units[index].embeddingCopy > 0)
-        x.paramsText += fmt::format(" (with the head's copy of the word embedding, {})",
-                                    num(static_cast<double>(plan.units[index].embeddingCopy)));
+    if (embeddingCopy > 0)
+      x.paramsText += fmt::format(" (with the head's copy of the word embedding, {})",
+                                  num(static_cast<double>(embeddingCopy)));
   }
   return x;
 }

@@ -241,6 +241,9 @@ private:
   std::vector<unsigned> expertAxes;
   std::vector<unsigned> tensorAxes;
   std::optional<unsigned> layersAxis;
+  /// The head unit that holds the word embedding's copy (buildUnits) and the embedding unit it
+  /// mirrors; -1 without a copy.
+  int copyUnit = -1, embeddingUnit = -1;
   /// The batch axes of the dense tensors, or of the routed experts' (expertAxes left out), by
   /// what each state does on them.
   struct StateAxes {
@@ -449,6 +452,10 @@ void Lowering::buildUnits() {
     headUnit.embeddingCopy = cost::getEmbeddingCopyParams(model, tensorDegree);
     headUnit.params += headUnit.embeddingCopy;
     headUnit.fullParams += headUnit.embeddingCopy * tensorDegree;
+    if (headUnit.embeddingCopy > 0) {
+      copyUnit = static_cast<int>(last->second);
+      embeddingUnit = static_cast<int>(embed->second);
+    }
   }
 }
 
@@ -795,19 +802,6 @@ void Lowering::lowerStage(StagePlan &stage) {
     }
   }
 
-  // The word embedding's copy on the head's stage (buildUnits) and the embedding it mirrors.
-  int copyUnit = -1, embeddingUnit = -1;
-  int64_t embeddingCopy = 0;
-  for (unsigned index = 0; index < plan->units.size(); ++index) {
-    const Unit &unit = plan->units[index];
-    if (unit.embeddingCopy > 0) {
-      copyUnit = static_cast<int>(index);
-      embeddingCopy = unit.embeddingCopy;
-    } else if (unit.layer < 0 && !unit.expert) {
-      embeddingUnit = static_cast<int>(index);
-    }
-  }
-
   // Once per step: the remaining gradient reductions, the optimizer, parameter consistency.
   for (unsigned index : stage.units) {
     const Unit &unit = plan->units[index];
@@ -834,9 +828,9 @@ void Lowering::lowerStage(StagePlan &stage) {
     // stages after the batch-axis reductions (Megatron-Core's finalize_model_grads,
     // _allreduce_word_embedding_grads), so that both copies take the same update: the gradient
     // as this rank holds it before the step's scatter.
-    if (embeddingCopy > 0 && layersAxis && (u == copyUnit || u == embeddingUnit)) {
+    if (copyUnit >= 0 && layersAxis && (u == copyUnit || u == embeddingUnit)) {
       Op pair = collective(OpKind::AllReduce, Phase::Step, ir::State::Grads, u, {*layersAxis},
-                           ceilDiv(embeddingCopy, r.gradShard), gType, false,
+                           ceilDiv(plan->units[copyUnit].embeddingCopy, r.gradShard), gType, false,
                            "tied or shared word embedding: sum its gradient with the copy's on "
                            "the other stage");
       pair.peerStage =

@@ -666,6 +666,8 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
     return links;
   };
 
+  // The word embedding's copy on the head's stage when that is not the embedding's (Lowering).
+  int64_t copy = pp > 1 && !vShape ? cost::getEmbeddingCopyParams(model, tp) : 0;
   std::vector<int> classes = {0};
   if (pp > 2)
     classes.push_back(1);
@@ -699,7 +701,6 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
                           : stage == 0 || stage == pp - 1 ? edge
                                                           : (layers - 2 * edge) / (pp - 2);
     addGroup(unitParams[0], stageLayers, cost::UnitKind::Layer, 0);
-    int64_t copy = pp > 1 && !vShape ? cost::getEmbeddingCopyParams(model, tp) : 0;
     if (stage == headStage && unitParams.count(headLayer)) {
       addGroup(unitParams[headLayer] + (hasEmbedding ? 0 : copy), 1, cost::UnitKind::Head,
                headLayer);
