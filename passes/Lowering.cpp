@@ -811,6 +811,20 @@ void Lowering::lowerStage(StagePlan &stage) {
     const std::vector<unsigned> &stepReduceAxes = r.stepReduceAxes;
     const std::vector<unsigned> &syncAxes = r.syncAxes;
     int64_t gradElements = ceilDiv(unit.params, r.gradShard);
+    // The word embedding's gradient and its copy's on the head's stage, summed between the two
+    // stages so that both copies take the same update: the gradient as this rank holds it, before
+    // the step's batch-axis reductions. The sum is the same after them, where Megatron-Core's
+    // finalize_model_grads (_allreduce_word_embedding_grads) takes it, over the same elements;
+    // before them it needs no agreement between the two units' shards of the step's scatter.
+    if (copyUnit >= 0 && layersAxis && (u == copyUnit || u == embeddingUnit)) {
+      Op pair = collective(OpKind::AllReduce, Phase::Step, ir::State::Grads, u, {*layersAxis},
+                           ceilDiv(plan->units[copyUnit].embeddingCopy, r.gradShard), gType, false,
+                           "tied or shared word embedding: sum its gradient with the copy's on "
+                           "the other stage");
+      pair.peerStage =
+          u == copyUnit ? plan->units[embeddingUnit].stage : plan->units[copyUnit].stage;
+      stage.step.push_back(pair);
+    }
     if (!stepScatterAxes.empty()) {
       stage.step.push_back(collective(
           OpKind::ReduceScatter, Phase::Step, ir::State::Grads, u, stepScatterAxes, gradElements,
@@ -824,19 +838,6 @@ void Lowering::lowerStage(StagePlan &stage) {
                                       stepReduceAxes, gradElements, gType, false,
                                       "grads and optimizer replicated: sum the accumulated "
                                       "gradients on every replica"));
-    // The word embedding's gradient and its copy's on the head's stage, summed between the two
-    // stages after the batch-axis reductions (Megatron-Core's finalize_model_grads,
-    // _allreduce_word_embedding_grads), so that both copies take the same update: the gradient
-    // as this rank holds it before the step's scatter.
-    if (copyUnit >= 0 && layersAxis && (u == copyUnit || u == embeddingUnit)) {
-      Op pair = collective(OpKind::AllReduce, Phase::Step, ir::State::Grads, u, {*layersAxis},
-                           ceilDiv(plan->units[copyUnit].embeddingCopy, r.gradShard), gType, false,
-                           "tied or shared word embedding: sum its gradient with the copy's on "
-                           "the other stage");
-      pair.peerStage =
-          u == copyUnit ? plan->units[embeddingUnit].stage : plan->units[copyUnit].stage;
-      stage.step.push_back(pair);
-    }
     if (optimizerOnHost && r.axes->gradShardAxes.empty())
       stage.step.push_back(collective(OpKind::DeviceToHost, Phase::Step, ir::State::Grads, u, {},
                                       gradElements, gType, false,
