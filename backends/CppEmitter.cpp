@@ -243,12 +243,23 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
                "placert routes without dropping tokens: the capacity factor must be at least "
                "experts / top_k, or absent (dropless)");
     }
-    if (config.tiedEmbeddings && stages > 1)
-      refuse(strategy.pipeline ? strategy.pipeline->loc : strategyLoc,
-             "tied embeddings across " + Twine(stages) + " pipeline stages",
-             "placert's trainer keeps the embedding on one stage, not the copy on the last stage "
-             "and the all-reduce of the two copies' gradients that the step plan has; declare "
-             "the model with tied_embeddings = false");
+    // Tied embeddings across stages: the trainer sums the embedding's gradient and its copy's
+    // on the head's stage before the step's reductions, over whole gradients on the device.
+    if (config.tiedEmbeddings && stages > 1) {
+      const ir::StatePlacement &grads = strategy.getPlacement(ir::State::Grads);
+      bool sharded = false;
+      for (unsigned i = 0; i < grads.axes.size() && i < strategy.mesh.axes.size(); ++i)
+        sharded |= ir::isDataParallel(strategy.mesh.axes[i].kind) &&
+                   grads.axes[i].mode == ir::PlacementMode::Sharded;
+      if (sharded || grads.tier == ir::Tier::Host)
+        refuse(grads.loc.isValid() ? grads.loc : strategyLoc,
+               Twine(sharded ? "grads sharded" : "grads @ host") + " with tied embeddings across " +
+                   Twine(stages) + " pipeline stages",
+               "placert sums the word embedding's gradient with its copy's on the head's stage "
+               "before the step's reductions, over whole gradients on the device; replicate the "
+               "grads on the device (the optimizer may stay sharded), or declare the model with "
+               "tied_embeddings = false");
+    }
   } else if (strategy.activationMode != ir::ActivationMode::Keep) {
     refuse(strategy.activationModeLoc.isValid() ? strategy.activationModeLoc : strategyLoc,
            "activation recomputation of an mlp", "the mlp trainer keeps its activations");
@@ -388,6 +399,10 @@ Expected<std::string> Emitter::call(const Op &op) const {
     if (op.state == ir::State::Activations)
       return fmt::format("trainer.tensorAllReduce({}, mb, {}, /*elements=*/{}, {}, {})", unit, axes,
                          op.elements, dtype, phase);
+    if (op.state == ir::State::Grads && op.phase == plan::Phase::Step && op.peerStage >= 0)
+      return fmt::format(
+          "trainer.allReduceEmbeddingGrads({}, {}, /*peerStage=*/{}, /*elements=*/{}, {})", unit,
+          axes, op.peerStage, op.elements, dtype);
     if (op.state == ir::State::Grads && op.phase == plan::Phase::Step)
       return fmt::format("trainer.allReduceGrads({}, {}, /*elements=*/{}, {})", unit, axes,
                          op.elements, dtype);

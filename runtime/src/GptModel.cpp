@@ -154,6 +154,10 @@ std::vector<TensorInfo> GptModel::getTensors(UnitKind kind, int64_t layer) const
       add("final_norm.bias", h, 1, Split::Replicated, Init::Bias, h);
     if (!m.tiedEmbeddings)
       add("output.weight", m.vocab, h, Split::Vocabulary, Init::Weight, h);
+    else if (config.embeddingCopy) {
+      add("embed.tokens", m.vocab, h, Split::Vocabulary, Init::Weight, h);
+      tensors.back().copy = true;
+    }
   }
   int64_t t = config.tensorDegree, offset = 0;
   for (TensorInfo &tensor : tensors) {
@@ -205,7 +209,8 @@ int64_t GptModel::getLocalParams(UnitKind kind, int64_t layer) const {
 int64_t GptModel::getFullParams(UnitKind kind, int64_t layer) const {
   int64_t total = 0;
   for (const TensorInfo &tensor : getTensors(kind, layer))
-    total += tensor.rows * tensor.cols;
+    if (!tensor.copy)
+      total += tensor.rows * tensor.cols;
   return total;
 }
 
@@ -506,7 +511,10 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
   // cross-entropy (Megatron-LM): local row maxima, sums of exponentials and target logits are
   // exchanged over the tensor axes, then each rank has the loss and its logits' gradient.
   const int64_t Vl = m.vocab / t, vocabOffset = config.tensorIndex * Vl;
-  const float *table = m.tiedEmbeddings ? tiedTable : W("output.weight");
+  // Tied: the embedding's table, or the head's own copy of it on another pipeline stage.
+  const float *table = !m.tiedEmbeddings      ? W("output.weight")
+                       : config.embeddingCopy ? W("embed.tokens")
+                                              : tiedTable;
   std::vector<float> yl(static_cast<size_t>(Rl * h));
   normForward(input, W("final_norm.weight"), W("final_norm.bias"), yl.data(), saved.mean1,
               saved.rstd1, Rl);
@@ -702,8 +710,12 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
   }
 
   const int64_t Vl = m.vocab / t;
-  const float *table = m.tiedEmbeddings ? tiedTable : W("output.weight");
-  float *tableGrad = m.tiedEmbeddings ? tiedGrads : G("output.weight");
+  const float *table = !m.tiedEmbeddings      ? W("output.weight")
+                       : config.embeddingCopy ? W("embed.tokens")
+                                              : tiedTable;
+  float *tableGrad = !m.tiedEmbeddings      ? G("output.weight")
+                     : config.embeddingCopy ? G("embed.tokens")
+                                            : tiedGrads;
   std::vector<float> yWhole;
   const float *y = nullptr;
   PLACERT_TRY(keptInput(saved.y1, yWhole, y));

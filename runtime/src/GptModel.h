@@ -32,6 +32,11 @@ struct TensorInfo {
   /// segments (swiglu's gate and up projections: 2) that a column split cuts each in t pieces.
   int64_t blocks = 1, fused = 1;
   bool expertSplit = false;
+  /// Another unit's tensor held here too (the head's copy of `embed.tokens`, same name, shape and
+  /// initial values): a parameter of this unit, with its gradients and optimizer states, but not
+  /// one of the model's (GptModel::getFullParams leaves it out and a checkpoint holds the
+  /// original only, from which a load fills the copy).
+  bool copy = false;
   /// The logical shape a checkpoint records ([experts, rows, cols]); empty: [rows] or [rows, cols].
   std::vector<int64_t> dims;
   // After the tensor- and expert-parallel splits.
@@ -144,6 +149,10 @@ struct GptConfig {
   int expertDegree = 1, expertIndex = 0;
   int batchLikeDegree = 1;
   int64_t microbatches = 1;
+  /// Tied embeddings with the head on another pipeline stage than the embedding: the head holds
+  /// a copy of `embed.tokens`, the last of its tensors, which its output layer reads (Megatron-Core
+  /// keeps the same copy: LanguageModule.setup_embeddings_and_output_layer).
+  bool embeddingCopy = false;
 };
 
 /// The weights and gradients of a mixture-of-experts layer's routed experts (the `Experts` unit's
@@ -185,14 +194,16 @@ public:
 
   /// Forward of a unit on one micro-batch. `tokens` and `targets` are the micro-batch's b·s ids
   /// (embed and head); `input` is the unit's input (layers and head), `output` receives its output
-  /// (embed and layers). `tied` is the embedding table the head uses when embeddings are tied.
+  /// (embed and layers). `tiedTable` is the embedding table the head uses when embeddings are
+  /// tied and it holds no copy of its own (GptConfig::embeddingCopy).
   /// Returns the head's loss contribution in `loss`.
   Status forward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
                  const int32_t *tokens, const int32_t *targets, const float *input, float *output,
                  UnitActivations &saved, UnitCollectives &collectives, double &loss,
                  bool recomputing, ExpertTensors experts = {});
   /// Backward: accumulates into `grads` (the unit's local piece; `tiedGrads` the embedding's for
-  /// a tied head) and writes the input gradient (layers and head) to `inputGrad`.
+  /// a tied head without a copy of its own) and writes the input gradient (layers and head) to
+  /// `inputGrad`.
   Status backward(UnitKind kind, int64_t layer, const float *weights, const float *tiedTable,
                   const int32_t *tokens, const float *input, const float *outputGrad,
                   float *inputGrad, float *grads, float *tiedGrads, UnitActivations &saved,

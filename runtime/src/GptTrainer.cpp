@@ -152,6 +152,8 @@ struct GptCore : Trainer::Core {
     }
   }
   UnitState *embedUnit() { return units.empty() || !units[0].local ? nullptr : &units[0]; }
+  /// Whether the head reads the embedding unit's table: tied, on the embedding's stage.
+  bool readsEmbedding() const { return shape.tiedEmbeddings && !model->getConfig().embeddingCopy; }
 
   Status layoutUnits() override;
   void allocateActivations(int64_t microbatches) override {
@@ -211,6 +213,8 @@ struct GptCore : Trainer::Core {
   Status backward(int index, int mb, const std::vector<PlannedCollective> &planned);
   Status allReduceReplicatedGrads(int index, int mb, const AxisGroup &axes, int64_t elements,
                                   DType dtype);
+  Status allReduceEmbeddingGrads(int index, const AxisGroup &axes, int peerStage, int64_t elements,
+                                 DType dtype);
 };
 
 Status PlannedCollectives::next(Collective collective, int64_t elements,
@@ -411,10 +415,20 @@ Status GptCore::layoutUnits() {
     return invalid("an expert axis of " + std::to_string(ep) +
                    " ranks for a model without experts");
   }
-  if (shape.tiedEmbeddings && units.front().spec.stage != units.back().spec.stage)
+  // Tied embeddings with the head on another stage: the head holds a copy of the token
+  // embedding, whose gradient allReduceEmbeddingGrads sums with the embedding's before the
+  // step's reductions, on the whole accumulated gradients.
+  bool embeddingCopy = shape.tiedEmbeddings && units.front().spec.stage != units.back().spec.stage;
+  if (embeddingCopy &&
+      (!denseLayout.placement.gradShard.empty() || denseLayout.placement.gradsTier != Tier::Device))
     return invalid("tied embeddings with the embedding on stage " +
                    std::to_string(units.front().spec.stage) + " and the head on stage " +
-                   std::to_string(units.back().spec.stage) + " are not supported");
+                   std::to_string(units.back().spec.stage) +
+                   " need the gradients whole on the device, where the embedding's and its "
+                   "copy's are summed before the step's reductions; they are " +
+                   (denseLayout.placement.gradShard.empty()
+                        ? std::string("on the host")
+                        : "sharded over '" + join(denseLayout.placement.gradShard) + "'"));
   gpt::GptConfig config;
   config.shape = shape;
   config.microBatch = spec.microBatch;
@@ -431,6 +445,7 @@ Status GptCore::layoutUnits() {
   config.expertIndex = expertIndex;
   config.batchLikeDegree = runtime.getGroupSize(batchAxes);
   config.microbatches = spec.microbatches;
+  config.embeddingCopy = embeddingCopy;
   model = std::make_unique<gpt::GptModel>(config);
   layout.clear();
   layout.resize(units.size());
@@ -510,7 +525,7 @@ int64_t GptCore::getFullIndex(const UnitState &state, int64_t localIndex) const 
   for (const gpt::TensorInfo &tensor : model->getTensors(unit.kind, unit.layer)) {
     int64_t size = tensor.localRows * tensor.localCols;
     if (localIndex < tensor.localOffset + size) {
-      if (tensor.split == gpt::Split::Replicated && tensorIndex != 0)
+      if ((tensor.split == gpt::Split::Replicated && tensorIndex != 0) || tensor.copy)
         return -1;
       return offset + tensor.logicalIndex(localIndex - tensor.localOffset);
     }
@@ -603,8 +618,9 @@ Status GptCore::checkpointContents(bool save, CheckpointContents &contents) {
     int64_t ownedStart = shardIndex * stored + state.ownedOffset;
     std::vector<float> *states[] = {&state.master, &state.m, &state.v};
     for (const TensorRun &run : tensorRuns(tensors, ownedStart, ownedStart + state.owned)) {
+      // The head's copy of the token embedding is saved as the embedding and loaded from it.
       bool replicated = run.tensor->split == gpt::Split::Replicated;
-      if (save && (!writer || (replicated && tensorIndex != 0)))
+      if (save && (!writer || (replicated && tensorIndex != 0) || run.tensor->copy))
         continue;
       for (size_t s = 0; s < suffixes.size(); ++s)
         contents.shards.push_back({run.tensor->name + suffixes[s], run.logical, run.elements,
@@ -653,7 +669,7 @@ Status GptCore::forward(int index, int mb, const std::vector<PlannedCollective> 
   if (!hasWeights(*unit))
     return invalid("forward of " + unit->spec.name + " before its params were gathered");
   const float *tiedTable = nullptr;
-  if (piece.kind == UnitKind::Head && shape.tiedEmbeddings) {
+  if (piece.kind == UnitKind::Head && readsEmbedding()) {
     UnitState *embed = embedUnit();
     if (!embed || !hasWeights(*embed))
       return invalid("forward of " + unit->spec.name +
@@ -711,7 +727,7 @@ Status GptCore::recomputeUnit(int index, int mb, const std::vector<PlannedCollec
   if (!hasWeights(*unit))
     return invalid("recompute of " + unit->spec.name + " before its params were gathered");
   const float *tiedTable = nullptr;
-  if (piece.kind == UnitKind::Head && shape.tiedEmbeddings) {
+  if (piece.kind == UnitKind::Head && readsEmbedding()) {
     UnitState *embed = embedUnit();
     if (!embed || !hasWeights(*embed))
       return invalid("recompute of " + unit->spec.name +
@@ -752,7 +768,7 @@ Status GptCore::backward(int index, int mb, const std::vector<PlannedCollective>
     return invalid("backward of " + unit->spec.name + " before its params were gathered");
   const float *tiedTable = nullptr;
   float *tiedGrads = nullptr;
-  if (piece.kind == UnitKind::Head && shape.tiedEmbeddings) {
+  if (piece.kind == UnitKind::Head && readsEmbedding()) {
     UnitState *embed = embedUnit();
     if (!embed || !hasWeights(*embed))
       return invalid("backward of " + unit->spec.name +
@@ -841,6 +857,44 @@ Status GptCore::allReduceReplicatedGrads(int index, int mb, const AxisGroup &axe
   return Status::success();
 }
 
+Status GptCore::allReduceEmbeddingGrads(int index, const AxisGroup &axes, int peerStage,
+                                        int64_t elements, DType dtype) {
+  UnitState *unit;
+  PLACERT_TRY(unitOf(index, unit));
+  const GptUnit &piece = of(*unit);
+  const char *what = "word-embedding gradient all-reduce";
+  if (!model->getConfig().embeddingCopy ||
+      (piece.kind != UnitKind::Embed && piece.kind != UnitKind::Head))
+    return invalid(std::string(what) + " of " + unit->spec.name +
+                   ", which is neither the word embedding nor its copy on another stage");
+  int peerUnit = piece.kind == UnitKind::Embed ? static_cast<int>(units.size()) - 1 : 0;
+  if (axes.size() != 1 || axes[0] != layersAxis ||
+      peerStage != units[static_cast<size_t>(peerUnit)].spec.stage)
+    return invalid(std::string(what) + " of " + unit->spec.name + " over '" + join(axes) +
+                   "' with stage " + std::to_string(peerStage) + ", but " +
+                   units[static_cast<size_t>(peerUnit)].spec.name + " is on stage " +
+                   std::to_string(units[static_cast<size_t>(peerUnit)].spec.stage) +
+                   " of the pipeline axis '" + layersAxis + "'");
+  const gpt::TensorInfo *table = nullptr;
+  std::vector<gpt::TensorInfo> tensors = model->getTensors(piece.kind, piece.layer);
+  for (const gpt::TensorInfo &tensor : tensors)
+    if (tensor.name == "embed.tokens")
+      table = &tensor;
+  if (!table)
+    return invalid(std::string(what) + " of " + unit->spec.name + ", which has no token table");
+  int64_t size = table->localRows * table->localCols;
+  if (elements != size)
+    return mismatch(*unit, what, elements, size);
+  if (runtime.getOptions().skipGradReduction)
+    return Status::success();
+  Communicator *group;
+  PLACERT_TRY(runtime.getGroup(axes, group));
+  // After every activation message of the step: a tag none of them has (2·mb + phase).
+  int tag = static_cast<int>(2 * spec.microbatches);
+  return runtime.pairAllReduce(*group, layersAxis, unit->grads.get() + table->localOffset, size,
+                               peerStage, tag, info(State::Grads, Phase::Step, dtype));
+}
+
 } // namespace
 
 GptTrainer::GptTrainer(Runtime &runtime, GptShape shape, TrainingSpec spec,
@@ -869,6 +923,12 @@ Status GptTrainer::backward(int unit, int mb, const std::vector<PlannedCollectiv
 Status GptTrainer::allReduceReplicatedGrads(int unit, int mb, const AxisGroup &axes,
                                             int64_t elements, DType dtype) {
   return static_cast<GptCore &>(*core).allReduceReplicatedGrads(unit, mb, axes, elements, dtype);
+}
+
+Status GptTrainer::allReduceEmbeddingGrads(int unit, const AxisGroup &axes, int peerStage,
+                                           int64_t elements, DType dtype) {
+  return static_cast<GptCore &>(*core).allReduceEmbeddingGrads(unit, axes, peerStage, elements,
+                                                               dtype);
 }
 
 } // namespace placert

@@ -459,6 +459,20 @@ Status Runtime::recv(Communicator &group, float *buffer, int64_t elements, int p
   return group.recv(buffer, elements, peer, tag);
 }
 
+Status Runtime::pairAllReduce(Communicator &group, const std::string &label, float *buffer,
+                              int64_t elements, int peer, int tag, const CallInfo &info) {
+  impl->count({info.stage, label, Collective::AllReduce, info.state, info.phase},
+              elements * getSize(info.dtype));
+  Armed armed(*impl->watchdog, impl->describe(Collective::AllReduce, label));
+  std::vector<float> mine(buffer, buffer + elements), theirs(static_cast<size_t>(elements));
+  PLACERT_TRY(group.send(mine.data(), elements, peer, tag));
+  PLACERT_TRY(group.recv(theirs.data(), elements, peer, tag));
+  PLACERT_TRY(group.waitSends());
+  for (int64_t i = 0; i < elements; ++i)
+    buffer[i] = mine[static_cast<size_t>(i)] + theirs[static_cast<size_t>(i)];
+  return Status::success();
+}
+
 void Runtime::countTransfer(Collective collective, int64_t elements, const CallInfo &info) {
   impl->count({info.stage, "host", collective, info.state, info.phase},
               elements * getSize(info.dtype));

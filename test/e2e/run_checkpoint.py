@@ -27,9 +27,11 @@ Modes:
            parallelism), and one rank's checkpoint of step 3 under all-to-all attention with FSDP
            over dp x cp
   gpt      the transformer (configs/checkpoint_gpt.place): exact resume under zero3, tp x sp and
-           pp x zero1, and of a LLaMA-style model with Adam under zero1 x sp; a zero3 checkpoint
-           continues under tp x dp with sequence parallelism, pp x zero1 and one rank; its
-           manifest names the model's tensors; `placec inspect` verifies it and finds a
+           pp x zero1 (tied: the head's copy of the token embedding is not saved, and loads from
+           it; and untied), and of a LLaMA-style model with Adam under zero1 x sp; the tied
+           model's zero3 checkpoint continues under pp x zero1 and that one's under tp x sp; an
+           untied zero3 checkpoint continues under tp x dp with sequence parallelism, pp x zero1
+           and one rank; its manifest names the model's tensors; `placec inspect` verifies it and finds a
            corrupted shard; an independent rewrite loads to the same bytes; the untied model
            refuses the tied model's checkpoint
   faults   a rank dies in the middle of a save, or of a step: the job fails in bounded time
@@ -49,7 +51,7 @@ from run_e2e import compare, configure, fail, mpi_env, placec_version, run
 RANKS = {"ck_zero3": 4, "ck_tp_dp": 4, "ck_pp_zero1": 4, "ck_tp_zero3": 4, "ck_hsdp": 4,
          "ck_single": 1, "ck_zero1_bf16": 4, "ck_sgd": 1, "ck_other": 1,
          # configs/checkpoint_gpt.place
-         "gck_zero3": 4, "gck_sp": 2, "gck_untied_zero3": 4, "gck_untied_sp_dp": 4,
+         "gck_zero3": 4, "gck_sp": 2, "gck_pp_zero1": 4, "gck_untied_zero3": 4, "gck_untied_sp_dp": 4,
          "gck_untied_pp_zero1": 4, "gck_untied_single": 1, "gck_llama": 4,
          # configs/checkpoint_gqa.place
          "qck_sp": 2, "qck_single": 1, "qck_zero3": 2, "qck_tp_dp": 4, "qck_tp": 2,
@@ -530,13 +532,37 @@ def check_gpt_manifest(directory, tied, llama=False, kv_heads=None):
 
 
 def mode_gpt(ctx):
-    # Exact resume: tied embeddings under zero3 and tp x sp, untied under pp x zero1, and the
-    # LLaMA-style model with Adam under zero1 x sp.
-    for name in ["gck_zero3", "gck_sp", "gck_untied_pp_zero1", "gck_llama"]:
+    # Exact resume: tied embeddings under zero3, tp x sp and pp x zero1 (the head's copy of the
+    # token embedding left out of the checkpoint and filled from it), untied under pp x zero1,
+    # and the LLaMA-style model with Adam under zero1 x sp.
+    tied = ("gck_zero3", "gck_sp", "gck_pp_zero1")
+    for name in ["gck_zero3", "gck_sp", "gck_pp_zero1", "gck_untied_pp_zero1", "gck_llama"]:
         check_resume(ctx, name)
-        check_gpt_manifest(os.path.join(ctx.path(name, "whole"), STEP4),
-                           tied=name in ("gck_zero3", "gck_sp"), llama=name == "gck_llama")
+        check_gpt_manifest(os.path.join(ctx.path(name, "whole"), STEP4), tied=name in tied,
+                           llama=name == "gck_llama")
     print("e2e: ok: the transformer's checkpoints name its tensors with the model's shapes")
+    # The tied pipeline's checkpoint holds embed.tokens once, written by the first stage: each
+    # element exactly once (the manifest's shards tile it) and none by the head's stage.
+    with open(os.path.join(ctx.path("gck_pp_zero1", "whole"), STEP4, "manifest.json")) as file:
+        manifest = json.load(file)
+    tokens = next(t for t in manifest["tensors"] if t["name"] == "embed.tokens")
+    pieces = sorted((shard["offset"], shard["elements"]) for shard in tokens["shards"])
+    covered = 0
+    for offset, elements in pieces:
+        if offset != covered:
+            fail(f"gck_pp_zero1: embed.tokens's shards {pieces} do not tile it once")
+        covered += elements
+    if covered != 128 * 64:
+        fail(f"gck_pp_zero1: embed.tokens's shards cover {covered} elements, not 128 x 64")
+    # Ranks 0 and 1 are the first stage (pp outermost: rank = stage x 2 + dp index).
+    writers = sorted({shard["rank"] for shard in tokens["shards"]})
+    if not set(writers) <= {0, 1}:
+        fail(f"gck_pp_zero1: embed.tokens written by ranks {writers}, not the first stage's")
+    print("e2e: ok: the tied pipeline's checkpoint holds the token embedding once, from the "
+          "first stage")
+    # The tied model across placements with and without the copy: zero3's checkpoint of step 2
+    # continues under pp x zero1, whose checkpoint of step 3 continues under tp x sp.
+    check_reshard(ctx, "gck_zero3", ["gck_pp_zero1"], {"gck_pp_zero1": "gck_sp"})
     # Resharding: zero3 on 4 ranks to tp 2 x dp 2 with sequence parallelism, pp 2 x zero1 2 and
     # one rank; tp x dp's checkpoint of step 3 continues under pp x zero1.
     check_reshard(ctx, "gck_untied_zero3",

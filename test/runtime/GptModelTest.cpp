@@ -2,7 +2,8 @@
 // 1): its gradients against central finite differences, its attention against a direct
 // computation from the documented layout of attn.qkv ([kv head][its query heads, k, v][head
 // dim]; [head][q, k, v][head dim] for multi-head attention), and its equality with a multi-head
-// layer whose heads of a group share their key and value rows.
+// layer whose heads of a group share their key and value rows; and the head's copy of a tied
+// embedding on another pipeline stage (its tensor, its counts, its math).
 #include "GptModel.h"
 
 #include <algorithm>
@@ -369,6 +370,87 @@ TEST(GptModel, QkvRowsCountGroupedHeads) {
       EXPECT_EQ(tensor.localRows, 16);
       EXPECT_EQ(tensor.rowOffset, 16);
     }
+}
+
+TEST(GptModel, HeadsCopyOfTheTiedEmbedding) {
+  // Tied embeddings with the head on another pipeline stage: the head's last tensor is
+  // embed.tokens again [vocab 8, hidden 16], split over the vocabulary; the unit's local params
+  // count it, the model's parameters do not.
+  GptConfig config = layerConfig(0, false);
+  config.shape.tiedEmbeddings = true;
+  config.embeddingCopy = true;
+  config.tensorDegree = 2;
+  config.tensorIndex = 1;
+  GptModel model(config);
+  std::vector<TensorInfo> tensors = model.getTensors(UnitKind::Head, -1);
+  ASSERT_EQ(tensors.size(), 3u); // final_norm.weight, final_norm.bias, the copy
+  const TensorInfo &copy = tensors.back();
+  EXPECT_TRUE(copy.copy);
+  EXPECT_EQ(copy.name, "embed.tokens");
+  EXPECT_EQ(copy.rows, 8);
+  EXPECT_EQ(copy.cols, 16);
+  EXPECT_EQ(copy.localRows, 4);
+  EXPECT_EQ(copy.rowOffset, 4);
+  EXPECT_EQ(copy.localOffset, 2 * 16);
+  EXPECT_EQ(model.getLocalParams(UnitKind::Head, -1), 2 * 16 + 4 * 16);
+  EXPECT_EQ(model.getFullParams(UnitKind::Head, -1), 2 * 16);
+  // The copy starts equal to the embedding's rows it stands for.
+  std::vector<TensorInfo> embed = model.getTensors(UnitKind::Embed, -1);
+  ASSERT_EQ(embed.front().name, "embed.tokens");
+  for (int64_t i = 0; i < 8 * 16; ++i)
+    ASSERT_EQ(model.initialValue(7, copy, i), model.initialValue(7, embed.front(), i));
+
+  // On one tensor rank the head with its copy computes what the head reading the embedding's
+  // table computes, bit for bit, and accumulates the table's gradient into the copy.
+  GptConfig one = layerConfig(0, false);
+  one.shape.tiedEmbeddings = true;
+  GptConfig withCopy = one;
+  withCopy.embeddingCopy = true;
+  GptModel reading(one), holding(withCopy);
+  std::vector<TensorInfo> own = holding.getTensors(UnitKind::Head, -1);
+  std::vector<float> weights(static_cast<size_t>(holding.getLocalParams(UnitKind::Head, -1)));
+  for (const TensorInfo &tensor : own)
+    for (int64_t i = 0; i < tensor.rows * tensor.cols; ++i)
+      weights[static_cast<size_t>(tensor.localOffset + i)] = holding.initialValue(7, tensor, i);
+  const TensorInfo &table = own.back();
+  std::vector<float> tableWeights(weights.begin() + table.localOffset, weights.end());
+  std::vector<float> input = randomVector(8 * 16, 47);
+  std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 0}, targets = {2, 3, 4, 5, 6, 7, 0, 1};
+  NoCollectives none;
+  UnitActivations savedReading, savedHolding;
+  double lossReading = 0, lossHolding = 0;
+  ASSERT_TRUE(reading
+                  .forward(UnitKind::Head, -1, weights.data(), tableWeights.data(), tokens.data(),
+                           targets.data(), input.data(), nullptr, savedReading, none, lossReading,
+                           false)
+                  .isOk());
+  ASSERT_TRUE(holding
+                  .forward(UnitKind::Head, -1, weights.data(), nullptr, tokens.data(),
+                           targets.data(), input.data(), nullptr, savedHolding, none, lossHolding,
+                           false)
+                  .isOk());
+  EXPECT_EQ(lossReading, lossHolding);
+  EXPECT_GT(lossHolding, 0);
+  std::vector<float> gradsReading(weights.size()), gradsHolding(weights.size());
+  std::vector<float> tableGrads(tableWeights.size());
+  std::vector<float> inGradReading(input.size()), inGradHolding(input.size());
+  ASSERT_TRUE(reading
+                  .backward(UnitKind::Head, -1, weights.data(), tableWeights.data(), tokens.data(),
+                            input.data(), nullptr, inGradReading.data(), gradsReading.data(),
+                            tableGrads.data(), savedReading, none)
+                  .isOk());
+  ASSERT_TRUE(holding
+                  .backward(UnitKind::Head, -1, weights.data(), nullptr, tokens.data(),
+                            input.data(), nullptr, inGradHolding.data(), gradsHolding.data(),
+                            nullptr, savedHolding, none)
+                  .isOk());
+  EXPECT_EQ(inGradReading, inGradHolding);
+  std::vector<float> copyGrads(gradsHolding.begin() + table.localOffset, gradsHolding.end());
+  EXPECT_EQ(copyGrads, tableGrads);
+  EXPECT_GT(*std::max_element(copyGrads.begin(), copyGrads.end()), 0.0f);
+  // The head's own tensors (the final norm) take the same gradients either way.
+  EXPECT_TRUE(std::equal(gradsReading.begin(), gradsReading.begin() + table.localOffset,
+                         gradsHolding.begin()));
 }
 
 } // namespace

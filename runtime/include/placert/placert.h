@@ -379,6 +379,12 @@ public:
   Status send(Communicator &group, const std::string &label, const float *buffer, int64_t elements,
               int peer, int tag, const CallInfo &info);
   Status recv(Communicator &group, float *buffer, int64_t elements, int peer, int tag);
+  /// Sums `buffer` with the same buffer of rank `peer` of `group`, which calls it with this
+  /// rank as its peer: a two-rank all-reduce over a pair of the group's ranks (the word
+  /// embedding's gradient and its copy's on another pipeline stage), counted as an all-reduce of
+  /// `elements`. Both ranks end with the same values (the two terms added in either order).
+  Status pairAllReduce(Communicator &group, const std::string &label, float *buffer,
+                       int64_t elements, int peer, int tag, const CallInfo &info);
   /// A counted copy between tiers (`collective` is HostToDevice or DeviceToHost).
   void countTransfer(Collective collective, int64_t elements, const CallInfo &info);
 
@@ -637,6 +643,12 @@ public:
   /// replicates (norms, row-parallel biases) over the tensor axes.
   Status allReduceReplicatedGrads(int unit, int microbatch, const AxisGroup &axes, int64_t elements,
                                   DType dtype);
+  /// Tied embeddings with the head on another pipeline stage: sums the accumulated gradient of
+  /// `embed.tokens` on the embedding's stage with that of the head's copy of it on `peerStage`
+  /// (`axes`: the pipeline axis), before the step's reductions, so that both take the same
+  /// update. `unit` is the embedding or the head.
+  Status allReduceEmbeddingGrads(int unit, const AxisGroup &axes, int peerStage, int64_t elements,
+                                 DType dtype);
 };
 
 } // namespace placert
