@@ -813,9 +813,11 @@ void Lowering::lowerStage(StagePlan &stage) {
     int64_t gradElements = ceilDiv(unit.params, r.gradShard);
     // The word embedding's gradient and its copy's on the head's stage, summed between the two
     // stages so that both copies take the same update: the gradient as this rank holds it, before
-    // the step's batch-axis reductions. The sum is the same after them, where Megatron-Core's
-    // finalize_model_grads (_allreduce_word_embedding_grads) takes it, over the same elements;
-    // before them it needs no agreement between the two units' shards of the step's scatter.
+    // the step's batch-axis reductions, where DeepSpeed's pipeline engine sums its tied modules'
+    // gradients (deepspeed/runtime/pipe/schedule.py, TrainSchedule: ReduceTiedGrads, then
+    // ReduceGrads, then OptimizerStep). Megatron-Core's finalize_model_grads
+    // (_allreduce_word_embedding_grads) sums the same elements after them, to the same result;
+    // before them the sum needs no agreement between the two units' shards of the step's scatter.
     if (copyUnit >= 0 && layersAxis && (u == copyUnit || u == embeddingUnit)) {
       Op pair = collective(OpKind::AllReduce, Phase::Step, ir::State::Grads, u, {*layersAxis},
                            ceilDiv(plan->units[copyUnit].embeddingCopy, r.gradShard), gType, false,
