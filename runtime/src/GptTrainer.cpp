@@ -867,14 +867,12 @@ Status GptCore::allReduceEmbeddingGrads(int index, const AxisGroup &axes, int pe
       (piece.kind != UnitKind::Embed && piece.kind != UnitKind::Head))
     return invalid(std::string(what) + " of " + unit->spec.name +
                    ", which is neither the word embedding nor its copy on another stage");
-  int peerUnit = piece.kind == UnitKind::Embed ? static_cast<int>(units.size()) - 1 : 0;
-  if (axes.size() != 1 || axes[0] != layersAxis ||
-      peerStage != units[static_cast<size_t>(peerUnit)].spec.stage)
+  const UnitSpec &peer = piece.kind == UnitKind::Embed ? units.back().spec : units.front().spec;
+  if (axes.size() != 1 || axes[0] != layersAxis || peerStage != peer.stage)
     return invalid(std::string(what) + " of " + unit->spec.name + " over '" + join(axes) +
-                   "' with stage " + std::to_string(peerStage) + ", but " +
-                   units[static_cast<size_t>(peerUnit)].spec.name + " is on stage " +
-                   std::to_string(units[static_cast<size_t>(peerUnit)].spec.stage) +
-                   " of the pipeline axis '" + layersAxis + "'");
+                   "' with stage " + std::to_string(peerStage) + ", but " + peer.name +
+                   " is on stage " + std::to_string(peer.stage) + " of the pipeline axis '" +
+                   layersAxis + "'");
   const gpt::TensorInfo *table = nullptr;
   std::vector<gpt::TensorInfo> tensors = model->getTensors(piece.kind, piece.layer);
   for (const gpt::TensorInfo &tensor : tensors)

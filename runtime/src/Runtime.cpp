@@ -464,12 +464,13 @@ Status Runtime::pairAllReduce(Communicator &group, const std::string &label, flo
   impl->count({info.stage, label, Collective::AllReduce, info.state, info.phase},
               elements * getSize(info.dtype));
   Armed armed(*impl->watchdog, impl->describe(Collective::AllReduce, label));
-  std::vector<float> mine(buffer, buffer + elements), theirs(static_cast<size_t>(elements));
-  PLACERT_TRY(group.send(mine.data(), elements, peer, tag));
+  // The buffer is sent as it is and summed into only after the send completed.
+  std::vector<float> theirs(static_cast<size_t>(elements));
+  PLACERT_TRY(group.send(buffer, elements, peer, tag));
   PLACERT_TRY(group.recv(theirs.data(), elements, peer, tag));
   PLACERT_TRY(group.waitSends());
   for (int64_t i = 0; i < elements; ++i)
-    buffer[i] = mine[static_cast<size_t>(i)] + theirs[static_cast<size_t>(i)];
+    buffer[i] += theirs[static_cast<size_t>(i)];
   return Status::success();
 }
 
