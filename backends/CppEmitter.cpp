@@ -269,9 +269,9 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
            "placert keeps the parameters in the compute type and their fp32 master copy in the "
            "optimizer state, not fp32 parameters cast on use; leave params = fp32 out");
   if (run.precision == ir::Precision::MixedFP8)
-    refuse(fieldLoc(run, "precision"), "precision = mixed(fp8)",
-           "the CPU runtime computes in fp32 and has no FP8 products; FP8 runs are analysed, "
-           "not compiled (docs/running.md)");
+    refuse(fieldLoc(run, "precision"), "precision = " + ir::spellPrecision(run),
+           "the CPU runtime computes in fp32 and has no FP8 or FP4 products; such runs are "
+           "analysed, not compiled (docs/running.md)");
   if (strategy.pipeline) {
     const ir::Pipeline &pipeline = *strategy.pipeline;
     ir::Schedule schedule = pipeline.schedule;

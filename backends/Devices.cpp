@@ -42,6 +42,7 @@ void printDevices(bool json, raw_ostream &os) {
           {"peak_bf16_flops", preset.peakBf16},
           {"peak_tf32_flops", preset.peakTf32},
           {"peak_fp8_flops", jsonOrNull(preset.peakFp8)},
+          {"peak_fp4_flops", jsonOrNull(preset.peakFp4)},
           {"hbm_bandwidth", preset.hbmBandwidth},
           {"intra_bandwidth", preset.intraBandwidth},
           {"inter_bandwidth", preset.interBandwidth},
@@ -60,7 +61,7 @@ void printDevices(bool json, raw_ostream &os) {
 
   Table table;
   table.title = "Device presets";
-  table.header = {"name", "device", "family",  "memory",  "BF16",      "FP8",
+  table.header = {"name", "device", "family",  "memory",  "BF16",      "FP8",     "FP4",
                   "HBM",  "NVLink", "network", "SMs/CUs", "GEMM BF16", "GEMM FP8"};
   table.leftColumns = {1, 2};
   for (const ir::DevicePreset &preset : presets) {
@@ -68,6 +69,7 @@ void printDevices(bool json, raw_ostream &os) {
     table.addRow({preset.name, preset.description, ir::toString(preset.family).str(),
                   formatCapacity(preset.memory), formatFlopRate(preset.peakBf16),
                   preset.peakFp8 > 0 ? formatFlopRate(preset.peakFp8) : "-",
+                  preset.peakFp4 > 0 ? formatFlopRate(preset.peakFp4) : "-",
                   formatBandwidth(preset.hbmBandwidth), formatBandwidth(preset.intraBandwidth),
                   formatBandwidth(preset.interBandwidth), std::to_string(preset.computeUnits),
                   formatEfficiency(gemm.bf16),
@@ -78,7 +80,8 @@ void printDevices(bool json, raw_ostream &os) {
       "network bandwidth each way; a cluster's own fields override them (docs/language.md)",
       "GEMM BF16 / FP8: the fraction of that peak a large GEMM reaches (MAMF), the device's own "
       "measurement or its family's; the cost model multiplies it by the training-kernel factor "
-      "(docs/plan.md)"};
+      "(docs/plan.md); NVFP4 products (mixed(fp4)) take the FP8 fraction of the FP4 peak, which "
+      "no published measurement gives"};
   renderText(table, os);
   os << "\nSources\n";
   for (const ir::DevicePreset &preset : presets)

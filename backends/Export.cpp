@@ -362,8 +362,9 @@ private:
              ": DeepSpeed's mixed precision keeps the parameters in bf16 or fp16 and their fp32 "
              "master copy in the optimizer (leave params = fp32 out)");
     if (run.precision == ir::Precision::MixedFP8)
-      refuse("precision mixed(fp8): DeepSpeed's config has no FP8 training (Transformer "
-             "Engine's FP8 comes from the model code)");
+      refuse("precision " + ir::spellPrecision(run) +
+             ": DeepSpeed's config has no FP8 or FP4 training (Transformer Engine's low-precision "
+             "products come from the model code)");
     // The gradients' type (DeepSpeed's data_types.grad_accum_dtype, written out since its
     // default differs between versions): fp32 gradients only in the bf16 optimizer, which
     // DeepSpeed runs for bf16 without ZeRO or with ZeRO stage 1 on the device; bf16 gradients
@@ -744,7 +745,11 @@ private:
       os << "--accumulate-allreduce-grads-in-fp32\n";
     else if (run.precision == ir::Precision::MixedBF16 || run.precision == ir::Precision::MixedFP8)
       os << "--grad-reduce-in-bf16\n";
-    if (run.precision == ir::Precision::MixedFP8) {
+    if (run.precision == ir::Precision::MixedFP8 && run.fp8Scaling == ir::Fp8Scaling::Nvfp4) {
+      // NVFP4: E2M1 values under Transformer Engine's NVFP4BlockScaling recipe.
+      flag("--fp4-format", "e2m1");
+      flag("--fp4-recipe", "nvfp4");
+    } else if (run.precision == ir::Precision::MixedFP8) {
       // E4M3 in the forward, E5M2 for the gradients: Transformer Engine's recipe, which the
       // import reads back as mixed(fp8) like e4m3.
       flag("--fp8-format", "hybrid");
@@ -1142,6 +1147,9 @@ private:
     bool fsdp = !shardAxes.empty() || !view.contextAxes.empty();
     if (run.fp8Gather && !fsdp)
       refuse("mixed(fp8, gather = fp8) without FSDP: torchtitan's FP8 all-gathers are FSDP's");
+    if (run.fp8Scaling == ir::Fp8Scaling::Nvfp4)
+      refuse("mixed(fp4): placec's NVFP4 is Transformer Engine's recipe; torchtitan exports "
+             "tensorwise float8 only (write mixed(fp8))");
     if (run.fp8Saved)
       refuse("mixed(fp8, saved = fp8): torchtitan's float8 linears (torchao) keep their inputs "
              "for the backward in bf16 (leave saved = fp8 out)");

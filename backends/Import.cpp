@@ -723,6 +723,9 @@ constexpr const char *kMegatronFlags[] = {
     "--fp8-format=",
     "--fp8-recipe=",
     "--fp8-param-gather",
+    "--fp4-format=",
+    "--fp4-recipe=",
+    "--fp4-param-gather",
     "--tp-comm-overlap",
     "--cross-entropy-loss-fusion",
     "--cross-entropy-fusion-impl=",
@@ -1857,6 +1860,34 @@ private:
       for (StringRef flag : {"--fp8-param-gather", "--fp8-recipe"})
         if (has(flag))
           diags.error(locOf(flag), flag + " needs --fp8-format");
+    }
+    // FP4: --fp4-format e2m1 runs the layers' products in NVFP4 (Transformer Engine's
+    // NVFP4BlockScaling, Megatron-Core's --fp4-recipe nvfp4, its default), Place's mixed(fp4).
+    if (has("--fp4-format")) {
+      std::string format = getString("--fp4-format", "");
+      std::string recipe = getString("--fp4-recipe", "nvfp4");
+      if (format != "e2m1")
+        diags.error(locOf("--fp4-format"), "--fp4-format is e2m1, not '" + format + "'");
+      else if (has("--fp8-format"))
+        diags.error(locOf("--fp4-format"), "--fp4-format and --fp8-format are both given");
+      else if (!has("--bf16"))
+        diags.error(locOf("--fp4-format"),
+                    "--fp4-format without --bf16: Place's mixed(fp4) keeps bf16 outside the "
+                    "NVFP4 products");
+      else if (recipe != "nvfp4")
+        diags.error(locOf("--fp4-recipe"), "--fp4-recipe " + recipe +
+                                               ": placec models Transformer Engine's nvfp4 "
+                                               "recipe only");
+      if (has("--fp4-param-gather"))
+        diags.error(locOf("--fp4-param-gather"),
+                    "--fp4-param-gather: placec does not model NVFP4 parameters all-gathered "
+                    "as NVFP4; leave it out to count bf16 all-gathers");
+      precision = ir::Precision::MixedFP8;
+      scaling = ir::Fp8Scaling::Nvfp4;
+    } else {
+      for (StringRef flag : {"--fp4-param-gather", "--fp4-recipe"})
+        if (has(flag))
+          diags.error(locOf(flag), flag + " needs --fp4-format");
     }
     // Megatron-LM's FP8 runs on Transformer Engine's linears, which keep their inputs for the
     // backward as FP8: `saved = fp8`.

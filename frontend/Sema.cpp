@@ -1088,6 +1088,7 @@ void Sema::buildCluster(const ast::ClusterDecl &decl) {
                                                 "peak",
                                                 "peak_tf32",
                                                 "peak_fp8",
+                                                "peak_fp4",
                                                 "hbm_bandwidth",
                                                 "compute_units",
                                                 "intra_bandwidth",
@@ -1121,6 +1122,7 @@ void Sema::buildCluster(const ast::ClusterDecl &decl) {
       cluster->peakFlops = preset->peakBf16;
       cluster->peakTf32 = preset->peakTf32;
       cluster->peakFp8 = preset->peakFp8;
+      cluster->peakFp4 = preset->peakFp4;
       cluster->hbmBandwidth = preset->hbmBandwidth;
       cluster->computeUnits = preset->computeUnits;
       cluster->intraBandwidth = preset->intraBandwidth;
@@ -1163,6 +1165,7 @@ void Sema::buildCluster(const ast::ClusterDecl &decl) {
   quantity("peak", Dimension::Rate, cluster->peakFlops);
   quantity("peak_tf32", Dimension::Rate, cluster->peakTf32);
   quantity("peak_fp8", Dimension::Rate, cluster->peakFp8);
+  quantity("peak_fp4", Dimension::Rate, cluster->peakFp4);
   quantity("hbm_bandwidth", Dimension::Bandwidth, cluster->hbmBandwidth);
   quantity("intra_bandwidth", Dimension::Bandwidth, cluster->intraBandwidth);
   quantity("inter_bandwidth", Dimension::Bandwidth, cluster->interBandwidth);
@@ -2461,11 +2464,18 @@ void Sema::buildRun(const ast::RunDecl &decl) {
                !value.args.empty() && value.args[0].key.empty() &&
                value.args[0].value->kind == ast::Value::Kind::Name &&
                (value.args[0].value->text == "bf16" || value.args[0].value->text == "fp16" ||
-                value.args[0].value->text == "fp8")) {
+                value.args[0].value->text == "fp8" || value.args[0].value->text == "fp4")) {
       StringRef type = value.args[0].value->text;
       run->precision = type == "bf16"   ? ir::Precision::MixedBF16
                        : type == "fp16" ? ir::Precision::MixedFP16
                                         : ir::Precision::MixedFP8;
+      // `mixed(fp4)`: the products in NVFP4, the one FP4 recipe placec models (ir::Fp8Scaling).
+      // Its linears keep their inputs as NVFP4 (Transformer Engine saves the quantized input):
+      // `saved = fp4` unless written otherwise, which the verifier refuses.
+      if (type == "fp4") {
+        run->fp8Scaling = ir::Fp8Scaling::Nvfp4;
+        run->fp8Saved = true;
+      }
       // The gradients' own type is the parameters' (bf16 under mixed(fp8)) unless written.
       StringRef gradType = type == "fp16" ? "fp16" : "bf16";
       llvm::StringSet<> seen;
@@ -2484,9 +2494,10 @@ void Sema::buildRun(const ast::RunDecl &decl) {
           run->fp8Gather = option.text == "fp8";
           continue;
         }
-        if (type == "fp8" && arg.key == "saved" && option.kind == ast::Value::Kind::Name &&
-            (option.text == "fp8" || option.text == "bf16")) {
-          run->fp8Saved = option.text == "fp8";
+        if ((type == "fp8" || type == "fp4") && arg.key == "saved" &&
+            option.kind == ast::Value::Kind::Name &&
+            (option.text == type || option.text == "bf16")) {
+          run->fp8Saved = option.text == type;
           continue;
         }
         if (type == "fp8" && arg.key == "scaling" && option.kind == ast::Value::Kind::Name) {
@@ -2513,14 +2524,16 @@ void Sema::buildRun(const ast::RunDecl &decl) {
         }
         diags.error(arg.key.empty() ? option.getLoc() : arg.keyLoc,
                     Twine("mixed(") + type + ") takes " +
-                        (type == "fp8" ? "'scaling = tensor', 'scaling = current' or 'scaling = "
-                                         "mx' (one scale per tensor, from the amax history or "
-                                         "from the tensor's own amax, or MXFP8's per block of "
-                                         "32), 'gather = fp8' or "
-                                         "'gather = bf16' (the type parameters are all-gathered "
-                                         "in), 'saved = fp8' or 'saved = bf16' (the type the FP8 "
-                                         "products keep their inputs in), "
-                                       : "") +
+                        (type == "fp8"   ? "'scaling = tensor', 'scaling = current' or 'scaling = "
+                                           "mx' (one scale per tensor, from the amax history or "
+                                           "from the tensor's own amax, or MXFP8's per block of "
+                                           "32), 'gather = fp8' or "
+                                           "'gather = bf16' (the type parameters are all-gathered "
+                                           "in), 'saved = fp8' or 'saved = bf16' (the type the FP8 "
+                                           "products keep their inputs in), "
+                         : type == "fp4" ? "'saved = fp4' or 'saved = bf16' (the type the NVFP4 "
+                                           "products keep their inputs in), "
+                                         : "") +
                         "'grads = fp32' or 'grads = " + gradType +
                         "' (the type gradients are accumulated, kept and reduced in) and "
                         "'params = fp32' or 'params = " +
@@ -2536,8 +2549,10 @@ void Sema::buildRun(const ast::RunDecl &decl) {
       }
       run->fp32Grads |= run->fp32Params;
     } else {
-      diags.error(value.getLoc(), Twine("unknown precision '") + spell(value) +
-                                      "': expected mixed(bf16), mixed(fp16), mixed(fp8) or fp32");
+      diags.error(value.getLoc(),
+                  Twine("unknown precision '") + spell(value) +
+                      "': expected mixed(bf16), mixed(fp16), mixed(fp8), mixed(fp4) "
+                      "or fp32");
       ok = false;
     }
   }

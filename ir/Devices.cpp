@@ -88,7 +88,9 @@ const DevicePreset kPresets[] = {
      148, kNetworkStep,
      "NVIDIA DGX B200 / HGX B200 datasheets (2024), per system of 8 GPUs: FP16/BF16 36, TF32 "
      "18, FP8 72 PFLOPS with sparsity, 1,440 GB HBM3e at 64 TB/s, NVLink 5 at 1.8 TB/s per GPU, "
-     "8x 400 Gb/s ConnectX-7; 148 SMs"},
+     "8x 400 Gb/s ConnectX-7; 148 SMs; FP4 9,000 TFLOPS dense (Bekman's \"Machine Learning "
+     "Engineering\", compute/accelerator, commit 744d01e, its fp4 column)",
+     9000 * kTFLOPS},
     {"gb200", "NVIDIA GB200 NVL72 (one Blackwell GPU)", DeviceFamily::Blackwell, 186 * kGiB,
      2500 * kTFLOPS, 1250 * kTFLOPS, 5000 * kTFLOPS, 8000 * kGB, 900 * kGB, 50 * kGB, 225 * kGB,
      18400.0 / 72 * kGB, 148, kNetworkStep,
@@ -96,14 +98,18 @@ const DevicePreset kPresets[] = {
      "PFLOPS with sparsity, 13.4 TB HBM3e at 576 TB/s, NVLink 130 TB/s (1.8 TB/s per GPU), "
      "NVLink-C2C 900 GB/s (both directions) between each Grace and its two GPUs (225 GB/s each "
      "way per GPU), LPDDR5X at up to 18.4 TB/s; 72x 400 Gb/s ConnectX-7 for the compute fabric; "
-     "the B200 GPU's 148 SMs"},
+     "the B200 GPU's 148 SMs; FP4 1,440 PFLOPS with sparsity (10,000 TFLOPS per GPU dense, as "
+     "Bekman's table at commit 744d01e gives it)",
+     10000 * kTFLOPS},
     {"b300", "NVIDIA B300 288 GB (Blackwell Ultra)", DeviceFamily::Blackwell, 288 * kGiB,
      2250 * kTFLOPS, 1125 * kTFLOPS, 4500 * kTFLOPS, 8000 * kGB, 900 * kGB, 100 * kGB, 64 * kGB,
      819.2 / 8 * kGB, 160, kNetworkStep,
      "NVIDIA DGX B300 datasheet (2025) as tabulated, dense, in Bekman's \"Machine Learning "
      "Engineering\" (compute/accelerator, commit 744d01e): BF16 2,250, TF32 1,125, FP8 4,500 "
      "TFLOPS, 288 GB HBM3e at 8 TB/s; NVLink 5 at 1.8 TB/s per GPU; 8x 800 Gb/s ConnectX-8; two "
-     "Xeon 6776P (eight DDR5-6400 channels each, PCIe Gen5 to the host); 160 SMs"},
+     "Xeon 6776P (eight DDR5-6400 channels each, PCIe Gen5 to the host); 160 SMs; FP4 12,600 "
+     "TFLOPS (the same table's fp4 column, which gives NVFP4 15,000 apart)",
+     12600 * kTFLOPS},
     {"gb300", "NVIDIA GB300 NVL72 (one Blackwell Ultra GPU)", DeviceFamily::Blackwell, 288 * kGiB,
      2500 * kTFLOPS, 1250 * kTFLOPS, 5000 * kTFLOPS, 8000 * kGB, 900 * kGB, 100 * kGB, 225 * kGB,
      14000.0 / 72 * kGB, 160, kNetworkStep,
@@ -113,7 +119,9 @@ const DevicePreset kPresets[] = {
      "(the B300 GPU's 288 GB of 12-high stacks; the rack's total is rounded to 20 TB), NVLink 130 "
      "TB/s (1.8 TB/s per GPU), NVLink-C2C 900 GB/s (both directions) "
      "between each Grace and its two GPUs, LPDDR5X at up to 14 TB/s, 72x 800 Gb/s ConnectX-8; "
-     "the B300's 160 SMs"},
+     "the B300's 160 SMs; FP4 15,000 TFLOPS dense (Blackwell Ultra's 1.5 times the GB200's; "
+     "Bekman's fp4 column)",
+     15000 * kTFLOPS},
     {"mi300x", "AMD Instinct MI300X 192 GB", DeviceFamily::Cdna3, 192 * kGiB, 1307.4 * kTFLOPS,
      653.7 * kTFLOPS, 2614.9 * kTFLOPS, 5300 * kGB, 448 * kGB, 50 * kGB, 64 * kGB, 921.6 / 8 * kGB,
      304, kNetworkStep,

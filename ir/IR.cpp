@@ -557,6 +557,8 @@ StringRef toString(Fp8Scaling scaling) {
     return "current";
   case Fp8Scaling::Mx:
     return "mx";
+  case Fp8Scaling::Nvfp4:
+    return "nvfp4";
   }
   llvm_unreachable("unknown Fp8Scaling");
 }
@@ -728,7 +730,8 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
   // both of a weight's MXFP8 copies, along its rows (the forward's product) and along its columns
   // (the input gradient's), each with its scales (Transformer Engine's MXFP8Quantizer with both
   // usages).
-  double fp8Cache = scaling == Fp8Scaling::Mx ? 2 * kMxfp8BytesPerElement : 1;
+  // NVFP4 keeps two copies the same way, of a little over half a byte each.
+  double fp8Cache = isBlockScaled(scaling) ? 2 * getQuantizedBytesPerElement(scaling) : 1;
   double paramBytes =
       precision == Precision::MixedFP8 && !fp32Params ? weightBytes + fp8Cache : weightBytes;
   // `adam(master = none)`: no master copy; the step updates the 16-bit weights themselves.
@@ -760,19 +763,23 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
 
 std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,
                            bool fp8Saved, Fp8Scaling scaling) {
-  std::string text = toString(precision).str();
   bool fp8 = precision == Precision::MixedFP8;
-  bool scaled = fp8 && scaling != Fp8Scaling::Tensor;
+  // NVFP4 products are `mixed(fp4)`, whose scaling and saved type the name says.
+  bool fp4 = fp8 && scaling == Fp8Scaling::Nvfp4;
+  std::string text = fp4 ? "mixed(fp4)" : toString(precision).str();
+  bool scaled = fp8 && !fp4 && scaling != Fp8Scaling::Tensor;
+  // `saved = fp4` is mixed(fp4)'s own; only `saved = bf16` would be written.
+  bool savedWritten = fp4 ? !fp8Saved : fp8Saved;
   if (precision == Precision::FP32 ||
-      (!(fp8 && (fp8Gather || fp8Saved)) && !scaled && !fp32Grads && !fp32Params))
+      (!(fp8 && (fp8Gather || savedWritten)) && !scaled && !fp32Grads && !fp32Params))
     return text;
   text.pop_back();
   if (scaled)
     text += ", scaling = " + toString(scaling).str();
   if (fp8 && fp8Gather)
     text += ", gather = fp8";
-  if (fp8 && fp8Saved)
-    text += ", saved = fp8";
+  if (fp8 && savedWritten)
+    text += fp4 ? ", saved = bf16" : ", saved = fp8";
   // `params = fp32` implies fp32 gradients: the canonical spelling leaves `grads = fp32` out.
   if (fp32Params)
     text += ", params = fp32";

@@ -320,6 +320,7 @@ void IRPrinter::print(const Cluster &cluster) {
   line() << "peak_tf32 = " << (cluster.peakTf32 > 0 ? formatRate(cluster.peakTf32) : "none")
          << '\n';
   line() << "peak_fp8 = " << (cluster.peakFp8 > 0 ? formatRate(cluster.peakFp8) : "none") << '\n';
+  line() << "peak_fp4 = " << (cluster.peakFp4 > 0 ? formatRate(cluster.peakFp4) : "none") << '\n';
   line() << "hbm_bandwidth = "
          << (cluster.hbmBandwidth > 0 ? formatBandwidth(cluster.hbmBandwidth) : "none") << '\n';
   line() << "compute_units = " << cluster.computeUnits << '\n';

@@ -331,12 +331,19 @@ struct TransformerDims {
   bool fp32Params = false, paramsGathered = false;
   /// `mixed(fp8, saved = fp8)`: the FP8 products' inputs are kept as FP8 (Layout).
   bool fp8Saved = false;
-  /// `scaling = mx`: each FP8 tensor is MXFP8, with a one-byte scale per 32 elements (Layout).
+  /// `scaling = mx` or `mixed(fp4)`: each tensor a product reads is block-scaled, MXFP8 with a
+  /// one-byte scale per 32 elements or NVFP4 with one per 16 (Layout).
   bool mx = false;
+  /// `mixed(fp4)`: the products run in NVFP4 (ir::Fp8Scaling::Nvfp4).
+  bool fp4 = false;
   /// `scaling = current`: each FP8 cast computes its tensor's amax in a pass of its own (Layout).
   bool currentScaling = false;
-  /// Bytes per element of the FP8 copy a product keeps of its input: 1, or an MXFP8 copy's.
-  double fp8SavedBytes() const { return mx ? ir::kMxfp8BytesPerElement : 1; }
+  /// Bytes per element of the copy a product keeps of its input: 1, or an MXFP8 or NVFP4 copy's.
+  double fp8SavedBytes() const {
+    return ir::getQuantizedBytesPerElement(fp4  ? ir::Fp8Scaling::Nvfp4
+                                           : mx ? ir::Fp8Scaling::Mx
+                                                : ir::Fp8Scaling::Tensor);
+  }
   /// `unpad = true`: Q, K and V packed before the attention kernel, its output padded after.
   bool unpad = false;
   /// `post_norm = true`: a norm on each block's output too, four a layer.
@@ -406,7 +413,8 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.fp32Params = layout.fp32Params;
   dims.paramsGathered = layout.paramsGathered;
   dims.fp8Saved = dims.fp8 && layout.fp8Saved;
-  dims.mx = dims.fp8 && layout.fp8Scaling == ir::Fp8Scaling::Mx;
+  dims.mx = dims.fp8 && ir::isBlockScaled(layout.fp8Scaling);
+  dims.fp4 = dims.fp8 && layout.fp8Scaling == ir::Fp8Scaling::Nvfp4;
   dims.currentScaling = dims.fp8 && layout.fp8Scaling == ir::Fp8Scaling::Current;
   dims.unpad = config.unpad && !dims.materialized();
   dims.postNorm = config.postNorm;
@@ -438,6 +446,7 @@ std::vector<Gemm> layerProjections(const TransformerDims &x) {
   for (Gemm &gemm : gemms) {
     gemm.fp8 = x.fp8 && gemm.name != "router"; // The router stays in BF16 (Transformer Engine).
     gemm.mx = gemm.fp8 && x.mx;
+    gemm.fp4 = gemm.fp8 && x.fp4;
   }
   return gemms;
 }
@@ -525,9 +534,10 @@ void addBackwardProducts(const std::vector<Gemm> &forward, std::vector<Gemm> &ou
   for (const Gemm &gemm : forward) {
     out.push_back({gemm.name + " input gradient", gemm.m, gemm.k, gemm.n, gemm.batch,
                    /*weightGradient=*/false, gemm.fp8, gemm.mx, gemm.tensorSlot,
-                   /*inputGradient=*/true});
+                   /*inputGradient=*/true, /*input=*/-1, gemm.fp4});
     out.push_back({gemm.name + " weight gradient", gemm.k, gemm.n, gemm.m, gemm.batch,
-                   /*weightGradient=*/true, gemm.fp8, gemm.mx, gemm.tensorSlot});
+                   /*weightGradient=*/true, gemm.fp8, gemm.mx, gemm.tensorSlot,
+                   /*inputGradient=*/false, /*input=*/-1, gemm.fp4});
   }
 }
 
@@ -608,12 +618,15 @@ void addFp8Casts(const TransformerDims &x, const std::vector<Gemm> &products, bo
       if (gemm->fp8)
         elements += gemm->m * gemm->k * gemm->batch;
   }
-  double written = x.mx ? 2 * ir::kMxfp8BytesPerElement : 1;
+  double written = x.mx ? 2 * x.fp8SavedBytes() : 1;
   double read = x.currentScaling ? 2 * x.e : x.e;
   const char *how = x.mx               ? " (rows and columns)"
                     : x.currentScaling ? " (current scaling: amax and cast)"
                                        : "";
-  work.memory.push_back({fmt::format("{} casts of the {}{}", x.mx ? "mxfp8" : "fp8",
+  work.memory.push_back({fmt::format("{} casts of the {}{}",
+                                     x.fp4  ? "nvfp4"
+                                     : x.mx ? "mxfp8"
+                                            : "fp8",
                                      backward ? "gradients" : "inputs", how),
                          elements * (read + written)});
 }
@@ -910,6 +923,7 @@ std::vector<Gemm> opRecomputedProducts(const TransformerDims &x) {
   for (Gemm &gemm : gemms) {
     gemm.fp8 = x.fp8;
     gemm.mx = x.mx;
+    gemm.fp4 = x.fp4;
   }
   return gemms;
 }
@@ -977,6 +991,7 @@ Gemm mtpProjection(const TransformerDims &x) {
   Gemm projection{"mtp projection", x.tokens, x.h / x.t, 2 * x.h};
   projection.fp8 = x.fp8;
   projection.mx = x.fp8 && x.mx;
+  projection.fp4 = x.fp8 && x.fp4;
   return projection;
 }
 
@@ -1780,12 +1795,15 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
                        : "",
         scaleText);
     if (x.fp8Saved)
-      *formula += x.mx ? " [saved = fp8, scaling = mx: the products keep their inputs as MXFP8, "
-                         "1 + 1/32 byte with the block scales: the norms' outputs, the MLP's "
-                         "second input and a copy of the attention output]"
-                       : " [saved = fp8: the products keep their inputs as FP8, 1 byte: the "
-                         "norms' outputs, the MLP's second input and a copy of the attention "
-                         "output]";
+      *formula += x.fp4  ? " [mixed(fp4): the products keep their inputs as NVFP4, 1/2 + 1/16 "
+                           "byte with the block scales: the norms' outputs, the MLP's second "
+                           "input and a copy of the attention output]"
+                  : x.mx ? " [saved = fp8, scaling = mx: the products keep their inputs as MXFP8, "
+                           "1 + 1/32 byte with the block scales: the norms' outputs, the MLP's "
+                           "second input and a copy of the attention output]"
+                         : " [saved = fp8: the products keep their inputs as FP8, 1 byte: the "
+                           "norms' outputs, the MLP's second input and a copy of the attention "
+                           "output]";
     if (x.unpad)
       *formula += " [unpad = true: the attention output twice, the kernel's packed one and the "
                   "padded one its projection keeps]";
@@ -2621,9 +2639,11 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
     return rate > 0 ? flops / rate : 0;
   }
   double units = static_cast<double>(cluster.computeUnits);
-  bool fp8 = gemm.fp8 && precision == ir::Precision::MixedFP8 && cluster.peakFp8 > 0;
-  double gemmPeak = fp8 ? cluster.peakFp8 : peak;
-  double efficiency = fp8 ? gemmEfficiency.fp8 : gemmEfficiency.bf16;
+  // NVFP4 products run on the FP4 tensor cores at their own peak (Verify requires one).
+  bool fp4 = gemm.fp8 && gemm.fp4 && precision == ir::Precision::MixedFP8 && cluster.peakFp4 > 0;
+  bool fp8 = !fp4 && gemm.fp8 && precision == ir::Precision::MixedFP8 && cluster.peakFp8 > 0;
+  double gemmPeak = fp4 ? cluster.peakFp4 : fp8 ? cluster.peakFp8 : peak;
+  double efficiency = fp4 ? gemmEfficiency.fp4() : fp8 ? gemmEfficiency.fp8 : gemmEfficiency.bf16;
   double achieved = gemmPeak * efficiency * kernelEfficiency;
   double best = std::numeric_limits<double>::infinity();
   double bestWaves = 0;
@@ -2639,14 +2659,15 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
       bestTile = i;
     }
   }
-  // FP8 operands are one byte; the result stays in the activation type.
-  double operandBytes = fp8 ? 1 : elementBytes;
+  // FP8 operands are one byte, NVFP4's half of one; the result stays in the activation type.
+  double operandBytes = fp4 ? 0.5 : fp8 ? 1 : elementBytes;
   double traffic =
       ((gemm.m * gemm.k + gemm.k * gemm.n) * operandBytes + gemm.m * gemm.n * elementBytes) *
       gemm.batch;
   double memory = traffic / (cluster.hbmBandwidth * family->memoryEfficiency * kernelEfficiency);
-  // MXFP8's block-scaled products, measured against the same products with one scale per tensor.
-  bool mx = fp8 && gemm.mx;
+  // MXFP8's block-scaled products, measured against the same products with one scale per tensor;
+  // NVFP4's, block-scaled the same way, take that ratio (no measurement of their own).
+  bool mx = (fp8 || fp4) && gemm.mx;
   if (mx)
     best *= kMxfp8GemmTimeRatio;
   double time = std::max(best, memory);
@@ -2661,7 +2682,9 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
         "× {}){} = {}; operands and result {} / ({} × {} × {}) = {}; the slower",
         gemm.name, shape, num(bestWaves), tm, tn, num(units), tm, tn, num(gemm.k),
         num(tileOverheadK), fmtRate(gemmPeak, "FLOP/s"), num(efficiency), num(kernelEfficiency),
-        mx ? fmt::format(" × {} (MXFP8)", num(kMxfp8GemmTimeRatio)) : std::string(),
+        mx ? fmt::format(" × {} ({})", num(kMxfp8GemmTimeRatio),
+                         fp4 ? "block-scaled NVFP4, as MXFP8" : "MXFP8")
+           : std::string(),
         fmtSeconds(best), fmtAmount(traffic, "B"), fmtRate(cluster.hbmBandwidth, "B/s"),
         num(family->memoryEfficiency), num(kernelEfficiency), fmtSeconds(memory));
   }

@@ -1246,10 +1246,14 @@ std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
   for (ir::Precision precision : requested) {
     bool fp8 = precision == ir::Precision::MixedFP8;
     bool mixed = precision != ir::Precision::FP32;
-    // MXFP8 keeps its scales out of FP8 all-gathers (the verifier's rule `precision`).
-    bool mx = fp8 && run.fp8Scaling == ir::Fp8Scaling::Mx;
+    // `--precision fp8` from a mixed(fp4) run is mixed(fp8) with one scale per tensor; MXFP8
+    // keeps its scales out of FP8 all-gathers (the verifier's rule `precision`).
+    ir::Fp8Scaling scaling =
+        fp8 && run.fp8Scaling != ir::Fp8Scaling::Nvfp4 ? run.fp8Scaling : ir::Fp8Scaling::Tensor;
+    bool fromFp4 = run.fp8Scaling == ir::Fp8Scaling::Nvfp4;
+    bool mx = fp8 && ir::isBlockScaled(scaling);
     result.push_back({precision, true, fp8 && !mx, run.fp32Grads && mixed, run.fp32Params && mixed,
-                      run.fp8Saved && fp8, fp8 ? run.fp8Scaling : ir::Fp8Scaling::Tensor});
+                      run.fp8Saved && fp8 && !fromFp4, scaling});
   }
   return result;
 }
@@ -3018,6 +3022,8 @@ std::string formatCluster(const ir::Cluster &cluster) {
   }
   if (cluster.peakFp8 > 0)
     os << "  peak_fp8 = " << formatQuantity(cluster.peakFp8, rateUnits) << ";\n";
+  if (cluster.peakFp4 > 0)
+    os << "  peak_fp4 = " << formatQuantity(cluster.peakFp4, rateUnits) << ";\n";
   if (cluster.peakTf32 > 0)
     os << "  peak_tf32 = " << formatQuantity(cluster.peakTf32, rateUnits) << ";\n";
   if (cluster.hbmBandwidth > 0)

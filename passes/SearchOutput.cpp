@@ -335,11 +335,15 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       return 1;
     }
     searchOptions.precisions = *precisions;
-  } else if (run->precision == ir::Precision::MixedFP8 && run->cluster->peakFp8 <= 0) {
-    err << "placec: error: run '" << run->name << "' is mixed(fp8), but cluster '"
-        << run->cluster->name << "' has no FP8 tensor cores"
+  } else if (run->precision == ir::Precision::MixedFP8 &&
+             (run->fp8Scaling == ir::Fp8Scaling::Nvfp4 ? run->cluster->peakFp4
+                                                       : run->cluster->peakFp8) <= 0) {
+    bool fp4 = run->fp8Scaling == ir::Fp8Scaling::Nvfp4;
+    err << "placec: error: run '" << run->name << "' is " << (fp4 ? "mixed(fp4)" : "mixed(fp8)")
+        << ", but cluster '" << run->cluster->name << "' has no " << (fp4 ? "FP4" : "FP8")
+        << " tensor cores"
         << (run->cluster->device ? " (" + std::string(run->cluster->device->name) + ")"
-                                 : std::string(": give it peak_fp8"))
+                                 : std::string(fp4 ? ": give it peak_fp4" : ": give it peak_fp8"))
         << "\n";
     return 1;
   }

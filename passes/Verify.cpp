@@ -569,12 +569,15 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                                             "' here");
     ok = false;
   }
-  if (run.precision == ir::Precision::MixedFP8 && run.cluster->peakFp8 <= 0) {
+  bool fp4 = run.precision == ir::Precision::MixedFP8 && run.fp8Scaling == ir::Fp8Scaling::Nvfp4;
+  double lowPeak = fp4 ? run.cluster->peakFp4 : run.cluster->peakFp8;
+  if (run.precision == ir::Precision::MixedFP8 && lowPeak <= 0) {
+    StringRef type = fp4 ? "fp4" : "fp8";
     diags->error(fieldLoc(run, "precision"),
-                 Twine("mixed(fp8) runs its products on FP8 tensor cores, but cluster '") +
-                     run.cluster->name + "' has none" +
+                 Twine("mixed(") + type + ") runs its products on " + (fp4 ? "FP4" : "FP8") +
+                     " tensor cores, but cluster '" + run.cluster->name + "' has none" +
                      (run.cluster->device ? Twine(" (") + run.cluster->device->name + ")"
-                                          : Twine(": give it peak_fp8")),
+                                          : Twine(": give it peak_") + type),
                  "precision");
     diags->note(run.cluster->loc, Twine("cluster '") + run.cluster->name + "' is declared here");
     ok = false;
@@ -590,34 +593,40 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                  "precision");
     ok = false;
   }
-  // Rule `precision`: MXFP8's block-scaled products run on Blackwell's tensor cores, and placec
-  // models Transformer Engine's recipe of them (ir::Fp8Scaling).
-  if (run.precision == ir::Precision::MixedFP8 && run.fp8Scaling == ir::Fp8Scaling::Mx) {
+  // Rule `precision`: MXFP8's and NVFP4's block-scaled products run on Blackwell's tensor cores,
+  // and placec models Transformer Engine's recipes of them (ir::Fp8Scaling).
+  if (run.precision == ir::Precision::MixedFP8 && ir::isBlockScaled(run.fp8Scaling)) {
+    std::string spelled = fp4 ? "mixed(fp4)" : "mixed(fp8, scaling = mx)";
+    StringRef format = fp4 ? "NVFP4" : "MXFP8";
     const ir::DevicePreset *device = run.cluster->device;
-    if (!device || device->family != ir::DeviceFamily::Blackwell) {
+    // A device without FP4 tensor cores was refused above already.
+    if ((!device || device->family != ir::DeviceFamily::Blackwell) && !(fp4 && lowPeak <= 0)) {
       diags->error(
           fieldLoc(run, "precision"),
-          Twine("mixed(fp8, scaling = mx) runs its products on block-scaled tensor "
-                "cores, which only Blackwell GPUs have, but cluster '") +
+          Twine(spelled) +
+              " runs its products on block-scaled tensor cores, which only Blackwell GPUs have, "
+              "but cluster '" +
               run.cluster->name + "' " +
               (device ? Twine("has ") + device->name + " (" + ir::toString(device->family) + ")"
                       : Twine("names no device")) +
-              "; write device = b200, gb200, b300 or gb300, or scaling = tensor",
+              "; write device = b200, gb200, b300 or gb300, or " +
+              (fp4 ? "mixed(fp8)" : "scaling = tensor"),
           "precision");
       diags->note(run.cluster->loc, Twine("cluster '") + run.cluster->name + "' is declared here");
       ok = false;
     }
     if (run.fp8Gather) {
       diags->error(fieldLoc(run, "precision"),
-                   "mixed(fp8, scaling = mx, gather = fp8) cannot be modelled: placec counts "
-                   "FP8 all-gathers of one scale per tensor; leave gather = fp8 out",
+                   Twine("mixed(fp8, scaling = mx, gather = fp8) cannot be modelled: placec "
+                         "counts FP8 all-gathers of one scale per tensor; leave gather = fp8 out"),
                    "precision");
       ok = false;
     }
     if (!run.fp8Saved) {
       diags->error(fieldLoc(run, "precision"),
-                   "mixed(fp8, scaling = mx) is Transformer Engine's MXFP8 recipe, whose linears "
-                   "keep their inputs for the backward as MXFP8; write saved = fp8",
+                   Twine(spelled) + " is Transformer Engine's " + format +
+                       " recipe, whose linears keep their inputs for the backward as " + format +
+                       (fp4 ? "; leave saved = bf16 out" : "; write saved = fp8"),
                    "precision");
       ok = false;
     }

@@ -1407,37 +1407,52 @@ TEST(CostModelTest, SeparateProjectionsReadTheirInputEachAndSumTheirGradients) {
   }
 }
 
-/// The bytes of a layer's FP8 (or MXFP8) casts in one pass, 0 without them.
+/// The bytes of a layer's FP8 (MXFP8, NVFP4) casts in one pass, 0 without them.
 double getLayerCastBytes(const ir::Model &model, PassKind pass, const Layout &layout) {
   for (const MemoryOp &op : getUnitWork(model, UnitKind::Layer, 0, pass, layout).memory)
-    if (op.name.find("fp8 casts") != std::string::npos)
+    if (op.name.find("casts of the") != std::string::npos)
       return op.bytes;
   return 0.0;
 }
 
-TEST(CostModelTest, Mxfp8CastsWriteBothCopiesWithTheirScales) {
+TEST(CostModelTest, BlockScaledCastsWriteBothCopiesWithTheirScales) {
   // Llama 3.1 8B's layer, one sequence of T = 8192 tokens, bf16 activations (e = 2). Its forward
   // products read four inputs, the QKV and MLP-input products the norms' outputs [T, h], the
   // attention output and the MLP's down product theirs: T·(3·h + f) elements. One scale per
   // tensor writes one byte per element; MXFP8 writes a copy along the rows and one along the
-  // columns, each a byte and a 32nd of a one-byte scale (OCP MX v1.0, block size 32).
+  // columns, each a byte and a 32nd of a one-byte scale (OCP MX v1.0, block size 32), NVFP4 each
+  // half a byte and a 16th of a one-byte scale (arXiv:2509.25149, blocks of 16).
   ir::Model model = llama8bLayer();
   double T = 8192, h = 4096, f = 14336, e = 2;
   Layout tensor;
   tensor.precision = ir::Precision::MixedFP8;
-  Layout mx = tensor;
-  mx.fp8Scaling = ir::Fp8Scaling::Mx;
   auto casts = [&](PassKind pass, const Layout &layout) {
     return getLayerCastBytes(model, pass, layout);
   };
   double inputs = T * (3 * h + f);
   EXPECT_NEAR(casts(PassKind::Forward, tensor), inputs * (e + 1), 1e-9 * inputs);
-  EXPECT_NEAR(casts(PassKind::Forward, mx), inputs * (e + 2 * (1 + 1.0 / 32)), 1e-9 * inputs);
   // The backward's output gradients, whatever their count, the same way.
   double gradients = casts(PassKind::Backward, tensor) / (e + 1);
   EXPECT_GT(gradients, 0);
-  EXPECT_NEAR(casts(PassKind::Backward, mx), gradients * (e + 2 * (1 + 1.0 / 32)),
-              1e-9 * gradients);
+  for (auto [scaling, copy] : {std::pair{ir::Fp8Scaling::Mx, 1 + 1.0 / 32},
+                               std::pair{ir::Fp8Scaling::Nvfp4, 0.5 + 1.0 / 16}}) {
+    Layout blocks = tensor;
+    blocks.fp8Scaling = scaling;
+    EXPECT_NEAR(casts(PassKind::Forward, blocks), inputs * (e + 2 * copy), 1e-9 * inputs);
+    EXPECT_NEAR(casts(PassKind::Backward, blocks), gradients * (e + 2 * copy), 1e-9 * gradients);
+    // The same products, block-scaled where they are FP8 with one scale per tensor, and NVFP4
+    // under mixed(fp4) only.
+    for (PassKind pass : {PassKind::Forward, PassKind::Backward}) {
+      Work a = getUnitWork(model, UnitKind::Layer, 0, pass, tensor);
+      Work b = getUnitWork(model, UnitKind::Layer, 0, pass, blocks);
+      ASSERT_EQ(a.gemms.size(), b.gemms.size());
+      for (size_t i = 0; i < a.gemms.size(); ++i) {
+        EXPECT_EQ(b.gemms[i].mx, a.gemms[i].fp8) << b.gemms[i].name;
+        EXPECT_EQ(b.gemms[i].fp4, a.gemms[i].fp8 && scaling == ir::Fp8Scaling::Nvfp4)
+            << b.gemms[i].name;
+      }
+    }
+  }
 }
 
 TEST(CostModelTest, CurrentScalingReadsEachCastInputTwice) {
@@ -1502,6 +1517,24 @@ TEST(CostModelTest, Mxfp8ProductsAtTheMeasuredRatio) {
   Gemm bf16Mx = bf16;
   bf16Mx.mx = true;
   EXPECT_EQ(model.getGemmSeconds(bf16Mx), model.getGemmSeconds(bf16));
+}
+
+TEST(CostModelTest, Nvfp4ProductsAtTheFp4Peak) {
+  // A compute-bound NVFP4 product runs on the FP4 tensor cores: on a GB300 (dense FP4 15,000
+  // TFLOP/s and FP8 5,000, Bekman's TFLOPS table) at a third of the time of the same product in
+  // MXFP8, both block-scaled and both at the device's FP8 fraction of their peak; on a GB200
+  // (10,000 against 5,000) at half of it.
+  for (auto [device, ratio] : {std::pair<const char *, double>{"gb300", 3.0}, {"gb200", 2.0}}) {
+    auto compiled = unittest::compile(std::string("cluster b { device = ") + device +
+                                      "; nodes = 1; devices_per_node = 8; }");
+    ASSERT_TRUE(compiled->program) << compiled->messages;
+    CostModel model(*compiled->program->findCluster("b"), ir::Precision::MixedFP8);
+    Gemm mx{"mlp up", 65536, 65536, 8192};
+    mx.fp8 = mx.mx = true;
+    Gemm fp4 = mx;
+    fp4.fp4 = true;
+    EXPECT_NEAR(model.getGemmSeconds(mx) / model.getGemmSeconds(fp4), ratio, 1e-9) << device;
+  }
 }
 
 TEST(CostModelTest, RepeatedKeysAndValuesAreCopiedAndKept) {

@@ -633,6 +633,23 @@ TEST(StateBytesTest, LanguageTable) {
   EXPECT_DOUBLE_EQ(
       getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, true, true, Fp8Scaling::Mx).params,
       4);
+  // NVFP4 is written mixed(fp4), whose saved type is its own: only `saved = bf16` is spelled.
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, true, Fp8Scaling::Nvfp4),
+            "mixed(fp4)");
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, true, false, true, Fp8Scaling::Nvfp4),
+            "mixed(fp4, grads = fp32)");
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, false, Fp8Scaling::Nvfp4),
+            "mixed(fp4, saved = bf16)");
+  // NVFP4's weight cache: two copies of a 4-bit E2M1 value and a 16th of a one-byte E4M3 scale
+  // each (arXiv:2509.25149, §2: blocks of 16), beside the bf16 weight: 2 + 2·(0.5 + 1/16) =
+  // 3.125 bytes.
+  EXPECT_DOUBLE_EQ(
+      getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, false, false, Fp8Scaling::Nvfp4)
+          .params,
+      3.125);
+  EXPECT_TRUE(isBlockScaled(Fp8Scaling::Nvfp4));
+  EXPECT_TRUE(isBlockScaled(Fp8Scaling::Mx));
+  EXPECT_FALSE(isBlockScaled(Fp8Scaling::Current));
   EXPECT_EQ(getActivationBytes(Precision::MixedBF16), 2u);
   EXPECT_EQ(getActivationBytes(Precision::MixedFP16), 2u);
   EXPECT_EQ(getActivationBytes(Precision::FP32), 4u);
@@ -863,6 +880,7 @@ TEST(PrinterTest, ClusterUnits) {
                                     "  device = none\n"
                                     "  peak_tf32 = none\n"
                                     "  peak_fp8 = none\n"
+                                    "  peak_fp4 = none\n"
                                     "  hbm_bandwidth = none\n"
                                     "  compute_units = 0\n"
                                     "  host_memory_bandwidth = none\n"

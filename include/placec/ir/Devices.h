@@ -35,6 +35,8 @@ struct DevicePreset {
   int computeUnits;   ///< Streaming multiprocessors (NVIDIA) or compute units (AMD).
   double latency;     ///< Seconds per collective step (alpha) of the typical system.
   const char *source; ///< Where the figures come from.
+  /// Dense FP4 (NVFP4) tensor-core FLOP/s; 0 where the device has none.
+  double peakFp4 = 0;
 };
 
 /// Every preset, in a fixed order.

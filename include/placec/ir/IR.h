@@ -355,6 +355,7 @@ public:
   const DevicePreset *device = nullptr;
   double peakTf32 = 0;     ///< FLOP/s per device of fp32 matrix products (TF32); 0: `peak`.
   double peakFp8 = 0;      ///< FLOP/s per device in FP8; 0 when the device has none.
+  double peakFp4 = 0;      ///< FLOP/s per device in FP4 (NVFP4); 0 when the device has none.
   double hbmBandwidth = 0; ///< Bytes/s of device memory; 0 when unknown.
   /// Bytes/s of host memory per node (what a host optimizer step runs at).
   std::optional<double> hostMemoryBandwidth;
@@ -787,7 +788,9 @@ enum class Precision {
   MixedBF16,
   MixedFP16,
   FP32,
-  MixedFP8, ///< FP8 matrix products (delayed or current scaling), BF16 elsewhere.
+  /// Low-precision matrix products, BF16 elsewhere: FP8 (`mixed(fp8)`, delayed, current or MX
+  /// scaling), or NVFP4 (`mixed(fp4)`: Fp8Scaling::Nvfp4 says which).
+  MixedFP8,
 };
 llvm::StringRef toString(Precision precision);
 
@@ -803,12 +806,33 @@ llvm::StringRef toString(Precision precision);
 ///   dimension, Blackwell's block-scaled tensor cores), as Transformer Engine's
 ///   MXFP8BlockScaling recipe runs it: every tensor that enters a product is quantized along its
 ///   rows and along its columns (the two products that read it reduce over different
-///   dimensions), each copy with its scales.
-enum class Fp8Scaling { Tensor, Current, Mx };
+///   dimensions), each copy with its scales;
+/// - `nvfp4`, the products in NVFP4 (`mixed(fp4)`: E2M1 values, one E4M3 scale per 16
+///   consecutive elements and one FP32 scale per tensor), as Transformer Engine's
+///   NVFP4BlockScaling recipe runs it (NVIDIA, "Pretraining Large Language Models with NVFP4",
+///   arXiv:2509.25149, §4): the weights' scales per 16×16 block, the inputs' and gradients' per 16
+///   along a row, a random Hadamard transform fused into the casts that feed the weight gradient,
+///   stochastic rounding of the gradients; like MXFP8, every tensor entering a product is
+///   quantized along its rows and along its columns, each copy with its scales.
+enum class Fp8Scaling { Tensor, Current, Mx, Nvfp4 };
 llvm::StringRef toString(Fp8Scaling scaling);
 /// Bytes per element of one MXFP8 copy of a tensor: the E4M3 value and a 32nd of its block's
 /// one-byte E8M0 scale (OCP Microscaling Formats (MX) v1.0, §5: block size 32).
 inline constexpr double kMxfp8BytesPerElement = 1 + 1.0 / 32;
+/// Bytes per element of one NVFP4 copy: the 4-bit E2M1 value and a 16th of its block's one-byte
+/// E4M3 scale (arXiv:2509.25149, §2; the per-tensor FP32 scale is left out).
+inline constexpr double kNvfp4BytesPerElement = 0.5 + 1.0 / 16;
+/// Whether a scaling is a block-scaled recipe (MXFP8, NVFP4), which keeps two copies of every
+/// tensor entering a product, each with its block scales, and runs on Blackwell's tensor cores.
+inline bool isBlockScaled(Fp8Scaling scaling) {
+  return scaling == Fp8Scaling::Mx || scaling == Fp8Scaling::Nvfp4;
+}
+/// Bytes per element of one quantized copy of a product's operand under `scaling`.
+inline double getQuantizedBytesPerElement(Fp8Scaling scaling) {
+  return scaling == Fp8Scaling::Nvfp4 ? kNvfp4BytesPerElement
+         : scaling == Fp8Scaling::Mx  ? kMxfp8BytesPerElement
+                                      : 1;
+}
 
 enum class OptimizerKind { Adam, Sgd, SgdMomentum };
 llvm::StringRef toString(OptimizerKind optimizer);

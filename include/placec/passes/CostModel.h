@@ -83,6 +83,9 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family);
 struct GemmEfficiency {
   double bf16 = 0;
   double fp8 = 0;
+  /// NVFP4's fraction of the FP4 peak: no measurement of FP4 products is published beside the
+  /// ones getGemmEfficiency cites, so the device's FP8 fraction.
+  double fp4() const { return fp8; }
 };
 GemmEfficiency getGemmEfficiency(const ir::DevicePreset &device);
 
@@ -171,7 +174,8 @@ struct Gemm {
   /// Run in FP8 under mixed(fp8): the linear layers of the transformer blocks (the attention
   /// core and the output layer stay in BF16, as Transformer Engine and torchao run them).
   bool fp8 = false;
-  /// An FP8 product of block-scaled MXFP8 operands (`scaling = mx`): kMxfp8GemmTimeRatio.
+  /// A product of block-scaled operands (MXFP8, `scaling = mx`, or NVFP4, `mixed(fp4)`):
+  /// kMxfp8GemmTimeRatio.
   bool mx = false;
   /// The tensor-parallel collective this product feeds or drains (TensorSlot), or -1: under
   /// async_tp each collective overlaps only with its own products.
@@ -181,6 +185,8 @@ struct Gemm {
   /// The forward's products with the same non-negative `input` read one tensor (q, k and v, or
   /// an MLP's gate and up, under `projections = separate`); -1: a tensor of its own.
   int input = -1;
+  /// Under `mixed(fp4)` an `fp8` product runs in NVFP4, on the FP4 tensor cores.
+  bool fp4 = false;
   double getFlops() const { return 2 * m * n * k * batch; }
 };
 

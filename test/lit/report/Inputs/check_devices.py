@@ -1,7 +1,8 @@
 """Checks `placec devices --format=json` against the sources its presets cite: each device's
 large-GEMM rate (efficiency × dense peak) is the TFLOP/s that the MAMF tables of Bekman's
 "Machine Learning Engineering" (compute/accelerator, commit 744d01e) measured on it, within 1 %,
-and every field a cluster can take from a preset is there."""
+its dense FP4 peak the same source's TFLOPS table's fp4 column, and every field a cluster can take
+from a preset is there."""
 
 import json
 import sys
@@ -17,8 +18,11 @@ MAMF = {
     "b300": (1769.0, 3353.3),
     "mi300x": (668.4, None),
 }
+# Dense FP4 TFLOPS (the same chapter's TFLOPS comparison table, its fp4 column); the devices
+# not named have no FP4 tensor cores.
+FP4 = {"b200": 9000, "gb200": 10000, "b300": 12600, "gb300": 15000}
 FIELDS = ("name", "description", "family", "memory_bytes", "peak_bf16_flops", "peak_tf32_flops",
-          "peak_fp8_flops", "hbm_bandwidth", "intra_bandwidth", "inter_bandwidth",
+          "peak_fp8_flops", "peak_fp4_flops", "hbm_bandwidth", "intra_bandwidth", "inter_bandwidth",
           "host_bandwidth", "host_memory_bandwidth_per_device", "compute_units", "latency_s",
           "gemm_efficiency_bf16", "gemm_efficiency_fp8", "source")
 
@@ -29,6 +33,12 @@ for name, device in devices.items():
         sys.exit(f"{name}: no {', '.join(missing)}")
     if (device["peak_fp8_flops"] is None) != (device["gemm_efficiency_fp8"] is None):
         sys.exit(f"{name}: an FP8 efficiency without an FP8 peak, or the other way")
+for name, device in devices.items():
+    peak = device["peak_fp4_flops"]
+    expected = FP4.get(name)
+    if (peak is None) != (expected is None) or (peak is not None and
+                                                abs(peak / 1e12 - expected) > 1e-6 * expected):
+        sys.exit(f"{name}: FP4 peak {peak}, the table gives {expected} TFLOPS")
 for name, (bf16, fp8) in MAMF.items():
     device = devices[name]
     rate = device["gemm_efficiency_bf16"] * device["peak_bf16_flops"] / 1e12
