@@ -271,7 +271,7 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
   if (run.precision == ir::Precision::MixedFP8)
     refuse(fieldLoc(run, "precision"), "precision = " + ir::spellPrecision(run),
            "the CPU runtime computes in fp32 and has no FP8 or FP4 products; such runs are "
-           "analysed, not compiled (docs/running.md)");
+           "analysed, not compiled");
   if (strategy.pipeline) {
     const ir::Pipeline &pipeline = *strategy.pipeline;
     ir::Schedule schedule = pipeline.schedule;

@@ -217,7 +217,7 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
              "materialized runs any");
   }
   if (run.precision != ir::Precision::MixedBF16)
-    refuse(fieldLoc(run, "precision"), "precision = " + ir::toString(run.precision),
+    refuse(fieldLoc(run, "precision"), "precision = " + ir::spellPrecision(run),
            "the GPU trainer computes in bf16 with fp32 master weights (precision = "
            "mixed(bf16))");
   else if (run.fp32Grads)
