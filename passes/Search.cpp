@@ -334,7 +334,10 @@ bool regathersFor(const ir::Model &model, const Candidate &c) {
 /// Precomputed facts of a run's model on a cluster at one precision, shared by every candidate.
 class Evaluator {
 public:
-  Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision)
+  /// `scaling`: the FP8 scaling of this precision's candidates (precisionVariants), which is not
+  /// always the run's: `--precision fp8` over a mixed(fp4) run explores one scale per tensor.
+  Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision,
+            ir::Fp8Scaling scaling)
       : model(*run.model), cluster(cluster), costModel(cluster, precision), precision(precision),
         crossEntropy(run.crossEntropy), trainMetrics(run.trainMetrics), kernels(run.kernels),
         copiesGathers(run.paramGather == ir::ParamGather::CopyOut) {
@@ -343,7 +346,7 @@ public:
     bool mixed = precision != ir::Precision::FP32;
     // The scaling counts under mixed(fp8) only (ir::getStateBytes).
     bytes = ir::getStateBytes(precision, run.optimizer, run.fp32Grads && mixed,
-                              run.fp32Params && mixed, run.fp8Scaling, run.optimizerStates);
+                              run.fp32Params && mixed, scaling, run.optimizerStates);
     activationBytes = ir::getActivationBytes(precision);
     paramBytes = planParamBytes(precision);
   }
@@ -1888,7 +1891,7 @@ std::optional<std::vector<ir::Precision>> parsePrecisions(StringRef text, const 
 
 FastVerdict evaluateFast(const ir::Run &run, const ir::Cluster &cluster,
                          const Candidate &candidate) {
-  Evaluator evaluator(run, cluster, candidate.precision);
+  Evaluator evaluator(run, cluster, candidate.precision, candidate.fp8Scaling);
   FastVerdict verdict;
   evaluator.evaluate(candidate, verdict);
   return verdict;
@@ -2523,8 +2526,9 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   std::vector<std::map<ir::Precision, std::unique_ptr<Evaluator>>> evaluators(threads);
   for (auto &perThread : evaluators)
     for (const PrecisionVariant &variant : precisions)
-      perThread.emplace(variant.precision,
-                        std::make_unique<Evaluator>(run, cluster, variant.precision));
+      perThread.emplace(
+          variant.precision,
+          std::make_unique<Evaluator>(run, cluster, variant.precision, variant.fp8Scaling));
   unsigned keep = std::max(1u, options.topK) + 16;
   std::vector<Candidate> best; // Sorted, fastest first, at most `keep`.
   // The total, for the progress bar.

@@ -434,6 +434,17 @@ run fp4 { model = llama_cp; cluster = gb300_32; strategy = zero3(dp = 32);
     ++compared;
   });
   EXPECT_EQ(compared, 20u);
+  // `--precision bf16,fp8` over it explores mixed(fp8) with one scale per tensor, which the fast
+  // path prices as such (its weight cache one byte, not NVFP4's two copies).
+  std::vector<ir::Precision> tried = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
+  checkAgreement(run, *run.cluster, 200, 31, tried);
+  forEachCandidate(
+      run, *run.cluster,
+      [&](const Candidate &c) {
+        EXPECT_EQ(c.fp8Scaling, ir::Fp8Scaling::Tensor) << c.describe();
+        EXPECT_FALSE(c.fp8Saved) << c.describe();
+      },
+      tried);
 }
 
 TEST(SearchTest, FastPathAgreesWithCurrentScaling) {
