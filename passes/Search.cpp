@@ -1239,9 +1239,10 @@ struct PrecisionVariant {
   ir::Fp8Scaling fp8Scaling;
 };
 std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
-                                                const std::vector<ir::Precision> &requested) {
+                                                const std::vector<ir::Precision> &requested,
+                                                bool fp4 = false) {
   std::vector<PrecisionVariant> result;
-  if (requested.empty()) {
+  if (requested.empty() && !fp4) {
     result.push_back({run.precision, !run.fp8Gather, run.fp8Gather, run.fp32Grads, run.fp32Params,
                       run.fp8Saved, run.fp8Scaling});
     return result;
@@ -1258,6 +1259,10 @@ std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
     result.push_back({precision, true, fp8 && !mx, run.fp32Grads && mixed, run.fp32Params && mixed,
                       run.fp8Saved && fp8 && !fromFp4, scaling});
   }
+  // `--precision fp4`: NVFP4 keeps its inputs as NVFP4 and gathers in the parameters' type.
+  if (fp4)
+    result.push_back({ir::Precision::MixedFP8, true, false, run.fp32Grads, run.fp32Params, true,
+                      ir::Fp8Scaling::Nvfp4});
   return result;
 }
 
@@ -1851,13 +1856,32 @@ std::optional<std::vector<ir::ContextMethod>> parseContextMethods(StringRef text
 }
 
 std::optional<std::vector<ir::Precision>> parsePrecisions(StringRef text, const ir::Run &run,
-                                                          std::string &error) {
+                                                          std::string &error, bool *fp4) {
   const ir::Cluster &cluster = *run.cluster;
   std::vector<ir::Precision> result;
   SmallVector<StringRef, 4> names;
   text.split(names, ',');
+  if (fp4)
+    *fp4 = false;
   for (StringRef name : names) {
     name = name.trim();
+    // NVFP4 products (rule `precision`): FP4 tensor cores, on Blackwell.
+    if (name == "fp4" && fp4) {
+      if (cluster.peakFp4 <= 0 || !cluster.device ||
+          cluster.device->family != ir::DeviceFamily::Blackwell) {
+        error = "--precision fp4: cluster '" + cluster.name + "' has no FP4 tensor cores" +
+                (cluster.device ? " (" + std::string(cluster.device->name) + ")"
+                                : std::string(": give it peak_fp4 and a Blackwell device"));
+        return std::nullopt;
+      }
+      if (std::string why = eagerObstacle(run, ir::ActivationMode::Keep, ir::Precision::MixedFP8);
+          !why.empty()) {
+        error = "--precision fp4: " + why;
+        return std::nullopt;
+      }
+      *fp4 = true;
+      continue;
+    }
     std::optional<ir::Precision> precision;
     if (name == "bf16")
       precision = ir::Precision::MixedBF16;
@@ -1869,7 +1893,8 @@ std::optional<std::vector<ir::Precision>> parsePrecisions(StringRef text, const 
       precision = ir::Precision::MixedFP8;
     if (!precision) {
       error = "--precision '" + name.str() +
-              "' is not a precision: write a comma-separated list of bf16, fp16, fp32 and fp8";
+              "' is not a precision: write a comma-separated list of bf16, fp16, fp32, fp8 and "
+              "fp4";
       return std::nullopt;
     }
     // Rule `precision`: FP8 products need FP8 tensor cores.
@@ -2194,7 +2219,8 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
   const ir::Model &model = *run.model;
   int64_t layers = model.getNumLayers();
   int64_t devices = cluster.getNumDevices();
-  std::vector<PrecisionVariant> precisions = precisionVariants(run, options.precisions);
+  std::vector<PrecisionVariant> precisions =
+      precisionVariants(run, options.precisions, options.fp4);
   struct Placement {
     ParamChoice params;
     GradChoice grads;
@@ -2519,15 +2545,18 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   }
   if (!isSearchable(run))
     return result;
-  std::vector<PrecisionVariant> precisions = precisionVariants(run, options.precisions);
+  std::vector<PrecisionVariant> precisions =
+      precisionVariants(run, options.precisions, options.fp4);
   unsigned threads = getSearchThreads(options);
   result.threads = threads;
-  // One evaluator per thread and precision (its cost model, state bytes and caches).
-  std::vector<std::map<ir::Precision, std::unique_ptr<Evaluator>>> evaluators(threads);
+  // One evaluator per thread and precision (its cost model, state bytes and caches), mixed(fp8)
+  // and mixed(fp4) apart.
+  using PrecisionKey = std::pair<ir::Precision, ir::Fp8Scaling>;
+  std::vector<std::map<PrecisionKey, std::unique_ptr<Evaluator>>> evaluators(threads);
   for (auto &perThread : evaluators)
     for (const PrecisionVariant &variant : precisions)
       perThread.emplace(
-          variant.precision,
+          PrecisionKey{variant.precision, variant.fp8Scaling},
           std::make_unique<Evaluator>(run, cluster, variant.precision, variant.fp8Scaling));
   unsigned keep = std::max(1u, options.topK) + 16;
   std::vector<Candidate> best; // Sorted, fastest first, at most `keep`.
@@ -2554,11 +2583,12 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
     auto &evaluatorsHere = evaluators[thread];
     // The candidates of one precision come together: the last evaluator is mostly the one.
     Evaluator *lastEvaluator = nullptr;
-    std::optional<ir::Precision> lastPrecision;
+    std::optional<PrecisionKey> lastPrecision;
     auto evaluatorFor = [&](const Candidate &c) -> Evaluator & {
-      if (lastPrecision != c.precision) {
-        lastEvaluator = evaluatorsHere.at(c.precision).get();
-        lastPrecision = c.precision;
+      PrecisionKey key{c.precision, c.fp8Scaling};
+      if (lastPrecision != key) {
+        lastEvaluator = evaluatorsHere.at(key).get();
+        lastPrecision = key;
       }
       return *lastEvaluator;
     };

@@ -329,7 +329,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
   std::string precisionError;
   if (!options.precisions.empty()) {
     std::optional<std::vector<ir::Precision>> precisions =
-        parsePrecisions(options.precisions, *run, precisionError);
+        parsePrecisions(options.precisions, *run, precisionError, &searchOptions.fp4);
     if (!precisions) {
       err << "placec: error: " << precisionError << "\n";
       return 1;

@@ -120,9 +120,10 @@ cl::opt<unsigned> searchThreads("threads",
                                 cl::init(0), cl::cat(placecCategory));
 cl::opt<std::string> searchPrecision(
     "precision",
-    cl::desc("search: the precisions to explore, a comma-separated list of bf16, fp16, fp32 and "
-             "fp8 (default: the run's own); fp8 adds mixed(fp8) and, with gathered params, "
-             "mixed(fp8, gather = fp8); the run's grads = fp32 stays with each mixed one"),
+    cl::desc("search: the precisions to explore, a comma-separated list of bf16, fp16, fp32, "
+             "fp8 and fp4 (default: the run's own); fp8 adds mixed(fp8) and, with gathered "
+             "params, mixed(fp8, gather = fp8); fp4 adds mixed(fp4) (NVFP4, on Blackwell); the "
+             "run's grads = fp32 stays with each mixed one"),
     cl::init(""), cl::cat(placecCategory));
 cl::opt<std::string> searchSchedules(
     "schedules",

@@ -143,6 +143,9 @@ struct SearchOptions {
   /// MixedFP8 here explores both `mixed(fp8)` and, where parameters are gathered,
   /// `mixed(fp8, gather = fp8)`. The caller checks that the cluster has an FP8 peak.
   std::vector<ir::Precision> precisions;
+  /// `--precision …,fp4`: NVFP4 products as well (`mixed(fp4)`, MixedFP8 at ir::Fp8Scaling::Nvfp4,
+  /// its inputs kept as NVFP4). The caller checks that the cluster has an FP4 peak on Blackwell.
+  bool fp4 = false;
   /// The pipeline schedules to explore; empty: 1f1b, interleaved, zero_bubble, zbv and dualpipev
   /// (gpipe only when listed: 1F1B is never slower and never larger); for a mixture of experts
   /// those of them that isSearchSchedule accepts.
@@ -334,11 +337,12 @@ parseExpertOverlap(llvm::StringRef text, const ir::Run &run, std::string &error)
 std::optional<std::vector<ir::ContextMethod>> parseContextMethods(llvm::StringRef text,
                                                                   std::string &error);
 
-/// Parses `--precision bf16,fp8` into precisions; on an error returns nullopt and sets `error`
-/// (an unknown name, fp8 on the run's cluster without an FP8 peak, or fp8 under
-/// `kernels = eager`).
+/// Parses `--precision bf16,fp8,fp4` into precisions, `fp4` into `fp4` (NVFP4 is MixedFP8 at
+/// another scaling: SearchOptions::fp4); on an error returns nullopt and sets `error` (an unknown
+/// name, fp8 on the run's cluster without an FP8 peak, fp4 without an FP4 peak on Blackwell, or
+/// either under `kernels = eager`).
 std::optional<std::vector<ir::Precision>> parsePrecisions(llvm::StringRef text, const ir::Run &run,
-                                                          std::string &error);
+                                                          std::string &error, bool *fp4 = nullptr);
 
 /// A candidate's async_tp setting as its summary and the table show it: `async_tp` (true),
 /// `async_tp=forward`, `async_tp=wgrad`; empty for false.
