@@ -549,6 +549,10 @@ StringRef toString(Precision precision) {
   llvm_unreachable("unknown Precision");
 }
 
+double Cluster::getLowPrecisionPeak(Fp8Scaling scaling) const {
+  return scaling == Fp8Scaling::Nvfp4 ? peakFp4 : peakFp8;
+}
+
 StringRef toString(Fp8Scaling scaling) {
   switch (scaling) {
   case Fp8Scaling::Tensor:

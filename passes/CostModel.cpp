@@ -2640,9 +2640,11 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
   }
   double units = static_cast<double>(cluster.computeUnits);
   // NVFP4 products run on the FP4 tensor cores at their own peak (Verify requires one).
-  bool fp4 = gemm.fp8 && gemm.fp4 && precision == ir::Precision::MixedFP8 && cluster.peakFp4 > 0;
-  bool fp8 = !fp4 && gemm.fp8 && precision == ir::Precision::MixedFP8 && cluster.peakFp8 > 0;
-  double gemmPeak = fp4 ? cluster.peakFp4 : fp8 ? cluster.peakFp8 : peak;
+  double lowPeak =
+      cluster.getLowPrecisionPeak(gemm.fp4 ? ir::Fp8Scaling::Nvfp4 : ir::Fp8Scaling::Tensor);
+  bool low = gemm.fp8 && precision == ir::Precision::MixedFP8 && lowPeak > 0;
+  bool fp4 = low && gemm.fp4, fp8 = low && !gemm.fp4;
+  double gemmPeak = low ? lowPeak : peak;
   double efficiency = fp4 ? gemmEfficiency.fp4() : fp8 ? gemmEfficiency.fp8 : gemmEfficiency.bf16;
   double achieved = gemmPeak * efficiency * kernelEfficiency;
   double best = std::numeric_limits<double>::infinity();

@@ -1252,9 +1252,8 @@ std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
     bool mixed = precision != ir::Precision::FP32;
     // `--precision fp8` from a mixed(fp4) run is mixed(fp8) with one scale per tensor; MXFP8
     // keeps its scales out of FP8 all-gathers (the verifier's rule `precision`).
-    ir::Fp8Scaling scaling =
-        fp8 && run.fp8Scaling != ir::Fp8Scaling::Nvfp4 ? run.fp8Scaling : ir::Fp8Scaling::Tensor;
     bool fromFp4 = run.fp8Scaling == ir::Fp8Scaling::Nvfp4;
+    ir::Fp8Scaling scaling = fp8 && !fromFp4 ? run.fp8Scaling : ir::Fp8Scaling::Tensor;
     bool mx = fp8 && ir::isBlockScaled(scaling);
     result.push_back({precision, true, fp8 && !mx, run.fp32Grads && mixed, run.fp32Params && mixed,
                       run.fp8Saved && fp8 && !fromFp4, scaling});
@@ -1867,7 +1866,7 @@ std::optional<std::vector<ir::Precision>> parsePrecisions(StringRef text, const 
     name = name.trim();
     // NVFP4 products (rule `precision`): FP4 tensor cores, on Blackwell.
     if (name == "fp4" && fp4) {
-      if (cluster.peakFp4 <= 0 || !cluster.device ||
+      if (cluster.getLowPrecisionPeak(ir::Fp8Scaling::Nvfp4) <= 0 || !cluster.device ||
           cluster.device->family != ir::DeviceFamily::Blackwell) {
         error = "--precision fp4: cluster '" + cluster.name + "' has no FP4 tensor cores" +
                 (cluster.device ? " (" + std::string(cluster.device->name) + ")"

@@ -336,8 +336,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     }
     searchOptions.precisions = *precisions;
   } else if (run->precision == ir::Precision::MixedFP8 &&
-             (run->fp8Scaling == ir::Fp8Scaling::Nvfp4 ? run->cluster->peakFp4
-                                                       : run->cluster->peakFp8) <= 0) {
+             run->cluster->getLowPrecisionPeak(run->fp8Scaling) <= 0) {
     bool fp4 = run->fp8Scaling == ir::Fp8Scaling::Nvfp4;
     err << "placec: error: run '" << run->name << "' is " << (fp4 ? "mixed(fp4)" : "mixed(fp8)")
         << ", but cluster '" << run->cluster->name << "' has no " << (fp4 ? "FP4" : "FP8")

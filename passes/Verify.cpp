@@ -570,7 +570,7 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     ok = false;
   }
   bool fp4 = run.precision == ir::Precision::MixedFP8 && run.fp8Scaling == ir::Fp8Scaling::Nvfp4;
-  double lowPeak = fp4 ? run.cluster->peakFp4 : run.cluster->peakFp8;
+  double lowPeak = run.cluster->getLowPrecisionPeak(run.fp8Scaling);
   if (run.precision == ir::Precision::MixedFP8 && lowPeak <= 0) {
     StringRef type = fp4 ? "fp4" : "fp8";
     diags->error(fieldLoc(run, "precision"),

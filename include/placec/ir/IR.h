@@ -333,6 +333,8 @@ std::vector<Tensor> buildMlpTensors(const MlpConfig &config);
 // Clusters
 //===----------------------------------------------------------------------===//
 
+enum class Fp8Scaling;
+
 class Cluster {
 public:
   std::string name;
@@ -353,9 +355,11 @@ public:
   /// The preset of `device = …;`, or null; its figures fill every field the cluster does not
   /// write, and its family selects the cost model's calibration constants.
   const DevicePreset *device = nullptr;
-  double peakTf32 = 0;     ///< FLOP/s per device of fp32 matrix products (TF32); 0: `peak`.
-  double peakFp8 = 0;      ///< FLOP/s per device in FP8; 0 when the device has none.
-  double peakFp4 = 0;      ///< FLOP/s per device in FP4 (NVFP4); 0 when the device has none.
+  double peakTf32 = 0; ///< FLOP/s per device of fp32 matrix products (TF32); 0: `peak`.
+  double peakFp8 = 0;  ///< FLOP/s per device in FP8; 0 when the device has none.
+  double peakFp4 = 0;  ///< FLOP/s per device in FP4 (NVFP4); 0 when the device has none.
+  /// The peak that `mixed(fp8)` products at `scaling` run at: FP4's for NVFP4, FP8's otherwise.
+  double getLowPrecisionPeak(Fp8Scaling scaling) const;
   double hbmBandwidth = 0; ///< Bytes/s of device memory; 0 when unknown.
   /// Bytes/s of host memory per node (what a host optimizer step runs at).
   std::optional<double> hostMemoryBandwidth;
