@@ -80,8 +80,8 @@ void printDevices(bool json, raw_ostream &os) {
       "network bandwidth each way; a cluster's own fields override them (docs/language.md)",
       "GEMM BF16 / FP8: the fraction of that peak a large GEMM reaches (MAMF), the device's own "
       "measurement or its family's; the cost model multiplies it by the training-kernel factor "
-      "(docs/plan.md); NVFP4 products (mixed(fp4)) take the FP8 fraction of the FP4 peak, which "
-      "no published measurement gives"};
+      "(docs/plan.md); NVFP4 products (mixed(fp4)) take 3.764/6.812 of the time of the same "
+      "products in FP8, Transformer Engine's measurement on a B300"};
   renderText(table, os);
   os << "\nSources\n";
   for (const ir::DevicePreset &preset : presets)

@@ -83,9 +83,6 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family);
 struct GemmEfficiency {
   double bf16 = 0;
   double fp8 = 0;
-  /// NVFP4's fraction of the FP4 peak: no measurement of FP4 products is published beside the
-  /// ones getGemmEfficiency cites, so the device's FP8 fraction.
-  double fp4() const { return fp8; }
 };
 GemmEfficiency getGemmEfficiency(const ir::DevicePreset &device);
 
@@ -156,6 +153,17 @@ inline constexpr int64_t kTrainMetricStates = 2;
 /// 6.812 ms (Transformer Engine, docs/examples/gemm_profiling/gemm_profiling.rst at commit
 /// 8f2e635, "Autocast vs Pre-quantized", the per-layer totals of MXFP8 and FP8 CurrentScaling).
 inline constexpr double kMxfp8GemmTimeRatio = 7.161 / 6.812;
+
+/// NVFP4 products take this fraction of the time of the same products in FP8 with one scale per
+/// tensor on the same device: 3.764 ms against 6.812 ms over the same twelve products on the same
+/// B300, their inputs quantized beforehand (the same table as kMxfp8GemmTimeRatio, its NVFP4
+/// column). The FP4 tensor cores' dense peak is 2.8 times the FP8 one on that B300 (Bekman's
+/// table, the `b300` preset) and the products ran 1.81 times as fast. placec applies the ratio on
+/// every Blackwell device rather than scaling it by each device's FP4/FP8 peak ratio: scaled, the
+/// GB200's products (2 times the peak) would run 1.36 times as fast as in MXFP8, and a Llama 3
+/// 70B step on 64 GB200s, about 70 % products, about 1.2 times as fast as its MXFP8 twin, where
+/// Megatron-Bridge measured 1.31 (docs/fidelity.md, "NVFP4").
+inline constexpr double kNvfp4GemmTimeRatio = 3.764 / 6.812;
 
 /// FlashAttention's backward does five matrix products per block against the forward's two
 /// (Dao 2023, "FlashAttention-2", §3.1): 2.5 times the forward's FLOPs.
