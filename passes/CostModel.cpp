@@ -603,7 +603,10 @@ std::vector<std::pair<const Gemm *, int>> groupBySharedInput(const std::vector<G
 /// docs/features/low_precision_training/fp8_current_scaling: "Quantization is a memory-bound
 /// operation that requires reading the tensor twice"). Under MXFP8 each cast writes two copies,
 /// along the rows and along the columns, each with its block scales (Transformer Engine's MXFP8
-/// quantization of a tensor for both of the products that read it).
+/// quantization of a tensor for both of the products that read it). NVFP4 writes its two copies the
+/// same way, after an amax pass of its own for the tensor's FP32 scale, the second level of its
+/// scales (NVIDIA, arXiv:2509.25149, §2; Transformer Engine's gemm_profiling.rst lists the
+/// "per-tensor amax passes: extra memory pass to compute scaling factors" among NVFP4's own costs).
 void addFp8Casts(const TransformerDims &x, const std::vector<Gemm> &products, bool backward,
                  Work &work) {
   if (!x.fp8)
@@ -619,8 +622,10 @@ void addFp8Casts(const TransformerDims &x, const std::vector<Gemm> &products, bo
         elements += gemm->m * gemm->k * gemm->batch;
   }
   double written = x.mx ? 2 * x.fp8SavedBytes() : 1;
-  double read = x.currentScaling ? 2 * x.e : x.e;
-  const char *how = x.mx               ? " (rows and columns)"
+  bool amaxPass = x.currentScaling || x.fp4;
+  double read = amaxPass ? 2 * x.e : x.e;
+  const char *how = x.fp4              ? " (amax, then rows and columns)"
+                    : x.mx             ? " (rows and columns)"
                     : x.currentScaling ? " (current scaling: amax and cast)"
                                        : "";
   work.memory.push_back({fmt::format("{} casts of the {}{}",
