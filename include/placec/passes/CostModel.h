@@ -160,9 +160,9 @@ inline constexpr double kMxfp8GemmTimeRatio = 7.161 / 6.812;
 /// column). The FP4 tensor cores' dense peak is 2.8 times the FP8 one on that B300 (Bekman's
 /// table, the `b300` preset) and the products ran 1.81 times as fast. placec applies the ratio on
 /// every Blackwell device rather than scaling it by each device's FP4/FP8 peak ratio: scaled, the
-/// GB200's products (2 times the peak) would run 1.36 times as fast as in MXFP8, and a Llama 3
-/// 70B step on 64 GB200s, about 70 % products, about 1.2 times as fast as its MXFP8 twin, where
-/// Megatron-Bridge measured 1.31 (docs/fidelity.md, "NVFP4").
+/// GB200's products (2 times the peak) would run 1.36 times as fast as in MXFP8, and placec's
+/// Llama 3 70B step on 64 GB200s, about 70 % products, 1.14 times as fast as its MXFP8 twin's,
+/// where Megatron-Bridge measured 1.31 (docs/fidelity.md, "NVFP4").
 inline constexpr double kNvfp4GemmTimeRatio = 3.764 / 6.812;
 
 /// FlashAttention's backward does five matrix products per block against the forward's two
