@@ -78,10 +78,12 @@ void printDevices(bool json, raw_ostream &os) {
   table.notes = {
       "per device: dense tensor-core peaks, HBM bandwidth, NVLink (or Infinity Fabric) and "
       "network bandwidth each way; a cluster's own fields override them (docs/language.md)",
-      "GEMM BF16 / FP8: the fraction of that peak a large GEMM reaches (MAMF), the device's own "
-      "measurement or its family's; the cost model multiplies it by the training-kernel factor "
-      "(docs/plan.md); NVFP4 products (mixed(fp4)) take 3.764/6.812 of the time of the same "
-      "products in FP8, Transformer Engine's measurement on a B300"};
+      fmt::format("GEMM BF16 / FP8: the fraction of that peak a large GEMM reaches (MAMF), the "
+                  "device's own measurement or its family's; the cost model multiplies it by the "
+                  "training-kernel factor (docs/plan.md); NVFP4 products (mixed(fp4)) take {:.3f} "
+                  "of the time of the same products in FP8, Transformer Engine's measurement on "
+                  "a B300",
+                  cost::kNvfp4GemmTimeRatio)};
   renderText(table, os);
   os << "\nSources\n";
   for (const ir::DevicePreset &preset : presets)

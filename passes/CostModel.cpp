@@ -2676,8 +2676,7 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
   double memory = traffic / (cluster.hbmBandwidth * family->memoryEfficiency * kernelEfficiency);
   // MXFP8's and NVFP4's block-scaled products, each measured against the same products with one
   // scale per tensor.
-  bool mx = fp8 && gemm.mx;
-  double ratio = fp4 ? kNvfp4GemmTimeRatio : mx ? kMxfp8GemmTimeRatio : 1;
+  double ratio = fp4 ? kNvfp4GemmTimeRatio : fp8 && gemm.mx ? kMxfp8GemmTimeRatio : 1;
   best *= ratio;
   double time = std::max(best, memory);
   if (formula) {
