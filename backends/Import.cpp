@@ -431,6 +431,18 @@ private:
     return false;
   }
 
+  /// The product of a batch's factors, or an error at `path` when it does not fit in 64 bits
+  /// (a batch size no run has, which would otherwise wrap around).
+  std::optional<int64_t> batchProduct(std::initializer_list<int64_t> factors, StringRef path) {
+    std::optional<int64_t> product = checkedProduct(factors);
+    if (!product)
+      diags.error(locOf(path), "'" + path +
+                                   "' is too large: the batch it makes (micro-batch × "
+                                   "accumulation steps × data-parallel ranks) does not fit in 64 "
+                                   "bits");
+    return product;
+  }
+
   bool translate(const json::Object &root, Imported &imported) {
     std::optional<int64_t> train = getInt(root, "train_batch_size");
     std::optional<int64_t> micro = getInt(root, "train_micro_batch_size_per_gpu");
@@ -466,14 +478,18 @@ private:
         return false;
       }
       int64_t steps = accumulation.value_or(1);
-      if (*train % (*micro * steps) != 0) {
+      std::optional<int64_t> perRank =
+          batchProduct({*micro, steps}, "train_micro_batch_size_per_gpu");
+      if (!perRank)
+        return false;
+      if (*train % *perRank != 0) {
         diags.error(locOf("train_batch_size"),
                     "train_batch_size " + Twine(*train) + " is not a multiple of " +
                         "train_micro_batch_size_per_gpu × gradient_accumulation_steps = " +
-                        Twine(*micro * steps));
+                        Twine(*perRank));
         return false;
       }
-      devices = *train / (*micro * steps);
+      devices = *train / *perRank;
     }
     if (!micro && !train) {
       diags.error(start, "give train_micro_batch_size_per_gpu or train_batch_size");
@@ -483,18 +499,29 @@ private:
     if (!micro) {
       if (!steps)
         steps = 1;
-      micro = *train / (steps * devices);
-      if (*micro < 1 || *micro * steps * devices != *train) {
+      std::optional<int64_t> ranks = batchProduct({steps, devices}, "gradient_accumulation_steps");
+      if (!ranks)
+        return false;
+      micro = *train / *ranks;
+      if (*micro < 1 || *train % *ranks != 0) {
         diags.error(locOf("train_batch_size"),
-                    "train_batch_size " + Twine(*train) + " is not a multiple of " +
-                        Twine(steps * devices) + " (accumulation steps × " + Twine(devices) +
-                        " data-parallel ranks)");
+                    "train_batch_size " + Twine(*train) + " is not a multiple of " + Twine(*ranks) +
+                        " (accumulation steps × " + Twine(devices) + " data-parallel ranks)");
         return false;
       }
     } else if (!steps) {
-      steps = train ? *train / (*micro * devices) : 1;
+      std::optional<int64_t> perStep =
+          batchProduct({*micro, devices}, "train_micro_batch_size_per_gpu");
+      if (!perStep)
+        return false;
+      steps = train ? *train / *perStep : 1;
     }
-    int64_t global = *micro * steps * devices;
+    std::optional<int64_t> product =
+        batchProduct({*micro, steps, devices}, accumulation ? "gradient_accumulation_steps"
+                                                            : "train_micro_batch_size_per_gpu");
+    if (!product)
+      return false;
+    int64_t global = *product;
     if (train && *train != global) {
       diags.error(locOf("train_batch_size"),
                   "train_batch_size " + Twine(*train) + " is not train_micro_batch_size_per_gpu " +
@@ -1217,15 +1244,22 @@ private:
                   "Megatron-Core forms its expert groups from the data and context ranks");
       return false;
     }
-    int64_t globalBatch = global.value_or(*micro * d);
-    if (globalBatch % (*micro * d) != 0) {
+    std::optional<int64_t> perStep = checkedProduct({*micro, d});
+    if (!perStep) {
+      diags.error(locOf("--micro-batch-size"),
+                  "--micro-batch-size " + Twine(*micro) + " is too large: times the " + Twine(d) +
+                      " data-parallel ranks it does not fit in 64 bits");
+      return false;
+    }
+    int64_t globalBatch = global.value_or(*perStep);
+    if (globalBatch % *perStep != 0) {
       diags.error(locOf("--global-batch-size"), "--global-batch-size " + Twine(globalBatch) +
                                                     " is not a multiple of " +
                                                     "--micro-batch-size × data-parallel size " +
-                                                    Twine(d) + " = " + Twine(*micro * d));
+                                                    Twine(d) + " = " + Twine(*perStep));
       return false;
     }
-    int64_t microbatches = globalBatch / (*micro * d);
+    int64_t microbatches = globalBatch / *perStep;
 
     // The model: declared from the flags unless one was named.
     std::string name = makeName(options.name, options.inputName, "megatron");

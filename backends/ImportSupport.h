@@ -10,9 +10,11 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,7 +25,18 @@ namespace placec::bridge::detail {
 /// untrusted input; the checks that follow reject the saturated value).
 inline int64_t saturatingMul(int64_t a, int64_t b) {
   int64_t product = 0;
-  return __builtin_mul_overflow(a, b, &product) ? INT64_MAX : product;
+  return llvm::MulOverflow(a, b, product) ? INT64_MAX : product;
+}
+
+/// The product of `factors`, or nothing when it does not fit in 64 bits (a batch of a micro-batch
+/// size, accumulation steps and data-parallel ranks read from untrusted input, which the importer
+/// then reports at the key rather than let wrap around).
+inline std::optional<int64_t> checkedProduct(std::initializer_list<int64_t> factors) {
+  int64_t product = 1;
+  for (int64_t factor : factors)
+    if (llvm::MulOverflow(product, factor, product))
+      return std::nullopt;
+  return product;
 }
 
 /// The names of the prelude's strategies, which no declaration may reuse.

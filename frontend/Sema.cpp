@@ -24,8 +24,7 @@ namespace {
 /// The largest parameter count placec accepts: byte counts of 16 bytes per parameter and their
 /// sums then stay far inside int64 and exact in double.
 constexpr double kMaxParams = 1e15;
-/// The largest device count of a cluster.
-constexpr int64_t kMaxDevices = 1 << 24;
+using ir::kMaxDevices;
 /// The largest value of a count field (layers, hidden, batch sizes, …).
 constexpr int64_t kMaxCount = int64_t(1) << 40;
 /// The most training metrics a run may compute from its logits (each one more pass over them).

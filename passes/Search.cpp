@@ -174,7 +174,7 @@ bool isVShape(ir::Schedule schedule) {
 
 std::vector<int64_t> divisorsOf(int64_t n) {
   std::vector<int64_t> result;
-  for (int64_t d = 1; d * d <= n; ++d)
+  for (int64_t d = 1; d <= n / d; ++d)
     if (n % d == 0) {
       result.push_back(d);
       if (d * d != n)

@@ -545,9 +545,11 @@ int runSearch() {
   DiagnosticEngine diags(sourceMgr);
   diags.setErrorLimit(errorLimit);
   // Counts given on the command line are 1 or more (not given: the cluster's devices, 5 plans).
-  if (searchDevices.getNumOccurrences() && searchDevices <= 0) {
-    printError(fmt::format("--devices: expected a device count of 1 or more, got {}",
-                           static_cast<int64_t>(searchDevices)));
+  if (searchDevices.getNumOccurrences() &&
+      (searchDevices <= 0 || searchDevices > ir::kMaxDevices)) {
+    printError(fmt::format("--devices: expected a device count from 1 to {} (the most a cluster "
+                           "may have), got {}",
+                           ir::kMaxDevices, static_cast<int64_t>(searchDevices)));
     return 1;
   }
   if (searchTop.getNumOccurrences() && searchTop == 0) {

@@ -335,6 +335,9 @@ std::vector<Tensor> buildMlpTensors(const MlpConfig &config);
 
 enum class Fp8Scaling;
 
+/// The most devices a cluster, a mesh or a search may have (2^24, some sixteen million).
+inline constexpr int64_t kMaxDevices = int64_t(1) << 24;
+
 class Cluster {
 public:
   std::string name;
