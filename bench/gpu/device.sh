@@ -7,11 +7,14 @@
 #   4. profiles the attention kernels under Nsight Compute (speed of light, warp states),
 #   5. runs both bench configs with this tree's placert_cuda and, given baselines, with the first
 #      baseline's library in its place,
-#   6. runs bench/gpu/run.py in full (placert, PyTorch eager and torch.compile) until the deadline.
+#   6. times the kernels of a mixture of experts (bench/gpu/moe_kernels.py: the fidelity rows'
+#      grouped expert products, the routing, attention over grouped keys and values),
+#   7. runs bench/gpu/run.py in full (placert, PyTorch eager and torch.compile) until the deadline.
 #
 #   bench/gpu/device.sh [--baseline FlashAttention.cu]... [--seconds N]
 #
-# Results go to $OUT (or ./device-out): summary.txt, attention.json, results.md/json and
+# Results go to $OUT (or ./device-out): summary.txt, attention.json, moe-kernels.json,
+# results.md/json and
 # everything else in logs.tar.gz. Every stage has a deadline inside the N seconds (default 540), so
 # that the files are written before a caller's limit.
 set -u
@@ -120,7 +123,12 @@ if [ "${#BASELINES[@]}" -gt 0 ] && [ -f "$WORK/old-0/libplacert_cuda.so.0.5.0" ]
   cp "$WORK/lib-new.so" "$lib"
 fi
 
-stage "6. run.py in full (placert, PyTorch eager and compiled)"
+stage "6. kernels of a mixture of experts"
+timeout $(cap 90) python3 "$ROOT/bench/gpu/moe_kernels.py" --shapes "$ROOT/bench/gpu/moe-shapes.json" \
+  --out "$OUT" --budget 70 >"$WORK/moe-kernels.log" 2>&1
+summary "moe_kernels.py exit $?"
+
+stage "7. run.py in full (placert, PyTorch eager and compiled)"
 if [ "$KERNEL_RC" = 0 ]; then
   timeout $(cap $(( $(left) - 15 ))) python3 "$ROOT/bench/gpu/run.py" --out "$WORK/new" --steps 10 \
     --warmup 3 >"$WORK/run.log" 2>&1

@@ -4,6 +4,11 @@ family, as `placec report --explain` prints them, for bench/gpu/kernels.py to me
 
   python3 bench/gpu/kernel_shapes.py --placec build/tools/placec bench/fidelity \
       --devices h100_sxm,h200 -o bench/gpu/kernel-shapes.json
+
+With --experts, only the routed experts' grouped products (for bench/gpu/moe_kernels.py):
+
+  python3 bench/gpu/kernel_shapes.py bench/fidelity --experts \
+      --devices h100_sxm,h200,b200,b300,gb200,gb300 -o bench/gpu/moe-shapes.json
 """
 
 import argparse
@@ -37,6 +42,8 @@ def main():
                         help="comma-separated device presets whose rows to list")
     parser.add_argument("--fp8-efficiency", default="0.709",
                         help="the FP8 GEMM efficiency the explanation shows for the family")
+    parser.add_argument("--experts", action="store_true",
+                        help="list only the routed experts' grouped products")
     parser.add_argument("-o", "--output", required=True)
     args = parser.parse_args()
     devices = set(args.devices.split(","))
@@ -62,11 +69,13 @@ def main():
             m, n, k = (int(float(match[x])) for x in "mnk")
             batch = int(float(match["batch"])) if match["batch"] else 1
             fp8 = match["eff"] == args.fp8_efficiency
+            if args.experts and not (batch > 1 and match["name"].startswith("experts")):
+                continue
             layout = layout_of(match["name"].strip())
             key = (m, n, k, batch, layout, fp8)
             gemms.setdefault(key, dict(m=m, n=n, k=k, batch=batch, layout=layout, fp8=fp8,
                                        name=match["name"].strip(), source=source))
-        for match in ATTENTION.finditer(explain):
+        for match in ATTENTION.finditer("" if args.experts else explain):
             bh, q, kv, d = (int(float(match[x])) for x in ("bh", "q", "kv", "d"))
             key = (bh, q, kv, d, bool(match["causal"]))
             attention.setdefault(key, dict(batch=1, heads=bh, queries=q, keys=kv, head_dim=d,

@@ -118,6 +118,19 @@ class HoldTimer:
         return tail[len(tail) // 2] / 1e3
 
 
+def run_section(result, name, fn, save):
+    """Runs one section of a bench and saves the results; a failure is recorded under
+    result["failed"][name] and the caller's next section still runs."""
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - one broken section must not lose the others
+        import traceback
+
+        result.setdefault("failed", {})[name] = traceback.format_exc()
+        log(f"  {name}: failed\n{traceback.format_exc()}")
+    save()
+
+
 def rotating(make, bytes_each, floor=256 << 20):
     """Enough copies of the inputs that consecutive calls do not find them in L2."""
     count = max(1, min(8, math.ceil(floor / max(bytes_each, 1))))
@@ -389,17 +402,8 @@ def main():
     result["timer"] = f"hold {args.hold} s" if args.hold > 0 else "burst"
 
     def section(name, fn):
-        """Runs one section; a failure is recorded and the next section still runs."""
-        if name in skip:
-            return
-        try:
-            fn()
-        except Exception:  # noqa: BLE001 - one broken section must not lose the others
-            import traceback
-
-            result.setdefault("failed", {})[name] = traceback.format_exc()
-            log(f"  {name}: failed\n{traceback.format_exc()}")
-        save()
+        if name not in skip:
+            run_section(result, name, fn, save)
 
     def memory():
         result["memory"] = bench_memory(dev, timer)
