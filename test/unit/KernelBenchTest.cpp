@@ -336,4 +336,36 @@ cluster h200 { device = h200; nodes = 1; devices_per_node = 1; }
   EXPECT_GT(experts.min(), -0.32);
 }
 
+/// The token permutations of the same H200 run (a gather of every routed row, and the receiving
+/// rank's regrouping by local expert) against the model's memory-bound time for their bytes, each
+/// row read once and written once: the rate the model takes for streaming kernels alone, the HBM
+/// bandwidth × the family's memory efficiency.
+TEST(KernelBenchTest, TokenPermutationsOnH200) {
+  auto compiled = unittest::compile(R"(
+cluster h200 { device = h200; nodes = 1; devices_per_node = 1; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  CostModel model(*compiled->program->findCluster("h200"), ir::Precision::MixedBF16);
+  auto bench = load("moe-kernels.json", "h200-2026-12-04");
+  ASSERT_TRUE(bench);
+  const llvm::json::Array *routing = bench->getAsObject()->getArray("routing");
+  ASSERT_TRUE(routing);
+  Errors gathers;
+  for (const llvm::json::Value &row : *routing) {
+    const llvm::json::Object &r = *row.getAsObject();
+    if (!r.getString("kernel")->contains("gather"))
+      continue;
+    // Rows of hidden BF16 elements, read and written: 2 · 2 B each.
+    double bytes = *r.getNumber("tokens") * *r.getNumber("top_k") * *r.getNumber("hidden") * 4;
+    EXPECT_EQ(bytes, *r.getNumber("bytes"));
+    double predicted = model.getMemorySeconds(bytes) * kTrainingKernelEfficiency;
+    gathers.values.push_back(predicted / *r.getNumber("seconds") - 1);
+  }
+  // GPT-OSS's 16,384 and Qwen3's 65,536 rows, each permuted and regrouped.
+  ASSERT_EQ(gathers.values.size(), 4u);
+  // 3.2 to 4.5 TB/s against the model's 0.85 × 4.8 TB/s.
+  EXPECT_LE(gathers.maxAbs(), 0.3);
+  EXPECT_LE(gathers.meanAbs(), 0.15);
+}
+
 } // namespace
