@@ -144,7 +144,7 @@ private:
   /// What a stage holds, for the cost model's memory formula.
   cost::StageStates stageStates(const plan::StagePlan &stage, bool explain) const;
 
-  const cost::GroupShape &groupOf(const std::vector<unsigned> &axes) {
+  const cost::GroupShape &groupOf(const plan::AxisList &axes) {
     auto it = groups.find(axes);
     if (it == groups.end())
       it = groups.emplace(axes, cost::getGroupShape(mesh, axes, cluster.devicesPerNode)).first;
@@ -231,7 +231,7 @@ private:
   const AnalysisOptions &options;
   cost::CostModel costModel;
   cost::Layout layout;
-  std::map<std::vector<unsigned>, cost::GroupShape> groups;
+  std::map<plan::AxisList, cost::GroupShape> groups;
   std::map<std::pair<int, int>, bool> crossings;
   /// The compute time and the product slots of each work, keyed by the work the compute ops
   /// share (the ops of one class of units and one pass: plan::Op::work).
@@ -566,7 +566,8 @@ void Analyzer::explainCommunication(RunExplanation &explanation,
         continue;
       for (const std::vector<Op> *ops : {&stage.forward, &stage.backward, &stage.step})
         for (const Op &op : *ops) {
-          if (!isTraffic(op) || op.kind != entry.collective || op.axes != entry.axes ||
+          if (!isTraffic(op) || op.kind != entry.collective ||
+              ArrayRef<unsigned>(op.axes) != ArrayRef<unsigned>(entry.axes) ||
               op.state != entry.state || op.phase != entry.phase)
             continue;
           sample = &op;
@@ -690,7 +691,7 @@ RunAnalysis Analyzer::analyze() {
   for (const plan::StagePlan &stage : plan.stages) {
     // The communication table's row of each (collective, axes, state, phase); the axes by the
     // number of their first appearance, so that looking a row up copies nothing.
-    std::map<std::vector<unsigned>, int> axesNumbers;
+    std::map<plan::AxisList, int> axesNumbers;
     std::map<std::tuple<int, int, int, int>, size_t> index;
     auto account = [&](const Op &op) {
       if (!isTraffic(op))
@@ -706,7 +707,7 @@ RunAnalysis Analyzer::analyze() {
       if (inserted) {
         CommEntry entry;
         entry.stage = stage.stage;
-        entry.axes = op.axes;
+        entry.axes.assign(op.axes.begin(), op.axes.end());
         for (size_t i = 0; i < op.axes.size(); ++i)
           entry.axis += (i ? "," : "") + mesh.axes[op.axes[i]].name;
         if (op.kind == OpKind::HostToDevice || op.kind == OpKind::DeviceToHost)

@@ -209,14 +209,14 @@ private:
     return model.kind == ir::ModelKind::Transformer && unit.layer >= model.getHeadLayer();
   }
 
-  Op collective(OpKind kind, Phase phase, ir::State state, int unit, std::vector<unsigned> axes,
+  Op collective(OpKind kind, Phase phase, ir::State state, int unit, ArrayRef<unsigned> axes,
                 int64_t elements, DType dtype, bool perMicrobatch, const Twine &reason) const {
     Op op;
     op.kind = kind;
     op.phase = phase;
     op.state = state;
     op.unit = unit;
-    op.axes = std::move(axes);
+    op.axes.assign(axes.begin(), axes.end());
     op.elements = elements;
     op.dtype = dtype;
     op.perMicrobatch = perMicrobatch;
@@ -679,9 +679,13 @@ void Lowering::lowerStage(StagePlan &stage) {
                   embedUnit >= 0 && headUnit >= 0 && (paramsOnHost || !gatherAxes.empty());
 
   // Room for a unit's usual ops (its compute, gathers and frees, tensor-parallel and expert
-  // collectives, reductions), so that the lists rarely grow.
-  stage.forward.reserve(8 * stage.units.size());
-  stage.backward.reserve(12 * stage.units.size());
+  // collectives, reductions, and the ring attention's cp - 1 steps a pass, twice in a backward
+  // that recomputes), so that the lists rarely grow.
+  size_t ring = layout.context > 1 && strategy.contextMethod == ir::ContextMethod::Ring
+                    ? static_cast<size_t>(layout.context)
+                    : 0;
+  stage.forward.reserve((8 + ring) * stage.units.size());
+  stage.backward.reserve((12 + 2 * ring) * stage.units.size());
   stage.step.reserve(4 * stage.units.size());
 
   // Forward of one micro-batch.

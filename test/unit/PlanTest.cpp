@@ -140,7 +140,7 @@ TEST(Plan, Zero3GathersAroundEachUse) {
           continue;
         // The whole unit is gathered, freed and reduce-scattered.
         EXPECT_EQ(op.elements, plan.units[u].params);
-        EXPECT_EQ(op.axes, op.kind == F ? std::vector<unsigned>{} : std::vector<unsigned>{dp});
+        EXPECT_EQ(op.axes, op.kind == F ? plan::AxisList{} : plan::AxisList{dp});
         EXPECT_EQ(op.state, op.kind == RS ? ir::State::Grads : ir::State::Params);
         EXPECT_EQ(op.dtype, plan::DType::BF16);
       }
@@ -251,7 +251,7 @@ TEST(Plan, Zero1ReducesAtTheStepAndGathersUpdatedParams) {
         EXPECT_EQ(op.dtype, plan::DType::FP32);
         continue;
       }
-      EXPECT_EQ(op.axes, std::vector<unsigned>{dp});
+      EXPECT_EQ(op.axes, plan::AxisList{dp});
       EXPECT_EQ(op.elements, params);
       EXPECT_EQ(op.state, op.kind == RS ? ir::State::Grads : ir::State::Params);
     }
@@ -304,10 +304,10 @@ TEST(Plan, HybridShardingGroups) {
     for (const auto *ops : {&stage.forward, &stage.backward})
       for (const plan::Op &op : *ops)
         if (op.unit == unit && plan::isCollective(op.kind)) {
-          EXPECT_EQ(op.axes, std::vector<unsigned>{shard});
+          EXPECT_EQ(op.axes, plan::AxisList{shard});
         }
     const plan::Op &allReduce = stage.step[2 * u];
-    EXPECT_EQ(allReduce.axes, std::vector<unsigned>{replicate});
+    EXPECT_EQ(allReduce.axes, plan::AxisList{replicate});
     EXPECT_EQ(allReduce.elements, (plan.units[u].params + 7) / 8);
   }
 }
@@ -583,7 +583,7 @@ int64_t firstExchange(const PlanFixture &f, OpKind kind, const std::string &axis
   const plan::StepPlan &plan = *f.plan;
   unsigned index = static_cast<unsigned>(plan.run->strategy->mesh.findAxis(axis));
   for (const plan::Op &op : plan.stages[0].forward)
-    if (op.kind == kind && isLayerUnit(plan, op.unit) && op.axes == std::vector<unsigned>{index})
+    if (op.kind == kind && isLayerUnit(plan, op.unit) && op.axes == plan::AxisList{index})
       return op.elements;
   return -1;
 }

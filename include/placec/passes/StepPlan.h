@@ -8,6 +8,7 @@
 #include "placec/ir/IR.h"
 #include "placec/passes/CostModel.h"
 
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
@@ -57,7 +58,19 @@ enum class ComputeKind { Forward, Backward, Recompute };
 llvm::StringRef toString(ComputeKind kind);
 
 /// One step of the plan.
+/// A collective's mesh axes, outermost first: inline for up to four (a plan has thousands of ops,
+/// and a search lowers a plan for each candidate).
+using AxisList = llvm::SmallVector<unsigned, 4>;
+
 struct Op {
+  Op() = default;
+  Op(const Op &) = default;
+  Op &operator=(const Op &) = default;
+  // Moved, not copied, when a vector of ops grows: AxisList's move is not declared noexcept, and
+  // copying every op at each growth took a sixth of a DeepSeek-V3-sized search's time.
+  Op(Op &&) noexcept = default;
+  Op &operator=(Op &&) noexcept = default;
+
   OpKind kind = OpKind::Compute;
   Phase phase = Phase::Forward;
   /// The state the op moves or changes; Activations for tensor-parallel and pipeline traffic.
@@ -65,7 +78,7 @@ struct Op {
   /// Index into StepPlan::units; -1 for an op on the whole stage (a bucketed reduction).
   int unit = -1;
   /// Collectives: the mesh axes of the group, outermost first (the group is their product).
-  std::vector<unsigned> axes;
+  AxisList axes;
   /// Collectives: the size of the collective's full buffer in elements, per device (all-gather
   /// output, reduce-scatter input, all-reduce buffer). Transfers, sends: the elements moved.
   /// Compute: unused. Free: the elements released.
