@@ -57,11 +57,11 @@ bool isCollective(OpKind kind);
 enum class ComputeKind { Forward, Backward, Recompute };
 llvm::StringRef toString(ComputeKind kind);
 
-/// One step of the plan.
 /// A collective's mesh axes, outermost first: inline for up to four (a plan has thousands of ops,
 /// and a search lowers a plan for each candidate).
 using AxisList = llvm::SmallVector<unsigned, 4>;
 
+/// One step of the plan.
 struct Op {
   Op() = default;
   Op(const Op &) = default;
