@@ -75,7 +75,8 @@ def main():
             key = (m, n, k, batch, layout, fp8)
             gemms.setdefault(key, dict(m=m, n=n, k=k, batch=batch, layout=layout, fp8=fp8,
                                        name=match["name"].strip(), source=source))
-        for match in ATTENTION.finditer("" if args.experts else explain):
+        # --experts lists no attention cores.
+        for match in [] if args.experts else ATTENTION.finditer(explain):
             bh, q, kv, d = (int(float(match[x])) for x in ("bh", "q", "kv", "d"))
             key = (bh, q, kv, d, bool(match["causal"]))
             attention.setdefault(key, dict(batch=1, heads=bh, queries=q, keys=kv, head_dim=d,

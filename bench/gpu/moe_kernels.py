@@ -6,8 +6,8 @@ experts").
 placec times a layer's routed experts as grouped products: `batch` local experts, each a product
 of its rows (passes/CostModel.cpp, layerProjectionShapes), all tiles of all experts filling the
 device's SMs in waves as one kernel would. This bench measures, for every such product of the
-fidelity rows (the `experts ...` entries of bench/gpu/kernel-shapes.json) and for a sweep of rows
-per expert:
+fidelity rows (bench/gpu/moe-shapes.json, from `kernel_shapes.py --experts`) and for a sweep of
+rows per expert:
 
   grouped  one launch for all experts: torch._grouped_mm (CUTLASS's grouped kernel on Hopper),
            the products laid out as the training step runs them (forward X·Wᵀ, input gradient
@@ -20,7 +20,8 @@ the router's softmax and top-k, the permutation of tokens to their experts (a ga
 inverse weighted by the routing probabilities (a scatter-add), and fused causal attention with
 grouped keys and values.
 
-  python3 bench/gpu/moe_kernels.py --shapes bench/gpu/kernel-shapes.json --out DIR [--budget 360]
+  python3 bench/gpu/moe_kernels.py --shapes bench/gpu/moe-shapes.json --out DIR [--budget 360]
+      [--sections routing,attention,grouped,single]
 
 Writes DIR/moe-kernels.json (every measurement) and prints a summary; every section is saved as it
 ends, so that a deadline loses only the section it interrupts.
@@ -36,7 +37,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernels import Timer, gemm_case, log, run_section, smi  # noqa: E402  (the kernel bench's)
+from kernels import (Timer, attention_flops, gemm_case, log, run_section,  # noqa: E402
+                     smi)
 
 BF16 = torch.bfloat16
 
@@ -186,7 +188,7 @@ def bench_attention(dev, timer, cases):
                 grad = torch.randn_like(out)
                 row["backward_seconds"] = timer(lambda: torch.autograd.grad(
                     out, (q, k, v), grad, retain_graph=True))
-            flops = 4.0 * batch * heads * seq * seq * d * 0.5
+            flops = attention_flops(batch, heads, seq, seq, d, True)
             row["forward_tflops"] = flops / row["forward_seconds"] / 1e12
             row["backward_tflops"] = 2.5 * flops / row["backward_seconds"] / 1e12
             del q, k, v, out, grad
@@ -199,7 +201,8 @@ def bench_attention(dev, timer, cases):
 
 def sweep():
     """Rows per expert from 64 to 4096 at one shape (GPT-OSS's gate and up, 16 local experts),
-    forward and weight gradient; and 8 to 64 experts at 1,024 rows each."""
+    forward and weight gradient; 4 to 64 experts at 1,024 rows each; and 16 weight gradients of
+    8192×8192 over 256 to 4,096 rows."""
     out = []
     for m in (64, 128, 256, 512, 1024, 2048, 4096):
         out.append((16, m, 5760, 2880, "forward", "rows sweep"))
@@ -232,7 +235,7 @@ def bench_single(dev, timer):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", help="JSON of products (bench/gpu/kernel-shapes.json)")
+    parser.add_argument("--shapes", help="JSON of products (bench/gpu/moe-shapes.json)")
     parser.add_argument("--out", required=True, help="directory for moe-kernels.json")
     parser.add_argument("--sections", default="routing,attention,grouped,single",
                         help="comma-separated sections to run")

@@ -27,7 +27,13 @@ const char *kH100 = R"(
 cluster h100 { device = h100_sxm; nodes = 1; devices_per_node = 1; }
 )";
 
+const char *kH200 = R"(
+cluster h200 { device = h200; nodes = 1; devices_per_node = 1; }
+)";
+
 const char *kH100Results = "h100-2026-11-27";
+/// bench/gpu/moe_kernels.py on one H200 (bench/README.md, "Kernels of a mixture of experts").
+const char *kH200Results = "h200-2026-12-04";
 
 /// The parsed JSON file `name` of the bench run in bench/gpu/results/`run`, or a failed
 /// expectation and null.
@@ -281,17 +287,14 @@ TEST(KernelBenchTest, ProductsInsideTrainingSteps) {
 /// 1K to 8K, each layout) as the reference: kernels timed alone in short bursts run below the
 /// MAMF fraction the model takes, so each error is read against the reference's.
 TEST(KernelBenchTest, GroupedExpertProductsOnH200) {
-  auto compiled = unittest::compile(R"(
-cluster h200 { device = h200; nodes = 1; devices_per_node = 1; }
-)");
+  auto compiled = unittest::compile(kH200);
   ASSERT_TRUE(compiled->program) << compiled->messages;
   CostModel model(*compiled->program->findCluster("h200"), ir::Precision::MixedBF16);
-  const char *run = "h200-2026-12-04";
   auto timeAlone = [&](double batch, double m, double n, double k) {
     Gemm gemm{"product", m, n, k, batch};
     return model.getGemmSeconds(gemm) * kTrainingKernelEfficiency;
   };
-  auto sweeps = load("moe-kernels-sweeps.json", run);
+  auto sweeps = load("moe-kernels-sweeps.json", kH200Results);
   ASSERT_TRUE(sweeps);
   const llvm::json::Array *single = sweeps->getAsObject()->getArray("single");
   ASSERT_TRUE(single);
@@ -309,7 +312,7 @@ cluster h200 { device = h200; nodes = 1; devices_per_node = 1; }
   EXPECT_LT(reference.mean(), -0.03);
   EXPECT_GT(reference.mean(), -0.12);
 
-  auto bench = load("moe-kernels.json", run);
+  auto bench = load("moe-kernels.json", kH200Results);
   ASSERT_TRUE(bench);
   const llvm::json::Array *grouped = bench->getAsObject()->getArray("grouped");
   ASSERT_TRUE(grouped);
@@ -341,12 +344,10 @@ cluster h200 { device = h200; nodes = 1; devices_per_node = 1; }
 /// row read once and written once: the rate the model takes for streaming kernels alone, the HBM
 /// bandwidth × the family's memory efficiency.
 TEST(KernelBenchTest, TokenPermutationsOnH200) {
-  auto compiled = unittest::compile(R"(
-cluster h200 { device = h200; nodes = 1; devices_per_node = 1; }
-)");
+  auto compiled = unittest::compile(kH200);
   ASSERT_TRUE(compiled->program) << compiled->messages;
   CostModel model(*compiled->program->findCluster("h200"), ir::Precision::MixedBF16);
-  auto bench = load("moe-kernels.json", "h200-2026-12-04");
+  auto bench = load("moe-kernels.json", kH200Results);
   ASSERT_TRUE(bench);
   const llvm::json::Array *routing = bench->getAsObject()->getArray("routing");
   ASSERT_TRUE(routing);
