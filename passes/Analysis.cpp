@@ -676,6 +676,29 @@ RunAnalysis Analyzer::analyze() {
   // of each stage.
   double m = static_cast<double>(plan.microbatches);
   TimeReport &time = result.time;
+  if (options.untimedUnfit && !(memory.fitsDevice && memory.fitsHost)) {
+    time.timed = false;
+    return result;
+  }
+  // A stage's step is m × its compute per micro-batch plus what it exposes and its optimizer,
+  // and the bubble is never negative: past `stepBound`, that much is enough. The margin keeps
+  // rounding from deciding a tie.
+  if (options.stepBound < std::numeric_limits<double>::infinity()) {
+    double lower = 0;
+    for (const plan::StagePlan &stage : plan.stages) {
+      double compute = 0;
+      for (const std::vector<Op> *ops : {&stage.forward, &stage.backward})
+        for (const Op &op : *ops)
+          if (op.kind == OpKind::Compute)
+            compute += computeSeconds(op);
+      lower = std::max(lower, m * compute);
+    }
+    if (lower > options.stepBound * (1 + 1e-9)) {
+      time.timed = false;
+      time.stepSeconds = lower;
+      return result;
+    }
+  }
   struct StageTime {
     int stage = 0;
     double forwardCompute = 0, backwardCompute = 0, weight = 0, optimizer = 0;

@@ -31,6 +31,9 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <mutex>
 #include <numeric>
 #include <set>
@@ -2067,7 +2070,7 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
 }
 
 std::string evaluateExact(const ir::Run &base, const ir::Cluster &cluster, const Candidate &c,
-                          analysis::RunAnalysis *analysisOut) {
+                          analysis::RunAnalysis *analysisOut, double stepBound, bool untimedUnfit) {
   ir::Program program;
   program.strategies.push_back(buildStrategy(c, "candidate"));
   program.runs.push_back(buildRun(base, cluster, *program.strategies.back(), c));
@@ -2077,6 +2080,8 @@ std::string evaluateExact(const ir::Run &base, const ir::Cluster &cluster, const
   VerifyOptions options;
   options.capacityIsError = true;
   options.suggestCapacityFixes = false;
+  options.stepBound = stepBound;
+  options.untimedUnfit = untimedUnfit;
   std::optional<analysis::RunAnalysis> verified;
   options.onAnalysis = [&](const ir::Run &, analysis::RunAnalysis &analysis) {
     verified = std::move(analysis);
@@ -2091,10 +2096,14 @@ std::string evaluateExact(const ir::Run &base, const ir::Cluster &cluster, const
   // A run another rule rejects is not analysed: nothing reads its times or memory.
   if (!rule.empty() && rule != "capacity")
     return rule;
+  analysis::AnalysisOptions analysisOptions;
+  analysisOptions.stepBound = stepBound;
+  analysisOptions.untimedUnfit = untimedUnfit;
   analysis::RunAnalysis result =
       verified ? std::move(*verified)
                : analysis::analyze(
-                     *plan::lowerRun(*program.runs.back(), plan::LowerOptions{/*reasons=*/false}));
+                     *plan::lowerRun(*program.runs.back(), plan::LowerOptions{/*reasons=*/false}),
+                     analysisOptions);
   // The capacity rule is defined by the memory analysis; a verifier without it (it is being
   // added) is completed here so that the search never reports a plan that does not fit.
   if (rule.empty() && (!result.memory.fitsDevice || !result.memory.fitsHost))
@@ -2437,8 +2446,17 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
                 ++counts.prunedByMemoryOrder;
                 continue;
               }
+              // Once the kept plans are as many as the top, the slowest of them bounds what can
+              // still enter: a plan whose compute alone is slower is counted as accepted and not
+              // timed, nor is one over the budget (as on the fast path). Collecting every
+              // accepted plan (onAccepted) times them all.
+              std::vector<std::pair<Ranked, analysis::RunAnalysis>> &kept = share.best;
+              double stepBound = !options.onAccepted && kept.size() == keep
+                                     ? kept.back().first.candidate.stepSeconds
+                                     : std::numeric_limits<double>::infinity();
               analysis::RunAnalysis exact;
-              std::string rule = evaluateExact(run, cluster, c, &exact);
+              std::string rule =
+                  evaluateExact(run, cluster, c, &exact, stepBound, /*untimedUnfit=*/true);
               c.stepSeconds = exact.time.stepSeconds;
               c.peakBytes = exact.memory.device.peak;
               c.hostPeakBytes = exact.memory.host.peak;
@@ -2459,9 +2477,12 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
                 continue;
               }
               ++counts.accepted;
+              if (!exact.time.timed) {
+                ++counts.prunedByStep;
+                continue;
+              }
               if (options.onAccepted)
                 options.onAccepted(c);
-              std::vector<std::pair<Ranked, analysis::RunAnalysis>> &kept = share.best;
               if (kept.size() == keep && !isRankedBetter(ranked, kept.back().first))
                 continue;
               if (share.refused.refuses(options, ranked, counts))
@@ -2519,6 +2540,13 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
     result.top.push_back(ranked.candidate);
     result.topAnalyses.push_back(std::move(analysis));
   }
+}
+
+void retainFreedMemory() {
+#ifdef __GLIBC__
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+#endif
 }
 
 unsigned getSearchThreads(const SearchOptions &options) {

@@ -1247,8 +1247,10 @@ int main(int argc, char **argv) {
     return 1;
   }
 
-  if (command == Command::Search)
+  if (command == Command::Search) {
+    search::retainFreedMemory();
     return runSearch();
+  }
   if (command == Command::Fidelity)
     return runFidelity();
   if (command == Command::Compile)

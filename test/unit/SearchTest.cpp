@@ -1446,6 +1446,47 @@ run moe { model = moe_cp; cluster = h100_16; strategy = dp(16);
   }
 }
 
+TEST(SearchTest, MoeStepBoundChangesNothing) {
+  // The exact path leaves untimed the plans whose compute alone is slower than every plan kept
+  // (and those over the budget); collecting every accepted plan times them all. The counts and
+  // the best plans, with their times, are the same either way, on one thread or two.
+  auto compiled = compile(R"(
+model moe : transformer {
+  layers = 8; hidden = 2048; heads = 16; kv_heads = 4; seq = 4096; vocab = 32000; mlp = swiglu;
+  norm = rmsnorm; bias = false; positions = rope; tied_embeddings = false; attention = cudnn;
+  experts = 32; top_k = 4; expert_ffn = 1024;
+}
+cluster h100_32 { device = h100_sxm; nodes = 4; devices_per_node = 8; }
+run moe { model = moe; cluster = h100_32; strategy = dp(32);
+          micro_batch = 1; global_batch = 256; precision = mixed(bf16); optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "moe");
+  SearchOptions bounded, full;
+  bounded.threads = 1;
+  full.threads = 1;
+  uint64_t collected = 0;
+  full.onAccepted = [&](const Candidate &) { ++collected; };
+  SearchResult a = searchStrategies(run, bounded), b = searchStrategies(run, full);
+  EXPECT_GT(a.prunedByStep, 0u);
+  EXPECT_EQ(b.prunedByStep, 0u);
+  EXPECT_EQ(collected, b.accepted);
+  EXPECT_EQ(a.spaceSize, b.spaceSize);
+  EXPECT_EQ(a.accepted, b.accepted);
+  EXPECT_EQ(a.rejectedByRule, b.rejectedByRule);
+  bounded.threads = 2;
+  SearchResult c = searchStrategies(run, bounded);
+  EXPECT_EQ(c.accepted, b.accepted);
+  ASSERT_EQ(a.top.size(), b.top.size());
+  ASSERT_EQ(c.top.size(), b.top.size());
+  ASSERT_FALSE(b.top.empty());
+  for (size_t i = 0; i < b.top.size(); ++i) {
+    EXPECT_EQ(a.top[i].describe(), b.top[i].describe());
+    EXPECT_EQ(a.top[i].stepSeconds, b.top[i].stepSeconds);
+    EXPECT_EQ(c.top[i].describe(), b.top[i].describe());
+  }
+}
+
 TEST(SearchTest, MaxParamsGrowsWithSharding) {
   auto compiled = compile(kLlama);
   ASSERT_TRUE(compiled->program) << compiled->messages;

@@ -10,6 +10,7 @@
 
 #include "llvm/ADT/ArrayRef.h"
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,6 +82,10 @@ struct TimeReport {
   double stepSeconds = 0;
   double mfu = 0;
   double tokensPerSecond = 0;
+  /// False when AnalysisOptions let the step go untimed: the run does not fit (`untimedUnfit`),
+  /// or its slowest stage's compute alone is longer than `stepBound`. Then `stepSeconds` holds
+  /// that lower bound (0 for a run that does not fit) and the communication is not listed.
+  bool timed = true;
 };
 
 /// The formulas behind every figure of a run's analysis, with the numbers put in.
@@ -127,6 +132,12 @@ cost::Collective getCollective(plan::OpKind kind);
 struct AnalysisOptions {
   /// Record the formula of every figure (RunAnalysis::explanation).
   bool explain = false;
+  /// A caller that ranks runs by step time (the search) needs no time of a run that cannot rank:
+  /// one whose step is at least m × the compute of one of its stages per micro-batch, when that
+  /// is above this bound; and, with `untimedUnfit`, one over the device's or the host's memory.
+  /// Such a run's memory is analysed and its time is not (TimeReport::timed).
+  double stepBound = std::numeric_limits<double>::infinity();
+  bool untimedUnfit = false;
 };
 
 /// Runs the three analyses over a plan.

@@ -8,6 +8,7 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <functional>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -39,6 +40,10 @@ struct VerifyOptions {
   /// Called with each run's analysis when the verifier computes it (the runs that pass the rules
   /// checked before the capacity), so that a caller does not analyse the run again.
   std::function<void(const ir::Run &, analysis::RunAnalysis &)> onAnalysis;
+  /// Passed to that analysis (analysis::AnalysisOptions): a caller that ranks runs by step time
+  /// leaves untimed those that cannot rank. The verdicts do not change.
+  double stepBound = std::numeric_limits<double>::infinity();
+  bool untimedUnfit = false;
 };
 
 /// Checks the composition rules of the language (docs/rules.md) on every run.

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -252,6 +253,15 @@ struct SearchResult {
   std::map<std::string, uint64_t> refusals;
 };
 
+/// Keeps the memory a search frees for its next candidates. The exact path (a mixture of experts)
+/// lowers and analyses every candidate into a step plan of its own and frees it; glibc's malloc
+/// gives the freed top of its heap back to the system each time (its trim threshold, which it
+/// raises only as large mmap'd blocks are freed), and the next candidate faults the pages in
+/// again one by one. This raises the trim threshold to 256 MiB and holds the mmap threshold at
+/// 32 MiB, for the whole process; it does nothing on another C library. A process that searches
+/// (`placec search`, the search benchmarks) calls it once, first.
+void retainFreedMemory();
+
 /// The threads a search with `options` runs on: `options.threads` but at most one per hardware
 /// thread, or one per hardware thread when it is 0; one when `options.onAccepted` is set.
 unsigned getSearchThreads(const SearchOptions &options);
@@ -281,9 +291,13 @@ FastVerdict evaluateFast(const ir::Run &run, const ir::Cluster &cluster,
 
 /// The slow path: the verifier (capacity as an error) and the analyses on the built run. Returns
 /// the first rule with an error (empty when accepted) and, where that is none or `capacity`,
-/// fills `analysisOut` (a run another rule rejects is not analysed).
+/// fills `analysisOut` (a run another rule rejects is not analysed). A ranking's analysis leaves
+/// untimed (analysis::TimeReport::timed) a run whose compute alone is longer than `stepBound`
+/// and, with `untimedUnfit`, a run over capacity; the rule found is the same.
 std::string evaluateExact(const ir::Run &run, const ir::Cluster &cluster,
-                          const Candidate &candidate, analysis::RunAnalysis *analysisOut);
+                          const Candidate &candidate, analysis::RunAnalysis *analysisOut,
+                          double stepBound = std::numeric_limits<double>::infinity(),
+                          bool untimedUnfit = false);
 
 /// Enumerates every candidate of the space (before any rule), in search order, for the run's
 /// own precision or for `precisions` (as SearchOptions::precisions).
