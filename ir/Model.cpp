@@ -160,8 +160,11 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
   const MoeConfig &moe = config.moe;
   auto addMoe = [&](const std::string &prefix, int layer) {
     builder.add(prefix + ".router.weight", {moe.experts, h}, TensorSplit::Replicated, layer);
-    if (moe.routerBias)
+    tensors.back().router = true;
+    if (moe.routerBias) {
       builder.add(prefix + ".router.bias", {moe.experts}, TensorSplit::Replicated, layer);
+      tensors.back().router = true;
+    }
     addMlp(prefix + ".experts", moe.expertFfn > 0 ? moe.expertFfn : ffn, moe.experts, layer, true);
     if (moe.sharedExperts > 0)
       addMlp(prefix + ".shared",

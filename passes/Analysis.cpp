@@ -218,6 +218,23 @@ private:
            });
   }
 
+  /// Where the time of a pass's op other than a compute goes: beside the neighbouring units'
+  /// compute (parameter gathers, gradient reductions), into the expert overlap, beside the
+  /// unit's own products (isAsyncTensor) or its whole compute (ring attention), or on the
+  /// critical path.
+  enum class Lane { Neighbours, Experts, Products, Unit, Critical };
+  Lane laneOf(const Op &op) const {
+    if (isOverlappable(op))
+      return Lane::Neighbours;
+    if (strategy.expertOverlap == ir::ExpertOverlap::On && isExpertExchange(op))
+      return Lane::Experts;
+    if (isAsyncTensor(op))
+      return Lane::Products;
+    if (op.kind == OpKind::RingStep)
+      return Lane::Unit;
+    return Lane::Critical;
+  }
+
   void explainMemory(RunExplanation &explanation, const MemoryReport &memory);
   void explainCommunication(RunExplanation &explanation,
                             const std::vector<CommEntry> &communication);
@@ -680,18 +697,22 @@ RunAnalysis Analyzer::analyze() {
     time.timed = false;
     return result;
   }
-  // A stage's step is m × its compute per micro-batch plus what it exposes and its optimizer,
-  // and the bubble is never negative: past `stepBound`, that much is enough. The margin keeps
-  // rounding from deciding a tie.
+  // A stage's step is m × (its compute and its critical communication per micro-batch) plus
+  // what else it exposes and its optimizer, and the bubble is never negative: past `stepBound`,
+  // that much is enough. The margin keeps rounding from deciding a tie.
   if (options.stepBound < std::numeric_limits<double>::infinity()) {
     double lower = 0;
     for (const plan::StagePlan &stage : plan.stages) {
-      double compute = 0;
+      double perMicrobatch = 0;
       for (const std::vector<Op> *ops : {&stage.forward, &stage.backward})
-        for (const Op &op : *ops)
+        for (const Op &op : *ops) {
           if (op.kind == OpKind::Compute)
-            compute += computeSeconds(op);
-      lower = std::max(lower, m * compute);
+            perMicrobatch += computeSeconds(op);
+          else if (isTraffic(op) && laneOf(op) == Lane::Critical)
+            perMicrobatch += callSeconds(
+                op, stage.stage, static_cast<double>(op.elements) * plan::getSize(op.dtype));
+        }
+      lower = std::max(lower, m * perMicrobatch);
     }
     if (lower > options.stepBound * (1 + 1e-9)) {
       time.timed = false;
@@ -793,17 +814,24 @@ RunAnalysis Analyzer::analyze() {
         double copy = gatherCopySeconds(op);
         unit.compute += copy;
         compute += copy;
-        if (isOverlappable(op))
+        switch (laneOf(op)) {
+        case Lane::Neighbours:
           (op.kind == OpKind::AllGather ? unit.gather : unit.reduce) += seconds;
-        else if (expertOverlap && isExpertExchange(op))
+          break;
+        case Lane::Experts:
           (backwardPass ? expertExchanges[op.unit].backwardComm
                         : expertExchanges[op.unit].forwardComm) += seconds;
-        else if (isAsyncTensor(op))
+          break;
+        case Lane::Products:
           unit.tensorBeside += seconds;
-        else if (op.kind == OpKind::RingStep)
+          break;
+        case Lane::Unit:
           unit.beside += seconds;
-        else
+          break;
+        case Lane::Critical:
           critical += seconds;
+          break;
+        }
       }
       return units;
     };

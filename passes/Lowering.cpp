@@ -212,6 +212,13 @@ private:
   Op collective(OpKind kind, Phase phase, ir::State state, int unit, ArrayRef<unsigned> axes,
                 int64_t elements, DType dtype, bool perMicrobatch, const Twine &reason) const {
     Op op;
+    setCollective(op, kind, phase, state, unit, axes, elements, dtype, perMicrobatch, reason);
+    return op;
+  }
+  /// The same, written into `op` (a new element of an op list, which then needs no move).
+  void setCollective(Op &op, OpKind kind, Phase phase, ir::State state, int unit,
+                     ArrayRef<unsigned> axes, int64_t elements, DType dtype, bool perMicrobatch,
+                     const Twine &reason) const {
     op.kind = kind;
     op.phase = phase;
     op.state = state;
@@ -222,7 +229,6 @@ private:
     op.perMicrobatch = perMicrobatch;
     if (reasons)
       op.reason = reason.str();
-    return op;
   }
 
   const ir::Run &run;
@@ -436,8 +442,8 @@ void Lowering::buildUnits() {
         tensor.split == ir::TensorSplit::Replicated ? elements : ceilDiv(elements, tensorDegree);
     // The router and the experts see every token of the tensor-parallel group (the MoE block
     // gathers the sequence first), so their gradients are whole on each tensor rank.
-    bool routing = tensor.expert || StringRef(tensor.name).contains(".moe.router.");
-    if (tensor.split == ir::TensorSplit::Replicated && tensor.layer >= 0 && !routing)
+    if (tensor.split == ir::TensorSplit::Replicated && tensor.layer >= 0 && !tensor.expert &&
+        !tensor.router)
       unit.sequenceParallelParams += tensor.numElements;
   }
   // A head on another stage than the embedding's holds a copy of the word embedding where the
@@ -616,16 +622,16 @@ void Lowering::lowerStage(StagePlan &stage) {
                         ArrayRef<UnitCollective> collectives, StringRef why,
                         bool recomputed = false) {
     for (const UnitCollective &c : collectives) {
-      ops.push_back(collective(c.kind, phase, ir::State::Activations, unitIndex,
-                               c.over == ir::AxisKind::Tensor   ? tensorAxes
-                               : c.over == ir::AxisKind::Expert ? expertAxes
-                               : c.over == ir::AxisKind::Batch  ? batchAxes
-                                                                : contextAxes,
-                               c.elements, c.fp8 ? DType::FP8 : aType, true,
-                               c.what + Twine(" (") + why + ")"));
-      ops.back().recomputed = recomputed;
-      ops.back().inputGradient = c.inputGradient;
-      ops.back().regather = c.regather;
+      Op &op = ops.emplace_back();
+      setCollective(op, c.kind, phase, ir::State::Activations, unitIndex,
+                    c.over == ir::AxisKind::Tensor   ? tensorAxes
+                    : c.over == ir::AxisKind::Expert ? expertAxes
+                    : c.over == ir::AxisKind::Batch  ? batchAxes
+                                                     : contextAxes,
+                    c.elements, c.fp8 ? DType::FP8 : aType, true, c.what + Twine(" (") + why + ")");
+      op.recomputed = recomputed;
+      op.inputGradient = c.inputGradient;
+      op.regather = c.regather;
     }
   };
   auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, bool forwardPass, int unitIndex,

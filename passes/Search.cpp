@@ -2447,9 +2447,9 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
                 continue;
               }
               // Once the kept plans are as many as the top, the slowest of them bounds what can
-              // still enter: a plan whose compute alone is slower is counted as accepted and not
-              // timed, nor is one over the budget (as on the fast path). Collecting every
-              // accepted plan (onAccepted) times them all.
+              // still enter: a plan whose compute and critical communication alone are slower is
+              // counted as accepted and not timed, nor is one over the budget (as on the fast
+              // path). Collecting every accepted plan (onAccepted) times them all.
               std::vector<std::pair<Ranked, analysis::RunAnalysis>> &kept = share.best;
               double stepBound = !options.onAccepted && kept.size() == keep
                                      ? kept.back().first.candidate.stepSeconds

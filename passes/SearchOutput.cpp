@@ -584,7 +584,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     out << "accepted: " << result.accepted;
     if (result.prunedByStep)
       out << " (" << result.prunedByStep
-          << " not timed: their compute alone is slower than every plan kept for the top)";
+          << " not timed: a lower bound of their step is slower than every plan kept for the top)";
     out << "\n";
     for (const auto &[rule, count] : result.rejectedByRule) {
       std::vector<std::string> pruned;

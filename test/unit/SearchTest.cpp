@@ -1447,9 +1447,10 @@ run moe { model = moe_cp; cluster = h100_16; strategy = dp(16);
 }
 
 TEST(SearchTest, MoeStepBoundChangesNothing) {
-  // The exact path leaves untimed the plans whose compute alone is slower than every plan kept
-  // (and those over the budget); collecting every accepted plan times them all. The counts and
-  // the best plans, with their times, are the same either way, on one thread or two.
+  // The exact path leaves untimed the plans whose compute and critical communication alone are
+  // slower than every plan kept (and those over the budget); collecting every accepted plan
+  // times them all. The counts and the best plans, with their times, are the same either way,
+  // on one thread or two.
   auto compiled = compile(R"(
 model moe : transformer {
   layers = 8; hidden = 2048; heads = 16; kv_heads = 4; seq = 4096; vocab = 32000; mlp = swiglu;

@@ -52,6 +52,10 @@ struct Tensor {
   /// dimension): split over the expert axes and placed by `expert_params`, `expert_grads` and
   /// `expert_optimizer`. The router and shared experts are dense tensors.
   bool expert = false;
+  /// A router's tensor (`layers.i.moe.router.*`): dense, but it reads every token of the
+  /// tensor-parallel group (the MoE block gathers the sequence first), so its gradient is whole
+  /// on each tensor rank.
+  bool router = false;
 };
 
 enum class ModelKind { Transformer, Mlp, Abstract };

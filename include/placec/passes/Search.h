@@ -220,7 +220,8 @@ struct SearchResult {
   /// Candidates rejected by capacity unevaluated because the same plan with a schedule that
   /// keeps fewer micro-batches in flight (1f1b, zbv) is over the budget.
   uint64_t prunedBySchedule = 0;
-  /// Accepted candidates left untimed because their stages' compute alone, m micro-batches of it,
+  /// Accepted candidates left untimed because a lower bound of their step (m micro-batches of
+  /// their stages' compute, and on the exact path of the communication on their critical path)
   /// is slower than every plan kept for the top (counted in `accepted`, never in `top`).
   uint64_t prunedByStep = 0;
   /// Mixture-of-experts search: candidates rejected by capacity unevaluated because the same plan
@@ -292,7 +293,8 @@ FastVerdict evaluateFast(const ir::Run &run, const ir::Cluster &cluster,
 /// The slow path: the verifier (capacity as an error) and the analyses on the built run. Returns
 /// the first rule with an error (empty when accepted) and, where that is none or `capacity`,
 /// fills `analysisOut` (a run another rule rejects is not analysed). A ranking's analysis leaves
-/// untimed (analysis::TimeReport::timed) a run whose compute alone is longer than `stepBound`
+/// untimed (analysis::TimeReport::timed) a run whose compute and critical communication alone
+/// take longer than `stepBound`
 /// and, with `untimedUnfit`, a run over capacity; the rule found is the same.
 std::string evaluateExact(const ir::Run &run, const ir::Cluster &cluster,
                           const Candidate &candidate, analysis::RunAnalysis *analysisOut,
