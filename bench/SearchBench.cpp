@@ -56,8 +56,6 @@ std::string llamaProgram(bool big, int nodes, int globalBatch) {
          ");\n  micro_batch = 1; global_batch = " + std::to_string(globalBatch) + ";\n}\n";
 }
 
-/// `threads`: SearchOptions::threads (1: one thread, comparable with the earlier rows of
-/// bench/README.md; 0: one per hardware thread, timed by the wall clock).
 /// DeepSeek-V3's shape (examples/moe.place, which cites its sources) on 128 nodes of 8 H100s,
 /// global batch 8,192 sequences of 4,096 tokens in FP8.
 std::string deepseekProgram() {
@@ -78,6 +76,8 @@ run deepseek_v3 {
 )";
 }
 
+/// `threads`: SearchOptions::threads (1: one thread, comparable with the earlier rows of
+/// bench/README.md; 0: one per hardware thread, timed by the wall clock).
 void BM_Search(benchmark::State &state, std::string text, bool prune, bool fp8, unsigned threads) {
   llvm::SourceMgr sourceMgr;
   placec::DiagnosticEngine diags(sourceMgr);

@@ -2080,8 +2080,8 @@ std::string evaluateExact(const ir::Run &base, const ir::Cluster &cluster, const
   VerifyOptions options;
   options.capacityIsError = true;
   options.suggestCapacityFixes = false;
-  options.stepBound = stepBound;
-  options.untimedUnfit = untimedUnfit;
+  options.analysis.stepBound = stepBound;
+  options.analysis.untimedUnfit = untimedUnfit;
   std::optional<analysis::RunAnalysis> verified;
   options.onAnalysis = [&](const ir::Run &, analysis::RunAnalysis &analysis) {
     verified = std::move(analysis);
@@ -2096,14 +2096,11 @@ std::string evaluateExact(const ir::Run &base, const ir::Cluster &cluster, const
   // A run another rule rejects is not analysed: nothing reads its times or memory.
   if (!rule.empty() && rule != "capacity")
     return rule;
-  analysis::AnalysisOptions analysisOptions;
-  analysisOptions.stepBound = stepBound;
-  analysisOptions.untimedUnfit = untimedUnfit;
   analysis::RunAnalysis result =
       verified ? std::move(*verified)
                : analysis::analyze(
                      *plan::lowerRun(*program.runs.back(), plan::LowerOptions{/*reasons=*/false}),
-                     analysisOptions);
+                     options.analysis);
   // The capacity rule is defined by the memory analysis; a verifier without it (it is being
   // added) is completed here so that the search never reports a plan that does not fit.
   if (rule.empty() && (!result.memory.fitsDevice || !result.memory.fitsHost))

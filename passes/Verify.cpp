@@ -301,10 +301,7 @@ bool VerifyPass::run(ir::Program &program, DiagnosticEngine &diags) {
     }
     std::unique_ptr<plan::StepPlan> plan =
         plan::lowerRun(*run, plan::LowerOptions{/*reasons=*/false});
-    analysis::AnalysisOptions analysisOptions;
-    analysisOptions.stepBound = options.stepBound;
-    analysisOptions.untimedUnfit = options.untimedUnfit;
-    analysis::RunAnalysis analysis = analysis::analyze(*plan, analysisOptions);
+    analysis::RunAnalysis analysis = analysis::analyze(*plan, options.analysis);
     checkPipelineSharding(*run, &analysis);
     checkOffloadTraffic(*run, *plan);
     ok &= checkCapacity(*run, analysis);

@@ -84,8 +84,8 @@ struct TimeReport {
   double tokensPerSecond = 0;
   /// False when AnalysisOptions let the step go untimed: the run does not fit (`untimedUnfit`),
   /// or its slowest stage's compute and critical communication alone take longer than
-  /// `stepBound`. Then `stepSeconds` holds
-  /// that lower bound (0 for a run that does not fit) and the communication is not listed.
+  /// `stepBound`. Then `stepSeconds` holds that lower bound (0 for a run that does not fit) and
+  /// the communication is not listed.
   bool timed = true;
 };
 
@@ -136,8 +136,8 @@ struct AnalysisOptions {
   /// A caller that ranks runs by step time (the search) needs no time of a run that cannot rank:
   /// one whose step is at least m × (the compute and the critical-path communication of one of
   /// its stages per micro-batch), when that is above this bound; and, with `untimedUnfit`, one
-  /// over the device's or the host's memory.
-  /// Such a run's memory is analysed and its time is not (TimeReport::timed).
+  /// over the device's or the host's memory. Such a run's memory is analysed and its time is not
+  /// (TimeReport::timed).
   double stepBound = std::numeric_limits<double>::infinity();
   bool untimedUnfit = false;
 };

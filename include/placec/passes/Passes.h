@@ -4,11 +4,11 @@
 
 #include "placec/ir/Diagnostics.h"
 #include "placec/ir/IR.h"
+#include "placec/passes/Analysis.h"
 
 #include "llvm/ADT/StringRef.h"
 
 #include <functional>
-#include <limits>
 #include <memory>
 #include <vector>
 
@@ -25,10 +25,6 @@ public:
 };
 
 /// Options that change what the verifier treats as an error.
-namespace analysis {
-struct RunAnalysis;
-} // namespace analysis
-
 struct VerifyOptions {
   /// Per-device and host memory over capacity is an error (`placec check`); otherwise it is left
   /// to the reports.
@@ -40,10 +36,9 @@ struct VerifyOptions {
   /// Called with each run's analysis when the verifier computes it (the runs that pass the rules
   /// checked before the capacity), so that a caller does not analyse the run again.
   std::function<void(const ir::Run &, analysis::RunAnalysis &)> onAnalysis;
-  /// Passed to that analysis (analysis::AnalysisOptions): a caller that ranks runs by step time
-  /// leaves untimed those that cannot rank. The verdicts do not change.
-  double stepBound = std::numeric_limits<double>::infinity();
-  bool untimedUnfit = false;
+  /// That analysis's options: a caller that ranks runs by step time leaves untimed those that
+  /// cannot rank (stepBound, untimedUnfit). The verdicts do not change.
+  analysis::AnalysisOptions analysis;
 };
 
 /// Checks the composition rules of the language (docs/rules.md) on every run.

@@ -294,8 +294,8 @@ FastVerdict evaluateFast(const ir::Run &run, const ir::Cluster &cluster,
 /// the first rule with an error (empty when accepted) and, where that is none or `capacity`,
 /// fills `analysisOut` (a run another rule rejects is not analysed). A ranking's analysis leaves
 /// untimed (analysis::TimeReport::timed) a run whose compute and critical communication alone
-/// take longer than `stepBound`
-/// and, with `untimedUnfit`, a run over capacity; the rule found is the same.
+/// take longer than `stepBound` and, with `untimedUnfit`, a run over capacity; the rule found is
+/// the same.
 std::string evaluateExact(const ir::Run &run, const ir::Cluster &cluster,
                           const Candidate &candidate, analysis::RunAnalysis *analysisOut,
                           double stepBound = std::numeric_limits<double>::infinity(),
