@@ -495,11 +495,14 @@ Error Emitter::emitPass(unsigned stage, StringRef pass, ArrayRef<Op> ops, bool p
         continue;
       }
       os.line(fmt::format("PLACERT_TRY(trainer.{}({}, mb, {{", method, unit));
+      // A repeated op (a ring's steps, Op::repeat) is one entry per call.
       for (size_t k = i + 1; k < end; ++k) {
         const Op &inner = ops[k];
-        os.line("    // " + inner.reason);
-        os.line(fmt::format("    {{{}, {}, /*elements=*/{}, {}}},", collectiveName(inner.kind),
-                            axisGroup(inner.axes), inner.elements, dtypeName(inner.dtype)));
+        for (int64_t call = 0; call < inner.repeat; ++call) {
+          os.line("    // " + inner.reason);
+          os.line(fmt::format("    {{{}, {}, /*elements=*/{}, {}}},", collectiveName(inner.kind),
+                              axisGroup(inner.axes), inner.elements, dtypeName(inner.dtype)));
+        }
       }
       os.line("}));");
       i = end - 1;

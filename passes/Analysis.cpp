@@ -590,12 +590,14 @@ void Analyzer::explainCommunication(RunExplanation &explanation,
           sample = &op;
           elementSize = plan::getSize(op.dtype);
           dtype = plan::toString(op.dtype).str();
+          double calls = static_cast<double>(op.repeat);
+          double elements = calls * static_cast<double>(op.elements);
           if (op.perMicrobatch) {
-            ++perMicrobatchCalls;
-            perMicrobatchElements += static_cast<double>(op.elements);
+            perMicrobatchCalls += calls;
+            perMicrobatchElements += elements;
           } else {
-            ++perStepCalls;
-            perStepElements += static_cast<double>(op.elements);
+            perStepCalls += calls;
+            perStepElements += elements;
           }
         }
     }
@@ -709,8 +711,10 @@ RunAnalysis Analyzer::analyze() {
           if (op.kind == OpKind::Compute)
             perMicrobatch += computeSeconds(op);
           else if (isTraffic(op) && laneOf(op) == Lane::Critical)
-            perMicrobatch += callSeconds(
-                op, stage.stage, static_cast<double>(op.elements) * plan::getSize(op.dtype));
+            perMicrobatch +=
+                static_cast<double>(op.repeat) *
+                callSeconds(op, stage.stage,
+                            static_cast<double>(op.elements) * plan::getSize(op.dtype));
         }
       lower = std::max(lower, m * perMicrobatch);
     }
@@ -737,11 +741,13 @@ RunAnalysis Analyzer::analyze() {
     // number of their first appearance, so that looking a row up copies nothing.
     std::map<plan::AxisList, int> axesNumbers;
     std::map<std::tuple<int, int, int, int>, size_t> index;
+    // An op's calls into its row; the seconds of all of them in one pass (Op::repeat).
     auto account = [&](const Op &op) {
       if (!isTraffic(op))
         return 0.0;
       double bytes = static_cast<double>(op.elements) * plan::getSize(op.dtype);
-      double calls = op.perMicrobatch ? m : 1;
+      double repeat = static_cast<double>(op.repeat);
+      double calls = (op.perMicrobatch ? m : 1) * repeat;
       auto numbered = axesNumbers.find(op.axes);
       if (numbered == axesNumbers.end())
         numbered = axesNumbers.emplace(op.axes, static_cast<int>(axesNumbers.size())).first;
@@ -774,7 +780,7 @@ RunAnalysis Analyzer::analyze() {
           cost::getSentBytes(getCollective(op.kind), static_cast<double>(entry.groupSize), bytes) *
           calls;
       entry.timeSeconds += seconds * calls;
-      return seconds;
+      return seconds * repeat;
     };
 
     // Per micro-batch: compute, and communication that overlaps with it (parameter gathers

@@ -632,6 +632,7 @@ void Lowering::lowerStage(StagePlan &stage) {
       op.recomputed = recomputed;
       op.inputGradient = c.inputGradient;
       op.regather = c.regather;
+      op.repeat = c.repeat;
     }
   };
   auto tensorTraffic = [&](std::vector<Op> &ops, Phase phase, bool forwardPass, int unitIndex,
@@ -684,14 +685,10 @@ void Lowering::lowerStage(StagePlan &stage) {
   bool tiedHere = model.kind == ir::ModelKind::Transformer && model.transformer.tiedEmbeddings &&
                   embedUnit >= 0 && headUnit >= 0 && (paramsOnHost || !gatherAxes.empty());
 
-  // Room for a unit's usual ops (its compute, gathers and frees, tensor-parallel and expert
-  // collectives, reductions, and the ring attention's cp - 1 steps a pass, twice in a backward
-  // that recomputes), so that the lists rarely grow.
-  size_t ring = layout.context > 1 && strategy.contextMethod == ir::ContextMethod::Ring
-                    ? static_cast<size_t>(layout.context)
-                    : 0;
-  stage.forward.reserve((8 + ring) * stage.units.size());
-  stage.backward.reserve((12 + 2 * ring) * stage.units.size());
+  // Room for a unit's usual ops (its compute, gathers and frees, tensor-parallel, expert and
+  // context collectives, reductions), so that the lists rarely grow.
+  stage.forward.reserve(9 * stage.units.size());
+  stage.backward.reserve(14 * stage.units.size());
   stage.step.reserve(4 * stage.units.size());
 
   // Forward of one micro-batch.
@@ -1077,14 +1074,15 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
     int64_t kvBlock = local * kv * (dqk + dv) / t; // K and V of the local tokens
     switch (layout.contextMethod) {
     case ir::ContextMethod::Ring:
+      // The cp − 1 steps of a pass are one op repeated (Op::repeat).
       if (forwardPass) {
-        for (int64_t i = 1; i < cp; ++i)
-          context.push_back({OpKind::RingStep, ir::AxisKind::Sequence, kvBlock,
-                             "ring attention: pass the key/value block on"});
+        context.push_back({OpKind::RingStep, ir::AxisKind::Sequence, kvBlock,
+                           "ring attention: pass the key/value block on"});
+        context.back().repeat = cp - 1;
       } else {
-        for (int64_t i = 1; i < cp; ++i)
-          context.push_back({OpKind::RingStep, ir::AxisKind::Sequence, 2 * kvBlock,
-                             "ring attention: pass the key/value block and its gradients on"});
+        context.push_back({OpKind::RingStep, ir::AxisKind::Sequence, 2 * kvBlock,
+                           "ring attention: pass the key/value block and its gradients on"});
+        context.back().repeat = cp - 1;
         context.push_back({OpKind::RingStep, ir::AxisKind::Sequence, kvBlock,
                            "ring attention: send the key/value gradients home"});
       }
@@ -1326,7 +1324,7 @@ void printPlan(const StepPlan &plan, raw_ostream &os) {
   if (plan.boundaryType != plan.activationType)
     os << ", stage boundaries " << toString(plan.boundaryType);
   os << ", optimizer fp32\n";
-  auto printOp = [&](const Op &op, unsigned indent) {
+  auto printCall = [&](const Op &op, unsigned indent) {
     os.indent(indent) << toString(op.kind);
     if (op.kind == OpKind::Compute)
       os << " " << toString(op.compute);
@@ -1348,6 +1346,11 @@ void printPlan(const StepPlan &plan, raw_ostream &os) {
     else
       os << " elements=" << op.elements << " " << toString(op.dtype);
     os << "   // " << op.reason << "\n";
+  };
+  // A repeated op (Op::repeat) is printed once for each of the calls it stands for.
+  auto printOp = [&](const Op &op, unsigned indent) {
+    for (int64_t call = 0; call < op.repeat; ++call)
+      printCall(op, indent);
   };
   for (const StagePlan &stage : plan.stages) {
     os << "  stage " << stage.stage << " {\n    units:";

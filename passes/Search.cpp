@@ -591,6 +591,7 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
                          (op.fp8 ? plan::getSize(plan::DType::FP8) : activationBytes);
         if (op.kind == plan::OpKind::RingStep)
           traffic.ring[index][pass] +=
+              static_cast<double>(op.repeat) *
               costModel.getPointToPointSeconds(opBytes, !contextGroup.isIntraNode());
         else if (op.over == ir::AxisKind::Tensor) {
           double seconds = collective(op.kind, tensorGroup, opBytes);

@@ -2,6 +2,7 @@
 // assignment of pipelines, and that every pipeline send has its matching receive.
 #include "TestSupport.h"
 #include "placec/frontend/Frontend.h"
+#include "placec/passes/Analysis.h"
 #include "placec/passes/Passes.h"
 #include "placec/passes/StepPlan.h"
 
@@ -626,6 +627,42 @@ TEST(Plan, ContextParallelismExchangesTheKeysAndValuesTheAttentionReceives) {
   ASSERT_PLAN(ringRepeated);
   EXPECT_EQ(firstExchange(ringGrouped, OpKind::RingStep, "cp"), 2 * local * kvHeads * d / t);
   EXPECT_EQ(firstExchange(ringRepeated, OpKind::RingStep, "cp"), 2 * local * heads * d / t);
+  // A pass's cp − 1 steps are one op that stands for them all (Op::repeat): forward, the block;
+  // backward, the block and its gradients, then the gradients home once. The printed plan, the
+  // report's calls and bytes and the generated program still count cp − 1 steps a pass.
+  const int64_t block = 2 * local * kvHeads * d / t, layers = 2;
+  const plan::StagePlan &stage = ringGrouped.plan->stages[0];
+  auto ringSteps = [](const std::vector<plan::Op> &ops) {
+    std::vector<std::pair<int64_t, int64_t>> steps;
+    for (const plan::Op &op : ops)
+      if (op.kind == OpKind::RingStep)
+        steps.emplace_back(op.elements, op.repeat);
+    return steps;
+  };
+  using Steps = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(ringSteps(stage.forward), (Steps{{block, cp - 1}, {block, cp - 1}}));
+  EXPECT_EQ(ringSteps(stage.backward),
+            (Steps{{2 * block, cp - 1}, {block, 1}, {2 * block, cp - 1}, {block, 1}}));
+  std::string printed = print(*ringGrouped.plan);
+  size_t lines = 0;
+  for (size_t at = printed.find("ring-step"); at != std::string::npos;
+       at = printed.find("ring-step", at + 1))
+    ++lines;
+  EXPECT_EQ(lines, static_cast<size_t>(layers * ((cp - 1) + (cp - 1) + 1)));
+  analysis::RunAnalysis ringAnalysis = analysis::analyze(*ringGrouped.plan);
+  int64_t forwardCalls = 0, backwardCalls = 0;
+  double forwardBytes = 0, backwardBytes = 0;
+  for (const analysis::CommEntry &entry : ringAnalysis.communication) {
+    if (entry.collective != OpKind::RingStep)
+      continue;
+    (entry.phase == plan::Phase::Forward ? forwardCalls : backwardCalls) += entry.count;
+    (entry.phase == plan::Phase::Forward ? forwardBytes : backwardBytes) += entry.totalBytes;
+  }
+  // One micro-batch of bf16 (2 bytes an element).
+  EXPECT_EQ(forwardCalls, layers * (cp - 1));
+  EXPECT_EQ(backwardCalls, layers * cp);
+  EXPECT_DOUBLE_EQ(forwardBytes, 2.0 * layers * (cp - 1) * block);
+  EXPECT_DOUBLE_EQ(backwardBytes, 2.0 * layers * ((cp - 1) * 2 * block + block));
   // Ulysses's all-to-all of Q, K and V: repeated, the 2 key/value heads need not divide among
   // the t·cp = 8 ranks (each gets whole repeated heads), and Q, K and V are heads wide each.
   PlanFixture ulysses(program(" kv_repeat = true;", "", "all_to_all"));

@@ -102,6 +102,10 @@ struct Op {
   /// Pipeline traffic: a stage boundary's send or receive, or the all-gather of the slices that
   /// `sends = scatter` received, which the next computation waits for.
   bool boundary = false;
+  /// RingStep: how many identical steps, back to back, the op stands for (a ring's cp − 1 steps
+  /// of one pass), each a call of its own; 1 for every other op. One op for the pass keeps a plan
+  /// of long rings small: the search lowers thousands of candidates with cp up to 64.
+  int64_t repeat = 1;
   /// Compute: what is computed, its work (GEMMs by shape, attention, memory-bound kernels) and
   /// FLOPs per device per micro-batch.
   ComputeKind compute = ComputeKind::Forward;
@@ -229,6 +233,8 @@ struct UnitCollective {
   /// Float8ColwiseParallel). The output layer stays in BF16, and an MoE layer's experts take the
   /// dispatcher's BF16 rows.
   bool fp8 = false;
+  /// Op::repeat: the identical ring steps that follow each other.
+  int64_t repeat = 1;
 };
 
 /// The collectives inside one pass of a unit, in the order the math runs them: the
