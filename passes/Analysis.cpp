@@ -128,7 +128,11 @@ class Analyzer {
 public:
   Analyzer(const plan::StepPlan &plan, const AnalysisOptions &options)
       : plan(plan), run(*plan.run), strategy(*run.strategy), mesh(strategy.mesh), model(*run.model),
-        cluster(*run.cluster), options(options), costModel(cluster, run.precision),
+        cluster(*run.cluster), options(options),
+        stateBytes(ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params,
+                                     run.fp8Scaling, run.optimizerStates)),
+        costModel(cluster, run.precision,
+                  cost::getWeightGradientResultBytes(run.precision, stateBytes, run.fp32Params)),
         layout(cost::getRunLayout(run)) {}
 
   RunAnalysis analyze();
@@ -246,6 +250,8 @@ private:
   const ir::Model &model;
   const ir::Cluster &cluster;
   const AnalysisOptions &options;
+  /// Bytes per parameter of each model state under the run's precision and optimizer.
+  const ir::StateBytes stateBytes;
   cost::CostModel costModel;
   cost::Layout layout;
   std::map<plan::AxisList, cost::GroupShape> groups;
@@ -537,11 +543,7 @@ void Analyzer::explainMemory(RunExplanation &explanation, const MemoryReport &me
   explanation.stage = stage.stage;
   cost::StageStates states = stageStates(stage, /*explain=*/true);
   std::vector<Explanation> device, host;
-  cost::StageMemoryResult result =
-      cost::getStageMemory(states,
-                           ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads,
-                                             run.fp32Params, run.fp8Scaling, run.optimizerStates),
-                           &device, &host);
+  cost::StageMemoryResult result = cost::getStageMemory(states, stateBytes, &device, &host);
   // Order as the report's table: the model states, then activations, transient and peak.
   explanation.deviceMemory = std::move(device);
   explanation.deviceMemory.push_back(
@@ -673,9 +675,6 @@ RunAnalysis Analyzer::analyze() {
   memory.activationsKnown = model.kind != ir::ModelKind::Abstract;
   memory.deviceCapacity = cluster.deviceMemory;
   memory.hostCapacity = cluster.hostMemory;
-  ir::StateBytes stateBytes =
-      ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params, run.fp8Scaling,
-                        run.optimizerStates);
   for (const plan::StagePlan &stage : plan.stages) {
     cost::StageMemoryResult stageResult =
         cost::getStageMemory(stageStates(stage, /*explain=*/false), stateBytes);

@@ -2619,7 +2619,15 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
 // CostModel
 //===----------------------------------------------------------------------===//
 
-CostModel::CostModel(const ir::Cluster &cluster, ir::Precision precision)
+double getWeightGradientResultBytes(ir::Precision precision, const ir::StateBytes &bytes,
+                                    bool fp32Params) {
+  if (fp32Params)
+    return ir::getActivationBytes(precision);
+  return 2.0 * bytes.grads;
+}
+
+CostModel::CostModel(const ir::Cluster &cluster, ir::Precision precision,
+                     double weightGradientResultBytes)
     : cluster(cluster), precision(precision) {
   if (cluster.device) {
     family = &getFamilyConstants(cluster.device->family);
@@ -2627,6 +2635,8 @@ CostModel::CostModel(const ir::Cluster &cluster, ir::Precision precision)
   }
   shapes = cluster.hasShapeModel() && cluster.computeUnits > 0 && cluster.hbmBandwidth > 0;
   elementBytes = ir::getActivationBytes(precision);
+  this->weightGradientResultBytes =
+      weightGradientResultBytes > 0 ? weightGradientResultBytes : elementBytes;
   peak = cluster.peakFlops;
   if (precision == ir::Precision::FP32 && cluster.peakTf32 > 0)
     peak = cluster.peakTf32;
@@ -2668,10 +2678,12 @@ double CostModel::getGemmSeconds(const Gemm &gemm, std::string *formula) const {
       bestTile = i;
     }
   }
-  // FP8 operands are one byte, NVFP4's half of one; the result stays in the activation type.
+  // FP8 operands are one byte, NVFP4's half of one; the result stays in the activation type,
+  // but a weight gradient's is added into the stored gradient (getWeightGradientResultBytes).
   double operandBytes = fp4 ? 0.5 : fp8 ? 1 : elementBytes;
+  double resultBytes = gemm.weightGradient ? weightGradientResultBytes : elementBytes;
   double traffic =
-      ((gemm.m * gemm.k + gemm.k * gemm.n) * operandBytes + gemm.m * gemm.n * elementBytes) *
+      ((gemm.m * gemm.k + gemm.k * gemm.n) * operandBytes + gemm.m * gemm.n * resultBytes) *
       gemm.batch;
   double memory = traffic / (cluster.hbmBandwidth * family->memoryEfficiency * kernelEfficiency);
   // MXFP8's and NVFP4's block-scaled products, each measured against the same products with one

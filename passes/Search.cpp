@@ -341,15 +341,13 @@ public:
   /// always the run's: `--precision fp8` over a mixed(fp4) run explores one scale per tensor.
   Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision,
             ir::Fp8Scaling scaling)
-      : model(*run.model), cluster(cluster), costModel(cluster, precision), precision(precision),
-        crossEntropy(run.crossEntropy), trainMetrics(run.trainMetrics), kernels(run.kernels),
-        copiesGathers(run.paramGather == ir::ParamGather::CopyOut) {
+      : model(*run.model), cluster(cluster), bytes(candidateStateBytes(run, precision, scaling)),
+        costModel(cluster, precision,
+                  cost::getWeightGradientResultBytes(
+                      precision, bytes, run.fp32Params && precision != ir::Precision::FP32)),
+        precision(precision), crossEntropy(run.crossEntropy), trainMetrics(run.trainMetrics),
+        kernels(run.kernels), copiesGathers(run.paramGather == ir::ParamGather::CopyOut) {
     layers = model.getNumLayers();
-    // The run's options, as each candidate at this precision keeps them (precisionVariants).
-    bool mixed = precision != ir::Precision::FP32;
-    // The scaling counts under mixed(fp8) only (ir::getStateBytes).
-    bytes = ir::getStateBytes(precision, run.optimizer, run.fp32Grads && mixed,
-                              run.fp32Params && mixed, scaling, run.optimizerStates);
     activationBytes = ir::getActivationBytes(precision);
     paramBytes = planParamBytes(precision);
   }
@@ -450,8 +448,18 @@ private:
   const ActivationPart &getActivationPart(const UnitTimes &times,
                                           const std::vector<StageShape> &stageShapes);
 
+  /// The run's options, as each candidate at this precision keeps them (precisionVariants); the
+  /// scaling counts under mixed(fp8) only (ir::getStateBytes).
+  static ir::StateBytes candidateStateBytes(const ir::Run &run, ir::Precision precision,
+                                            ir::Fp8Scaling scaling) {
+    bool mixed = precision != ir::Precision::FP32;
+    return ir::getStateBytes(precision, run.optimizer, run.fp32Grads && mixed,
+                             run.fp32Params && mixed, scaling, run.optimizerStates);
+  }
+
   const ir::Model &model;
   const ir::Cluster &cluster;
+  ir::StateBytes bytes{};
   cost::CostModel costModel;
   ir::Precision precision = ir::Precision::MixedBF16;
   ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
@@ -461,7 +469,6 @@ private:
   /// stream (Analyzer::gatherCopySeconds).
   bool copiesGathers = false;
   int64_t layers = 0;
-  ir::StateBytes bytes{};
   unsigned activationBytes = 2;
   unsigned paramBytes = 2;
   std::unordered_map<std::tuple<int64_t, int64_t, int64_t, bool, int64_t>, std::vector<StageShape>,

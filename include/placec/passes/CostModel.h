@@ -737,9 +737,22 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
 //===----------------------------------------------------------------------===//
 
 /// Times work and communication on one cluster for one precision.
+/// The bytes a weight-gradient product moves per element of its result. Megatron-LM and
+/// Transformer Engine add it into the stored gradient in the product's epilogue
+/// (gradient_accumulation_fusion: D = A·B + C with C and D the main gradient, zeroed at the step's
+/// start), which reads and writes every element in the gradients' type, 2 × `bytes.grads`;
+/// PyTorch's autograd (`params = fp32`) writes a fresh result in the compute type, and its
+/// accumulation is a kernel of its own (CostModel::getGradientAccumulationSeconds). Short
+/// reductions (few tokens per expert, short micro-batches) make the product memory-bound on it.
+double getWeightGradientResultBytes(ir::Precision precision, const ir::StateBytes &bytes,
+                                    bool fp32Params);
+
 class CostModel {
 public:
-  CostModel(const ir::Cluster &cluster, ir::Precision precision);
+  /// `weightGradientResultBytes`: getWeightGradientResultBytes of the run; 0, a result written
+  /// once in the compute type.
+  CostModel(const ir::Cluster &cluster, ir::Precision precision,
+            double weightGradientResultBytes = 0);
 
   const ir::Cluster &getCluster() const { return cluster; }
   /// The dense peak FLOP/s of the run's matrix products (BF16/FP16, TF32 under fp32).
@@ -779,7 +792,8 @@ public:
   /// fp32 weight gradients into the `elements` gradients a device stores (autograd's
   /// AccumulateGrad; FSDP2 into the sharded ones): two read and one written, 3·4 bytes each
   /// (memory-bound). Megatron-LM accumulates inside the weight-gradient GEMM instead
-  /// (gradient_accumulation_fusion), which costs nothing apart.
+  /// (gradient_accumulation_fusion), which costs nothing apart but the product's reading and
+  /// writing of the gradient (getWeightGradientResultBytes).
   double getGradientAccumulationSeconds(double elements, double microbatches,
                                         std::string *formula = nullptr) const;
   /// Under `param_gather = copy_out` (PyTorch's FSDP2) each all-gather of the parameters is
@@ -839,6 +853,8 @@ private:
   ir::Precision precision;
   double peak = 0;
   unsigned elementBytes = 2;
+  /// getWeightGradientResultBytes.
+  double weightGradientResultBytes = 2;
   bool shapes = false;
 };
 
