@@ -736,7 +736,6 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
 // The cost model of a cluster
 //===----------------------------------------------------------------------===//
 
-/// Times work and communication on one cluster for one precision.
 /// The bytes a weight-gradient product moves per element of its result. Megatron-LM and
 /// Transformer Engine add it into the stored gradient in the product's epilogue
 /// (gradient_accumulation_fusion: D = A·B + C with C and D the main gradient, zeroed at the step's
@@ -747,6 +746,7 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
 double getWeightGradientResultBytes(ir::Precision precision, const ir::StateBytes &bytes,
                                     bool fp32Params);
 
+/// Times work and communication on one cluster for one precision.
 class CostModel {
 public:
   /// `weightGradientResultBytes`: getWeightGradientResultBytes of the run; 0, a result written
