@@ -566,6 +566,9 @@ private:
     if (run.paramGather == ir::ParamGather::CopyOut)
       refuse("param_gather = copy_out: Megatron-LM's distributed optimizer all-gathers into the "
              "parameters' own buffer (write param_gather = in_place)");
+    if (run.contextMerge == ir::ContextMerge::Eager && view.contextDegree > 1)
+      refuse("context_merge = eager: Megatron-LM runs Transformer Engine's context-parallel "
+             "attention, whose merges are fused (write context_merge = fused)");
     if (run.fp32Params)
       refuse("precision " + ir::spellPrecision(run) +
              ": Megatron-LM keeps the parameters in bf16 or fp16 and their fp32 master copy in "

@@ -139,6 +139,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
     os << "  kernels = " << imported.kernels << ";\n";
   if (!imported.paramGather.empty())
     os << "  param_gather = " << imported.paramGather << ";\n";
+  if (!imported.contextMerge.empty())
+    os << "  context_merge = " << imported.contextMerge << ";\n";
   os << "}\n";
 }
 

@@ -80,6 +80,8 @@ struct Imported {
   std::string kernels;
   /// `param_gather`: empty for the default (in_place).
   std::string paramGather;
+  /// `context_merge`: empty for the default (fused).
+  std::string contextMerge;
 };
 
 /// Writes the header comment, the import of the model's file, `modelText` (a model declaration or

@@ -624,6 +624,8 @@ private:
     }
     if (cp == 1)
       imported.context.clear();
+    else
+      imported.contextMerge = "eager"; // PyTorch's context parallelism, either rotate method.
 
     // Tensor parallelism: torchtitan's always shards the activations along the sequence, and
     // its column-parallel products keep their gathered inputs (PyTorch's matmul saves them).

@@ -165,6 +165,8 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
       {"  context",
        [](const RunReport &r) {
          std::string text = describeContext(*r.run->strategy);
+         if (!text.empty() && r.run->contextMerge == ir::ContextMerge::Eager)
+           text += ", merged eager (context_merge)";
          return text.empty() ? std::string("-") : text;
        }},
       {"  async_tp",

@@ -2390,7 +2390,7 @@ void Sema::buildRun(const ast::RunDecl &decl) {
   static const std::vector<std::string> keys = {
       "model",     "cluster",      "strategy",      "micro_batch",     "global_batch",
       "precision", "optimizer",    "measured_step", "measured_memory", "cross_entropy",
-      "kernels",   "param_gather", "train_metrics"};
+      "kernels",   "param_gather", "train_metrics", "context_merge"};
   auto fields = collectFields(decl, "a run", keys);
   bool ok = requireFields(decl, "run", fields,
                           {"model", "cluster", "strategy", "micro_batch", "global_batch"});
@@ -2648,6 +2648,11 @@ void Sema::buildRun(const ast::RunDecl &decl) {
         "or copy_out (PyTorch's FSDP2 copies each parameter out of the all-gather's buffer)",
         run->paramGather,
         {{"in_place", ir::ParamGather::InPlace}, {"copy_out", ir::ParamGather::CopyOut}});
+  words("context_merge",
+        "fused (Transformer Engine's context-parallel attention, the default) or eager "
+        "(PyTorch's: a kernel per key/value chunk, merged in fp32 by eager operators)",
+        run->contextMerge,
+        {{"fused", ir::ContextMerge::Fused}, {"eager", ir::ContextMerge::Eager}});
   if (const ast::Field *field = fields.lookup("train_metrics")) {
     std::optional<int64_t> value = getCount(field->value, "train_metrics", 0, kMaxTrainMetrics);
     ok &= value.has_value();

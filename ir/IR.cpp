@@ -615,6 +615,16 @@ StringRef toString(ParamGather gather) {
   llvm_unreachable("unknown ParamGather");
 }
 
+StringRef toString(ContextMerge merge) {
+  switch (merge) {
+  case ContextMerge::Fused:
+    return "fused";
+  case ContextMerge::Eager:
+    return "eager";
+  }
+  llvm_unreachable("unknown ContextMerge");
+}
+
 //===----------------------------------------------------------------------===//
 // Mesh
 //===----------------------------------------------------------------------===//

@@ -303,6 +303,14 @@ int64_t getAttentionKvHeads(const ir::TransformerConfig &config, ir::KernelMode 
   return repeatsKv(config, kernels) ? config.heads : config.getKvHeads();
 }
 
+double getContextAttentionCalls(int64_t context, ir::ContextMethod method, ir::ContextMerge merge) {
+  if (context <= 1 || method == ir::ContextMethod::AllToAll)
+    return 1;
+  if (method == ir::ContextMethod::AllGather && merge == ir::ContextMerge::Fused)
+    return 1;
+  return static_cast<double>(context);
+}
+
 bool rotatesComplex(const ir::TransformerConfig &config, ir::KernelMode kernels) {
   return config.positions == ir::PositionKind::Rope &&
          (config.ropeComplex || kernels == ir::KernelMode::Eager);
@@ -346,6 +354,10 @@ struct TransformerDims {
   }
   /// `unpad = true`: Q, K and V packed before the attention kernel, its output padded after.
   bool unpad = false;
+  /// Context parallelism: its degree (1: none), method and implementation (Layout).
+  double cp = 1;
+  ir::ContextMethod contextMethod = ir::ContextMethod::Ring;
+  ir::ContextMerge contextMerge = ir::ContextMerge::Fused;
   /// `post_norm = true`: a norm on each block's output too, four a layer.
   bool postNorm = false;
   /// The norms of a layer: two, or four with `post_norm`.
@@ -418,6 +430,9 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.currentScaling = dims.fp8 && layout.fp8Scaling == ir::Fp8Scaling::Current;
   dims.unpad = config.unpad && !dims.materialized();
   dims.postNorm = config.postNorm;
+  dims.cp = context;
+  dims.contextMethod = layout.contextMethod;
+  dims.contextMerge = layout.contextMerge;
   dims.stream = getStreamBytes(layout.precision, layout.fp32Params, layout.paramsGathered);
   return dims;
 }
@@ -561,6 +576,43 @@ void addMaterializedAttention(const TransformerDims &x, bool backward, Work &wor
   work.memory.push_back({"attention dropout backward", scores * (2 * x.e + 1)});
 }
 
+/// The memory-bound work around a context-parallel rank's attention kernels in one pass, in
+/// elements of the activation type (ContextMerge): O, Q and KV are the rank's attention output,
+/// queries, and keys and values as exchanged (getAttentionKvHeads), c the kernels
+/// (getContextAttentionCalls).
+///  - Transformer Engine's ring (transformer_engine/pytorch/attention/dot_product_attention/
+///    context_parallel.py, AttnFuncWithCPAndKVP2P): forward, K and V concatenated into the ring's
+///    first buffer (read and written, 2·KV), the output zero-filled (O) and, after the steps, each
+///    step's output folded into it by its log-sum-exp (flash_attn_fwd_out_correction, jit-fused:
+///    the step's output read, the running output read and written, 3·O a step); backward, K and V
+///    copied into the buffer (2·KV), each step's dQ and dK/dV copied (the first) or added into
+///    their accumulators (2 or 3 accesses each: (3c − 1)·(Q + KV)). Its all-gather runs one kernel
+///    per chunk of queries over the keys it attends and merges nothing; the log-sum-exp
+///    corrections ([b, heads, s] in fp64) are left out.
+///  - PyTorch's context parallelism (torch/distributed/tensor/experimental/_attention.py,
+///    _templated_ring_attention and _SDPAMerger; bench/gpu/ring_attention.py runs the same
+///    operators): forward, K and V concatenated into the buffer passed on at each of c − 1 steps
+///    (2·KV), the first block's output cast to fp32 (read O, write 2·O), each later one merged as
+///    out − sigmoid(lse_b − lse)·(out − out_b) by three eager fp32 operators (5 + 4 + 6 = 15·O),
+///    the result cast back (3·O); backward, the fp32 gradient accumulators zero-filled (2·Q +
+///    2·KV), at each of c steps dQ, dK and dV added in fp32 (read 2 + 1, write 2: 5·Q + 5·KV) and
+///    the fp32 dK/dV concatenated to pass on (4·KV), K and V concatenated at c − 1 steps (2·KV),
+///    and the gradients cast back (3·Q + 3·KV).
+double contextMergeElements(const TransformerDims &x, bool backward) {
+  double c = getContextAttentionCalls(static_cast<int64_t>(x.cp), x.contextMethod, x.contextMerge);
+  if (c <= 1)
+    return 0;
+  double headsPerRank = x.a / x.t;
+  double o = x.tokens * headsPerRank * x.dv;
+  double q = x.tokens * headsPerRank * x.dqk;
+  double kv = x.tokens * ((x.repeatKv ? x.a : x.kv) / x.t) * (x.dqk + x.dv);
+  if (x.contextMerge == ir::ContextMerge::Fused)
+    return backward ? 2 * kv + (3 * c - 1) * (q + kv) : 2 * kv + (1 + 3 * c) * o;
+  if (backward)
+    return (5 + 5 * c) * q + (3 + 11 * c) * kv;
+  return 2 * (c - 1) * kv + (6 + 15 * (c - 1)) * o;
+}
+
 AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
   AttentionCore core;
   core.batchHeads = x.batchHeads();
@@ -572,7 +624,22 @@ AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
   core.window = x.window;
   core.backward = backward;
   core.kernel = x.attention;
+  core.calls =
+      getContextAttentionCalls(static_cast<int64_t>(x.cp), x.contextMethod, x.contextMerge);
   return core;
+}
+
+/// The fused attention kernel of a pass and, under context parallelism, the merges around its
+/// blocks (contextMergeElements).
+void addFusedAttention(const TransformerDims &x, bool backward, Work &work) {
+  work.attention.push_back(fusedAttention(x, backward));
+  if (double elements = contextMergeElements(x, backward); elements > 0)
+    work.memory.push_back({x.contextMerge == ir::ContextMerge::Fused
+                               ? (backward ? "context-parallel ring's gradient accumulations"
+                                           : "context-parallel ring's output corrections")
+                               : (backward ? "context-parallel gradient accumulations (fp32, eager)"
+                                           : "context-parallel output merges (fp32, eager)"),
+                           elements * x.e});
 }
 
 /// The products of a pass grouped by the input they read (Gemm::input): each group's first
@@ -1046,7 +1113,7 @@ double separateNorms(const TransformerDims &x) { return (x.moe ? 1 : 0) + (x.lat
 /// its input, its norm and both products (transformer_layer.py, recompute_mlp; not an MoE layer's).
 void addModuleRecompute(const TransformerDims &x, unsigned modules, Work &work) {
   if (modules & ir::kRecomputeCoreAttention)
-    work.attention.push_back(fusedAttention(x, /*backward=*/false));
+    addFusedAttention(x, /*backward=*/false, work);
   if ((modules & ir::kRecomputeLayernorm) && separateNorms(x) > 0)
     addNorms(x, work, separateNorms(x));
   if ((modules & ir::kRecomputeMoeActivation) && x.moe)
@@ -1160,7 +1227,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     if (x.materialized())
       addMaterializedAttention(x, /*backward=*/false, work);
     else
-      work.attention.push_back(fusedAttention(x, /*backward=*/false));
+      addFusedAttention(x, /*backward=*/false, work);
     addLayerElementwise(x, work);
     return work;
   case PassKind::RecomputeSelective:
@@ -1188,7 +1255,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     if (x.materialized())
       addMaterializedAttention(x, /*backward=*/false, work);
     else
-      work.attention.push_back(fusedAttention(x, /*backward=*/false));
+      addFusedAttention(x, /*backward=*/false, work);
     return work;
   case PassKind::RecomputeModules:
     addModuleRecompute(x, layout.recomputeModules, work);
@@ -1199,7 +1266,7 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
     if (x.materialized())
       addMaterializedAttention(x, /*backward=*/true, work);
     else
-      work.attention.push_back(fusedAttention(x, /*backward=*/true));
+      addFusedAttention(x, /*backward=*/true, work);
     addLayerElementwiseBackward(x, products, work);
     return work;
   }
@@ -1387,6 +1454,8 @@ Layout getRunLayout(const ir::Run &run) {
   layout.paramsGathered = llvm::any_of(params.axes, [](const ir::AxisPlacement &axis) {
     return axis.mode == ir::PlacementMode::ShardedWithGather;
   });
+  layout.contextMethod = strategy.contextMethod;
+  layout.contextMerge = run.contextMerge;
   return layout;
 }
 
@@ -2752,10 +2821,14 @@ double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *fo
         core.backward ? constants->backwardKeyOverhead : constants->forwardKeyOverhead;
     double dimOverhead = constants->headDimOverhead;
     double d = core.getMeanHeadDim();
+    // Each of the kernels a query's keys are split across (AttentionCore::calls) pays the key
+    // overhead once: a ring of c steps c times.
+    double calls = std::max(1.0, core.calls);
     if (attended > 0 && d > 0 && (keyOverhead > 0 || dimOverhead > 0)) {
-      stretch = (1 + keyOverhead / attended) * (1 + dimOverhead / d);
-      overheads = fmt::format(" × (1 + {} / {} keys) × (1 + {} / d {})", num(keyOverhead),
-                              num(attended), num(dimOverhead), num(d));
+      stretch = (1 + calls * keyOverhead / attended) * (1 + dimOverhead / d);
+      overheads = fmt::format(" × (1 + {}{} / {} keys) × (1 + {} / d {})",
+                              calls > 1 ? num(calls) + " kernels × " : std::string(),
+                              num(keyOverhead), num(attended), num(dimOverhead), num(d));
     }
   }
   double kernels = shapes ? kernelEfficiency : 1;

@@ -346,7 +346,8 @@ public:
                   cost::getWeightGradientResultBytes(
                       precision, bytes, run.fp32Params && precision != ir::Precision::FP32)),
         precision(precision), crossEntropy(run.crossEntropy), trainMetrics(run.trainMetrics),
-        kernels(run.kernels), copiesGathers(run.paramGather == ir::ParamGather::CopyOut) {
+        kernels(run.kernels), contextMerge(run.contextMerge),
+        copiesGathers(run.paramGather == ir::ParamGather::CopyOut) {
     layers = model.getNumLayers();
     activationBytes = ir::getActivationBytes(precision);
     paramBytes = planParamBytes(precision);
@@ -422,6 +423,8 @@ private:
     layout.paramsGathered = paramMask(c.params) != 0;
     layout.fp8Saved = c.fp8Saved;
     layout.fp8Scaling = c.fp8Scaling;
+    layout.contextMethod = c.context;
+    layout.contextMerge = contextMerge;
     return layout;
   }
   /// The compute and activations of every kind of unit for a candidate's layout, cached.
@@ -465,6 +468,7 @@ private:
   ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
   int64_t trainMetrics = 0;
   ir::KernelMode kernels = ir::KernelMode::Fused;
+  ir::ContextMerge contextMerge = ir::ContextMerge::Fused;
   /// `param_gather = copy_out`: each all-gather of the parameters is copied out on the compute
   /// stream (Analyzer::gatherCopySeconds).
   bool copiesGathers = false;
@@ -517,7 +521,8 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
   auto key = std::make_tuple(c.tp, c.microBatch, c.sequenceParallel,
                              static_cast<int>(c.activations) * 4 +
                                  static_cast<int>(c.spInputs) * 2 + (gatheredFp32 ? 1 : 0),
-                             c.cp);
+                             // The context method: how many attention kernels and merges.
+                             c.cp * 4 + static_cast<int64_t>(c.context));
   if (lastTimes && lastTimesKey == key)
     return *lastTimes;
   auto it = unitTimes.find(key);
@@ -1298,7 +1303,9 @@ std::vector<ir::ActivationMode> getDefaultActivationModes(const ir::Run &run) {
 /// tensor-parallel ones: those `allowed` (SearchOptions::contextMethods; nullopt: all) where their
 /// divisibility holds (rule `divisibility`, docs/rules.md): the ring and the all-gather split each
 /// sequence into 2·cp load-balanced chunks, the all-to-all (Ulysses) splits the heads and the
-/// key/value heads it exchanges over tp·cp. With cp = 1 only `ring`, which then means nothing.
+/// key/value heads it exchanges over tp·cp, and PyTorch's context parallelism (`context_merge =
+/// eager`, the verifier's rule `placement`) has no all-to-all. With cp = 1 only `ring`, which then
+/// means nothing.
 std::vector<ir::ContextMethod>
 getContextMethods(const ir::Run &run, int64_t tp, int64_t cp,
                   const std::optional<std::vector<ir::ContextMethod>> &allowed) {
@@ -1319,7 +1326,7 @@ getContextMethods(const ir::Run &run, int64_t tp, int64_t cp,
   }
   // The key/value heads Ulysses's all-to-all splits: `heads` where they are repeated before the
   // attention (cost::getAttentionKvHeads).
-  if (config.heads % (tp * cp) == 0 &&
+  if (run.contextMerge == ir::ContextMerge::Fused && config.heads % (tp * cp) == 0 &&
       cost::getAttentionKvHeads(config, run.kernels) % (tp * cp) == 0 && config.seq % cp == 0)
     add(ir::ContextMethod::AllToAll);
   return methods;
@@ -2073,6 +2080,7 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->trainMetrics = base.trainMetrics;
   run->kernels = base.kernels;
   run->paramGather = base.paramGather;
+  run->contextMerge = base.contextMerge;
   run->microbatchesPerStep = c.microbatches;
   return run;
 }
@@ -3120,12 +3128,14 @@ std::string formatRun(const ir::Run &base, const Candidate &c, StringRef name,
                                     base.paramGather == ir::ParamGather::InPlace);
   std::string trainMetrics =
       setting("train_metrics", std::to_string(base.trainMetrics), base.trainMetrics == 0);
+  std::string contextMerge = setting("context_merge", ir::toString(base.contextMerge),
+                                     base.contextMerge == ir::ContextMerge::Fused || c.cp <= 1);
   return "run " + name.str() + " {\n  model = " + base.model->name +
          "; cluster = " + clusterName.str() + "; strategy = " + strategyName.str() +
          ";\n  micro_batch = " + std::to_string(c.microBatch) +
          "; global_batch = " + std::to_string(base.globalBatch) + ";\n  precision = " + precision +
          "; optimizer = " + ir::spellOptimizer(base.optimizer, base.optimizerStates) + ";" +
-         crossEntropy + kernels + paramGather + trainMetrics + "\n}\n";
+         crossEntropy + kernels + paramGather + trainMetrics + contextMerge + "\n}\n";
 }
 
 } // namespace placec::search

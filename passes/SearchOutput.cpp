@@ -422,6 +422,13 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       err << "placec: error: " << error << "\n";
       return 1;
     }
+    if (run->contextMerge == ir::ContextMerge::Eager &&
+        llvm::is_contained(*methods, ir::ContextMethod::AllToAll)) {
+      err << "placec: error: --context=" << options.context << ": run '" << run->name
+          << "' has context_merge = eager, PyTorch's context parallelism, which has no "
+             "all-to-all (list ring, all_gather or none)\n";
+      return 1;
+    }
     searchOptions.contextMethods = *methods;
   }
   if (!spInputs.empty()) {

@@ -493,6 +493,20 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
         diags->note(config.windowLoc.isValid() ? config.windowLoc : model.loc,
                     Twine("the window of model '") + model.name + "' is written here");
         ok = false;
+      } else if (strategy.contextMethod == ir::ContextMethod::AllToAll &&
+                 run.contextMerge == ir::ContextMerge::Eager) {
+        // PyTorch's context parallelism (`context_merge = eager`) passes or gathers key/value
+        // chunks; it has no head-split all-to-all.
+        diags->error(fieldLoc(run, "context_merge"),
+                     Twine("context_merge = eager is PyTorch's context parallelism, which passes "
+                           "or all-gathers the keys and values (context = ring or all_gather); "
+                           "strategy '") +
+                         strategy.name +
+                         "' splits the heads with Ulysses's all-to-all (context = all_to_all)",
+                     "placement");
+        diags->note(strategy.contextLoc.isValid() ? strategy.contextLoc : strategyLoc,
+                    "the context method is written here");
+        ok = false;
       } else if (strategy.contextMethod == ir::ContextMethod::AllToAll) {
         int64_t degree = tensorDegree * context;
         requireContext("the heads", config.heads, degree,

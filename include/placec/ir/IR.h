@@ -923,6 +923,17 @@ llvm::StringRef toString(KernelMode mode);
 enum class ParamGather { InPlace, CopyOut };
 llvm::StringRef toString(ParamGather gather);
 
+/// How a context-parallel rank runs its attention over the keys and values of the other ranks
+/// (`context_merge`): `fused`, Transformer Engine's context parallelism (Megatron-LM): the ring
+/// runs one kernel per step and corrects the running output by each step's log-sum-exp with a
+/// jit-fused kernel in the activation type; the all-gather runs one kernel per chunk of queries
+/// over the keys it attends, which needs no merge; `eager`, PyTorch's context parallelism
+/// (torch.distributed.tensor.experimental, which torchtitan's context_parallel runs): one kernel
+/// per chunk of keys and values for either exchange, the ring's or the all-gather's, their
+/// outputs merged and the gradients accumulated in fp32 by PyTorch's eager operators.
+enum class ContextMerge { Fused, Eager };
+llvm::StringRef toString(ContextMerge merge);
+
 class Run {
 public:
   std::string name;
@@ -958,6 +969,7 @@ public:
   CrossEntropyKind crossEntropy = CrossEntropyKind::Fused;
   KernelMode kernels = KernelMode::Fused;
   ParamGather paramGather = ParamGather::InPlace;
+  ContextMerge contextMerge = ContextMerge::Fused;
   /// `train_metrics = n`: metrics the training loop computes from the logits of every
   /// micro-batch after its backward, outside autograd, each a cross-entropy over an fp32 copy of
   /// the logits (Composer's training metrics: llm-foundry's MPT updates LanguageCrossEntropy and

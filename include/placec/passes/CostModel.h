@@ -225,6 +225,9 @@ struct AttentionCore {
   /// Sliding-window attention: each query attends at most this many keys (itself included); 0:
   /// no window. Only without context parallelism (the queries are the keys' positions).
   double window = 0;
+  /// The kernels across which each query's keys are split (getContextAttentionCalls): each
+  /// pays the kernel's per-query overhead (FusedAttentionConstants' key overhead) once.
+  double calls = 1;
   bool backward = false;
   /// The fused kernel (never Materialized: those products are Gemms).
   ir::AttentionKind kernel = ir::AttentionKind::Flash;
@@ -316,12 +319,24 @@ bool rotatesComplex(const ir::TransformerConfig &config, ir::KernelMode kernels)
 /// scaled_dot_product_attention gets): `heads` where repeatsKv, `kv_heads` otherwise.
 int64_t getAttentionKvHeads(const ir::TransformerConfig &config, ir::KernelMode kernels);
 
+/// The attention kernels a context-parallel rank runs per pass, across which each of its queries'
+/// keys are split: the ring's cp steps (Transformer Engine's and PyTorch's alike: the rank whose
+/// every step holds all its queries, load-balanced, paces the ring), and PyTorch's all-gather,
+/// which loops over the gathered chunks as its ring does (`context_merge = eager`); 1 for
+/// Transformer Engine's all-gather (one kernel per chunk of queries over the keys it attends),
+/// for Ulysses's all-to-all (whole sequences of fewer heads) and without context parallelism.
+double getContextAttentionCalls(int64_t context, ir::ContextMethod method, ir::ContextMerge merge);
+
 /// How the model's work is split on one device.
 struct Layout {
   double microBatch = 1;
   int64_t tensor = 1;  ///< Tensor-parallel degree.
   int64_t context = 1; ///< Context-parallel degree (the sequence split across devices).
-  int64_t expert = 1;  ///< Expert-parallel degree (the routed experts split across devices).
+  /// How the attention sees the other context-parallel ranks' keys and values (`context`), and
+  /// which implementation runs it (`context_merge`): getContextAttentionCalls and the merges.
+  ir::ContextMethod contextMethod = ir::ContextMethod::Ring;
+  ir::ContextMerge contextMerge = ir::ContextMerge::Fused;
+  int64_t expert = 1; ///< Expert-parallel degree (the routed experts split across devices).
   bool sequenceParallel = false;
   /// What sequence parallelism's column-parallel products keep of their gathered input
   /// (`sp_inputs`): under `keep` the two layer inputs they read are kept whole.
