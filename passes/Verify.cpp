@@ -755,6 +755,14 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                  "placement");
     ok = false;
   }
+  if (run.fieldLocs.count("context_merge") && context <= 1) {
+    diags->error(fieldLoc(run, "context_merge"),
+                 Twine("'context_merge' chooses how a context-parallel rank runs its attention, "
+                       "but the mesh ") +
+                     formatMesh(mesh) + " of strategy '" + strategy.name + "' has no sequence axis",
+                 "placement");
+    ok = false;
+  }
   // `wgrad` overlaps the input-gradient reductions with or without sequence parallelism (an
   // all-reduce without it); the other modes overlap sequence parallelism's collectives.
   bool weightGradient = strategy.asyncTensorParallel == ir::AsyncTensorParallel::WeightGradient;
