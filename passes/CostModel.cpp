@@ -354,9 +354,9 @@ struct TransformerDims {
   }
   /// `unpad = true`: Q, K and V packed before the attention kernel, its output padded after.
   bool unpad = false;
-  /// Context parallelism: its degree (1: none), method and implementation (Layout).
-  double cp = 1;
-  ir::ContextMethod contextMethod = ir::ContextMethod::Ring;
+  /// Context parallelism: the attention kernels a pass runs (getContextAttentionCalls; 1 without
+  /// it) and whose implementation merges them (Layout).
+  double attentionCalls = 1;
   ir::ContextMerge contextMerge = ir::ContextMerge::Fused;
   /// `post_norm = true`: a norm on each block's output too, four a layer.
   bool postNorm = false;
@@ -430,8 +430,8 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.currentScaling = dims.fp8 && layout.fp8Scaling == ir::Fp8Scaling::Current;
   dims.unpad = config.unpad && !dims.materialized();
   dims.postNorm = config.postNorm;
-  dims.cp = context;
-  dims.contextMethod = layout.contextMethod;
+  dims.attentionCalls =
+      getContextAttentionCalls(layout.context, layout.contextMethod, layout.contextMerge);
   dims.contextMerge = layout.contextMerge;
   dims.stream = getStreamBytes(layout.precision, layout.fp32Params, layout.paramsGathered);
   return dims;
@@ -599,7 +599,7 @@ void addMaterializedAttention(const TransformerDims &x, bool backward, Work &wor
 ///    the fp32 dK/dV concatenated to pass on (4·KV), K and V concatenated at c − 1 steps (2·KV),
 ///    and the gradients cast back (3·Q + 3·KV).
 double contextMergeElements(const TransformerDims &x, bool backward) {
-  double c = getContextAttentionCalls(static_cast<int64_t>(x.cp), x.contextMethod, x.contextMerge);
+  double c = x.attentionCalls;
   if (c <= 1)
     return 0;
   double headsPerRank = x.a / x.t;
@@ -624,8 +624,7 @@ AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
   core.window = x.window;
   core.backward = backward;
   core.kernel = x.attention;
-  core.calls =
-      getContextAttentionCalls(static_cast<int64_t>(x.cp), x.contextMethod, x.contextMerge);
+  core.calls = x.attentionCalls;
   return core;
 }
 
