@@ -13,6 +13,15 @@ minimize the mean |error| of that rate against the measurements, at a head-dimen
 given or searched (0 to 64 in steps of 8, the smallest total error), over shapes of 1K to 32K
 keys unless told otherwise.
 
+A source that times each call alone adds a per-call overhead T to every time it records:
+cudnn-frontend's benchmark records a CUDA event, calls PyTorch's attention (or autograd's
+backward) from Python and records another, so the interval holds the host's dispatch of the
+call as well as the kernel, about 0.1 ms, which a 1K-key kernel is no longer than. A training
+step queues its kernels ahead of the GPU and pays none of it, so for such a source the fit
+measures each shape as `T + seconds` and searches T too (0 to 300 µs in steps of 5), per
+backend and pass; T is reported and is not one of placec's constants. placec's kernel bench
+holds each kernel back to back (`kernels.py --hold`), where T is 0.
+
 Inputs, either:
   - placec's kernel bench (bench/gpu/kernels.py --out), its "attention" list;
   - a CSV with the columns of NVIDIA cudnn-frontend's SDPA training benchmark
@@ -40,8 +49,10 @@ CSV_COLUMNS = ("batch_size", "q_seqlen", "kv_seqlen", "num_q_heads", "head_dim",
 
 
 def load(path, min_keys, max_keys):
-    """(kernel, heads, queries, keys, d, causal, forward TFLOP/s, backward TFLOP/s) per shape."""
+    """The shapes, (kernel, heads, queries, keys, d, causal, forward TFLOP/s, backward TFLOP/s)
+    each, and whether the source times each call alone (a cudnn-frontend CSV)."""
     points = []
+    per_call = not path.endswith(".json")
     try:
         with open(path) as f:
             text = f.read()
@@ -72,28 +83,46 @@ def load(path, min_keys, max_keys):
     except (ValueError, KeyError, TypeError) as e:
         sys.exit(f"fit_attention.py: {path}: not a kernels.py JSON file ({e!r})")
     return [p for p in points
-            if p[0] and min_keys <= p[3] <= max_keys and p[6] > 0 and p[7] > 0]
+            if p[0] and min_keys <= p[3] <= max_keys and p[6] > 0 and p[7] > 0], per_call
 
 
 def predicted(peak, efficiency, key_overhead, head_overhead, keys, causal, head_dim):
+    """placec's rate for one kernel, TFLOP/s."""
     attended = keys * (0.5 if causal else 1)
     return peak * efficiency / ((1 + key_overhead / attended) * (1 + head_overhead / head_dim))
 
 
-def fit(points, peak, head_overhead):
-    """(efficiency, key overhead, mean |error|, max |error|) minimizing the mean |error|."""
+def as_timed(rate, tflop, call_overhead):
+    """The rate a source records for a kernel of `tflop` TFLOP run at `rate` TFLOP/s when each
+    call's time holds `call_overhead` seconds besides the kernel."""
+    return tflop / (call_overhead + tflop / rate)
+
+
+def fit(points, peak, head_overhead, call_overheads):
+    """(efficiency, key overhead, call overhead, mean |error|, max |error|) minimizing the mean
+    |error|; points are (keys, causal, d, TFLOP, measured TFLOP/s)."""
     best = None
-    for k_step in range(0, 201):
-        key_overhead = 20 * k_step
-        for e_step in range(1, 201):
-            efficiency = 0.005 * e_step
-            errors = [abs(predicted(peak, efficiency, key_overhead, head_overhead, keys, causal,
-                                    d) / rate - 1)
-                      for keys, causal, d, rate in points]
-            mean = sum(errors) / len(errors)
-            if best is None or mean < best[2]:
-                best = (efficiency, key_overhead, mean, max(errors))
+    for call_overhead in call_overheads:
+        for k_step in range(0, 201):
+            key_overhead = 20 * k_step
+            # The kernel's seconds at efficiency 1, per shape.
+            unit = [(tflop * (1 + key_overhead / (keys * (0.5 if causal else 1))) *
+                     (1 + head_overhead / d) / peak, tflop, rate)
+                    for keys, causal, d, tflop, rate in points]
+            for e_step in range(1, 201):
+                efficiency = 0.005 * e_step
+                errors = [abs(tflop / (call_overhead + seconds / efficiency) / rate - 1)
+                          for seconds, tflop, rate in unit]
+                mean = sum(errors) / len(errors)
+                if best is None or mean < best[3]:
+                    best = (efficiency, key_overhead, call_overhead, mean, max(errors))
     return best
+
+
+def tflop(heads, queries, keys, d, causal, backward):
+    """The kernel's TFLOP as placec and cudnn-frontend count them."""
+    forward = 4 * heads * queries * keys * d * (0.5 if causal else 1) / 1e12
+    return forward * (2.5 if backward else 1)
 
 
 def main():
@@ -106,35 +135,48 @@ def main():
                         help="fix H (default: search 0 to 64 in steps of 8)")
     parser.add_argument("--min-keys", type=int, default=1024,
                         help="leave out shapes of fewer keys (launch-bound; default 1024)")
+    parser.add_argument("--call-overhead", type=float,
+                        help="fix the per-call overhead T, µs (default: search 0 to 300 for a "
+                             "source that times each call alone, 0 for placec's kernel bench)")
     parser.add_argument("--max-keys", type=int, default=32768,
                         help="leave out shapes of more keys (default 32768: the range of "
                              "placec's kernel bench)")
     args = parser.parse_args()
     if args.peak <= 0:
         parser.error("--peak must be positive")
-    points = load(args.input, args.min_keys, args.max_keys)
+    if args.call_overhead is not None and not 0 <= args.call_overhead <= 10000:
+        parser.error("--call-overhead must be 0 to 10000 µs")
+    points, per_call = load(args.input, args.min_keys, args.max_keys)
     if not points:
         sys.exit(f"fit_attention.py: no attention rates in {args.input}")
     heads = [args.head_overhead] if args.head_overhead is not None else range(0, 65, 8)
+    if args.call_overhead is not None:
+        call_overheads = [args.call_overhead * 1e-6]
+    else:
+        call_overheads = [5e-6 * step for step in range(61)] if per_call else [0.0]
     for backend in sorted({p[0] for p in points}):
         mine = [p for p in points if p[0] == backend]
-        passes = {"forward": [(p[3], p[5], p[4], p[6]) for p in mine],
-                  "backward": [(p[3], p[5], p[4], p[7]) for p in mine]}
+        passes = {"forward": [(p[3], p[5], p[4], tflop(*p[1:6], False), p[6]) for p in mine],
+                  "backward": [(p[3], p[5], p[4], tflop(*p[1:6], True), p[7]) for p in mine]}
         choice = None
         for h in heads:
-            fits = {name: fit(pts, args.peak, h) for name, pts in passes.items()}
-            total = sum(f[2] for f in fits.values())
+            fits = {name: fit(pts, args.peak, h, call_overheads) for name, pts in passes.items()}
+            total = sum(f[3] for f in fits.values())
             if choice is None or total < choice[0]:
                 choice = (total, h, fits)
         _, h, fits = choice
         print(f"{backend}: {len(mine)} shapes, head-dimension overhead {h:g}")
-        for name, (efficiency, key_overhead, mean, worst) in fits.items():
-            print(f"  {name}: efficiency {efficiency:.3f}, key overhead {key_overhead}, "
+        for name, (efficiency, key_overhead, call, mean, worst) in fits.items():
+            timed = f", call overhead {1e6 * call:.0f} us" if per_call else ""
+            print(f"  {name}: efficiency {efficiency:.3f}, key overhead {key_overhead}{timed}, "
                   f"mean |error| {100 * mean:.1f} %, max {100 * worst:.1f} %")
-            for keys, causal, d, rate in passes[name]:
+            for keys, causal, d, work, rate in passes[name]:
                 model = predicted(args.peak, efficiency, key_overhead, h, keys, causal, d)
+                seen = as_timed(model, work, call)
+                kernel = f" (the kernel alone {model:.0f})" if per_call else ""
                 print(f"    {keys:>6} keys{' causal' if causal else ''}, d {d}: measured "
-                      f"{rate:.0f}, placec {model:.0f} TFLOP/s ({100 * (model / rate - 1):+.1f} %)")
+                      f"{rate:.0f}, placec {seen:.0f}{kernel} TFLOP/s "
+                      f"({100 * (seen / rate - 1):+.1f} %)")
 
 
 if __name__ == "__main__":

@@ -124,11 +124,16 @@ TEST(KernelBenchTest, FusedAttentionAgainstTheBench) {
 /// device (a file's header cites its run): 128 query heads over 8 key/value heads, d 128, causal,
 /// TFLOP/s counting the causal half and the backward 2.5 times the forward, as placec does. Per
 /// backend and pass, predicted / measured − 1 over the fitted range, 1K to 32K keys, and at 8K and
-/// 16K keys alone (`mid`).
+/// 16K keys alone (`mid`). The benchmark times each call alone between two CUDA events, so each
+/// time it records holds the host's dispatch of the call besides the kernel; `callOverhead` gives
+/// that time per backend and pass ("cudnn forward", ...), added to placec's kernel time, which a
+/// training step, queued ahead of the GPU, does not pay.
 struct AttentionErrors {
   std::map<std::string, Errors> all, mid;
 };
-AttentionErrors fusedAttentionAgainstCudnnFrontend(const char *clusterFields, const char *file) {
+AttentionErrors
+fusedAttentionAgainstCudnnFrontend(const char *clusterFields, const char *file,
+                                   const std::map<std::string, double> &callOverhead) {
   AttentionErrors result;
   auto compiled = unittest::compile(std::string("cluster c { ") + clusterFields +
                                     " nodes = 1; devices_per_node = 1; }");
@@ -177,8 +182,11 @@ AttentionErrors fusedAttentionAgainstCudnnFrontend(const char *clusterFields, co
     for (bool backward : {false, true}) {
       core.backward = backward;
       double measured = core.getFlops() / (number(backward ? 11 : 10) * 1e12);
-      double predicted = model.getAttentionSeconds(core) * kTrainingKernelEfficiency;
       std::string what = backend + (backward ? " backward" : " forward");
+      auto call = callOverhead.find(what);
+      EXPECT_NE(call, callOverhead.end()) << what;
+      double predicted = model.getAttentionSeconds(core) * kTrainingKernelEfficiency +
+                         (call == callOverhead.end() ? 0 : call->second);
       result.all[what].values.push_back(predicted / measured - 1);
       if (core.keys == 8192 || core.keys == 16384)
         result.mid[what].values.push_back(predicted / measured - 1);
@@ -188,37 +196,50 @@ AttentionErrors fusedAttentionAgainstCudnnFrontend(const char *clusterFields, co
 }
 
 TEST(KernelBenchTest, FusedAttentionOnB200AgainstCudnnFrontend) {
-  // The Blackwell constants were fitted on the B200 run's 1K to 32K shapes
-  // (bench/gpu/fit_attention.py); Hopper's, used before, were 8 to 40 % too fast there.
+  // The Blackwell constants were fitted on the B200 run's 1K to 32K shapes with each call's
+  // dispatch (bench/gpu/fit_attention.py, which finds it at 55 and 0 µs for cuDNN's forward and
+  // backward, 35 and 285 µs for FlashAttention-2's); Hopper's, used before, were 8 to 40 % too
+  // fast there.
+  const std::map<std::string, double> dispatch = {{"cudnn forward", 55e-6},
+                                                  {"cudnn backward", 0},
+                                                  {"flash forward", 35e-6},
+                                                  {"flash backward", 285e-6}};
   AttentionErrors errors = fusedAttentionAgainstCudnnFrontend(
-      "device = b200;", "bench/gpu/results/b200-cudnn-frontend/sdpa-bf16.csv");
+      "device = b200;", "bench/gpu/results/b200-cudnn-frontend/sdpa-bf16.csv", dispatch);
   ASSERT_EQ(errors.all.size(), 4u);
   for (const auto &[what, e] : errors.all) {
     EXPECT_EQ(e.values.size(), 6u) << what;
     EXPECT_LE(e.meanAbs(), 0.08) << what;
-    EXPECT_LE(e.maxAbs(), 0.35) << what;
-    EXPECT_LE(errors.mid[what].maxAbs(), 0.11) << what;
+    // cuDNN's backward at 2K keys ran slower than at 1K per FLOP (371 against 309 TFLOP/s
+    // recorded, where every other shape and pass rises with the keys).
+    EXPECT_LE(e.maxAbs(), what == "cudnn backward" ? 0.35 : 0.11) << what;
+    EXPECT_LE(errors.mid[what].maxAbs(), 0.06) << what;
   }
 }
 
 TEST(KernelBenchTest, FusedAttentionOnGb300AgainstCudnnFrontend) {
   // The GB300's own run, with the B200 run's software (cuDNN 9.13): placec takes its own fit for
-  // the GB300 (getAttentionConstants). Its cuDNN forward rises from 1K to 4K keys more steeply than
-  // the formula's key overhead can follow (its fitted efficiency is the grid's ceiling, 1), so
-  // that pass is held more loosely; every pass is closer to the run than the B200's constants
-  // scaled to the GB300's peak would be.
+  // the GB300 (getAttentionConstants), made like the B200's; fit_attention.py finds each call's
+  // dispatch at 115 and 145 µs for cuDNN's forward and backward, 100 and 125 µs for
+  // FlashAttention-2's. Every pass is closer to the run than the B200's constants scaled to the
+  // GB300's peak would be.
+  const std::map<std::string, double> dispatch = {{"cudnn forward", 115e-6},
+                                                  {"cudnn backward", 145e-6},
+                                                  {"flash forward", 100e-6},
+                                                  {"flash backward", 125e-6}};
   const char *file = "bench/gpu/results/gb300-cudnn-frontend/sdpa-bf16.csv";
-  AttentionErrors own = fusedAttentionAgainstCudnnFrontend("device = gb300;", file);
+  AttentionErrors own = fusedAttentionAgainstCudnnFrontend("device = gb300;", file, dispatch);
   // The family's constants at the GB300's peak: a B300 (which has no attention measurement of its
   // own) given the GB300's dense BF16 rate.
   AttentionErrors family =
-      fusedAttentionAgainstCudnnFrontend("device = b300; peak = 2500 TFLOPS;", file);
+      fusedAttentionAgainstCudnnFrontend("device = b300; peak = 2500 TFLOPS;", file, dispatch);
   ASSERT_EQ(own.all.size(), 4u);
   ASSERT_EQ(family.all.size(), 4u);
   for (const auto &[what, e] : own.all) {
     EXPECT_EQ(e.values.size(), 6u) << what;
-    EXPECT_LE(e.meanAbs(), what == "cudnn forward" ? 0.18 : 0.07) << what;
-    EXPECT_LE(e.maxAbs(), what == "cudnn forward" ? 0.56 : 0.25) << what;
+    EXPECT_LE(e.meanAbs(), 0.04) << what;
+    EXPECT_LE(e.maxAbs(), 0.20) << what;
+    EXPECT_LE(own.mid[what].maxAbs(), 0.03) << what;
     EXPECT_LT(e.meanAbs(), family.all[what].meanAbs()) << what;
   }
 }
