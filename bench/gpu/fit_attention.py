@@ -105,14 +105,13 @@ def fit(points, peak, head_overhead, call_overheads):
     for call_overhead in call_overheads:
         for k_step in range(0, 201):
             key_overhead = 20 * k_step
-            # The kernel's seconds at efficiency 1, per shape.
-            unit = [(tflop * (1 + key_overhead / (keys * (0.5 if causal else 1))) *
-                     (1 + head_overhead / d) / peak, tflop, rate)
+            # placec's rate per shape at efficiency 1, which the efficiency scales.
+            unit = [(predicted(peak, 1, key_overhead, head_overhead, keys, causal, d), tflop, rate)
                     for keys, causal, d, tflop, rate in points]
             for e_step in range(1, 201):
                 efficiency = 0.005 * e_step
-                errors = [abs(tflop / (call_overhead + seconds / efficiency) / rate - 1)
-                          for seconds, tflop, rate in unit]
+                errors = [abs(as_timed(efficiency * model, tflop, call_overhead) / rate - 1)
+                          for model, tflop, rate in unit]
                 mean = sum(errors) / len(errors)
                 if best is None or mean < best[3]:
                     best = (efficiency, key_overhead, call_overhead, mean, max(errors))
