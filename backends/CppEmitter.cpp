@@ -3,6 +3,7 @@
 // op's reason as its comment, names taken from the .place file.
 #include "placec/backends/CppEmitter.h"
 
+#include "TrainerSupport.h"
 #include "fmt/format.h"
 #include "placec/Config.h"
 #include "placec/passes/CostModel.h"
@@ -96,34 +97,23 @@ std::string unitIdentifier(StringRef name) {
 
 std::string quoted(StringRef text) { return ("\"" + text + "\"").str(); }
 
-SMLoc fieldLoc(const ir::Run &run, StringRef field) {
-  auto it = run.fieldLocs.find(field);
-  return it != run.fieldLocs.end() ? it->second : run.loc;
-}
-
-using RefuseFn = llvm::function_ref<void(SMLoc loc, const Twine &part, const Twine &why)>;
-
 /// Calls `refuse` for each part of the run that the CPU runtime cannot train, with where it is
 /// written and why (docs/running.md lists them).
 void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
   const ir::Model &model = *run.model;
   const ir::Strategy &strategy = *run.strategy;
-  SMLoc strategyLoc = fieldLoc(run, "strategy");
+  SMLoc strategyLoc = getFieldLoc(run, "strategy");
   if (run.crossEntropy == ir::CrossEntropyKind::Chunked)
-    refuse(fieldLoc(run, "cross_entropy"), "cross_entropy = chunked",
+    refuse(getFieldLoc(run, "cross_entropy"), "cross_entropy = chunked",
            "the CPU trainer computes the loss over the whole micro-batch's logits (write "
            "cross_entropy = fused)");
-  if (run.trainMetrics > 0)
-    refuse(fieldLoc(run, "train_metrics"), "train_metrics = " + Twine(run.trainMetrics),
-           "the CPU trainer computes the loss and no other metric from the logits (leave "
-           "train_metrics out)");
   if (!run.optimizerStates.isDefault())
-    refuse(fieldLoc(run, "optimizer"),
+    refuse(getFieldLoc(run, "optimizer"),
            "optimizer = " + ir::spellOptimizer(run.optimizer, run.optimizerStates),
            "placert's Adam keeps fp32 moments and the master copy its precision implies "
            "(write adam)");
   if (model.kind == ir::ModelKind::Abstract) {
-    refuse(fieldLoc(run, "model"), "model '" + model.name + "' of kind abstract",
+    refuse(getFieldLoc(run, "model"), "model '" + model.name + "' of kind abstract",
            "an abstract model has a parameter count but no layers to compute");
     return;
   }
@@ -138,7 +128,7 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
                  Twine(tensorDegree) + " tensor-parallel ranks");
     if (tensorDegree > 1 && strategy.sequenceParallel &&
         (run.microBatch * (config.seq / contextDegree)) % tensorDegree != 0)
-      refuse(fieldLoc(run, "micro_batch"),
+      refuse(getFieldLoc(run, "micro_batch"),
              "micro_batch = " + Twine(run.microBatch) + " with seq = " + Twine(config.seq) +
                  (contextDegree > 1 ? " over " + Twine(contextDegree) + " context ranks" : ""),
              "sequence parallelism splits the micro-batch's tokens among the " +
@@ -159,40 +149,13 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
       refuse(model.loc, "bias = qkv",
              "placert's transformer has biases on every linear layer or on none; declare "
              "bias = true or bias = false");
-    if (config.headDim > 0 && config.headDim * config.heads != config.hidden)
-      refuse(model.loc, "head_dim = " + Twine(config.headDim),
-             "the trainer's attention heads are hidden/heads wide");
-    if (config.qkNorm)
-      refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
-    if (config.sinks)
-      refuse(config.sinksLoc.isValid() ? config.sinksLoc : model.loc, "sinks = true",
-             "the trainer's softmax has no sink logits");
+    forEachCommonUnsupported(run, "the CPU trainer", refuse);
     if (config.moe.routerBias)
-      refuse(model.loc, "router_bias = true", "the trainer's router has no bias");
-    if (config.isLatentAttention())
-      refuse(config.kvLoraRankLoc.isValid() ? config.kvLoraRankLoc : model.loc,
-             "kv_lora_rank = " + Twine(config.kvLoraRank),
-             "the trainer's attention is multi-head or grouped-query, not latent");
-    if (config.postNorm)
-      refuse(config.postNormLoc.isValid() ? config.postNormLoc : model.loc, "post_norm = true",
-             "the trainer's layers have two norms, before the attention and the MLP");
-    if (config.mtpLayers > 0)
-      refuse(config.mtpLayersLoc.isValid() ? config.mtpLayersLoc : model.loc,
-             "mtp_layers = " + Twine(config.mtpLayers),
-             "the trainer predicts the next token only, with no multi-token prediction modules");
-    if (config.isWindowed())
-      refuse(config.windowLoc.isValid() ? config.windowLoc : model.loc,
-             "window = " + Twine(config.window) + " < seq = " + Twine(config.seq),
-             "placert's attention attends the whole causal prefix; leave window out, or compile a "
-             "model whose window is at least its sequence");
+      refuse(model.loc, "router_bias = true", "the CPU trainer's router has no bias");
     if (config.mlp == ir::MlpActivation::Relu2)
       refuse(config.mlpLoc, "mlp = relu2",
              "placert's transformer implements GELU and SwiGLU MLPs; declare mlp = gelu or "
              "mlp = swiglu");
-    if (config.unpad)
-      refuse(config.unpadLoc, "unpad = true",
-             "placert's attention reads the padded Q, K and V in place and keeps one copy of "
-             "its output; leave unpad out");
     // placert's attention reads each grouped key/value head in place (GptKernels.h): it neither
     // copies K and V to every query head nor, under context parallelism, exchanges the repeated
     // heads that the step plan of such a model moves (cost::getAttentionKvHeads).
@@ -205,7 +168,7 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
                "placert's attention reads each grouped key/value head in place and does not "
                "repeat them to every query head; declare kv_repeat = false");
       else if (contextDegree > 1)
-        refuse(fieldLoc(run, "kernels"),
+        refuse(getFieldLoc(run, "kernels"),
                "kernels = eager with " + heads + " under context parallelism",
                "eager PyTorch repeats the keys and values to every head before the attention, so "
                "the step plan exchanges all heads' K and V, and placert's context-parallel "
@@ -265,11 +228,11 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
            "activation recomputation of an mlp", "the mlp trainer keeps its activations");
   }
   if (run.fp32Params)
-    refuse(fieldLoc(run, "precision"), "precision = " + ir::spellPrecision(run),
+    refuse(getFieldLoc(run, "precision"), "precision = " + ir::spellPrecision(run),
            "placert keeps the parameters in the compute type and their fp32 master copy in the "
            "optimizer state, not fp32 parameters cast on use; leave params = fp32 out");
   if (run.precision == ir::Precision::MixedFP8)
-    refuse(fieldLoc(run, "precision"), "precision = " + ir::spellPrecision(run),
+    refuse(getFieldLoc(run, "precision"), "precision = " + ir::spellPrecision(run),
            "the CPU runtime computes in fp32 and has no FP8 or FP4 products; such runs are "
            "analysed, not compiled");
   if (strategy.pipeline) {

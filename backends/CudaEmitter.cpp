@@ -4,6 +4,7 @@
 // source location that asks for it.
 #include "placec/backends/CudaEmitter.h"
 
+#include "TrainerSupport.h"
 #include "fmt/format.h"
 #include "placec/Config.h"
 #include "placec/backends/CppEmitter.h"
@@ -23,11 +24,6 @@ using namespace llvm;
 namespace placec::codegen {
 
 namespace {
-
-SMLoc fieldLoc(const ir::Run &run, StringRef field) {
-  auto it = run.fieldLocs.find(field);
-  return it != run.fieldLocs.end() ? it->second : run.loc;
-}
 
 /// The batch axes of the mesh, in mesh order.
 std::vector<unsigned> batchAxes(const ir::Mesh &mesh) {
@@ -107,10 +103,10 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
   const ir::Model &model = *run.model;
   const ir::Strategy &strategy = *run.strategy;
   const ir::Mesh &mesh = strategy.mesh;
-  SMLoc modelLoc = fieldLoc(run, "model");
+  SMLoc modelLoc = getFieldLoc(run, "model");
   // Parts of the strategy are reported at the run's `strategy = …` (the strategy may come from
   // the prelude), with a note where the part is written.
-  SMLoc strategyLoc = fieldLoc(run, "strategy");
+  SMLoc strategyLoc = getFieldLoc(run, "strategy");
   auto refuseStrategy = [&](SMLoc partLoc, const Twine &part, const Twine &why) {
     refuse(strategyLoc, part, why);
     if (partLoc.isValid() && partLoc != strategyLoc)
@@ -164,34 +160,7 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
            "the GPU trainer ties the output layer to the embedding");
   if (!config.bias)
     refuse(model.loc, "bias = " + config.getBiasText(), "the GPU trainer's layers have biases");
-  if (config.headDim > 0 && config.headDim * config.heads != config.hidden)
-    refuse(model.loc, "head_dim = " + Twine(config.headDim),
-           "the trainer's attention heads are hidden/heads wide");
-  if (config.qkNorm)
-    refuse(model.loc, "qk_norm = true", "the trainer does not normalize queries and keys");
-  if (config.sinks)
-    refuse(config.sinksLoc.isValid() ? config.sinksLoc : model.loc, "sinks = true",
-           "the GPU trainer's softmax has no sink logits");
-  if (config.isLatentAttention())
-    refuse(config.kvLoraRankLoc.isValid() ? config.kvLoraRankLoc : model.loc,
-           "kv_lora_rank = " + Twine(config.kvLoraRank),
-           "the GPU trainer's attention is multi-head or grouped-query, not latent");
-  if (config.postNorm)
-    refuse(config.postNormLoc.isValid() ? config.postNormLoc : model.loc, "post_norm = true",
-           "the GPU trainer's layers have two norms, before the attention and the MLP");
-  if (config.mtpLayers > 0)
-    refuse(config.mtpLayersLoc.isValid() ? config.mtpLayersLoc : model.loc,
-           "mtp_layers = " + Twine(config.mtpLayers),
-           "the GPU trainer predicts the next token only, with no multi-token prediction modules");
-  if (config.isWindowed())
-    refuse(config.windowLoc.isValid() ? config.windowLoc : model.loc,
-           "window = " + Twine(config.window) + " < seq = " + Twine(config.seq),
-           "the GPU trainer's attention attends the whole causal prefix; leave window out, or "
-           "compile a model whose window is at least its sequence");
-  if (config.unpad)
-    refuse(config.unpadLoc, "unpad = true",
-           "the GPU trainer's attention reads the padded Q, K and V in place and keeps one copy "
-           "of its output; leave unpad out");
+  forEachCommonUnsupported(run, "the GPU trainer", refuse);
   if (config.moe.isEnabled())
     refuse(model.loc, "experts = " + Twine(config.moe.experts),
            "the GPU trainer's layers have dense MLPs; mixture-of-experts layers are analysed, not "
@@ -217,25 +186,21 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
              "materialized runs any");
   }
   if (run.precision != ir::Precision::MixedBF16)
-    refuse(fieldLoc(run, "precision"), "precision = " + ir::spellPrecision(run),
+    refuse(getFieldLoc(run, "precision"), "precision = " + ir::spellPrecision(run),
            "the GPU trainer computes in bf16 with fp32 master weights (precision = "
            "mixed(bf16))");
   else if (run.fp32Grads)
-    refuse(fieldLoc(run, "precision"), "precision = mixed(bf16, grads = fp32)",
+    refuse(getFieldLoc(run, "precision"), "precision = mixed(bf16, grads = fp32)",
            "the GPU trainer accumulates and reduces its gradients in bf16 (precision = "
            "mixed(bf16))");
   if (run.crossEntropy != ir::CrossEntropyKind::Chunked)
-    refuse(fieldLoc(run, "cross_entropy"), "cross_entropy = " + ir::toString(run.crossEntropy),
+    refuse(getFieldLoc(run, "cross_entropy"), "cross_entropy = " + ir::toString(run.crossEntropy),
            "the GPU trainer runs the output layer and the loss one sequence at a time (write "
            "cross_entropy = chunked, which the report counts so)");
   if (run.optimizer != ir::OptimizerKind::Adam || !run.optimizerStates.isDefault())
-    refuse(fieldLoc(run, "optimizer"),
+    refuse(getFieldLoc(run, "optimizer"),
            "optimizer = " + ir::spellOptimizer(run.optimizer, run.optimizerStates),
            "the GPU trainer implements Adam with fp32 moments and an fp32 master copy");
-  if (run.trainMetrics > 0)
-    refuse(fieldLoc(run, "train_metrics"), "train_metrics = " + Twine(run.trainMetrics),
-           "the GPU trainer computes the loss and no other metric from the logits (leave "
-           "train_metrics out)");
   for (const ir::Axis &axis : mesh.axes) {
     if (axis.size <= 1 || axis.kind == ir::AxisKind::Batch)
       continue;

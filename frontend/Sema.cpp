@@ -154,6 +154,10 @@ private:
   std::optional<double> getReal(const ast::Value &value, StringRef what, double min, double max,
                                 bool minExclusive = false);
   std::optional<bool> getBool(const ast::Value &value, StringRef what);
+  /// Reads the boolean field `name`, when written, into `target` and its key's location into
+  /// `loc` (when given); false after a diagnostic, `target` then left as it was.
+  bool readFlag(const StringMap<const ast::Field *> &fields, StringRef name, bool &target,
+                SMLoc *loc = nullptr);
   /// The RecomputeModule bits of `recompute(core_attn, moe_act, …)`, or nothing after an error.
   std::optional<unsigned> getRecomputeModules(const ast::Mode &mode);
   /// A name from a fixed set of choices.
@@ -501,6 +505,20 @@ std::optional<bool> Sema::getBool(const ast::Value &value, StringRef what) {
   return std::nullopt;
 }
 
+bool Sema::readFlag(const StringMap<const ast::Field *> &fields, StringRef name, bool &target,
+                    SMLoc *loc) {
+  const ast::Field *field = fields.lookup(name);
+  if (!field)
+    return true;
+  std::optional<bool> value = getBool(field->value, name);
+  if (!value)
+    return false;
+  target = *value;
+  if (loc)
+    *loc = field->keyLoc;
+  return true;
+}
+
 std::optional<std::string> Sema::getChoice(const ast::Value &value, StringRef what,
                                            ArrayRef<std::string> choices) {
   std::string options;
@@ -691,11 +709,7 @@ bool Sema::buildMoe(const ast::ModelDecl &decl, const StringMap<const ast::Field
   }
   count("moe_every", moe.every, 1, std::max<int64_t>(config.layers, 1));
   count("dense_layers", moe.denseLayers, 0, std::max<int64_t>(config.layers - 1, 0));
-  if (const ast::Field *field = fields.lookup("router_bias")) {
-    std::optional<bool> value = getBool(field->value, "router_bias");
-    ok &= value.has_value();
-    moe.routerBias = value.value_or(false);
-  }
+  ok &= readFlag(fields, "router_bias", moe.routerBias);
   // Group-limited routing: both fields or neither, whole groups, enough experts in the chosen
   // groups for top_k.
   const ast::Field *groupsField = fields.lookup("router_groups");
@@ -870,41 +884,12 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
         config.fullEvery = value.value_or(0);
       }
     }
-    if (const ast::Field *field = fields.lookup("kv_repeat")) {
-      std::optional<bool> value = getBool(field->value, "kv_repeat");
-      ok &= value.has_value();
-      config.kvRepeat = value.value_or(false);
-      config.kvRepeatLoc = field->keyLoc;
-    }
-    if (const ast::Field *field = fields.lookup("rope_complex")) {
-      std::optional<bool> value = getBool(field->value, "rope_complex");
-      ok &= value.has_value();
-      config.ropeComplex = value.value_or(false);
-      config.ropeComplexLoc = field->keyLoc;
-    }
-    if (const ast::Field *field = fields.lookup("unpad")) {
-      std::optional<bool> value = getBool(field->value, "unpad");
-      ok &= value.has_value();
-      config.unpad = value.value_or(false);
-      config.unpadLoc = field->keyLoc;
-    }
-    if (const ast::Field *field = fields.lookup("post_norm")) {
-      std::optional<bool> value = getBool(field->value, "post_norm");
-      ok &= value.has_value();
-      config.postNorm = value.value_or(false);
-      config.postNormLoc = field->keyLoc;
-    }
-    if (const ast::Field *field = fields.lookup("sinks")) {
-      std::optional<bool> value = getBool(field->value, "sinks");
-      ok &= value.has_value();
-      config.sinks = value.value_or(false);
-      config.sinksLoc = field->keyLoc;
-    }
-    if (const ast::Field *field = fields.lookup("qk_norm")) {
-      std::optional<bool> value = getBool(field->value, "qk_norm");
-      ok &= value.has_value();
-      config.qkNorm = value.value_or(false);
-    }
+    ok &= readFlag(fields, "kv_repeat", config.kvRepeat, &config.kvRepeatLoc);
+    ok &= readFlag(fields, "rope_complex", config.ropeComplex, &config.ropeComplexLoc);
+    ok &= readFlag(fields, "unpad", config.unpad, &config.unpadLoc);
+    ok &= readFlag(fields, "post_norm", config.postNorm, &config.postNormLoc);
+    ok &= readFlag(fields, "sinks", config.sinks, &config.sinksLoc);
+    ok &= readFlag(fields, "qk_norm", config.qkNorm);
     if (const ast::Field *field = fields.lookup("attention")) {
       std::optional<std::string> choice =
           getChoice(field->value, "attention", {"flash", "flash3", "cudnn", "materialized"});
@@ -954,11 +939,7 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
       config.bias = !choice || *choice == "true";
       config.qkvBias = choice == std::optional<std::string>("qkv");
     }
-    if (const ast::Field *field = fields.lookup("tied_embeddings")) {
-      std::optional<bool> value = getBool(field->value, "tied_embeddings");
-      ok &= value.has_value();
-      config.tiedEmbeddings = value.value_or(true);
-    }
+    ok &= readFlag(fields, "tied_embeddings", config.tiedEmbeddings);
     if (ok && config.ropeComplex && config.positions != ir::PositionKind::Rope) {
       diags.error(config.ropeComplexLoc,
                   "rope_complex = true with positions = " + ir::toString(config.positions) +
