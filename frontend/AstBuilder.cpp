@@ -118,17 +118,22 @@ std::string AstBuilder::describeToken(const antlr4::Token *token) const {
 // Lexical errors
 //===----------------------------------------------------------------------===//
 
-bool AstBuilder::reportLexicalError(SMLoc loc, const Twine &message) {
-  if (numLexicalErrors >= kMaxErrors)
+bool AstBuilder::reportLimited(unsigned &count, StringRef stopped, SMLoc loc,
+                               const Twine &message) {
+  if (count >= kMaxErrors)
     return false;
-  ++numLexicalErrors;
+  ++count;
   diags.error(loc, message);
-  if (numLexicalErrors < kMaxErrors)
+  if (count < kMaxErrors)
     return true;
-  diags.note(SMLoc(), "too many lexical errors, stopped reading '" +
+  diags.note(SMLoc(), stopped + " '" +
                           diags.getSourceMgr().getMemoryBuffer(bufferId)->getBufferIdentifier() +
                           "'");
   return false;
+}
+
+bool AstBuilder::reportLexicalError(SMLoc loc, const Twine &message) {
+  return reportLimited(numLexicalErrors, "too many lexical errors, stopped reading", loc, message);
 }
 
 /// `80GiB` lexes as the number `80` and the name `GiB`; `80KB` as `80K` and `B`; `80B/s` as `80B`,
@@ -230,16 +235,7 @@ void AstBuilder::syntaxError(antlr4::Recognizer *recognizer, antlr4::Token *offe
 }
 
 bool AstBuilder::reportSyntaxError(SMLoc loc, const Twine &message) {
-  if (numSyntaxErrors >= kMaxErrors)
-    return false;
-  ++numSyntaxErrors;
-  diags.error(loc, message);
-  if (numSyntaxErrors < kMaxErrors)
-    return true;
-  diags.note(SMLoc(), "too many syntax errors, stopped parsing '" +
-                          diags.getSourceMgr().getMemoryBuffer(bufferId)->getBufferIdentifier() +
-                          "'");
-  return false;
+  return reportLimited(numSyntaxErrors, "too many syntax errors, stopped parsing", loc, message);
 }
 
 /// The expected tokens, readably: "a name or '}'", "a value", "a declaration", "',' or ']'".

@@ -78,6 +78,10 @@ public:
   llvm::StringRef getText(const antlr4::Token *token) const;
 
 private:
+  /// Reports an error counted in `count` while it is under kMaxErrors; the one that reaches it
+  /// adds the note `stopped` and the buffer's name. Returns false once the limit is reached.
+  bool reportLimited(unsigned &count, llvm::StringRef stopped, llvm::SMLoc loc,
+                     const llvm::Twine &message);
   bool reportSyntaxError(llvm::SMLoc loc, const llvm::Twine &message);
   bool reportLexicalError(llvm::SMLoc loc, const llvm::Twine &message);
   std::string describeToken(const antlr4::Token *token) const;
