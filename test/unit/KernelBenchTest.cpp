@@ -36,16 +36,42 @@ const char *kH100Results = "h100-2026-11-27";
 /// bench/gpu/moe_kernels.py on one H200 (bench/README.md, "Kernels of a mixture of experts").
 const char *kH200Results = "h200-2026-12-04";
 
-/// The parsed JSON file `name` of the bench run in bench/gpu/results/`run`, or a failed
-/// expectation and null.
-std::optional<llvm::json::Value> load(const char *name, const char *run = kH100Results) {
-  std::string path = std::string(PLACEC_SOURCE_DIR) + "/bench/gpu/results/" + run + "/" + name;
+/// The file `file` of the source tree, or a failed expectation and null.
+std::unique_ptr<llvm::MemoryBuffer> readSourceFile(const std::string &file) {
+  std::string path = std::string(PLACEC_SOURCE_DIR) + "/" + file;
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer) {
     ADD_FAILURE() << "cannot read " << path;
-    return std::nullopt;
+    return nullptr;
   }
-  auto value = llvm::json::parse((*buffer)->getBuffer());
+  return std::move(*buffer);
+}
+
+/// One device of a cluster declared with `fields` (a preset and any figures written over it),
+/// and its cost model in BF16; the model is null after a failed expectation.
+struct OneDevice {
+  std::unique_ptr<unittest::Compiled> compiled;
+  std::unique_ptr<CostModel> model;
+};
+OneDevice compileOneDevice(const std::string &fields) {
+  OneDevice result;
+  result.compiled =
+      unittest::compile("cluster c { " + fields + " nodes = 1; devices_per_node = 1; }");
+  EXPECT_TRUE(result.compiled->program) << result.compiled->messages;
+  if (result.compiled->program)
+    result.model = std::make_unique<CostModel>(*result.compiled->program->findCluster("c"),
+                                               ir::Precision::MixedBF16);
+  return result;
+}
+
+/// The parsed JSON file `name` of the bench run in bench/gpu/results/`run`, or a failed
+/// expectation and null.
+std::optional<llvm::json::Value> load(const char *name, const char *run = kH100Results) {
+  std::string path = std::string("bench/gpu/results/") + run + "/" + name;
+  auto buffer = readSourceFile(path);
+  if (!buffer)
+    return std::nullopt;
+  auto value = llvm::json::parse(buffer->getBuffer());
   if (!value) {
     ADD_FAILURE() << path << ": " << llvm::toString(value.takeError());
     return std::nullopt;
@@ -136,19 +162,13 @@ AttentionErrors
 fusedAttentionAgainstCudnnFrontend(const char *clusterFields, const char *file,
                                    const std::map<std::string, double> &callOverhead) {
   AttentionErrors result;
-  auto compiled = unittest::compile(std::string("cluster c { ") + clusterFields +
-                                    " nodes = 1; devices_per_node = 1; }");
-  EXPECT_TRUE(compiled->program) << compiled->messages;
-  if (!compiled->program)
+  OneDevice device = compileOneDevice(clusterFields);
+  auto buffer = readSourceFile(file);
+  if (!device.model || !buffer)
     return result;
-  CostModel model(*compiled->program->findCluster("c"), ir::Precision::MixedBF16);
-  std::string path = std::string(PLACEC_SOURCE_DIR) + "/" + file;
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  EXPECT_TRUE(buffer) << "cannot read " << path;
-  if (!buffer)
-    return result;
+  const CostModel &model = *device.model;
   llvm::SmallVector<llvm::StringRef> lines;
-  (*buffer)->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
+  buffer->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
   bool header = true;
   for (llvm::StringRef line : lines) {
     if (line.starts_with("#"))
@@ -307,24 +327,17 @@ TEST(KernelBenchTest, ProductsInsideTrainingSteps) {
 /// errors of the products of at least 2·2048³ FLOP, where it matters least.
 std::pair<double, Errors> productsAgainstXlaTable(const char *device, llvm::StringRef arch) {
   std::pair<double, Errors> result;
-  auto compiled = unittest::compile(std::string("cluster c { device = ") + device +
-                                    "; nodes = 1; devices_per_node = 1; }");
-  EXPECT_TRUE(compiled->program) << compiled->messages;
-  if (!compiled->program)
+  OneDevice one = compileOneDevice(std::string("device = ") + device + ";");
+  auto buffer = readSourceFile("bench/gpu/results/xla-matmul-table/matmul-bf16.csv");
+  if (!one.model || !buffer)
     return result;
-  CostModel model(*compiled->program->findCluster("c"), ir::Precision::MixedBF16);
-  std::string path =
-      std::string(PLACEC_SOURCE_DIR) + "/bench/gpu/results/xla-matmul-table/matmul-bf16.csv";
-  auto buffer = llvm::MemoryBuffer::getFile(path);
-  EXPECT_TRUE(buffer) << "cannot read " << path;
-  if (!buffer)
-    return result;
+  const CostModel &model = *one.model;
   struct Product {
     double work, measured, predicted;
   };
   std::vector<Product> products;
   llvm::SmallVector<llvm::StringRef> lines;
-  (*buffer)->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
+  buffer->getBuffer().split(lines, '\n', -1, /*KeepEmpty=*/false);
   for (llvm::StringRef line : lines) {
     if (line.starts_with("#") || line.starts_with("arch,"))
       continue;
