@@ -388,7 +388,7 @@ TEST(KernelBenchTest, ProductsAgainstXlaMatmulTable) {
   auto [blackwellCall, blackwell] = productsAgainstXlaTable("b200", "sm_100");
   ASSERT_EQ(hopper.values.size(), 108u);
   ASSERT_EQ(blackwell.values.size(), 108u);
-  // A kernel launch's few microseconds, as fit_attention.py finds for the cudnn-frontend runs.
+  // A kernel launch's few microseconds: the table's 256³ products take about 5 µs in all.
   for (double call : {hopperCall, blackwellCall}) {
     EXPECT_GE(call, 1e-6);
     EXPECT_LE(call, 8e-6);
