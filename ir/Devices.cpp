@@ -17,6 +17,8 @@ StringRef toString(DeviceFamily family) {
     return "blackwell";
   case DeviceFamily::Cdna3:
     return "cdna3";
+  case DeviceFamily::Cdna4:
+    return "cdna4";
   }
   return "?";
 }
@@ -128,6 +130,31 @@ const DevicePreset kPresets[] = {
      "AMD Instinct MI300X data sheet (2023): BF16 1,307.4, TF32 653.7, FP8 2,614.9 TFLOPS "
      "dense, 192 GB HBM3 at 5.3 TB/s, 304 CUs, Infinity Fabric 7 links of 128 GB/s (896 GB/s "
      "aggregate, both directions), PCIe Gen5 x16; 8x 400 Gb/s NICs per 8-GPU platform"},
+    {"mi325x", "AMD Instinct MI325X 256 GB", DeviceFamily::Cdna3, 256 * kGiB, 1307.4 * kTFLOPS,
+     653.7 * kTFLOPS, 2614.9 * kTFLOPS, 6000 * kGB, 448 * kGB, 50 * kGB, 64 * kGB, 1228.8 / 8 * kGB,
+     304, kNetworkStep,
+     "AMD Instinct MI325X data sheet (2024): the MI300X's compute (BF16 1,307.4, TF32 653.7, FP8 "
+     "2,614.9 TFLOPS dense, 304 CUs) with 256 GB HBM3E at 6 TB/s; Infinity Fabric 7 links of 128 "
+     "GB/s, PCIe Gen5 x16; 8x 400 Gb/s NICs per 8-GPU platform"},
+    // MI350X and MI355X are one CDNA 4 die at two clocks (2,200 and 2,400 MHz: 1,024 matrix cores
+    // of 512 BF16 FMAs a clock give 2,306.9 and 2,516.6 TFLOPS, which AMD rounds to 2.3 and 2.5
+    // PFLOPS). CDNA 4 has no TF32: an fp32 run's products take the FP32 matrix rate. Their FP4 is
+    // MXFP4, not the NVFP4 that Place's mixed(fp4) names, so the presets give no FP4 rate.
+    {"mi350x", "AMD Instinct MI350X 288 GB", DeviceFamily::Cdna4, 288 * kGiB, 2306.9 * kTFLOPS,
+     144.2 * kTFLOPS, 4613.7 * kTFLOPS, 8000 * kGB, 537.6 * kGB, 50 * kGB, 64 * kGB,
+     1228.8 / 8 * kGB, 256, kNetworkStep,
+     "AMD Instinct MI350X data sheet (2025): BF16 2.3, OCP-FP8 4.6 PFLOPS dense, FP32 matrix 144.2 "
+     "TFLOPS, 288 GB HBM3E at 8 TB/s, 256 CUs at up to 2,200 MHz, Infinity Fabric 7 links of "
+     "153.6 GB/s (1,075.2 GB/s aggregate, both directions), PCIe Gen5 x16; 8x 400 Gb/s NICs per "
+     "8-GPU platform"},
+    {"mi355x", "AMD Instinct MI355X 288 GB", DeviceFamily::Cdna4, 288 * kGiB, 2516.6 * kTFLOPS,
+     157.3 * kTFLOPS, 5033.2 * kTFLOPS, 8000 * kGB, 537.6 * kGB, 50 * kGB, 64 * kGB,
+     1228.8 / 8 * kGB, 256, kNetworkStep,
+     "AMD Instinct MI355X data sheet (2025): BF16 2.5, OCP-FP8 5.0 PFLOPS dense (2,516.6 and "
+     "5,033.2 TFLOPS at 2,400 MHz, as Bekman's \"Machine Learning Engineering\", compute/"
+     "accelerator, commit 744d01e, derives them), FP32 matrix 157.3 TFLOPS, 288 GB HBM3E at 8 "
+     "TB/s, 256 CUs, Infinity Fabric 7 links of 153.6 GB/s (1,075.2 GB/s aggregate, both "
+     "directions), PCIe Gen5 x16; 8x 400 Gb/s NICs per 8-GPU platform"},
 };
 
 } // namespace

@@ -70,7 +70,9 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   // - GEMM efficiency: the maximum achievable BF16 matmul FLOP/s over the dense peak, measured
   //   by a brute-force search over shapes with PyTorch/cuBLAS (Bekman, "Machine Learning
   //   Engineering", compute/accelerator, MAMF table): A100 SXM 271.2 of 312 (0.869), H100 SXM
-  //   794.5 of 989 (0.803), B200 1745 of 2250 (0.776), MI300X 668.4 of 1300 (0.514); in FP8
+  //   794.5 of 989 (0.803), B200 1745 of 2250 (0.776), MI300X 668.4 of 1300 (0.514), MI355X
+  //   1565.0 of 2516.6 (0.622; the table's efficiency column divides by 2,300, the MI350X's
+  //   peak, and gives 68.0 %: placec takes the measured rate over the MI355X's own); in FP8
   //   (e4m3) H100 SXM 1402.6 of 1979 (0.709), B200 3432.5 of 4500 (0.763); the devices with a
   //   measurement of their own besides these are in getGemmEfficiency. placec's kernel bench
   //   (bench/README.md, "Kernels") checked Hopper's on an H100 SXM at its 700 W limit: inside
@@ -111,7 +113,8 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   //   dispatch, the 1K and 2K shapes, whose kernels take 0.1 to 0.3 ms, made the key overheads
   //   up to twice these (cuDNN's forward 0.995, 2820). The
   //   GB300 takes its own run of the same benchmark (getAttentionConstants).
-  //   CDNA3 takes Hopper's FlashAttention-2 (no published measurement of its default kernel).
+  //   CDNA3 and CDNA4 take Hopper's FlashAttention-2 (no published measurement of their default
+  //   kernels).
   // - FlashAttention-2 on A100: up to 73% of peak in the forward, about 63% in the backward
   //   (Dao 2023, "FlashAttention-2", §4.1), one fraction for every shape; cuDNN on Ampere takes
   //   FlashAttention-2's.
@@ -168,6 +171,17 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*intraBusEfficiency=*/0.70,
       /*interBusEfficiency=*/0.95,
   };
+  // CDNA 4 (MI350X, MI355X) has measured GEMMs of its own and nothing else: the rest is CDNA 3's.
+  static const FamilyConstants cdna4 = {
+      /*gemmEfficiency=*/0.622,
+      /*fp8GemmEfficiency=*/0.622, // No FP8 measurement in the source: the BF16 fraction.
+      /*memoryEfficiency=*/0.80,
+      /*flash2=*/hopperFlash,
+      /*flash3=*/none,
+      /*cudnn=*/none,
+      /*intraBusEfficiency=*/0.70,
+      /*interBusEfficiency=*/0.95,
+  };
   switch (family) {
   case ir::DeviceFamily::Ampere:
     return ampere;
@@ -177,6 +191,8 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
     return blackwell;
   case ir::DeviceFamily::Cdna3:
     return cdna3;
+  case ir::DeviceFamily::Cdna4:
+    return cdna4;
   }
   return ampere;
 }
@@ -189,13 +205,18 @@ GemmEfficiency getGemmEfficiency(const ir::DevicePreset &device) {
   //   B200's with higher datasheet rates, which its products do not reach in proportion (1.04
   //   times the B200's measured BF16 rate and 1.05 times its FP8 rate, against 1.11 on paper).
   // - B300: BF16 1769.0 of 2250 (0.786), FP8 3353.3 of 4500 (0.745).
-  // The GB300 has no measurement there and takes its family's, the B200's.
+  // - MI325X: BF16 784.9 of 1307.4 (0.600, PyTorch's TunableOp on, at 1000 W); no FP8
+  //   measurement, so its BF16 fraction, as for its family.
+  // The GB300 has no measurement there and takes its family's, the B200's; the MI350X takes the
+  // MI355X's fraction (the same die at a lower clock).
   struct Measured {
     StringRef device;
     double bf16, fp8; // 0: the family's.
   };
-  static const Measured measured[] = {
-      {"h200", 0, 0.734}, {"gb200", 0.729, 0.723}, {"b300", 0.786, 0.745}};
+  static const Measured measured[] = {{"h200", 0, 0.734},
+                                      {"gb200", 0.729, 0.723},
+                                      {"b300", 0.786, 0.745},
+                                      {"mi325x", 0.600, 0.600}};
   const FamilyConstants &family = getFamilyConstants(device.family);
   GemmEfficiency efficiency{family.gemmEfficiency, family.fp8GemmEfficiency};
   for (const Measured &entry : measured) {

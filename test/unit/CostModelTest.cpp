@@ -259,6 +259,9 @@ TEST(CostModelTest, FusedAttentionByKernel) {
   EXPECT_TRUE(runsAttention(ir::DeviceFamily::Ampere, ir::AttentionKind::Cudnn));
   EXPECT_FALSE(runsAttention(ir::DeviceFamily::Cdna3, ir::AttentionKind::Cudnn));
   EXPECT_TRUE(runsAttention(ir::DeviceFamily::Cdna3, ir::AttentionKind::Flash));
+  EXPECT_FALSE(runsAttention(ir::DeviceFamily::Cdna4, ir::AttentionKind::Cudnn));
+  EXPECT_FALSE(runsAttention(ir::DeviceFamily::Cdna4, ir::AttentionKind::Flash3));
+  EXPECT_TRUE(runsAttention(ir::DeviceFamily::Cdna4, ir::AttentionKind::Flash));
 }
 
 TEST(CostModelTest, NcclRingAcrossNodesIsLimitedByTheNics) {

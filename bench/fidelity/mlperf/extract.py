@@ -8,9 +8,10 @@ outside them. A block's steps are its tokens over global_batch_size × sequence:
 - rounds 3.1 to 4.1 (GPT-3): the block's `epoch_count` metadata, in tokens;
 - round 5.0 (Llama 3.1 405B): the difference of `samples_count` between the block's start and
   the evaluation after it, in sequences.
-Round 5.1's logs record each step's time as well (`tracked_stats`, train_step_time, up to every
-step); for those the script writes each run's number of timed steps and their median, not every
-step (thousands a run).
+Round 5.1's logs of NVIDIA's NeMo code record each step's time as well (`tracked_stats`,
+train_step_time, up to every step); for those the script writes each run's number of timed steps
+and their median, not every step (thousands a run). AMD's round 5.1 logs record no step's time
+(their `tracked_stats` give a block's samples per second): their blocks are timed as round 5.0's.
 
 This script reads the logs from local clones of the results repositories and writes, for every
 run of the systems listed in SYSTEMS, the time per step of each of its blocks (blocks.json).
@@ -19,9 +20,11 @@ over a system's runs of each run's median block) and checks it against the .plac
 
     python3 bench/fidelity/mlperf/extract.py v3.1=DIR v4.0=DIR v4.1=DIR v5.0=DIR v5.1=DIR \
         > blocks.json
+    python3 bench/fidelity/mlperf/extract.py --keep=blocks.json v5.1=DIR > new.json
 
 DIR is a clone of github.com/mlcommons/training_results_v<round> (any checkout: the logs are read
-from its HEAD with `git show`).
+from its HEAD with `git show`). With --keep=FILE, the systems of rounds given no clone keep their
+entries of FILE (an earlier output of this script).
 """
 
 import json
@@ -87,6 +90,8 @@ SYSTEMS = [
      "mlperf51_llama8b_b200_16_xe9680l"),
     ("v5.1", "Dell/results/2xXE9685Lx8B200-SXM-180GB/llama31_8b", 8192,
      "mlperf51_llama8b_b200_16_xe9685l"),
+    ("v5.1", "AMD/results/MI355X_EPYC_9575F_pytorch/llama31_8b", 8192, "mlperf51_llama8b_mi355x_8"),
+    ("v5.1", "AMD/results/MI350X_EPYC_9575F_pytorch/llama31_8b", 8192, "mlperf51_llama8b_mi350x_8"),
 ]
 
 # Rounds whose logs time every step (tracked_stats' train_step_time): their steps, not blocks.
@@ -142,17 +147,30 @@ def tracked_steps(text):
 
 
 def main(argv):
-    clones = dict(arg.split("=", 1) for arg in argv)
+    kept = {}
+    clones = {}
+    for arg in argv:
+        if arg.startswith("--keep="):
+            with open(arg[len("--keep="):]) as f:
+                kept = {system["run"]: system for system in json.load(f)}
+        else:
+            round_, _, directory = arg.partition("=")
+            clones[round_] = directory
     out = []
     for round_, directory, sequence, run in SYSTEMS:
+        if round_ not in clones:
+            if run not in kept:
+                sys.exit(f"extract.py: no clone of {round_} given, and {run} is not kept")
+            out.append(kept[run])
+            continue
         repo = clones[round_]
         files = sorted(f for f in git(repo, "ls-tree", "--name-only", "HEAD", directory + "/")
                        .split() if f.endswith(".txt"))
         runs = []
         for path in files:
             text = git(repo, "show", "HEAD:" + path)
-            if round_ in STEP_ROUNDS:
-                batch, steps = tracked_steps(text)
+            batch, steps = tracked_steps(text) if round_ in STEP_ROUNDS else (None, [])
+            if steps:
                 runs.append({"log": path.split("/")[-1], "global_batch": batch,
                              "timed_steps": len(steps),
                              "median_step_seconds": round(statistics.median(steps), 5)})

@@ -11,7 +11,7 @@ namespace placec::ir {
 
 /// An architecture generation: the cost model's calibration constants (GEMM and attention
 /// efficiency, achieved memory and link bandwidth) are kept per family.
-enum class DeviceFamily { Ampere, Hopper, Blackwell, Cdna3 };
+enum class DeviceFamily { Ampere, Hopper, Blackwell, Cdna3, Cdna4 };
 llvm::StringRef toString(DeviceFamily family);
 
 /// One accelerator as its vendor's datasheet describes it. Rates are dense (no structured
