@@ -172,9 +172,13 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*interBusEfficiency=*/0.95,
   };
   // CDNA 4 (MI350X, MI355X) has measured GEMMs of its own and nothing else: the rest is CDNA 3's.
+  // Its FP8 fraction is AMD's measurement of hipBLASLt on an MI355X (ROCm 7.1; ROCm blogs, "FP8
+  // GEMM Optimization on AMD CDNA 4 Architecture", 2026-03-10, Table 5: E4M3 with BF16 output at
+  // M = N = K = 8192, 3,130.21 TFLOP/s, 0.622 of the 5,033.2 peak; 2,750.42 at 4096), which is
+  // its BF16 fraction too.
   static const FamilyConstants cdna4 = {
       /*gemmEfficiency=*/0.622,
-      /*fp8GemmEfficiency=*/0.622, // No FP8 measurement in the source: the BF16 fraction.
+      /*fp8GemmEfficiency=*/0.622,
       /*memoryEfficiency=*/0.80,
       /*flash2=*/hopperFlash,
       /*flash3=*/none,

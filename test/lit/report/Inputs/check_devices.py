@@ -9,7 +9,8 @@ import sys
 
 # Measured TFLOP/s, BF16 and FP8 (None: no FP8 tensor cores). The H200's BF16 is the H100 SXM's
 # ("H200 is the same"); the A100 40 GB and the H100 PCIe take their family's fraction, the MI350X
-# the MI355X's.
+# the MI355X's. The MI355X's FP8 rate is not MAMF's but AMD's hipBLASLt measurement at
+# M = N = K = 8192 (ROCm blogs, "FP8 GEMM Optimization on AMD CDNA 4 Architecture", Table 5).
 MAMF = {
     "a100_80gb": (271.2, None),
     "h100_sxm": (794.5, 1402.6),
@@ -19,7 +20,7 @@ MAMF = {
     "b300": (1769.0, 3353.3),
     "mi300x": (668.4, None),
     "mi325x": (784.9, None),
-    "mi355x": (1565.0, None),
+    "mi355x": (1565.0, 3130.21),
 }
 # Dense FP4 TFLOPS (the same chapter's TFLOPS comparison table, its fp4 column); the devices
 # not named have no FP4 tensor cores.
