@@ -765,6 +765,9 @@ private:
       if (run.fp8Gather)
         os << "--fp8-param-gather\n";
     }
+    // Transformer Engine's FP8 dot-product attention (megatron/training/arguments.py).
+    if (run.precision == ir::Precision::MixedFP8 && run.fp8Attention)
+      os << "--fp8-dot-product-attention\n";
     switch (run.optimizer) {
     case ir::OptimizerKind::Adam:
       flag("--optimizer", "adam");
@@ -1159,6 +1162,9 @@ private:
     if (run.fp8Scaling == ir::Fp8Scaling::Mx)
       refuse("mixed(fp8, scaling = mx): placec's MXFP8 is Transformer Engine's recipe; torchtitan "
              "exports tensorwise float8 only (write scaling = tensor or scaling = current)");
+    if (run.fp8Attention)
+      refuse("attention = fp8: placec's FP8 attention is Transformer Engine's; torchtitan's "
+             "attention runs in bf16 (leave attention = fp8 out)");
     // Without FSDP torchtitan's mixed precision is autocast, which it turns off under tensor or
     // pipeline parallelism (torchtitan/distributed/utils.py, maybe_enable_amp): such a job would
     // train in fp32.

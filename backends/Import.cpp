@@ -755,6 +755,7 @@ constexpr const char *kMegatronFlags[] = {
     "--fp4-format=",
     "--fp4-recipe=",
     "--fp4-param-gather",
+    "--fp8-dot-product-attention",
     "--tp-comm-overlap",
     "--cross-entropy-loss-fusion",
     "--cross-entropy-fusion-impl=",
@@ -1928,8 +1929,13 @@ private:
     // Megatron-LM's FP8 runs on Transformer Engine's linears, which keep their inputs for the
     // backward as FP8: `saved = fp8`.
     bool fp8 = precision == ir::Precision::MixedFP8;
-    imported.precision = ir::spellPrecision(precision, fp8 && has("--fp8-param-gather"), fp32Grads,
-                                            false, fp8, scaling);
+    // --fp8-dot-product-attention: Transformer Engine's FP8 attention, `attention = fp8`.
+    if (has("--fp8-dot-product-attention") && !fp8)
+      diags.error(locOf("--fp8-dot-product-attention"),
+                  "--fp8-dot-product-attention needs --fp8-format or --fp4-format");
+    imported.precision =
+        ir::spellPrecision(precision, fp8 && has("--fp8-param-gather"), fp32Grads, false, fp8,
+                           scaling, fp8 && has("--fp8-dot-product-attention"));
     std::string optimizer = getString("--optimizer", "adam");
     // Megatron-Core's precision-aware optimizer (megatron/training/arguments.py): the moments in
     // --exp-avg-dtype and --exp-avg-sq-dtype (fp32 by default), the main parameters in

@@ -2480,6 +2480,12 @@ void Sema::buildRun(const ast::RunDecl &decl) {
           run->fp8Saved = option.text == type;
           continue;
         }
+        if ((type == "fp8" || type == "fp4") && arg.key == "attention" &&
+            option.kind == ast::Value::Kind::Name &&
+            (option.text == "fp8" || option.text == "bf16")) {
+          run->fp8Attention = option.text == "fp8";
+          continue;
+        }
         if (type == "fp8" && arg.key == "scaling" && option.kind == ast::Value::Kind::Name) {
           static constexpr ir::Fp8Scaling kScalings[] = {
               ir::Fp8Scaling::Tensor, ir::Fp8Scaling::Current, ir::Fp8Scaling::Mx};
@@ -2510,9 +2516,13 @@ void Sema::buildRun(const ast::RunDecl &decl) {
                                            "32), 'gather = fp8' or "
                                            "'gather = bf16' (the type parameters are all-gathered "
                                            "in), 'saved = fp8' or 'saved = bf16' (the type the FP8 "
-                                           "products keep their inputs in), "
+                                           "products keep their inputs in), 'attention = fp8' or "
+                                           "'attention = bf16' (the type the attention kernel "
+                                           "reads), "
                          : type == "fp4" ? "'saved = fp4' or 'saved = bf16' (the type the NVFP4 "
-                                           "products keep their inputs in), "
+                                           "products keep their inputs in), 'attention = fp8' or "
+                                           "'attention = bf16' (the type the attention kernel "
+                                           "reads), "
                                          : "") +
                         "'grads = fp32' or 'grads = " + gradType +
                         "' (the type gradients are accumulated, kept and reduced in) and "

@@ -776,7 +776,7 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
 }
 
 std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,
-                           bool fp8Saved, Fp8Scaling scaling) {
+                           bool fp8Saved, Fp8Scaling scaling, bool fp8Attention) {
   bool fp8 = precision == Precision::MixedFP8;
   // NVFP4 products are `mixed(fp4)`, whose scaling and saved type the name says.
   bool fp4 = fp8 && scaling == Fp8Scaling::Nvfp4;
@@ -784,8 +784,9 @@ std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, 
   bool scaled = fp8 && !fp4 && scaling != Fp8Scaling::Tensor;
   // `saved = fp4` is mixed(fp4)'s own; only `saved = bf16` would be written.
   bool savedWritten = fp4 ? !fp8Saved : fp8Saved;
+  bool attention = fp8 && fp8Attention;
   if (precision == Precision::FP32 ||
-      (!(fp8 && (fp8Gather || savedWritten)) && !scaled && !fp32Grads && !fp32Params))
+      (!(fp8 && (fp8Gather || savedWritten)) && !scaled && !attention && !fp32Grads && !fp32Params))
     return text;
   text.pop_back();
   if (scaled)
@@ -794,6 +795,8 @@ std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, 
     text += ", gather = fp8";
   if (fp8 && savedWritten)
     text += fp4 ? ", saved = bf16" : ", saved = fp8";
+  if (attention)
+    text += ", attention = fp8";
   // `params = fp32` implies fp32 gradients: the canonical spelling leaves `grads = fp32` out.
   if (fp32Params)
     text += ", params = fp32";
@@ -804,7 +807,7 @@ std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, 
 
 std::string spellPrecision(const Run &run) {
   return spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params, run.fp8Saved,
-                        run.fp8Scaling);
+                        run.fp8Scaling, run.fp8Attention);
 }
 
 unsigned getActivationBytes(Precision precision) { return precision == Precision::FP32 ? 4 : 2; }

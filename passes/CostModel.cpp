@@ -275,6 +275,28 @@ const FusedAttentionConstants &getAttentionConstants(const ir::DevicePreset &dev
   return family.flash2;
 }
 
+const Fp8AttentionRatio *getFp8AttentionRatio(const ir::DevicePreset &device) {
+  // NVIDIA cudnn-frontend's FP8 SDPA training benchmark (benchmark/sdpa_benchmark_training/
+  // benchmark_fp8_sdpa.py; artifacts sdpa_fp8_benchmark_results_NVIDIA_{B200,GB300}.csv at commit
+  // 0b1577c8, cuDNN 9.13.1, PyTorch NGC 25.09, the software of the BF16 measurements above;
+  // bench/gpu/results/{b200,gb300}-cudnn-frontend/sdpa-fp8.csv): cuDNN's SDPA graph in FP8 (E4M3)
+  // and in BF16 over Llama 3.1 405B's heads, causal, in one run. The time ratio FP8 / BF16 per
+  // pass, the mean over its 4K to 32K-key shapes (where a training step's attention lies; the
+  // 1K and 2K kernels are launch-bound): B200 forward 0.927, 0.921, 0.872, 0.850 (mean 0.893),
+  // backward 0.857, 0.793, 0.784, 0.746 (0.795); GB300 forward 0.863, 0.827, 0.810, 0.801
+  // (0.825), backward 0.815, 0.760, 0.739, 0.718 (0.758). Fitted alone against the FP8 peak
+  // (`bench/gpu/fit_attention.py --fp8-peak`), the FP8 kernels run at 0.525 / 0.485 of the B200's
+  // FP8 peak and 0.605 / 0.510 of the GB300's (key overheads 940 / 1560 and 420 / 1300), where
+  // the same run's BF16 kernels fit placec's BF16 constants within 0.04 of each fraction: the
+  // ratio carries the measurement onto the BF16 constants the rest of the model uses. The other
+  // Blackwell devices take the B200's; nothing measured cuDNN's FP8 attention elsewhere.
+  static const Fp8AttentionRatio blackwell = {0.893, 0.795};
+  static const Fp8AttentionRatio gb300 = {0.825, 0.758};
+  if (device.family != ir::DeviceFamily::Blackwell)
+    return nullptr;
+  return StringRef(device.name) == "gb300" ? &gb300 : &blackwell;
+}
+
 bool runsAttention(ir::DeviceFamily family, ir::AttentionKind kernel) {
   const FamilyConstants &constants = getFamilyConstants(family);
   switch (kernel) {
@@ -378,6 +400,8 @@ struct TransformerDims {
   bool fp4 = false;
   /// `scaling = current`: each FP8 cast computes its tensor's amax in a pass of its own (Layout).
   bool currentScaling = false;
+  /// `attention = fp8`: cuDNN's FP8 attention over Q, K and V cast to FP8 (Layout).
+  bool fp8Attention = false;
   /// Bytes per element of the copy a product keeps of its input: 1, or an MXFP8 or NVFP4 copy's.
   double fp8SavedBytes() const {
     return ir::getQuantizedBytesPerElement(fp4  ? ir::Fp8Scaling::Nvfp4
@@ -460,6 +484,7 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.mx = dims.fp8 && ir::isBlockScaled(layout.fp8Scaling);
   dims.fp4 = dims.fp8 && layout.fp8Scaling == ir::Fp8Scaling::Nvfp4;
   dims.currentScaling = dims.fp8 && layout.fp8Scaling == ir::Fp8Scaling::Current;
+  dims.fp8Attention = dims.fp8 && layout.fp8Attention;
   dims.unpad = config.unpad && !dims.materialized();
   dims.postNorm = config.postNorm;
   dims.attentionCalls =
@@ -657,6 +682,7 @@ AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
   core.backward = backward;
   core.kernel = x.attention;
   core.calls = x.attentionCalls;
+  core.fp8 = x.fp8Attention;
   return core;
 }
 
@@ -664,6 +690,23 @@ AttentionCore fusedAttention(const TransformerDims &x, bool backward) {
 /// blocks (contextMergeElements).
 void addFusedAttention(const TransformerDims &x, bool backward, Work &work) {
   work.attention.push_back(fusedAttention(x, backward));
+  // `attention = fp8` (Transformer Engine's DotProductAttention without fp8_mha): it casts its
+  // Q, K and V to FP8 before the kernel and the output's gradient before the backward, each read
+  // in the activation type (twice where the recipe scales by the tensor's own amax: current
+  // scaling, and the block-scaled recipes, whose attention NVIDIA's recipes run with current
+  // scaling, NVTE_DPA_FP8_RECIPE) and written as one byte, and turns the kernel's FP8 gradients of
+  // Q, K and V back into the activation type (one byte read, e written); the output leaves the
+  // kernel in the activation type (NVTE_DPA_FP8CS_O_in_F16).
+  if (x.fp8Attention) {
+    double qkv = x.tokens * ((x.a + x.kv) * x.dqk + x.kv * x.dv) / x.t;
+    double read = (x.currentScaling || x.mx ? 2 : 1) * x.e;
+    if (backward)
+      work.memory.push_back({"fp8 cast of the attention output's gradient, and Q, K and V's "
+                             "gradients back from fp8",
+                             x.tokens * x.a * x.dv / x.t * (read + 1) + qkv * (1 + x.e)});
+    else
+      work.memory.push_back({"fp8 casts of Q, K and V", qkv * (read + 1)});
+  }
   if (double elements = contextMergeElements(x, backward); elements > 0)
     work.memory.push_back({x.contextMerge == ir::ContextMerge::Fused
                                ? (backward ? "context-parallel ring's gradient accumulations"
@@ -1481,6 +1524,7 @@ Layout getRunLayout(const ir::Run &run) {
   layout.fp32Params = run.fp32Params && run.precision != ir::Precision::FP32;
   layout.fp8Saved = run.fp8Saved;
   layout.fp8Scaling = run.fp8Scaling;
+  layout.fp8Attention = run.fp8Attention;
   const ir::StatePlacement &params = strategy.getPlacement(ir::State::Params);
   layout.paramsGathered = llvm::any_of(params.axes, [](const ir::AxisPlacement &axis) {
     return axis.mode == ir::PlacementMode::ShardedWithGather;
@@ -1824,7 +1868,10 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // Q, K and V, and the attention output, over h (a·d = h unless head_dim says otherwise; under
   // latent attention a·(d + r) for Q and K and a·dv for V and the output); under `saved = fp8`
   // the projection keeps an FP8 copy of the output beside the kernel's.
-  double qkv = upProjections ? 0 : 2 * ((x.a + x.kv) * x.dqk + x.kv * x.dv) / x.h;
+  // `attention = fp8`: the kernel keeps its FP8 casts of Q, K and V for its backward, one byte
+  // each (a checkpointed core attention keeps its inputs, in the activation type, instead).
+  double qkvBytes = x.fp8Attention && !coreAttention ? 1 : 2;
+  double qkv = upProjections ? 0 : qkvBytes * ((x.a + x.kv) * x.dqk + x.kv * x.dv) / x.h;
   // `unpad = true`: the output projection keeps the padded output beside the kernel's packed one.
   double attentionOutput = ((coreAttention && x.fp8Saved ? 0 : 2) +
                             (x.fp8Saved ? x.fp8SavedBytes() : 0) + (x.unpad ? 2 : 0)) *
@@ -1912,6 +1959,9 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
     if (x.unpad)
       *formula += " [unpad = true: the attention output twice, the kernel's packed one and the "
                   "padded one its projection keeps]";
+    if (qkvBytes == 1)
+      *formula += " [attention = fp8: the kernel keeps Q, K and V as FP8, 1 byte: QKV 1·(a + "
+                  "2·kv)·d/h]";
     if (modules) {
       std::vector<std::string> parts;
       if (norms > 0)
@@ -2864,9 +2914,13 @@ double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *fo
   }
   double kernels = shapes ? kernelEfficiency : 1;
   double rate = peak * efficiency * kernels;
+  // `attention = fp8`: cuDNN's FP8 kernel, the BF16 kernel's time times their measured ratio.
+  const Fp8AttentionRatio *fp8 =
+      core.fp8 && shapes ? getFp8AttentionRatio(*cluster.device) : nullptr;
+  double ratio = fp8 ? (core.backward ? fp8->backward : fp8->forward) : 1;
   if (formula)
     *formula = fmt::format(
-        "fused attention{} ({} heads × {}×{} × d {}{}{}): {}{} / ({} × {}{})",
+        "fused attention{} ({} heads × {}×{} × d {}{}{}): {}{} / ({} × {}{}){}",
         core.backward ? " backward" : "", num(core.batchHeads), num(core.queries), num(core.keys),
         core.valueDim > 0 && core.valueDim != core.headDim
             ? fmt::format("{} (values {})", num(core.headDim), num(core.valueDim))
@@ -2877,8 +2931,10 @@ double CostModel::getAttentionSeconds(const AttentionCore &core, std::string *fo
                        " keys a query)"
                  : std::string()),
         kernel.str(), fmtAmount(flops, "FLOP"), overheads, fmtRate(peak, "FLOP/s"), num(efficiency),
-        shapes ? " × " + num(kernels) : std::string());
-  return rate > 0 ? flops * stretch / rate : 0;
+        shapes ? " × " + num(kernels) : std::string(),
+        fp8 ? fmt::format(" × {} (cuDNN's FP8 kernel against its BF16 one)", num(ratio))
+            : std::string());
+  return rate > 0 ? flops * stretch * ratio / rate : 0;
 }
 
 double CostModel::getComputeSeconds(const Work &work, std::vector<Explanation> *lines,

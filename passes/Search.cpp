@@ -423,6 +423,7 @@ private:
     layout.paramsGathered = paramMask(c.params) != 0;
     layout.fp8Saved = c.fp8Saved;
     layout.fp8Scaling = c.fp8Scaling;
+    layout.fp8Attention = c.fp8Attention;
     layout.contextMethod = c.context;
     layout.contextMerge = contextMerge;
     return layout;
@@ -1250,9 +1251,11 @@ struct PrecisionVariant {
   bool plainGather, fp8Gather;
   /// The run's `grads = fp32` and `params = fp32`, kept at every mixed precision.
   bool fp32Grads, fp32Params;
-  /// The run's `saved = fp8` and `scaling`, kept at mixed(fp8).
+  /// The run's `saved = fp8` and `scaling`, kept at mixed(fp8); its `attention = fp8`, kept at
+  /// mixed(fp8) and mixed(fp4).
   bool fp8Saved;
   ir::Fp8Scaling fp8Scaling;
+  bool fp8Attention;
 };
 std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
                                                 const std::vector<ir::Precision> &requested,
@@ -1260,7 +1263,7 @@ std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
   std::vector<PrecisionVariant> result;
   if (requested.empty() && !fp4) {
     result.push_back({run.precision, !run.fp8Gather, run.fp8Gather, run.fp32Grads, run.fp32Params,
-                      run.fp8Saved, run.fp8Scaling});
+                      run.fp8Saved, run.fp8Scaling, run.fp8Attention});
     return result;
   }
   for (ir::Precision precision : requested) {
@@ -1272,12 +1275,12 @@ std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
     ir::Fp8Scaling scaling = fp8 && !fromFp4 ? run.fp8Scaling : ir::Fp8Scaling::Tensor;
     bool mx = fp8 && ir::isBlockScaled(scaling);
     result.push_back({precision, true, fp8 && !mx, run.fp32Grads && mixed, run.fp32Params && mixed,
-                      run.fp8Saved && fp8 && !fromFp4, scaling});
+                      run.fp8Saved && fp8 && !fromFp4, scaling, run.fp8Attention && fp8});
   }
   // `--precision fp4`: NVFP4 keeps its inputs as NVFP4 and gathers in the parameters' type.
   if (fp4)
     result.push_back({ir::Precision::MixedFP8, true, false, run.fp32Grads, run.fp32Params, true,
-                      ir::Fp8Scaling::Nvfp4});
+                      ir::Fp8Scaling::Nvfp4, run.fp8Attention});
   return result;
 }
 
@@ -1312,8 +1315,10 @@ getContextMethods(const ir::Run &run, int64_t tp, int64_t cp,
   const ir::TransformerConfig &config = run.model->transformer;
   if (cp == 1)
     return {ir::ContextMethod::Ring};
-  // The verifier's rule `placement`: no context parallelism under a sliding window.
-  if (config.isWindowed())
+  // The verifier's rule `placement`: no context parallelism under a sliding window; its rule
+  // `precision`: none with FP8 attention (whose context-parallel exchanges placec does not count;
+  // the run's, so the variants a search explores without it keep this too).
+  if (config.isWindowed() || run.fp8Attention)
     return {};
   std::vector<ir::ContextMethod> methods;
   auto add = [&](ir::ContextMethod method) {
@@ -1514,6 +1519,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               c.fp32Params = variant.fp32Params;
               c.fp8Saved = variant.fp8Saved;
               c.fp8Scaling = variant.fp8Scaling;
+              c.fp8Attention = variant.fp8Attention;
               c.spInputs = spInputs;
               c.dpOverlap = dpOverlap;
               c.tp = tp;
@@ -1595,8 +1601,8 @@ bool sameLayoutExceptSchedule(const Candidate &x, const Candidate &y) {
          x.dpLocal == y.dpLocal && x.cp == y.cp && x.tp == y.tp && x.context == y.context &&
          x.asyncTp == y.asyncTp && x.spInputs == y.spInputs && x.dpOverlap == y.dpOverlap &&
          x.precision == y.precision && x.fp8Gather == y.fp8Gather && x.fp8Saved == y.fp8Saved &&
-         x.fp8Scaling == y.fp8Scaling && x.params == y.params && x.grads == y.grads &&
-         x.optimizer == y.optimizer && x.activations == y.activations &&
+         x.fp8Scaling == y.fp8Scaling && x.fp8Attention == y.fp8Attention && x.params == y.params &&
+         x.grads == y.grads && x.optimizer == y.optimizer && x.activations == y.activations &&
          x.sequenceParallel == y.sequenceParallel && x.microBatch == y.microBatch &&
          x.microbatches == y.microbatches;
 }
@@ -1656,7 +1662,8 @@ std::string formatAsyncTp(ir::AsyncTensorParallel value) {
 }
 
 std::string Candidate::formatPrecision() const {
-  return ir::spellPrecision(precision, fp8Gather, fp32Grads, fp32Params, fp8Saved, fp8Scaling);
+  return ir::spellPrecision(precision, fp8Gather, fp32Grads, fp32Params, fp8Saved, fp8Scaling,
+                            fp8Attention);
 }
 
 std::string Candidate::describe() const {
@@ -2071,6 +2078,7 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->fp32Params = c.fp32Params;
   run->fp8Saved = c.fp8Saved;
   run->fp8Scaling = c.fp8Scaling;
+  run->fp8Attention = c.fp8Attention;
   run->optimizer = base.optimizer;
   // No master copy is a choice over 16-bit parameters only (the verifier's rule precision).
   run->optimizerStates = base.optimizerStates;
@@ -2448,6 +2456,7 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
               c.fp32Params = variant.fp32Params;
               c.fp8Saved = variant.fp8Saved;
               c.fp8Scaling = variant.fp8Scaling;
+              c.fp8Attention = variant.fp8Attention;
               c.fp8Gather = group.fp8Gather;
               c.expertsReplicated = group.expertsReplicated;
               if (options.filter && !options.filter(c))

@@ -647,6 +647,36 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       ok = false;
     }
   }
+  // Rule `precision`: `attention = fp8` is Transformer Engine's FP8 dot-product attention, which
+  // runs cuDNN's FP8 kernel; placec times it by the measured ratio of that kernel to cuDNN's BF16
+  // one (cost::getFp8AttentionRatio), which exists on Blackwell only, and without context
+  // parallelism (whose exchanges of FP8 keys and values it does not count).
+  if (run.fp8Attention) {
+    std::string why;
+    const ir::DevicePreset *device = run.cluster->device;
+    if (run.model->kind != ir::ModelKind::Transformer)
+      why = "model '" + run.model->name + "' has no attention";
+    else if (run.model->transformer.attention != ir::AttentionKind::Cudnn)
+      why = "it runs cuDNN's FP8 attention, and model '" + run.model->name +
+            "' writes attention = " + ir::toString(run.model->transformer.attention).str() +
+            "; write attention = cudnn";
+    else if (!device || !cost::getFp8AttentionRatio(*device))
+      why = "placec times cuDNN's FP8 attention by its measured ratio to the BF16 kernel, measured "
+            "on Blackwell only (b200, gb200, b300, gb300), and cluster '" +
+            run.cluster->name + "' " +
+            (device ? "has " + std::string(device->name) + " (" +
+                          ir::toString(device->family).str() + ")"
+                    : std::string("names no device"));
+    else if (mesh.getDegree(ir::AxisKind::Sequence) > 1)
+      why = "placec does not count context parallelism's exchanges of FP8 keys and values";
+    if (!why.empty()) {
+      diags->error(fieldLoc(run, "precision"),
+                   Twine("attention = fp8 is Transformer Engine's FP8 dot-product attention: ") +
+                       why,
+                   "precision");
+      ok = false;
+    }
+  }
   // Rule `placement`: `recompute(op)` is torchtitan's per-op policy over a Llama-style layer
   // (cost::getOpRecomputeObstacle).
   if (strategy.activationMode == ir::ActivationMode::RecomputeOps) {

@@ -26,12 +26,17 @@ Inputs, either:
   - placec's kernel bench (bench/gpu/kernels.py --out), its "attention" list;
   - a CSV with the columns of NVIDIA cudnn-frontend's SDPA training benchmark
     (benchmark/sdpa_benchmark_training: batch_size, q_seqlen, kv_seqlen, num_q_heads, head_dim,
-    is_causal, backend, fwd_tflops_per_sec, bwd_tflops_per_sec), which counts FLOPs the same way.
+    is_causal, backend, fwd_tflops_per_sec, bwd_tflops_per_sec), which counts FLOPs the same way;
+    its FP8 benchmark (benchmark_fp8_sdpa.py) writes a `precision` column, fp8 or bf16, instead
+    of `backend`: cuDNN's SDPA graph in that type, `cudnn-fp8` and `cudnn` here, the FP8 rows
+    fitted against the FP8 peak (--fp8-peak).
 
   python3 bench/gpu/fit_attention.py bench/gpu/results/h100-2026-11-27/kernels-hold.json \\
       --peak 989.4
   python3 bench/gpu/fit_attention.py bench/gpu/results/b200-cudnn-frontend/sdpa-bf16.csv \\
       --peak 2250 --head-overhead 32
+  python3 bench/gpu/fit_attention.py bench/gpu/results/b200-cudnn-frontend/sdpa-fp8.csv \\
+      --peak 2250 --fp8-peak 4500 --head-overhead 32
 """
 
 import argparse
@@ -46,6 +51,8 @@ BACKENDS = {"pyt_cudnn": "cudnn", "pyt_flash_attention": "flash", "cudnn": "cudn
 
 CSV_COLUMNS = ("batch_size", "q_seqlen", "kv_seqlen", "num_q_heads", "head_dim", "is_causal",
                "backend", "fwd_tflops_per_sec", "bwd_tflops_per_sec")
+# cudnn-frontend's FP8 benchmark names the type its cuDNN graph runs in, not a backend.
+PRECISIONS = {"fp8": "cudnn-fp8", "bf16": "cudnn"}
 
 
 def load(path, min_keys, max_keys):
@@ -65,13 +72,18 @@ def load(path, min_keys, max_keys):
                                float(r["forward_tflops"]), float(r["backward_tflops"])))
         else:
             rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
-            missing = [c for c in CSV_COLUMNS if c not in (rows.fieldnames or [])]
+            by_precision = "precision" in (rows.fieldnames or []) and \
+                "backend" not in (rows.fieldnames or [])
+            missing = [c for c in CSV_COLUMNS if c not in (rows.fieldnames or []) and
+                       not (c == "backend" and by_precision)]
             if missing:
                 sys.exit(f"fit_attention.py: {path}: not a kernels.py JSON file nor an SDPA "
                          f"benchmark CSV (no column {', '.join(missing)})")
             for line, r in enumerate(rows, start=2):
                 try:
-                    points.append((BACKENDS.get(r["backend"]),
+                    kind = PRECISIONS.get(r["precision"]) if by_precision else \
+                        BACKENDS.get(r["backend"])
+                    points.append((kind,
                                    int(r["batch_size"]) * int(r["num_q_heads"]),
                                    int(r["q_seqlen"]), int(r["kv_seqlen"]), int(r["head_dim"]),
                                    r["is_causal"] == "True", float(r["fwd_tflops_per_sec"]),
@@ -130,6 +142,9 @@ def main():
     parser.add_argument("input", help="kernels.py JSON or a cudnn-frontend SDPA CSV")
     parser.add_argument("--peak", type=float, required=True,
                         help="the device's dense BF16 peak, TFLOP/s")
+    parser.add_argument("--fp8-peak", type=float,
+                        help="the device's dense FP8 peak, TFLOP/s, for the FP8 rows of "
+                             "cudnn-frontend's FP8 benchmark")
     parser.add_argument("--head-overhead", type=float,
                         help="fix H (default: search 0 to 64 in steps of 8)")
     parser.add_argument("--min-keys", type=int, default=1024,
@@ -143,6 +158,8 @@ def main():
     args = parser.parse_args()
     if args.peak <= 0:
         parser.error("--peak must be positive")
+    if args.fp8_peak is not None and args.fp8_peak <= 0:
+        parser.error("--fp8-peak must be positive")
     if args.call_overhead is not None and not 0 <= args.call_overhead <= 10000:
         parser.error("--call-overhead must be 0 to 10000 µs")
     points, per_call = load(args.input, args.min_keys, args.max_keys)
@@ -153,13 +170,16 @@ def main():
         call_overheads = [args.call_overhead * 1e-6]
     else:
         call_overheads = [5e-6 * step for step in range(61)] if per_call else [0.0]
+    if any(p[0] == "cudnn-fp8" for p in points) and args.fp8_peak is None:
+        sys.exit(f"fit_attention.py: {args.input} has FP8 kernels: give the FP8 peak, --fp8-peak")
     for backend in sorted({p[0] for p in points}):
         mine = [p for p in points if p[0] == backend]
+        peak = args.fp8_peak if backend == "cudnn-fp8" else args.peak
         passes = {"forward": [(p[3], p[5], p[4], tflop(*p[1:6], False), p[6]) for p in mine],
                   "backward": [(p[3], p[5], p[4], tflop(*p[1:6], True), p[7]) for p in mine]}
         choice = None
         for h in heads:
-            fits = {name: fit(pts, args.peak, h, call_overheads) for name, pts in passes.items()}
+            fits = {name: fit(pts, peak, h, call_overheads) for name, pts in passes.items()}
             total = sum(f[3] for f in fits.values())
             if choice is None or total < choice[0]:
                 choice = (total, h, fits)
@@ -170,7 +190,7 @@ def main():
             print(f"  {name}: efficiency {efficiency:.3f}, key overhead {key_overhead}{timed}, "
                   f"mean |error| {100 * mean:.1f} %, max {100 * worst:.1f} %")
             for keys, causal, d, work, rate in passes[name]:
-                model = predicted(args.peak, efficiency, key_overhead, h, keys, causal, d)
+                model = predicted(peak, efficiency, key_overhead, h, keys, causal, d)
                 seen = as_timed(model, work, call)
                 kernel = f" (the kernel alone {model:.0f})" if per_call else ""
                 print(f"    {keys:>6} keys{' causal' if causal else ''}, d {d}: measured "

@@ -640,6 +640,15 @@ TEST(StateBytesTest, LanguageTable) {
             "mixed(fp4, grads = fp32)");
   EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, false, Fp8Scaling::Nvfp4),
             "mixed(fp4, saved = bf16)");
+  // FP8 attention is spelled after the products' options, under mixed(fp8) and mixed(fp4) only.
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, true, Fp8Scaling::Nvfp4, true),
+            "mixed(fp4, attention = fp8)");
+  EXPECT_EQ(
+      spellPrecision(Precision::MixedFP8, true, true, false, true, Fp8Scaling::Current, true),
+      "mixed(fp8, scaling = current, gather = fp8, saved = fp8, attention = fp8, grads = fp32)");
+  EXPECT_EQ(
+      spellPrecision(Precision::MixedBF16, false, false, false, false, Fp8Scaling::Tensor, true),
+      "mixed(bf16)");
   // NVFP4's weight cache: two copies of a 4-bit E2M1 value and a 16th of a one-byte E4M3 scale
   // each (arXiv:2509.25149, §2: blocks of 16), beside the bf16 weight: 2 + 2·(0.5 + 1/16) =
   // 3.125 bytes.

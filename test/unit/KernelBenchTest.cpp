@@ -265,6 +265,76 @@ TEST(KernelBenchTest, FusedAttentionOnGb300AgainstCudnnFrontend) {
   }
 }
 
+TEST(KernelBenchTest, Fp8AttentionAgainstCudnnFrontend) {
+  // cudnn-frontend's FP8 benchmark times cuDNN's SDPA graph in FP8 and in BF16 over the same
+  // shapes in one run (bench/gpu/results/*-cudnn-frontend/sdpa-fp8.csv). The ratio placec gives
+  // `attention = fp8` is each pass's FP8 time over its BF16 time, the mean over the 4K to 32K-key
+  // shapes, computed here from the files; the attention of an FP8 run is the BF16 kernel's time
+  // times it.
+  for (const char *device : {"b200", "gb300"}) {
+    std::string file = std::string("bench/gpu/results/") + device + "-cudnn-frontend/sdpa-fp8.csv";
+    auto buffer = readSourceFile(file);
+    ASSERT_TRUE(buffer);
+    // keys -> (precision -> (forward ms, backward ms)).
+    std::map<int, std::map<std::string, std::pair<double, double>>> times;
+    llvm::SmallVector<llvm::StringRef> lines;
+    buffer->getBuffer().split(lines, '\n', -1, false);
+    for (llvm::StringRef line : lines) {
+      if (line.starts_with("#") || line.starts_with("batch_size"))
+        continue;
+      llvm::SmallVector<llvm::StringRef> cells;
+      line.split(cells, ',');
+      ASSERT_EQ(cells.size(), 12u) << file << ": " << line.str();
+      int keys = 0;
+      double forward = 0, backward = 0;
+      ASSERT_FALSE(cells[2].getAsInteger(10, keys)) << line.str();
+      ASSERT_FALSE(cells[8].getAsDouble(forward)) << line.str();
+      ASSERT_FALSE(cells[9].getAsDouble(backward)) << line.str();
+      times[keys][cells[7].str()] = {forward, backward};
+    }
+    double forward = 0, backward = 0;
+    int shapes = 0;
+    for (const auto &[keys, byType] : times) {
+      if (keys < 4096 || keys > 32768)
+        continue;
+      ASSERT_EQ(byType.size(), 2u) << file << " at " << keys << " keys";
+      forward += byType.at("fp8").first / byType.at("bf16").first;
+      backward += byType.at("fp8").second / byType.at("bf16").second;
+      ++shapes;
+    }
+    ASSERT_EQ(shapes, 4) << file;
+    forward /= shapes;
+    backward /= shapes;
+    OneDevice one = compileOneDevice(std::string("device = ") + device + ";");
+    ASSERT_TRUE(one.model);
+    const ir::Cluster &cluster = *one.compiled->program->findCluster("c");
+    const Fp8AttentionRatio *ratio = getFp8AttentionRatio(*cluster.device);
+    ASSERT_TRUE(ratio) << device;
+    EXPECT_NEAR(ratio->forward, forward, 0.0005) << device;
+    EXPECT_NEAR(ratio->backward, backward, 0.0005) << device;
+    // FP8 lowers each pass's time, the backward's more (its larger share of products).
+    EXPECT_LT(ratio->forward, 1) << device;
+    EXPECT_LT(ratio->backward, ratio->forward) << device;
+    // The cost model's FP8 attention is its BF16 attention times the ratio, pass by pass.
+    for (bool isBackward : {false, true}) {
+      AttentionCore core;
+      core.batchHeads = 128;
+      core.queries = core.keys = 8192;
+      core.headDim = 128;
+      core.kernel = ir::AttentionKind::Cudnn;
+      core.backward = isBackward;
+      double bf16 = one.model->getAttentionSeconds(core);
+      core.fp8 = true;
+      double fp8 = one.model->getAttentionSeconds(core);
+      EXPECT_NEAR(fp8 / bf16, isBackward ? backward : forward, 0.0005) << device;
+    }
+  }
+  // Nothing measured cuDNN's FP8 attention off Blackwell.
+  OneDevice hopper = compileOneDevice("device = h100_sxm;");
+  ASSERT_TRUE(hopper.model);
+  EXPECT_EQ(getFp8AttentionRatio(*hopper.compiled->program->findCluster("c")->device), nullptr);
+}
+
 /// The matrix products of one profiled training step: each shape's calls and device time.
 void addProfiledProducts(const CostModel &model, const char *file, bool fp8, Errors &errors) {
   auto profile = load(file);

@@ -92,6 +92,14 @@ SYSTEMS = [
      "mlperf51_llama8b_b200_16_xe9685l"),
     ("v5.1", "AMD/results/MI355X_EPYC_9575F_pytorch/llama31_8b", 8192, "mlperf51_llama8b_mi355x_8"),
     ("v5.1", "AMD/results/MI350X_EPYC_9575F_pytorch/llama31_8b", 8192, "mlperf51_llama8b_mi350x_8"),
+    ("v5.1", "NVIDIA/results/tyche_ngpu8_ngc25.09_nemo/llama31_8b", 8192,
+     "mlperf51_llama8b_gb200_8_nvfp4"),
+    ("v5.1", "NVIDIA/results/theia_ngpu8_ngc25.09_nemo/llama31_8b", 8192,
+     "mlperf51_llama8b_gb300_8_nvfp4"),
+    ("v5.1", "Dell/results/1xXE9680Lx8B200-SXM-180GB/llama31_8b", 8192,
+     "mlperf51_llama8b_b200_8_xe9680l_nvfp4"),
+    ("v5.1", "Lenovo/results/SR680aV4-8xB300_SXM/llama31_8b", 8192,
+     "mlperf51_llama8b_b300_8_sr680a_nvfp4"),
 ]
 
 # Rounds whose logs time every step (tracked_stats' train_step_time): their steps, not blocks.

@@ -889,7 +889,8 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
 /// A precision as a run writes it: `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`,
 /// `mixed(bf16, params = fp32)`, `mixed(fp8, saved = fp8)`.
 std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,
-                           bool fp8Saved = false, Fp8Scaling scaling = Fp8Scaling::Tensor);
+                           bool fp8Saved = false, Fp8Scaling scaling = Fp8Scaling::Tensor,
+                           bool fp8Attention = false);
 /// Bytes per stored activation element: 2 under mixed precision, 4 under fp32.
 unsigned getActivationBytes(Precision precision);
 
@@ -963,6 +964,11 @@ public:
   bool fp8Saved = false;
   /// `mixed(fp8, scaling = current)` or `scaling = mx` (Fp8Scaling).
   Fp8Scaling fp8Scaling = Fp8Scaling::Tensor;
+  /// `mixed(fp8 | fp4, attention = fp8)`: the attention kernel runs on FP8 inputs (Transformer
+  /// Engine's FP8 dot-product attention, fp8_dot_product_attention, on cuDNN's FP8 SDPA): Q, K
+  /// and V cast to FP8 before it and kept as FP8 for its backward, the output in the activation
+  /// type, the output's gradient cast to FP8 before the backward.
+  bool fp8Attention = false;
   OptimizerKind optimizer = OptimizerKind::Adam;
   /// Adam's moments' type and whether a master copy is kept (`adam(moments = …, master = …)`).
   OptimizerStates optimizerStates;

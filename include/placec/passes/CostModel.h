@@ -96,6 +96,17 @@ const FusedAttentionConstants &getAttentionConstants(const ir::DevicePreset &dev
 /// fused attention needs an NVIDIA GPU).
 bool runsAttention(ir::DeviceFamily family, ir::AttentionKind kernel);
 
+/// cuDNN's FP8 attention (`mixed(…, attention = fp8)`): the time its FP8 kernel takes against its
+/// BF16 kernel over the same shapes, forward and backward, as one run of a benchmark measured
+/// both (CostModel.cpp cites it). The attention is timed as cuDNN's BF16 kernel times this.
+struct Fp8AttentionRatio {
+  double forward = 0, backward = 0;
+};
+/// The ratio measured on the device or on its family's reference device; null where nothing
+/// measured cuDNN's FP8 attention (the verifier's rule `precision` refuses `attention = fp8`
+/// there).
+const Fp8AttentionRatio *getFp8AttentionRatio(const ir::DevicePreset &device);
+
 /// Constants that hold for every device.
 ///
 /// GEMM tiles: cuBLAS and CUTLASS kernels compute C in tiles of 256×128 or 128×128 elements, one
@@ -231,6 +242,8 @@ struct AttentionCore {
   bool backward = false;
   /// The fused kernel (never Materialized: those products are Gemms).
   ir::AttentionKind kernel = ir::AttentionKind::Flash;
+  /// cuDNN's FP8 kernel (`attention = fp8`): the BF16 kernel's time times Fp8AttentionRatio.
+  bool fp8 = false;
   /// The keys a query attends on average: every key; under a causal mask the earlier half
   /// (kCausalFraction); under a window w < keys, w − w²/(2·keys) causal (the first w queries
   /// see their prefix, the others w keys) and w otherwise. A fused kernel skips the blocks
@@ -359,6 +372,8 @@ struct Layout {
   bool fp8Saved = false;
   /// `mixed(fp8, scaling = mx)`: MXFP8 (ir::Fp8Scaling).
   ir::Fp8Scaling fp8Scaling = ir::Fp8Scaling::Tensor;
+  /// `mixed(fp8 | fp4, attention = fp8)`: the attention kernel in FP8 (ir::Run::fp8Attention).
+  bool fp8Attention = false;
 };
 
 /// A run's layout: its micro-batch, its mesh's tensor, sequence and expert degrees, and what its

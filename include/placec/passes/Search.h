@@ -86,6 +86,8 @@ struct Candidate {
   bool fp8Saved = false;
   /// The run's `scaling` (MXFP8 under mixed(fp8) only).
   ir::Fp8Scaling fp8Scaling = ir::Fp8Scaling::Tensor;
+  /// The run's `attention = fp8` (under mixed(fp8) and mixed(fp4) only).
+  bool fp8Attention = false;
   ParamChoice params = ParamChoice::Replicate;
   GradChoice grads = GradChoice::Replicate;
   OptimizerChoice optimizer = OptimizerChoice::Replicate;
