@@ -290,6 +290,39 @@ run llama_fp32_grads { model = llama_cp; cluster = h100_32; strategy = zero3(dp 
   EXPECT_GT(fp32, 0u);
 }
 
+TEST(SearchTest, FastPathAgreesWithFp8Attention) {
+  // attention = fp8 (cuDNN's FP8 kernel at its measured ratio to the BF16 one, its casts, its
+  // FP8 copies of Q, K and V) on a Blackwell cluster whose sequences context parallelism could
+  // split: the fast path and the analyses agree; the candidates keep FP8 attention at mixed(fp8)
+  // and drop it at mixed(bf16); none splits the sequence (rule `precision`).
+  auto compiled = compile(R"(
+model llama_cudnn : transformer {
+  layers = 16; hidden = 2048; heads = 16; kv_heads = 4; ffn = 5632; seq = 16384; vocab = 32000;
+  mlp = swiglu; norm = rmsnorm; bias = false; positions = rope; tied_embeddings = false;
+  attention = cudnn;
+}
+cluster b200_32 { device = b200; nodes = 4; devices_per_node = 8; device_memory = 24 GB; }
+run llama_fp8_attention { model = llama_cudnn; cluster = b200_32; strategy = zero3(dp = 32);
+                          micro_batch = 1; global_batch = 32;
+                          precision = mixed(fp8, saved = fp8, attention = fp8); optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "llama_fp8_attention");
+  std::vector<ir::Precision> precisions = {ir::Precision::MixedFP8, ir::Precision::MixedBF16};
+  checkAgreement(run, *run.cluster, 400, 17, precisions);
+  unsigned fp8 = 0, bf16 = 0;
+  forEachCandidate(
+      run, *run.cluster,
+      [&](const Candidate &c) {
+        EXPECT_EQ(c.fp8Attention, c.precision == ir::Precision::MixedFP8) << c.describe();
+        EXPECT_EQ(c.cp, 1) << c.describe();
+        (c.precision == ir::Precision::MixedFP8 ? fp8 : bf16) += 1;
+      },
+      precisions);
+  EXPECT_GT(fp8, 0u);
+  EXPECT_GT(bf16, 0u);
+}
+
 TEST(SearchTest, FastPathAgreesWithFp32Parameters) {
   // params = fp32 (4-byte parameters and gradients, no master copy, the weights' casts counted
   // where they are not gathered, eager autograd's kept casts, the gradients' accumulation) at
