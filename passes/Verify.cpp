@@ -661,8 +661,8 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
             "' writes attention = " + ir::toString(run.model->transformer.attention).str() +
             "; write attention = cudnn";
     else if (!device || !cost::getFp8AttentionRatio(*device))
-      why = "placec times cuDNN's FP8 attention by its measured ratio to the BF16 kernel, measured "
-            "on Blackwell only (b200, gb200, b300, gb300), and cluster '" +
+      why = "placec times cuDNN's FP8 attention by its measured ratio to the BF16 kernel, which "
+            "it has for Blackwell devices only (b200, gb200, b300, gb300), and cluster '" +
             run.cluster->name + "' " +
             (device ? "has " + std::string(device->name) + " (" +
                           ir::toString(device->family).str() + ")"
