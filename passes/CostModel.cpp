@@ -176,16 +176,12 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   // GEMM Optimization on AMD CDNA 4 Architecture", 2026-03-10, Table 5: E4M3 with BF16 output at
   // M = N = K = 8192, 3,130.21 TFLOP/s, 0.622 of the 5,033.2 peak; 2,750.42 at 4096), which is
   // its BF16 fraction too.
-  static const FamilyConstants cdna4 = {
-      /*gemmEfficiency=*/0.622,
-      /*fp8GemmEfficiency=*/0.622,
-      /*memoryEfficiency=*/0.80,
-      /*flash2=*/hopperFlash,
-      /*flash3=*/none,
-      /*cudnn=*/none,
-      /*intraBusEfficiency=*/0.70,
-      /*interBusEfficiency=*/0.95,
-  };
+  static const FamilyConstants cdna4 = [] {
+    FamilyConstants constants = cdna3;
+    constants.gemmEfficiency = 0.622;
+    constants.fp8GemmEfficiency = 0.622;
+    return constants;
+  }();
   switch (family) {
   case ir::DeviceFamily::Ampere:
     return ampere;
@@ -442,6 +438,9 @@ struct TransformerDims {
   /// split over the tensor axes under sequence parallelism.
   double outside() const { return tokens * h / (sp ? t : 1); }
   double batchHeads() const { return b * a / t; }
+  /// Q's, K's and V's widths together, per token (before the tensor-parallel split): a·d for Q,
+  /// kv·d for K and kv·dv for V, with latent attention's widths where it has them.
+  double qkvWidth() const { return (a + kv) * dqk + kv * dv; }
 };
 
 TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layout) {
@@ -698,7 +697,7 @@ void addFusedAttention(const TransformerDims &x, bool backward, Work &work) {
   // Q, K and V back into the activation type (one byte read, e written); the output leaves the
   // kernel in the activation type (NVTE_DPA_FP8CS_O_in_F16).
   if (x.fp8Attention) {
-    double qkv = x.tokens * ((x.a + x.kv) * x.dqk + x.kv * x.dv) / x.t;
+    double qkv = x.tokens * x.qkvWidth() / x.t;
     double read = (x.currentScaling || x.mx ? 2 : 1) * x.e;
     if (backward)
       work.memory.push_back({"fp8 cast of the attention output's gradient, and Q, K and V's "
@@ -1871,7 +1870,7 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // `attention = fp8`: the kernel keeps its FP8 casts of Q, K and V for its backward, one byte
   // each (a checkpointed core attention keeps its inputs, in the activation type, instead).
   double qkvBytes = x.fp8Attention && !coreAttention ? 1 : 2;
-  double qkv = upProjections ? 0 : qkvBytes * ((x.a + x.kv) * x.dqk + x.kv * x.dv) / x.h;
+  double qkv = upProjections ? 0 : qkvBytes * x.qkvWidth() / x.h;
   // `unpad = true`: the output projection keeps the padded output beside the kernel's packed one.
   double attentionOutput = ((coreAttention && x.fp8Saved ? 0 : 2) +
                             (x.fp8Saved ? x.fp8SavedBytes() : 0) + (x.unpad ? 2 : 0)) *
