@@ -152,7 +152,7 @@ bool checkCudaSupported(const ir::Run &run, DiagnosticEngine &diags) {
   if (config.norm != ir::NormKind::LayerNorm)
     refuse(model.loc, "norm = " + ir::toString(config.norm),
            "the GPU trainer implements LayerNorm");
-  if (config.positions != ir::PositionKind::Learned)
+  if (config.positions == ir::PositionKind::Rope) // ALiBi: forEachCommonUnsupported.
     refuse(model.loc, "positions = " + ir::toString(config.positions),
            "the GPU trainer implements learned positions");
   if (!config.tiedEmbeddings)

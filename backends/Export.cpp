@@ -956,6 +956,12 @@ private:
     }
     if (config.positions == ir::PositionKind::Rope)
       flag("--position-embedding-type", "rope");
+    else if (config.positions == ir::PositionKind::Alibi)
+      refuse("positions = alibi: Megatron-LM's --position-embedding-type takes learned_absolute, "
+             "rope or none (ALiBi is Megatron-DeepSpeed's)");
+    if (config.embeddingNorm)
+      refuse("embedding_norm = true: Megatron-LM's embedding has no norm (--embed-layernorm is "
+             "Megatron-DeepSpeed's)");
     if (!config.tiedEmbeddings)
       os << "--untie-embeddings-and-output-weights\n";
   }

@@ -132,6 +132,8 @@ void JsonWriter::writeModel(const ir::Model &model) {
     out.attribute("rope_complex", config.ropeComplex);
     out.attribute("unpad", config.unpad);
     out.attribute("post_norm", config.postNorm);
+    out.attribute("positions", ir::toString(config.positions));
+    out.attribute("embedding_norm", config.embeddingNorm);
     out.attribute("sinks", config.sinks);
     out.attribute("projections", ir::toString(config.projections));
     out.attribute("attention", ir::toString(config.attention));

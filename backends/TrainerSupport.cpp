@@ -30,6 +30,12 @@ void forEachCommonUnsupported(const ir::Run &run, StringRef trainer, RefuseFn re
   if (config.isLatentAttention())
     refuse(at(config.kvLoraRankLoc), "kv_lora_rank = " + Twine(config.kvLoraRank),
            trainer + "'s attention is multi-head or grouped-query, not latent");
+  if (config.positions == ir::PositionKind::Alibi)
+    refuse(at(config.positionsLoc), "positions = alibi",
+           trainer + "'s attention adds no bias to its scores");
+  if (config.embeddingNorm)
+    refuse(at(config.embeddingNormLoc), "embedding_norm = true",
+           trainer + "'s embedding has no norm");
   if (config.postNorm)
     refuse(at(config.postNormLoc), "post_norm = true",
            trainer + "'s layers have two norms, before the attention and the MLP");

@@ -813,6 +813,7 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "projections",
                                                   "attention",
                                                   "positions",
+                                                  "embedding_norm",
                                                   "tied_embeddings",
                                                   "experts",
                                                   "top_k",
@@ -918,12 +919,16 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
         config.norm = *choice == "layernorm" ? ir::NormKind::LayerNorm : ir::NormKind::RmsNorm;
     }
     if (const ast::Field *field = fields.lookup("positions")) {
-      std::optional<std::string> choice = getChoice(field->value, "positions", {"learned", "rope"});
+      std::optional<std::string> choice =
+          getChoice(field->value, "positions", {"learned", "rope", "alibi"});
       ok &= choice.has_value();
+      config.positionsLoc = field->keyLoc;
       if (choice)
-        config.positions =
-            *choice == "learned" ? ir::PositionKind::Learned : ir::PositionKind::Rope;
+        config.positions = *choice == "learned" ? ir::PositionKind::Learned
+                           : *choice == "rope"  ? ir::PositionKind::Rope
+                                                : ir::PositionKind::Alibi;
     }
+    ok &= readFlag(fields, "embedding_norm", config.embeddingNorm, &config.embeddingNormLoc);
     if (const ast::Field *field = fields.lookup("projections")) {
       std::optional<std::string> choice =
           getChoice(field->value, "projections", {"fused", "separate"});
@@ -945,6 +950,23 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                   "rope_complex = true with positions = " + ir::toString(config.positions) +
                       ": the model has no rotary embedding to apply as a complex product "
                       "(write positions = rope, or leave rope_complex out)");
+      ok = false;
+    }
+    // ALiBi's bias is added to the scores inside FlashAttention-2 (alibi_slopes, from v2.4) or to
+    // the materialized scores; FlashAttention-3 has none (Dao-AILab/flash-attention#1666), and
+    // Transformer Engine passes it to cuDNN as a bias tensor the kernel reads, which placec has
+    // no measurement of.
+    if (ok && config.positions == ir::PositionKind::Alibi &&
+        (config.attention == ir::AttentionKind::Flash3 ||
+         config.attention == ir::AttentionKind::Cudnn)) {
+      diags.error(config.attentionLoc,
+                  "attention = " + ir::toString(config.attention) + " with positions = alibi: " +
+                      (config.attention == ir::AttentionKind::Flash3
+                           ? "FlashAttention-3 has no ALiBi"
+                           : "placec does not time cuDNN's fused attention with ALiBi's bias") +
+                      " (write attention = flash, FlashAttention-2's alibi_slopes, or "
+                      "materialized)");
+      diags.note(config.positionsLoc, "ALiBi is chosen here");
       ok = false;
     }
     if (ok && config.unpad && config.attention == ir::AttentionKind::Materialized) {

@@ -87,6 +87,8 @@ StringRef toString(PositionKind positions) {
     return "learned";
   case PositionKind::Rope:
     return "rope";
+  case PositionKind::Alibi:
+    return "alibi";
   }
   llvm_unreachable("unknown PositionKind");
 }

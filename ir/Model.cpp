@@ -89,6 +89,12 @@ std::vector<Tensor> buildTransformerTensors(const TransformerConfig &config) {
     if (layerNorm)
       builder.add(prefix + ".bias", {h}, TensorSplit::Replicated, layer);
   };
+  if (config.embeddingNorm) {
+    size_t first = tensors.size();
+    addNorm("embed.norm", -1);
+    for (size_t i = first; i < tensors.size(); ++i)
+      tensors[i].embeddingNorm = true;
+  }
 
   // A feed-forward block of `width` (times `experts` stacked on the first dimension when
   // `experts` > 0): gelu's fc and proj, or swiglu's gate, up and down, as Megatron-LM splits them.

@@ -193,6 +193,8 @@ void IRPrinter::print(const Model &model) {
     line() << "norm = " << toString(config.norm) << '\n';
     line() << "bias = " << config.getBiasText() << '\n';
     line() << "positions = " << toString(config.positions) << '\n';
+    if (config.embeddingNorm)
+      line() << "embedding_norm = true\n";
     line() << "tied_embeddings = " << (config.tiedEmbeddings ? "true" : "false") << '\n';
     line() << "kv_heads = " << config.getKvHeads() << '\n';
     if (config.kvRepeat)

@@ -340,7 +340,7 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
 
   double embedParams = 0;
   int64_t embeddingCopy = 0;
-  bool hasHead = false;
+  bool hasHead = false, hasEmbedding = false;
   for (unsigned index : stage.units) {
     const plan::Unit &unit = plan.units[index];
     double elements = static_cast<double>(unit.params);
@@ -368,8 +368,10 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
         x.keptMoeLayers += moeLayer ? 1 : 0;
       }
     }
-    if (unit.kind == cost::UnitKind::Embedding)
+    if (unit.kind == cost::UnitKind::Embedding) {
       embedParams = elements;
+      hasEmbedding = true;
+    }
     hasHead |= unit.kind == cost::UnitKind::Head;
   }
   x.units = static_cast<int64_t>(stage.units.size());
@@ -402,6 +404,9 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
   if (x.mtpLayers > 0)
     x.mtpActivationBytes = cost::getMtpActivationBytes(model.transformer, layout,
                                                        explain ? &x.mtpActivationText : nullptr);
+  if (hasEmbedding && model.kind == ir::ModelKind::Transformer)
+    x.embeddingActivationBytes = cost::getEmbeddingActivationBytes(
+        model.transformer, layout, explain ? &x.embeddingActivationText : nullptr);
   if (x.keptLayers > 0) {
     cost::Layout keep = layout;
     keep.activations = ir::ActivationMode::Keep;

@@ -412,6 +412,10 @@ struct TransformerDims {
   ir::ContextMerge contextMerge = ir::ContextMerge::Fused;
   /// `post_norm = true`: a norm on each block's output too, four a layer.
   bool postNorm = false;
+  /// `positions = alibi`: ALiBi's bias added to the attention scores.
+  bool alibi = false;
+  /// `embedding_norm = true`: a norm on the token embedding's output.
+  bool embeddingNorm = false;
   /// The norms of a layer: two, or four with `post_norm`.
   double norms() const { return postNorm ? 4 : 2; }
   /// Multi-head latent attention (ir::TransformerConfig::isLatentAttention): the query latent's
@@ -486,6 +490,8 @@ TransformerDims getDims(const ir::TransformerConfig &config, const Layout &layou
   dims.fp8Attention = dims.fp8 && layout.fp8Attention;
   dims.unpad = config.unpad && !dims.materialized();
   dims.postNorm = config.postNorm;
+  dims.alibi = config.positions == ir::PositionKind::Alibi;
+  dims.embeddingNorm = config.embeddingNorm;
   dims.attentionCalls =
       getContextAttentionCalls(layout.context, layout.contextMethod, layout.contextMerge);
   dims.contextMerge = layout.contextMerge;
@@ -613,11 +619,20 @@ void addBackwardProducts(const std::vector<Gemm> &forward, std::vector<Gemm> &ou
 }
 
 /// The materialized attention core: QKᵀ and PV over every head, the softmax and its dropout
-/// in device memory (Korthikanti et al. 2022, §4.1).
+/// in device memory (Korthikanti et al. 2022, §4.1). Under ALiBi the scores' product starts from
+/// the bias: Megatron-DeepSpeed's ParallelAttention (bigscience-workshop/Megatron-DeepSpeed,
+/// megatron/model/transformer.py) calls torch.baddbmm with the bias of one row per head as its
+/// addend and beta 1, and PyTorch expands that addend into the whole output before the batched
+/// product, which then reads it back as its C (aten/src/ATen/native/cuda/Blas.cpp,
+/// baddbmm_out_cuda_impl): the scores written and read once more. The backward is unchanged
+/// (the bias has no gradient).
 void addMaterializedAttention(const TransformerDims &x, bool backward, Work &work) {
   double bh = x.batchHeads(), q = x.s, k = x.keys, d = x.d;
   double scores = bh * q * k;
   if (!backward) {
+    if (x.alibi)
+      work.memory.push_back(
+          {"ALiBi bias expanded into the scores (QKᵀ's addend)", 2 * scores * x.e});
     work.gemms.push_back({"attention scores QKᵀ", q, k, d, bh});
     work.gemms.push_back({"attention values PV", q, d, k, bh});
     work.memory.push_back({"softmax", 2 * scores * x.e});
@@ -1223,10 +1238,18 @@ Work transformerWork(const ir::TransformerConfig &config, UnitKind unit, PassKin
   switch (unit) {
   case UnitKind::Embedding:
     // A vocabulary-parallel lookup writes its rows; the backward adds them into the gradient.
-    if (pass == PassKind::Forward)
+    // `embedding_norm`: a norm over the stream after the lookup (its output is the first layer's
+    // input, in the stream's type: no cast under autocast).
+    if (pass == PassKind::Forward) {
       work.memory.push_back({"embedding lookup", 2 * x.tokens * x.h * x.stream});
-    else if (backward)
+      if (x.embeddingNorm)
+        work.memory.push_back({"embedding norm", x.outside() * normBytesPerElement(x, false)});
+    } else if (backward) {
+      if (x.embeddingNorm)
+        work.memory.push_back(
+            {"embedding norm backward", x.outside() * normBytesPerElement(x, true)});
       work.memory.push_back({"embedding gradient", 3 * x.tokens * x.h * x.stream});
+    }
     return work;
   case UnitKind::Head: {
     if (pass != PassKind::Forward && !backward)
@@ -2052,6 +2075,18 @@ double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout 
   return bytes;
 }
 
+double getEmbeddingActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
+                                   std::string *formula) {
+  if (!config.embeddingNorm)
+    return 0;
+  TransformerDims x = getDims(config, layout);
+  if (formula)
+    *formula =
+        fmt::format("{}·{}·{}{}·{} B (the embedding norm's input)", num(x.s), num(x.b), num(x.h),
+                    x.sp ? fmt::format("/{}", num(x.t)) : std::string(), num(x.stream));
+  return x.outside() * x.stream;
+}
+
 double getMtpActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
                              std::string *formula) {
   TransformerDims x = getDims(config, layout);
@@ -2240,6 +2275,7 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
   for (size_t i = 0; i < 4; ++i)
     activations += static_cast<double>(termCounts[i]) * termBytes[i];
   activations += static_cast<double>(x.mtpLayers) * x.mtpActivationBytes;
+  activations += x.embeddingActivationBytes;
   activations *= x.inFlight;
   (x.activationsOnHost ? result.host : result.device).activations = activations;
 
@@ -2309,7 +2345,8 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
   if (!x.activationsKnown)
     add(x.activationsOnHost, "activations",
         "unknown: an abstract model gives its parameter count only", 0, "");
-  else if (x.moeLayers == 0 && x.keptLayers == 0 && x.mtpLayers == 0)
+  else if (x.moeLayers == 0 && x.keptLayers == 0 && x.mtpLayers == 0 &&
+           x.embeddingActivationBytes == 0)
     add(x.activationsOnHost, "activations",
         fmt::format("{} layers × {} × {}", x.layers, x.layerActivationText, x.inFlightText),
         activations);
@@ -2330,6 +2367,8 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
       layerTerms.push_back(fmt::format("{} multi-token prediction module{} × {} (beyond {} layer)",
                                        x.mtpLayers, x.mtpLayers > 1 ? "s" : "", x.mtpActivationText,
                                        x.mtpLayers > 1 ? "their" : "its"));
+    if (x.embeddingActivationBytes > 0)
+      layerTerms.push_back(x.embeddingActivationText);
     add(x.activationsOnHost, "activations",
         fmt::format("({}) × {}", llvm::join(layerTerms, " + "), x.inFlightText), activations);
   }

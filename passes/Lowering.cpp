@@ -442,8 +442,7 @@ void Lowering::buildUnits() {
         tensor.split == ir::TensorSplit::Replicated ? elements : ceilDiv(elements, tensorDegree);
     // The router and the experts see every token of the tensor-parallel group (the MoE block
     // gathers the sequence first), so their gradients are whole on each tensor rank.
-    if (tensor.split == ir::TensorSplit::Replicated && tensor.layer >= 0 && !tensor.expert &&
-        !tensor.router)
+    if (tensor.hasSequenceParallelGradient())
       unit.sequenceParallelParams += tensor.numElements;
   }
   // A head on another stage than the embedding's holds a copy of the word embedding where the

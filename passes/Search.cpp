@@ -198,7 +198,8 @@ unsigned planParamBytes(ir::Precision precision) {
 struct UnitGroup {
   cost::UnitKind kind = cost::UnitKind::Layer;
   int64_t params = 0; ///< After the tensor-parallel split.
-  /// Plan::Unit::sequenceParallelParams: replicated tensors of layers and the head.
+  /// Plan::Unit::sequenceParallelParams: the tensors whose gradients sequence parallelism leaves
+  /// partial (ir::Tensor::hasSequenceParallelGradient).
   int64_t sequenceParallelParams = 0;
   int64_t count = 0;
 };
@@ -217,7 +218,7 @@ struct StageShape {
   /// Tied embeddings with the embedding and the head on this stage: the embedding stays
   /// gathered from its forward through the head's (cost::getStageMemory).
   int64_t tiedEmbedParams = 0;
-  bool hasHead = false;
+  bool hasHead = false, hasEmbedding = false;
   /// The word embedding's copy (cost::getEmbeddingCopyParams) where the embedding and the head
   /// are on different stages: on both, the step all-reduces its gradient between them (Lowering);
   /// the head's group counts the copy in its params. `pair`: the group of the two stages.
@@ -238,7 +239,7 @@ struct UnitTimes {
   /// parallelism; cost::CostModel::getColumnParallelSlotSeconds).
   cost::TensorSlotSeconds slots[3][cost::kNumPassKinds] = {};
   cost::TensorSlotSeconds weightSlots[3] = {}, inputSlots[3] = {};
-  double layerActivation = 0, headActivation = 0, recomputedLayer = 0;
+  double layerActivation = 0, headActivation = 0, recomputedLayer = 0, embeddingActivation = 0;
 };
 
 /// The seconds of the collectives inside each kind of unit's forward ([kind][0]) and backward
@@ -553,6 +554,7 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
     }
   times.layerActivation = cost::getLayerActivationBytes(model.transformer, layout);
   times.headActivation = cost::getHeadActivationBytes(model.transformer, layout);
+  times.embeddingActivation = cost::getEmbeddingActivationBytes(model.transformer, layout);
   times.recomputedLayer = cost::getRecomputedLayerBytes(model, layout);
   lastTimesKey = key;
   return *(lastTimes = &unitTimes.emplace(key, times).first->second);
@@ -642,7 +644,7 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
     unitParams[tensor.layer] += tensor.split == ir::TensorSplit::Replicated
                                     ? tensor.numElements
                                     : ceilDiv(tensor.numElements, tp);
-    if (tensor.split == ir::TensorSplit::Replicated && tensor.layer >= 0)
+    if (tensor.hasSequenceParallelGradient())
       sequenceParallelParams[tensor.layer] += tensor.numElements;
   }
   const ir::TransformerConfig &config = model.transformer;
@@ -713,6 +715,7 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
       shape.maxParams = std::max(shape.maxParams, params);
     };
     bool hasEmbedding = stage == 0 && unitParams.count(-1);
+    shape.hasEmbedding = hasEmbedding;
     if (hasEmbedding)
       addGroup(unitParams[-1], 1, cost::UnitKind::Embedding, -1);
     // Layers per stage: an even share, or with uneven edges `edge` on the first and the last
@@ -841,6 +844,7 @@ Evaluator::getActivationPart(const UnitTimes &times, const std::vector<StageShap
     double none = cost::getStageMemory(bare, bytes).device.peak;
     bare.inFlight = 1;
     bare.headBuffers = shape.hasHead ? times.headActivation : 0;
+    bare.embeddingActivationBytes = shape.hasEmbedding ? times.embeddingActivation : 0;
     double one = cost::getStageMemory(bare, bytes).device.peak;
     part.fixed[i] = none;
     part.perMicrobatch[i] = one - none;
@@ -1315,10 +1319,10 @@ getContextMethods(const ir::Run &run, int64_t tp, int64_t cp,
   const ir::TransformerConfig &config = run.model->transformer;
   if (cp == 1)
     return {ir::ContextMethod::Ring};
-  // The verifier's rule `placement`: no context parallelism under a sliding window; its rule
-  // `precision`: none with FP8 attention (whose context-parallel exchanges placec does not count;
-  // the run's, so the variants a search explores without it keep this too).
-  if (config.isWindowed() || run.fp8Attention)
+  // The verifier's rule `placement`: no context parallelism under a sliding window or ALiBi; its
+  // rule `precision`: none with FP8 attention (whose context-parallel exchanges placec does not
+  // count; the run's, so the variants a search explores without it keep this too).
+  if (config.isWindowed() || config.positions == ir::PositionKind::Alibi || run.fp8Attention)
     return {};
   std::vector<ir::ContextMethod> methods;
   auto add = [&](ir::ContextMethod method) {

@@ -478,21 +478,39 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
         diags->note(model.loc, Twine("model '") + model.name + "' is declared here");
         ok = false;
       };
-      // Sliding-window attention (rule `placement`): placec times each context method's
-      // exchanges and blockwise attention over the whole causal prefix, where a window needs
-      // only the neighbouring ranks' keys (cost::AttentionCore::window holds without it only).
-      if (config.isWindowed()) {
+      // A model whose attention placec does not time under context parallelism (rule
+      // `placement`): `what` names the model's field, `why` the reason, the note points at it.
+      auto refuseContext = [&](const Twine &what, const Twine &why, SMLoc fieldLoc,
+                               const Twine &field) {
         diags->error(strategy.contextLoc.isValid() ? strategy.contextLoc : strategyLoc,
-                     Twine("context parallelism over ") + Twine(context) +
-                         " devices with a sliding window (model '" + model.name +
-                         "': window = " + Twine(config.window) +
-                         "): placec times the keys and values a context-parallel rank receives "
-                         "over the whole causal prefix, not over a sliding window (leave the "
-                         "sequence axis out)",
+                     Twine("context parallelism over ") + Twine(context) + " devices with " + what +
+                         " (model '" + model.name + "': " + field + "): " + why +
+                         " (leave the sequence axis out)",
                      "placement");
-        diags->note(config.windowLoc.isValid() ? config.windowLoc : model.loc,
-                    Twine("the window of model '") + model.name + "' is written here");
+        diags->note(fieldLoc.isValid() ? fieldLoc : model.loc,
+                    Twine("the ") +
+                        (config.positions == ir::PositionKind::Alibi
+                             ? "positions of model '" + model.name + "' are"
+                             : "window of model '" + model.name + "' is") +
+                        " written here");
         ok = false;
+      };
+      // ALiBi's bias depends on each query's distance to each key, which a rank's chunk of the
+      // sequence would have to carry into its kernels; PyTorch's scaled_dot_product_attention
+      // takes no ALiBi, and placec describes no context-parallel implementation that passes it.
+      // Sliding-window attention: placec times each context method's exchanges and blockwise
+      // attention over the whole causal prefix, where a window needs only the neighbouring
+      // ranks' keys (cost::AttentionCore::window holds without it only).
+      if (config.positions == ir::PositionKind::Alibi) {
+        refuseContext("ALiBi positions",
+                      "placec describes no context-parallel implementation that passes ALiBi's "
+                      "distances to its attention kernels",
+                      config.positionsLoc, "positions = alibi");
+      } else if (config.isWindowed()) {
+        refuseContext("a sliding window",
+                      "placec times the keys and values a context-parallel rank receives over "
+                      "the whole causal prefix, not over a sliding window",
+                      config.windowLoc, "window = " + Twine(config.window));
       } else if (strategy.contextMethod == ir::ContextMethod::AllToAll &&
                  run.contextMerge == ir::ContextMerge::Eager) {
         // PyTorch's context parallelism (`context_merge = eager`) passes or gathers key/value

@@ -323,6 +323,25 @@ run llama_fp8_attention { model = llama_cudnn; cluster = b200_32; strategy = zer
   EXPECT_GT(bf16, 0u);
 }
 
+TEST(SearchTest, FastPathAgreesWithAlibiAndEmbeddingNorm) {
+  // BLOOM's shape at small size: ALiBi over materialized scores (the bias expanded into every
+  // score before QKᵀ) and a LayerNorm after the embedding (its work, its kept input on the first
+  // stage, its weights' sequence-parallel reduction): the fast path and the analyses agree over
+  // pipelines, tensor and sequence parallelism and every activation mode.
+  auto compiled = compile(R"(
+model bloom_small : transformer {
+  layers = 16; hidden = 2048; heads = 16; seq = 2048; vocab = 250880;
+  positions = alibi; embedding_norm = true; attention = materialized;
+}
+cluster a100_32 { device = a100_80gb; nodes = 4; devices_per_node = 8; }
+run bloom_small_run { model = bloom_small; cluster = a100_32; strategy = zero1(dp = 32);
+                      micro_batch = 1; global_batch = 256; optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "bloom_small_run");
+  checkAgreement(run, *run.cluster, 400, 23);
+}
+
 TEST(SearchTest, FastPathAgreesWithFp32Parameters) {
   // params = fp32 (4-byte parameters and gradients, no master copy, the weights' casts counted
   // where they are not gathered, eager autograd's kept casts, the gradients' accumulation) at

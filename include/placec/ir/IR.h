@@ -56,6 +56,17 @@ struct Tensor {
   /// tensor-parallel group (the MoE block gathers the sequence first), so its gradient is whole
   /// on each tensor rank.
   bool router = false;
+  /// The embedding's norm (`embedding_norm`): replicated like a layer's norm, and under sequence
+  /// parallelism it runs on each rank's slice of the sequence, as a layer's norms do.
+  bool embeddingNorm = false;
+
+  /// Whether, under sequence parallelism, each tensor rank holds a partial sum of the tensor's
+  /// gradient that the tensor axes must add up (Korthikanti et al. 2022, §4.2.2): the replicated
+  /// tensors of the layers, the head and the embedding's norm (norms, row-parallel biases), not a
+  /// router's or an expert's, which see every token of the group.
+  bool hasSequenceParallelGradient() const {
+    return split == TensorSplit::Replicated && !expert && !router && (layer >= 0 || embeddingNorm);
+  }
 };
 
 enum class ModelKind { Transformer, Mlp, Abstract };
@@ -63,7 +74,11 @@ enum class ModelKind { Transformer, Mlp, Abstract };
 /// product) or `relu2` (two matrices, squared ReLU between: Nemotron-4's and Primer's).
 enum class MlpActivation { Gelu, Swiglu, Relu2 };
 enum class NormKind { LayerNorm, RmsNorm };
-enum class PositionKind { Learned, Rope };
+/// Where a transformer gets its positions: a `learned` table (GPT-2, GPT-3), the rotary embedding
+/// of Q and K (`rope`; Su et al. 2021, "RoFormer"), or ALiBi (`alibi`; Press et al. 2022, "Train
+/// Short, Test Long"): a bias of −slope·distance added to every attention score, one fixed slope
+/// per head, no parameters (BLOOM; Megatron-DeepSpeed's --position-embedding-type alibi).
+enum class PositionKind { Learned, Rope, Alibi };
 /// How a layer's projections that read the same input run: `fused` (one QKV product and one
 /// gate-and-up product, Megatron-Core's linear_qkv and linear_fc1) or `separate` (each its own
 /// product that reads the input, and autograd sums their input gradients: torchtitan's and
@@ -219,6 +234,15 @@ struct TransformerConfig {
   /// `--add-qkv-bias`). `bias` is false then.
   bool qkvBias = false;
   PositionKind positions = PositionKind::Learned;
+  /// Where `positions` is written (invalid when it is not).
+  llvm::SMLoc positionsLoc;
+  /// `embedding_norm = true`: a norm of the model's kind on the token embedding's output, before
+  /// the first layer (BLOOM's word_embeddings_layernorm; Megatron-DeepSpeed's --embed-layernorm;
+  /// BigScience 2022, "BLOOM", §3.2.2): its weight (and LayerNorm's bias) are embedding
+  /// parameters, and it keeps its input for the backward.
+  bool embeddingNorm = false;
+  /// Where `embedding_norm` is written (invalid when it is not).
+  llvm::SMLoc embeddingNormLoc;
   bool tiedEmbeddings = true;
   MoeConfig moe;
   /// `mtp_layers = n`: multi-token prediction (DeepSeek-AI 2024, "DeepSeek-V3", §2.2;

@@ -440,6 +440,12 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
 /// backward reads, b·s·V/t·(e + 4) bytes.
 double getHeadActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
                               std::string *formula = nullptr);
+/// What the embedding keeps for one micro-batch on its stage: with `embedding_norm`, the norm's
+/// input, s·b·h (over t under sequence parallelism) in the stream's type; 0 without. The layers
+/// are checkpointed without it under full recomputation (Megatron-DeepSpeed checkpoints the
+/// transformer layers only), so every activation mode keeps it.
+double getEmbeddingActivationBytes(const ir::TransformerConfig &config, const Layout &layout,
+                                   std::string *formula = nullptr);
 /// What one multi-token prediction module (`mtp_layers`) keeps for one micro-batch beyond its
 /// transformer layer's activations (getLayerActivationBytes of its kind): under full
 /// recomputation its second input, the shifted tokens' embedding (Megatron-Core checkpoints the
@@ -525,6 +531,10 @@ struct StageStates {
   int64_t mtpLayers = 0;
   double mtpActivationBytes = 0;
   std::string mtpActivationText;
+  /// What the embedding keeps for one micro-batch (getEmbeddingActivationBytes), on the stage
+  /// that holds the embedding.
+  double embeddingActivationBytes = 0;
+  std::string embeddingActivationText;
   double inFlight = 1;
   std::string inFlightText;
 };
