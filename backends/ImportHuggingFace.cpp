@@ -39,7 +39,8 @@ enum class Family {
   GptNeox,
   Nemotron,
   DeepSeek,
-  GptOss
+  GptOss,
+  Bloom
 };
 
 struct FamilyInfo {
@@ -68,6 +69,7 @@ constexpr FamilyInfo kFamilies[] = {
     {"deepseek_v2", Family::DeepSeek, false},
     {"kimi_k2", Family::DeepSeek, false},
     {"gpt_oss", Family::GptOss, false},
+    {"bloom", Family::Bloom, true},
 };
 
 /// Keys of every family that change neither the parameter count nor the FLOPs: token ids,
@@ -138,6 +140,33 @@ std::vector<StringRef> familyKeys(Family family) {
             "summary_activation",
             "summary_proj_to_labels",
             "summary_first_dropout"};
+  case Family::Bloom:
+    // transformers' BloomConfig: n_layer and n_head, or the names its attribute_map reads for
+    // them; n_embed in place of hidden_size (BloomConfig.__init__); seq_length, the training
+    // script's, which some checkpoints keep. n_inner is read by nothing (BloomMLP is 4·hidden
+    // wide), and the Megatron-DeepSpeed flags the checkpoints carry over (the fused kernels,
+    // skip_bias_add, the residual's source, offset_alibi, slow_but_exact's inference path) change
+    // neither the parameters nor the FLOPs.
+    return {"model_type",
+            "vocab_size",
+            "hidden_size",
+            "n_embed",
+            "n_layer",
+            "num_hidden_layers",
+            "n_head",
+            "num_attention_heads",
+            "n_inner",
+            "seq_length",
+            "tie_word_embeddings",
+            "apply_residual_connection_post_layernorm",
+            "attention_softmax_in_fp32",
+            "bias_dropout_fusion",
+            "masked_softmax_fusion",
+            "offset_alibi",
+            "skip_bias_add",
+            "skip_bias_add_qkv",
+            "slow_but_exact",
+            "unk_token_id"};
   case Family::GptNeox:
     return {"model_type",
             "vocab_size",
@@ -274,7 +303,7 @@ public:
     }
     family = info->family;
     checkKeys();
-    std::string model = translate(*info);
+    std::string model = family == Family::Bloom ? translateBloom(*info) : translate(*info);
     if (diags.hasErrors())
       return false;
     os << "// Imported by placec from " << options.inputName << " (Hugging Face config.json, "
@@ -690,14 +719,7 @@ private:
     if (diags.hasErrors())
       return "";
 
-    std::string name = options.name;
-    if (name.empty()) {
-      StringRef stem = sys::path::stem(options.inputName);
-      if (stem == "config")
-        stem = sys::path::filename(sys::path::parent_path(options.inputName));
-      name = stem.str();
-    }
-    name = makeName(name, "", "hf");
+    std::string name = modelName();
     std::string out;
     raw_string_ostream m(out);
     m << "model " << name << " : transformer {\n";
@@ -737,6 +759,67 @@ private:
     m << moeText;
     if (gptOss)
       m << "  router_bias = true;\n";
+    m << "}\n";
+    return out;
+  }
+
+  /// One of two keys that name the same field (`preferred`, or `alias` where only it is given);
+  /// both given with different values is an error at the alias.
+  StringRef eitherKey(StringRef preferred, StringRef alias) {
+    const json::Value *a = root->get(preferred), *b = root->get(alias);
+    if (a && b && !(*a == *b))
+      refuse(alias, "it differs from " + preferred + " " + quoted(preferred) +
+                        ", which names the same field");
+    return a || !b ? preferred : alias;
+  }
+
+  /// The model's name: --name, else the file's stem (its folder's name for a config.json).
+  std::string modelName() const {
+    std::string name = options.name;
+    if (name.empty()) {
+      StringRef stem = sys::path::stem(options.inputName);
+      if (stem == "config")
+        stem = sys::path::filename(sys::path::parent_path(options.inputName));
+      name = stem.str();
+    }
+    return makeName(name, "", "hf");
+  }
+
+  /// BLOOM (transformers' BloomForCausalLM; BigScience 2022, "BLOOM", §3.2): pre-norm layers of
+  /// LayerNorm with biases on every linear, one QKV product, a GELU MLP of 4·hidden, ALiBi
+  /// positions and a LayerNorm on the word embedding (word_embeddings_layernorm), the output
+  /// layer tied to the embedding unless the config says otherwise. ALiBi has no position table,
+  /// so the sequence is --seq, else the config's seq_length.
+  std::string translateBloom(const FamilyInfo &info) {
+    std::optional<int64_t> layers =
+        getInt(eitherKey("n_layer", "num_hidden_layers"), true, ir::kMaxLayers);
+    std::optional<int64_t> hidden = getInt(eitherKey("hidden_size", "n_embed"), true, 1 << 24);
+    StringRef headsKey = eitherKey("n_head", "num_attention_heads");
+    std::optional<int64_t> heads = getInt(headsKey, true, 1 << 20);
+    std::optional<int64_t> vocab = getInt("vocab_size");
+    std::optional<int64_t> seq =
+        options.seq > 0 ? std::optional<int64_t>(options.seq) : getInt("seq_length", false);
+    if (!seq && !diags.hasErrors())
+      diags.error(SMLoc::getFromPointer(text.data()),
+                  "BLOOM's config has no 'seq_length' and ALiBi no position table to take one "
+                  "from: pass --seq");
+    if (seq && *seq > (int64_t(1) << 30))
+      diags.error(SMLoc::getFromPointer(text.data()),
+                  "--seq " + Twine(*seq) + " is longer than Place's limit of 2^30 tokens");
+    if (hidden && heads && *hidden % *heads != 0)
+      refuse(headsKey, "it does not divide the hidden size " + Twine(*hidden) +
+                           ", and BLOOM's heads are hidden / heads wide");
+    bool tied = getBool("tie_word_embeddings").value_or(info.tiedByDefault);
+    if (diags.hasErrors())
+      return "";
+    std::string out;
+    raw_string_ostream m(out);
+    m << "model " << modelName() << " : transformer {\n";
+    m << "  layers = " << *layers << ";\n  hidden = " << *hidden << ";\n  heads = " << *heads
+      << ";\n  seq = " << *seq << ";\n  vocab = " << *vocab << ";\n";
+    m << "  positions = alibi;\n  embedding_norm = true;\n";
+    if (!tied)
+      m << "  tied_embeddings = false;\n";
     m << "}\n";
     return out;
   }
