@@ -2353,16 +2353,18 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
   else {
     const std::string *termTexts[4] = {&x.layerActivationText, &x.moeLayerActivationText,
                                        &x.keptLayerActivationText, &x.keptMoeLayerActivationText};
-    const char *termNames[4] = {x.keptLayers == 0 ? "dense"
-                                : x.moeLayers > 0 ? "recomputed dense"
-                                                  : "recomputed",
-                                x.keptLayers > 0 ? "recomputed MoE" : "MoE",
-                                x.moeLayers > 0 ? "kept dense" : "kept", "kept MoE"};
+    // The kinds named where the stage has more than one (a dense stage's layers are just layers).
+    const char *termNames[4] = {x.keptLayers > 0
+                                    ? x.moeLayers > 0 ? "recomputed dense " : "recomputed "
+                                : x.moeLayers > 0 ? "dense "
+                                                  : "",
+                                x.keptLayers > 0 ? "recomputed MoE " : "MoE ",
+                                x.moeLayers > 0 ? "kept dense " : "kept ", "kept MoE "};
     std::vector<std::string> layerTerms;
     for (size_t i = 0; i < 4; ++i)
       if (termCounts[i] > 0)
         layerTerms.push_back(
-            fmt::format("{} {} layers × {}", termCounts[i], termNames[i], *termTexts[i]));
+            fmt::format("{} {}layers × {}", termCounts[i], termNames[i], *termTexts[i]));
     if (x.mtpLayers > 0)
       layerTerms.push_back(fmt::format("{} multi-token prediction module{} × {} (beyond {} layer)",
                                        x.mtpLayers, x.mtpLayers > 1 ? "s" : "", x.mtpActivationText,
