@@ -460,11 +460,8 @@ private:
 
     // The sequence: --seq, else the longest the model was trained for.
     int64_t seq = options.seq > 0 ? options.seq : *positions;
-    if (seq > (int64_t(1) << 30)) {
-      diags.error(SMLoc::getFromPointer(text.data()),
-                  "--seq " + Twine(seq) + " is longer than Place's limit of 2^30 tokens");
+    if (!checkSequenceFlag())
       return "";
-    }
     if (gpt2 && options.seq > *positions)
       diags.error(locOf("n_positions"),
                   "--seq " + Twine(options.seq) + " is longer than 'n_positions' " +
@@ -763,6 +760,16 @@ private:
     return out;
   }
 
+  /// Whether --seq is within Place's limit of 2^30 tokens (a config's own lengths are read with
+  /// that limit); an error otherwise.
+  bool checkSequenceFlag() {
+    if (options.seq <= (int64_t(1) << 30))
+      return true;
+    diags.error(SMLoc::getFromPointer(text.data()),
+                "--seq " + Twine(options.seq) + " is longer than Place's limit of 2^30 tokens");
+    return false;
+  }
+
   /// One of two keys that name the same field (`preferred`, or `alias` where only it is given);
   /// both given with different values is an error at the alias.
   StringRef eitherKey(StringRef preferred, StringRef alias) {
@@ -803,9 +810,7 @@ private:
       diags.error(SMLoc::getFromPointer(text.data()),
                   "BLOOM's config has no 'seq_length' and ALiBi no position table to take one "
                   "from: pass --seq");
-    if (seq && *seq > (int64_t(1) << 30))
-      diags.error(SMLoc::getFromPointer(text.data()),
-                  "--seq " + Twine(*seq) + " is longer than Place's limit of 2^30 tokens");
+    checkSequenceFlag();
     if (hidden && heads && *hidden % *heads != 0)
       refuse(headsKey, "it does not divide the hidden size " + Twine(*hidden) +
                            ", and BLOOM's heads are hidden / heads wide");

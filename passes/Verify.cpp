@@ -479,20 +479,16 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
         ok = false;
       };
       // A model whose attention placec does not time under context parallelism (rule
-      // `placement`): `what` names the model's field, `why` the reason, the note points at it.
+      // `placement`): `what` names the model's field, `why` the reason, and `note` is said at the
+      // field.
       auto refuseContext = [&](const Twine &what, const Twine &why, SMLoc fieldLoc,
-                               const Twine &field) {
+                               const Twine &field, const Twine &note) {
         diags->error(strategy.contextLoc.isValid() ? strategy.contextLoc : strategyLoc,
                      Twine("context parallelism over ") + Twine(context) + " devices with " + what +
                          " (model '" + model.name + "': " + field + "): " + why +
                          " (leave the sequence axis out)",
                      "placement");
-        diags->note(fieldLoc.isValid() ? fieldLoc : model.loc,
-                    Twine("the ") +
-                        (config.positions == ir::PositionKind::Alibi
-                             ? "positions of model '" + model.name + "' are"
-                             : "window of model '" + model.name + "' is") +
-                        " written here");
+        diags->note(fieldLoc.isValid() ? fieldLoc : model.loc, note);
         ok = false;
       };
       // ALiBi's bias depends on each query's distance to each key, which a rank's chunk of the
@@ -505,12 +501,14 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
         refuseContext("ALiBi positions",
                       "placec describes no context-parallel implementation that passes ALiBi's "
                       "distances to its attention kernels",
-                      config.positionsLoc, "positions = alibi");
+                      config.positionsLoc, "positions = alibi",
+                      "the positions of model '" + model.name + "' are written here");
       } else if (config.isWindowed()) {
         refuseContext("a sliding window",
                       "placec times the keys and values a context-parallel rank receives over "
                       "the whole causal prefix, not over a sliding window",
-                      config.windowLoc, "window = " + Twine(config.window));
+                      config.windowLoc, "window = " + Twine(config.window),
+                      "the window of model '" + model.name + "' is written here");
       } else if (strategy.contextMethod == ir::ContextMethod::AllToAll &&
                  run.contextMerge == ir::ContextMerge::Eager) {
         // PyTorch's context parallelism (`context_merge = eager`) passes or gathers key/value
