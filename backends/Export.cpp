@@ -430,6 +430,21 @@ private:
                            "with its bf16 optimizer") +
              ": DeepSpeed's engine all-reduces the gradients after the backward, where nothing "
              "overlaps them (write dp_overlap = none)");
+    // The sum over the ranks that shard the optimizer: the bf16 optimizer's engine all-reduces
+    // the whole gradients and each rank updates its partition of them (runtime/bf16_optimizer.py
+    // has no reduce_gradients, so engine.py's allreduce_gradients takes
+    // buffered_allreduce_fallback), while the ZeRO optimizer reduces each partition's gradients to
+    // the rank that updates it.
+    bool bf16Reduces = stage == 1 && engineReduces && ranks > 1;
+    if (bf16Reduces && strategy.gradReduce != ir::GradReduce::AllReduce)
+      refuse("grad_reduce = reduce_scatter at ZeRO stage 1 with mixed(bf16, grads = fp32), which "
+             "DeepSpeed runs with its bf16 optimizer: its engine all-reduces the whole gradients "
+             "before each rank updates its partition (write grad_reduce = all_reduce)");
+    if (!bf16Reduces && strategy.allReducesShardedOptimizer())
+      refuse("grad_reduce = all_reduce at ZeRO stage " + Twine(stage) +
+             ": DeepSpeed's ZeRO optimizer reduces each partition's gradients to the rank that "
+             "updates it; only its bf16 optimizer (ZeRO stage 1 with mixed(bf16, grads = fp32)) "
+             "all-reduces them (write grad_reduce = reduce_scatter)");
     if (refused)
       return;
 
@@ -556,6 +571,9 @@ private:
              axisList(mesh, ArrayRef<unsigned>(dataAxes)) +
              ": --use-distributed-optimizer shards over the whole data-parallel group (with the "
              "context-parallel ranks)");
+    if (strategy.allReducesShardedOptimizer())
+      refuse("grad_reduce = all_reduce: Megatron-LM's distributed optimizer reduce-scatters the "
+             "gradients into the shards each rank updates (write grad_reduce = reduce_scatter)");
     for (ir::State state : ir::kAllStates)
       refuseTier(state, "Megatron-LM's flags place every state on the device");
     if (strategy.activationMode == ir::ActivationMode::RecomputeOps)

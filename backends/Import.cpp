@@ -110,6 +110,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
     os << "  sp_inputs = " << imported.spInputs << ";\n";
   if (imported.dpOverlap != ir::DataParallelOverlap::Grads)
     os << "  dp_overlap = " << ir::toString(imported.dpOverlap) << ";\n";
+  if (imported.gradReduce != ir::GradReduce::ReduceScatter)
+    os << "  grad_reduce = " << ir::toString(imported.gradReduce) << ";\n";
   if (imported.epOverlap != ir::ExpertOverlap::Off)
     os << "  ep_overlap = " << ir::toString(imported.epOverlap) << ";\n";
   if (imported.dispatcher != ir::ExpertDispatcher::AllToAll)
@@ -677,6 +679,10 @@ private:
     bool bf16Optimizer = stage == 1 && bf16 && gradType == "fp32";
     if (!translateOverlap(root, stage, bf16Optimizer, devices * ulysses, imported))
       return false;
+    // The bf16 optimizer's engine all-reduces the whole gradients and each rank updates its
+    // partition (runtime/bf16_optimizer.py has no reduce_gradients of its own).
+    if (bf16Optimizer && optimizerTier.empty() && devices * ulysses > 1)
+      imported.gradReduce = ir::GradReduce::AllReduce;
     if (lookup(root, "activation_checkpointing"))
       imported.activations = cpuCheckpointing ? "recompute @ host" : "recompute";
     return true;

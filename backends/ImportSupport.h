@@ -68,6 +68,8 @@ struct Imported {
   std::string spInputs;
   /// `dp_overlap = …;`, written when it is not the default (grads).
   ir::DataParallelOverlap dpOverlap = ir::DataParallelOverlap::Grads;
+  /// `grad_reduce = …;`, written when it is not the default (reduce_scatter).
+  ir::GradReduce gradReduce = ir::GradReduce::ReduceScatter;
   /// `ep_overlap = true;` where the expert all-to-alls run beside another micro-batch's compute.
   ir::ExpertOverlap epOverlap = ir::ExpertOverlap::Off;
   ir::ExpertDispatcher dispatcher = ir::ExpertDispatcher::AllToAll;

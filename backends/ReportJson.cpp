@@ -249,6 +249,11 @@ void JsonWriter::writeStrategy(const RunReport &report) {
     out.attribute("dp_overlap", nullptr);
   else
     out.attribute("dp_overlap", overlap);
+  std::string gradReduce = describeGradReduce(strategy);
+  if (gradReduce.empty())
+    out.attribute("grad_reduce", nullptr);
+  else
+    out.attribute("grad_reduce", gradReduce);
   if (describeExpertOverlap(strategy).empty())
     out.attribute("ep_overlap", nullptr);
   else

@@ -370,6 +370,10 @@ std::string describeDataParallelOverlap(const ir::Strategy &strategy) {
              : std::string();
 }
 
+std::string describeGradReduce(const ir::Strategy &strategy) {
+  return strategy.shardsOptimizerOnly() ? ir::toString(strategy.gradReduce).str() : std::string();
+}
+
 std::string describeExpertOverlap(const ir::Strategy &strategy) {
   return strategy.mesh.getDegree(ir::AxisKind::Expert) > 1
              ? ir::toString(strategy.expertOverlap).str()

@@ -167,6 +167,9 @@ std::string describeSequenceParallelInputs(const ir::Strategy &strategy);
 /// The strategy's `dp_overlap` setting, or an empty string without a batch or sequence axis of
 /// more than one device (nothing reduced or gathered over data parallelism).
 std::string describeDataParallelOverlap(const ir::Strategy &strategy);
+/// The strategy's `grad_reduce` setting, or an empty string without an axis that shards the
+/// optimizer and not the gradients (nothing it acts on).
+std::string describeGradReduce(const ir::Strategy &strategy);
 /// The strategy's `ep_overlap` setting, or an empty string without an expert axis of more than
 /// one device (no all-to-alls to overlap).
 std::string describeExpertOverlap(const ir::Strategy &strategy);

@@ -184,6 +184,11 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
          std::string text = describeDataParallelOverlap(*r.run->strategy);
          return text.empty() ? std::string("-") : text;
        }},
+      {"  grad_reduce",
+       [](const RunReport &r) {
+         std::string text = describeGradReduce(*r.run->strategy);
+         return text.empty() ? std::string("-") : text;
+       }},
       {"  ep_overlap",
        [](const RunReport &r) {
          std::string text = describeExpertOverlap(*r.run->strategy);

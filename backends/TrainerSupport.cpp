@@ -15,6 +15,10 @@ void forEachCommonUnsupported(const ir::Run &run, StringRef trainer, RefuseFn re
     refuse(getFieldLoc(run, "train_metrics"), "train_metrics = " + Twine(run.trainMetrics),
            trainer + " computes the loss and no other metric from the logits (leave "
                      "train_metrics out)");
+  if (run.strategy && run.strategy->allReducesShardedOptimizer())
+    refuse(run.strategy->gradReduceLoc, "grad_reduce = all_reduce",
+           trainer + " reduce-scatters the gradients into the optimizer shard each rank updates "
+                     "(write grad_reduce = reduce_scatter)");
   const ir::Model &model = *run.model;
   if (model.kind != ir::ModelKind::Transformer)
     return;

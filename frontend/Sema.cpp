@@ -1576,6 +1576,12 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
         "'dp_overlap' takes grads (the step's gradient reductions beside the last backward), all "
         "(and the updated parameters' all-gathers beside the next forward) or none (both after "
         "the backward, exposed)");
+  if (placement.state == "grad_reduce")
+    return choose(std::array{ir::GradReduce::ReduceScatter, ir::GradReduce::AllReduce},
+                  strategy.gradReduce, strategy.gradReduceLoc,
+                  "'grad_reduce' takes reduce_scatter (each rank receives the summed gradients of "
+                  "the optimizer shard it updates) or all_reduce (every rank receives the whole "
+                  "sum)");
   if (placement.state == "ep_overlap")
     return choose(std::array{ir::ExpertOverlap::On, ir::ExpertOverlap::Off}, strategy.expertOverlap,
                   strategy.expertOverlapLoc,
@@ -1600,7 +1606,8 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
 bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy) {
   if (placement.state == "context" || placement.state == "async_tp" ||
       placement.state == "sp_inputs" || placement.state == "dp_overlap" ||
-      placement.state == "ep_overlap" || placement.state == "dispatcher")
+      placement.state == "grad_reduce" || placement.state == "ep_overlap" ||
+      placement.state == "dispatcher")
     return bindSetting(placement, strategy);
   std::optional<ir::State> state;
   StringRef stateName = placement.state;
@@ -1620,11 +1627,11 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
         Twine("unknown state '") + placement.state +
             "': expected params, grads, optimizer or activations, their experts' "
             "expert_params, expert_grads and expert_optimizer, or the settings context, "
-            "async_tp, sp_inputs, dp_overlap, ep_overlap and dispatcher" +
-            didYouMean(placement.state,
-                       {"params", "grads", "optimizer", "activations", "expert_params",
-                        "expert_grads", "expert_optimizer", "mesh", "pipeline", "context",
-                        "async_tp", "sp_inputs", "dp_overlap", "ep_overlap", "dispatcher"}));
+            "async_tp, sp_inputs, dp_overlap, grad_reduce, ep_overlap and dispatcher" +
+            didYouMean(placement.state, {"params", "grads", "optimizer", "activations",
+                                         "expert_params", "expert_grads", "expert_optimizer",
+                                         "mesh", "pipeline", "context", "async_tp", "sp_inputs",
+                                         "dp_overlap", "grad_reduce", "ep_overlap", "dispatcher"}));
     return false;
   }
   ir::StatePlacement &target =
@@ -2224,7 +2231,7 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
   bool ok = true;
   StringMap<size_t> axisOwner;
   std::optional<size_t> layersOwner, pipelineOwner, activationOwner, contextOwner, asyncTpOwner,
-      spInputsOwner, dpOverlapOwner, epOverlapOwner, dispatcherOwner;
+      spInputsOwner, dpOverlapOwner, gradReduceOwner, epOverlapOwner, dispatcherOwner;
   std::array<std::optional<size_t>, ir::kNumStates> tierOwner;
   // A setting written like a placement (`async_tp`, `sp_inputs`, `dp_overlap`, `ep_overlap`): the
   // first operand that writes it sets it, and another that writes a different value is an error.
@@ -2324,6 +2331,8 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
             &ir::Strategy::sequenceParallelInputsLoc, "sp_inputs");
     agreeOn(i, dpOverlapOwner, &ir::Strategy::dataParallelOverlap,
             &ir::Strategy::dataParallelOverlapLoc, "dp_overlap");
+    agreeOn(i, gradReduceOwner, &ir::Strategy::gradReduce, &ir::Strategy::gradReduceLoc,
+            "grad_reduce");
     agreeOn(i, epOverlapOwner, &ir::Strategy::expertOverlap, &ir::Strategy::expertOverlapLoc,
             "ep_overlap");
     agreeOn(i, dispatcherOwner, &ir::Strategy::expertDispatcher, &ir::Strategy::expertDispatcherLoc,

@@ -146,6 +146,16 @@ StringRef toString(DataParallelOverlap overlap) {
   llvm_unreachable("unknown DataParallelOverlap");
 }
 
+StringRef toString(GradReduce reduce) {
+  switch (reduce) {
+  case GradReduce::ReduceScatter:
+    return "reduce_scatter";
+  case GradReduce::AllReduce:
+    return "all_reduce";
+  }
+  llvm_unreachable("unknown GradReduce");
+}
+
 StringRef toString(ExpertOverlap overlap) {
   return overlap == ExpertOverlap::On ? "true" : "false";
 }
@@ -716,6 +726,25 @@ int64_t StatePlacement::getDegree(const Mesh &mesh, PlacementMode mode) const {
     if (axes[i].mode == mode)
       degree = saturatingMul(degree, mesh.axes[i].size);
   return degree;
+}
+
+bool Strategy::allReducesShardedOptimizer() const {
+  return gradReduce == GradReduce::AllReduce && shardsOptimizerOnly();
+}
+
+bool Strategy::shardsOptimizerOnly() const {
+  for (size_t i = 0; i < mesh.axes.size(); ++i) {
+    if (mesh.axes[i].size <= 1)
+      continue;
+    for (const auto *states : {&placements, &expertPlacements}) {
+      const StatePlacement &optimizer = (*states)[static_cast<unsigned>(State::Optimizer)];
+      const StatePlacement &grads = (*states)[static_cast<unsigned>(State::Grads)];
+      if (i < optimizer.axes.size() && optimizer.axes[i].mode == PlacementMode::Sharded &&
+          (i >= grads.axes.size() || grads.axes[i].mode != PlacementMode::Sharded))
+        return true;
+    }
+  }
+  return false;
 }
 
 //===----------------------------------------------------------------------===//

@@ -384,6 +384,8 @@ void IRPrinter::print(const Strategy &strategy) {
          << explicitness(strategy.sequenceParallelInputsLoc.isValid()) << '\n';
   line() << "dp_overlap = " << toString(strategy.dataParallelOverlap) << ' '
          << explicitness(strategy.dataParallelOverlapLoc.isValid()) << '\n';
+  line() << "grad_reduce = " << toString(strategy.gradReduce) << ' '
+         << explicitness(strategy.gradReduceLoc.isValid()) << '\n';
   line() << "ep_overlap = " << toString(strategy.expertOverlap) << ' '
          << explicitness(strategy.expertOverlapLoc.isValid()) << '\n';
   line() << "dispatcher = " << toString(strategy.expertDispatcher) << ' '

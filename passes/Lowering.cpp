@@ -531,7 +531,7 @@ void Lowering::lowerStage(StagePlan &stage) {
     const StateAxes *axes = nullptr;
     bool keepAfterForward = false;
     int64_t paramShard = 1, gradShard = 1, optimizerShard = 1;
-    std::vector<unsigned> stepScatterAxes, stepReduceAxes, syncAxes;
+    std::vector<unsigned> stepShardAxes, stepScatterAxes, stepReduceAxes, syncAxes;
   };
   auto reductionsOf = [&](const StateAxes &axes, const ir::StatePlacement &paramPlacement) {
     Reductions r;
@@ -544,7 +544,12 @@ void Lowering::lowerStage(StagePlan &stage) {
     // micro-batch; replicated grads are accumulated and reduced once per step, scattered where
     // the optimizer is sharded and all-reduced where it is replicated. The routed experts' are
     // reduced over their expert-data-parallel axes only: the expert axes hold other experts.
-    r.stepScatterAxes = difference(axes.optimizerShardAxes, axes.gradShardAxes);
+    // Under `grad_reduce = all_reduce` the optimizer's shard axes are summed with the others by
+    // one all-reduce, and each rank updates its shard of the whole sum (stepShardAxes).
+    r.stepShardAxes = difference(axes.optimizerShardAxes, axes.gradShardAxes);
+    bool allReduces = strategy.gradReduce == ir::GradReduce::AllReduce;
+    if (!allReduces)
+      r.stepScatterAxes = r.stepShardAxes;
     r.stepReduceAxes =
         difference(difference(axes.batchAxes, axes.gradShardAxes), r.stepScatterAxes);
     // State consistency: where the optimizer is sharded and params are replicated, the updated
@@ -841,11 +846,18 @@ void Lowering::lowerStage(StagePlan &stage) {
           "this rank updates"));
       gradElements = ceilDiv(gradElements, product(mesh, stepScatterAxes));
     }
-    if (!stepReduceAxes.empty())
-      stage.step.push_back(collective(OpKind::AllReduce, Phase::Step, ir::State::Grads, u,
-                                      stepReduceAxes, gradElements, gType, false,
-                                      "grads and optimizer replicated: sum the accumulated "
-                                      "gradients on every replica"));
+    if (!stepReduceAxes.empty()) {
+      bool sharded = stepScatterAxes.empty() && !r.stepShardAxes.empty();
+      stage.step.push_back(collective(
+          OpKind::AllReduce, Phase::Step, ir::State::Grads, u, stepReduceAxes, gradElements, gType,
+          false,
+          sharded ? "grads replicated, optimizer shard, grad_reduce = all_reduce: sum the "
+                    "accumulated gradients on every replica, then update this rank's shard"
+                  : "grads and optimizer replicated: sum the accumulated gradients on every "
+                    "replica"));
+      if (sharded)
+        gradElements = ceilDiv(gradElements, product(mesh, r.stepShardAxes));
+    }
     if (optimizerOnHost && r.axes->gradShardAxes.empty())
       stage.step.push_back(collective(OpKind::DeviceToHost, Phase::Step, ir::State::Grads, u, {},
                                       gradElements, gType, false,

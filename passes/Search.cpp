@@ -150,6 +150,17 @@ unsigned presentAxes(const Candidate &c) {
 /// verifier's rule `placement`): `none` needs gradients reduced once per step (replicated over a
 /// data-parallel axis), `all` updated parameters all-gathered after the optimizer (sharded
 /// optimizer, replicated parameters); `grads` is the default.
+/// Whether the candidate's strategy writes `grad_reduce = all_reduce`: the searched run's
+/// setting, where some axis shards the optimizer and replicates the gradients (the verifier's rule
+/// `placement` refuses it elsewhere).
+bool writesGradReduce(const Candidate &c) {
+  if (c.gradReduce != ir::GradReduce::AllReduce)
+    return false;
+  unsigned expertOptimizer = c.expertsReplicated ? optimizerMask(c.optimizer) : 0;
+  return (presentAxes(c) & ((optimizerMask(c.optimizer) & ~gradMask(c.grads)) | expertOptimizer)) !=
+         0;
+}
+
 bool writesDpOverlap(const Candidate &c) {
   unsigned present = presentAxes(c);
   switch (c.dpOverlap) {
@@ -485,12 +496,12 @@ private:
   std::unordered_map<std::tuple<int64_t, int64_t, bool, int64_t, int, bool>, UnitTraffic, TupleHash>
       unitTraffic;
   // The placement costs of the last (mesh, placement), which the candidates of a group share.
-  std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int, bool, bool> placementKey;
+  std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int, bool, bool, int> placementKey;
   PlacementTimes placement;
   bool hasPlacement = false;
   // The stage times of the last candidate timed.
   using TimeKey = std::tuple<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>,
-                             std::tuple<int, int, int, bool>,
+                             std::tuple<int, int, int, bool, int>,
                              std::tuple<int, bool, int, int64_t, int64_t, bool, int64_t>>;
   TimeKey lastTimeKey;
   bool hasTimes = false;
@@ -943,7 +954,7 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
   auto timeKey = std::make_tuple(
       std::make_tuple(c.tp, c.pp, c.dpNode, c.dpLocal, c.cp, static_cast<int>(c.context)),
       std::make_tuple(static_cast<int>(c.params), static_cast<int>(c.grads),
-                      static_cast<int>(c.optimizer), c.fp8Gather),
+                      static_cast<int>(c.optimizer), c.fp8Gather, static_cast<int>(c.gradReduce)),
       std::make_tuple(static_cast<int>(c.activations) * 2 + static_cast<int>(c.spInputs),
                       c.sequenceParallel,
                       static_cast<int>(c.asyncTp) * 4 + static_cast<int>(c.dpOverlap), c.microBatch,
@@ -1013,16 +1024,19 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
   }
   lastSendIntra = sendIntra;
   lastSendInter = sendInter;
-  unsigned scatterAxes = optimizerAxes & ~gradAxes;
+  // The step's sums as Lowering writes them: reduce-scattered over the axes that shard only the
+  // optimizer, unless `grad_reduce = all_reduce` all-reduces them with the others.
+  unsigned shardAxes = optimizerAxes & ~gradAxes;
+  unsigned scatterAxes = c.gradReduce == ir::GradReduce::AllReduce ? 0 : shardAxes;
   unsigned reduceAxes = g.present & ~gradAxes & ~scatterAxes;
   unsigned syncAxes = optimizerAxes & ~paramAxes;
-  int64_t scatterDegree = degree(g, scatterAxes);
+  int64_t scatterDegree = degree(g, scatterAxes), shardDegree = degree(g, shardAxes);
   bool hostStepTransfer = onHostOptimizer != onHostParams;
   std::optional<cost::PassKind> recomputePass = cost::getRecomputePass(c.activations);
   bool sp = c.sequenceParallel && c.tp > 1;
-  auto key =
-      std::make_tuple(c.tp, c.dpNode, c.dpLocal, c.cp, static_cast<int>(c.params),
-                      static_cast<int>(c.grads), static_cast<int>(c.optimizer), c.fp8Gather, sp);
+  auto key = std::make_tuple(c.tp, c.dpNode, c.dpLocal, c.cp, static_cast<int>(c.params),
+                             static_cast<int>(c.grads), static_cast<int>(c.optimizer), c.fp8Gather,
+                             sp, static_cast<int>(c.gradReduce));
   if (!hasPlacement || key != placementKey) {
     placement = PlacementTimes();
     placementKey = key;
@@ -1153,9 +1167,12 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
                                    static_cast<double>(gradElements) * bytes.grads);
           gradElements = ceilDiv(gradElements, scatterDegree);
         }
-        if (reduceAxes)
+        if (reduceAxes) {
           stepReduce += collective(plan::OpKind::AllReduce, reduceGroup,
                                    static_cast<double>(gradElements) * bytes.grads);
+          if (!scatterAxes && shardAxes)
+            gradElements = ceilDiv(gradElements, shardDegree);
+        }
         placement.stepReduce[kind] = stepReduce;
         if (onHostOptimizer && !gradAxes)
           unitStepExposed += hostTransfer(static_cast<double>(gradElements) * bytes.grads);
@@ -1526,6 +1543,8 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               c.fp8Attention = variant.fp8Attention;
               c.spInputs = spInputs;
               c.dpOverlap = dpOverlap;
+              if (run.strategy)
+                c.gradReduce = run.strategy->gradReduce;
               c.tp = tp;
               c.pp = pp;
               c.cp = cp;
@@ -1604,9 +1623,10 @@ bool sameLayoutExceptSchedule(const Candidate &x, const Candidate &y) {
          x.countedSplit == y.countedSplit && x.pp == y.pp && x.dpNode == y.dpNode &&
          x.dpLocal == y.dpLocal && x.cp == y.cp && x.tp == y.tp && x.context == y.context &&
          x.asyncTp == y.asyncTp && x.spInputs == y.spInputs && x.dpOverlap == y.dpOverlap &&
-         x.precision == y.precision && x.fp8Gather == y.fp8Gather && x.fp8Saved == y.fp8Saved &&
-         x.fp8Scaling == y.fp8Scaling && x.fp8Attention == y.fp8Attention && x.params == y.params &&
-         x.grads == y.grads && x.optimizer == y.optimizer && x.activations == y.activations &&
+         x.gradReduce == y.gradReduce && x.precision == y.precision && x.fp8Gather == y.fp8Gather &&
+         x.fp8Saved == y.fp8Saved && x.fp8Scaling == y.fp8Scaling &&
+         x.fp8Attention == y.fp8Attention && x.params == y.params && x.grads == y.grads &&
+         x.optimizer == y.optimizer && x.activations == y.activations &&
          x.sequenceParallel == y.sequenceParallel && x.microBatch == y.microBatch &&
          x.microbatches == y.microbatches;
 }
@@ -2048,6 +2068,8 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
   if (c.sequenceParallel && c.tp > 1)
     strategy->sequenceParallelInputs = c.spInputs;
   strategy->dataParallelOverlap = c.dpOverlap;
+  if (writesGradReduce(c))
+    strategy->gradReduce = c.gradReduce;
   strategy->expertOverlap = c.epOverlap ? ir::ExpertOverlap::On : ir::ExpertOverlap::Off;
   strategy->expertDispatcher = c.dispatcher;
   if (c.cp > 1)
@@ -2449,6 +2471,8 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
               c.epOverlap = overlap == ir::ExpertOverlap::On;
               if (ep > 1 && run.strategy)
                 c.dispatcher = run.strategy->expertDispatcher;
+              if (run.strategy)
+                c.gradReduce = run.strategy->gradReduce;
               c.microBatch = b;
               c.microbatches = m;
               c.schedule = pipeline.schedule;
@@ -2980,6 +3004,8 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
     text += "  sp_inputs   = " + ir::toString(c.spInputs).str() + ";\n";
   if (writesDpOverlap(c))
     text += "  dp_overlap  = " + ir::toString(c.dpOverlap).str() + ";\n";
+  if (writesGradReduce(c))
+    text += "  grad_reduce = " + ir::toString(c.gradReduce).str() + ";\n";
   if (c.epOverlap)
     text += "  ep_overlap  = true;\n";
   if (c.dispatcher != ir::ExpertDispatcher::AllToAll)

@@ -219,6 +219,7 @@ json::Object candidateJson(const Candidate &c) {
                                         ? json::Value(ir::toString(c.spInputs))
                                         : json::Value(nullptr)},
                       {"dp_overlap", ir::toString(c.dpOverlap)},
+                      {"grad_reduce", ir::toString(c.gradReduce)},
                       {"ep_overlap", c.epOverlap},
                       {"precision", c.formatPrecision()},
                       {"ep", c.ep},

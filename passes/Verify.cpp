@@ -877,6 +877,20 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       ok = false;
     }
   }
+  // `grad_reduce = all_reduce` changes the step's sum over the axes that shard the optimizer and
+  // not the gradients (ZeRO-1); elsewhere the gradients are all-reduced already, or
+  // reduce-scattered in every micro-batch's backward where they are sharded.
+  if (strategy.gradReduceLoc.isValid() && strategy.gradReduce == ir::GradReduce::AllReduce &&
+      !strategy.allReducesShardedOptimizer()) {
+    diags->error(strategy.gradReduceLoc,
+                 "grad_reduce = all_reduce sums the gradients over the axes that shard the "
+                 "optimizer and replicate the grads (ZeRO-1), but strategy '" +
+                     strategy.name + "' has none in its mesh " + formatMesh(mesh) +
+                     " (replicated optimizers' gradients are all-reduced already, sharded "
+                     "gradients reduce-scattered in every micro-batch's backward)",
+                 "placement");
+    ok = false;
+  }
   // `sends = scatter` splits the boundary tensor that every tensor-parallel rank holds whole;
   // under sequence parallelism each already holds and sends its own slice.
   if (strategy.pipeline && strategy.pipeline->scatterSends &&

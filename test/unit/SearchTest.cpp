@@ -342,6 +342,58 @@ run bloom_small_run { model = bloom_small; cluster = a100_32; strategy = zero1(d
   checkAgreement(run, *run.cluster, 400, 23);
 }
 
+TEST(SearchTest, FastPathAgreesWithGradReduce) {
+  // `grad_reduce = all_reduce` (DeepSpeed's bf16 optimizer): every candidate takes the searched
+  // run's setting; the fast path and the analyses agree; candidates whose step sums the gradients
+  // by reduce-scatters alone (the optimizer sharded over every data-parallel axis, the gradients
+  // over none) are slower than under the default, whose sum sends half the bytes over the same
+  // group; candidates without a step reduce-scatter are unchanged. (Where the default
+  // reduce-scatters inside a node and all-reduces across nodes, one all-reduce over the whole
+  // group can be timed faster: NCCL's ring then uses every NIC of the node.)
+  auto compiled = compile(std::string(kContext) + R"(
+strategy bf16_optimizer { mesh [dp = 32]; optimizer = shard(dp); grad_reduce = all_reduce; }
+run llama_all_reduce { model = llama_cp; cluster = h100_32; strategy = bf16_optimizer;
+                       micro_batch = 1; global_batch = 128;
+                       precision = mixed(bf16, grads = fp32); optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "llama_all_reduce");
+  checkAgreement(run, *run.cluster, 300, 37);
+  std::vector<Candidate> space;
+  forEachCandidate(run, *run.cluster, [&](const Candidate &c) { space.push_back(c); });
+  ASSERT_FALSE(space.empty());
+  unsigned changed = 0, unchanged = 0;
+  for (size_t i = 0; i < space.size(); i += 1 + space.size() / 400) {
+    Candidate c = space[i];
+    ASSERT_EQ(c.gradReduce, ir::GradReduce::AllReduce);
+    FastVerdict with = evaluateFast(run, *run.cluster, c);
+    c.gradReduce = ir::GradReduce::ReduceScatter;
+    FastVerdict without = evaluateFast(run, *run.cluster, c);
+    if (!with.rejectedBy.empty() || !without.rejectedBy.empty())
+      continue;
+    // What the default's step plan sums the gradients with, over groups of several ranks.
+    analysis::RunAnalysis exact;
+    ASSERT_EQ(evaluateExact(run, *run.cluster, c, &exact), "") << c.describe();
+    bool scatters = false, reduces = false;
+    for (const analysis::CommEntry &entry : exact.communication)
+      if (entry.phase == plan::Phase::Step && entry.groupSize > 1 &&
+          entry.state == ir::State::Grads) {
+        scatters |= entry.collective == plan::OpKind::ReduceScatter;
+        reduces |= entry.collective == plan::OpKind::AllReduce;
+      }
+    if (scatters && !reduces) {
+      EXPECT_GT(with.stepSeconds, without.stepSeconds) << c.describe();
+      ++changed;
+    } else if (!scatters) {
+      EXPECT_EQ(with.stepSeconds, without.stepSeconds) << c.describe();
+      ++unchanged;
+    }
+    EXPECT_EQ(with.peakBytes, without.peakBytes) << c.describe();
+  }
+  EXPECT_GE(changed, 20u);
+  EXPECT_GE(unchanged, 20u);
+}
+
 TEST(SearchTest, FastPathAgreesWithFp32Parameters) {
   // params = fp32 (4-byte parameters and gradients, no master copy, the weights' casts counted
   // where they are not gathered, eager autograd's kept casts, the gradients' accumulation) at

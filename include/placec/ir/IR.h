@@ -488,6 +488,23 @@ enum class DataParallelOverlap {
 /// The value as written: `grads`, `all`, `none`.
 llvm::StringRef toString(DataParallelOverlap overlap);
 
+/// `grad_reduce = reduce_scatter | all_reduce;`: the collective that sums the accumulated
+/// gradients once per step over the axes where the optimizer is sharded and the gradients are
+/// not (ZeRO stage 1). Either way each rank then updates its shard and the updated parameters
+/// are all-gathered; the two differ in the bytes the sum moves.
+enum class GradReduce {
+  /// `reduce_scatter` (the default): each rank receives the sum of the shard it updates (ZeRO's
+  /// stage 1 as Rajbhandari et al. 2020 count it, Megatron-LM's distributed optimizer, DeepSpeed's
+  /// ZeRO optimizer at stage 1).
+  ReduceScatter,
+  /// `all_reduce`: every rank receives the whole sum and updates its shard of it (DeepSpeed's
+  /// BF16_Optimizer, which its engine reduces with buffered_allreduce_fallback; PyTorch's
+  /// ZeroRedundancyOptimizer under DistributedDataParallel).
+  AllReduce,
+};
+/// The value as written: `reduce_scatter`, `all_reduce`.
+llvm::StringRef toString(GradReduce reduce);
+
 /// `ep_overlap = false | true;`: whether the expert-parallel all-to-alls of one micro-batch run
 /// beside the compute of another.
 enum class ExpertOverlap {
@@ -784,6 +801,9 @@ public:
   /// `dp_overlap = ...;`: which of the step's data-parallel collectives run beside compute.
   DataParallelOverlap dataParallelOverlap = DataParallelOverlap::Grads;
   llvm::SMLoc dataParallelOverlapLoc;
+  /// `grad_reduce = ...;`: how the step sums the gradients where only the optimizer is sharded.
+  GradReduce gradReduce = GradReduce::ReduceScatter;
+  llvm::SMLoc gradReduceLoc;
   /// `ep_overlap = ...;`: whether the expert-parallel all-to-alls run beside another
   /// micro-batch's compute.
   ExpertOverlap expertOverlap = ExpertOverlap::Off;
@@ -797,6 +817,12 @@ public:
     return sequenceParallel && sequenceParallelInputs == SequenceParallelInputs::Regather;
   }
   std::optional<Pipeline> pipeline;
+
+  /// Whether an axis of more than one device shards the optimizer (the dense one or the routed
+  /// experts') but not the gradients: the axes `grad_reduce` acts on.
+  bool shardsOptimizerOnly() const;
+  /// Whether `grad_reduce = all_reduce` changes the step: it is written, and shardsOptimizerOnly.
+  bool allReducesShardedOptimizer() const;
 
   const StatePlacement &getPlacement(State state) const {
     return placements[static_cast<unsigned>(state)];

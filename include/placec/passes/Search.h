@@ -69,6 +69,9 @@ struct Candidate {
   /// `dispatcher = …;` (only with ep > 1): the searched run's strategy's, the same for every
   /// candidate.
   ir::ExpertDispatcher dispatcher = ir::ExpertDispatcher::AllToAll;
+  /// `grad_reduce = …;`: the searched run's strategy's, the same for every candidate (written
+  /// where the candidate shards the optimizer and not the gradients).
+  ir::GradReduce gradReduce = ir::GradReduce::ReduceScatter;
   /// `sp_inputs = …;` of its sequence parallelism (the search's `--sp-inputs`, the same for every
   /// candidate).
   ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather;
