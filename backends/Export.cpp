@@ -436,6 +436,19 @@ private:
     // buffered_allreduce_fallback), while the ZeRO optimizer reduces each partition's gradients to
     // the rank that updates it.
     bool bf16Reduces = stage == 1 && engineReduces && ranks > 1;
+    // The bf16 optimizer casts each micro-batch's bf16 gradients to fp32 and adds them into its
+    // buffer after every backward (update_hp_grads); the other optimizers are not modelled.
+    bool bf16Accumulates =
+        bf16Optimizer && run.precision == ir::Precision::MixedBF16 && run.fp32Grads;
+    if (bf16Accumulates && run.gradAccumulation != ir::GradAccumulation::CastAdd)
+      refuse("grad_accumulation = " + ir::toString(run.gradAccumulation) +
+             " with mixed(bf16, grads = fp32), which DeepSpeed runs with its bf16 optimizer: it "
+             "casts each micro-batch's bf16 gradients to fp32 and adds them into its buffer "
+             "(write grad_accumulation = cast_add)");
+    if (!bf16Accumulates && run.gradAccumulation != ir::GradAccumulation::Fused)
+      refuse("grad_accumulation = " + ir::toString(run.gradAccumulation) +
+             ": placec exports DeepSpeed's accumulation for its bf16 optimizer only (ZeRO stage "
+             "0 or 1 with mixed(bf16, grads = fp32), grad_accumulation = cast_add)");
     if (bf16Reduces && strategy.gradReduce != ir::GradReduce::AllReduce)
       refuse("grad_reduce = reduce_scatter at ZeRO stage 1 with mixed(bf16, grads = fp32), which "
              "DeepSpeed runs with its bf16 optimizer: its engine all-reduces the whole gradients "
@@ -584,6 +597,9 @@ private:
     if (run.paramGather == ir::ParamGather::CopyOut)
       refuse("param_gather = copy_out: Megatron-LM's distributed optimizer all-gathers into the "
              "parameters' own buffer (write param_gather = in_place)");
+    if (run.gradAccumulation == ir::GradAccumulation::CastAdd)
+      refuse("grad_accumulation = cast_add: Megatron-LM adds the fresh gradient into the main "
+             "gradient in one kernel without its fusion (write add, or fused, its default)");
     if (run.contextMerge == ir::ContextMerge::Eager && view.contextDegree > 1)
       refuse("context_merge = eager: Megatron-LM runs Transformer Engine's context-parallel "
              "attention, whose merges are fused (write context_merge = fused)");
@@ -754,6 +770,10 @@ private:
     // --delay-wgrad-compute (megatron/core/transformer/moe/README.md, "EP A2A Overlap").
     if (strategy.expertOverlap == ir::ExpertOverlap::On)
       os << "--overlap-moe-expert-parallel-comm\n--delay-wgrad-compute\n";
+    // Without its gradient accumulation fusion, Megatron-LM's data-parallel module adds each
+    // weight's fresh gradient into its main gradient in the backward hook (main_grad.add_).
+    if (run.gradAccumulation == ir::GradAccumulation::Add)
+      os << "--no-gradient-accumulation-fusion\n";
     flag("--micro-batch-size", Twine(run.microBatch));
     flag("--global-batch-size", Twine(run.globalBatch));
     if (run.precision == ir::Precision::MixedBF16 || run.precision == ir::Precision::MixedFP8)
@@ -990,6 +1010,10 @@ private:
     if (view.tensorAxes.size() > 1)
       refuse("several tensor axes " + axisList(mesh, view.tensorAxes) +
              ": torchtitan has one tensor-parallel dimension");
+    if (run.gradAccumulation != ir::GradAccumulation::Fused)
+      refuse("grad_accumulation = " + ir::toString(run.gradAccumulation) +
+             ": torchtitan's FSDP2 and DDP accumulate the gradients through autograd and their "
+             "reductions, which placec models without it (leave grad_accumulation out)");
     refuseShardedParams();
     const ir::StatePlacement &params = placement(ir::State::Params);
     const ir::StatePlacement &grads = placement(ir::State::Grads);

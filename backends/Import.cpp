@@ -143,6 +143,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
     os << "  param_gather = " << imported.paramGather << ";\n";
   if (!imported.contextMerge.empty())
     os << "  context_merge = " << imported.contextMerge << ";\n";
+  if (!imported.gradAccumulation.empty())
+    os << "  grad_accumulation = " << imported.gradAccumulation << ";\n";
   os << "}\n";
 }
 
@@ -683,6 +685,10 @@ private:
     // partition (runtime/bf16_optimizer.py has no reduce_gradients of its own).
     if (bf16Optimizer && optimizerTier.empty() && devices * ulysses > 1)
       imported.gradReduce = ir::GradReduce::AllReduce;
+    // It casts each micro-batch's bf16 gradients to fp32 and adds them into its buffer
+    // (update_hp_grads), as it does without ZeRO.
+    if (bf16 && gradType == "fp32" && stage <= 1 && optimizerTier.empty())
+      imported.gradAccumulation = "cast_add";
     if (lookup(root, "activation_checkpointing"))
       imported.activations = cpuCheckpointing ? "recompute @ host" : "recompute";
     return true;
@@ -708,6 +714,7 @@ constexpr const char *kMegatronFlags[] = {
     "--use-distributed-optimizer",
     "--overlap-grad-reduce",
     "--overlap-param-gather",
+    "--no-gradient-accumulation-fusion",
     "--micro-batch-size=",
     "--global-batch-size=",
     "--bf16",
@@ -1718,6 +1725,10 @@ private:
       diags.error(locOf("--overlap-param-gather"),
                   "--overlap-param-gather needs --overlap-grad-reduce (Megatron-LM refuses it "
                   "without)");
+    // Without its fusion Megatron-LM adds each fresh weight gradient into the main gradient in
+    // its data-parallel module's backward hook (main_grad.add_).
+    if (has("--no-gradient-accumulation-fusion"))
+      imported.gradAccumulation = "add";
     if (d * c > 1)
       imported.dpOverlap = !overlapGrads   ? ir::DataParallelOverlap::None
                            : overlapParams ? ir::DataParallelOverlap::All

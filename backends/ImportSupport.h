@@ -84,6 +84,8 @@ struct Imported {
   std::string paramGather;
   /// `context_merge`: empty for the default (fused).
   std::string contextMerge;
+  /// `grad_accumulation`: empty for the default (fused).
+  std::string gradAccumulation;
 };
 
 /// Writes the header comment, the import of the model's file, `modelText` (a model declaration or

@@ -105,6 +105,7 @@ void JsonWriter::writeRun(const RunReport &report) {
     out.attribute("kernels", ir::toString(run.kernels));
     out.attribute("param_gather", ir::toString(run.paramGather));
     out.attribute("context_merge", ir::toString(run.contextMerge));
+    out.attribute("grad_accumulation", ir::toString(run.gradAccumulation));
     out.attributeObject("memory", [&] { writeMemory(report); });
     out.attributeArray("communication", [&] { writeCommunication(report); });
     out.attributeObject("time", [&] { writeTime(report); });

@@ -219,6 +219,8 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
          return text;
        }},
       {"param gather", [](const RunReport &r) { return ir::toString(r.run->paramGather).str(); }},
+      {"grad accumulation",
+       [](const RunReport &r) { return ir::toString(r.run->gradAccumulation).str(); }},
   };
   std::vector<Table> tables = sideBySide("Configuration", runs, rows, /*untitled=*/true,
                                          /*leftAligned=*/true);

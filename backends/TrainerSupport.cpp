@@ -15,6 +15,11 @@ void forEachCommonUnsupported(const ir::Run &run, StringRef trainer, RefuseFn re
     refuse(getFieldLoc(run, "train_metrics"), "train_metrics = " + Twine(run.trainMetrics),
            trainer + " computes the loss and no other metric from the logits (leave "
                      "train_metrics out)");
+  if (run.gradAccumulation != ir::GradAccumulation::Fused)
+    refuse(getFieldLoc(run, "grad_accumulation"),
+           "grad_accumulation = " + ir::toString(run.gradAccumulation),
+           trainer + " accumulates each micro-batch's weight gradients inside its products "
+                     "(leave grad_accumulation out)");
   if (run.strategy && run.strategy->allReducesShardedOptimizer())
     refuse(run.strategy->gradReduceLoc, "grad_reduce = all_reduce",
            trainer + " reduce-scatters the gradients into the optimizer shard each rank updates "

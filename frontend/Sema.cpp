@@ -2402,7 +2402,7 @@ void Sema::buildRun(const ast::RunDecl &decl) {
   static const std::vector<std::string> keys = {
       "model",     "cluster",      "strategy",      "micro_batch",     "global_batch",
       "precision", "optimizer",    "measured_step", "measured_memory", "cross_entropy",
-      "kernels",   "param_gather", "train_metrics", "context_merge"};
+      "kernels",   "param_gather", "train_metrics", "context_merge",   "grad_accumulation"};
   auto fields = collectFields(decl, "a run", keys);
   bool ok = requireFields(decl, "run", fields,
                           {"model", "cluster", "strategy", "micro_batch", "global_batch"});
@@ -2675,6 +2675,15 @@ void Sema::buildRun(const ast::RunDecl &decl) {
         "(PyTorch's: a kernel per key/value chunk, merged in fp32 by eager operators)",
         run->contextMerge,
         {{"fused", ir::ContextMerge::Fused}, {"eager", ir::ContextMerge::Eager}});
+  words("grad_accumulation",
+        "fused (each micro-batch's weight gradients added into the stored ones in the "
+        "product's epilogue, the default: Megatron-LM's gradient accumulation fusion), add (a "
+        "kernel of its own adds them) or cast_add (they are cast to the stored type, then added: "
+        "DeepSpeed's BF16 optimizer)",
+        run->gradAccumulation,
+        {{"fused", ir::GradAccumulation::Fused},
+         {"add", ir::GradAccumulation::Add},
+         {"cast_add", ir::GradAccumulation::CastAdd}});
   if (const ast::Field *field = fields.lookup("train_metrics")) {
     std::optional<int64_t> value = getCount(field->value, "train_metrics", 0, kMaxTrainMetrics);
     ok &= value.has_value();

@@ -627,6 +627,18 @@ StringRef toString(ParamGather gather) {
   llvm_unreachable("unknown ParamGather");
 }
 
+StringRef toString(GradAccumulation accumulation) {
+  switch (accumulation) {
+  case GradAccumulation::Fused:
+    return "fused";
+  case GradAccumulation::Add:
+    return "add";
+  case GradAccumulation::CastAdd:
+    return "cast_add";
+  }
+  llvm_unreachable("unknown GradAccumulation");
+}
+
 StringRef toString(ContextMerge merge) {
   switch (merge) {
   case ContextMerge::Fused:

@@ -132,7 +132,8 @@ public:
         stateBytes(ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params,
                                      run.fp8Scaling, run.optimizerStates)),
         costModel(cluster, run.precision,
-                  cost::getWeightGradientResultBytes(run.precision, stateBytes, run.fp32Params)),
+                  cost::getWeightGradientResultBytes(run.precision, stateBytes, run.fp32Params,
+                                                     run.gradAccumulation)),
         layout(cost::getRunLayout(run)) {}
 
   RunAnalysis analyze();

@@ -1553,17 +1553,44 @@ Layout getRunLayout(const ir::Run &run) {
   });
   layout.contextMethod = strategy.contextMethod;
   layout.contextMerge = run.contextMerge;
+  layout.gradAccumulation = run.gradAccumulation;
+  layout.gradBytes = ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params,
+                                       run.fp8Scaling, run.optimizerStates)
+                         .grads;
   return layout;
 }
 
 Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind pass,
                  const Layout &layout) {
+  Work work;
   if (model.kind == ir::ModelKind::Transformer)
-    return transformerWork(model.transformer, unit, pass, layout,
+    work = transformerWork(model.transformer, unit, pass, layout,
                            getUnitWorkClass(model, unit, layer));
-  if (model.kind == ir::ModelKind::Mlp && unit == UnitKind::MlpLayer)
-    return mlpWork(model.mlp, layer, pass, layout);
-  return {};
+  else if (model.kind == ir::ModelKind::Mlp && unit == UnitKind::MlpLayer)
+    work = mlpWork(model.mlp, layer, pass, layout);
+  // `grad_accumulation = add | cast_add`: after the backward, the fresh gradient of every weight
+  // on the device, each weight-gradient product's result and the token embedding's table (its
+  // gradient is a scatter, not a product), is added into the stored gradients by kernels of
+  // their own. The norms' and biases' vectors are left out (h or so elements beside h² ones).
+  double accumulation = getGradientAccumulationBytes(
+      layout.gradAccumulation, ir::getActivationBytes(layout.precision), layout.gradBytes);
+  if (pass == PassKind::Backward && accumulation > 0) {
+    double weights = 0;
+    for (const Gemm &gemm : work.gemms)
+      if (gemm.weightGradient)
+        weights += gemm.m * gemm.n * gemm.batch;
+    if (model.kind == ir::ModelKind::Transformer && unit == UnitKind::Embedding)
+      weights += static_cast<double>(model.transformer.vocab) /
+                 static_cast<double>(std::max<int64_t>(1, layout.tensor)) *
+                 static_cast<double>(model.transformer.hidden);
+    if (weights > 0)
+      work.memory.push_back(
+          {layout.gradAccumulation == ir::GradAccumulation::Add
+               ? "gradient accumulation (grad_accumulation = add)"
+               : "gradient accumulation (grad_accumulation = cast_add: cast, then add)",
+           weights * accumulation});
+  }
+  return work;
 }
 
 int64_t getUnitWorkClass(const ir::Model &model, UnitKind unit, int64_t layer) {
@@ -2810,10 +2837,23 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
 //===----------------------------------------------------------------------===//
 
 double getWeightGradientResultBytes(ir::Precision precision, const ir::StateBytes &bytes,
-                                    bool fp32Params) {
-  if (fp32Params)
+                                    bool fp32Params, ir::GradAccumulation accumulation) {
+  if (fp32Params || accumulation != ir::GradAccumulation::Fused)
     return ir::getActivationBytes(precision);
   return 2.0 * bytes.grads;
+}
+
+double getGradientAccumulationBytes(ir::GradAccumulation accumulation, double resultBytes,
+                                    double gradBytes) {
+  switch (accumulation) {
+  case ir::GradAccumulation::Fused:
+    return 0;
+  case ir::GradAccumulation::Add:
+    return resultBytes + 2 * gradBytes;
+  case ir::GradAccumulation::CastAdd:
+    return resultBytes + 4 * gradBytes;
+  }
+  return 0;
 }
 
 CostModel::CostModel(const ir::Cluster &cluster, ir::Precision precision,

@@ -356,9 +356,11 @@ public:
       : model(*run.model), cluster(cluster), bytes(candidateStateBytes(run, precision, scaling)),
         costModel(cluster, precision,
                   cost::getWeightGradientResultBytes(
-                      precision, bytes, run.fp32Params && precision != ir::Precision::FP32)),
+                      precision, bytes, run.fp32Params && precision != ir::Precision::FP32,
+                      run.gradAccumulation)),
         precision(precision), crossEntropy(run.crossEntropy), trainMetrics(run.trainMetrics),
         kernels(run.kernels), contextMerge(run.contextMerge),
+        gradAccumulation(run.gradAccumulation),
         copiesGathers(run.paramGather == ir::ParamGather::CopyOut) {
     layers = model.getNumLayers();
     activationBytes = ir::getActivationBytes(precision);
@@ -438,6 +440,8 @@ private:
     layout.fp8Attention = c.fp8Attention;
     layout.contextMethod = c.context;
     layout.contextMerge = contextMerge;
+    layout.gradAccumulation = gradAccumulation;
+    layout.gradBytes = bytes.grads;
     return layout;
   }
   /// The compute and activations of every kind of unit for a candidate's layout, cached.
@@ -482,6 +486,7 @@ private:
   int64_t trainMetrics = 0;
   ir::KernelMode kernels = ir::KernelMode::Fused;
   ir::ContextMerge contextMerge = ir::ContextMerge::Fused;
+  ir::GradAccumulation gradAccumulation = ir::GradAccumulation::Fused;
   /// `param_gather = copy_out`: each all-gather of the parameters is copied out on the compute
   /// stream (Analyzer::gatherCopySeconds).
   bool copiesGathers = false;
@@ -2115,6 +2120,7 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->kernels = base.kernels;
   run->paramGather = base.paramGather;
   run->contextMerge = base.contextMerge;
+  run->gradAccumulation = base.gradAccumulation;
   run->microbatchesPerStep = c.microbatches;
   return run;
 }
@@ -3169,12 +3175,15 @@ std::string formatRun(const ir::Run &base, const Candidate &c, StringRef name,
       setting("train_metrics", std::to_string(base.trainMetrics), base.trainMetrics == 0);
   std::string contextMerge = setting("context_merge", ir::toString(base.contextMerge),
                                      base.contextMerge == ir::ContextMerge::Fused || c.cp <= 1);
+  std::string gradAccumulation = setting("grad_accumulation", ir::toString(base.gradAccumulation),
+                                         base.gradAccumulation == ir::GradAccumulation::Fused);
   return "run " + name.str() + " {\n  model = " + base.model->name +
          "; cluster = " + clusterName.str() + "; strategy = " + strategyName.str() +
          ";\n  micro_batch = " + std::to_string(c.microBatch) +
          "; global_batch = " + std::to_string(base.globalBatch) + ";\n  precision = " + precision +
          "; optimizer = " + ir::spellOptimizer(base.optimizer, base.optimizerStates) + ";" +
-         crossEntropy + kernels + paramGather + trainMetrics + contextMerge + "\n}\n";
+         crossEntropy + kernels + paramGather + trainMetrics + contextMerge + gradAccumulation +
+         "\n}\n";
 }
 
 } // namespace placec::search

@@ -612,6 +612,20 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
     diags->note(run.cluster->loc, Twine("cluster '") + run.cluster->name + "' is declared here");
     ok = false;
   }
+  // Rule `precision`: under `params = fp32` autograd adds each micro-batch's fp32 weight
+  // gradients into the stored ones (counted as such), which no kernel of a framework's own
+  // repeats.
+  if (run.gradAccumulation != ir::GradAccumulation::Fused && run.fp32Params &&
+      run.precision != ir::Precision::FP32) {
+    diags->error(fieldLoc(run, "grad_accumulation"),
+                 "grad_accumulation = " + ir::toString(run.gradAccumulation) +
+                     " adds 16-bit weight gradients into the stored ones, but run '" + run.name +
+                     "' keeps its parameters in fp32 (" + ir::spellPrecision(run) +
+                     "), whose gradients autograd accumulates itself; leave grad_accumulation "
+                     "out",
+                 "precision");
+    ok = false;
+  }
   // Rule `precision`: `adam(master = none)` leaves out the fp32 master copy of 16-bit
   // parameters; fp32 parameters are the optimizer's weights already.
   if (!run.optimizerStates.master && (run.precision == ir::Precision::FP32 || run.fp32Params)) {

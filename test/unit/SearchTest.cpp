@@ -394,6 +394,50 @@ run llama_all_reduce { model = llama_cp; cluster = h100_32; strategy = bf16_opti
   EXPECT_GE(unchanged, 20u);
 }
 
+TEST(SearchTest, FastPathAgreesWithGradAccumulation) {
+  // `grad_accumulation = cast_add` and `add` (each micro-batch's fresh weight gradients added
+  // into the stored ones by kernels of their own, the products writing them in the compute type)
+  // at every precision the search tries: the fast path and the analyses agree, every candidate
+  // keeps the run's setting, and against the default every accepted candidate is slower and
+  // needs the same memory.
+  auto compiled = compile(std::string(kContext) + R"(
+run llama_cast_add { model = llama_cp; cluster = h100_32; strategy = zero1(dp = 32);
+                     micro_batch = 1; global_batch = 128;
+                     precision = mixed(bf16, grads = fp32); optimizer = adam;
+                     grad_accumulation = cast_add; }
+run llama_add { model = llama_cp; cluster = h100_32; strategy = zero1(dp = 32);
+                micro_batch = 1; global_batch = 128; precision = mixed(bf16);
+                optimizer = adam; grad_accumulation = add; }
+run llama_fused { model = llama_cp; cluster = h100_32; strategy = zero1(dp = 32);
+                  micro_batch = 1; global_batch = 128;
+                  precision = mixed(bf16, grads = fp32); optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  std::vector<ir::Precision> precisions = {ir::Precision::MixedBF16, ir::Precision::MixedFP8,
+                                           ir::Precision::FP32};
+  for (const char *name : {"llama_cast_add", "llama_add"}) {
+    const ir::Run &run = runOf(*compiled, name);
+    checkAgreement(run, *run.cluster, 300, 41, precisions);
+  }
+  const ir::Run &cast = runOf(*compiled, "llama_cast_add");
+  const ir::Run &fused = runOf(*compiled, "llama_fused");
+  std::vector<Candidate> space;
+  forEachCandidate(cast, *cast.cluster, [&](const Candidate &c) { space.push_back(c); });
+  ASSERT_FALSE(space.empty());
+  unsigned compared = 0;
+  for (size_t i = 0; i < space.size(); i += 1 + space.size() / 300) {
+    const Candidate &c = space[i];
+    FastVerdict with = evaluateFast(cast, *cast.cluster, c);
+    FastVerdict without = evaluateFast(fused, *fused.cluster, c);
+    if (!with.rejectedBy.empty() || !without.rejectedBy.empty())
+      continue;
+    EXPECT_GT(with.stepSeconds, without.stepSeconds) << c.describe();
+    EXPECT_EQ(with.peakBytes, without.peakBytes) << c.describe();
+    ++compared;
+  }
+  EXPECT_GE(compared, 20u);
+}
+
 TEST(SearchTest, FastPathAgreesWithFp32Parameters) {
   // params = fp32 (4-byte parameters and gradients, no master copy, the weights' casts counted
   // where they are not gathered, eager autograd's kept casts, the gradients' accumulation) at

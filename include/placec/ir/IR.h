@@ -974,6 +974,17 @@ llvm::StringRef toString(KernelMode mode);
 enum class ParamGather { InPlace, CopyOut };
 llvm::StringRef toString(ParamGather gather);
 
+/// How each micro-batch's weight gradients are added into the gradients a device stores
+/// (`grad_accumulation`): `fused`, in the weight-gradient product's epilogue, which reads and
+/// writes the stored gradient (Megatron-LM's and Transformer Engine's
+/// gradient_accumulation_fusion); `add`, the product writes a fresh gradient in the compute type
+/// and one kernel adds it into the stored one (Megatron-LM with --no-gradient-accumulation-fusion:
+/// main_grad.add_(grad) in its data-parallel module's backward hook); `cast_add`, the fresh
+/// gradient cast to the stored type by a kernel of its own, then added (DeepSpeed's BF16
+/// optimizer: update_hp_grads, hp_grad.add_(lp_grad.to(fp32)), after every backward).
+enum class GradAccumulation { Fused, Add, CastAdd };
+llvm::StringRef toString(GradAccumulation accumulation);
+
 /// How a context-parallel rank runs its attention over the keys and values of the other ranks
 /// (`context_merge`): `fused`, Transformer Engine's context parallelism (Megatron-LM): the ring
 /// runs one kernel per step and corrects the running output by each step's log-sum-exp with a
@@ -1026,6 +1037,7 @@ public:
   KernelMode kernels = KernelMode::Fused;
   ParamGather paramGather = ParamGather::InPlace;
   ContextMerge contextMerge = ContextMerge::Fused;
+  GradAccumulation gradAccumulation = GradAccumulation::Fused;
   /// `train_metrics = n`: metrics the training loop computes from the logits of every
   /// micro-batch after its backward, outside autograd, each a cross-entropy over an fp32 copy of
   /// the logits (Composer's training metrics: llm-foundry's MPT updates LanguageCrossEntropy and

@@ -374,6 +374,10 @@ struct Layout {
   ir::Fp8Scaling fp8Scaling = ir::Fp8Scaling::Tensor;
   /// `mixed(fp8 | fp4, attention = fp8)`: the attention kernel in FP8 (ir::Run::fp8Attention).
   bool fp8Attention = false;
+  /// `grad_accumulation`: how each micro-batch's weight gradients join the stored ones, and the
+  /// stored gradients' bytes per element (ir::StateBytes::grads).
+  ir::GradAccumulation gradAccumulation = ir::GradAccumulation::Fused;
+  double gradBytes = 2;
 };
 
 /// A run's layout: its micro-batch, its mesh's tensor, sequence and expert degrees, and what its
@@ -783,8 +787,17 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
 /// PyTorch's autograd (`params = fp32`) writes a fresh result in the compute type, and its
 /// accumulation is a kernel of its own (CostModel::getGradientAccumulationSeconds). Short
 /// reductions (few tokens per expert, short micro-batches) make the product memory-bound on it.
-double getWeightGradientResultBytes(ir::Precision precision, const ir::StateBytes &bytes,
-                                    bool fp32Params);
+double
+getWeightGradientResultBytes(ir::Precision precision, const ir::StateBytes &bytes, bool fp32Params,
+                             ir::GradAccumulation accumulation = ir::GradAccumulation::Fused);
+
+/// Bytes moved per element of the stored gradients, per micro-batch, by `grad_accumulation`'s
+/// kernels of their own (none under `fused`): `add` reads the product's fresh gradient
+/// (`resultBytes`, the compute type) and the stored one and writes the stored one, r + 2·g;
+/// `cast_add` first casts the fresh gradient to the stored type (r + g), then adds the two (3·g):
+/// r + 4·g (DeepSpeed's update_hp_grads: hp_grad.add_(lp_grad.to(hp_grad.dtype))).
+double getGradientAccumulationBytes(ir::GradAccumulation accumulation, double resultBytes,
+                                    double gradBytes);
 
 /// Times work and communication on one cluster for one precision.
 class CostModel {
