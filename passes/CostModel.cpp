@@ -1572,9 +1572,11 @@ Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind 
   // on the device, each weight-gradient product's result and the token embedding's table (its
   // gradient is a scatter, not a product), is added into the stored gradients by kernels of
   // their own. The norms' and biases' vectors are left out (h or so elements beside h² ones).
+  if (pass != PassKind::Backward)
+    return work;
   double accumulation = getGradientAccumulationBytes(
       layout.gradAccumulation, ir::getActivationBytes(layout.precision), layout.gradBytes);
-  if (pass == PassKind::Backward && accumulation > 0) {
+  if (accumulation > 0) {
     double weights = 0;
     for (const Gemm &gemm : work.gemms)
       if (gemm.weightGradient)

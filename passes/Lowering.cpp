@@ -547,8 +547,7 @@ void Lowering::lowerStage(StagePlan &stage) {
     // Under `grad_reduce = all_reduce` the optimizer's shard axes are summed with the others by
     // one all-reduce, and each rank updates its shard of the whole sum (stepShardAxes).
     r.stepShardAxes = difference(axes.optimizerShardAxes, axes.gradShardAxes);
-    bool allReduces = strategy.gradReduce == ir::GradReduce::AllReduce;
-    if (!allReduces)
+    if (strategy.gradReduce != ir::GradReduce::AllReduce)
       r.stepScatterAxes = r.stepShardAxes;
     r.stepReduceAxes =
         difference(difference(axes.batchAxes, axes.gradShardAxes), r.stepScatterAxes);

@@ -146,10 +146,6 @@ unsigned presentAxes(const Candidate &c) {
   return (c.dpNode > 1 ? kOuter : 0) | (c.dpLocal > 1 ? kInner : 0) | (c.cp > 1 ? kContext : 0);
 }
 
-/// Whether the candidate's `dp_overlap` changes its step, so that its strategy writes it (the
-/// verifier's rule `placement`): `none` needs gradients reduced once per step (replicated over a
-/// data-parallel axis), `all` updated parameters all-gathered after the optimizer (sharded
-/// optimizer, replicated parameters); `grads` is the default.
 /// Whether the candidate's strategy writes `grad_reduce = all_reduce`: the searched run's
 /// setting, where some axis shards the optimizer and replicates the gradients (the verifier's rule
 /// `placement` refuses it elsewhere).
@@ -161,6 +157,10 @@ bool writesGradReduce(const Candidate &c) {
          0;
 }
 
+/// Whether the candidate's `dp_overlap` changes its step, so that its strategy writes it (the
+/// verifier's rule `placement`): `none` needs gradients reduced once per step (replicated over a
+/// data-parallel axis), `all` updated parameters all-gathered after the optimizer (sharded
+/// optimizer, replicated parameters); `grads` is the default.
 bool writesDpOverlap(const Candidate &c) {
   unsigned present = presentAxes(c);
   switch (c.dpOverlap) {

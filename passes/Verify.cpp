@@ -895,7 +895,7 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
   // not the gradients (ZeRO-1); elsewhere the gradients are all-reduced already, or
   // reduce-scattered in every micro-batch's backward where they are sharded.
   if (strategy.gradReduceLoc.isValid() && strategy.gradReduce == ir::GradReduce::AllReduce &&
-      !strategy.allReducesShardedOptimizer()) {
+      !strategy.shardsOptimizerOnly()) {
     diags->error(strategy.gradReduceLoc,
                  "grad_reduce = all_reduce sums the gradients over the axes that shard the "
                  "optimizer and replicate the grads (ZeRO-1), but strategy '" +
