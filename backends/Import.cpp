@@ -1909,6 +1909,18 @@ private:
                     "--fp8-recipe " + recipe +
                         " scales blocks of a tensor that placec does not model; it models "
                         "delayed or tensorwise scaling and mxfp8");
+      // MXFP8 parameters (--fp8-param-gather under mxfp8) are kept as MXFP8 tensors only, with no
+      // bf16 copy, and with --reuse-grad-buf-for-mxfp8-param-ag they are all-gathered in bf16
+      // through the gradient buffer and cast after the gather (Megatron-Core's
+      // distributed/param_and_grad_buffer.py: the shared buffer and the copy into param.data).
+      // Place's `gather = fp8` is a per-tensor FP8 all-gather beside bf16 parameters, neither.
+      if (scaling == ir::Fp8Scaling::Mx && has("--fp8-param-gather"))
+        diags.error(locOf("--fp8-param-gather"),
+                    "--fp8-param-gather with --fp8-recipe mxfp8: Megatron-Core then keeps the "
+                    "parameters as MXFP8 tensors without a bf16 copy, which placec does not "
+                    "model; leave the flag out to count bf16 parameters beside their MXFP8 "
+                    "cast and bf16 all-gathers, which are what "
+                    "--reuse-grad-buf-for-mxfp8-param-ag gathers");
       precision = ir::Precision::MixedFP8;
     } else {
       for (StringRef flag : {"--fp8-param-gather", "--fp8-recipe"})
