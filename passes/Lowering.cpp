@@ -713,7 +713,7 @@ void Lowering::lowerStage(StagePlan &stage) {
     // Vocabulary-parallel cross-entropy (Megatron-LM, Shoeybi et al. 2019 §3): each tensor rank
     // holds the logits of V/t words, so the per-token maximum, sum of exponentials and target
     // logit of every rank (3·b·s values each, in the activation dtype) are all-gathered before
-    // the loss. A recomputed head reuses them.
+    // the loss.
     // With multi-token prediction, once per module's loss too.
     if (hasTensorTraffic && model.kind == ir::ModelKind::Transformer && isHead(unit))
       for (int64_t depth = 0; depth <= model.transformer.mtpLayers; ++depth)
