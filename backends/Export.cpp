@@ -370,7 +370,10 @@ private:
     // DeepSpeed runs for bf16 without ZeRO or with ZeRO stage 1 on the device; bf16 gradients
     // only under ZeRO (without it DeepSpeed refuses to accumulate in bf16).
     bool bf16Optimizer = stage <= 1 && optimizer.tier == ir::Tier::Device;
-    if (run.precision == ir::Precision::MixedBF16 && run.fp32Grads && !bf16Optimizer)
+    bool bf16Fp32Grads = run.precision == ir::Precision::MixedBF16 && run.fp32Grads;
+    // Where DeepSpeed runs its bf16 optimizer for this run.
+    bool runsBf16Optimizer = bf16Optimizer && bf16Fp32Grads;
+    if (bf16Fp32Grads && !bf16Optimizer)
       refuse("precision mixed(bf16, grads = fp32) with ZeRO stage " + Twine(stage) +
              (optimizer.tier != ir::Tier::Device ? " and the optimizer offloaded" : "") +
              ": DeepSpeed keeps fp32 gradients only in its bf16 optimizer (ZeRO stage 0 or 1, "
@@ -417,8 +420,7 @@ private:
     // overlap_comm (at stage 1 during the last micro-batch's, at stage 2 during every one), and
     // gathers the updated partitions after the optimizer step, never beside the next forward.
     int64_t ranks = productOf(mesh, all);
-    bool engineReduces = stage == 0 || (stage == 1 && bf16Optimizer &&
-                                        run.precision == ir::Precision::MixedBF16 && run.fp32Grads);
+    bool engineReduces = stage == 0 || (stage == 1 && runsBf16Optimizer);
     if (strategy.dataParallelOverlap == ir::DataParallelOverlap::All)
       refuse("dp_overlap = all: DeepSpeed's ZeRO gathers the updated parameter partitions after "
              "the optimizer step, not beside the next step's forward (write dp_overlap = grads)");
@@ -438,14 +440,12 @@ private:
     bool bf16Reduces = stage == 1 && engineReduces && ranks > 1;
     // The bf16 optimizer casts each micro-batch's bf16 gradients to fp32 and adds them into its
     // buffer after every backward (update_hp_grads); the other optimizers are not modelled.
-    bool bf16Accumulates =
-        bf16Optimizer && run.precision == ir::Precision::MixedBF16 && run.fp32Grads;
-    if (bf16Accumulates && run.gradAccumulation != ir::GradAccumulation::CastAdd)
+    if (runsBf16Optimizer && run.gradAccumulation != ir::GradAccumulation::CastAdd)
       refuse("grad_accumulation = " + ir::toString(run.gradAccumulation) +
              " with mixed(bf16, grads = fp32), which DeepSpeed runs with its bf16 optimizer: it "
              "casts each micro-batch's bf16 gradients to fp32 and adds them into its buffer "
              "(write grad_accumulation = cast_add)");
-    if (!bf16Accumulates && run.gradAccumulation != ir::GradAccumulation::Fused)
+    if (!runsBf16Optimizer && run.gradAccumulation != ir::GradAccumulation::Fused)
       refuse("grad_accumulation = " + ir::toString(run.gradAccumulation) +
              ": placec exports DeepSpeed's accumulation for its bf16 optimizer only (ZeRO stage "
              "0 or 1 with mixed(bf16, grads = fp32), grad_accumulation = cast_add)");
