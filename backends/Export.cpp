@@ -711,8 +711,15 @@ private:
     auto flag = [&](StringRef name, const Twine &value) { os << name << " " << value << "\n"; };
     flag("--tensor-model-parallel-size", Twine(view.tensorDegree));
     flag("--pipeline-model-parallel-size", Twine(view.layersDegree));
-    if (view.expertDegree > 1)
+    // Folded (expert_tensor = fold), Megatron-Core's expert group is the expert axis times the
+    // tensor axis: the [.., ep, tp] ranks that checkMegatronOrder leaves consecutive, as its
+    // expert rank order etp-ep-edp-pp with ETP 1 numbers them.
+    if (view.expertDegree > 1 && strategy.foldsExpertTensor()) {
+      flag("--expert-model-parallel-size", Twine(view.expertDegree * view.tensorDegree));
+      flag("--expert-tensor-parallel-size", "1");
+    } else if (view.expertDegree > 1) {
       flag("--expert-model-parallel-size", Twine(view.expertDegree));
+    }
     bool layout = view.layersDegree > 1 && strategy.pipeline && !strategy.pipeline->layout.empty();
     // Megatron-Core derives the virtual stages from a layout (quoted: it holds '|', '(' and '*').
     if (layout)
@@ -1084,6 +1091,10 @@ private:
       refuse("dispatcher = " + ir::toString(strategy.expertDispatcher) +
              ": placec writes torchtitan's expert parallelism with its all-to-all only (write "
              "dispatcher = alltoall, the default)");
+    if (strategy.foldsExpertTensor())
+      refuse("expert_tensor = fold: placec writes torchtitan's expert parallelism with the "
+             "experts split over the tensor axis like the dense MLP (write expert_tensor = "
+             "split, the default)");
     if (run.kernels == ir::KernelMode::Eager &&
         strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off && view.tensorDegree > 1)
       refuse("kernels = eager with async_tp: torchtitan applies asynchronous tensor parallelism "

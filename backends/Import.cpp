@@ -116,6 +116,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
     os << "  ep_overlap = " << ir::toString(imported.epOverlap) << ";\n";
   if (imported.dispatcher != ir::ExpertDispatcher::AllToAll)
     os << "  dispatcher = " << ir::toString(imported.dispatcher) << ";\n";
+  if (imported.expertTensor != ir::ExpertTensor::Split)
+    os << "  expert_tensor = " << ir::toString(imported.expertTensor) << ";\n";
   auto line = [&](StringRef state, StringRef value) {
     if (!value.empty())
       os << "  " << state << " = " << value << ";\n";
@@ -1247,11 +1249,45 @@ private:
     }
     int64_t d = devices / (t * p * c); // t · p · c divides the device count.
     // Expert parallelism is carved out of the data-parallel ranks (Megatron-Core's rank order
-    // tp-cp-ep-dp-pp): [dp = d / e, ep = e].
-    if (e > 1 && d % e != 0) {
-      diags.error(locOf("--expert-model-parallel-size"), "--expert-model-parallel-size " +
-                                                             Twine(e) + " does not divide the " +
-                                                             Twine(d) + " data-parallel ranks");
+    // tp-cp-ep-dp-pp): [dp = d / e, ep = e]. Under --expert-tensor-parallel-size 1 with tensor
+    // parallelism (MoE parallel folding) the expert group of e ranks is the tensor ranks and
+    // e / t of the data-parallel ones (the expert rank order etp-ep-edp-pp, ETP 1 innermost):
+    // [dp = d / (e / t), ep = e / t, tp = t] with `expert_tensor = fold`.
+    std::optional<int64_t> etp = getInt("--expert-tensor-parallel-size");
+    bool fold = etp && *etp == 1 && t > 1;
+    if (etp && *etp != t && !fold) {
+      diags.error(locOf("--expert-tensor-parallel-size"),
+                  "--expert-tensor-parallel-size " + Twine(*etp) +
+                      " under --tensor-model-parallel-size " + Twine(t) +
+                      ": Place splits the experts over the tensor axis like the dense MLP (an "
+                      "expert tensor-parallel size of " +
+                      Twine(t) +
+                      ") or, under tensor parallelism, folds the tensor axis into the expert "
+                      "group (1, expert_tensor = fold)");
+      return false;
+    }
+    if (fold && (e <= t || e % t != 0)) {
+      diags.error(locOf("--expert-tensor-parallel-size"),
+                  "--expert-tensor-parallel-size 1 under --tensor-model-parallel-size " + Twine(t) +
+                      " is translated as expert_tensor = fold, whose expert group " +
+                      "is an expert axis of 2 or more data-parallel ranks times the " + Twine(t) +
+                      " tensor ranks: --expert-model-parallel-size must be a multiple of " +
+                      Twine(t) + " above it, not " + Twine(e));
+      return false;
+    }
+    if (fold && !has("--sequence-parallel")) {
+      diags.error(locOf("--expert-tensor-parallel-size"),
+                  "--expert-tensor-parallel-size 1 under tensor parallelism routes each tensor "
+                  "rank's own sequence shard, which needs --sequence-parallel (Megatron-Core "
+                  "warns that expert and tensor parallelism must use it)");
+      return false;
+    }
+    int64_t ep = fold ? e / t : e; // the expert axis of the mesh
+    if (ep > 1 && d % ep != 0) {
+      diags.error(locOf("--expert-model-parallel-size"),
+                  "--expert-model-parallel-size " + Twine(e) +
+                      (fold ? " over " + Twine(t) + " tensor ranks" : Twine()) + ": " + Twine(ep) +
+                      " does not divide the " + Twine(d) + " data-parallel ranks");
       return false;
     }
     if (e > 1 && c > 1) {
@@ -1466,11 +1502,6 @@ private:
       diags.error(locOf("--expert-model-parallel-size"),
                   "--expert-model-parallel-size needs --num-experts: expert parallelism splits "
                   "the experts");
-    if (has("--expert-tensor-parallel-size") && getInt("--expert-tensor-parallel-size") != t)
-      diags.error(locOf("--expert-tensor-parallel-size"),
-                  "Place splits the experts over the tensor axis like the dense MLP: the expert "
-                  "tensor-parallel size must be --tensor-model-parallel-size " +
-                      Twine(t));
     // Place models the all-to-all token dispatch and the flex dispatcher's DeepEP and HybridEP
     // backends (`dispatcher`); Megatron-Core's default is "allgather".
     std::string dispatcherType = getString("--moe-token-dispatcher-type", "allgather");
@@ -1508,9 +1539,11 @@ private:
     imported.dispatcher = dispatcher;
     if (p > 1)
       imported.axes.push_back({"pp", p});
-    imported.axes.push_back({"dp", d / e});
-    if (e > 1)
-      imported.axes.push_back({"ep", e});
+    imported.axes.push_back({"dp", d / ep});
+    if (ep > 1)
+      imported.axes.push_back({"ep", ep});
+    if (fold)
+      imported.expertTensor = ir::ExpertTensor::Fold;
     if (c > 1)
       imported.axes.push_back({"cp", c});
     if (t > 1)

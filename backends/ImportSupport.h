@@ -72,6 +72,9 @@ struct Imported {
   ir::GradReduce gradReduce = ir::GradReduce::ReduceScatter;
   /// `ep_overlap = true;` where the expert all-to-alls run beside another micro-batch's compute.
   ir::ExpertOverlap epOverlap = ir::ExpertOverlap::Off;
+  /// `expert_tensor = fold;` where the routed experts are whole and the tensor axis joins their
+  /// group (Megatron-Core's --expert-tensor-parallel-size 1).
+  ir::ExpertTensor expertTensor = ir::ExpertTensor::Split;
   ir::ExpertDispatcher dispatcher = ir::ExpertDispatcher::AllToAll;
   int64_t microBatch = 0, globalBatch = 0;
   std::string precision = "mixed(bf16)";

@@ -264,6 +264,11 @@ void JsonWriter::writeStrategy(const RunReport &report) {
     out.attribute("dispatcher", nullptr);
   else
     out.attribute("dispatcher", dispatcher);
+  std::string expertTensor = describeExpertTensor(strategy);
+  if (expertTensor.empty())
+    out.attribute("expert_tensor", nullptr);
+  else
+    out.attribute("expert_tensor", expertTensor);
   if (strategy.pipeline)
     out.attributeObject("pipeline", [&] {
       out.attribute("schedule", ir::toString(strategy.pipeline->schedule));

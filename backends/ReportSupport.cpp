@@ -386,6 +386,13 @@ std::string describeExpertDispatcher(const ir::Strategy &strategy) {
              : std::string();
 }
 
+std::string describeExpertTensor(const ir::Strategy &strategy) {
+  return strategy.mesh.getDegree(ir::AxisKind::Expert) > 1 &&
+                 strategy.mesh.getDegree(ir::AxisKind::Tensor) > 1
+             ? ir::toString(strategy.expertTensor).str()
+             : std::string();
+}
+
 std::string describePrecision(const ir::Run &run) { return ir::spellPrecision(run); }
 
 std::string describeOptimizer(const ir::Run &run) {

@@ -1587,6 +1587,12 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
                   strategy.expertOverlapLoc,
                   "'ep_overlap' takes true (each micro-batch's expert all-to-alls beside another "
                   "micro-batch's compute) or false");
+  if (placement.state == "expert_tensor")
+    return choose(std::array{ir::ExpertTensor::Split, ir::ExpertTensor::Fold},
+                  strategy.expertTensor, strategy.expertTensorLoc,
+                  "'expert_tensor' takes split (each routed expert split over the tensor axes like "
+                  "a dense MLP) or fold (whole experts, the tensor axes' devices joining the "
+                  "expert group: Megatron-Core's --expert-tensor-parallel-size 1)");
   if (placement.state == "dispatcher")
     return choose(std::array{ir::ExpertDispatcher::AllToAll, ir::ExpertDispatcher::DeepEP,
                              ir::ExpertDispatcher::HybridEP},
@@ -1607,7 +1613,7 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
   if (placement.state == "context" || placement.state == "async_tp" ||
       placement.state == "sp_inputs" || placement.state == "dp_overlap" ||
       placement.state == "grad_reduce" || placement.state == "ep_overlap" ||
-      placement.state == "dispatcher")
+      placement.state == "dispatcher" || placement.state == "expert_tensor")
     return bindSetting(placement, strategy);
   std::optional<ir::State> state;
   StringRef stateName = placement.state;
@@ -1622,16 +1628,17 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
   else if (stateName == "activations" && !expert)
     state = ir::State::Activations;
   if (!state) {
-    diags.error(
-        placement.stateLoc,
-        Twine("unknown state '") + placement.state +
-            "': expected params, grads, optimizer or activations, their experts' "
-            "expert_params, expert_grads and expert_optimizer, or the settings context, "
-            "async_tp, sp_inputs, dp_overlap, grad_reduce, ep_overlap and dispatcher" +
-            didYouMean(placement.state, {"params", "grads", "optimizer", "activations",
-                                         "expert_params", "expert_grads", "expert_optimizer",
-                                         "mesh", "pipeline", "context", "async_tp", "sp_inputs",
-                                         "dp_overlap", "grad_reduce", "ep_overlap", "dispatcher"}));
+    diags.error(placement.stateLoc,
+                Twine("unknown state '") + placement.state +
+                    "': expected params, grads, optimizer or activations, their experts' "
+                    "expert_params, expert_grads and expert_optimizer, or the settings context, "
+                    "async_tp, sp_inputs, dp_overlap, grad_reduce, ep_overlap, dispatcher and "
+                    "expert_tensor" +
+                    didYouMean(placement.state,
+                               {"params", "grads", "optimizer", "activations", "expert_params",
+                                "expert_grads", "expert_optimizer", "mesh", "pipeline", "context",
+                                "async_tp", "sp_inputs", "dp_overlap", "grad_reduce", "ep_overlap",
+                                "dispatcher", "expert_tensor"}));
     return false;
   }
   ir::StatePlacement &target =
@@ -2231,7 +2238,8 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
   bool ok = true;
   StringMap<size_t> axisOwner;
   std::optional<size_t> layersOwner, pipelineOwner, activationOwner, contextOwner, asyncTpOwner,
-      spInputsOwner, dpOverlapOwner, gradReduceOwner, epOverlapOwner, dispatcherOwner;
+      spInputsOwner, dpOverlapOwner, gradReduceOwner, epOverlapOwner, dispatcherOwner,
+      expertTensorOwner;
   std::array<std::optional<size_t>, ir::kNumStates> tierOwner;
   // A setting written like a placement (`async_tp`, `sp_inputs`, `dp_overlap`, `ep_overlap`): the
   // first operand that writes it sets it, and another that writes a different value is an error.
@@ -2337,6 +2345,8 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
             "ep_overlap");
     agreeOn(i, dispatcherOwner, &ir::Strategy::expertDispatcher, &ir::Strategy::expertDispatcherLoc,
             "dispatcher");
+    agreeOn(i, expertTensorOwner, &ir::Strategy::expertTensor, &ir::Strategy::expertTensorLoc,
+            "expert_tensor");
     for (ir::State state : ir::kAllStates) {
       const ir::StatePlacement &from = operand.getPlacement(state);
       ir::StatePlacement &to = result->getPlacement(state);

@@ -160,6 +160,16 @@ StringRef toString(ExpertOverlap overlap) {
   return overlap == ExpertOverlap::On ? "true" : "false";
 }
 
+StringRef toString(ExpertTensor mode) {
+  switch (mode) {
+  case ExpertTensor::Split:
+    return "split";
+  case ExpertTensor::Fold:
+    return "fold";
+  }
+  llvm_unreachable("unknown ExpertTensor");
+}
+
 StringRef toString(ExpertDispatcher dispatcher) {
   switch (dispatcher) {
   case ExpertDispatcher::AllToAll:

@@ -390,6 +390,8 @@ void IRPrinter::print(const Strategy &strategy) {
          << explicitness(strategy.expertOverlapLoc.isValid()) << '\n';
   line() << "dispatcher = " << toString(strategy.expertDispatcher) << ' '
          << explicitness(strategy.expertDispatcherLoc.isValid()) << '\n';
+  line() << "expert_tensor = " << toString(strategy.expertTensor) << ' '
+         << explicitness(strategy.expertTensorLoc.isValid()) << '\n';
   close();
 }
 

@@ -202,11 +202,16 @@ private:
     return cost::overlapsTensorTraffic(strategy.asyncTensorParallel, forwardComputation,
                                        inputGradient);
   }
-  /// An expert-parallel all-to-all (a MoE layer's dispatch or combine, forward or backward).
+  /// An expert-parallel all-to-all (a MoE layer's dispatch or combine, forward or backward): over
+  /// the expert axes, and the tensor axes with them under `expert_tensor = fold`.
   bool isExpertExchange(const Op &op) const {
-    return op.kind == OpKind::AllToAll && !op.axes.empty() &&
+    auto kindOf = [&](unsigned axis) { return mesh.axes[axis].kind; };
+    return op.kind == OpKind::AllToAll &&
+           llvm::any_of(op.axes,
+                        [&](unsigned axis) { return kindOf(axis) == ir::AxisKind::Expert; }) &&
            llvm::all_of(op.axes, [&](unsigned axis) {
-             return mesh.axes[axis].kind == ir::AxisKind::Expert;
+             return kindOf(axis) == ir::AxisKind::Expert ||
+                    (strategy.foldsExpertTensor() && kindOf(axis) == ir::AxisKind::Tensor);
            });
   }
   /// Communication inside a unit that runs beside the unit's compute: the tensor-parallel
@@ -325,7 +330,8 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
   x.optimizerShardText = optimizerShard.text;
 
   if (model.isMoe()) {
-    int64_t ep = mesh.getDegree(ir::AxisKind::Expert);
+    int64_t ep = mesh.getDegree(ir::AxisKind::Expert) *
+                 (strategy.foldsExpertTensor() ? mesh.getDegree(ir::AxisKind::Tensor) : 1);
     Shard expertParams = shardOf(ir::State::Params, true, explain),
           expertGrads = shardOf(ir::State::Grads, true, explain),
           expertOptimizer = shardOf(ir::State::Optimizer, true, explain);

@@ -438,6 +438,8 @@ struct TransformerDims {
   bool moe = false;
   MoeShape experts;
   double expertFfn = 0, numExperts = 0, sharedFfn = 0;
+  /// The routed experts' tensor-parallel split: t, or 1 folded (Layout::expertFold).
+  double et = 1;
   /// Elements of a [tokens, h] tensor outside the tensor-parallel region (norms, residuals):
   /// split over the tensor axes under sequence parallelism.
   double outside() const { return tokens * h / (sp ? t : 1); }
@@ -508,6 +510,7 @@ TransformerDims getLayerDims(const ir::TransformerConfig &config, const Layout &
   const ir::MoeConfig &moe = config.moe;
   dims.moe = true;
   dims.experts = getMoeShape(config, layout);
+  dims.et = layout.expertFold ? 1 : dims.t;
   dims.expertFfn = static_cast<double>(moe.expertFfn);
   dims.numExperts = static_cast<double>(moe.experts);
   dims.sharedFfn =
@@ -531,24 +534,28 @@ std::vector<Gemm> layerProjections(const TransformerDims &x) {
 /// Inputs that separate projections share (Gemm::input): the attention's and each MLP's.
 enum SharedInput { kInputAttention, kInputMlp, kInputExperts, kInputSharedExperts };
 
-/// A feed-forward block of `width` over `rows` tokens, `batch` of them (grouped experts).
+/// A feed-forward block of `width` over `rows` tokens, `batch` of them (grouped experts), split
+/// `split` ways by the tensor axes (t; folded routed experts 1, beside no tensor-parallel
+/// collective: no tensor slot).
 /// Under `projections = separate` a swiglu MLP's gate and up are two products of `input`.
 void addMlpShapes(const TransformerDims &x, const std::string &name, SharedInput input, double rows,
-                  double width, double batch, std::vector<Gemm> &gemms) {
+                  double width, double batch, double split, std::vector<Gemm> &gemms) {
+  bool folded = split < x.t;
+  int in = folded ? -1 : kSlotMlpIn, out = folded ? -1 : kSlotMlpOut;
   if (x.swiglu && x.separateProjections) {
     for (const char *part : {" gate", " up"}) {
-      gemms.push_back({name + part, rows, width / x.t, x.h, batch});
-      gemms.back().tensorSlot = kSlotMlpIn;
+      gemms.push_back({name + part, rows, width / split, x.h, batch});
+      gemms.back().tensorSlot = in;
       gemms.back().input = input;
     }
   } else if (x.swiglu) {
-    gemms.push_back({name + " gate and up", rows, 2 * width / x.t, x.h, batch});
+    gemms.push_back({name + " gate and up", rows, 2 * width / split, x.h, batch});
   } else {
-    gemms.push_back({name + " up", rows, width / x.t, x.h, batch});
+    gemms.push_back({name + " up", rows, width / split, x.h, batch});
   }
-  gemms.back().tensorSlot = kSlotMlpIn;
-  gemms.push_back({name + " down", rows, x.h, width / x.t, batch});
-  gemms.back().tensorSlot = kSlotMlpOut;
+  gemms.back().tensorSlot = in;
+  gemms.push_back({name + " down", rows, x.h, width / split, batch});
+  gemms.back().tensorSlot = out;
 }
 
 /// Multi-head latent attention's products before the attention core, as Megatron-Core runs them
@@ -593,16 +600,17 @@ std::vector<Gemm> layerProjectionShapes(const TransformerDims &x) {
   gemms.push_back({"attention output", x.tokens, x.h, x.a * x.dv / x.t});
   gemms.back().tensorSlot = kSlotAttentionOutput;
   if (!x.moe) {
-    addMlpShapes(x, "mlp", kInputMlp, x.tokens, x.f, 1, gemms);
+    addMlpShapes(x, "mlp", kInputMlp, x.tokens, x.f, 1, x.t, gemms);
     return gemms;
   }
   // The routed experts as grouped GEMMs (one product per local expert over its rows), the
-  // router's scores of every expert, and the shared experts as one MLP over every token.
-  gemms.push_back({"router", x.tokens, x.numExperts, x.h});
+  // router's scores of every expert for the tokens this device routes, and the shared experts as
+  // one MLP over every token.
+  gemms.push_back({"router", x.experts.tokens, x.numExperts, x.h});
   addMlpShapes(x, "experts", kInputExperts, x.experts.tokensPerExpert, x.expertFfn,
-               x.experts.localExperts, gemms);
+               x.experts.localExperts, x.et, gemms);
   if (x.sharedFfn > 0)
-    addMlpShapes(x, "shared experts", kInputSharedExperts, x.tokens, x.sharedFfn, 1, gemms);
+    addMlpShapes(x, "shared experts", kInputSharedExperts, x.tokens, x.sharedFfn, 1, x.t, gemms);
   return gemms;
 }
 
@@ -837,9 +845,9 @@ void addWeightCasts(const TransformerDims &x, const std::vector<Gemm> &products,
                  work);
 }
 
-/// Bytes of one [rows, width/t] slab over a layer's routed experts.
+/// Bytes of one [rows, width/t] slab over a layer's routed experts (width whole folded).
 double expertWidthBytes(const TransformerDims &x) {
-  return x.experts.tokensPerExpert * x.experts.localExperts * x.expertFfn / x.t * x.e;
+  return x.experts.tokensPerExpert * x.experts.localExperts * x.expertFfn / x.et * x.e;
 }
 
 /// Bytes of one [rows, width/t] slab over the layer's feed-forward blocks: the dense MLP, or the
@@ -856,7 +864,7 @@ double mlpWidthBytes(const TransformerDims &x) {
 void addRouting(const TransformerDims &x, bool backward, Work &work) {
   if (!x.moe)
     return;
-  double scores = x.tokens * x.numExperts * 4;
+  double scores = x.experts.tokens * x.numExperts * 4;
   double rows = x.experts.dispatchRows * x.h * x.e;
   work.memory.push_back(
       {backward ? "router backward" : "router scores and top-k", (backward ? 3 : 2) * scores});
@@ -1535,6 +1543,7 @@ Layout getRunLayout(const ir::Run &run) {
   layout.tensor = mesh.getDegree(ir::AxisKind::Tensor);
   layout.context = mesh.getDegree(ir::AxisKind::Sequence);
   layout.expert = mesh.getDegree(ir::AxisKind::Expert);
+  layout.expertFold = strategy.foldsExpertTensor();
   layout.sequenceParallel = strategy.sequenceParallel;
   layout.sequenceParallelInputs = strategy.sequenceParallelInputs;
   layout.activations = strategy.activationMode;
@@ -1618,10 +1627,13 @@ MoeShape getMoeShape(const ir::TransformerConfig &config, const Layout &layout,
   if (!moe.isEnabled())
     return shape;
   double context = static_cast<double>(std::max<int64_t>(1, layout.context));
-  double ep = static_cast<double>(std::max<int64_t>(1, layout.expert));
+  // Folded, the tensor axes split the tokens a device routes and join the expert group.
+  double fold = layout.expertFold ? static_cast<double>(std::max<int64_t>(1, layout.tensor)) : 1;
+  double ep = static_cast<double>(std::max<int64_t>(1, layout.expert)) * fold;
   double experts = static_cast<double>(moe.experts), k = static_cast<double>(moe.topK);
-  shape.tokens = layout.microBatch * static_cast<double>(config.seq) / context;
+  shape.tokens = layout.microBatch * static_cast<double>(config.seq) / (context * fold);
   shape.localExperts = experts / ep;
+  shape.group = ep;
   if (moe.capacityFactor) {
     // GShard (Lepikhin et al. 2021, §2.2) and Megatron-Core's --moe-expert-capacity-factor with
     // padding: every expert's slot count per source, whether filled or not.
@@ -1940,11 +1952,16 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
   // R = (rows the local experts compute)/T routed copies of a token keeps its permuted input
   // (2, not split over t: every tensor-parallel rank routes all its tokens) and its experts'
   // intermediates; the router keeps its fp32 probabilities (4·E/h); the shared experts are an MLP.
-  double routed = 0, moeText = 0;
+  // Folded (expert_tensor = fold) the experts are whole, so their intermediates are t/et = t
+  // times what a split width keeps per row, and the router's probabilities are of the device's
+  // own T/t tokens.
+  double routed = 0, moeText = 0, routedTokens = 1;
   if (x.moe) {
     double r = x.experts.tokensPerExpert * x.experts.localExperts / x.tokens;
-    mlp = r * mlpOf(x.expertFfn, moeActivation) + (x.sharedFfn > 0 ? mlpOf(x.sharedFfn, false) : 0);
-    routed = p * r + 4 * x.numExperts / x.h;
+    routedTokens = x.experts.tokens / x.tokens;
+    mlp = r * (x.t / x.et) * mlpOf(x.expertFfn, moeActivation) +
+          (x.sharedFfn > 0 ? mlpOf(x.sharedFfn, false) : 0);
+    routed = p * r + 4 * x.numExperts / x.h * routedTokens;
     moeText = r;
   }
   // Under sp_inputs = keep the products' inputs (4) are kept gathered, not split by t, and not
@@ -2032,7 +2049,14 @@ double getLayerActivationBytes(const ir::TransformerConfig &config, const Layout
           " [multi-head latent attention: the latents' norm inputs and outputs, ({} + {})/{} per "
           "unit outside; Q and K of a·(d + r) = {}·{}, V and the output of a·dv = {}·{}]",
           num(x.qRank), num(x.kvRank), num(x.h), num(x.a), num(x.dqk), num(x.a), num(x.dv));
-    if (x.moe)
+    if (x.moe && routedTokens < 1)
+      *formula += fmt::format(
+          " + s·b·h·({}·R + 4·E/(h·t)) = {}·({}·{} + 4·{}/({}·{})) B [MoE, expert_tensor = fold: "
+          "the experts' whole-width intermediates of R = {} routed rows per token, t·R in the MLP "
+          "term, their permuted inputs and the router's probabilities of the device's own tokens]",
+          num(p), sbhText, num(p), num(moeText), num(x.numExperts), num(x.h), num(x.t),
+          num(moeText));
+    else if (x.moe)
       *formula += fmt::format(" + s·b·h·({}·R + 4·E/h) = {}·({}·{} + 4·{}/{}) B [MoE: the experts' "
                               "intermediates of R = {} routed rows per token in the MLP term, "
                               "their permuted inputs and the router's probabilities]",

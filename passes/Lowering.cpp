@@ -246,6 +246,9 @@ private:
   std::vector<unsigned> contextAxes;
   std::vector<unsigned> expertAxes;
   std::vector<unsigned> tensorAxes;
+  /// The axes of an expert group's dispatch and combine: the expert axes, and the tensor axes
+  /// with them under `expert_tensor = fold`, in mesh order.
+  std::vector<unsigned> expertGroupAxes;
   std::optional<unsigned> layersAxis;
   /// The head unit that holds the word embedding's copy (buildUnits) and the embedding unit it
   /// mirrors; -1 without a copy.
@@ -346,6 +349,12 @@ std::unique_ptr<StepPlan> Lowering::lower() {
     }
   }
   unitLayout.expert = expertDegree;
+  unitLayout.expertFold = strategy.foldsExpertTensor();
+  expertGroupAxes = expertAxes;
+  if (unitLayout.expertFold) {
+    expertGroupAxes.insert(expertGroupAxes.end(), tensorAxes.begin(), tensorAxes.end());
+    llvm::sort(expertGroupAxes);
+  }
   unitLayout.samples = product(mesh, batchAxes);
   unitLayout.microBatch = run.microBatch;
   unitLayout.tensor = tensorDegree;
@@ -436,13 +445,20 @@ void Lowering::buildUnits() {
     }
     Unit &unit = plan->units[it->second];
     unit.fullParams += tensor.numElements;
-    // The routed experts are stacked on the first dimension: each expert rank holds E/ep of them.
-    int64_t elements = tensor.expert ? tensor.numElements / expertDegree : tensor.numElements;
-    unit.params +=
-        tensor.split == ir::TensorSplit::Replicated ? elements : ceilDiv(elements, tensorDegree);
+    // The routed experts are stacked on the first dimension: each expert rank holds E/ep of them,
+    // split over the tensor axes, or E/(ep·t) whole ones under expert_tensor = fold.
+    bool fold = unitLayout.expertFold;
+    int64_t elements = tensor.expert
+                           ? tensor.numElements / (expertDegree * (fold ? tensorDegree : 1))
+                           : tensor.numElements;
+    unit.params += tensor.split == ir::TensorSplit::Replicated || (tensor.expert && fold)
+                       ? elements
+                       : ceilDiv(elements, tensorDegree);
     // The router and the experts see every token of the tensor-parallel group (the MoE block
-    // gathers the sequence first), so their gradients are whole on each tensor rank.
-    if (tensor.hasSequenceParallelGradient())
+    // gathers the sequence first), so their gradients are whole on each tensor rank. Folded, each
+    // tensor rank routes its own sequence shard: the router's gradients are sums over the tensor
+    // axes like a norm's, the experts' whole on the device that holds them.
+    if (tensor.hasSequenceParallelGradient() || (fold && tensor.router))
       unit.sequenceParallelParams += tensor.numElements;
   }
   // A head on another stage than the embedding's holds a copy of the word embedding where the
@@ -628,7 +644,7 @@ void Lowering::lowerStage(StagePlan &stage) {
       Op &op = ops.emplace_back();
       setCollective(op, c.kind, phase, ir::State::Activations, unitIndex,
                     c.over == ir::AxisKind::Tensor   ? tensorAxes
-                    : c.over == ir::AxisKind::Expert ? expertAxes
+                    : c.over == ir::AxisKind::Expert ? expertGroupAxes
                     : c.over == ir::AxisKind::Batch  ? batchAxes
                                                      : contextAxes,
                     c.elements, c.fp8 ? DType::FP8 : aType, true, c.what + Twine(" (") + why + ")");
@@ -776,14 +792,19 @@ void Lowering::lowerStage(StagePlan &stage) {
       release(stage.backward, Phase::Backward, x, plan->units[x], "the experts after the backward");
     // Sequence parallelism (Korthikanti et al. 2022, §4.2.2): the norms and row-parallel biases
     // run on each rank's slice of the sequence, so their gradients are partial sums over the
-    // tensor axes; gradient integrity needs them summed before any batch-axis reduction.
+    // tensor axes; gradient integrity needs them summed before any batch-axis reduction. So does
+    // the router of folded experts, which routes each rank's own slice.
     if (strategy.sequenceParallel && hasTensorTraffic && model.kind == ir::ModelKind::Transformer &&
         unit.sequenceParallelParams > 0)
       stage.backward.push_back(collective(
           OpKind::AllReduce, Phase::Backward, ir::State::Grads, u, tensorAxes,
           unit.sequenceParallelParams, gType, true,
-          "sequence parallelism: sum the norm and row-parallel bias gradients over the tensor "
-          "axes"));
+          unitLayout.expertFold && unit.kind == cost::UnitKind::Layer &&
+                  model.transformer.isMoeBlock(unit.layer)
+              ? "sequence parallelism: sum the norm, row-parallel bias and router gradients over "
+                "the tensor axes (expert_tensor = fold)"
+              : "sequence parallelism: sum the norm and row-parallel bias gradients over the "
+                "tensor axes"));
     for (int v : {u, x}) {
       if (v < 0)
         continue;
@@ -1017,6 +1038,14 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
   std::vector<OpKind> tensor;
   if (layout.tensor > 1)
     tensor = getTensorCollectives(model, unit, layer, forwardPass, layout.sequenceParallel);
+  // Folded routed experts take each rank's own sequence shard: an MoE layer without shared
+  // experts has no MLP block pair (the forward's second, the backward's first).
+  bool foldedMoe = layout.expertFold && unit == cost::UnitKind::Layer &&
+                   model.kind == ir::ModelKind::Transformer && model.transformer.isMoeBlock(layer);
+  bool dropMlpPair = foldedMoe && model.transformer.moe.sharedExperts == 0 && tensor.size() == 4;
+  if (dropMlpPair)
+    tensor.erase(forwardPass ? tensor.begin() + 2 : tensor.begin(),
+                 forwardPass ? tensor.end() : tensor.begin() + 2);
   int64_t b = layout.microBatch;
   // The tensor-parallel buffer: b·s·h (the local sequence under context parallelism); the mlp's
   // is the layer's own edge, its output in the forward (b·output for a row-parallel last layer),
@@ -1130,7 +1159,7 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
     if (forwardPass && moe.auxLoss > 0 && layout.samples > 1)
       experts.push_back({OpKind::AllReduce, ir::AxisKind::Batch, 2 * moe.experts,
                          "load-balancing loss: sum the routing statistics of the micro-batch"});
-    if (!forwardPass && moe.topK > 1 && layout.tensor > 1)
+    if (!forwardPass && moe.topK > 1 && layout.tensor > 1 && !foldedMoe)
       experts.push_back({OpKind::AllReduce, ir::AxisKind::Tensor,
                          b * model.transformer.seq / layout.context * moe.topK,
                          "MoE: sum the combine weights' gradients over the tensor axes"});
@@ -1139,6 +1168,8 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
       moeLayout.microBatch = static_cast<double>(layout.microBatch);
       moeLayout.context = layout.context;
       moeLayout.expert = layout.expert;
+      moeLayout.tensor = layout.tensor;
+      moeLayout.expertFold = layout.expertFold;
       cost::MoeShape shape = cost::getMoeShape(model.transformer, moeLayout);
       int64_t rows = static_cast<int64_t>(shape.dispatchRows) * model.transformer.hidden;
       if (forwardPass) {
@@ -1161,6 +1192,12 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
   if (unit == cost::UnitKind::Layer && !tensor.empty()) {
     attentionAt = forwardPass ? (sp ? 1 : 0) : (sp ? 3 : 1);
     expertsAt = forwardPass ? (sp ? 3 : 1) : (sp ? 1 : 0);
+  }
+  if (dropMlpPair) {
+    // Only the attention block's pair: the experts' exchanges after it in the forward, before it
+    // in the backward.
+    attentionAt = 1;
+    expertsAt = forwardPass ? 2 : 0;
   }
   for (size_t i = 0; i <= tensor.size(); ++i) {
     if (forwardPass && i == attentionAt)

@@ -1282,6 +1282,15 @@ struct PrecisionVariant {
   bool fp8Saved;
   ir::Fp8Scaling fp8Scaling;
   bool fp8Attention;
+  /// Writes the variant's precision fields into a candidate.
+  void applyTo(Candidate &c) const {
+    c.precision = precision;
+    c.fp32Grads = fp32Grads;
+    c.fp32Params = fp32Params;
+    c.fp8Saved = fp8Saved;
+    c.fp8Scaling = fp8Scaling;
+    c.fp8Attention = fp8Attention;
+  }
 };
 std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
                                                 const std::vector<ir::Precision> &requested,
@@ -1540,12 +1549,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               if (meshCount)
                 ++*meshCount;
               Candidate c;
-              c.precision = variant.precision;
-              c.fp32Grads = variant.fp32Grads;
-              c.fp32Params = variant.fp32Params;
-              c.fp8Saved = variant.fp8Saved;
-              c.fp8Scaling = variant.fp8Scaling;
-              c.fp8Attention = variant.fp8Attention;
+              variant.applyTo(c);
               c.spInputs = spInputs;
               c.dpOverlap = dpOverlap;
               if (run.strategy)
@@ -1705,8 +1709,8 @@ std::string Candidate::describe() const {
           (sequenceParallel ? (spInputs == ir::SequenceParallelInputs::Keep ? "+sp(keep)" : "+sp")
                             : "") +
           (asyncTp != ir::AsyncTensorParallel::Off ? "+" + formatAsyncTp(asyncTp) : "") +
-          (epOverlap ? "+ep_overlap" : "") + ", b=" + std::to_string(microBatch) +
-          " m=" + std::to_string(microbatches);
+          (epOverlap ? "+ep_overlap" : "") + (expertFold ? "+fold" : "") +
+          ", b=" + std::to_string(microBatch) + " m=" + std::to_string(microbatches);
   if (expertsReplicated)
     text += cp > 1 ? ", experts replicated over dp and cp" : ", experts replicated over dp";
   if (pp > 1)
@@ -1876,17 +1880,38 @@ std::optional<std::vector<ir::AsyncTensorParallel>> parseAsyncTensorParallel(Str
                          "write a comma-separated list of false, true, forward and wgrad", error);
 }
 
-std::optional<std::vector<ir::ExpertOverlap>> parseExpertOverlap(StringRef text, const ir::Run &run,
-                                                                 std::string &error) {
-  std::optional<std::vector<ir::ExpertOverlap>> values = parseChoiceList(
-      text, {ir::ExpertOverlap::Off, ir::ExpertOverlap::On}, "--ep-overlap",
-      "an ep_overlap setting", "write a comma-separated list of false and true", error);
-  if (values && llvm::is_contained(*values, ir::ExpertOverlap::On) && !run.model->isMoe()) {
-    error = "--ep-overlap true: model '" + run.model->name +
-            "' has no experts (ep_overlap overlaps the expert all-to-alls of a mixture of experts)";
+/// A mixture-of-experts setting's list (parseChoiceList), where `moeOnly` is an error for a model
+/// without experts, and why.
+template <typename T>
+std::optional<std::vector<T>>
+parseExpertChoiceList(StringRef text, std::initializer_list<T> choices, T moeOnly, StringRef flag,
+                      StringRef what, StringRef hint, const ir::Run &run, StringRef why,
+                      std::string &error) {
+  std::optional<std::vector<T>> values = parseChoiceList(text, choices, flag, what, hint, error);
+  if (values && llvm::is_contained(*values, moeOnly) && !run.model->isMoe()) {
+    error = (flag + " " + ir::toString(moeOnly) + ": model '" + run.model->name +
+             "' has no experts (" + why + ")")
+                .str();
     return std::nullopt;
   }
   return values;
+}
+
+std::optional<std::vector<ir::ExpertOverlap>> parseExpertOverlap(StringRef text, const ir::Run &run,
+                                                                 std::string &error) {
+  return parseExpertChoiceList(
+      text, {ir::ExpertOverlap::Off, ir::ExpertOverlap::On}, ir::ExpertOverlap::On, "--ep-overlap",
+      "an ep_overlap setting", "write a comma-separated list of false and true", run,
+      "ep_overlap overlaps the expert all-to-alls of a mixture of experts", error);
+}
+
+std::optional<std::vector<ir::ExpertTensor>> parseExpertTensor(StringRef text, const ir::Run &run,
+                                                               std::string &error) {
+  return parseExpertChoiceList(
+      text, {ir::ExpertTensor::Split, ir::ExpertTensor::Fold}, ir::ExpertTensor::Fold,
+      "--expert-tensor", "an expert_tensor setting",
+      "write a comma-separated list of split and fold", run,
+      "fold puts whole routed experts over the expert and tensor axes", error);
 }
 
 std::optional<std::vector<ir::ContextMethod>> parseContextMethods(StringRef text,
@@ -2077,6 +2102,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     strategy->gradReduce = c.gradReduce;
   strategy->expertOverlap = c.epOverlap ? ir::ExpertOverlap::On : ir::ExpertOverlap::Off;
   strategy->expertDispatcher = c.dispatcher;
+  strategy->expertTensor = c.expertFold ? ir::ExpertTensor::Fold : ir::ExpertTensor::Split;
   if (c.cp > 1)
     strategy->contextMethod = c.context;
   if (c.pp > 1) {
@@ -2333,6 +2359,18 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
   const std::vector<ir::ExpertOverlap> overlapOff = {ir::ExpertOverlap::Off};
   const std::vector<ir::ExpertOverlap> &overlapValues =
       options.epOverlap.empty() ? overlapOff : options.epOverlap;
+  // The expert_tensor settings where `fold` applies (Verify's checkExperts): an expert and a
+  // tensor axis (with sequence parallelism, which every candidate with tp > 1 has) whose group
+  // divides the experts. Folded experts keep less than split ones (the routed rows' inputs and
+  // the router's probabilities of a rank's own tokens), so the most frugal of a plan's variants
+  // is folded where fold is explored.
+  const std::vector<ir::ExpertTensor> splitOnly = {ir::ExpertTensor::Split};
+  const std::vector<ir::ExpertTensor> &tensorValues =
+      options.expertTensor.empty() ? splitOnly : options.expertTensor;
+  bool exploresFold = llvm::is_contained(tensorValues, ir::ExpertTensor::Fold);
+  auto foldsExperts = [&](int64_t ep, int64_t tp) {
+    return model.isMoe() && ep > 1 && tp > 1 && model.transformer.moe.experts % (ep * tp) == 0;
+  };
   auto overlapsExperts = [](int64_t ep, int64_t pp, const Pipeline &pipeline,
                             ir::ActivationMode mode, ir::Precision precision) {
     return ep > 1 &&
@@ -2458,98 +2496,97 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
           for (ir::AsyncTensorParallel async : tp > 1 ? asyncValues : offOnly)
             for (ir::ExpertOverlap overlap :
                  overlapsExperts(ep, pp, pipeline, mode, variant.precision) ? overlapValues
-                                                                            : overlapOff) {
-              Candidate c;
-              c.pp = pp;
-              c.dpNode = samples / ep;
-              c.cp = cp;
-              c.context = group.context;
-              c.ep = ep;
-              c.tp = tp;
-              c.params = group.placement->params;
-              c.grads = group.placement->grads;
-              c.optimizer = group.placement->optimizer;
-              c.activations = mode;
-              c.sequenceParallel = tp > 1;
-              c.spInputs = options.spInputs;
-              c.dpOverlap = options.dpOverlap;
-              c.asyncTp = async;
-              c.epOverlap = overlap == ir::ExpertOverlap::On;
-              if (ep > 1 && run.strategy)
-                c.dispatcher = run.strategy->expertDispatcher;
-              if (run.strategy)
-                c.gradReduce = run.strategy->gradReduce;
-              c.microBatch = b;
-              c.microbatches = m;
-              c.schedule = pipeline.schedule;
-              c.chunks = pipeline.chunks;
-              c.countedSplit = pipeline.counted;
-              c.edgeLayers = pipeline.edge;
-              c.precision = variant.precision;
-              c.fp32Grads = variant.fp32Grads;
-              c.fp32Params = variant.fp32Params;
-              c.fp8Saved = variant.fp8Saved;
-              c.fp8Scaling = variant.fp8Scaling;
-              c.fp8Attention = variant.fp8Attention;
-              c.fp8Gather = group.fp8Gather;
-              c.expertsReplicated = group.expertsReplicated;
-              if (options.filter && !options.filter(c))
-                continue;
-              ++counts.spaceSize;
-              uint64_t position = order++;
-              if (smallerOver.count(pipeline) || lessOver) {
-                ++counts.rejectedByRule["capacity"];
-                ++counts.prunedByMemoryOrder;
-                continue;
-              }
-              // Once the kept plans are as many as the top, the slowest of them bounds what can
-              // still enter: a plan whose compute and critical communication alone are slower is
-              // counted as accepted and not timed, nor is one over the budget (as on the fast
-              // path). Collecting every accepted plan (onAccepted) times them all.
-              std::vector<std::pair<Ranked, analysis::RunAnalysis>> &kept = share.best;
-              double stepBound = !options.onAccepted && kept.size() == keep
-                                     ? kept.back().first.candidate.stepSeconds
-                                     : std::numeric_limits<double>::infinity();
-              analysis::RunAnalysis exact;
-              std::string rule =
-                  evaluateExact(run, cluster, c, &exact, stepBound, /*untimedUnfit=*/true);
-              c.stepSeconds = exact.time.stepSeconds;
-              c.peakBytes = exact.memory.device.peak;
-              c.hostPeakBytes = exact.memory.host.peak;
-              Ranked ranked{c, position};
-              if (rule == "capacity") {
-                // The overlap holds more than the same plan without it, which the plans after
-                // it may not: only a plan without it prunes them.
-                if (!c.epOverlap) {
-                  lessOver = true;
-                  if (mode == ir::ActivationMode::RecomputeFull)
-                    smallerOver.insert(pipeline);
+                                                                            : overlapOff)
+              for (ir::ExpertTensor expertTensor :
+                   foldsExperts(ep, tp) ? tensorValues : splitOnly) {
+                Candidate c;
+                c.pp = pp;
+                c.dpNode = samples / ep;
+                c.cp = cp;
+                c.context = group.context;
+                c.ep = ep;
+                c.tp = tp;
+                c.params = group.placement->params;
+                c.grads = group.placement->grads;
+                c.optimizer = group.placement->optimizer;
+                c.activations = mode;
+                c.sequenceParallel = tp > 1;
+                c.spInputs = options.spInputs;
+                c.dpOverlap = options.dpOverlap;
+                c.asyncTp = async;
+                c.epOverlap = overlap == ir::ExpertOverlap::On;
+                c.expertFold = expertTensor == ir::ExpertTensor::Fold;
+                if (ep > 1 && run.strategy)
+                  c.dispatcher = run.strategy->expertDispatcher;
+                if (run.strategy)
+                  c.gradReduce = run.strategy->gradReduce;
+                c.microBatch = b;
+                c.microbatches = m;
+                c.schedule = pipeline.schedule;
+                c.chunks = pipeline.chunks;
+                c.countedSplit = pipeline.counted;
+                c.edgeLayers = pipeline.edge;
+                variant.applyTo(c);
+                c.fp8Gather = group.fp8Gather;
+                c.expertsReplicated = group.expertsReplicated;
+                if (options.filter && !options.filter(c))
+                  continue;
+                ++counts.spaceSize;
+                uint64_t position = order++;
+                if (smallerOver.count(pipeline) || lessOver) {
+                  ++counts.rejectedByRule["capacity"];
+                  ++counts.prunedByMemoryOrder;
+                  continue;
                 }
-                if (!share.smallest || isRankedSmaller(ranked, *share.smallest))
-                  share.smallest = ranked;
+                // Once the kept plans are as many as the top, the slowest of them bounds what can
+                // still enter: a plan whose compute and critical communication alone are slower is
+                // counted as accepted and not timed, nor is one over the budget (as on the fast
+                // path). Collecting every accepted plan (onAccepted) times them all.
+                std::vector<std::pair<Ranked, analysis::RunAnalysis>> &kept = share.best;
+                double stepBound = !options.onAccepted && kept.size() == keep
+                                       ? kept.back().first.candidate.stepSeconds
+                                       : std::numeric_limits<double>::infinity();
+                analysis::RunAnalysis exact;
+                std::string rule =
+                    evaluateExact(run, cluster, c, &exact, stepBound, /*untimedUnfit=*/true);
+                c.stepSeconds = exact.time.stepSeconds;
+                c.peakBytes = exact.memory.device.peak;
+                c.hostPeakBytes = exact.memory.host.peak;
+                Ranked ranked{c, position};
+                if (rule == "capacity") {
+                  // The overlap holds more than the same plan without it, and split experts more
+                  // than folded ones, which the plans after it may not: only the most frugal
+                  // variant prunes them.
+                  if (!c.epOverlap && (c.expertFold || !exploresFold || !foldsExperts(ep, tp))) {
+                    lessOver = true;
+                    if (mode == ir::ActivationMode::RecomputeFull)
+                      smallerOver.insert(pipeline);
+                  }
+                  if (!share.smallest || isRankedSmaller(ranked, *share.smallest))
+                    share.smallest = ranked;
+                }
+                if (!rule.empty()) {
+                  ++counts.rejectedByRule[rule];
+                  continue;
+                }
+                ++counts.accepted;
+                if (!exact.time.timed) {
+                  ++counts.prunedByStep;
+                  continue;
+                }
+                if (options.onAccepted)
+                  options.onAccepted(c);
+                if (kept.size() == keep && !isRankedBetter(ranked, kept.back().first))
+                  continue;
+                if (share.refused.refuses(options, ranked, counts))
+                  continue;
+                auto at = std::upper_bound(
+                    kept.begin(), kept.end(), ranked,
+                    [](const Ranked &x, const auto &y) { return isRankedBetter(x, y.first); });
+                kept.insert(at, {ranked, std::move(exact)});
+                if (kept.size() > keep)
+                  kept.pop_back();
               }
-              if (!rule.empty()) {
-                ++counts.rejectedByRule[rule];
-                continue;
-              }
-              ++counts.accepted;
-              if (!exact.time.timed) {
-                ++counts.prunedByStep;
-                continue;
-              }
-              if (options.onAccepted)
-                options.onAccepted(c);
-              if (kept.size() == keep && !isRankedBetter(ranked, kept.back().first))
-                continue;
-              if (share.refused.refuses(options, ranked, counts))
-                continue;
-              auto at = std::upper_bound(
-                  kept.begin(), kept.end(), ranked,
-                  [](const Ranked &x, const auto &y) { return isRankedBetter(x, y.first); });
-              kept.insert(at, {ranked, std::move(exact)});
-              if (kept.size() > keep)
-                kept.pop_back();
-            }
       }
     }
   };
@@ -3016,6 +3053,8 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
     text += "  ep_overlap  = true;\n";
   if (c.dispatcher != ir::ExpertDispatcher::AllToAll)
     text += "  dispatcher  = " + ir::toString(c.dispatcher).str() + ";\n";
+  if (c.expertFold)
+    text += "  expert_tensor = fold;\n";
   if (c.pp > 1) {
     text += "  pipeline    = " + ir::toString(c.schedule).str() +
             "(microbatches = " + std::to_string(c.microbatches);

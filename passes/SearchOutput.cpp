@@ -123,7 +123,7 @@ std::string activationsText(const Candidate &c) {
                                                            : " + sp") +
          (c.asyncTp != ir::AsyncTensorParallel::Off ? " + " + formatAsyncTp(c.asyncTp)
                                                     : std::string()) +
-         (c.epOverlap ? " + ep_overlap" : "");
+         (c.epOverlap ? " + ep_overlap" : "") + (c.expertFold ? " + fold" : "");
 }
 
 /// `interleaved(4)`, `interleaved(8)(emb+loss)` (the embedding and the loss counted as layers),
@@ -221,6 +221,7 @@ json::Object candidateJson(const Candidate &c) {
                       {"dp_overlap", ir::toString(c.dpOverlap)},
                       {"grad_reduce", ir::toString(c.gradReduce)},
                       {"ep_overlap", c.epOverlap},
+                      {"expert_tensor", c.expertFold ? "fold" : "split"},
                       {"precision", c.formatPrecision()},
                       {"ep", c.ep},
                       {"experts_replicated", c.expertsReplicated},
@@ -414,6 +415,16 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       return 1;
     }
     searchOptions.epOverlap = *values;
+  }
+  if (!options.expertTensor.empty()) {
+    std::string error;
+    std::optional<std::vector<ir::ExpertTensor>> values =
+        parseExpertTensor(options.expertTensor, *run, error);
+    if (!values) {
+      err << "placec: error: " << error << "\n";
+      return 1;
+    }
+    searchOptions.expertTensor = *values;
   }
   if (!options.context.empty()) {
     std::string error;

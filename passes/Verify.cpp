@@ -1047,6 +1047,15 @@ bool VerifyPass::checkCoverage(const ir::Run &run) {
 // experts
 //===----------------------------------------------------------------------===//
 
+/// The mesh's tensor axes by name, comma-separated: "tp".
+static std::string tensorAxisNames(const ir::Mesh &mesh) {
+  std::vector<std::string> names;
+  for (const ir::Axis &axis : mesh.axes)
+    if (axis.kind == ir::AxisKind::Tensor)
+      names.push_back(axis.name);
+  return llvm::join(names, ", ");
+}
+
 bool VerifyPass::checkExperts(const ir::Run &run) {
   const ir::Strategy &strategy = *run.strategy;
   const ir::Mesh &mesh = strategy.mesh;
@@ -1080,6 +1089,42 @@ bool VerifyPass::checkExperts(const ir::Run &run) {
                "alltoall, whose padded rows it counts, or drop capacity_factor)",
            "placement");
     ok = false;
+  }
+  // `expert_tensor = fold` (Megatron-Core's --expert-tensor-parallel-size 1 under
+  // --tensor-model-parallel-size t): whole experts over the expert and tensor axes, each tensor
+  // rank routing its own sequence shard (megatron/core/transformer/moe/token_dispatcher.py;
+  // Megatron-Core asserts sequence parallelism for MoE under tensor parallelism).
+  int64_t t = mesh.getDegree(ir::AxisKind::Tensor);
+  if (strategy.expertTensor == ir::ExpertTensor::Fold) {
+    auto refuse = [&](const Twine &why, StringRef rule) {
+      report(Severity::Error, run, locate(run, strategy.expertTensorLoc),
+             "expert_tensor = fold puts whole routed experts on the expert and tensor axes "
+             "together, but " +
+                 why,
+             rule);
+      ok = false;
+    };
+    if (!model.isMoe())
+      refuse(Twine("model '") + model.name + "' has no routed experts", "placement");
+    else if (t <= 1)
+      refuse(Twine("strategy '") + strategy.name + "' has no tensor axis of more than one " +
+                 "device in its mesh " + formatMesh(mesh) + " (write expert_tensor = split, or " +
+                 "leave it out)",
+             "placement");
+    else if (ep <= 1)
+      refuse(Twine("strategy '") + strategy.name + "' has no expert axis of more than one " +
+                 "device in its mesh " + formatMesh(mesh) + " for the tensor axes to join",
+             "placement");
+    else if (!strategy.sequenceParallel)
+      refuse(Twine("each tensor-parallel rank routes its own sequence shard, which needs ") +
+                 "sequence parallelism: write 'activations = shard(" + tensorAxisNames(mesh) + ")'",
+             "placement");
+    else if (model.transformer.moe.experts % (ep * t) != 0)
+      refuse(Twine("the expert group of ") + Twine(ep) + " × " + Twine(t) + " = " + Twine(ep * t) +
+                 " devices does not divide the " + Twine(model.transformer.moe.experts) +
+                 " routed experts of model '" + model.name +
+                 "': each device holds an equal share of every MoE layer's experts",
+             "divisibility");
   }
   // `ep_overlap = true` runs each micro-batch's expert all-to-alls beside another's compute, as
   // Megatron-Core's combined 1F1B does, under that schedule's conditions

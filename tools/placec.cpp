@@ -151,6 +151,12 @@ cl::opt<std::string> searchEpOverlap(
              "a comma-separated list "
              "of false and true (default: false)"),
     cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> searchExpertTensor(
+    "expert-tensor",
+    cl::desc("search: the expert_tensor settings to explore for a mixture of experts where fold "
+             "applies (an expert and a tensor axis whose devices together divide the experts), "
+             "a comma-separated list of split and fold (default: split)"),
+    cl::init(""), cl::cat(placecCategory));
 cl::opt<std::string> searchContext(
     "context",
     cl::desc("search: the context-parallel methods to explore over context axes, a "
@@ -576,6 +582,7 @@ int runSearch() {
   options.activations = searchActivations;
   options.asyncTp = searchAsyncTp;
   options.epOverlap = searchEpOverlap;
+  options.expertTensor = searchExpertTensor;
   options.context = searchContext;
   options.spInputs = searchSpInputs;
   options.dpOverlap = searchDpOverlap;

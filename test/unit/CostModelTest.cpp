@@ -736,7 +736,8 @@ TEST(CostModelTest, SchedulePreconditions) {
 
 // The routed rows of an MoE layer (GShard, Lepikhin et al. 2021, §2.2): a micro-batch of 2
 // sequences of 1,024 tokens over cp = 2 leaves T = 1,024 tokens per device; 64 experts, top-4.
-TEST(CostModelTest, MoeShapeDroplessAndPadded) {
+/// The MoE layer of the two tests below: 64 experts of width 256, top-4, hidden 512, 1,024 tokens.
+ir::TransformerConfig moeShapeConfig() {
   ir::TransformerConfig config;
   config.layers = 2;
   config.hidden = 512;
@@ -746,10 +747,21 @@ TEST(CostModelTest, MoeShapeDroplessAndPadded) {
   config.moe.experts = 64;
   config.moe.topK = 4;
   config.moe.expertFfn = 256;
+  return config;
+}
+
+/// A micro-batch of 2 over cp = 2 and ep = 8.
+Layout moeShapeLayout() {
   Layout layout;
   layout.microBatch = 2;
   layout.context = 2;
   layout.expert = 8;
+  return layout;
+}
+
+TEST(CostModelTest, MoeShapeDroplessAndPadded) {
+  ir::TransformerConfig config = moeShapeConfig();
+  Layout layout = moeShapeLayout();
 
   // Dropless: T·k = 4,096 rows sent; each of the 64/8 = 8 local experts computes
   // T·k·ep/E = 1024·4·8/64 = 512 rows.
@@ -773,6 +785,58 @@ TEST(CostModelTest, MoeShapeDroplessAndPadded) {
   EXPECT_DOUBLE_EQ(padded.capacity, 71);
   EXPECT_DOUBLE_EQ(padded.dispatchRows, 4544);
   EXPECT_DOUBLE_EQ(padded.tokensPerExpert, 568);
+}
+
+// Megatron-Core's MoE parallel folding (--expert-tensor-parallel-size 1; Liu et al. 2025): with
+// tp = 2 folded into ep = 8, the same micro-batch as above routes T = 2·1024/(2·2) = 512 tokens
+// per device (its own sequence shard), T·k = 2,048 rows, to a group of 16 devices holding
+// 64/16 = 4 whole experts each; each expert computes T·k·16/64 = 512 rows, as split. Split over
+// tp = 2 instead, every tensor rank routes all 1,024 tokens to the 8 expert ranks.
+TEST(CostModelTest, MoeShapeFolded) {
+  ir::TransformerConfig config = moeShapeConfig();
+  Layout layout = moeShapeLayout();
+  layout.tensor = 2;
+  layout.sequenceParallel = true;
+  MoeShape split = getMoeShape(config, layout);
+  EXPECT_DOUBLE_EQ(split.tokens, 1024);
+  EXPECT_DOUBLE_EQ(split.group, 8);
+  EXPECT_DOUBLE_EQ(split.localExperts, 8);
+  layout.expertFold = true;
+  MoeShape folded = getMoeShape(config, layout);
+  EXPECT_DOUBLE_EQ(folded.tokens, 512);
+  EXPECT_DOUBLE_EQ(folded.dispatchRows, 2048);
+  EXPECT_DOUBLE_EQ(folded.group, 16);
+  EXPECT_DOUBLE_EQ(folded.localExperts, 4);
+  EXPECT_DOUBLE_EQ(folded.tokensPerExpert, 512);
+}
+
+// Folded, a device's expert products do the FLOPs of the split ones (half the experts at twice
+// the width) and its router scores half the tokens: a forward differs by the router's
+// 2·h·E·(T/t − T) = 2·256·16·(64 − 128) FLOPs (smallTransformer: h 256, 128 tokens).
+TEST(CostModelTest, FoldedExpertsDoTheSplitWorkButRouteTheirOwnTokens) {
+  ir::Model model = smallTransformer(2);
+  model.transformer.moe.experts = 16;
+  model.transformer.moe.topK = 2;
+  model.transformer.moe.expertFfn = 384;
+  Layout layout;
+  layout.expert = 4;
+  layout.tensor = 2;
+  layout.sequenceParallel = true;
+  Work split = getUnitWork(model, UnitKind::Layer, 0, PassKind::Forward, layout);
+  layout.expertFold = true;
+  Work folded = getUnitWork(model, UnitKind::Layer, 0, PassKind::Forward, layout);
+  double expected = 2.0 * 256 * 16 * (64 - 128);
+  EXPECT_NEAR(folded.getFlops() - split.getFlops(), expected, 1e-9 * split.getFlops());
+  // The grouped products: 16/(4·2) = 2 experts of 2·384 = 768 gate-and-up columns, against
+  // 16/4 = 4 of 384.
+  auto experts = [](const Work &work) {
+    for (const Gemm &gemm : work.gemms)
+      if (gemm.name == "experts gate and up")
+        return std::pair{gemm.batch, gemm.n};
+    return std::pair{0.0, 0.0};
+  };
+  EXPECT_EQ(experts(split), std::pair(4.0, 384.0));
+  EXPECT_EQ(experts(folded), std::pair(2.0, 768.0));
 }
 
 // An MoE layer's FLOPs at even routing equal a dense layer's with the MLP replaced by top_k experts

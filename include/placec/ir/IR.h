@@ -537,6 +537,22 @@ enum class ExpertDispatcher {
 /// The value as written: `alltoall`, `deepep`, `hybridep`.
 llvm::StringRef toString(ExpertDispatcher dispatcher);
 
+/// `expert_tensor = split | fold;`: how the routed experts meet the tensor axes.
+enum class ExpertTensor {
+  /// `split` (the default): each routed expert is split over the tensor axes like a dense MLP
+  /// (Megatron-Core's expert tensor-parallel size equal to the tensor-parallel size). Every
+  /// tensor-parallel rank routes all the tokens of its group.
+  Split,
+  /// `fold`: Megatron-Core's MoE parallel folding with --expert-tensor-parallel-size 1 (Liu et
+  /// al. 2025, "MoE Parallel Folding", arXiv:2504.14960): the routed experts are whole on each
+  /// device and the tensor axes' devices join the expert group, E/(ep·t) experts a device; each
+  /// tensor-parallel rank routes its own sequence shard, and the dispatch and combine run over the
+  /// expert and tensor axes together.
+  Fold,
+};
+/// The value as written: `split`, `fold`.
+llvm::StringRef toString(ExpertTensor mode);
+
 /// `sp_inputs = regather | keep;`: what a column-parallel product (QKV, the MLP's input, the
 /// output layer) keeps of its input for its weight gradient under sequence parallelism, where the
 /// input is the all-gather of the sequence-split activations.
@@ -811,6 +827,15 @@ public:
   /// `dispatcher = ...;`: how the expert-parallel all-to-alls move the routed rows.
   ExpertDispatcher expertDispatcher = ExpertDispatcher::AllToAll;
   llvm::SMLoc expertDispatcherLoc;
+  /// `expert_tensor = ...;`: whether the routed experts are split over the tensor axes or fold
+  /// them into the expert group.
+  ExpertTensor expertTensor = ExpertTensor::Split;
+  llvm::SMLoc expertTensorLoc;
+  /// Whether the routed experts fold the tensor axes into their group (`expert_tensor = fold`)
+  /// on a mesh with a tensor axis of more than one device.
+  bool foldsExpertTensor() const {
+    return expertTensor == ExpertTensor::Fold && mesh.getDegree(AxisKind::Tensor) > 1;
+  }
   /// Whether the backward gathers the column-parallel products' inputs again: sequence
   /// parallelism with `sp_inputs = regather`.
   bool regathersInputs() const {

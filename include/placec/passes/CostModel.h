@@ -350,6 +350,9 @@ struct Layout {
   ir::ContextMethod contextMethod = ir::ContextMethod::Ring;
   ir::ContextMerge contextMerge = ir::ContextMerge::Fused;
   int64_t expert = 1; ///< Expert-parallel degree (the routed experts split across devices).
+  /// `expert_tensor = fold` under a tensor degree above 1: the routed experts whole on each
+  /// device, the tensor axes' devices in their group (getMoeShape).
+  bool expertFold = false;
   bool sequenceParallel = false;
   /// What sequence parallelism's column-parallel products keep of their gathered input
   /// (`sp_inputs`): under `keep` the two layer inputs they read are kept whole.
@@ -403,13 +406,17 @@ int64_t getUnitWorkClass(const ir::Model &model, UnitKind unit, int64_t layer);
 /// Mixture-of-experts layers on one device for one micro-batch (Fedus et al. 2021, "Switch
 /// Transformers", §2.1; Megatron-Core's token dispatcher). Every device routes its own T = b·s/cp
 /// tokens (all of them on every tensor-parallel rank) and sends each to its top_k experts'
-/// devices. Dropless, the dispatch buffer holds T·k rows of h; with a capacity factor c each
-/// expert takes C = ⌈c·T·k/E⌉ rows from each source device, padded, so the buffer is E·C rows.
+/// devices, E/ep experts on each. Under Layout::expertFold each tensor-parallel rank routes its
+/// own sequence shard, T = b·s/(cp·t), to a group of ep·t devices holding E/(ep·t) whole experts
+/// each (Megatron-Core's --expert-tensor-parallel-size 1). Dropless, the dispatch buffer holds T·k
+/// rows of h; with a capacity factor c each expert takes C = ⌈c·T·k/E⌉ rows from each source
+/// device, padded, so the buffer is E·C rows.
 struct MoeShape {
   double tokens = 0;          ///< T: tokens routed by one device.
   double dispatchRows = 0;    ///< Rows of h in one device's dispatch buffer.
   double capacity = 0;        ///< C per expert per source device; 0 when dropless.
-  double localExperts = 0;    ///< E/ep experts on one device.
+  double localExperts = 0;    ///< E/ep experts on one device (E/(ep·t) folded).
+  double group = 1;           ///< Devices of the expert group: ep (ep·t folded).
   double tokensPerExpert = 0; ///< Rows each local expert computes (× imbalance when dropless).
 };
 MoeShape getMoeShape(const ir::TransformerConfig &config, const Layout &layout,

@@ -66,6 +66,9 @@ struct Candidate {
   /// ep > 1, no pipeline or an interleaved one, no full recomputation, not fp32: the verifier's
   /// conditions).
   bool epOverlap = false;
+  /// `expert_tensor = fold;`: the routed experts whole over ep × tp (only with ep > 1 and tp > 1,
+  /// where the group ep·tp divides the experts).
+  bool expertFold = false;
   /// `dispatcher = …;` (only with ep > 1): the searched run's strategy's, the same for every
   /// candidate.
   ir::ExpertDispatcher dispatcher = ir::ExpertDispatcher::AllToAll;
@@ -175,6 +178,9 @@ struct SearchOptions {
   /// The ep_overlap settings to explore for a mixture of experts where they apply (ep > 1, no
   /// pipeline, no full recomputation, not fp32); empty: `false`. Elsewhere `false`.
   std::vector<ir::ExpertOverlap> epOverlap;
+  /// The expert_tensor settings to explore for a mixture of experts where `fold` applies (ep > 1,
+  /// tp > 1, ep·tp dividing the experts); empty: `split`. Elsewhere `split`.
+  std::vector<ir::ExpertTensor> expertTensor;
   /// What sequence parallelism's column-parallel products keep in every candidate (`sp_inputs`):
   /// `regather` as Megatron-LM, `keep` as PyTorch.
   ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather;
@@ -352,6 +358,11 @@ std::optional<std::vector<ir::AsyncTensorParallel>> parseAsyncTensorParallel(llv
 std::optional<std::vector<ir::ExpertOverlap>>
 parseExpertOverlap(llvm::StringRef text, const ir::Run &run, std::string &error);
 
+/// Parses `--expert-tensor split,fold` into expert_tensor settings; on an error (an unknown
+/// name, or `fold` for a model without experts) returns nullopt and sets `error`.
+std::optional<std::vector<ir::ExpertTensor>>
+parseExpertTensor(llvm::StringRef text, const ir::Run &run, std::string &error);
+
 /// Parses `--context ring,all_to_all` into the context-parallel methods to explore (`none`
 /// alone: an empty list, no context axis); on an error (an unknown name) returns nullopt and sets
 /// `error`.
@@ -416,6 +427,9 @@ struct SearchCommandOptions {
   /// `--ep-overlap`: a comma-separated list of false and true; empty: false
   /// (SearchOptions::epOverlap).
   std::string epOverlap;
+  /// `--expert-tensor`: a comma-separated list of split and fold; empty: split
+  /// (SearchOptions::expertTensor).
+  std::string expertTensor;
   /// `--context`: a comma-separated list of none, ring, all_gather and all_to_all; empty: every
   /// method (SearchOptions::contextMethods).
   std::string context;

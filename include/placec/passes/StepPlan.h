@@ -191,6 +191,10 @@ struct UnitLayout {
   int64_t context = 1;
   ir::ContextMethod contextMethod = ir::ContextMethod::Ring;
   int64_t expert = 1;
+  /// `expert_tensor = fold` with a tensor degree above 1 (ir::Strategy::foldsExpertTensor): the
+  /// MoE layers' routed experts whole, their dispatch and combine over the expert and tensor
+  /// axes, each tensor rank routing its own sequence shard.
+  bool expertFold = false;
   /// The devices that see different tokens of the batch: batch × sequence × expert degrees.
   int64_t samples = 1;
   /// The backward gathers the column-parallel products' inputs again (regathersInputs).
