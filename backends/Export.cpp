@@ -1091,10 +1091,6 @@ private:
       refuse("dispatcher = " + ir::toString(strategy.expertDispatcher) +
              ": placec writes torchtitan's expert parallelism with its all-to-all only (write "
              "dispatcher = alltoall, the default)");
-    if (strategy.foldsExpertTensor())
-      refuse("expert_tensor = fold: placec writes torchtitan's expert parallelism with the "
-             "experts split over the tensor axis like the dense MLP (write expert_tensor = "
-             "split, the default)");
     if (run.kernels == ir::KernelMode::Eager &&
         strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off && view.tensorDegree > 1)
       refuse("kernels = eager with async_tp: torchtitan applies asynchronous tensor parallelism "
@@ -1258,8 +1254,16 @@ private:
     os << "data_parallel_shard_degree = " << shard << "\n";
     if (shard > 1)
       os << "fsdp_reshard_after_forward = \"" << (keepAfterForward ? "never" : "always") << "\"\n";
-    if (view.expertDegree > 1)
-      os << "expert_parallel_degree = " << view.expertDegree << "\n";
+    // torchtitan's expert_tensor_parallel_degree (aeb3a4baf, 2025-08-13) defaults to 1, the
+    // experts whole with the tensor ranks in their group (`expert_tensor = fold`, an expert group
+    // of ep · tp); split experts say tp.
+    if (view.expertDegree > 1) {
+      bool fold = strategy.foldsExpertTensor();
+      os << "expert_parallel_degree = " << view.expertDegree * (fold ? view.tensorDegree : 1)
+         << "\n";
+      if (view.tensorDegree > 1)
+        os << "expert_tensor_parallel_degree = " << (fold ? 1 : view.tensorDegree) << "\n";
+    }
     os << "tensor_parallel_degree = " << view.tensorDegree << "\n";
     bool async =
         strategy.asyncTensorParallel != ir::AsyncTensorParallel::Off && view.tensorDegree > 1;

@@ -96,6 +96,7 @@ constexpr const char *kTorchtitanKeys[] = {
     "parallelism.context_parallel_degree",
     "parallelism.context_parallel_rotate_method",
     "parallelism.expert_parallel_degree",
+    "parallelism.expert_tensor_parallel_degree",
     "activation_checkpoint",
     "activation_checkpoint.mode",
     "activation_checkpoint.selective_ac_option",
@@ -460,6 +461,7 @@ private:
     int64_t pp = getInt("parallelism.pipeline_parallel_degree").value_or(1);
     int64_t cp = getInt("parallelism.context_parallel_degree").value_or(1);
     int64_t ep = getInt("parallelism.expert_parallel_degree").value_or(1);
+    std::optional<int64_t> etp = getInt("parallelism.expert_tensor_parallel_degree");
     std::optional<int64_t> localValue = getInt("training.local_batch_size");
     std::optional<int64_t> legacyBatch = getInt("training.batch_size");
     std::optional<int64_t> globalValue = getInt("training.global_batch_size", -1);
@@ -563,12 +565,40 @@ private:
     }
     if (pp > 1)
       imported.axes.push_back({"pp", pp});
-    // Expert parallelism ("dp2ep") takes its ranks from the FSDP ones: [dp_shard / ep, ep].
-    if (ep > 1 && shard % ep != 0) {
-      refuse("parallelism.expert_parallel_degree",
-             Twine(ep) + " does not divide data_parallel_shard_degree " + Twine(shard));
+    // Expert parallelism ("dp2ep") takes its ranks from the FSDP ones: [dp_shard / ep, ep]. Under
+    // tensor parallelism torchtitan's expert_tensor_parallel_degree (added in aeb3a4baf,
+    // 2025-08-13, default 1) says whether the experts are split over the tensor ranks like the
+    // dense MLP (tp) or whole, the tensor ranks in their group (1: the group of ep is ep / tp
+    // FSDP ranks times the tp tensor ranks, `expert_tensor = fold`).
+    int64_t expertTensor = etp.value_or(1);
+    if (etp && *etp != 1 && *etp != tp) {
+      refuse("parallelism.expert_tensor_parallel_degree",
+             Twine(*etp) +
+                 ": torchtitan takes 1 (whole experts, the tensor ranks in their "
+                 "group) or tensor_parallel_degree, " +
+                 Twine(tp));
       return false;
     }
+    bool fold = ep > 1 && tp > 1 && expertTensor == 1;
+    if (fold && (ep % tp != 0 || ep / tp < 2)) {
+      refuse("parallelism.expert_parallel_degree",
+             Twine(ep) + " with expert_tensor_parallel_degree 1 (torchtitan's default) over " +
+                 Twine(tp) + " tensor ranks: Place folds the tensor ranks into an expert axis " +
+                 "of 2 or more FSDP ranks, so it must be a multiple of " + Twine(tp) +
+                 " above it (or write expert_tensor_parallel_degree = " + Twine(tp) +
+                 " to split the experts)");
+      return false;
+    }
+    int64_t epAxis = fold ? ep / tp : ep;
+    if (epAxis > 1 && shard % epAxis != 0) {
+      refuse("parallelism.expert_parallel_degree",
+             Twine(ep) + (fold ? " over " + Twine(tp) + " tensor ranks" : Twine()) + ": " +
+                 Twine(epAxis) + " does not divide data_parallel_shard_degree " + Twine(shard));
+      return false;
+    }
+    if (fold)
+      imported.expertTensor = ir::ExpertTensor::Fold;
+    ep = epAxis;
     int64_t shardRest = shard / ep;
     bool hybrid = replicate > 1 && shardRest > 1;
     std::string shardAxis = hybrid ? "dp_shard" : "dp";
