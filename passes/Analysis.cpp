@@ -211,7 +211,7 @@ private:
                         [&](unsigned axis) { return kindOf(axis) == ir::AxisKind::Expert; }) &&
            llvm::all_of(op.axes, [&](unsigned axis) {
              return kindOf(axis) == ir::AxisKind::Expert ||
-                    (strategy.foldsExpertTensor() && kindOf(axis) == ir::AxisKind::Tensor);
+                    (layout.expertFold && kindOf(axis) == ir::AxisKind::Tensor);
            });
   }
   /// Communication inside a unit that runs beside the unit's compute: the tensor-parallel
@@ -331,7 +331,7 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
 
   if (model.isMoe()) {
     int64_t ep = mesh.getDegree(ir::AxisKind::Expert) *
-                 (strategy.foldsExpertTensor() ? mesh.getDegree(ir::AxisKind::Tensor) : 1);
+                 (layout.expertFold ? mesh.getDegree(ir::AxisKind::Tensor) : 1);
     Shard expertParams = shardOf(ir::State::Params, true, explain),
           expertGrads = shardOf(ir::State::Grads, true, explain),
           expertOptimizer = shardOf(ir::State::Optimizer, true, explain);

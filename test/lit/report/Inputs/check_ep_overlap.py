@@ -25,7 +25,8 @@ def exposed(name):
     return runs[name]["time"]["exposed_comm_s"]
 
 
-for on, off in (("overlap", "plain"), ("overlap_one", "plain_one")):
+for on, off in (("overlap", "plain"), ("overlap_one", "plain_one"),
+                ("overlap_fold", "plain_fold")):
     a = all_to_alls(runs[off])
     assert a > 0 and close(a, all_to_alls(runs[on])), (on, a)
     m = runs[off]["batch"]["microbatches_per_step"]
@@ -61,7 +62,8 @@ def layers_in_flight(run, overlap):
     return min(layers, m * n)
 
 
-for on, off in (("overlap", "plain"), ("overlap_one", "plain_one"), ("overlap_pp", "plain_pp")):
+for on, off in (("overlap", "plain"), ("overlap_one", "plain_one"), ("overlap_pp", "plain_pp"),
+                ("overlap_fold", "plain_fold")):
     first = [runs[name]["memory"]["stages"][0]["device"]["activations"] for name in (on, off)]
     counted = [layers_in_flight(runs[on], True), layers_in_flight(runs[off], False)]
     assert close(first[0] * counted[1], first[1] * counted[0]), (on, first, counted)
