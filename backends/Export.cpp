@@ -714,12 +714,10 @@ private:
     // Folded (expert_tensor = fold), Megatron-Core's expert group is the expert axis times the
     // tensor axis: the [.., ep, tp] ranks that checkMegatronOrder leaves consecutive, as its
     // expert rank order etp-ep-edp-pp with ETP 1 numbers them.
-    if (view.expertDegree > 1 && strategy.foldsExpertTensor()) {
-      flag("--expert-model-parallel-size", Twine(view.expertDegree * view.tensorDegree));
+    if (view.expertDegree > 1)
+      flag("--expert-model-parallel-size", Twine(strategy.getExpertGroupDegree()));
+    if (view.expertDegree > 1 && strategy.foldsExpertTensor())
       flag("--expert-tensor-parallel-size", "1");
-    } else if (view.expertDegree > 1) {
-      flag("--expert-model-parallel-size", Twine(view.expertDegree));
-    }
     bool layout = view.layersDegree > 1 && strategy.pipeline && !strategy.pipeline->layout.empty();
     // Megatron-Core derives the virtual stages from a layout (quoted: it holds '|', '(' and '*').
     if (layout)
@@ -1258,11 +1256,10 @@ private:
     // experts whole with the tensor ranks in their group (`expert_tensor = fold`, an expert group
     // of ep · tp); split experts say tp.
     if (view.expertDegree > 1) {
-      bool fold = strategy.foldsExpertTensor();
-      os << "expert_parallel_degree = " << view.expertDegree * (fold ? view.tensorDegree : 1)
-         << "\n";
+      os << "expert_parallel_degree = " << strategy.getExpertGroupDegree() << "\n";
       if (view.tensorDegree > 1)
-        os << "expert_tensor_parallel_degree = " << (fold ? 1 : view.tensorDegree) << "\n";
+        os << "expert_tensor_parallel_degree = "
+           << (strategy.foldsExpertTensor() ? 1 : view.tensorDegree) << "\n";
     }
     os << "tensor_parallel_degree = " << view.tensorDegree << "\n";
     bool async =

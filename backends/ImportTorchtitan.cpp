@@ -570,7 +570,6 @@ private:
     // 2025-08-13, default 1) says whether the experts are split over the tensor ranks like the
     // dense MLP (tp) or whole, the tensor ranks in their group (1: the group of ep is ep / tp
     // FSDP ranks times the tp tensor ranks, `expert_tensor = fold`).
-    int64_t expertTensor = etp.value_or(1);
     if (etp && *etp != 1 && *etp != tp) {
       refuse("parallelism.expert_tensor_parallel_degree",
              Twine(*etp) +
@@ -579,7 +578,7 @@ private:
                  Twine(tp));
       return false;
     }
-    bool fold = ep > 1 && tp > 1 && expertTensor == 1;
+    bool fold = ep > 1 && tp > 1 && etp.value_or(1) == 1;
     if (fold && (ep % tp != 0 || ep / tp < 2)) {
       refuse("parallelism.expert_parallel_degree",
              Twine(ep) + " with expert_tensor_parallel_degree 1 (torchtitan's default) over " +

@@ -330,16 +330,16 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
   x.optimizerShardText = optimizerShard.text;
 
   if (model.isMoe()) {
-    int64_t ep = mesh.getDegree(ir::AxisKind::Expert) *
-                 (layout.expertFold ? mesh.getDegree(ir::AxisKind::Tensor) : 1);
     Shard expertParams = shardOf(ir::State::Params, true, explain),
           expertGrads = shardOf(ir::State::Grads, true, explain),
           expertOptimizer = shardOf(ir::State::Optimizer, true, explain);
     x.expertParamShard = expertParams.degree;
     x.expertGradShard = expertGrads.degree;
     x.expertOptimizerShard = expertOptimizer.degree;
+    // The devices of an expert group, as the cost model counts them (ep, or ep·t folded).
+    double group = explain ? cost::getMoeShape(model.transformer, layout).group : 1;
     std::string split =
-        explain && ep > 1 ? fmt::format(" (E/{} experts per device)", ep) : std::string();
+        group > 1 ? fmt::format(" (E/{} experts per device)", group) : std::string();
     x.expertParamShardText = expertParams.text + split;
     x.expertGradShardText = expertGrads.text;
     x.expertOptimizerShardText = expertOptimizer.text;

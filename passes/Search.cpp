@@ -2368,9 +2368,6 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
   const std::vector<ir::ExpertTensor> &tensorValues =
       options.expertTensor.empty() ? splitOnly : options.expertTensor;
   bool exploresFold = llvm::is_contained(tensorValues, ir::ExpertTensor::Fold);
-  auto foldsExperts = [&](int64_t ep, int64_t tp) {
-    return model.isMoe() && ep > 1 && tp > 1 && model.transformer.moe.experts % (ep * tp) == 0;
-  };
   auto overlapsExperts = [](int64_t ep, int64_t pp, const Pipeline &pipeline,
                             ir::ActivationMode mode, ir::Precision precision) {
     return ep > 1 &&
@@ -2473,6 +2470,10 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
     int64_t rest = devices / (tp * pp);
     // The devices that take different samples: dp × ep (the context ranks share theirs).
     int64_t samples = rest / cp;
+    // Whether this group's candidates fold their experts too: an expert and a tensor axis whose
+    // devices together divide the experts, fold explored.
+    bool foldsHere = exploresFold && model.isMoe() && ep > 1 && tp > 1 &&
+                     model.transformer.moe.experts % (ep * tp) == 0;
     const PrecisionVariant &variant = *group.variant;
     SearchResult &counts = share.counts;
     uint64_t order = index << 32;
@@ -2497,8 +2498,7 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
             for (ir::ExpertOverlap overlap :
                  overlapsExperts(ep, pp, pipeline, mode, variant.precision) ? overlapValues
                                                                             : overlapOff)
-              for (ir::ExpertTensor expertTensor :
-                   foldsExperts(ep, tp) ? tensorValues : splitOnly) {
+              for (ir::ExpertTensor expertTensor : foldsHere ? tensorValues : splitOnly) {
                 Candidate c;
                 c.pp = pp;
                 c.dpNode = samples / ep;
@@ -2557,7 +2557,7 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
                   // The overlap holds more than the same plan without it, and split experts more
                   // than folded ones, which the plans after it may not: only the most frugal
                   // variant prunes them.
-                  if (!c.epOverlap && (c.expertFold || !exploresFold || !foldsExperts(ep, tp))) {
+                  if (!c.epOverlap && (c.expertFold || !foldsHere)) {
                     lessOver = true;
                     if (mode == ir::ActivationMode::RecomputeFull)
                       smallerOver.insert(pipeline);

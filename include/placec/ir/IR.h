@@ -836,6 +836,13 @@ public:
   bool foldsExpertTensor() const {
     return expertTensor == ExpertTensor::Fold && mesh.getDegree(AxisKind::Tensor) > 1;
   }
+  /// The devices of an expert group: the expert axes' degree, times the tensor axes' where they
+  /// are folded in (Megatron-Core's --expert-model-parallel-size, torchtitan's
+  /// expert_parallel_degree).
+  int64_t getExpertGroupDegree() const {
+    return mesh.getDegree(AxisKind::Expert) *
+           (foldsExpertTensor() ? mesh.getDegree(AxisKind::Tensor) : 1);
+  }
   /// Whether the backward gathers the column-parallel products' inputs again: sequence
   /// parallelism with `sp_inputs = regather`.
   bool regathersInputs() const {
