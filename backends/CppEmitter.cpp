@@ -150,6 +150,11 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "placert's transformer has biases on every linear layer or on none; declare "
              "bias = true or bias = false");
     forEachCommonUnsupported(run, "the CPU trainer", refuse);
+    if (strategy.foldsExpertTensor() && config.moe.sharedExperts > 0)
+      refuse(strategy.expertTensorLoc,
+             "expert_tensor = fold with shared_experts = " + Twine(config.moe.sharedExperts),
+             "the CPU trainer's folded MoE layer routes each tensor rank's own rows and has no "
+             "tensor-parallel MLP for shared experts (write expert_tensor = split)");
     if (config.moe.routerBias)
       refuse(model.loc, "router_bias = true", "the CPU trainer's router has no bias");
     if (config.mlp == ir::MlpActivation::Relu2)
@@ -675,8 +680,9 @@ void Emitter::emitMain() {
                           tier(expertParams.tier != ir::Tier::Device)));
       os.line(fmt::format("expertPlacement.gradsTier = {};", tier(expertGradsOnHost)));
       os.line(fmt::format("expertPlacement.optimizerTier = {};", tier(expertOptimizerOnHost)));
-      os.line(fmt::format("placert::ExpertParallelism expert{{{}, {}, expertPlacement}};",
-                          axisGroup(expertAxes), mesh.getDegree(ir::AxisKind::Expert)));
+      os.line(fmt::format("placert::ExpertParallelism expert{{{}, {}, expertPlacement{}}};",
+                          axisGroup(expertAxes), mesh.getDegree(ir::AxisKind::Expert),
+                          strategy.foldsExpertTensor() ? ", /*foldTensor=*/true" : ""));
       if (sequenceAxes.empty())
         trainerArgs += ", placert::ContextParallelism{}";
       trainerArgs += ", expert";

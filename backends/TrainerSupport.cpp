@@ -24,10 +24,6 @@ void forEachCommonUnsupported(const ir::Run &run, StringRef trainer, RefuseFn re
     refuse(run.strategy->gradReduceLoc, "grad_reduce = all_reduce",
            trainer + " reduce-scatters the gradients into the optimizer shard each rank updates "
                      "(write grad_reduce = reduce_scatter)");
-  if (run.strategy && run.strategy->foldsExpertTensor())
-    refuse(run.strategy->expertTensorLoc, "expert_tensor = fold",
-           trainer + " splits the routed experts over the tensor axes like a dense MLP (write "
-                     "expert_tensor = split, the default)");
   const ir::Model &model = *run.model;
   if (model.kind != ir::ModelKind::Transformer)
     return;

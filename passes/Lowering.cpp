@@ -249,6 +249,10 @@ private:
   /// The axes of an expert group's dispatch and combine: the expert axes, and the tensor axes
   /// with them under `expert_tensor = fold`, in mesh order.
   std::vector<unsigned> expertGroupAxes;
+  /// The axes whose ranks route different tokens of the global micro-batch, over which the
+  /// load-balancing loss's statistics are summed: the batch axes, and the tensor axes too under
+  /// `expert_tensor = fold` (each tensor rank routes its own sequence shard).
+  std::vector<unsigned> routingAxes;
   std::optional<unsigned> layersAxis;
   /// The head unit that holds the word embedding's copy (buildUnits) and the embedding unit it
   /// mirrors; -1 without a copy.
@@ -354,6 +358,11 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   if (unitLayout.expertFold) {
     expertGroupAxes.insert(expertGroupAxes.end(), tensorAxes.begin(), tensorAxes.end());
     llvm::sort(expertGroupAxes);
+  }
+  routingAxes = batchAxes;
+  if (unitLayout.expertFold) {
+    routingAxes.insert(routingAxes.end(), tensorAxes.begin(), tensorAxes.end());
+    llvm::sort(routingAxes);
   }
   unitLayout.samples = product(mesh, batchAxes);
   unitLayout.microBatch = run.microBatch;
@@ -645,7 +654,7 @@ void Lowering::lowerStage(StagePlan &stage) {
       setCollective(op, c.kind, phase, ir::State::Activations, unitIndex,
                     c.over == ir::AxisKind::Tensor   ? tensorAxes
                     : c.over == ir::AxisKind::Expert ? expertGroupAxes
-                    : c.over == ir::AxisKind::Batch  ? batchAxes
+                    : c.over == ir::AxisKind::Batch  ? routingAxes
                                                      : contextAxes,
                     c.elements, c.fp8 ? DType::FP8 : aType, true, c.what + Twine(" (") + why + ")");
       op.recomputed = recomputed;
@@ -1156,7 +1165,7 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
   if (unit == cost::UnitKind::Layer && model.kind == ir::ModelKind::Transformer &&
       model.transformer.isMoeBlock(layer)) {
     const ir::MoeConfig &moe = model.transformer.moe;
-    if (forwardPass && moe.auxLoss > 0 && layout.samples > 1)
+    if (forwardPass && moe.auxLoss > 0 && layout.samples * (foldedMoe ? layout.tensor : 1) > 1)
       experts.push_back({OpKind::AllReduce, ir::AxisKind::Batch, 2 * moe.experts,
                          "load-balancing loss: sum the routing statistics of the micro-batch"});
     if (!forwardPass && moe.topK > 1 && layout.tensor > 1 && !foldedMoe)

@@ -125,8 +125,14 @@ std::vector<TensorInfo> GptModel::getTensors(UnitKind kind, int64_t layer) const
     }
   } else if (kind == UnitKind::Experts) {
     // [experts, fused · expert_ffn, hidden], [experts, hidden, expert_ffn] and their biases,
-    // flattened to [experts · rows, cols]; each rank holds experts / ep of them.
+    // flattened to [experts · rows, cols]; each rank holds experts / ep of them, split over the
+    // tensor axes like a dense MLP, or whole when they fold the tensor axes into their group
+    // (experts / (ep · t) of them).
     const MoeShape &e = m.moe;
+    const bool fold = config.expertFold;
+    const Split column = fold ? Split::Whole : Split::Column,
+                row = fold ? Split::Whole : Split::Row;
+    const Split rowBias = fold ? Split::Whole : Split::Replicated;
     std::string p = "layers." + std::to_string(layer) + ".moe.experts.";
     int64_t fused = m.swiglu ? 2 : 1, E = e.experts, f = e.expertFfn;
     auto expert = [&](std::vector<int64_t> dims) {
@@ -136,16 +142,16 @@ std::vector<TensorInfo> GptModel::getTensors(UnitKind kind, int64_t layer) const
       tensor.fused = tensor.split == Split::Column ? fused : 1;
       tensor.dims = std::move(dims);
     };
-    add(p + "up.weight", E * fused * f, h, Split::Column, Init::Weight, h);
+    add(p + "up.weight", E * fused * f, h, column, Init::Weight, h);
     expert({E, fused * f, h});
     if (bias) {
-      add(p + "up.bias", E * fused * f, 1, Split::Column, Init::Bias, h);
+      add(p + "up.bias", E * fused * f, 1, column, Init::Bias, h);
       expert({E, fused * f});
     }
-    add(p + "down.weight", E * h, f, Split::Row, Init::Weight, f);
+    add(p + "down.weight", E * h, f, row, Init::Weight, f);
     expert({E, h, f});
     if (bias) {
-      add(p + "down.bias", E * h, 1, Split::Replicated, Init::Bias, f);
+      add(p + "down.bias", E * h, 1, rowBias, Init::Bias, f);
       expert({E, h});
     }
   } else {
@@ -224,6 +230,10 @@ int64_t GptModel::getLocalRows() const {
   return config.sequenceParallel ? rows / config.tensorDegree : rows;
 }
 
+int64_t GptModel::getRoutedRows() const {
+  return config.expertFold ? getLocalRows() : config.microBatch * getLocalSeq();
+}
+
 int64_t GptModel::getPosition(int64_t local) const {
   return contextPosition(config.shape.seq, config.contextDegree, config.contextIndex, local);
 }
@@ -253,10 +263,11 @@ std::vector<std::pair<int64_t, int64_t>> GptModel::getReplicatedRanges(UnitKind 
   if (kind == UnitKind::Embed)
     return ranges;
   // The router and the routed experts see every token of the tensor-parallel group (the MoE
-  // block gathers the sequence first), so their gradients are whole on each tensor rank.
+  // block gathers the sequence first), so their gradients are whole on each tensor rank; folded,
+  // the router sees this rank's own rows, and its gradients are summed with the norms'.
   for (const TensorInfo &tensor : getTensors(kind, layer))
     if (tensor.split == Split::Replicated && !tensor.expertSplit &&
-        tensor.name.find(".moe.router.") == std::string::npos)
+        (config.expertFold || tensor.name.find(".moe.router.") == std::string::npos))
       ranges.emplace_back(tensor.localOffset, tensor.localRows * tensor.localCols);
   return ranges;
 }
@@ -460,11 +471,17 @@ Status GptModel::forward(UnitKind kind, int64_t layer, const float *weights, con
     std::vector<float> y2Whole;
     const float *y2 = nullptr;
     if (isMoeLayer(layer)) {
-      // The experts take the dispatched rows of the whole input, kept gathered.
-      PLACERT_TRY(gather(y2l, saved.y2));
+      // The experts take the dispatched rows of the whole input, kept gathered; folded, this
+      // rank's own rows, whose outputs need no reduction.
       std::vector<float> o2, o2Reduced;
-      PLACERT_TRY(moeForward(layer, weights, experts.weights, saved, comm, o2));
-      PLACERT_TRY(reduce(o2, o2Reduced));
+      if (config.expertFold) {
+        saved.y2 = std::move(y2l);
+        PLACERT_TRY(moeForward(layer, weights, experts.weights, saved, comm, o2Reduced));
+      } else {
+        PLACERT_TRY(gather(y2l, saved.y2));
+        PLACERT_TRY(moeForward(layer, weights, experts.weights, saved, comm, o2));
+        PLACERT_TRY(reduce(o2, o2Reduced));
+      }
       residual(saved.x1.data(), o2Reduced.data(), W("moe.shared.down.bias"), output);
       saved.complete = true;
       if (config.recompute == Recompute::Selective && !recomputing)
@@ -637,9 +654,15 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
     addBiasGrad(outputGrad, G(moe        ? "moe.shared.down.bias"
                               : m.swiglu ? "mlp.down.bias"
                                          : "mlp.proj.bias"));
+    // Folded experts route this rank's own rows: the output gradient as it is, the input
+    // gradient without a reduction.
+    const bool folded = moe && config.expertFold;
     std::vector<float> dout;
-    PLACERT_TRY(gather(outputGrad, dout));
-    std::vector<float> dy2(static_cast<size_t>(R * h)), dy2Reduced;
+    if (folded)
+      dout.assign(outputGrad, outputGrad + Rl * h);
+    else
+      PLACERT_TRY(gather(outputGrad, dout));
+    std::vector<float> dy2(static_cast<size_t>((folded ? Rl : R) * h)), dy2Reduced;
     std::vector<float> dg(static_cast<size_t>(moe ? 0 : R * fl));
     if (moe) {
       PLACERT_TRY(moeBackward(layer, weights, experts.weights, grads, experts.grads, saved, comm,
@@ -667,7 +690,10 @@ Status GptModel::backward(UnitKind kind, int64_t layer, const float *weights,
       kernels->linearWeightGrad(y2, dg.data(), G("mlp.fc.weight"), G("mlp.fc.bias"), R, h, fl);
       kernels->linearInputGrad(dg.data(), W("mlp.fc.weight"), dy2.data(), R, h, fl);
     }
-    PLACERT_TRY(reduce(dy2, dy2Reduced));
+    if (folded)
+      dy2Reduced = std::move(dy2);
+    else
+      PLACERT_TRY(reduce(dy2, dy2Reduced));
     std::vector<float> dx1(static_cast<size_t>(Rl * h));
     normBackward(saved.x1.data(), W("ln2.weight"), saved.mean2, saved.rstd2, dy2Reduced.data(),
                  dx1.data(), G("ln2.weight"), G("ln2.bias"), Rl);
@@ -928,7 +954,7 @@ int64_t GptModel::getExpertCapacity() const {
   const MoeShape &e = config.shape.moe;
   if (e.capacityFactor <= 0)
     return 0;
-  double tokens = static_cast<double>(config.microBatch * getLocalSeq());
+  double tokens = static_cast<double>(getRoutedRows());
   return static_cast<int64_t>(std::ceil(e.capacityFactor * tokens * static_cast<double>(e.topK) /
                                         static_cast<double>(e.experts)));
 }
@@ -1011,9 +1037,10 @@ Status GptModel::moeForward(int64_t layer, const float *weights, const float *ex
                             std::vector<float> &partial) {
   const GptShape &m = config.shape;
   const MoeShape &e = m.moe;
-  const int64_t h = m.hidden, R = config.microBatch * getLocalSeq(), t = config.tensorDegree;
+  const int64_t h = m.hidden, R = getRoutedRows(), t = config.tensorDegree;
   const int64_t E = e.experts, K = e.topK, ep = config.expertDegree, El = E / ep;
-  const int64_t fl = e.expertFfn / t, fused = m.swiglu ? 2 : 1;
+  // Split experts hold expert_ffn / t of each expert's width; folded ones the whole width.
+  const int64_t fl = config.expertFold ? e.expertFfn : e.expertFfn / t, fused = m.swiglu ? 2 : 1;
   if (!expertWeights)
     return Status(StatusCode::InvalidArgument,
                   "layer " + std::to_string(layer) + " runs without its experts' weights");
@@ -1143,7 +1170,8 @@ Status GptModel::moeForward(int64_t layer, const float *weights, const float *ex
     received = dispatch;
 
   // The experts: each local expert's rows from every source, through its MLP (this tensor
-  // rank's column and row pieces; the down bias on tensor rank 0, before the reduction).
+  // rank's column and row pieces, the down bias on tensor rank 0, before the reduction; folded,
+  // whole experts with their biases).
   saved.moeInput.resize(received.size());
   forEachExpertPiece(saved.moeExpertRows, ep, El,
                      [&](int64_t, int64_t from, int64_t to, int64_t n) {
@@ -1167,8 +1195,8 @@ Status GptModel::moeForward(int64_t layer, const float *weights, const float *ex
         *kernels, m.swiglu, saved.moeInput.data() + row * h,
         X("moe.experts.up.weight") + i * fused * fl * h, upBias ? upBias + i * fused * fl : nullptr,
         X("moe.experts.down.weight") + i * h * fl,
-        downBias && config.tensorIndex == 0 ? downBias + i * h : nullptr, n, h, fl,
-        saved.moeF.data() + row * fl, m.swiglu ? saved.moeU.data() + row * fl : nullptr,
+        downBias && (config.expertFold || config.tensorIndex == 0) ? downBias + i * h : nullptr, n,
+        h, fl, saved.moeF.data() + row * fl, m.swiglu ? saved.moeU.data() + row * fl : nullptr,
         saved.moeG.data() + row * fl, outputs.data() + row * h);
   }
 
@@ -1216,9 +1244,9 @@ Status GptModel::moeBackward(int64_t layer, const float *weights, const float *e
                              UnitCollectives &comm, const float *dout, std::vector<float> &dy2) {
   const GptShape &m = config.shape;
   const MoeShape &e = m.moe;
-  const int64_t h = m.hidden, R = config.microBatch * getLocalSeq(), t = config.tensorDegree;
+  const int64_t h = m.hidden, R = getRoutedRows(), t = config.tensorDegree;
   const int64_t E = e.experts, K = e.topK, ep = config.expertDegree, El = E / ep;
-  const int64_t fl = e.expertFfn / t, fused = m.swiglu ? 2 : 1;
+  const int64_t fl = config.expertFold ? e.expertFfn : e.expertFfn / t, fused = m.swiglu ? 2 : 1;
   const bool capacity = getExpertCapacity() > 0;
   if (!expertWeights || !expertGrads)
     return Status(StatusCode::InvalidArgument,
@@ -1244,8 +1272,8 @@ Status GptModel::moeBackward(int64_t layer, const float *weights, const float *e
     dw[static_cast<size_t>(i)] = static_cast<float>(dot);
   }
   // With top_k = 1 the renormalised weight is 1 whatever the scores: nothing flows back through
-  // it, and the exchange is left out.
-  if (t > 1 && K > 1)
+  // it, and the exchange is left out; folded experts' outputs are whole.
+  if (t > 1 && K > 1 && !config.expertFold)
     PLACERT_TRY(comm.allReduce(dw.data(), R * K));
 
   // The choices' output gradients (weight · dout) to the experts, as the dispatch went.
@@ -1353,8 +1381,9 @@ Status GptModel::moeBackward(int64_t layer, const float *weights, const float *e
     }
   }
   kernels->linearWeightGrad(y2, dlogits.data(), G("moe.router.weight"), nullptr, R, h, E);
-  if (config.tensorIndex == 0) {
-    // The input gradient joins the tensor ranks' partial sums once.
+  if (config.expertFold || config.tensorIndex == 0) {
+    // The input gradient joins the tensor ranks' partial sums once (folded, each rank's rows
+    // are its own).
     std::vector<float> dRouter(static_cast<size_t>(R * h));
     kernels->linearInputGrad(dlogits.data(), W("moe.router.weight"), dRouter.data(), R, h, E);
     for (size_t i = 0; i < dRouter.size(); ++i)

@@ -18,7 +18,10 @@ namespace gpt {
 /// `Experts`: the routed experts of a mixture-of-experts layer, a unit of their own for the states
 /// (placed over the expert-data-parallel axes) whose math is part of the layer's.
 enum class UnitKind { Embed, Layer, Experts, Head };
-enum class Split { Column, Row, Vocabulary, Replicated };
+/// `Whole`: the whole tensor on the rank that holds it, which alone owns it among the tensor
+/// ranks (folded experts: each tensor rank holds other experts); `Replicated`: the same on every
+/// tensor rank, owned by tensor rank 0.
+enum class Split { Column, Row, Vocabulary, Replicated, Whole };
 
 /// One parameter tensor: [rows, cols] (a vector has cols 1), as in docs/ir.md.
 struct TensorInfo {
@@ -148,6 +151,11 @@ struct GptConfig {
   /// divided by them).
   int expertDegree = 1, expertIndex = 0;
   int batchLikeDegree = 1;
+  /// `expert_tensor = fold`: the expert group is the expert and tensor axes (expertDegree and
+  /// expertIndex are the group's), its experts whole (Split::Whole), and an MoE layer routes
+  /// this rank's own rows (getLocalRows) without the MLP block's tensor-parallel collectives;
+  /// batchLikeDegree counts the tensor ranks too.
+  bool expertFold = false;
   int64_t microbatches = 1;
   /// Tied embeddings with the head on another pipeline stage than the embedding: the head holds
   /// a copy of `embed.tokens`, the last of its tensors, which its output layer reads (Megatron-Core
@@ -180,6 +188,9 @@ public:
   /// Rows of the token matrix this rank holds between units: b·s/cp, or b·s/(cp·t) under
   /// sequence parallelism.
   int64_t getLocalRows() const;
+  /// The rows an MoE layer routes: this rank's own (getLocalRows) when the experts fold the
+  /// tensor axes, else the tensor group's whole b·s/cp.
+  int64_t getRoutedRows() const;
   /// The tokens of each sequence this rank holds: s/cp.
   int64_t getLocalSeq() const { return config.shape.seq / config.contextDegree; }
   /// The global position of this rank's `local`-th token of a sequence (contextPosition).

@@ -83,6 +83,10 @@ struct GptCore : Trainer::Core {
   std::vector<GptUnit> layout; ///< Parallel to `units`.
 
   ExpertParallelism expert;
+  /// The axes of the experts' group (the expert axes, and the tensor axes too when the experts
+  /// fold them) and of the ranks that route different tokens of the global micro-batch (the
+  /// batch-like axes, and the tensor axes too when folded), in mesh order.
+  AxisGroup expertGroupAxes, routingAxes;
 
   GptCore(Runtime &runtime, GptShape shape, TrainingSpec spec, StatePlacement placement,
           Recompute recompute, bool sequenceParallel, ContextParallelism context,
@@ -224,8 +228,8 @@ Status PlannedCollectives::next(Collective collective, int64_t elements,
   // expert axes, the load-balancing statistics over every batch-like axis, the rest over the
   // tensor axes.
   const AxisGroup &axes = over == Over::Sequence ? core.contextAxes
-                          : over == Over::Expert ? core.expertAxes
-                          : over == Over::Batch  ? core.batchAxes
+                          : over == Over::Expert ? core.expertGroupAxes
+                          : over == Over::Batch  ? core.routingAxes
                                                  : core.tensorAxes;
   const char *kind = over == Over::Sequence ? "sequence"
                      : over == Over::Expert ? "expert"
@@ -305,8 +309,8 @@ Status PlannedCollectives::expertAllToAll(const float *input,
 Status PlannedCollectives::expertCounts(const float *input, const std::vector<int64_t> &sendCounts,
                                         float *output, const std::vector<int64_t> &recvCounts) {
   Communicator *group;
-  PLACERT_TRY(core.runtime.getGroup(core.expertAxes, group));
-  return core.runtime.allToAllv(*group, join(core.expertAxes), input, sendCounts, output,
+  PLACERT_TRY(core.runtime.getGroup(core.expertGroupAxes, group));
+  return core.runtime.allToAllv(*group, join(core.expertGroupAxes), input, sendCounts, output,
                                 recvCounts, core.info(State::Activations, phase, DType::FP32));
 }
 
@@ -399,6 +403,22 @@ Status GptCore::layoutUnits() {
     if (moe.experts % ep != 0)
       return invalid("experts " + std::to_string(moe.experts) + " do not divide among " +
                      std::to_string(ep) + " expert-parallel ranks");
+    if (expert.foldTensor) {
+      // Megatron-Core's parallel folding as Place says it (docs/language.md, 6.4).
+      if (ep < 2 || t < 2)
+        return invalid("experts folding the tensor axes need an expert axis and a tensor axis "
+                       "(expert degree " +
+                       std::to_string(ep) + ", tensor degree " + std::to_string(t) + ")");
+      if (!sequenceParallel)
+        return invalid("experts folding the tensor axes need sequence parallelism (each tensor "
+                       "rank routes its own sequence shard)");
+      if (moe.experts % (ep * t) != 0)
+        return invalid("experts " + std::to_string(moe.experts) + " do not divide among the " +
+                       std::to_string(ep * t) + " ranks of the expert and tensor axes");
+      if (moe.sharedExperts > 0)
+        return invalid("shared experts beside experts folding the tensor axes are not "
+                       "supported: the runtime's folded MoE layer has no tensor-parallel MLP");
+    }
     PLACERT_TRY(divides(moe.expertFfn, "expert_ffn"));
     PLACERT_TRY(
         divides(moe.sharedExperts * moe.sharedExpertFfn, "shared_experts x shared_expert_ffn"));
@@ -441,9 +461,26 @@ Status GptCore::layoutUnits() {
   config.contextDegree = contextDegree;
   config.contextIndex = contextIndex;
   config.contextMethod = context.method;
-  config.expertDegree = expertDegree;
-  config.expertIndex = expertIndex;
-  config.batchLikeDegree = runtime.getGroupSize(batchAxes);
+  // Folded, the experts' group and the routing ranks take the tensor axes too, in mesh order.
+  bool fold = expert.foldTensor && moe.experts > 0;
+  auto withTensor = [&](const AxisGroup &axes) {
+    if (!fold)
+      return axes;
+    AxisGroup result;
+    for (const Axis &axis : runtime.getMesh())
+      if (contains(axes, axis.name) || contains(tensorAxes, axis.name))
+        result.push_back(axis.name);
+    return result;
+  };
+  expertGroupAxes = withTensor(expertAxes);
+  routingAxes = withTensor(batchAxes);
+  modelGroups.clear();
+  if (fold)
+    modelGroups = {expertGroupAxes, routingAxes};
+  config.expertFold = fold;
+  config.expertDegree = runtime.getGroupSize(expertGroupAxes);
+  config.expertIndex = runtime.getGroupIndex(expertGroupAxes);
+  config.batchLikeDegree = runtime.getGroupSize(routingAxes);
   config.microbatches = spec.microbatches;
   config.embeddingCopy = embeddingCopy;
   model = std::make_unique<gpt::GptModel>(config);

@@ -134,6 +134,7 @@ Status Trainer::Core::setup() {
     groups.push_back(expertAxes);
     groups.push_back(batchAxes);
   }
+  groups.insert(groups.end(), modelGroups.begin(), modelGroups.end());
   for (const StateLayout *layout : {&denseLayout, &expertLayout}) {
     if (layout == &expertLayout && !anyExperts)
       continue;

@@ -63,6 +63,9 @@ struct Trainer::Core {
   StatePlacement expertPlacement;
   AxisGroup expertAxes;
   int expertIndex = 0, expertDegree = 1;
+  /// Groups of axes the model's own collectives use besides the ones setup derives (the folded
+  /// experts' group of expert and tensor axes), set by layoutUnits and created with the others.
+  std::vector<AxisGroup> modelGroups;
 
   /// The axes the dense states are data parallel over: the batch, sequence (context) and expert
   /// axes, in mesh order.

@@ -253,7 +253,8 @@ struct UnitCollective {
 /// the reverse. An MoE layer with a load-balancing loss over several batch-like devices first
 /// all-reduces its 2·E routing statistics (each expert's routed fraction and mean probability)
 /// over them, so that the loss is the one of the whole micro-batch (`over` Batch: every batch,
-/// sequence and expert axis); with top_k > 1 under tensor parallelism the backward sums the
+/// sequence and expert axis, and the tensor axes under `expert_tensor = fold`, whose tensor ranks
+/// route their own sequence shards); with top_k > 1 under tensor parallelism the backward sums the
 /// combine weights' gradients, b·s/cp·k values, over the tensor axes (each rank holds a slice of
 /// every expert's output). An MoE layer over expert axes (Lepikhin et al. 2021, GShard §2.2): the
 /// forward dispatches the routed rows to their experts' devices by an all-to-all and combines the

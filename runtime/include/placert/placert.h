@@ -609,6 +609,12 @@ struct ExpertParallelism {
   AxisGroup axes;
   int degree = 1;
   StatePlacement placement = {};
+  /// The tensor axes join the experts' group (`expert_tensor = fold`, Megatron-Core's
+  /// --expert-tensor-parallel-size 1; since placert 0.5): each rank of the group of expert and
+  /// tensor axes holds experts / (ep · t) whole experts, and each tensor rank routes its own
+  /// sequence shard (sequence parallelism), so the MoE layer has no tensor-parallel collectives
+  /// of its own and the router's gradients are summed over the tensor axes with the norms'.
+  bool foldTensor = false;
 };
 
 /// What the forward keeps for the backward (`activations = keep | recompute(selective) |
