@@ -59,7 +59,8 @@ RANKS = {"ck_zero3": 4, "ck_tp_dp": 4, "ck_pp_zero1": 4, "ck_tp_zero3": 4, "ck_h
          # configs/checkpoint_cp.place
          "cck_ring": 4, "cck_single": 1, "cck_tp_dp": 4, "cck_a2a_fsdp": 4,
          # configs/checkpoint_moe.place
-         "mck_ep2": 4, "mck_ep4": 4, "mck_single": 1}
+         "mck_ep2": 4, "mck_ep4": 4, "mck_single": 1, "mck_fold": 4, "mck_fold_split": 4,
+         "mck_fold_single": 1}
 STEP2, STEP3, STEP4 = "step-00000002", "step-00000003", "step-00000004"
 
 
@@ -677,6 +678,12 @@ def mode_moe(ctx):
     # Other expert degrees: ep 4 and one rank continue the checkpoint of step 2; one rank's
     # checkpoint of step 3 continues under ep 4.
     check_reshard(ctx, "mck_ep2", ["mck_ep4", "mck_single"], {"mck_single": "mck_ep4"})
+    # Folded experts (each tensor rank holds whole experts of its own): exact resume, then the
+    # checkpoint continues with the experts split over tp and on one rank, and the split run's
+    # checkpoint of step 3 continues folded.
+    check_resume(ctx, "mck_fold")
+    check_reshard(ctx, "mck_fold", ["mck_fold_split", "mck_fold_single"],
+                  {"mck_fold_split": "mck_fold"})
 
 
 def main():
