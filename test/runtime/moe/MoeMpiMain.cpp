@@ -29,6 +29,9 @@ struct Config {
   StatePlacement dense, experts;
   int stages = 1;
   Recompute recompute = Recompute::None;
+  /// The experts fold the tensor axes (`expert_tensor = fold`): whole experts over ep × tp, each
+  /// tensor rank routing its own sequence shard.
+  bool foldTensor = false;
   /// Adam, except for the models with biases: the key bias of attention has a zero gradient (a
   /// constant added to every score of a row leaves the softmax as it is), so its computed
   /// gradient is rounding noise, which Adam's normalisation turns into updates of ±lr whose sign
@@ -103,6 +106,18 @@ bool makeConfig(const std::string &name, Config &config) {
     config.microBatch = 2;
     return true;
   }
+  if (name == "ep_tp_fold") {
+    // ep 2 × tp 2 folded (docs/runtime.md, "Folded experts"), sequence parallelism, LLaMA layout,
+    // dropless, the load-balancing loss: 4 experts over the group of 4, one whole expert a rank.
+    config.mesh = {{"ep", AxisKind::Expert, 2}, {"tp", AxisKind::Tensor, 2}};
+    shape.swiglu = shape.rmsNorm = shape.rope = true;
+    shape.bias = false;
+    shape.moe.capacityFactor = 0;
+    config.sequenceParallel = true;
+    config.foldTensor = true;
+    config.microBatch = 2;
+    return true;
+  }
   if (name == "ep_pp") {
     // pp 2 × ep 2, 4 layers, every second layer MoE (layers 0 and 2: one on each stage), 1F1B
     // over 2 micro-batches, dropless.
@@ -164,7 +179,12 @@ struct Plan {
   Config config;
   std::vector<PlanUnit> units;
   int64_t t = 1, ep = 1, batchLike = 1, rows = 0, boundary = 0;
-  AxisGroup tp, epAxes, batchAxes;
+  AxisGroup tp, epAxes;
+  /// The experts' group and the ranks that route different tokens: the expert axes and the
+  /// batch-like ones, with the tensor axes too when folded (mesh order); `routed`: the rows an
+  /// MoE layer routes on a rank.
+  AxisGroup groupAxes, routingAxes;
+  int64_t group = 1, routing = 1, routed = 0;
 };
 
 Plan makePlan(const Config &config) {
@@ -177,9 +197,20 @@ Plan makePlan(const Config &config) {
   plan.batchLike = product(config.mesh, AxisKind::Batch) * plan.ep;
   plan.tp = axesOf(config.mesh, {AxisKind::Tensor});
   plan.epAxes = axesOf(config.mesh, {AxisKind::Expert});
-  plan.batchAxes = axesOf(config.mesh, {AxisKind::Batch, AxisKind::Expert});
   plan.rows = config.microBatch * m.seq;
   plan.boundary = config.sequenceParallel ? plan.rows * m.hidden / plan.t : plan.rows * m.hidden;
+  const bool fold = config.foldTensor;
+  plan.groupAxes = axesOf(config.mesh, fold ? std::initializer_list<AxisKind>{AxisKind::Expert,
+                                                                              AxisKind::Tensor}
+                                            : std::initializer_list<AxisKind>{AxisKind::Expert});
+  plan.routingAxes = axesOf(config.mesh, fold ? std::initializer_list<AxisKind>{AxisKind::Batch,
+                                                                                AxisKind::Expert,
+                                                                                AxisKind::Tensor}
+                                              : std::initializer_list<AxisKind>{AxisKind::Batch,
+                                                                                AxisKind::Expert});
+  plan.group = fold ? plan.ep * plan.t : plan.ep;
+  plan.routing = fold ? plan.batchLike * plan.t : plan.batchLike;
+  plan.routed = fold ? plan.rows / plan.t : plan.rows;
   const int64_t h = m.hidden, t = plan.t, d = h / m.heads, fused = m.swiglu ? 2 : 1;
   const int64_t norm = m.rmsNorm ? h : 2 * h, bias = m.bias ? 1 : 0;
   auto stageOf = [&](int64_t layer) { return static_cast<int>(layer * config.stages / m.layers); };
@@ -202,8 +233,11 @@ Plan makePlan(const Config &config) {
       // The router [E, h] (replicated) and the shared experts, one MLP of width S · f_s.
       int64_t width = e.sharedExperts * e.sharedExpertFfn;
       // Its gradient is whole on every tensor rank (the block sees the gathered rows): not part
-      // of sequence parallelism's all-reduce.
+      // of sequence parallelism's all-reduce; folded, each tensor rank routes its own rows and
+      // the router's gradients are summed with the norms'.
       layer.params += e.experts * h;
+      if (fold)
+        layer.replicated += e.experts * h;
       if (width > 0) {
         layer.params += (fused + 1) * width * h / t + bias * (fused * width / t + h);
         layer.replicated += bias * h;
@@ -211,11 +245,12 @@ Plan makePlan(const Config &config) {
     }
     plan.units.push_back(layer);
     if (layer.moe) {
-      // experts / ep experts: up [fused · f, h] column, down [h, f] row, biases.
+      // experts / ep experts: up [fused · f, h] column, down [h, f] row, biases; folded,
+      // experts / (ep · t) whole ones.
       PlanUnit experts{layer.name + ".experts", static_cast<int>(l), layer.stage, true};
       experts.kind = PlanUnit::Experts;
-      int64_t local = e.experts / plan.ep, f = e.expertFfn;
-      experts.params = local * ((fused + 1) * f * h / t + bias * (fused * f / t + h));
+      int64_t local = e.experts / plan.group, f = e.expertFfn, split = fold ? 1 : t;
+      experts.params = local * ((fused + 1) * f * h / split + bias * (fused * f / split + h));
       experts.replicated = 0; // the experts see every row too
       plan.units.push_back(experts);
     }
@@ -253,14 +288,16 @@ List collectivesOf(const Plan &plan, const PlanUnit &unit, bool forward) {
   };
   // Dispatch and combine: E · C · h, C the capacity; dropless: the plan's expectation T · k · h
   // (the routing decides; the trainer checks only the kind and the axes).
+  const int64_t T = plan.routed; // folded: this tensor rank's own rows
+  const bool fold = c.foldTensor;
   int64_t capacity = e.capacityFactor > 0
                          ? static_cast<int64_t>(std::ceil(
-                               e.capacityFactor * static_cast<double>(R * e.topK) / e.experts))
+                               e.capacityFactor * static_cast<double>(T * e.topK) / e.experts))
                          : 0;
-  int64_t exchanged = capacity > 0 ? e.experts * capacity * h : R * e.topK * h;
+  int64_t exchanged = capacity > 0 ? e.experts * capacity * h : T * e.topK * h;
   auto expertExchange = [&] {
     if (ep > 1)
-      list.push_back({Collective::AllToAll, plan.epAxes, exchanged, DType::FP32});
+      list.push_back({Collective::AllToAll, plan.groupAxes, exchanged, DType::FP32});
   };
   switch (unit.kind) {
   case PlanUnit::Embed:
@@ -281,26 +318,31 @@ List collectivesOf(const Plan &plan, const PlanUnit &unit, bool forward) {
   case PlanUnit::Experts:
     break;
   case PlanUnit::Layer:
+    // Folded, an MoE layer's block has no pair of its own (its rows are the rank's own).
     if (forward) {
       gather();
       reduce();
-      gather();
+      if (!(unit.moe && fold))
+        gather();
       if (unit.moe) {
-        if (e.auxLoss > 0 && plan.batchLike > 1)
-          list.push_back({Collective::AllReduce, plan.batchAxes, 2 * e.experts, DType::FP32});
+        if (e.auxLoss > 0 && plan.routing > 1)
+          list.push_back({Collective::AllReduce, plan.routingAxes, 2 * e.experts, DType::FP32});
         expertExchange();
         expertExchange();
       }
-      reduce();
+      if (!(unit.moe && fold))
+        reduce();
     } else {
-      gather();
+      if (!(unit.moe && fold))
+        gather();
       if (unit.moe) {
-        if (parallel && e.topK > 1) // the combine weights' gradients, b·s·top_k
+        if (parallel && e.topK > 1 && !fold) // the combine weights' gradients, b·s·top_k
           tp(Collective::AllReduce, R * e.topK);
         expertExchange();
         expertExchange();
       }
-      reduce();
+      if (!(unit.moe && fold))
+        reduce();
       gather();
       reduce();
     }
@@ -427,7 +469,7 @@ int main(int argc, char **argv) {
   Config config;
   if (!makeConfig(name, config)) {
     std::fprintf(stderr,
-                 "usage: %s --config ep_dp|ep_dp_zero|ep_tp|ep_tp_sp|ep_pp|ckpt_ep1|"
+                 "usage: %s --config ep_dp|ep_dp_zero|ep_tp|ep_tp_sp|ep_tp_fold|ep_pp|ckpt_ep1|"
                  "ckpt_ep2|ckpt_ep4 [placert options]\n",
                  argv[0]);
     return 1;
@@ -461,7 +503,8 @@ int main(int argc, char **argv) {
   spec.learningRate = config.learningRate;
   spec.optimizerBytesPerParam = config.optimizer == OptimizerKind::Adam ? 8 : 0;
   ContextParallelism context;
-  ExpertParallelism expert{plan.epAxes, static_cast<int>(plan.ep), config.experts};
+  ExpertParallelism expert{plan.epAxes, static_cast<int>(plan.ep), config.experts,
+                           config.foldTensor};
   GptTrainer trainer(*runtime, config.shape, spec, config.dense, config.recompute,
                      config.sequenceParallel, context, expert);
   for (const PlanUnit &unit : plan.units)

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Runs placert-moe-mpi (MoeMpiMain.cpp) on 4 MPI ranks and checks it.
 
---config ep_dp|ep_dp_zero|ep_tp|ep_tp_sp|ep_pp: trains 3 steps with --check (the single-device
+--config ep_dp|ep_dp_zero|ep_tp|ep_tp_sp|ep_tp_fold|ep_pp: trains 3 steps with --check (the single-device
 reference within 1e-5) and checks the counted all-to-all bytes of the configurations with a
-capacity factor against the MoE contract's formula; dropless runs print theirs.
+capacity factor against the MoE contract's formula, and of the dropless folded one their sum over
+the group; the other dropless runs print theirs.
 --config checkpoint: saves after 2 steps under ep = 2 (dp 2 x ep 2), resumes under ep = 4 and
 ep = 1 (dp 4) up to step 4 with --check, and compares the resumed losses with an uninterrupted
 ep = 2 run.
@@ -35,14 +36,30 @@ def train(args, config, extra, metrics):
         return json.load(file)
 
 
-def expert_all_to_all_bytes(metrics, phase):
-    """Per rank: the bytes of the all-to-alls over 'ep' in a phase, per step."""
+def expert_all_to_all_bytes(metrics, phase, axes):
+    """Per rank: the bytes of the all-to-alls over the expert group's axes in a phase, per step."""
     totals = []
     for rank in metrics["per_rank"]:
         totals.append(sum(entry["total_bytes"] for entry in rank["communication"]
-                          if entry["collective"] == "all-to-all" and entry["axis"] == "ep"
+                          if entry["collective"] == "all-to-all" and entry["axis"] == axes
                           and entry["phase"] == phase))
     return totals
+
+
+# The expert group's axes: folded experts exchange over the expert and tensor axes.
+GROUP_AXES = {"ep_tp_fold": "ep,tp"}
+
+# Dropless routing's chunks depend on the routing, but the buffers each rank sends whole do not:
+# a dispatch is the rank's T * top_k routed rows and the backward's first exchange the same
+# layout, while the combine and the backward's second exchange send back what the rank's experts
+# received, which summed over the group is what the group dispatched. Summed over the 4 ranks per
+# step and direction, with R = T * top_k * hidden * 4 bytes a rank's dispatch:
+#   ep_tp_fold: each tensor rank routes T = 2 * 8 / 2 = 8 tokens, R = 8 * 2 * 16 * 4 = 1024; two
+#   MoE layers; forward 2 * (4 * 2 * 1024 + 4 * 16) = 16512 (the row counts' all-to-all, 4
+#   experts in fp32 a rank, counted with them), backward 2 * 4 * 2 * 1024 = 16384.
+EXPECTED_SUM = {
+    "ep_tp_fold": {"forward": 16512, "backward": 16384},
+}
 
 
 # The all-to-all bytes of one rank per step and direction (forward or backward) in the
@@ -78,14 +95,21 @@ def main():
                         os.path.join(args.work, "metrics.json"))
         if not metrics["check"]["passed"]:
             sys.exit("FAILED: the run differs from the single-device reference")
+        axes = GROUP_AXES.get(args.config, "ep")
         for phase in ("forward", "backward"):
-            counted = expert_all_to_all_bytes(metrics, phase)
+            counted = expert_all_to_all_bytes(metrics, phase, axes)
             if args.config in EXPECTED:
                 want = EXPECTED[args.config][phase]
                 if any(value != want for value in counted):
                     sys.exit(f"FAILED: {phase} all-to-all bytes per rank {counted}, expected "
                              f"{want} on every rank")
-            print(f"{args.config}: {phase} all-to-all over ep, bytes per rank per step: {counted}")
+            if args.config in EXPECTED_SUM:
+                want = EXPECTED_SUM[args.config][phase]
+                if not math.isclose(sum(counted), want, rel_tol=1e-9):
+                    sys.exit(f"FAILED: {phase} all-to-all bytes per rank {counted}, summing to "
+                             f"{sum(counted)}, expected {want} over the group")
+            print(f"{args.config}: {phase} all-to-all over {axes}, bytes per rank per step: "
+                  f"{counted}")
         print(f"{args.config}: ok, losses {metrics['losses']}")
         return
 
