@@ -225,8 +225,9 @@ Status PlannedCollectives::next(Collective collective, int64_t elements,
                                 const PlannedCollective *&op, Communicator *&group, Over over,
                                 bool exact) {
   // Context parallelism's exchanges run over the sequence axes, expert parallelism's over the
-  // expert axes, the load-balancing statistics over every batch-like axis, the rest over the
-  // tensor axes.
+  // experts' group (the expert axes, with the tensor axes when the experts fold them), the
+  // load-balancing statistics over the ranks that route different tokens (every batch-like
+  // axis, with the tensor axes when folded), the rest over the tensor axes.
   const AxisGroup &axes = over == Over::Sequence ? core.contextAxes
                           : over == Over::Expert ? core.expertGroupAxes
                           : over == Over::Batch  ? core.routingAxes
@@ -434,6 +435,8 @@ Status GptCore::layoutUnits() {
   } else if (ep > 1) {
     return invalid("an expert axis of " + std::to_string(ep) +
                    " ranks for a model without experts");
+  } else if (expert.foldTensor) {
+    return invalid("experts folding the tensor axes for a model without experts");
   }
   // Tied embeddings with the head on another stage: the head holds a copy of the token
   // embedding, whose gradient allReduceEmbeddingGrads sums with the embedding's before the
@@ -462,7 +465,7 @@ Status GptCore::layoutUnits() {
   config.contextIndex = contextIndex;
   config.contextMethod = context.method;
   // Folded, the experts' group and the routing ranks take the tensor axes too, in mesh order.
-  bool fold = expert.foldTensor && moe.experts > 0;
+  bool fold = expert.foldTensor;
   auto withTensor = [&](const AxisGroup &axes) {
     if (!fold)
       return axes;

@@ -2,7 +2,8 @@
 // planned collectives the computation does not perform fails with "plan mismatch", naming the
 // unit and the collective, instead of moving other bytes than the plan says; a grouped-query
 // layer holds the parameters of its smaller qkv projection, and kv heads that do not divide the
-// heads, or context parallelism over axes the mesh does not have, are refused at setup.
+// heads, context parallelism over axes the mesh does not have, and experts folding tensor axes
+// the mesh does not have (or a model without experts), are refused at setup.
 #include "placert/placert.h"
 
 #include <cstdlib>
@@ -158,6 +159,46 @@ TEST(GptTrainer, ContextParallelismMustBeTheMeshsSequenceAxes) {
   EXPECT_EQ(status.getCode(), placert::StatusCode::InvalidArgument);
   EXPECT_NE(status.getMessage().find("the program's context parallelism over 'cp' (2 ranks) does "
                                      "not match the mesh, which has no sequence axis"),
+            std::string::npos)
+      << status.getMessage();
+}
+
+TEST(GptTrainer, FoldedExpertsNeedExpertsAndBothAxes) {
+  // Experts folding the tensor axes (`expert_tensor = fold`) on the one-device mesh: refused
+  // without a mixture of experts, and with one, without an expert and a tensor axis.
+  placert::GptShape dense{"g", 1, 8, 2, 4, 16, 32, true};
+  placert::TrainingSpec spec;
+  spec.globalBatch = 1;
+  spec.microBatch = 1;
+  placert::ExpertParallelism fold;
+  fold.foldTensor = true;
+  {
+    placert::GptTrainer trainer(getRuntime(), dense, spec, placert::StatePlacement(),
+                                placert::Recompute::None, false, {}, fold);
+    trainer.addUnit({"embed", -1, 0, 160});
+    trainer.addUnit({"layer.0", 0, 0, 872});
+    trainer.addUnit({"head", 1, 0, 16});
+    placert::Status status = trainer.setup();
+    EXPECT_EQ(status.getCode(), placert::StatusCode::InvalidArgument);
+    EXPECT_NE(status.getMessage().find("experts folding the tensor axes for a model without "
+                                       "experts"),
+              std::string::npos)
+        << status.getMessage();
+  }
+  placert::GptShape moe = dense;
+  moe.moe.experts = 4;
+  moe.moe.topK = 2;
+  moe.moe.expertFfn = 8;
+  placert::GptTrainer trainer(getRuntime(), moe, spec, placert::StatePlacement(),
+                              placert::Recompute::None, false, {}, fold);
+  trainer.addUnit({"embed", -1, 0, 160});
+  trainer.addUnit({"layer.0", 0, 0, 256});
+  trainer.addUnit({"layer.0.experts", 0, 0, 768, true});
+  trainer.addUnit({"head", 1, 0, 16});
+  placert::Status status = trainer.setup();
+  EXPECT_EQ(status.getCode(), placert::StatusCode::InvalidArgument);
+  EXPECT_NE(status.getMessage().find("experts folding the tensor axes need an expert axis and a "
+                                     "tensor axis (expert degree 1, tensor degree 1)"),
             std::string::npos)
       << status.getMessage();
 }
