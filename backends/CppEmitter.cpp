@@ -292,7 +292,7 @@ private:
     const ir::StatePlacement &placement =
         expert ? strategy.getExpertPlacement(state) : strategy.getPlacement(state);
     for (unsigned i = 0; i < mesh.axes.size(); ++i)
-      if ((expert ? ir::isExpertDataParallel(mesh.axes[i].kind)
+      if ((expert ? strategy.isExpertDataParallelAxis(mesh.axes[i].kind)
                   : ir::isDataParallel(mesh.axes[i].kind)) &&
           i < placement.axes.size() && llvm::is_contained(modes, placement.axes[i].mode))
         axes.push_back(i);
@@ -680,9 +680,12 @@ void Emitter::emitMain() {
                           tier(expertParams.tier != ir::Tier::Device)));
       os.line(fmt::format("expertPlacement.gradsTier = {};", tier(expertGradsOnHost)));
       os.line(fmt::format("expertPlacement.optimizerTier = {};", tier(expertOptimizerOnHost)));
+      std::string folds;
+      if (strategy.foldsExpertTensor() || strategy.foldsExpertContext())
+        folds = fmt::format(", /*foldTensor=*/{}, /*foldContext=*/{}", strategy.foldsExpertTensor(),
+                            strategy.foldsExpertContext());
       os.line(fmt::format("placert::ExpertParallelism expert{{{}, {}, expertPlacement{}}};",
-                          axisGroup(expertAxes), mesh.getDegree(ir::AxisKind::Expert),
-                          strategy.foldsExpertTensor() ? ", /*foldTensor=*/true" : ""));
+                          axisGroup(expertAxes), mesh.getDegree(ir::AxisKind::Expert), folds));
       if (sequenceAxes.empty())
         trainerArgs += ", placert::ContextParallelism{}";
       trainerArgs += ", expert";

@@ -658,13 +658,21 @@ private:
              "the default)");
     const ir::MoeConfig &moe = model.transformer.moe;
     if (model.isMoe()) {
-      if (view.expertDegree > 1 && view.contextDegree > 1)
+      // Megatron-Core's expert group takes the context-parallel ranks before the data-parallel
+      // ones (its rank orders tp-cp-ep-dp-pp and tp-ep-dp-pp): expert_context = fold.
+      if (view.expertDegree > 1 && view.contextDegree > 1 && !strategy.foldsExpertContext())
         refuse("expert axis " + axisList(mesh, view.expertAxes) + " with sequence axis " +
                axisList(mesh, view.contextAxes) +
-               ": placec does not export expert parallelism together with context parallelism");
-      // The experts' states over the expert-data-parallel group (the data axes but ep): the
-      // distributed optimizer shards them there when it shards the dense ones.
-      std::vector<unsigned> expertData = dataAndContextAxes(view);
+               " and expert_context = split: Megatron-Core's expert group takes the "
+               "context-parallel ranks before the data-parallel ones (write expert_context = "
+               "fold)");
+      // The experts' states over the expert-data-parallel group (the data axes but ep, and but
+      // the context axes the experts fold): the distributed optimizer shards them there when it
+      // shards the dense ones.
+      std::vector<unsigned> expertData;
+      for (unsigned axis : dataAndContextAxes(view))
+        if (strategy.isExpertDataParallelAxis(mesh.axes[axis].kind))
+          expertData.push_back(axis);
       const ir::StatePlacement &expertOptimizer = strategy.getExpertPlacement(ir::State::Optimizer);
       std::vector<unsigned> expertShard =
           axesWithMode(expertData, expertOptimizer, ir::PlacementMode::Sharded);
@@ -713,7 +721,8 @@ private:
     flag("--pipeline-model-parallel-size", Twine(view.layersDegree));
     // Folded (expert_tensor = fold), Megatron-Core's expert group is the expert axis times the
     // tensor axis: the [.., ep, tp] ranks that checkMegatronOrder leaves consecutive, as its
-    // expert rank order etp-ep-edp-pp with ETP 1 numbers them.
+    // expert rank order etp-ep-edp-pp with ETP 1 numbers them; with the sequence axis folded
+    // (expert_context = fold) the [.., ep, cp, (tp)] ones.
     if (view.expertDegree > 1)
       flag("--expert-model-parallel-size", Twine(strategy.getExpertGroupDegree()));
     if (view.expertDegree > 1 && strategy.foldsExpertTensor())
@@ -1110,10 +1119,13 @@ private:
     // Expert parallelism (torchtitan's "dp2ep") is carved out of the FSDP ranks: an expert axis
     // is FSDP-sharded for the dense tensors, and the experts are FSDP-sharded over the other
     // shard axes (their default placement).
-    if (view.expertDegree > 1 && view.contextDegree > 1)
+    // Its expert group takes the context ranks before FSDP ones (ParallelDims: ep = dp_shard_in_ep
+    // · cp [· tp]): expert_context = fold.
+    if (view.expertDegree > 1 && view.contextDegree > 1 && !strategy.foldsExpertContext())
       refuse("expert axis " + axisList(mesh, view.expertAxes) + " with sequence axis " +
              axisList(mesh, view.contextAxes) +
-             ": placec does not export expert parallelism together with context parallelism");
+             " and expert_context = split: torchtitan's expert group takes the context ranks "
+             "before the FSDP ones (write expert_context = fold)");
     for (ir::State state : {ir::State::Params, ir::State::Grads, ir::State::Optimizer})
       for (unsigned index : view.batchAxes)
         if (strategy.getExpertPlacement(state).axes[index].mode !=
@@ -1254,7 +1266,8 @@ private:
       os << "fsdp_reshard_after_forward = \"" << (keepAfterForward ? "never" : "always") << "\"\n";
     // torchtitan's expert_tensor_parallel_degree (aeb3a4baf, 2025-08-13) defaults to 1, the
     // experts whole with the tensor ranks in their group (`expert_tensor = fold`, an expert group
-    // of ep · tp); split experts say tp.
+    // of ep · tp); split experts say tp. The group takes the context ranks too (`expert_context =
+    // fold`, ep · cp [· tp]).
     if (view.expertDegree > 1) {
       os << "expert_parallel_degree = " << strategy.getExpertGroupDegree() << "\n";
       if (view.tensorDegree > 1)

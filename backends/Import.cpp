@@ -118,6 +118,8 @@ void writePlace(const Imported &imported, const ImportOptions &options, StringRe
     os << "  dispatcher = " << ir::toString(imported.dispatcher) << ";\n";
   if (imported.expertTensor != ir::ExpertTensor::Split)
     os << "  expert_tensor = " << ir::toString(imported.expertTensor) << ";\n";
+  if (imported.expertContext != ir::ExpertTensor::Split)
+    os << "  expert_context = " << ir::toString(imported.expertContext) << ";\n";
   auto line = [&](StringRef state, StringRef value) {
     if (!value.empty())
       os << "  " << state << " = " << value << ";\n";
@@ -1266,13 +1268,34 @@ private:
                       "group (1, expert_tensor = fold)");
       return false;
     }
-    if (fold && (e <= t || e % t != 0)) {
+    if (fold && c == 1 && (e <= t || e % t != 0)) {
       diags.error(locOf("--expert-tensor-parallel-size"),
                   "--expert-tensor-parallel-size 1 under --tensor-model-parallel-size " + Twine(t) +
                       " is translated as expert_tensor = fold, whose expert group " +
                       "is an expert axis of 2 or more data-parallel ranks times the " + Twine(t) +
                       " tensor ranks: --expert-model-parallel-size must be a multiple of " +
                       Twine(t) + " above it, not " + Twine(e));
+      return false;
+    }
+    // Under context parallelism Megatron-Core's expert group takes the context ranks (after the
+    // expert tensor ranks) before the data-parallel ones: [.., ep = e / (c · t'), cp = c, ..]
+    // with `expert_context = fold`, t' the tensor ranks folded in (t under ETP 1, else 1).
+    bool contextFold = e > 1 && c > 1;
+    int64_t inner = (fold ? t : 1) * (contextFold ? c : 1);
+    if (contextFold && (e % inner != 0 || e / inner < 2)) {
+      diags.error(locOf("--expert-model-parallel-size"),
+                  "--expert-model-parallel-size " + Twine(e) + " with --context-parallel-size " +
+                      Twine(c) +
+                      (fold ? " and --expert-tensor-parallel-size 1 under --tensor-model-parallel-"
+                              "size " +
+                                  Twine(t)
+                            : Twine()) +
+                      ": Megatron-Core's expert group takes the " + Twine(inner) +
+                      (fold ? " tensor and context" : " context") +
+                      " ranks first, which Place says as expert_context = fold with an expert "
+                      "axis of 2 or more data-parallel ranks: --expert-model-parallel-size must be "
+                      "a multiple of " +
+                      Twine(inner) + " above it");
       return false;
     }
     if (fold && !has("--sequence-parallel")) {
@@ -1282,18 +1305,18 @@ private:
                   "warns that expert and tensor parallelism must use it)");
       return false;
     }
-    int64_t ep = fold ? e / t : e; // the expert axis of the mesh
+    int64_t ep = e / inner; // the expert axis of the mesh
     if (ep > 1 && d % ep != 0) {
       diags.error(locOf("--expert-model-parallel-size"),
                   "--expert-model-parallel-size " + Twine(e) +
-                      (fold ? " over " + Twine(t) + " tensor ranks" : Twine()) + ": " + Twine(ep) +
-                      " does not divide the " + Twine(d) + " data-parallel ranks");
-      return false;
-    }
-    if (e > 1 && c > 1) {
-      diags.error(locOf("--expert-model-parallel-size"),
-                  "expert parallelism together with context parallelism is not translated: "
-                  "Megatron-Core forms its expert groups from the data and context ranks");
+                      (inner > 1 ? " over " + Twine(inner) +
+                                       (fold && contextFold ? " tensor and context"
+                                        : fold              ? " tensor"
+                                                            : " context") +
+                                       " ranks"
+                                 : Twine()) +
+                      ": " + Twine(ep) + " does not divide the " + Twine(d) +
+                      " data-parallel ranks");
       return false;
     }
     std::optional<int64_t> perStep = checkedProduct({*micro, d});
@@ -1544,6 +1567,8 @@ private:
       imported.axes.push_back({"ep", ep});
     if (fold)
       imported.expertTensor = ir::ExpertTensor::Fold;
+    if (contextFold)
+      imported.expertContext = ir::ExpertTensor::Fold;
     if (c > 1)
       imported.axes.push_back({"cp", c});
     if (t > 1)
@@ -1737,7 +1762,8 @@ private:
     // The distributed optimizer shards over the data-parallel group, which spans the
     // context-parallel ranks.
     if (has("--use-distributed-optimizer"))
-      imported.optimizer = c > 1 ? "shard(dp, cp)" : e > 1 ? "shard(dp, ep)" : "shard(dp)";
+      imported.optimizer =
+          std::string("shard(dp") + (ep > 1 ? ", ep" : "") + (c > 1 ? ", cp" : "") + ")";
     // ... and the experts' optimizer over the expert-data-parallel group.
     if (has("--use-distributed-optimizer") && e > 1)
       imported.expertOptimizer = "shard(dp)";

@@ -75,6 +75,9 @@ struct Imported {
   /// `expert_tensor = fold;` where the routed experts are whole and the tensor axis joins their
   /// group (Megatron-Core's --expert-tensor-parallel-size 1).
   ir::ExpertTensor expertTensor = ir::ExpertTensor::Split;
+  /// `expert_context = fold;` where the context axis joins the experts' group (Megatron-Core's
+  /// expert group under context parallelism).
+  ir::ExpertTensor expertContext = ir::ExpertTensor::Split;
   ir::ExpertDispatcher dispatcher = ir::ExpertDispatcher::AllToAll;
   int64_t microBatch = 0, globalBatch = 0;
   std::string precision = "mixed(bf16)";

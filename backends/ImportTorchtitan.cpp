@@ -475,9 +475,6 @@ private:
       refuse("parallelism.expert_parallel_degree",
              "expert parallelism needs a mixture-of-experts model: name one declared with "
              "'experts' with --model");
-    if (ep != 1 && cp != 1)
-      refuse("parallelism.expert_parallel_degree",
-             "expert parallelism together with context parallelism is not translated");
     if (localValue && legacyBatch)
       refuse("training.batch_size", "give local_batch_size or its older name batch_size, not both");
     int64_t local = localValue ? *localValue : legacyBatch.value_or(8);
@@ -579,7 +576,24 @@ private:
       return false;
     }
     bool fold = ep > 1 && tp > 1 && etp.value_or(1) == 1;
-    if (fold && (ep % tp != 0 || ep / tp < 2)) {
+    // Under context parallelism the expert group takes the context ranks too (torchtitan's
+    // ParallelDims asserts ep % cp == 0, ep % (cp · tp) == 0 with the tensor ranks folded in:
+    // ep = dp_shard_in_ep · cp [· tp]): `expert_context = fold`.
+    bool contextFold = ep > 1 && cp > 1;
+    int64_t inner = (fold ? tp : 1) * (contextFold ? cp : 1);
+    if (contextFold && (ep % inner != 0 || ep / inner < 2)) {
+      refuse("parallelism.expert_parallel_degree",
+             Twine(ep) + " with context_parallel_degree " + Twine(cp) +
+                 (fold ? " and the " + Twine(tp) +
+                             " tensor ranks in the group (expert_tensor_parallel_degree 1)"
+                       : Twine()) +
+                 ": torchtitan's expert group takes the " + Twine(inner) +
+                 " context and tensor ranks it holds before FSDP ranks, which Place says as " +
+                 "expert_context = fold with an expert axis of 2 or more FSDP ranks, so it must " +
+                 "be a multiple of " + Twine(inner) + " above it");
+      return false;
+    }
+    if (fold && !contextFold && (ep % tp != 0 || ep / tp < 2)) {
       refuse("parallelism.expert_parallel_degree",
              Twine(ep) + " with expert_tensor_parallel_degree 1 (torchtitan's default) over " +
                  Twine(tp) + " tensor ranks: Place folds the tensor ranks into an expert axis " +
@@ -588,15 +602,19 @@ private:
                  " to split the experts)");
       return false;
     }
-    int64_t epAxis = fold ? ep / tp : ep;
+    int64_t epAxis = ep / inner;
     if (epAxis > 1 && shard % epAxis != 0) {
       refuse("parallelism.expert_parallel_degree",
-             Twine(ep) + (fold ? " over " + Twine(tp) + " tensor ranks" : Twine()) + ": " +
-                 Twine(epAxis) + " does not divide data_parallel_shard_degree " + Twine(shard));
+             Twine(ep) +
+                 (inner > 1 ? " over " + Twine(inner) + " tensor and context ranks" : Twine()) +
+                 ": " + Twine(epAxis) + " does not divide data_parallel_shard_degree " +
+                 Twine(shard));
       return false;
     }
     if (fold)
       imported.expertTensor = ir::ExpertTensor::Fold;
+    if (contextFold)
+      imported.expertContext = ir::ExpertTensor::Fold;
     ep = epAxis;
     int64_t shardRest = shard / ep;
     bool hybrid = replicate > 1 && shardRest > 1;

@@ -269,6 +269,11 @@ void JsonWriter::writeStrategy(const RunReport &report) {
     out.attribute("expert_tensor", nullptr);
   else
     out.attribute("expert_tensor", expertTensor);
+  std::string expertContext = describeExpertContext(strategy);
+  if (expertContext.empty())
+    out.attribute("expert_context", nullptr);
+  else
+    out.attribute("expert_context", expertContext);
   if (strategy.pipeline)
     out.attributeObject("pipeline", [&] {
       out.attribute("schedule", ir::toString(strategy.pipeline->schedule));

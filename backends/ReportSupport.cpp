@@ -393,6 +393,13 @@ std::string describeExpertTensor(const ir::Strategy &strategy) {
              : std::string();
 }
 
+std::string describeExpertContext(const ir::Strategy &strategy) {
+  return strategy.mesh.getDegree(ir::AxisKind::Expert) > 1 &&
+                 strategy.mesh.getDegree(ir::AxisKind::Sequence) > 1
+             ? ir::toString(strategy.expertContext).str()
+             : std::string();
+}
+
 std::string describePrecision(const ir::Run &run) { return ir::spellPrecision(run); }
 
 std::string describeOptimizer(const ir::Run &run) {

@@ -178,6 +178,9 @@ std::string describeExpertDispatcher(const ir::Strategy &strategy);
 /// The strategy's `expert_tensor` setting, or an empty string without both an expert axis and a
 /// tensor axis of more than one device, where it says nothing.
 std::string describeExpertTensor(const ir::Strategy &strategy);
+/// The strategy's `expert_context` setting, or an empty string without both an expert axis and a
+/// sequence axis of more than one device, where it says nothing.
+std::string describeExpertContext(const ir::Strategy &strategy);
 /// `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`.
 std::string describePrecision(const ir::Run &run);
 /// `adam`, `sgd(momentum = true)`.

@@ -204,6 +204,11 @@ std::vector<Table> configurationTables(ArrayRef<RunReport> runs) {
          std::string text = describeExpertTensor(*r.run->strategy);
          return text.empty() ? std::string("-") : text;
        }},
+      {"  expert_context",
+       [](const RunReport &r) {
+         std::string text = describeExpertContext(*r.run->strategy);
+         return text.empty() ? std::string("-") : text;
+       }},
       {"batch (micro × dp × steps)", [](const RunReport &r) { return describeBatch(*r.run); }},
       {"precision", [](const RunReport &r) { return describePrecision(*r.run); }},
       {"optimizer", [](const RunReport &r) { return describeOptimizer(*r.run); }},

@@ -1593,6 +1593,12 @@ bool Sema::bindSetting(const ast::Placement &placement, ir::Strategy &strategy) 
                   "'expert_tensor' takes split (each routed expert split over the tensor axes like "
                   "a dense MLP) or fold (whole experts, the tensor axes' devices joining the "
                   "expert group: Megatron-Core's --expert-tensor-parallel-size 1)");
+  if (placement.state == "expert_context")
+    return choose(std::array{ir::ExpertTensor::Split, ir::ExpertTensor::Fold},
+                  strategy.expertContext, strategy.expertContextLoc,
+                  "'expert_context' takes split (the sequence axes' devices hold the same routed "
+                  "experts) or fold (their devices join the expert group, as Megatron-Core and "
+                  "torchtitan form it under context parallelism)");
   if (placement.state == "dispatcher")
     return choose(std::array{ir::ExpertDispatcher::AllToAll, ir::ExpertDispatcher::DeepEP,
                              ir::ExpertDispatcher::HybridEP},
@@ -1613,7 +1619,8 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
   if (placement.state == "context" || placement.state == "async_tp" ||
       placement.state == "sp_inputs" || placement.state == "dp_overlap" ||
       placement.state == "grad_reduce" || placement.state == "ep_overlap" ||
-      placement.state == "dispatcher" || placement.state == "expert_tensor")
+      placement.state == "dispatcher" || placement.state == "expert_tensor" ||
+      placement.state == "expert_context")
     return bindSetting(placement, strategy);
   std::optional<ir::State> state;
   StringRef stateName = placement.state;
@@ -1632,13 +1639,13 @@ bool Sema::bindPlacement(const ast::Placement &placement, ir::Strategy &strategy
                 Twine("unknown state '") + placement.state +
                     "': expected params, grads, optimizer or activations, their experts' "
                     "expert_params, expert_grads and expert_optimizer, or the settings context, "
-                    "async_tp, sp_inputs, dp_overlap, grad_reduce, ep_overlap, dispatcher and "
-                    "expert_tensor" +
+                    "async_tp, sp_inputs, dp_overlap, grad_reduce, ep_overlap, dispatcher, "
+                    "expert_tensor and expert_context" +
                     didYouMean(placement.state,
                                {"params", "grads", "optimizer", "activations", "expert_params",
                                 "expert_grads", "expert_optimizer", "mesh", "pipeline", "context",
                                 "async_tp", "sp_inputs", "dp_overlap", "grad_reduce", "ep_overlap",
-                                "dispatcher", "expert_tensor"}));
+                                "dispatcher", "expert_tensor", "expert_context"}));
     return false;
   }
   ir::StatePlacement &target =
@@ -2239,7 +2246,7 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
   StringMap<size_t> axisOwner;
   std::optional<size_t> layersOwner, pipelineOwner, activationOwner, contextOwner, asyncTpOwner,
       spInputsOwner, dpOverlapOwner, gradReduceOwner, epOverlapOwner, dispatcherOwner,
-      expertTensorOwner;
+      expertTensorOwner, expertContextOwner;
   std::array<std::optional<size_t>, ir::kNumStates> tierOwner;
   // A setting written like a placement (`async_tp`, `sp_inputs`, `dp_overlap`, `ep_overlap`): the
   // first operand that writes it sets it, and another that writes a different value is an error.
@@ -2347,6 +2354,8 @@ std::unique_ptr<ir::Strategy> Sema::compose(ArrayRef<const ir::Strategy *> opera
             "dispatcher");
     agreeOn(i, expertTensorOwner, &ir::Strategy::expertTensor, &ir::Strategy::expertTensorLoc,
             "expert_tensor");
+    agreeOn(i, expertContextOwner, &ir::Strategy::expertContext, &ir::Strategy::expertContextLoc,
+            "expert_context");
     for (ir::State state : ir::kAllStates) {
       const ir::StatePlacement &from = operand.getPlacement(state);
       ir::StatePlacement &to = result->getPlacement(state);

@@ -106,7 +106,11 @@ void resolveExpertPlacements(Strategy &strategy) {
       AxisPlacement &slot = placement.axes[i];
       if (slot.isExplicit)
         continue;
-      if (strategy.mesh.axes[i].kind == AxisKind::Expert && state != State::Activations) {
+      // Folded sequence axes split the experts like the expert axes.
+      AxisKind kind = strategy.mesh.axes[i].kind;
+      if ((kind == AxisKind::Expert ||
+           (kind == AxisKind::Sequence && strategy.foldsExpertContext())) &&
+          state != State::Activations) {
         slot.mode = PlacementMode::Sharded;
         continue;
       }

@@ -392,6 +392,8 @@ void IRPrinter::print(const Strategy &strategy) {
          << explicitness(strategy.expertDispatcherLoc.isValid()) << '\n';
   line() << "expert_tensor = " << toString(strategy.expertTensor) << ' '
          << explicitness(strategy.expertTensorLoc.isValid()) << '\n';
+  line() << "expert_context = " << toString(strategy.expertContext) << ' '
+         << explicitness(strategy.expertContextLoc.isValid()) << '\n';
   close();
 }
 

@@ -203,16 +203,15 @@ private:
                                        inputGradient);
   }
   /// An expert-parallel all-to-all (a MoE layer's dispatch or combine, forward or backward): over
-  /// the expert axes, and the tensor axes with them under `expert_tensor = fold`.
+  /// the expert axes, and the tensor and sequence axes with them where the experts fold them
+  /// (`expert_tensor = fold`, `expert_context = fold`).
   bool isExpertExchange(const Op &op) const {
     auto kindOf = [&](unsigned axis) { return mesh.axes[axis].kind; };
     return op.kind == OpKind::AllToAll &&
            llvm::any_of(op.axes,
                         [&](unsigned axis) { return kindOf(axis) == ir::AxisKind::Expert; }) &&
-           llvm::all_of(op.axes, [&](unsigned axis) {
-             return kindOf(axis) == ir::AxisKind::Expert ||
-                    (layout.expertFold && kindOf(axis) == ir::AxisKind::Tensor);
-           });
+           llvm::all_of(op.axes,
+                        [&](unsigned axis) { return strategy.isExpertGroupAxis(kindOf(axis)); });
   }
   /// Communication inside a unit that runs beside the unit's compute: the tensor-parallel
   /// collectives under async_tp and sequence parallelism's second gathers of the column-parallel
@@ -275,7 +274,7 @@ Analyzer::Shard Analyzer::shardOf(ir::State state, bool expert, bool explain) co
   std::vector<std::string> split, replicated;
   for (unsigned i = 0; i < mesh.axes.size() && i < placement.axes.size(); ++i) {
     const ir::Axis &axis = mesh.axes[i];
-    if (expert ? !ir::isExpertDataParallel(axis.kind) : !ir::isDataParallel(axis.kind))
+    if (expert ? !strategy.isExpertDataParallelAxis(axis.kind) : !ir::isDataParallel(axis.kind))
       continue;
     switch (placement.axes[i].mode) {
     case ir::PlacementMode::Sharded:

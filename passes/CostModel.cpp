@@ -1544,6 +1544,7 @@ Layout getRunLayout(const ir::Run &run) {
   layout.context = mesh.getDegree(ir::AxisKind::Sequence);
   layout.expert = mesh.getDegree(ir::AxisKind::Expert);
   layout.expertFold = strategy.foldsExpertTensor();
+  layout.expertContextFold = strategy.foldsExpertContext();
   layout.sequenceParallel = strategy.sequenceParallel;
   layout.sequenceParallelInputs = strategy.sequenceParallelInputs;
   layout.activations = strategy.activationMode;
@@ -1629,7 +1630,9 @@ MoeShape getMoeShape(const ir::TransformerConfig &config, const Layout &layout,
   double context = static_cast<double>(std::max<int64_t>(1, layout.context));
   // Folded, the tensor axes split the tokens a device routes and join the expert group.
   double fold = layout.expertFold ? static_cast<double>(std::max<int64_t>(1, layout.tensor)) : 1;
-  double ep = static_cast<double>(std::max<int64_t>(1, layout.expert)) * fold;
+  // Folded sequence axes join the group; their devices route their own tokens either way.
+  double ep = static_cast<double>(std::max<int64_t>(1, layout.expert)) * fold *
+              (layout.expertContextFold ? context : 1);
   double experts = static_cast<double>(moe.experts), k = static_cast<double>(moe.topK);
   shape.tokens = layout.microBatch * static_cast<double>(config.seq) / (context * fold);
   shape.localExperts = experts / ep;

@@ -280,7 +280,7 @@ Lowering::StateAxes Lowering::getStateAxes(bool expert) const {
     std::vector<unsigned> axes;
     const ir::StatePlacement &placement = placementOf(state);
     for (unsigned i = 0; i < mesh.axes.size(); ++i)
-      if ((expert ? ir::isExpertDataParallel(mesh.axes[i].kind)
+      if ((expert ? strategy.isExpertDataParallelAxis(mesh.axes[i].kind)
                   : ir::isDataParallel(mesh.axes[i].kind)) &&
           i < placement.axes.size() && llvm::is_contained(modes, placement.axes[i].mode))
         axes.push_back(i);
@@ -292,7 +292,7 @@ Lowering::StateAxes Lowering::getStateAxes(bool expert) const {
   result.gradShardAxes = withMode(ir::State::Grads, {ir::PlacementMode::Sharded});
   result.optimizerShardAxes = withMode(ir::State::Optimizer, {ir::PlacementMode::Sharded});
   for (unsigned i = 0; i < mesh.axes.size(); ++i)
-    if (expert ? ir::isExpertDataParallel(mesh.axes[i].kind)
+    if (expert ? strategy.isExpertDataParallelAxis(mesh.axes[i].kind)
                : ir::isDataParallel(mesh.axes[i].kind))
       result.batchAxes.push_back(i);
   return result;
@@ -354,11 +354,11 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   }
   unitLayout.expert = expertDegree;
   unitLayout.expertFold = strategy.foldsExpertTensor();
-  expertGroupAxes = expertAxes;
-  if (unitLayout.expertFold) {
-    expertGroupAxes.insert(expertGroupAxes.end(), tensorAxes.begin(), tensorAxes.end());
-    llvm::sort(expertGroupAxes);
-  }
+  unitLayout.expertContextFold = strategy.foldsExpertContext();
+  expertGroupAxes.clear();
+  for (unsigned i = 0; i < mesh.axes.size(); ++i)
+    if (strategy.isExpertGroupAxis(mesh.axes[i].kind))
+      expertGroupAxes.push_back(i);
   routingAxes = batchAxes;
   if (unitLayout.expertFold) {
     routingAxes.insert(routingAxes.end(), tensorAxes.begin(), tensorAxes.end());
@@ -454,12 +454,12 @@ void Lowering::buildUnits() {
     }
     Unit &unit = plan->units[it->second];
     unit.fullParams += tensor.numElements;
-    // The routed experts are stacked on the first dimension: each expert rank holds E/ep of them,
-    // split over the tensor axes, or E/(ep·t) whole ones under expert_tensor = fold.
+    // The routed experts are stacked on the first dimension: each device of the expert group
+    // holds E/ep of them, split over the tensor axes, or E/(ep·t) whole ones under expert_tensor =
+    // fold (and a cp-th of that under expert_context = fold).
     bool fold = unitLayout.expertFold;
-    int64_t elements = tensor.expert
-                           ? tensor.numElements / (expertDegree * (fold ? tensorDegree : 1))
-                           : tensor.numElements;
+    int64_t elements =
+        tensor.expert ? tensor.numElements / strategy.getExpertGroupDegree() : tensor.numElements;
     unit.params += tensor.split == ir::TensorSplit::Replicated || (tensor.expert && fold)
                        ? elements
                        : ceilDiv(elements, tensorDegree);
@@ -1179,6 +1179,7 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
       moeLayout.expert = layout.expert;
       moeLayout.tensor = layout.tensor;
       moeLayout.expertFold = layout.expertFold;
+      moeLayout.expertContextFold = layout.expertContextFold;
       cost::MoeShape shape = cost::getMoeShape(model.transformer, moeLayout);
       int64_t rows = static_cast<int64_t>(shape.dispatchRows) * model.transformer.hidden;
       if (forwardPass) {

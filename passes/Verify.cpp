@@ -37,6 +37,15 @@ std::string formatMesh(const ir::Mesh &mesh) {
   return text + "]";
 }
 
+/// The axes of a strategy's expert group with their sizes, as a product: `ep 4 × cp 2 × tp 2`.
+std::string formatExpertGroup(const ir::Strategy &strategy) {
+  std::string text;
+  for (const ir::Axis &axis : strategy.mesh.axes)
+    if (strategy.isExpertGroupAxis(axis.kind) && axis.size > 1)
+      text += (text.empty() ? "" : " × ") + axis.name + " " + std::to_string(axis.size);
+  return text;
+}
+
 /// Three significant digits at most, without trailing zeros: 93.4, 1.88, 0.117, 1200.
 std::string formatNumber(double value) {
   std::string text;
@@ -111,7 +120,7 @@ AxisSet batchAxesWith(const ir::Strategy &strategy, ir::State state,
       expert ? strategy.getExpertPlacement(state) : strategy.getPlacement(state);
   for (unsigned i = 0; i < strategy.mesh.axes.size(); ++i) {
     ir::AxisKind kind = strategy.mesh.axes[i].kind;
-    if ((expert ? ir::isExpertDataParallel(kind) : ir::isDataParallel(kind)) &&
+    if ((expert ? strategy.isExpertDataParallelAxis(kind) : ir::isDataParallel(kind)) &&
         strategy.mesh.axes[i].size > 1 && llvm::is_contained(modes, placement.axes[i].mode))
       set.axes.push_back(i);
   }
@@ -1094,37 +1103,64 @@ bool VerifyPass::checkExperts(const ir::Run &run) {
   // --tensor-model-parallel-size t): whole experts over the expert and tensor axes, each tensor
   // rank routing its own sequence shard (megatron/core/transformer/moe/token_dispatcher.py;
   // Megatron-Core asserts sequence parallelism for MoE under tensor parallelism).
-  int64_t t = mesh.getDegree(ir::AxisKind::Tensor);
-  if (strategy.expertTensor == ir::ExpertTensor::Fold) {
+  // `expert_context = fold`: the sequence axes' devices join the expert group, as Megatron-Core
+  // forms it under context parallelism (its rank orders tp-cp-ep-dp-pp and tp-ep-dp-pp: the
+  // expert ranks take the context ranks before the data ranks) and torchtitan does
+  // (expert_parallel_degree borrows from the FSDP and context ranks).
+  // Each fold needs routed experts, its own axis and an expert axis to join, and a group that
+  // divides the experts.
+  auto checkFold = [&](ir::AxisKind kind, SMLoc loc, StringRef setting, StringRef what) {
     auto refuse = [&](const Twine &why, StringRef rule) {
-      report(Severity::Error, run, locate(run, strategy.expertTensorLoc),
-             "expert_tensor = fold puts whole routed experts on the expert and tensor axes "
-             "together, but " +
-                 why,
-             rule);
+      report(Severity::Error, run, locate(run, loc),
+             setting + " puts " + what + " together, but " + why, rule);
       ok = false;
     };
+    StringRef axes = kind == ir::AxisKind::Tensor ? "tensor" : "sequence";
     if (!model.isMoe())
       refuse(Twine("model '") + model.name + "' has no routed experts", "placement");
-    else if (t <= 1)
-      refuse(Twine("strategy '") + strategy.name + "' has no tensor axis of more than one " +
-                 "device in its mesh " + formatMesh(mesh) + " (write expert_tensor = split, or " +
-                 "leave it out)",
+    else if (mesh.getDegree(kind) <= 1)
+      refuse(Twine("strategy '") + strategy.name + "' has no " + axes + " axis of more than one " +
+                 "device in its mesh " + formatMesh(mesh) + " (write " +
+                 setting.take_front(setting.find(" =")) + " = split, or leave it out)",
              "placement");
     else if (ep <= 1)
       refuse(Twine("strategy '") + strategy.name + "' has no expert axis of more than one " +
-                 "device in its mesh " + formatMesh(mesh) + " for the tensor axes to join",
+                 "device in its mesh " + formatMesh(mesh) + " for the " + axes + " axes to join",
              "placement");
-    else if (!strategy.sequenceParallel)
+    else if (kind == ir::AxisKind::Tensor && !strategy.sequenceParallel)
       refuse(Twine("each tensor-parallel rank routes its own sequence shard, which needs ") +
                  "sequence parallelism: write 'activations = shard(" + tensorAxisNames(mesh) + ")'",
              "placement");
-    else if (model.transformer.moe.experts % (ep * t) != 0)
-      refuse(Twine("the expert group of ") + Twine(ep) + " × " + Twine(t) + " = " + Twine(ep * t) +
-                 " devices does not divide the " + Twine(model.transformer.moe.experts) +
-                 " routed experts of model '" + model.name +
+    else if (model.transformer.moe.experts % strategy.getExpertGroupDegree() != 0)
+      refuse(Twine("the expert group of ") + Twine(strategy.getExpertGroupDegree()) + " devices (" +
+                 formatExpertGroup(strategy) + ") does not divide the " +
+                 Twine(model.transformer.moe.experts) + " routed experts of model '" + model.name +
                  "': each device holds an equal share of every MoE layer's experts",
              "divisibility");
+  };
+  if (strategy.expertTensor == ir::ExpertTensor::Fold)
+    checkFold(ir::AxisKind::Tensor, strategy.expertTensorLoc, "expert_tensor = fold",
+              "whole routed experts on the expert and tensor axes");
+  int64_t cp = mesh.getDegree(ir::AxisKind::Sequence);
+  if (strategy.expertContext == ir::ExpertTensor::Fold) {
+    checkFold(ir::AxisKind::Sequence, strategy.expertContextLoc, "expert_context = fold",
+              "the routed experts on the expert and sequence axes");
+    // The folded sequence axes split the experts: their placements may only say so.
+    if (cp > 1)
+      for (ir::State state : {ir::State::Params, ir::State::Grads, ir::State::Optimizer})
+        for (unsigned i = 0; i < mesh.axes.size(); ++i) {
+          const ir::AxisPlacement &slot = strategy.getExpertPlacement(state).axes[i];
+          if (mesh.axes[i].kind != ir::AxisKind::Sequence || !slot.isExplicit ||
+              slot.mode == ir::PlacementMode::Sharded)
+            continue;
+          report(Severity::Error, run, locate(run, slot.loc.isValid() ? slot.loc : strategy.loc),
+                 Twine("'expert_") + ir::toString(state) + "' places the routed experts over '" +
+                     mesh.axes[i].name + "', a sequence axis that expert_context = fold makes " +
+                     "part of the expert group, which splits the experts among its devices and " +
+                     "never gathers them; leave it out or write 'shard(" + mesh.axes[i].name + ")'",
+                 "placement");
+          ok = false;
+        }
   }
   // `ep_overlap = true` runs each micro-batch's expert all-to-alls beside another's compute, as
   // Megatron-Core's combined 1F1B does, under that schedule's conditions

@@ -95,6 +95,7 @@ struct GptCore : Trainer::Core {
         recompute(recompute), sequenceParallel(sequenceParallel), context(std::move(context)),
         expert(std::move(expert)) {
     expertPlacement = this->expert.placement;
+    expertsFoldContext = this->expert.foldContext;
   }
 
   GptUnit &of(const UnitState &unit) { return layout[static_cast<size_t>(&unit - units.data())]; }
@@ -435,8 +436,21 @@ Status GptCore::layoutUnits() {
   } else if (ep > 1) {
     return invalid("an expert axis of " + std::to_string(ep) +
                    " ranks for a model without experts");
-  } else if (expert.foldTensor) {
-    return invalid("experts folding the tensor axes for a model without experts");
+  } else if (expert.foldTensor || expert.foldContext) {
+    return invalid(std::string("experts folding the ") +
+                   (expert.foldTensor ? "tensor" : "sequence") +
+                   " axes for a model without experts");
+  }
+  if (moe.experts > 0 && expert.foldContext) {
+    // The sequence axes in the experts' group (docs/language.md, 6.4: expert_context = fold).
+    if (ep < 2 || cp < 2)
+      return invalid("experts folding the sequence axes need an expert axis and a sequence axis "
+                     "(expert degree " +
+                     std::to_string(ep) + ", context degree " + std::to_string(cp) + ")");
+    int64_t group = ep * cp * (expert.foldTensor ? t : 1);
+    if (moe.experts % group != 0)
+      return invalid("experts " + std::to_string(moe.experts) + " do not divide among the " +
+                     std::to_string(group) + " ranks of the experts' group");
   }
   // Tied embeddings with the head on another stage: the head holds a copy of the token
   // embedding, whose gradient allReduceEmbeddingGrads sums with the embedding's before the
@@ -464,21 +478,21 @@ Status GptCore::layoutUnits() {
   config.contextDegree = contextDegree;
   config.contextIndex = contextIndex;
   config.contextMethod = context.method;
-  // Folded, the experts' group and the routing ranks take the tensor axes too, in mesh order.
+  // Folded, the experts' group and the routing ranks take the tensor axes too, and the experts'
+  // group the sequence axes where they fold them, in mesh order.
   bool fold = expert.foldTensor;
-  auto withTensor = [&](const AxisGroup &axes) {
-    if (!fold)
-      return axes;
+  auto withAxes = [&](const AxisGroup &axes, bool tensor, bool context) {
     AxisGroup result;
     for (const Axis &axis : runtime.getMesh())
-      if (contains(axes, axis.name) || contains(tensorAxes, axis.name))
+      if (contains(axes, axis.name) || (tensor && contains(tensorAxes, axis.name)) ||
+          (context && contains(contextAxes, axis.name)))
         result.push_back(axis.name);
     return result;
   };
-  expertGroupAxes = withTensor(expertAxes);
-  routingAxes = withTensor(batchAxes);
+  expertGroupAxes = withAxes(expertAxes, fold, expert.foldContext);
+  routingAxes = withAxes(batchAxes, fold, false);
   modelGroups.clear();
-  if (fold)
+  if (fold || expert.foldContext)
     modelGroups = {expertGroupAxes, routingAxes};
   config.expertFold = fold;
   config.expertDegree = runtime.getGroupSize(expertGroupAxes);

@@ -117,7 +117,9 @@ Status Trainer::Core::setup() {
   };
   PLACERT_TRY(layoutStates(placement, batchAxes, "the states", denseLayout));
   if (anyExperts)
-    PLACERT_TRY(layoutStates(expertPlacement, difference(batchAxes, expertAxes),
+    PLACERT_TRY(layoutStates(expertPlacement,
+                             difference(difference(batchAxes, expertAxes),
+                                        expertsFoldContext ? contextAxes : AxisGroup()),
                              "the expert states", expertLayout));
   if (spec.globalBatch != spec.microBatch * batchDegree * spec.microbatches)
     return invalid("global batch " + std::to_string(spec.globalBatch) + " is not micro-batch " +

@@ -66,6 +66,9 @@ struct Trainer::Core {
   /// Groups of axes the model's own collectives use besides the ones setup derives (the folded
   /// experts' group of expert and tensor axes), set by layoutUnits and created with the others.
   std::vector<AxisGroup> modelGroups;
+  /// The experts fold the sequence axes into their group: the expert units' states are not data
+  /// parallel over them (set by the model's trainer before setup).
+  bool expertsFoldContext = false;
 
   /// The axes the dense states are data parallel over: the batch, sequence (context) and expert
   /// axes, in mesh order.

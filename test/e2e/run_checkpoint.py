@@ -60,7 +60,7 @@ RANKS = {"ck_zero3": 4, "ck_tp_dp": 4, "ck_pp_zero1": 4, "ck_tp_zero3": 4, "ck_h
          "cck_ring": 4, "cck_single": 1, "cck_tp_dp": 4, "cck_a2a_fsdp": 4,
          # configs/checkpoint_moe.place
          "mck_ep2": 4, "mck_ep4": 4, "mck_single": 1, "mck_fold": 4, "mck_fold_split": 4,
-         "mck_fold_single": 1}
+         "mck_fold_single": 1, "mck_cfold": 4, "mck_cfold_split": 4}
 STEP2, STEP3, STEP4 = "step-00000002", "step-00000003", "step-00000004"
 
 
@@ -684,6 +684,11 @@ def mode_moe(ctx):
     check_resume(ctx, "mck_fold")
     check_reshard(ctx, "mck_fold", ["mck_fold_split", "mck_fold_single"],
                   {"mck_fold_split": "mck_fold"})
+    # Experts folding the sequence axis: exact resume, then the checkpoint continues with the
+    # context ranks holding the same experts and on one rank, and back.
+    check_resume(ctx, "mck_cfold")
+    check_reshard(ctx, "mck_cfold", ["mck_cfold_split", "mck_fold_single"],
+                  {"mck_cfold_split": "mck_cfold"})
 
 
 def main():

@@ -810,6 +810,30 @@ TEST(CostModelTest, MoeShapeFolded) {
   EXPECT_DOUBLE_EQ(folded.tokensPerExpert, 512);
 }
 
+// The sequence axes folded into the group (expert_context = fold): each context rank still routes
+// its own b·s/cp = 2·1024/2 = 1,024 tokens (T·k = 4,096 rows), to a group of ep·cp = 16 devices of
+// 64/16 = 4 experts, each computing T·k·16/64 = 1,024 rows; with the tensor axes folded as well
+// (t = 2) the group is 32 devices of 2 experts, T = 512, and each expert computes 512·4·32/64.
+TEST(CostModelTest, MoeShapeContextFolded) {
+  ir::TransformerConfig config = moeShapeConfig();
+  Layout layout = moeShapeLayout();
+  layout.expertContextFold = true;
+  MoeShape folded = getMoeShape(config, layout);
+  EXPECT_DOUBLE_EQ(folded.tokens, 1024);
+  EXPECT_DOUBLE_EQ(folded.dispatchRows, 4096);
+  EXPECT_DOUBLE_EQ(folded.group, 16);
+  EXPECT_DOUBLE_EQ(folded.localExperts, 4);
+  EXPECT_DOUBLE_EQ(folded.tokensPerExpert, 1024);
+  layout.tensor = 2;
+  layout.sequenceParallel = true;
+  layout.expertFold = true;
+  MoeShape both = getMoeShape(config, layout);
+  EXPECT_DOUBLE_EQ(both.tokens, 512);
+  EXPECT_DOUBLE_EQ(both.group, 32);
+  EXPECT_DOUBLE_EQ(both.localExperts, 2);
+  EXPECT_DOUBLE_EQ(both.tokensPerExpert, 1024);
+}
+
 // Folded, a device's expert products do the FLOPs of the split ones (half the experts at twice
 // the width) and its router scores half the tokens: a forward differs by the router's
 // 2·h·E·(T/t − T) = 2·256·16·(64 − 128) FLOPs (smallTransformer: h 256, 128 tokens).

@@ -553,6 +553,15 @@ enum class ExpertTensor {
 /// The value as written: `split`, `fold`.
 llvm::StringRef toString(ExpertTensor mode);
 
+/// `expert_context = split | fold;`: how the routed experts meet the sequence (context-parallel)
+/// axes; its values are ExpertTensor's. `split` (the default): the sequence axes' devices hold the
+/// same experts, which they replicate like a batch axis (their gradients summed over them).
+/// `fold`: the sequence axes' devices join the expert group, E/(ep·cp) experts a device (times
+/// the tensor axes' degree under `expert_tensor = fold`), each routing its own part of the
+/// sequence as before: Megatron-Core's expert groups, which take the context-parallel ranks
+/// before the data-parallel ones (its rank orders tp-cp-ep-dp-pp and tp-ep-dp-pp), and
+/// torchtitan's, whose expert_parallel_degree borrows from the FSDP and context ranks.
+
 /// `sp_inputs = regather | keep;`: what a column-parallel product (QKV, the MLP's input, the
 /// output layer) keeps of its input for its weight gradient under sequence parallelism, where the
 /// input is the all-gather of the sequence-split activations.
@@ -836,12 +845,33 @@ public:
   bool foldsExpertTensor() const {
     return expertTensor == ExpertTensor::Fold && mesh.getDegree(AxisKind::Tensor) > 1;
   }
-  /// The devices of an expert group: the expert axes' degree, times the tensor axes' where they
-  /// are folded in (Megatron-Core's --expert-model-parallel-size, torchtitan's
+  /// `expert_context = ...;`: whether the routed experts are replicated over the sequence axes
+  /// or fold them into the expert group.
+  ExpertTensor expertContext = ExpertTensor::Split;
+  llvm::SMLoc expertContextLoc;
+  /// Whether the routed experts fold the sequence axes into their group (`expert_context =
+  /// fold`) on a mesh with a sequence axis of more than one device.
+  bool foldsExpertContext() const {
+    return expertContext == ExpertTensor::Fold && mesh.getDegree(AxisKind::Sequence) > 1;
+  }
+  /// Whether the routed experts' states are replicated (or sharded) over an axis of this kind:
+  /// the batch axes, and the sequence axes unless the experts fold them (isExpertDataParallel).
+  bool isExpertDataParallelAxis(AxisKind kind) const {
+    return isExpertDataParallel(kind) && !(kind == AxisKind::Sequence && foldsExpertContext());
+  }
+  /// Whether an axis of this kind is one of the expert group's: the expert axes, and the tensor
+  /// and sequence axes where the experts fold them.
+  bool isExpertGroupAxis(AxisKind kind) const {
+    return kind == AxisKind::Expert || (kind == AxisKind::Tensor && foldsExpertTensor()) ||
+           (kind == AxisKind::Sequence && foldsExpertContext());
+  }
+  /// The devices of an expert group: the expert axes' degree, times the tensor and sequence axes'
+  /// where they are folded in (Megatron-Core's --expert-model-parallel-size, torchtitan's
   /// expert_parallel_degree).
   int64_t getExpertGroupDegree() const {
     return mesh.getDegree(AxisKind::Expert) *
-           (foldsExpertTensor() ? mesh.getDegree(AxisKind::Tensor) : 1);
+           (foldsExpertTensor() ? mesh.getDegree(AxisKind::Tensor) : 1) *
+           (foldsExpertContext() ? mesh.getDegree(AxisKind::Sequence) : 1);
   }
   /// Whether the backward gathers the column-parallel products' inputs again: sequence
   /// parallelism with `sp_inputs = regather`.

@@ -353,6 +353,9 @@ struct Layout {
   /// `expert_tensor = fold` under a tensor degree above 1: the routed experts whole on each
   /// device, the tensor axes' devices in their group (getMoeShape).
   bool expertFold = false;
+  /// `expert_context = fold` under a sequence degree above 1: the sequence axes' devices in the
+  /// routed experts' group, E/(ep·cp) experts on each (getMoeShape).
+  bool expertContextFold = false;
   bool sequenceParallel = false;
   /// What sequence parallelism's column-parallel products keep of their gathered input
   /// (`sp_inputs`): under `keep` the two layer inputs they read are kept whole.
@@ -412,11 +415,13 @@ int64_t getUnitWorkClass(const ir::Model &model, UnitKind unit, int64_t layer);
 /// rows of h; with a capacity factor c each expert takes C = ⌈c·T·k/E⌉ rows from each source
 /// device, padded, so the buffer is E·C rows.
 struct MoeShape {
-  double tokens = 0;          ///< T: tokens routed by one device.
-  double dispatchRows = 0;    ///< Rows of h in one device's dispatch buffer.
-  double capacity = 0;        ///< C per expert per source device; 0 when dropless.
-  double localExperts = 0;    ///< E/ep experts on one device (E/(ep·t) folded).
-  double group = 1;           ///< Devices of the expert group: ep (ep·t folded).
+  double tokens = 0;       ///< T: tokens routed by one device.
+  double dispatchRows = 0; ///< Rows of h in one device's dispatch buffer.
+  double capacity = 0;     ///< C per expert per source device; 0 when dropless.
+  double localExperts = 0; ///< E/ep experts on one device (E/(ep·t) folded).
+  /// Devices of the expert group: ep (ep·t with the tensor axes folded, times cp with the
+  /// sequence axes folded).
+  double group = 1;
   double tokensPerExpert = 0; ///< Rows each local expert computes (× imbalance when dropless).
 };
 MoeShape getMoeShape(const ir::TransformerConfig &config, const Layout &layout,

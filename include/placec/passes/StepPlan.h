@@ -195,6 +195,10 @@ struct UnitLayout {
   /// MoE layers' routed experts whole, their dispatch and combine over the expert and tensor
   /// axes, each tensor rank routing its own sequence shard.
   bool expertFold = false;
+  /// `expert_context = fold` with a sequence degree above 1 (ir::Strategy::foldsExpertContext):
+  /// the MoE layers' dispatch and combine over the expert and sequence axes, E/(ep·cp) experts a
+  /// device.
+  bool expertContextFold = false;
   /// The devices that see different tokens of the batch: batch × sequence × expert degrees.
   int64_t samples = 1;
   /// The backward gathers the column-parallel products' inputs again (regathersInputs).

@@ -615,6 +615,12 @@ struct ExpertParallelism {
   /// sequence shard (sequence parallelism), so the MoE layer has no tensor-parallel collectives
   /// of its own and the router's gradients are summed over the tensor axes with the norms'.
   bool foldTensor = false;
+  /// The sequence (context-parallel) axes join the experts' group too (`expert_context = fold`,
+  /// Megatron-Core's and torchtitan's expert groups under context parallelism; since placert
+  /// 0.5): each rank of the group holds experts / (ep · cp) of them (and a tensor piece, or
+  /// experts / (ep · cp · t) whole under foldTensor), routing its own tokens as before, and the
+  /// experts' states are data parallel over the batch axes only.
+  bool foldContext = false;
 };
 
 /// What the forward keeps for the backward (`activations = keep | recompute(selective) |
