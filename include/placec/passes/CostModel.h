@@ -411,9 +411,10 @@ int64_t getUnitWorkClass(const ir::Model &model, UnitKind unit, int64_t layer);
 /// tokens (all of them on every tensor-parallel rank) and sends each to its top_k experts'
 /// devices, E/ep experts on each. Under Layout::expertFold each tensor-parallel rank routes its
 /// own sequence shard, T = b·s/(cp·t), to a group of ep·t devices holding E/(ep·t) whole experts
-/// each (Megatron-Core's --expert-tensor-parallel-size 1). Dropless, the dispatch buffer holds T·k
-/// rows of h; with a capacity factor c each expert takes C = ⌈c·T·k/E⌉ rows from each source
-/// device, padded, so the buffer is E·C rows.
+/// each (Megatron-Core's --expert-tensor-parallel-size 1); under Layout::expertContextFold the
+/// group takes the context-parallel devices too, ep·cp (·t), each routing its own T as before.
+/// Dropless, the dispatch buffer holds T·k rows of h; with a capacity factor c each expert takes
+/// C = ⌈c·T·k/E⌉ rows from each source device, padded, so the buffer is E·C rows.
 struct MoeShape {
   double tokens = 0;       ///< T: tokens routed by one device.
   double dispatchRows = 0; ///< Rows of h in one device's dispatch buffer.
