@@ -246,8 +246,9 @@ private:
   std::vector<unsigned> contextAxes;
   std::vector<unsigned> expertAxes;
   std::vector<unsigned> tensorAxes;
-  /// The axes of an expert group's dispatch and combine: the expert axes, and the tensor axes
-  /// with them under `expert_tensor = fold`, in mesh order.
+  /// The axes of an expert group's dispatch and combine: the expert axes, and the tensor and
+  /// sequence axes with them where the experts fold them (ir::Strategy::isExpertGroupAxis), in
+  /// mesh order.
   std::vector<unsigned> expertGroupAxes;
   /// The axes whose ranks route different tokens of the global micro-batch, over which the
   /// load-balancing loss's statistics are summed: the batch axes, and the tensor axes too under
@@ -356,13 +357,13 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   unitLayout.expertFold = strategy.foldsExpertTensor();
   unitLayout.expertContextFold = strategy.foldsExpertContext();
   expertGroupAxes.clear();
-  for (unsigned i = 0; i < mesh.axes.size(); ++i)
-    if (strategy.isExpertGroupAxis(mesh.axes[i].kind))
+  routingAxes.clear();
+  for (unsigned i = 0; i < mesh.axes.size(); ++i) {
+    ir::AxisKind kind = mesh.axes[i].kind;
+    if (strategy.isExpertGroupAxis(kind))
       expertGroupAxes.push_back(i);
-  routingAxes = batchAxes;
-  if (unitLayout.expertFold) {
-    routingAxes.insert(routingAxes.end(), tensorAxes.begin(), tensorAxes.end());
-    llvm::sort(routingAxes);
+    if (ir::isDataParallel(kind) || (kind == ir::AxisKind::Tensor && unitLayout.expertFold))
+      routingAxes.push_back(i);
   }
   unitLayout.samples = product(mesh, batchAxes);
   unitLayout.microBatch = run.microBatch;

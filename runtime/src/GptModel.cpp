@@ -234,6 +234,11 @@ int64_t GptModel::getRoutedRows() const {
   return config.expertFold ? getLocalRows() : config.microBatch * getLocalSeq();
 }
 
+int64_t GptModel::getLocalExpertFfn() const {
+  const int64_t f = config.shape.moe.expertFfn;
+  return config.expertFold ? f : f / config.tensorDegree;
+}
+
 int64_t GptModel::getPosition(int64_t local) const {
   return contextPosition(config.shape.seq, config.contextDegree, config.contextIndex, local);
 }
@@ -1039,8 +1044,7 @@ Status GptModel::moeForward(int64_t layer, const float *weights, const float *ex
   const MoeShape &e = m.moe;
   const int64_t h = m.hidden, R = getRoutedRows(), t = config.tensorDegree;
   const int64_t E = e.experts, K = e.topK, ep = config.expertDegree, El = E / ep;
-  // Split experts hold expert_ffn / t of each expert's width; folded ones the whole width.
-  const int64_t fl = config.expertFold ? e.expertFfn : e.expertFfn / t, fused = m.swiglu ? 2 : 1;
+  const int64_t fl = getLocalExpertFfn(), fused = m.swiglu ? 2 : 1;
   if (!expertWeights)
     return Status(StatusCode::InvalidArgument,
                   "layer " + std::to_string(layer) + " runs without its experts' weights");
@@ -1246,7 +1250,7 @@ Status GptModel::moeBackward(int64_t layer, const float *weights, const float *e
   const MoeShape &e = m.moe;
   const int64_t h = m.hidden, R = getRoutedRows(), t = config.tensorDegree;
   const int64_t E = e.experts, K = e.topK, ep = config.expertDegree, El = E / ep;
-  const int64_t fl = config.expertFold ? e.expertFfn : e.expertFfn / t, fused = m.swiglu ? 2 : 1;
+  const int64_t fl = getLocalExpertFfn(), fused = m.swiglu ? 2 : 1;
   const bool capacity = getExpertCapacity() > 0;
   if (!expertWeights || !expertGrads)
     return Status(StatusCode::InvalidArgument,

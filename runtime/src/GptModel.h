@@ -191,6 +191,9 @@ public:
   /// The rows an MoE layer routes: this rank's own (getLocalRows) when the experts fold the
   /// tensor axes, else the tensor group's whole b·s/cp.
   int64_t getRoutedRows() const;
+  /// The width of each routed expert this rank holds: expert_ffn / t split over the tensor axes,
+  /// the whole expert_ffn when the experts fold them.
+  int64_t getLocalExpertFfn() const;
   /// The tokens of each sequence this rank holds: s/cp.
   int64_t getLocalSeq() const { return config.shape.seq / config.contextDegree; }
   /// The global position of this rank's `local`-th token of a sequence (contextPosition).

@@ -405,8 +405,9 @@ Status GptCore::layoutUnits() {
     if (moe.experts % ep != 0)
       return invalid("experts " + std::to_string(moe.experts) + " do not divide among " +
                      std::to_string(ep) + " expert-parallel ranks");
+    // The tensor and sequence axes folded into the experts' group, as Place says them
+    // (docs/language.md, 6.4: expert_tensor = fold, expert_context = fold).
     if (expert.foldTensor) {
-      // Megatron-Core's parallel folding as Place says it (docs/language.md, 6.4).
       if (ep < 2 || t < 2)
         return invalid("experts folding the tensor axes need an expert axis and a tensor axis "
                        "(expert degree " +
@@ -414,13 +415,18 @@ Status GptCore::layoutUnits() {
       if (!sequenceParallel)
         return invalid("experts folding the tensor axes need sequence parallelism (each tensor "
                        "rank routes its own sequence shard)");
-      if (moe.experts % (ep * t) != 0)
-        return invalid("experts " + std::to_string(moe.experts) + " do not divide among the " +
-                       std::to_string(ep * t) + " ranks of the expert and tensor axes");
       if (moe.sharedExperts > 0)
         return invalid("shared experts beside experts folding the tensor axes are not "
                        "supported: the runtime's folded MoE layer has no tensor-parallel MLP");
     }
+    if (expert.foldContext && (ep < 2 || cp < 2))
+      return invalid("experts folding the sequence axes need an expert axis and a sequence axis "
+                     "(expert degree " +
+                     std::to_string(ep) + ", context degree " + std::to_string(cp) + ")");
+    int64_t group = ep * (expert.foldTensor ? t : 1) * (expert.foldContext ? cp : 1);
+    if (moe.experts % group != 0)
+      return invalid("experts " + std::to_string(moe.experts) + " do not divide among the " +
+                     std::to_string(group) + " ranks of the experts' group");
     PLACERT_TRY(divides(moe.expertFfn, "expert_ffn"));
     PLACERT_TRY(
         divides(moe.sharedExperts * moe.sharedExpertFfn, "shared_experts x shared_expert_ffn"));
@@ -440,17 +446,6 @@ Status GptCore::layoutUnits() {
     return invalid(std::string("experts folding the ") +
                    (expert.foldTensor ? "tensor" : "sequence") +
                    " axes for a model without experts");
-  }
-  if (moe.experts > 0 && expert.foldContext) {
-    // The sequence axes in the experts' group (docs/language.md, 6.4: expert_context = fold).
-    if (ep < 2 || cp < 2)
-      return invalid("experts folding the sequence axes need an expert axis and a sequence axis "
-                     "(expert degree " +
-                     std::to_string(ep) + ", context degree " + std::to_string(cp) + ")");
-    int64_t group = ep * cp * (expert.foldTensor ? t : 1);
-    if (moe.experts % group != 0)
-      return invalid("experts " + std::to_string(moe.experts) + " do not divide among the " +
-                     std::to_string(group) + " ranks of the experts' group");
   }
   // Tied embeddings with the head on another stage: the head holds a copy of the token
   // embedding, whose gradient allReduceEmbeddingGrads sums with the embedding's before the
