@@ -152,7 +152,10 @@ unsigned presentAxes(const Candidate &c) {
 bool writesGradReduce(const Candidate &c) {
   if (c.gradReduce != ir::GradReduce::AllReduce)
     return false;
-  unsigned expertOptimizer = c.expertsReplicated ? optimizerMask(c.optimizer) : 0;
+  // The experts' own replicated gradients: over the batch axes, and cp unless it is folded into
+  // their group.
+  unsigned expertOptimizer =
+      c.expertsReplicated ? optimizerMask(c.optimizer) & ~(c.contextFold ? kContext : 0u) : 0;
   return (presentAxes(c) & ((optimizerMask(c.optimizer) & ~gradMask(c.grads)) | expertOptimizer)) !=
          0;
 }
@@ -1694,6 +1697,16 @@ std::string formatAsyncTp(ir::AsyncTensorParallel value) {
   return std::string();
 }
 
+std::string Candidate::formatExperts() const {
+  if (ep <= 1)
+    return "-";
+  std::string text = "split";
+  if (expertFold || contextFold)
+    text = std::string("fold(") + (contextFold ? "cp" : "") +
+           (contextFold && expertFold ? ", " : "") + (expertFold ? "tp" : "") + ")";
+  return epOverlap ? text + " + ep_overlap" : text;
+}
+
 std::string Candidate::formatPrecision() const {
   return ir::spellPrecision(precision, fp8Gather, fp32Grads, fp32Params, fp8Saved, fp8Scaling,
                             fp8Attention);
@@ -1709,10 +1722,12 @@ std::string Candidate::describe() const {
           (sequenceParallel ? (spInputs == ir::SequenceParallelInputs::Keep ? "+sp(keep)" : "+sp")
                             : "") +
           (asyncTp != ir::AsyncTensorParallel::Off ? "+" + formatAsyncTp(asyncTp) : "") +
-          (epOverlap ? "+ep_overlap" : "") + (expertFold ? "+fold" : "") +
           ", b=" + std::to_string(microBatch) + " m=" + std::to_string(microbatches);
+  if (ep > 1)
+    text += ", experts " + formatExperts();
   if (expertsReplicated)
-    text += cp > 1 ? ", experts replicated over dp and cp" : ", experts replicated over dp";
+    text += cp > 1 && !contextFold ? ", experts replicated over dp and cp"
+                                   : ", experts replicated over dp";
   if (pp > 1)
     text += " " + ir::toString(schedule).str() +
             (schedule == ir::Schedule::Interleaved ? "/" + std::to_string(chunks) : "") +
@@ -1914,6 +1929,15 @@ std::optional<std::vector<ir::ExpertTensor>> parseExpertTensor(StringRef text, c
       "fold puts whole routed experts over the expert and tensor axes", error);
 }
 
+std::optional<std::vector<ir::ExpertTensor>> parseExpertContext(StringRef text, const ir::Run &run,
+                                                                std::string &error) {
+  return parseExpertChoiceList(
+      text, {ir::ExpertTensor::Split, ir::ExpertTensor::Fold}, ir::ExpertTensor::Fold,
+      "--expert-context", "an expert_context setting",
+      "write a comma-separated list of split and fold", run,
+      "fold splits the routed experts over the expert and context axes", error);
+}
+
 std::optional<std::vector<ir::ContextMethod>> parseContextMethods(StringRef text,
                                                                   std::string &error) {
   // `none` adds nothing: plans without a context axis are always explored.
@@ -2081,12 +2105,12 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     strategy->getPlacement(ir::State::Optimizer).tierExplicit = true;
   }
   // ZeRO-1 for the experts: their params and grads replicated over every expert-data-parallel
-  // axis (the batch and context axes).
+  // axis (the batch axes, and the context axis unless it is folded into the expert group).
   if (c.expertsReplicated)
     for (ir::State state : {ir::State::Params, ir::State::Grads}) {
       ir::StatePlacement &placement = strategy->getExpertPlacement(state);
       placement.axes.resize(mesh.axes.size());
-      for (int index : {outer, inner, context})
+      for (int index : {outer, inner, c.contextFold ? -1 : context})
         if (index >= 0) {
           placement.axes[index].mode = ir::PlacementMode::Replicated;
           placement.axes[index].isExplicit = true;
@@ -2103,6 +2127,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
   strategy->expertOverlap = c.epOverlap ? ir::ExpertOverlap::On : ir::ExpertOverlap::Off;
   strategy->expertDispatcher = c.dispatcher;
   strategy->expertTensor = c.expertFold ? ir::ExpertTensor::Fold : ir::ExpertTensor::Split;
+  strategy->expertContext = c.contextFold ? ir::ExpertTensor::Fold : ir::ExpertTensor::Split;
   if (c.cp > 1)
     strategy->contextMethod = c.context;
   if (c.pp > 1) {
@@ -2368,6 +2393,13 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
   const std::vector<ir::ExpertTensor> &tensorValues =
       options.expertTensor.empty() ? splitOnly : options.expertTensor;
   bool exploresFold = llvm::is_contained(tensorValues, ir::ExpertTensor::Fold);
+  // The expert_context settings where `fold` applies (Verify's checkFold): an expert and a context
+  // axis whose group (with the tensor axis where that is folded too) divides the experts. A plan
+  // folded over cp keeps less than its split twin (each device holds ep·cp's share of the experts'
+  // states, the same tokens), so the plan folded over both is the most frugal of its variants.
+  const std::vector<ir::ExpertTensor> &contextValues =
+      options.expertContext.empty() ? splitOnly : options.expertContext;
+  bool exploresContextFold = llvm::is_contained(contextValues, ir::ExpertTensor::Fold);
   auto overlapsExperts = [](int64_t ep, int64_t pp, const Pipeline &pipeline,
                             ir::ActivationMode mode, ir::Precision precision) {
     return ep > 1 &&
@@ -2474,6 +2506,21 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
     // devices together divide the experts, fold explored.
     bool foldsHere = exploresFold && model.isMoe() && ep > 1 && tp > 1 &&
                      model.transformer.moe.experts % (ep * tp) == 0;
+    // Whether they may fold the context axis into the expert group. The folds explored, each
+    // where its group divides the experts; folded over cp the experts have no context replicas to
+    // keep whole, so ZeRO-1 for them needs a batch axis besides ep.
+    bool foldsContextHere = exploresContextFold && model.isMoe() && ep > 1 && cp > 1 &&
+                            model.transformer.moe.experts % (ep * cp) == 0;
+    std::vector<std::pair<bool, bool>> folds; // (expert_tensor, expert_context) folded.
+    for (ir::ExpertTensor tensor : foldsHere ? tensorValues : splitOnly)
+      for (ir::ExpertTensor context : foldsContextHere ? contextValues : splitOnly) {
+        bool tensorFold = tensor == ir::ExpertTensor::Fold;
+        bool contextFold = context == ir::ExpertTensor::Fold;
+        int64_t folded = ep * (tensorFold ? tp : 1) * (contextFold ? cp : 1);
+        if (model.transformer.moe.experts % folded == 0 &&
+            !(contextFold && group.expertsReplicated && samples / ep <= 1))
+          folds.emplace_back(tensorFold, contextFold);
+      }
     const PrecisionVariant &variant = *group.variant;
     SearchResult &counts = share.counts;
     uint64_t order = index << 32;
@@ -2498,7 +2545,7 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
             for (ir::ExpertOverlap overlap :
                  overlapsExperts(ep, pp, pipeline, mode, variant.precision) ? overlapValues
                                                                             : overlapOff)
-              for (ir::ExpertTensor expertTensor : foldsHere ? tensorValues : splitOnly) {
+              for (auto [tensorFold, contextFold] : folds) {
                 Candidate c;
                 c.pp = pp;
                 c.dpNode = samples / ep;
@@ -2515,7 +2562,8 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
                 c.dpOverlap = options.dpOverlap;
                 c.asyncTp = async;
                 c.epOverlap = overlap == ir::ExpertOverlap::On;
-                c.expertFold = expertTensor == ir::ExpertTensor::Fold;
+                c.expertFold = tensorFold;
+                c.contextFold = contextFold;
                 if (ep > 1 && run.strategy)
                   c.dispatcher = run.strategy->expertDispatcher;
                 if (run.strategy)
@@ -2539,9 +2587,9 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
                   continue;
                 }
                 // Once the kept plans are as many as the top, the slowest of them bounds what can
-                // still enter: a plan whose compute and critical communication alone are slower is
-                // counted as accepted and not timed, nor is one over the budget (as on the fast
-                // path). Collecting every accepted plan (onAccepted) times them all.
+                // still enter: a plan whose compute and critical communication alone are slower
+                // is counted as accepted and not timed, nor is one over the budget (as on the
+                // fast path). Collecting every accepted plan (onAccepted) times them all.
                 std::vector<std::pair<Ranked, analysis::RunAnalysis>> &kept = share.best;
                 double stepBound = !options.onAccepted && kept.size() == keep
                                        ? kept.back().first.candidate.stepSeconds
@@ -2557,7 +2605,8 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
                   // The overlap holds more than the same plan without it, and split experts more
                   // than folded ones, which the plans after it may not: only the most frugal
                   // variant prunes them.
-                  if (!c.epOverlap && (c.expertFold || !foldsHere)) {
+                  if (!c.epOverlap && (c.expertFold || !foldsHere) &&
+                      (c.contextFold || !foldsContextHere)) {
                     lessOver = true;
                     if (mode == ir::ActivationMode::RecomputeFull)
                       smallerOver.insert(pipeline);
@@ -3032,7 +3081,8 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
   if (!optimizerText.empty())
     text += "  optimizer   = " + optimizerText + ";\n";
   // ZeRO-1 for the experts: replicated over their expert-data-parallel axes (buildStrategy).
-  std::string expertAxes = c.expertsReplicated ? axes(kOuter | kInner | kContext) : "";
+  std::string expertAxes =
+      c.expertsReplicated ? axes(kOuter | kInner | (c.contextFold ? 0 : kContext)) : "";
   if (!expertAxes.empty())
     text += "  expert_params = replicate(" + expertAxes + ");\n  expert_grads = replicate(" +
             expertAxes + ");\n";
@@ -3055,6 +3105,8 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
     text += "  dispatcher  = " + ir::toString(c.dispatcher).str() + ";\n";
   if (c.expertFold)
     text += "  expert_tensor = fold;\n";
+  if (c.contextFold)
+    text += "  expert_context = fold;\n";
   if (c.pp > 1) {
     text += "  pipeline    = " + ir::toString(c.schedule).str() +
             "(microbatches = " + std::to_string(c.microbatches);

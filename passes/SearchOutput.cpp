@@ -122,8 +122,12 @@ std::string activationsText(const Candidate &c) {
           : c.spInputs == ir::SequenceParallelInputs::Keep ? " + sp(keep)"
                                                            : " + sp") +
          (c.asyncTp != ir::AsyncTensorParallel::Off ? " + " + formatAsyncTp(c.asyncTp)
-                                                    : std::string()) +
-         (c.epOverlap ? " + ep_overlap" : "") + (c.expertFold ? " + fold" : "");
+                                                    : std::string());
+}
+
+/// Whether the tables show the experts column: some plan of the top has an expert axis.
+bool showsExperts(const SearchResult &result) {
+  return llvm::any_of(result.top, [](const Candidate &c) { return c.ep > 1; });
 }
 
 /// `interleaved(4)`, `interleaved(8)(emb+loss)` (the embedding and the loss counted as layers),
@@ -145,17 +149,29 @@ std::string scheduleText(const Candidate &c) {
 
 void printTable(const SearchResult &result, raw_ostream &out) {
   int64_t devices = result.cluster->getNumDevices();
-  int meshWidth = 4, activationsWidth = 34, precisionWidth = 24;
+  int meshWidth = 4, activationsWidth = 34, expertsWidth = 7, precisionWidth = 24;
+  bool experts = showsExperts(result);
   for (const Candidate &c : result.top) {
     meshWidth = std::max(meshWidth, static_cast<int>(c.formatMesh().size()));
     activationsWidth = std::max(activationsWidth, static_cast<int>(activationsText(c).size()));
+    expertsWidth = std::max(expertsWidth, static_cast<int>(c.formatExperts().size()));
     precisionWidth = std::max(precisionWidth, static_cast<int>(c.formatPrecision().size()));
   }
-  out << format("%-4s %-*s %-10s %-18s %-14s %-16s %-*s %4s %5s %-30s %-*s %10s %9s %6s %10s",
-                text("rank"), meshWidth, text("mesh"), text("context"), text("params"),
-                text("grads"), text("optimizer"), activationsWidth, text("activations"), text("b"),
-                text("m"), text("schedule"), precisionWidth, text("precision"), text("step (s)"),
-                text("TFLOP/s"), text("MFU"), text("memory"));
+  // The experts column (`split`, `fold(cp, tp) + ep_overlap`, …) where some plan has experts.
+  auto expertsCell = [&](StringRef cell) {
+    if (!experts)
+      return std::string();
+    std::string padded = " " + cell.str();
+    padded.resize(std::max<size_t>(padded.size(), 1 + expertsWidth), ' ');
+    return padded;
+  };
+  out << format("%-4s %-*s %-10s %-18s %-14s %-16s %-*s", text("rank"), meshWidth, text("mesh"),
+                text("context"), text("params"), text("grads"), text("optimizer"), activationsWidth,
+                text("activations"))
+      << expertsCell("experts")
+      << format(" %4s %5s %-30s %-*s %10s %9s %6s %10s", text("b"), text("m"), text("schedule"),
+                precisionWidth, text("precision"), text("step (s)"), text("TFLOP/s"), text("MFU"),
+                text("memory"));
   out << (result.topBridges.empty() ? "\n" : "  exports to\n");
   for (size_t i = 0; i < result.top.size(); ++i) {
     const Candidate &c = result.top[i];
@@ -163,31 +179,34 @@ void printTable(const SearchResult &result, raw_ostream &out) {
     std::string activations = activationsText(c);
     std::string schedule = scheduleText(c);
     std::string context = c.cp > 1 ? ir::toString(c.context).str() : "-";
-    out << format("%-4zu %-*s %-10s %-18s %-14s %-16s %-*s %4lld %5lld %-30s %-*s %10.3f %9.1f "
-                  "%5.1f%% %10s",
-                  i + 1, meshWidth, c.formatMesh().c_str(), context.c_str(), paramsText(c).c_str(),
+    out << format("%-4zu %-*s %-10s %-18s %-14s %-16s %-*s", i + 1, meshWidth,
+                  c.formatMesh().c_str(), context.c_str(), paramsText(c).c_str(),
                   toString(c.grads).str().c_str(), toString(c.optimizer).str().c_str(),
-                  activationsWidth, activations.c_str(), static_cast<long long>(c.microBatch),
-                  static_cast<long long>(c.microbatches), schedule.c_str(), precisionWidth,
-                  c.formatPrecision().c_str(), analysis.time.stepSeconds,
-                  tflopsPerDevice(analysis, devices), analysis.time.mfu * 100,
-                  formatBytes(analysis.memory.device.peak).c_str());
+                  activationsWidth, activations.c_str())
+        << expertsCell(c.formatExperts())
+        << format(" %4lld %5lld %-30s %-*s %10.3f %9.1f %5.1f%% %10s",
+                  static_cast<long long>(c.microBatch), static_cast<long long>(c.microbatches),
+                  schedule.c_str(), precisionWidth, c.formatPrecision().c_str(),
+                  analysis.time.stepSeconds, tflopsPerDevice(analysis, devices),
+                  analysis.time.mfu * 100, formatBytes(analysis.memory.device.peak).c_str());
     out << (i < result.topBridges.size() ? "  " + formatExports(result.topBridges[i]) : "") << "\n";
   }
   if (llvm::any_of(result.top, [](const Candidate &c) { return c.expertsReplicated; }))
-    out << "x:rep: the routed experts' params and grads replicated over dp and cp (ZeRO-1 for the "
-           "experts)\n";
+    out << "x:rep: the routed experts' params and grads replicated over dp, and over cp unless "
+           "fold(cp) puts it in their group (ZeRO-1 for the experts)\n";
 }
 
 /// The same table as GitHub Markdown.
 void printMarkdownTable(const SearchResult &result, raw_ostream &out) {
   int64_t devices = result.cluster->getNumDevices();
   bool bridges = !result.topBridges.empty();
-  out << "| rank | mesh | context | params | grads | optimizer | activations | b | m | schedule | "
-         "precision | step (s) | TFLOP/s | MFU | memory |"
+  bool experts = showsExperts(result);
+  out << "| rank | mesh | context | params | grads | optimizer | activations |"
+      << (experts ? " experts |" : "")
+      << " b | m | schedule | precision | step (s) | TFLOP/s | MFU | memory |"
       << (bridges ? " exports to |" : "") << "\n"
-      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (bridges ? "---|" : "")
-      << "\n";
+      << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" << (experts ? "---|" : "")
+      << (bridges ? "---|" : "") << "\n";
   for (size_t i = 0; i < result.top.size(); ++i) {
     const Candidate &c = result.top[i];
     const analysis::RunAnalysis &analysis = result.topAnalyses[i];
@@ -196,8 +215,9 @@ void printMarkdownTable(const SearchResult &result, raw_ostream &out) {
     out << "| " << i + 1 << " | `" << c.formatMesh() << "` | "
         << (c.cp > 1 ? ir::toString(c.context).str() : "-") << " | " << paramsText(c) << " | "
         << toString(c.grads) << " | " << toString(c.optimizer) << " | " << activations << " | "
-        << c.microBatch << " | " << c.microbatches << " | " << schedule << " | "
-        << c.formatPrecision() << " | " << format("%.3f", analysis.time.stepSeconds) << " | "
+        << (experts ? c.formatExperts() + " | " : "") << c.microBatch << " | " << c.microbatches
+        << " | " << schedule << " | " << c.formatPrecision() << " | "
+        << format("%.3f", analysis.time.stepSeconds) << " | "
         << format("%.1f", tflopsPerDevice(analysis, devices)) << " | "
         << format("%.1f%%", analysis.time.mfu * 100) << " | "
         << formatBytes(analysis.memory.device.peak) << " |"
@@ -222,6 +242,7 @@ json::Object candidateJson(const Candidate &c) {
                       {"grad_reduce", ir::toString(c.gradReduce)},
                       {"ep_overlap", c.epOverlap},
                       {"expert_tensor", c.expertFold ? "fold" : "split"},
+                      {"expert_context", c.contextFold ? "fold" : "split"},
                       {"precision", c.formatPrecision()},
                       {"ep", c.ep},
                       {"experts_replicated", c.expertsReplicated},
@@ -425,6 +446,16 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       return 1;
     }
     searchOptions.expertTensor = *values;
+  }
+  if (!options.expertContext.empty()) {
+    std::string error;
+    std::optional<std::vector<ir::ExpertTensor>> values =
+        parseExpertContext(options.expertContext, *run, error);
+    if (!values) {
+      err << "placec: error: " << error << "\n";
+      return 1;
+    }
+    searchOptions.expertContext = *values;
   }
   if (!options.context.empty()) {
     std::string error;

@@ -157,6 +157,13 @@ cl::opt<std::string> searchExpertTensor(
              "applies (an expert and a tensor axis whose devices together divide the experts), "
              "a comma-separated list of split and fold (default: split)"),
     cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> searchExpertContext(
+    "expert-context",
+    cl::desc("search: the expert_context settings to explore for a mixture of experts where fold "
+             "applies (an expert and a context axis whose devices, with the tensor axis where "
+             "that is folded too, divide the experts), a comma-separated list of split and fold "
+             "(default: split)"),
+    cl::init(""), cl::cat(placecCategory));
 cl::opt<std::string> searchContext(
     "context",
     cl::desc("search: the context-parallel methods to explore over context axes, a "
@@ -583,6 +590,7 @@ int runSearch() {
   options.asyncTp = searchAsyncTp;
   options.epOverlap = searchEpOverlap;
   options.expertTensor = searchExpertTensor;
+  options.expertContext = searchExpertContext;
   options.context = searchContext;
   options.spInputs = searchSpInputs;
   options.dpOverlap = searchDpOverlap;

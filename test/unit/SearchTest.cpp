@@ -1539,9 +1539,9 @@ TEST(SearchTest, PlaceTextMeansWhatWasSearched) {
 
 TEST(SearchTest, MoePlaceTextMeansWhatWasSearched) {
   // The same for a mixture of experts, whose plans the exact path evaluates: the printed
-  // strategy binds to the mesh, the dense and the experts' placements and the context method
-  // the search evaluated (ZeRO-1 for the experts over dp and cp among them), with the same step
-  // time and peak memory.
+  // strategy binds to the mesh, the dense and the experts' placements, the context method and the
+  // experts' folds the search evaluated (ZeRO-1 for the experts over dp and cp, or over dp alone
+  // with cp folded into their group, among them), with the same step time and peak memory.
   auto compiled = compile(R"(
 model moe_cp : transformer {
   layers = 4; hidden = 1024; heads = 8; kv_heads = 4; seq = 16384; vocab = 32000; mlp = swiglu;
@@ -1557,14 +1557,20 @@ run moe { model = moe_cp; cluster = h100_16; strategy = dp(16);
   std::vector<Candidate> accepted;
   SearchOptions options;
   options.onAccepted = [&](const Candidate &c) { accepted.push_back(c); };
+  options.expertTensor = options.expertContext = {ir::ExpertTensor::Split, ir::ExpertTensor::Fold};
   searchStrategies(base, options);
-  // Every plan with the experts replicated and a context axis, and a random sample of the rest.
+  // Every plan with the experts replicated and a context axis, every one folded over both axes,
+  // and a random sample of the rest.
   std::vector<Candidate> chosen;
   for (const Candidate &c : accepted)
-    if (c.expertsReplicated && c.cp > 1)
+    if ((c.expertsReplicated && c.cp > 1) || (c.contextFold && c.expertFold))
       chosen.push_back(c);
   ASSERT_FALSE(chosen.empty());
   ASSERT_TRUE(llvm::any_of(accepted, [](const Candidate &c) { return c.cp > 1 && c.ep > 1; }));
+  ASSERT_TRUE(llvm::any_of(
+      accepted, [](const Candidate &c) { return c.contextFold && c.expertsReplicated; }));
+  ASSERT_TRUE(llvm::any_of(
+      accepted, [](const Candidate &c) { return c.contextFold && !c.expertFold && c.tp > 1; }));
   std::mt19937_64 random(5);
   for (unsigned i = 0; i < 30; ++i)
     chosen.push_back(accepted[random() % accepted.size()]);
@@ -1590,6 +1596,11 @@ run moe { model = moe_cp; cluster = h100_16; strategy = dp(16);
     if (c.cp > 1) {
       EXPECT_EQ(actual.contextMethod, expected.contextMethod) << reparsed.text;
     }
+    EXPECT_EQ(actual.expertTensor, c.expertFold ? ir::ExpertTensor::Fold : ir::ExpertTensor::Split)
+        << reparsed.text;
+    EXPECT_EQ(actual.expertContext,
+              c.contextFold ? ir::ExpertTensor::Fold : ir::ExpertTensor::Split)
+        << reparsed.text;
     expectSamePredictions(base, c, *reparsed.run, reparsed.text, /*accepted=*/true);
   }
 }

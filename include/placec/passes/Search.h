@@ -69,6 +69,11 @@ struct Candidate {
   /// `expert_tensor = fold;`: the routed experts whole over ep × tp (only with ep > 1 and tp > 1,
   /// where the group ep·tp divides the experts).
   bool expertFold = false;
+  /// `expert_context = fold;`: the routed experts split over ep × cp, the context ranks joining the
+  /// expert group as Megatron-Core and torchtitan form it (only with ep > 1 and cp > 1, where the
+  /// group ep·cp, times tp when folded too, divides the experts). The experts' data-parallel axes
+  /// are then the batch axes alone.
+  bool contextFold = false;
   /// `dispatcher = …;` (only with ep > 1): the searched run's strategy's, the same for every
   /// candidate.
   ir::ExpertDispatcher dispatcher = ir::ExpertDispatcher::AllToAll;
@@ -123,6 +128,10 @@ struct Candidate {
   bool isSplit() const { return dpNode > 1 && dpLocal > 1; }
   /// `[pp = 8, dp = 16, tp = 8]`.
   std::string formatMesh() const;
+  /// The routed experts' layout over their axes: `-` without an expert axis, else `split`,
+  /// `fold(tp)`, `fold(cp)` or `fold(cp, tp)` (expert_tensor, expert_context), then
+  /// ` + ep_overlap` where set.
+  std::string formatExperts() const;
   /// `mixed(bf16)`, `mixed(fp8, gather = fp8)`: the run's `precision` value.
   std::string formatPrecision() const;
   /// A one-line summary: mesh, context method, placements, activations, micro-batching,
@@ -181,6 +190,9 @@ struct SearchOptions {
   /// The expert_tensor settings to explore for a mixture of experts where `fold` applies (ep > 1,
   /// tp > 1, ep·tp dividing the experts); empty: `split`. Elsewhere `split`.
   std::vector<ir::ExpertTensor> expertTensor;
+  /// The expert_context settings to explore for a mixture of experts where `fold` applies (ep > 1,
+  /// cp > 1, the expert group dividing the experts); empty: `split`. Elsewhere `split`.
+  std::vector<ir::ExpertTensor> expertContext;
   /// What sequence parallelism's column-parallel products keep in every candidate (`sp_inputs`):
   /// `regather` as Megatron-LM, `keep` as PyTorch.
   ir::SequenceParallelInputs spInputs = ir::SequenceParallelInputs::Regather;
@@ -363,6 +375,11 @@ parseExpertOverlap(llvm::StringRef text, const ir::Run &run, std::string &error)
 std::optional<std::vector<ir::ExpertTensor>>
 parseExpertTensor(llvm::StringRef text, const ir::Run &run, std::string &error);
 
+/// Parses `--expert-context split,fold` into expert_context settings; on an error (an unknown
+/// name, or `fold` for a model without experts) returns nullopt and sets `error`.
+std::optional<std::vector<ir::ExpertTensor>>
+parseExpertContext(llvm::StringRef text, const ir::Run &run, std::string &error);
+
 /// Parses `--context ring,all_to_all` into the context-parallel methods to explore (`none`
 /// alone: an empty list, no context axis); on an error (an unknown name) returns nullopt and sets
 /// `error`.
@@ -430,6 +447,9 @@ struct SearchCommandOptions {
   /// `--expert-tensor`: a comma-separated list of split and fold; empty: split
   /// (SearchOptions::expertTensor).
   std::string expertTensor;
+  /// `--expert-context`: a comma-separated list of split and fold; empty: split
+  /// (SearchOptions::expertContext).
+  std::string expertContext;
   /// `--context`: a comma-separated list of none, ring, all_gather and all_to_all; empty: every
   /// method (SearchOptions::contextMethods).
   std::string context;
