@@ -442,8 +442,8 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
   // backward's loss before its layers, the forward's after them).
   if (strategy.expertOverlap == ir::ExpertOverlap::On)
     x.inFlight = cost::getExpertOverlapInFlight(
-        scheduleInFlight, static_cast<int64_t>(plan.stages.size()), plan.microbatches, plan.chunks,
-        x.layers, explain ? &x.inFlightText : nullptr);
+        plan.schedule, scheduleInFlight, static_cast<int64_t>(plan.stages.size()),
+        plan.microbatches, plan.chunks, x.layers, explain ? &x.inFlightText : nullptr);
   if (hasHead && model.kind == ir::ModelKind::Transformer) {
     std::string headText;
     x.headBuffers =
@@ -861,9 +861,9 @@ RunAnalysis Analyzer::analyze() {
       for (const auto &[unit, exchange] : expertExchanges)
         exchanges.push_back(exchange);
       expertExposed = cost::getExpertOverlapExposedSeconds(
-          exchanges,
-          cost::getExpertOverlapUnpairedShare(static_cast<int64_t>(plan.stages.size()), stage.stage,
-                                              plan.microbatches, plan.chunks));
+          exchanges, cost::getExpertOverlapUnpairedShare(
+                         plan.schedule, static_cast<int64_t>(plan.stages.size()), stage.stage,
+                         plan.microbatches, plan.chunks));
     }
     // Once per step: the gradient reductions left for the step start as the last micro-batch's
     // backward produces each unit's gradients, so they run beside that backward unit by unit
@@ -1099,7 +1099,7 @@ RunAnalysis Analyzer::analyze() {
                      "micro-batch's backward), max(A - C, A × κ/(1 + κ)), but for the share u = "
                      "{} of the passes that run alone, in full",
                      num(cost::getExpertOverlapUnpairedShare(
-                         static_cast<int64_t>(plan.stages.size()), slowest->stage,
+                         plan.schedule, static_cast<int64_t>(plan.stages.size()), slowest->stage,
                          plan.microbatches, plan.chunks)))
                : std::string(),
            strategy.dataParallelOverlap == ir::DataParallelOverlap::None

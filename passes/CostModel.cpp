@@ -2288,11 +2288,18 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
   return 1;
 }
 
-double getExpertOverlapInFlight(double inFlight, int64_t stages, int64_t microbatches,
-                                int64_t chunks, int64_t stageLayers, std::string *formula) {
+double getExpertOverlapInFlight(ir::Schedule schedule, double inFlight, int64_t stages,
+                                int64_t microbatches, int64_t chunks, int64_t stageLayers,
+                                std::string *formula) {
   double m = static_cast<double>(microbatches);
   if (microbatches <= 1 || stageLayers <= 0)
     return inFlight;
+  if (stages > 1 && schedule == ir::Schedule::DualPipeV) {
+    if (formula)
+      *formula += "; ep_overlap: DualPipeV's count, that of its forward and backward chunks "
+                  "side by side";
+    return inFlight;
+  }
   double layer = 1 / static_cast<double>(stageLayers);
   double chunk = stages > 1 ? 1 / static_cast<double>(std::max<int64_t>(1, chunks)) : 0;
   double value = std::min(m, inFlight + chunk + layer);
@@ -2680,11 +2687,18 @@ double getPassExposedSeconds(ArrayRef<PassUnit> units) {
   return exposed + previousReduce;
 }
 
-double getExpertOverlapUnpairedShare(int64_t stages, int64_t stage, int64_t microbatches,
-                                     int64_t chunks) {
+double getExpertOverlapUnpairedShare(ir::Schedule schedule, int64_t stages, int64_t stage,
+                                     int64_t microbatches, int64_t chunks) {
   double m = static_cast<double>(std::max<int64_t>(1, microbatches));
   if (stages <= 1)
     return 1 / m;
+  if (schedule == ir::Schedule::DualPipeV) {
+    // DualPipeV's main step pairs 2·(m − 2p + r + 1) chunks, but the last rank's first, and its
+    // fifth step p − r − 1 more, of the 2m forwards (and backwards) of rank r.
+    double p = static_cast<double>(stages), r = static_cast<double>(stage);
+    double paired = 2 * (m - 2 * p + r + 1) - (stage == stages - 1 ? 1 : 0) + (p - r - 1);
+    return std::clamp(1 - paired / (2 * m), 0.0, 1.0);
+  }
   double p = static_cast<double>(stages), v = static_cast<double>(std::max<int64_t>(1, chunks));
   double warmup = 2 * (p - static_cast<double>(stage) - 1) + (v - 1) * p + 1;
   return std::min(1.0, warmup / (m * v));

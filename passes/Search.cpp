@@ -1797,30 +1797,22 @@ std::string getExactSearchReason(const ir::Model &model) {
              : "has multi-token prediction modules on its last stage";
 }
 
-bool isSearchSchedule(const ir::Model &model, ir::Schedule schedule) {
-  return !model.isMoe() || schedule == ir::Schedule::OneFOneB || schedule == ir::Schedule::GPipe ||
-         schedule == ir::Schedule::Interleaved;
+bool isDefaultSearchSchedule(const ir::Model &model, ir::Schedule schedule) {
+  if (model.isMoe())
+    return schedule == ir::Schedule::OneFOneB || schedule == ir::Schedule::Interleaved;
+  return schedule != ir::Schedule::GPipe;
 }
 
 std::optional<std::vector<ir::Schedule>> parseSchedules(StringRef text, const ir::Run &run,
                                                         std::string &error) {
-  std::optional<std::vector<ir::Schedule>> schedules = parseChoiceList(
-      text,
-      {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::Interleaved,
-       ir::Schedule::ZeroBubble, ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV},
-      "--schedules", "a schedule the search explores",
-      "write a comma-separated list of 1f1b, gpipe, interleaved, zero_bubble, "
-      "zbv and dualpipev",
-      error);
-  if (schedules)
-    for (ir::Schedule schedule : *schedules)
-      if (!isSearchSchedule(*run.model, schedule)) {
-        error = "--schedules " + ir::toString(schedule).str() + ": model '" + run.model->name +
-                "' has routed experts, and the search of a mixture of experts explores 1f1b, "
-                "gpipe and interleaved pipelines only";
-        return std::nullopt;
-      }
-  return schedules;
+  return parseChoiceList(text,
+                         {ir::Schedule::OneFOneB, ir::Schedule::GPipe, ir::Schedule::Interleaved,
+                          ir::Schedule::ZeroBubble, ir::Schedule::ZeroBubbleV,
+                          ir::Schedule::DualPipeV},
+                         "--schedules", "a schedule the search explores",
+                         "write a comma-separated list of 1f1b, gpipe, interleaved, zero_bubble, "
+                         "zbv and dualpipev",
+                         error);
 }
 
 /// Why a run under `kernels = eager` cannot be searched with activation mode `mode` at
@@ -2323,7 +2315,8 @@ template <typename Body> void runOnThreads(unsigned threads, Body body) {
 /// experts, 1 for a dense model, cp with the context methods whose divisibility holds), ZeRO-1, -2
 /// or -3 over every batch-like axis (the experts' states sharded over the expert-data-parallel
 /// `dp` and `cp` like the dense ones), the three activation modes (or those of `--activations`),
-/// micro-batches of 1, 2 or 4 (not a multiple of cp > 1), the pipelines of isSearchSchedule (the
+/// micro-batches of 1, 2 or 4 (not a multiple of cp > 1), the pipelines of isDefaultSearchSchedule
+/// or those `--schedules` names (the
 /// layers split evenly, or, interleaved, the embedding and the loss counted as layers), sequence
 /// parallelism with tensor parallelism.
 void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchOptions &options,
@@ -2359,12 +2352,10 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
   const std::vector<ir::AsyncTensorParallel> offOnly = {ir::AsyncTensorParallel::Off};
   const std::vector<ir::AsyncTensorParallel> &asyncValues =
       options.asyncTp.empty() ? offOnly : options.asyncTp;
-  // The pipeline schedules explored (isSearchSchedule): the requested ones, or every one but
-  // gpipe (a mixture of experts: 1f1b and interleaved).
+  // The pipeline schedules explored: the requested ones, or isDefaultSearchSchedule's.
   auto explores = [&](ir::Schedule schedule) {
-    return isSearchSchedule(model, schedule) &&
-           (options.schedules.empty() ? schedule != ir::Schedule::GPipe
-                                      : llvm::is_contained(options.schedules, schedule));
+    return options.schedules.empty() ? isDefaultSearchSchedule(model, schedule)
+                                     : llvm::is_contained(options.schedules, schedule);
   };
   // A pipeline of the search: its schedule and chunks, the embedding and the loss counted as
   // layers or not (then `edge` holds the first and the last stage's layers).
@@ -2379,8 +2370,8 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
     }
   };
   // The ep_overlap settings where Megatron-Core's conditions hold (Verify's checkExperts): an
-  // expert axis, no pipeline or an interleaved one (its combined 1F1B needs virtual stages), no
-  // full recomputation, not fp32.
+  // expert axis, no pipeline, an interleaved one (its combined 1F1B needs virtual stages) or
+  // DualPipeV (which pairs a forward chunk with a backward one), no full recomputation, not fp32.
   const std::vector<ir::ExpertOverlap> overlapOff = {ir::ExpertOverlap::Off};
   const std::vector<ir::ExpertOverlap> &overlapValues =
       options.epOverlap.empty() ? overlapOff : options.epOverlap;
@@ -2403,7 +2394,8 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
   auto overlapsExperts = [](int64_t ep, int64_t pp, const Pipeline &pipeline,
                             ir::ActivationMode mode, ir::Precision precision) {
     return ep > 1 &&
-           (pp == 1 || (pipeline.schedule == ir::Schedule::Interleaved && pipeline.chunks > 1)) &&
+           (pp == 1 || (pipeline.schedule == ir::Schedule::Interleaved && pipeline.chunks > 1) ||
+            pipeline.schedule == ir::Schedule::DualPipeV) &&
            mode != ir::ActivationMode::RecomputeFull && precision != ir::Precision::FP32;
   };
   // The groups of candidates, in the search order: a mesh with its pipelines, a placement, a

@@ -1182,12 +1182,15 @@ bool VerifyPass::checkExperts(const ir::Run &run) {
       refuse(Twine("strategy '") + strategy.name + "' has no expert axis of more than one device " +
                  "in its mesh " + formatMesh(mesh) + " to exchange tokens over",
              "placement");
-    if (stages > 1 && pipeline &&
+    // Over stages, the schedules that run one micro-batch's forward beside another's backward:
+    // Megatron-Core's interleaved one with virtual stages, and DualPipeV, whose main step runs
+    // a forward chunk beside a backward one (deepseek-ai/DualPipe, dualpipe/dualpipev.py).
+    if (stages > 1 && pipeline && pipeline->schedule != ir::Schedule::DualPipeV &&
         (pipeline->schedule != ir::Schedule::Interleaved || pipeline->chunks < 2))
-      refuse(Twine("over ") + Twine(stages) + " pipeline stages Megatron-Core pairs the forward " +
-                 "and backward micro-batches only in the interleaved schedule (it needs " +
-                 "virtual pipeline stages), and strategy '" + strategy.name + "' runs " +
-                 ir::toString(pipeline->schedule) +
+      refuse(Twine("over ") + Twine(stages) + " pipeline stages the forward and backward " +
+                 "micro-batches run side by side only in the interleaved schedule with virtual " +
+                 "pipeline stages (Megatron-Core's) and in dualpipev, and strategy '" +
+                 strategy.name + "' runs " + ir::toString(pipeline->schedule) +
                  (pipeline->schedule == ir::Schedule::Interleaved ? " with one chunk" : ""),
              "schedule");
     if (strategy.activationMode == ir::ActivationMode::RecomputeFull)

@@ -380,14 +380,27 @@ TEST(CostModelTest, ExpertOverlapPairsEachForwardWithAnotherMicrobatchsBackward)
   double k = kOverlapComputeSlowdown, floor = k / (1 + k);
   // Without a pipeline Megatron-Core's combined 1F1B runs the first forward and the last backward
   // alone, and the m - 1 others in pairs: 1/m of the passes unpaired.
-  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(1, 0, 8, 1), 1.0 / 8);
-  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(1, 0, 1, 1), 1.0);
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(ir::Schedule::OneFOneB, 1, 0, 8, 1), 1.0 / 8);
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(ir::Schedule::OneFOneB, 1, 0, 1, 1), 1.0);
   // Interleaved over p = 8 stages with v = 4 chunks and m = 512: stage 0 warms up with
   // 2·7 + 3·8 + 1 = 39 of its 2,048 chunk forwards, the last stage with 3·8 + 1 = 25.
-  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(8, 0, 512, 4), 39.0 / 2048);
-  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(8, 7, 512, 4), 25.0 / 2048);
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(ir::Schedule::Interleaved, 8, 0, 512, 4),
+                   39.0 / 2048);
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(ir::Schedule::Interleaved, 8, 7, 512, 4),
+                   25.0 / 2048);
   // Fewer micro-batches than the warm-up: every pass alone.
-  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(4, 0, 4, 2), 1.0);
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(ir::Schedule::Interleaved, 4, 0, 4, 2), 1.0);
+  // DualPipeV over p = 4 ranks, m = 8 micro-batches, each rank 2m = 16 forward and 16 backward
+  // chunk passes (deepseek-ai/DualPipe, dualpipev.py's steps). Rank 0: its main step runs
+  // m - 2p + 0 + 1 = 1 iteration of two paired calls, its fifth p - 0 - 1 = 3 of one: 5 pairs,
+  // 11 of 16 alone. Rank 3, the last: 8 - 8 + 3 + 1 = 4 iterations, 8 calls but the first of
+  // them unpaired, and no fifth step: 7 pairs, 9 alone.
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(ir::Schedule::DualPipeV, 4, 0, 8, 2), 11.0 / 16);
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(ir::Schedule::DualPipeV, 4, 3, 8, 2), 9.0 / 16);
+  // Many micro-batches: the main step dominates; rank 1 of 4 at m = 64: 64 - 8 + 1 + 1 = 58
+  // iterations of two pairs and 2 of one, 118 pairs of 128.
+  EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(ir::Schedule::DualPipeV, 4, 1, 64, 2),
+                   1 - 118.0 / 128);
   // Two MoE layers: all-to-alls of 1 + 1 s beside 10 + 20 s of compute (the floor), and of
   // 3 + 3 s beside 2 + 2 s (the excess, 2 s); a dense layer with none. Half the passes alone.
   ExpertExchange hidden{1.0, 1.0, 10.0, 20.0}, long_{3.0, 3.0, 2.0, 2.0}, dense{0, 0, 5.0, 9.0};
@@ -402,17 +415,23 @@ TEST(CostModelTest, ExpertOverlapPairsEachForwardWithAnotherMicrobatchsBackward)
 TEST(CostModelTest, ExpertOverlapHoldsOneMoreLayerAndOneMoreWarmupChunk) {
   // Without a pipeline, 1F1B holds one micro-batch of the stage's 48 layers; paired, the
   // forward of layer i beside the backward of the other micro-batch's last held layer, 49.
-  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(1, 1, 16, 1, 48), 49.0 / 48);
+  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(ir::Schedule::OneFOneB, 1, 1, 16, 1, 48), 49.0 / 48);
   // One micro-batch: nothing is paired.
-  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(1, 1, 1, 1, 48), 1.0);
+  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(ir::Schedule::OneFOneB, 1, 1, 1, 1, 48), 1.0);
   // Interleaved, p = 4, v = 3, stage 0 of 12 layers (chunks of 4): Megatron-Core warms up with
   // 2·3 + 2·4 = 14 chunk forwards and holds 15 chunks, 60 layers, at its peak; under the overlap
   // 16 chunks and one layer paired, 65 layers.
   double scheduled = getInFlightMicrobatches(ir::Schedule::Interleaved, 4, 64, 3, 0);
   EXPECT_DOUBLE_EQ(scheduled * 12, 60.0);
-  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(scheduled, 4, 64, 3, 12) * 12, 65.0);
+  EXPECT_DOUBLE_EQ(
+      getExpertOverlapInFlight(ir::Schedule::Interleaved, scheduled, 4, 64, 3, 12) * 12, 65.0);
   // Never more than every micro-batch of the step.
-  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(2, 4, 2, 2, 4), 2.0);
+  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(ir::Schedule::Interleaved, 2, 4, 2, 2, 4), 2.0);
+  // DualPipeV's p + 1 (DeepSeek-AI 2024, Table 2) is the count of its schedule, whose forward
+  // and backward chunks always run side by side: unchanged.
+  double dual = getInFlightMicrobatches(ir::Schedule::DualPipeV, 4, 16, 2, 0);
+  EXPECT_DOUBLE_EQ(dual, 5.0);
+  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(ir::Schedule::DualPipeV, dual, 4, 16, 2, 8), 5.0);
 }
 
 /// A small swiglu transformer (hidden 256, 4 heads, sequence 128, vocabulary 512, FFN 1024).

@@ -496,9 +496,11 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
 /// (megatron/core/models/common/model_chunk_schedule_plan.py), so the two hold one layer more than
 /// the other's whole stage: + 1/n for a stage of n layers; under interleaving it schedules one
 /// extra warm-up forward of a model chunk (schedules.py, get_pp_rank_microbatches): + 1/v more.
-/// At most m; unchanged at one micro-batch, which nothing is paired with.
-double getExpertOverlapInFlight(double inFlight, int64_t stages, int64_t microbatches,
-                                int64_t chunks, int64_t stageLayers,
+/// At most m; unchanged at one micro-batch, which nothing is paired with. Unchanged under
+/// `dualpipev`, whose count (p + 1, DeepSeek-AI 2024, Table 2) is that of its schedule, which runs
+/// its forward and backward chunks side by side.
+double getExpertOverlapInFlight(ir::Schedule schedule, double inFlight, int64_t stages,
+                                int64_t microbatches, int64_t chunks, int64_t stageLayers,
                                 std::string *formula = nullptr);
 
 /// What one pipeline stage holds, the input of getStageMemory.
@@ -712,8 +714,13 @@ struct ExpertExchange {
 /// (v − 1)·p + 1 of its m·v chunk passes for stage s of p with v chunks per stage (schedules.py,
 /// get_pp_rank_microbatches, with the micro-batch group of a virtual stage at its default of p
 /// and the extra warm-up forward of the overlap): min(1, W / (m·v)), 1/m without a pipeline.
-double getExpertOverlapUnpairedShare(int64_t stages, int64_t stage, int64_t microbatches,
-                                     int64_t chunks);
+/// Under `dualpipev`, DualPipeV's own pairs (deepseek-ai/DualPipe, dualpipe/dualpipev.py, whose
+/// `_forward_backward_chunk` runs a forward chunk beside a backward one): rank r of p pairs two
+/// chunks in each of the m − 2p + r + 1 iterations of its main step (but the last rank's first
+/// two) and one in each of the p − r − 1 of its fifth, of its 2m forward and 2m backward chunk
+/// passes: u = (3p − r − 1 + [r = p − 1]) / (2m).
+double getExpertOverlapUnpairedShare(ir::Schedule schedule, int64_t stages, int64_t stage,
+                                     int64_t microbatches, int64_t chunks);
 
 /// Seconds per micro-batch that the expert-parallel all-to-alls of a stage's units add under
 /// `ep_overlap = true`: each unit's forward and backward exchanges beside the compute of both its

@@ -164,9 +164,8 @@ struct SearchOptions {
   /// `--precision …,fp4`: NVFP4 products as well (`mixed(fp4)`, MixedFP8 at ir::Fp8Scaling::Nvfp4,
   /// its inputs kept as NVFP4). The caller checks that the cluster has an FP4 peak on Blackwell.
   bool fp4 = false;
-  /// The pipeline schedules to explore; empty: 1f1b, interleaved, zero_bubble, zbv and dualpipev
-  /// (gpipe only when listed: 1F1B is never slower and never larger); for a mixture of experts
-  /// those of them that isSearchSchedule accepts.
+  /// The pipeline schedules to explore; empty: isDefaultSearchSchedule's (1f1b, interleaved,
+  /// zero_bubble, zbv and dualpipev; for a mixture of experts 1f1b and interleaved).
   std::vector<ir::Schedule> schedules;
   /// The activation modes to explore; empty: keep, recompute(selective) and recompute, and
   /// recompute(op) too where the run's strategy uses it. Every mode listed applies to the model
@@ -344,13 +343,14 @@ bool searchesExactly(const ir::Model &model);
 /// stage"; empty when it is not.
 std::string getExactSearchReason(const ir::Model &model);
 
-/// Whether the search of `model` explores `schedule`: for a mixture of experts 1f1b, gpipe and
-/// interleaved (Megatron-Core's schedules for MoE layers), for a dense model every schedule.
-bool isSearchSchedule(const ir::Model &model, ir::Schedule schedule);
+/// Whether the search of `model` explores `schedule` when `--schedules` does not list the
+/// schedules: every one but gpipe (1F1B is never slower and never larger); for a mixture of
+/// experts 1f1b and interleaved (Megatron-Core's schedules for MoE layers), the others only where
+/// `--schedules` names them.
+bool isDefaultSearchSchedule(const ir::Model &model, ir::Schedule schedule);
 
-/// Parses `--schedules 1f1b,zbv` into schedules for `run`'s search; on an error returns nullopt
-/// and sets `error` (an unknown name, or a schedule the search does not explore for a mixture of
-/// experts).
+/// Parses `--schedules 1f1b,zbv` into schedules for `run`'s search; on an error (an unknown name)
+/// returns nullopt and sets `error`.
 std::optional<std::vector<ir::Schedule>> parseSchedules(llvm::StringRef text, const ir::Run &run,
                                                         std::string &error);
 

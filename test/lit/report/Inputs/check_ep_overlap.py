@@ -46,10 +46,13 @@ def layers_in_flight(run, overlap):
     """Layer activations the first stage holds at its peak, in layers, counted from the schedule:
     1F1B without a pipeline one micro-batch's layers, interleaved the chunk forwards of the
     warm-up and the first of the steady state (Megatron-Core's schedules.py), each of n/v layers;
-    under the overlap one more warm-up forward (interleaved) and one more layer, paired."""
+    under the overlap one more warm-up forward (interleaved) and one more layer, paired;
+    DualPipeV p + 1 micro-batches (DeepSeek-AI 2024, Table 2), overlapped or not."""
     stages = len(run["memory"]["stages"])
     m = run["batch"]["microbatches_per_step"]
     n = run["model"]["layers"] // stages
+    if run["strategy"]["pipeline"] and run["strategy"]["pipeline"]["schedule"] == "dualpipev":
+        return min(stages + 1, m) * n
     if stages == 1:
         layers = n
         chunk = 0
@@ -63,7 +66,7 @@ def layers_in_flight(run, overlap):
 
 
 for on, off in (("overlap", "plain"), ("overlap_one", "plain_one"), ("overlap_pp", "plain_pp"),
-                ("overlap_fold", "plain_fold")):
+                ("overlap_fold", "plain_fold"), ("overlap_dv", "plain_dv")):
     first = [runs[name]["memory"]["stages"][0]["device"]["activations"] for name in (on, off)]
     counted = [layers_in_flight(runs[on], True), layers_in_flight(runs[off], False)]
     assert close(first[0] * counted[1], first[1] * counted[0]), (on, first, counted)
