@@ -2267,12 +2267,24 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
                              count(value), num(p), num(m));
     return value;
   }
-  case ir::Schedule::DualPipe:
   case ir::Schedule::DualPipeV: {
-    double value = std::min(p + 1, m);
+    // 2p + 1 chunks of half a stage: DualPipe's PP + 1 stages' activations with PP = 2p stages on
+    // p ranks (deepseek-ai/DualPipe, README): 2p − r − 1 forwards of phase 0 and r + 1 of phase 1
+    // before the main step (dualpipev.py, steps 1 and 2), one more beside a backward there.
+    double value = std::min(p + 0.5, m);
     if (formula)
-      *formula = fmt::format("{} in flight ({}: min(p + 1, m) = min({} + 1, {}))", count(value),
-                             ir::toString(schedule).str(), num(p), num(m));
+      *formula = fmt::format("{} in flight (dualpipev: 2p + 1 chunks of half a stage, min(p + "
+                             "1/2, m) = min({} + 1/2, {}))",
+                             count(value), num(p), num(m));
+    return value;
+  }
+  case ir::Schedule::DualPipe: {
+    // PP + 1 chunks of a stage holding one chunk of each direction (DeepSeek-AI 2024, Table 2).
+    double value = std::min((p + 1) / 2, m);
+    if (formula)
+      *formula = fmt::format("{} in flight (dualpipe: p + 1 chunks of half a stage, min((p + "
+                             "1)/2, m) = min(({} + 1)/2, {}))",
+                             count(value), num(p), num(m));
     return value;
   }
   case ir::Schedule::Interleaved: {
@@ -2755,13 +2767,24 @@ bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches
     }
     return true;
   case ir::Schedule::DualPipeV:
-  case ir::Schedule::DualPipe:
-    if (stages % 2 != 0 || microbatches < 2 * stages) {
+    // deepseek-ai/DualPipe, dualpipe/dualpipev.py: num_chunks >= num_ranks * 2.
+    if (microbatches < 2 * stages) {
       if (why)
-        *why = fmt::format("{} needs an even number of pipeline stages and at least twice as "
-                           "many micro-batches per step (DeepSeek-AI's DualPipe), but {} stages "
-                           "and {} micro-batches",
-                           ir::toString(schedule).str(), stages, microbatches);
+        *why = fmt::format("dualpipev needs at least twice as many micro-batches per step as "
+                           "pipeline stages (deepseek-ai/DualPipe's DualPipeV), but {} stages and "
+                           "{} micro-batches",
+                           stages, microbatches);
+      return false;
+    }
+    return true;
+  case ir::Schedule::DualPipe:
+    // dualpipe/dualpipe.py: an even number of ranks, num_chunks even and >= num_ranks * 2.
+    if (stages % 2 != 0 || microbatches % 2 != 0 || microbatches < 2 * stages) {
+      if (why)
+        *why = fmt::format("dualpipe needs an even number of pipeline stages and an even number "
+                           "of micro-batches per step, at least twice the stages (DeepSeek-AI's "
+                           "DualPipe), but {} stages and {} micro-batches",
+                           stages, microbatches);
       return false;
     }
     return true;
@@ -2773,6 +2796,18 @@ bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches
 }
 
 namespace {
+
+/// A DualPipeV chunk's passes (half a stage): its forward F and input-gradient backward B, each
+/// with a quarter of the stage's exposed communication per micro-batch (two forward and two
+/// backward chunk passes carry it), and its weight-gradient pass W.
+struct DualPipeChunks {
+  double forward, backward, weight;
+};
+
+DualPipeChunks getDualPipeChunks(const MicrobatchTimes &times) {
+  double comm = times.exposed / 4;
+  return {times.forward / 2 + comm, (times.backward - times.weight) / 2 + comm, times.weight / 2};
+}
 
 /// getBubbleSeconds's formula with the numbers put in: `times` the slowest stage's, or on uneven
 /// stages the others' mean (`slowest` then the slowest stage's, which is not counted).
@@ -2805,12 +2840,23 @@ std::string describeBubble(ir::Schedule schedule, bool valid, double p, int64_t 
                        "2·{}) + {})/2 (ZB-V, chunks of half a stage{}{})",
                        num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), also,
                        note);
-  case ir::Schedule::DualPipeV:
+  case ir::Schedule::DualPipeV: {
+    DualPipeChunks c = getDualPipeChunks(times);
+    return fmt::format(
+        "(p - 1)·max(0, B - W) + max((p - 2)·F + (p - 1)·B, 2·(p - 1)·F) over chunks of half a "
+        "stage, F = {}/2 + comm/4, B = {}/2 + comm/4, W = {}/2, comm = {}: ({} - 1) × max(0, "
+        "{} - {}) + max(({} - 2) × {} + ({} - 1) × {}, 2 × ({} - 1) × {}) (dualpipev, the "
+        "exact bubble of DualPipeV's schedule for m ≥ 2p{}{})",
+        fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), num(p),
+        fmtSeconds(c.forward), fmtSeconds(c.weight), num(p), fmtSeconds(c.forward), num(p),
+        fmtSeconds(c.backward), num(p), fmtSeconds(c.forward), also, note);
+  }
   case ir::Schedule::DualPipe:
-    return fmt::format("(p/2 - 1) × (max(0, F&B + B - 3W) + comm)/2, F&B = F + B: ({}/2 - 1) × "
-                       "(max(0, {} + 2·{} - 3·{}) + {})/2 ({}, chunks of half a stage{}{})",
-                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), name,
-                       also, note);
+    return fmt::format("(p/2 - 1) × (max(0, F&B + B - 3W) + comm)/2, F&B = F + B, B the whole "
+                       "backward: ({}/2 - 1) × (max(0, {} + 2·{} - {}) + {})/2 (dualpipe, "
+                       "chunks of half a stage{}{})",
+                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), also,
+                       note);
   }
   return fmt::format("(p - 1) × {} = ({} - 1) × {} ({}, m = {}{})", what, num(p),
                      fmtSeconds(times.getTotal()), name, microbatches, note);
@@ -2859,9 +2905,15 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
   case ir::Schedule::ZeroBubbleV:
     bubble = (p - 1) * (std::max(0.0, f + b - 2 * w) + comm) / 2;
     break;
-  case ir::Schedule::DualPipeV:
+  case ir::Schedule::DualPipeV: {
+    DualPipeChunks c = getDualPipeChunks(times);
+    bubble = (p - 1) * std::max(0.0, c.backward - c.weight) +
+             std::max((p - 2) * c.forward + (p - 1) * c.backward, 2 * (p - 1) * c.forward);
+    break;
+  }
   case ir::Schedule::DualPipe:
-    bubble = (p / 2 - 1) * (std::max(0.0, f + 2 * b - 3 * w) + comm) / 2;
+    // DeepSeek-AI 2024, Table 2: (PP/2 − 1)(F&B + B − 3W), B the whole backward of a chunk.
+    bubble = (p / 2 - 1) * (std::max(0.0, f + 2 * (b + w) - 3 * w) + comm) / 2;
     break;
   }
   // The formula is written out only when asked for (the search calls this millions of times).

@@ -7,6 +7,8 @@
 #include "TestSupport.h"
 #include "placec/passes/StepPlan.h"
 
+#include <algorithm>
+#include <array>
 #include <gtest/gtest.h>
 #include <set>
 #include <tuple>
@@ -427,11 +429,11 @@ TEST(CostModelTest, ExpertOverlapHoldsOneMoreLayerAndOneMoreWarmupChunk) {
       getExpertOverlapInFlight(ir::Schedule::Interleaved, scheduled, 4, 64, 3, 12) * 12, 65.0);
   // Never more than every micro-batch of the step.
   EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(ir::Schedule::Interleaved, 2, 4, 2, 2, 4), 2.0);
-  // DualPipeV's p + 1 (DeepSeek-AI 2024, Table 2) is the count of its schedule, whose forward
-  // and backward chunks always run side by side: unchanged.
+  // DualPipeV's 2p + 1 chunks (the DualPipe README's PP + 1) are the count of its schedule,
+  // whose forward and backward chunks always run side by side: unchanged.
   double dual = getInFlightMicrobatches(ir::Schedule::DualPipeV, 4, 16, 2, 0);
-  EXPECT_DOUBLE_EQ(dual, 5.0);
-  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(ir::Schedule::DualPipeV, dual, 4, 16, 2, 8), 5.0);
+  EXPECT_DOUBLE_EQ(dual, 4.5);
+  EXPECT_DOUBLE_EQ(getExpertOverlapInFlight(ir::Schedule::DualPipeV, dual, 4, 16, 2, 8), 4.5);
 }
 
 /// A small swiglu transformer (hidden 256, 4 heads, sequence 128, vocabulary 512, FFN 1024).
@@ -615,10 +617,15 @@ TEST(CostModelTest, BubblesOfEverySchedule) {
   // ZB-V: (p − 1)(F + B − 2W + comm)/2 on chunks of half a stage (Qi et al. 2024 §4).
   EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubbleV, m, 2, stages),
                    7 * (3 + 4 - 4 + 1.0) / 2);
-  // DualPipeV: (p/2 − 1)(F&B + B − 3W + comm)/2 with F&B = F + B (DeepSeek-V3 report, Table 2,
-  // half-stage chunks).
+  // DualPipeV on half-stage chunks, F = 3/2 + 1/4, B = 4/2 + 1/4, W = 2/2:
+  // (p − 1)·max(0, B − W) + max((p − 2)·F + (p − 1)·B, 2(p − 1)·F) = 7·1.25 + max(6·1.75 +
+  // 7·2.25, 14·1.75) (BubbleOfDualPipeV checks the form against the schedule).
   EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::DualPipeV, m, 2, stages),
-                   3 * ((3 + 4) + 4 - 6 + 1.0) / 2);
+                   7 * 1.25 + std::max(6 * 1.75 + 7 * 2.25, 14 * 1.75));
+  // DualPipe: (p/2 − 1)(F&B + B − 3W + comm)/2 with F&B = F + B + W and B + W the whole
+  // backward (DeepSeek-V3 report, Table 2, half-stage chunks).
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::DualPipe, m, 2, stages),
+                   3 * ((3 + 6) + 6 - 6 + 1.0) / 2);
   // When the weight passes are longer than what they must hide, no negative bubble.
   MicrobatchTimes heavy = times;
   heavy.weight = 6;
@@ -679,6 +686,139 @@ double simulateOneFOneB(const std::vector<double> &f, const std::vector<double> 
   return *std::max_element(clock.begin(), clock.end());
 }
 
+/// The makespan of DualPipeV over p ranks (2p stages: rank r holds stage r and stage 2p − 1 − r),
+/// every chunk pass a forward f, an input-gradient backward b and a weight-gradient pass w,
+/// transfers free. Each rank runs the passes of deepseek-ai/DualPipe's DualPipeV.step
+/// (dualpipe/dualpipev.py) in its order: its eight steps of forwards, overlapped forward and
+/// backward pairs (f + b + w), backwards with the weight gradient deferred or not, and deferred
+/// weight passes. A forward waits for the previous stage's forward of the micro-batch, a
+/// backward for the next stage's backward (the last stage's for its own forward). An event
+/// simulation, independent of the formula.
+double simulateDualPipeV(int p, int m, double f, double b, double w) {
+  enum Kind { Forward, Backward, Deferred, Weight, Pair };
+  struct Pass {
+    Kind kind;
+    int phase = 0, other = 0; ///< Pair: forward of `phase` beside the backward of `other`.
+  };
+  int stages = 2 * p;
+  std::vector<std::vector<Pass>> order(static_cast<size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    std::vector<Pass> &o = order[static_cast<size_t>(r)];
+    for (int i = 0; i < 2 * (p - r - 1); ++i) // step 1
+      o.push_back({Forward, 0});
+    for (int i = 0; i < r + 1; ++i) { // step 2
+      o.push_back({Forward, 0});
+      o.push_back({Forward, 1});
+    }
+    for (int i = 0; i < p - r - 1; ++i) { // step 3, zero bubble
+      o.push_back({Deferred, 1});
+      o.push_back({Weight});
+      o.push_back({Forward, 1});
+    }
+    for (int i = 0; i < m - 2 * p + r + 1; ++i) { // step 4, the main step
+      if (i == 0 && r == p - 1) {
+        o.push_back({Forward, 0});
+        o.push_back({Backward, 1});
+      } else {
+        o.push_back({Pair, 0, 1});
+      }
+      o.push_back({Pair, 1, 0});
+    }
+    for (int i = 0; i < p - r - 1; ++i) { // step 5
+      o.push_back({Backward, 1});
+      o.push_back({Pair, 1, 0});
+    }
+    bool deferred = false; // step 6: the second half with the weight passes deferred
+    for (int i = 0, n = r + 1; i < n; ++i) {
+      if (i == n / 2 && r % 2 == 1)
+        deferred = true;
+      o.push_back({deferred ? Deferred : Backward, 1});
+      if (i == n / 2 && r % 2 == 0)
+        deferred = true;
+      o.push_back({deferred ? Deferred : Backward, 0});
+    }
+    for (int i = 0; i < p - r - 1; ++i) { // step 7
+      o.push_back({Weight});
+      o.push_back({Deferred, 0});
+    }
+    for (int i = 0; i < r + 1; ++i) // step 8
+      o.push_back({Weight});
+  }
+  auto stageOf = [&](int r, int phase) { return phase == 0 ? r : stages - 1 - r; };
+  // done[forward?][stage][micro-batch]: when it finished, or -1.
+  std::vector<std::vector<std::vector<double>>> done(
+      2, std::vector<std::vector<double>>(static_cast<size_t>(stages), std::vector<double>(m, -1)));
+  std::vector<std::array<int, 4>> next(static_cast<size_t>(p), {0, 0, 0, 0}); // F0 F1 B0 B1
+  std::vector<size_t> position(static_cast<size_t>(p), 0);
+  std::vector<double> clock(static_cast<size_t>(p), 0);
+  auto ready = [&](int r, bool forward, int phase) {
+    int mb = next[r][(forward ? 0 : 2) + phase], s = stageOf(r, phase);
+    if (forward)
+      return s == 0 ? 0.0 : done[1][s - 1][mb];
+    return s == stages - 1 ? done[1][s][mb] : done[0][s + 1][mb];
+  };
+  auto finish = [&](int r, bool forward, int phase) {
+    int &mb = next[r][(forward ? 0 : 2) + phase];
+    done[forward ? 1 : 0][stageOf(r, phase)][mb++] = clock[r];
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r)
+      while (position[r] < order[r].size()) {
+        Pass pass = order[r][position[r]];
+        if (pass.kind == Weight) {
+          clock[r] += w;
+        } else if (pass.kind == Pair) {
+          double a = ready(r, true, pass.phase), c = ready(r, false, pass.other);
+          if (a < 0 || c < 0)
+            break;
+          clock[r] = std::max({clock[r], a, c}) + f + b + w;
+          finish(r, true, pass.phase);
+          finish(r, false, pass.other);
+        } else {
+          bool forward = pass.kind == Forward;
+          double a = ready(r, forward, pass.phase);
+          if (a < 0)
+            break;
+          clock[r] = std::max(clock[r], a) + (forward ? f : pass.kind == Backward ? b + w : b);
+          finish(r, forward, pass.phase);
+        }
+        ++position[r];
+        progress = true;
+      }
+  }
+  for (int r = 0; r < p; ++r)
+    EXPECT_EQ(position[r], order[r].size()) << "rank " << r << " stalled";
+  return *std::max_element(clock.begin(), clock.end());
+}
+
+TEST(CostModelTest, BubbleOfDualPipeV) {
+  // getBubbleSeconds's DualPipeV bubble against the simulated schedule, the step less a rank's
+  // 2m chunk passes of work, over chunk times that put each of its four chains on the critical
+  // path (forward and input-gradient chunks equal, either longer, the weight pass longer or
+  // shorter than the input-gradient one), odd and even ranks and m from 2p up.
+  struct Chunk {
+    double f, b, w;
+  };
+  for (Chunk c : {Chunk{1, 1, 1}, Chunk{1, 1, 0}, Chunk{1, 2, 1}, Chunk{2, 1, 1}, Chunk{1, 1, 2},
+                  Chunk{0.8, 1.3, 0.4}, Chunk{1.3, 0.7, 0.9}, Chunk{1.2, 1.5, 0.5}})
+    for (int p : {2, 3, 4, 8})
+      for (int m : {2 * p, 2 * p + 1, 5 * p}) {
+        double simulated = simulateDualPipeV(p, m, c.f, c.b, c.w) - 2 * m * (c.f + c.b + c.w);
+        // A stage's micro-batch is two chunks; no communication.
+        MicrobatchTimes times;
+        times.forward = 2 * c.f;
+        times.backward = 2 * (c.b + c.w);
+        times.weight = 2 * c.w;
+        StageMicrobatch stages[] = {{times, p}};
+        EXPECT_NEAR(getBubbleSeconds(ir::Schedule::DualPipeV, m, 2, stages), simulated, 1e-9)
+            << "p " << p << ", m " << m << ", F " << c.f << ", B " << c.b << ", W " << c.w;
+      }
+  // The DualPipe README's (PP/2 − 1)(F&B + B − 3W), PP = 2p, F&B = F + B + W, B + W the whole
+  // backward: the same where the forward and input-gradient chunks are equal and B ≥ W.
+  EXPECT_NEAR(simulateDualPipeV(8, 16, 1, 1, 0.5) - 32 * 2.5, 7 * (2.5 + 1.5 - 1.5), 1e-9);
+}
+
 TEST(CostModelTest, BubbleOfUnevenStages) {
   // Stages of 1F1B with different times (the embedding on the first, the head on the last): the
   // step is m·t of the slowest stage plus the bubble. With the slowest stage last, the schedule's
@@ -731,13 +871,16 @@ TEST(CostModelTest, BubbleOfUnevenStages) {
 
 TEST(CostModelTest, InFlightMicrobatches) {
   // 1F1B: stage s holds min(p − s, m); GPipe all m; ZB-V min(p, m) everywhere; DualPipeV
-  // min(p + 1, m) (DeepSeek-V3, Table 2).
+  // 2p + 1 chunks of half a stage (the DualPipe README's PP + 1 with PP = 2p stages: rank r runs
+  // 2p − r − 1 forwards of phase 0 and r + 1 of phase 1 before its main step, which pairs one
+  // more forward with a backward); DualPipe p + 1 chunks (DeepSeek-V3, Table 2).
   EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::OneFOneB, 8, 32, 1, 0), 8);
   EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::OneFOneB, 8, 32, 1, 5), 3);
   EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::OneFOneB, 8, 4, 1, 0), 4);
   EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::GPipe, 8, 32, 1, 3), 32);
   EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::ZeroBubbleV, 8, 32, 2, 7), 8);
-  EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::DualPipeV, 8, 32, 2, 0), 9);
+  EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::DualPipeV, 8, 32, 2, 0), 8.5);
+  EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::DualPipe, 8, 32, 2, 0), 4.5);
   // Interleaved: min(p − s, m)·(1 + (p − 1)/(p·v)) (Korthikanti et al. 2022 §4.2.3).
   EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::Interleaved, 8, 32, 2, 0),
                    8 * (1 + 7.0 / 16));
@@ -748,9 +891,14 @@ TEST(CostModelTest, SchedulePreconditions) {
   EXPECT_FALSE(isScheduleValid(ir::Schedule::Interleaved, 4, 6, 2));
   EXPECT_FALSE(isScheduleValid(ir::Schedule::ZeroBubble, 8, 4, 1));
   EXPECT_TRUE(isScheduleValid(ir::Schedule::ZeroBubbleV, 8, 8, 2));
+  // DualPipeV: m ≥ 2p, any number of ranks (dualpipev.py asserts num_chunks >= num_ranks * 2);
+  // DualPipe: an even number of ranks and of micro-batches, m ≥ 2p (dualpipe.py).
   EXPECT_FALSE(isScheduleValid(ir::Schedule::DualPipeV, 8, 15, 2));
-  EXPECT_FALSE(isScheduleValid(ir::Schedule::DualPipeV, 7, 28, 2));
+  EXPECT_TRUE(isScheduleValid(ir::Schedule::DualPipeV, 7, 14, 2));
   EXPECT_TRUE(isScheduleValid(ir::Schedule::DualPipeV, 8, 16, 2));
+  EXPECT_FALSE(isScheduleValid(ir::Schedule::DualPipe, 7, 28, 2));
+  EXPECT_FALSE(isScheduleValid(ir::Schedule::DualPipe, 8, 17, 2));
+  EXPECT_TRUE(isScheduleValid(ir::Schedule::DualPipe, 8, 16, 2));
 }
 
 // The routed rows of an MoE layer (GShard, Lepikhin et al. 2021, §2.2): a micro-batch of 2

@@ -917,7 +917,7 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
   // What the space of kContext's GPT holds, counted from the rules (docs/rules.md): seq = 8192
   // divides by 2·cp for every cp ≤ 32, so ring and all_gather exist for every cp > 1;
   // all_to_all needs tp·cp to divide the 16 heads. zbv and dualpipev need 16 layers to divide
-  // by 2·pp (pp ≤ 8), zbv m ≥ pp and dualpipev an even pp and m ≥ 2·pp. async_tp only with
+  // by 2·pp (pp ≤ 8), zbv m ≥ pp and dualpipev m ≥ 2·pp. async_tp only with
   // sequence parallelism (tp > 1). mixed(fp8, gather = fp8) only where params are gathered.
   auto compiled = compile(kContext);
   ASSERT_TRUE(compiled->program) << compiled->messages;
@@ -941,9 +941,6 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
           EXPECT_EQ(c.chunks, 2);
           EXPECT_EQ(16 % (2 * c.pp), 0) << c.describe();
           EXPECT_GE(c.microbatches, c.schedule == ir::Schedule::DualPipeV ? 2 * c.pp : c.pp);
-          if (c.schedule == ir::Schedule::DualPipeV) {
-            EXPECT_EQ(c.pp % 2, 0) << c.describe();
-          }
         }
         if (c.schedule == ir::Schedule::ZeroBubble) {
           EXPECT_GE(c.microbatches, c.pp) << c.describe();

@@ -486,7 +486,9 @@ double getMlpLayerActivationBytes(const ir::MlpConfig &config, const Layout &lay
 /// holds at its peak: 1F1B and ZB-H1 min(p − stage, m), GPipe m, interleaved
 /// min(p − stage, m)·(1 + (p − 1)/(p·v)) (Narayanan et al. 2021 §2.2, Korthikanti et al. 2022
 /// §4.2.3, Qi et al. 2024 §2.1); ZB-V min(p, m) on every stage (its memory is balanced, as
-/// 1F1B's first stage; Qi et al. 2024 §4); DualPipeV min(p + 1, m) (DeepSeek-V3, Table 2).
+/// 1F1B's first stage; Qi et al. 2024 §4); DualPipeV min(p + 1/2, m), 2p + 1 chunks of half a stage
+/// (the DualPipe README's PP + 1 stages with PP = 2p); DualPipe min((p + 1)/2, m) (DeepSeek-V3,
+/// Table 2).
 double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
                                int64_t chunks, int stage, std::string *formula = nullptr);
 
@@ -497,8 +499,8 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
 /// the other's whole stage: + 1/n for a stage of n layers; under interleaving it schedules one
 /// extra warm-up forward of a model chunk (schedules.py, get_pp_rank_microbatches): + 1/v more.
 /// At most m; unchanged at one micro-batch, which nothing is paired with. Unchanged under
-/// `dualpipev`, whose count (p + 1, DeepSeek-AI 2024, Table 2) is that of its schedule, which runs
-/// its forward and backward chunks side by side.
+/// `dualpipev`, whose count (2p + 1 chunks, the DualPipe README) is that of its schedule, which
+/// runs its forward and backward chunks side by side.
 double getExpertOverlapInFlight(ir::Schedule schedule, double inFlight, int64_t stages,
                                 int64_t microbatches, int64_t chunks, int64_t stageLayers,
                                 std::string *formula = nullptr);
@@ -784,15 +786,25 @@ struct StageMicrobatch {
 ///   interleaved, v chunks, m a multiple of p: (p − 1)·t/v;
 ///   ZB-H1: (p − 1)·(F + B − W + comm) (Qi et al. 2024, §2.1: W passes fill the cool-down);
 ///   ZB-V: (p − 1)·(F + B − 2W)/2 + (p − 1)·comm/2, on chunks of half a stage (Qi et al. 2024, §4);
-///   DualPipeV: (p/2 − 1)·(F&B + B − 3W) on half-stage chunks, F&B = F + B (DeepSeek-AI 2024,
-///     DualPipe, Table 2 of the DeepSeek-V3 report).
+///   DualPipeV (p ranks, 2p stages, m ≥ 2p): on chunks of half a stage, F = F/2 + comm/4,
+///     B = B/2 + comm/4 and W = W/2, (p − 1)·max(0, B − W) + max((p − 2)·F + (p − 1)·B,
+///     2·(p − 1)·F). That is the schedule's exact bubble, the same for every m ≥ 2p: played
+///     pass by pass (deepseek-ai/DualPipe, dualpipe/dualpipev.py; bench/pipeline/
+///     dualpipev_schedule.py and CostModelTest's simulation), its critical path is one of four
+///     chains, whose lengths less a rank's 2m chunks of work are these terms. The DualPipe
+///     README's (PP/2 − 1)(F&B + B − 3W) with PP = 2p stages, F&B = F + B + W and B the whole
+///     backward, is this when the forward and input-gradient chunks are equal and B ≥ W;
+///   DualPipe: (p/2 − 1)·(F&B + B − 3W) on half-stage chunks, F&B = F + B + W, B + W the whole
+///     backward (DeepSeek-AI 2024, Table 2 of the DeepSeek-V3 report; refused by rule
+///     `schedule`, kept for the formula's sake).
 /// On uneven stages (the embedding on the first, the head on the last, uneven splits), the stage
 /// with the largest t works through its m micro-batches while the others fill the pipeline before
 /// it and drain it after: each (p − 1)·X above becomes the sum of X over the other p − 1 stages
-/// (for DualPipeV, that sum × (p/2 − 1)/(p − 1)), computed as p − 1 times the other stages' mean
-/// micro-batch. For 1F1B and GPipe this is the exact step of the schedule when the slowest stage
-/// is the last (m·t_last + Σ_{i ≠ last} t_i), and an upper bound, tighter than (p − 1)·t_max,
-/// when it is another. Negative differences are no bubble.
+/// (for DualPipe, that sum × (p/2 − 1)/(p − 1)), computed as p − 1 times the other stages' mean
+/// micro-batch (DualPipeV's formula takes that mean as every chunk's). For 1F1B and GPipe this is
+/// the exact step of the schedule when the slowest stage is the last (m·t_last + Σ_{i ≠ last} t_i),
+/// and an upper bound, tighter than (p − 1)·t_max, when it is another. Negative differences are no
+/// bubble.
 double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chunks,
                         llvm::ArrayRef<StageMicrobatch> stages, std::string *formula = nullptr);
 
