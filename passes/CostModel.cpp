@@ -2757,12 +2757,24 @@ bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches
     }
     return true;
   case ir::Schedule::ZeroBubble:
-  case ir::Schedule::ZeroBubbleV:
     if (microbatches < stages) {
       if (why)
-        *why = fmt::format("{} needs at least as many micro-batches per step as pipeline stages "
-                           "to reach its steady state (Qi et al. 2024), but {} < {}",
-                           ir::toString(schedule).str(), microbatches, stages);
+        *why =
+            fmt::format("zero_bubble needs at least as many micro-batches per step as "
+                        "pipeline stages to reach its steady state (Qi et al. 2024), but {} < {}",
+                        microbatches, stages);
+      return false;
+    }
+    return true;
+  case ir::Schedule::ZeroBubbleV:
+    // PyTorch's ScheduleZBVZeroBubble pads fewer than 2p − 1 micro-batches with idle slots
+    // (torch/distributed/pipelining/schedules.py, _calculate_single_rank_operations).
+    if (microbatches < 2 * stages - 1) {
+      if (why)
+        *why = fmt::format("zbv needs at least 2p - 1 micro-batches per step over p pipeline "
+                           "stages to fill its V (PyTorch's ScheduleZBVZeroBubble runs fewer "
+                           "with idle slots), but {} < {}",
+                           microbatches, 2 * stages - 1);
       return false;
     }
     return true;
@@ -2797,14 +2809,14 @@ bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches
 
 namespace {
 
-/// A DualPipeV chunk's passes (half a stage): its forward F and input-gradient backward B, each
+/// A V schedule's chunk passes (half a stage): its forward F and input-gradient backward B, each
 /// with a quarter of the stage's exposed communication per micro-batch (two forward and two
 /// backward chunk passes carry it), and its weight-gradient pass W.
-struct DualPipeChunks {
+struct VChunks {
   double forward, backward, weight;
 };
 
-DualPipeChunks getDualPipeChunks(const MicrobatchTimes &times) {
+VChunks getVChunks(const MicrobatchTimes &times) {
   double comm = times.exposed / 4;
   return {times.forward / 2 + comm, (times.backward - times.weight) / 2 + comm, times.weight / 2};
 }
@@ -2835,13 +2847,19 @@ std::string describeBubble(ir::Schedule schedule, bool valid, double p, int64_t 
                        "bubble ZB-H1, W filling the cool-down{}{})",
                        num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), also,
                        note);
-  case ir::Schedule::ZeroBubbleV:
-    return fmt::format("(p - 1) × (max(0, F + B - 2W) + comm)/2 = ({} - 1) × (max(0, {} + {} - "
-                       "2·{}) + {})/2 (ZB-V, chunks of half a stage{}{})",
-                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), also,
-                       note);
+  case ir::Schedule::ZeroBubbleV: {
+    VChunks c = getVChunks(times);
+    return fmt::format(
+        "the longest of ZB-V's eight chains over chunks of half a stage, F = {}/2 + comm/4, B = "
+        "{}/2 + comm/4, W = {}/2, comm = {}, p = {}: max(B + (p - 2)W, (p - 1)B, 2(p - 1)(B - W), "
+        "F + (p - 2)W, (2p - 3)F - (p - 2)B, (2p - 3)F + B - 2(p - 1)W, (2p - 2)F - (p - 1)B - W, "
+        "(2p - 2)F - (2p - 1)W) with F = {}, B = {}, W = {} (zbv, the exact bubble of "
+        "PyTorch's ScheduleZBVZeroBubble for m ≥ 2p - 1{}{})",
+        fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), num(p),
+        fmtSeconds(c.forward), fmtSeconds(c.backward), fmtSeconds(c.weight), also, note);
+  }
   case ir::Schedule::DualPipeV: {
-    DualPipeChunks c = getDualPipeChunks(times);
+    VChunks c = getVChunks(times);
     return fmt::format(
         "(p - 1)·max(0, B - W) + max((p - 2)·F + (p - 1)·B, 2·(p - 1)·F) over chunks of half a "
         "stage, F = {}/2 + comm/4, B = {}/2 + comm/4, W = {}/2, comm = {}: ({} - 1) × max(0, "
@@ -2902,11 +2920,18 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
   case ir::Schedule::ZeroBubble:
     bubble = (p - 1) * std::max(0.0, f + b - w + comm);
     break;
-  case ir::Schedule::ZeroBubbleV:
-    bubble = (p - 1) * (std::max(0.0, f + b - 2 * w) + comm) / 2;
+  case ir::Schedule::ZeroBubbleV: {
+    // PyTorch's ScheduleZBVZeroBubble (torch/distributed/pipelining/schedules.py), played pass by
+    // pass: its critical path is one of these chains, the same for every m ≥ 2p − 1.
+    VChunks c = getVChunks(times);
+    double F = c.forward, B = c.backward, W = c.weight;
+    bubble = std::max({B + (p - 2) * W, (p - 1) * B, 2 * (p - 1) * (B - W), F + (p - 2) * W,
+                       (2 * p - 3) * F - (p - 2) * B, (2 * p - 3) * F + B - 2 * (p - 1) * W,
+                       (2 * p - 2) * F - (p - 1) * B - W, (2 * p - 2) * F - (2 * p - 1) * W});
     break;
+  }
   case ir::Schedule::DualPipeV: {
-    DualPipeChunks c = getDualPipeChunks(times);
+    VChunks c = getVChunks(times);
     bubble = (p - 1) * std::max(0.0, c.backward - c.weight) +
              std::max((p - 2) * c.forward + (p - 1) * c.backward, 2 * (p - 1) * c.forward);
     break;

@@ -614,9 +614,11 @@ TEST(CostModelTest, BubblesOfEverySchedule) {
   EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::Interleaved, m, 4, stages), 7 * 10.0 / 4);
   // ZB-H1: (p − 1)(F + B − W + comm) (Qi et al. 2024 §2.1), B the input-gradient pass.
   EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubble, m, 1, stages), 7 * (3 + 4 - 2 + 1.0));
-  // ZB-V: (p − 1)(F + B − 2W + comm)/2 on chunks of half a stage (Qi et al. 2024 §4).
-  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubbleV, m, 2, stages),
-                   7 * (3 + 4 - 4 + 1.0) / 2);
+  // ZB-V on half-stage chunks, F = 3/2 + 1/4 = 1.75, B = 4/2 + 1/4 = 2.25, W = 1 (as DualPipeV's
+  // below): the longest of its chains (BubbleOfZeroBubbleV checks them against the schedule),
+  // here 2(p − 1)(B − W) = 14·1.25; the others are B + 6W = 8.25, 7B = 15.75, F + 6W = 7.75,
+  // 13F − 6B = 9.25, 13F + B − 14W = 11, 14F − 7B − W = 7.75 and 14F − 15W = 9.5.
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubbleV, m, 2, stages), 14 * 1.25);
   // DualPipeV on half-stage chunks, F = 3/2 + 1/4, B = 4/2 + 1/4, W = 2/2:
   // (p − 1)·max(0, B − W) + max((p − 2)·F + (p − 1)·B, 2(p − 1)·F) = 7·1.25 + max(6·1.75 +
   // 7·2.25, 14·1.75) (BubbleOfDualPipeV checks the form against the schedule).
@@ -626,11 +628,14 @@ TEST(CostModelTest, BubblesOfEverySchedule) {
   // backward (DeepSeek-V3 report, Table 2, half-stage chunks).
   EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::DualPipe, m, 2, stages),
                    3 * ((3 + 6) + 6 - 6 + 1.0) / 2);
-  // When the weight passes are longer than what they must hide, no negative bubble.
+  // When the weight passes are longer than what they must hide (W = 3, B = 0 + 1/4), no
+  // negative bubble: the forwards' chain (2p − 3)F − (p − 2)B = 13·1.75 − 6·0.25 is the longest
+  // (F + 6W = 19.75, B + 6W = 18.25, 14F − 7B − W = 19.75 next).
   MicrobatchTimes heavy = times;
   heavy.weight = 6;
   StageMicrobatch heavyStages[] = {{heavy, p}};
-  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubbleV, m, 2, heavyStages), 7 * 1.0 / 2);
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubbleV, m, 2, heavyStages),
+                   13 * 1.75 - 6 * 0.25);
   // The same stages given one by one: the same bubble.
   std::vector<StageMicrobatch> each(static_cast<size_t>(p), {times, 1});
   EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::OneFOneB, m, 1, each), 7 * 10.0);
@@ -792,6 +797,120 @@ double simulateDualPipeV(int p, int m, double f, double b, double w) {
   return *std::max_element(clock.begin(), clock.end());
 }
 
+/// The makespan of PyTorch's ScheduleZBVZeroBubble over p ranks (2p stages, rank r holding
+/// stage r and stage 2p − 1 − r), every chunk pass a forward f, an input-gradient backward b and
+/// a weight-gradient pass w, transfers free: each rank runs the passes of its
+/// _calculate_single_rank_operations (torch/distributed/pipelining/schedules.py) in order, its
+/// warm-up forwards, forward-backward-weight triples of phase 1, the steady state's forwards and
+/// backwards of both phases, and the cool-down's backwards and weight passes. A forward waits
+/// for the previous stage's forward, a backward for the next stage's backward (the last stage's
+/// for its own forward), a weight pass for its backward. An event simulation, independent of the
+/// formula.
+double simulateZeroBubbleV(int p, int m, double f, double b, double w) {
+  enum Kind { Forward, Input, Weight };
+  struct Pass {
+    Kind kind;
+    int phase, microbatch;
+  };
+  int stages = 2 * p, n = std::max(2 * p - 1, m);
+  std::vector<std::vector<Pass>> order(static_cast<size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    std::vector<Pass> all;
+    int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+    for (int i = 0; i < 2 * (p - r) - 1; ++i)
+      all.push_back({Forward, 0, f0++});
+    for (int i = 0; i < r; ++i) {
+      all.push_back({Forward, 1, f1++});
+      all.push_back({Forward, 0, f0++});
+    }
+    for (int i = 0; i < p - r; ++i) {
+      all.push_back({Forward, 1, f1++});
+      all.push_back({Input, 1, b1});
+      all.push_back({Weight, 1, b1++});
+    }
+    while (f1 < f0 || f0 < n) {
+      if (f0 < n)
+        all.push_back({Forward, 0, f0++});
+      all.push_back({Input, 0, b0});
+      all.push_back({Weight, 0, b0++});
+      all.push_back({Forward, 1, f1++});
+      all.push_back({Input, 1, b1});
+      all.push_back({Weight, 1, b1++});
+    }
+    int w0 = b0, w1 = b1;
+    for (int i = 0; i < r; ++i) {
+      all.push_back({Input, 0, b0++});
+      all.push_back({Input, 1, b1++});
+    }
+    for (int i = 0; i < p - r; ++i) {
+      all.push_back({Input, 0, b0++});
+      all.push_back({Weight, 0, w0++});
+    }
+    for (; w1 < b1; ++w1)
+      all.push_back({Weight, 1, w1});
+    for (; w0 < b0; ++w0)
+      all.push_back({Weight, 0, w0});
+    // The padding micro-batches beyond m are idle slots.
+    for (const Pass &pass : all)
+      if (pass.microbatch < m)
+        order[static_cast<size_t>(r)].push_back(pass);
+  }
+  auto stageOf = [&](int r, int phase) { return phase == 0 ? r : stages - 1 - r; };
+  // done[kind][stage][micro-batch]: when it finished, or -1.
+  std::vector<std::vector<std::vector<double>>> done(
+      3, std::vector<std::vector<double>>(static_cast<size_t>(stages), std::vector<double>(m, -1)));
+  std::vector<size_t> position(static_cast<size_t>(p), 0);
+  std::vector<double> clock(static_cast<size_t>(p), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r)
+      while (position[r] < order[r].size()) {
+        Pass pass = order[r][position[r]];
+        int s = stageOf(r, pass.phase), mb = pass.microbatch;
+        double ready = pass.kind == Forward ? (s == 0 ? 0.0 : done[Forward][s - 1][mb])
+                       : pass.kind == Input
+                           ? (s == stages - 1 ? done[Forward][s][mb] : done[Input][s + 1][mb])
+                           : done[Input][s][mb];
+        if (ready < 0)
+          break;
+        clock[r] = std::max(clock[r], ready) + (pass.kind == Forward ? f
+                                                : pass.kind == Input ? b
+                                                                     : w);
+        done[pass.kind][s][mb] = clock[r];
+        ++position[r];
+        progress = true;
+      }
+  }
+  for (int r = 0; r < p; ++r)
+    EXPECT_EQ(position[r], order[r].size()) << "rank " << r << " stalled";
+  return *std::max_element(clock.begin(), clock.end());
+}
+
+TEST(CostModelTest, BubbleOfZeroBubbleV) {
+  // getBubbleSeconds's ZB-V bubble against the simulated schedule (the step less a rank's 2m
+  // chunk passes), over chunk times that put each of its eight chains on the critical path, and
+  // m from 2p − 1 up. Where F = B = W the bubble is (p − 1)F, the first forward's way to the
+  // last rank, which Qi et al.'s (p − 1)(F + B − 2W) puts at zero.
+  struct Chunk {
+    double f, b, w;
+  };
+  for (Chunk c : {Chunk{1, 1, 1}, Chunk{1, 1, 0}, Chunk{1, 2, 1}, Chunk{2, 1, 1}, Chunk{1, 1, 2},
+                  Chunk{0.8, 1.3, 0.4}, Chunk{1.3, 0.7, 0.9}, Chunk{2.5, 1.2, 0.2},
+                  Chunk{0.6, 2.4, 1.1}, Chunk{3, 0.5, 2}})
+    for (int p : {2, 3, 4, 8})
+      for (int m : {2 * p - 1, 2 * p, 5 * p}) {
+        double simulated = simulateZeroBubbleV(p, m, c.f, c.b, c.w) - 2 * m * (c.f + c.b + c.w);
+        MicrobatchTimes times;
+        times.forward = 2 * c.f;
+        times.backward = 2 * (c.b + c.w);
+        times.weight = 2 * c.w;
+        StageMicrobatch stages[] = {{times, p}};
+        EXPECT_NEAR(getBubbleSeconds(ir::Schedule::ZeroBubbleV, m, 2, stages), simulated, 1e-9)
+            << "p " << p << ", m " << m << ", F " << c.f << ", B " << c.b << ", W " << c.w;
+      }
+  EXPECT_NEAR(simulateZeroBubbleV(8, 16, 1, 1, 1) - 96, 7.0, 1e-9);
+}
+
 TEST(CostModelTest, BubbleOfDualPipeV) {
   // getBubbleSeconds's DualPipeV bubble against the simulated schedule, the step less a rank's
   // 2m chunk passes of work, over chunk times that put each of its four chains on the critical
@@ -890,7 +1009,9 @@ TEST(CostModelTest, SchedulePreconditions) {
   EXPECT_TRUE(isScheduleValid(ir::Schedule::Interleaved, 4, 8, 2));
   EXPECT_FALSE(isScheduleValid(ir::Schedule::Interleaved, 4, 6, 2));
   EXPECT_FALSE(isScheduleValid(ir::Schedule::ZeroBubble, 8, 4, 1));
-  EXPECT_TRUE(isScheduleValid(ir::Schedule::ZeroBubbleV, 8, 8, 2));
+  // ZB-V: 2p − 1 micro-batches (PyTorch's ScheduleZBVZeroBubble pads fewer with idle slots).
+  EXPECT_FALSE(isScheduleValid(ir::Schedule::ZeroBubbleV, 8, 14, 2));
+  EXPECT_TRUE(isScheduleValid(ir::Schedule::ZeroBubbleV, 8, 15, 2));
   // DualPipeV: m ≥ 2p, any number of ranks (dualpipev.py asserts num_chunks >= num_ranks * 2);
   // DualPipe: an even number of ranks and of micro-batches, m ≥ 2p (dualpipe.py).
   EXPECT_FALSE(isScheduleValid(ir::Schedule::DualPipeV, 8, 15, 2));

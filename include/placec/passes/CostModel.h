@@ -747,10 +747,11 @@ PassUnit getStepPassUnit(const PassUnit &unit, double stepGather, double stepRed
 
 /// Whether a schedule's formulas hold for these numbers; the verifier's rule `schedule` rejects
 /// the rest, and the search never builds them. Interleaving needs the micro-batches to be a
-/// multiple of the stages (Megatron-LM's precondition; Narayanan et al. 2021 §2.2.2); ZB-H1 and
-/// ZB-V need at least as many micro-batches as stages to reach their steady state (Qi et al.
-/// 2024, §2, §4); DualPipeV needs an even number of stages and at least twice as many
-/// micro-batches (DeepSeek-AI 2024, DualPipe).
+/// multiple of the stages (Megatron-LM's precondition; Narayanan et al. 2021 §2.2.2); ZB-H1 needs
+/// at least as many micro-batches as stages to reach its steady state (Qi et al. 2024, §2); ZB-V
+/// 2p − 1 to fill its V (PyTorch's ScheduleZBVZeroBubble pads fewer with idle slots);
+/// DualPipeV twice as many as stages (deepseek-ai/DualPipe, dualpipev.py), DualPipe an even
+/// number of stages too and an even number of micro-batches (dualpipe.py).
 bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
                      std::string *why = nullptr);
 
@@ -785,7 +786,13 @@ struct StageMicrobatch {
 ///     et al. 2021 §2.2: a fraction (p − 1)/m of the ideal m·t);
 ///   interleaved, v chunks, m a multiple of p: (p − 1)·t/v;
 ///   ZB-H1: (p − 1)·(F + B − W + comm) (Qi et al. 2024, §2.1: W passes fill the cool-down);
-///   ZB-V: (p − 1)·(F + B − 2W)/2 + (p − 1)·comm/2, on chunks of half a stage (Qi et al. 2024, §4);
+///   ZB-V (p ranks, 2p stages, m ≥ 2p − 1): on chunks of half a stage, F, B and W as DualPipeV's
+///     below, the longest of eight chains: max(B + (p − 2)W, (p − 1)B, 2(p − 1)(B − W),
+///     F + (p − 2)W, (2p − 3)F − (p − 2)B, (2p − 3)F + B − 2(p − 1)W, (2p − 2)F − (p − 1)B − W,
+///     (2p − 2)F − (2p − 1)W), the exact bubble of PyTorch's ScheduleZBVZeroBubble
+///     (torch/distributed/pipelining/schedules.py; CostModelTest's simulation), never below
+///     (p − 1)F, the time the first forward takes to reach the last rank (Qi et al. 2024, §4,
+///     give (p − 1)(F + B − 2W), zero where F = B = W, which no V schedule reaches);
 ///   DualPipeV (p ranks, 2p stages, m ≥ 2p): on chunks of half a stage, F = F/2 + comm/4,
 ///     B = B/2 + comm/4 and W = W/2, (p − 1)·max(0, B − W) + max((p − 2)·F + (p − 1)·B,
 ///     2·(p − 1)·F). That is the schedule's exact bubble, the same for every m ≥ 2p: played
