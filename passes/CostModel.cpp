@@ -2847,27 +2847,23 @@ std::string describeBubble(ir::Schedule schedule, bool valid, double p, int64_t 
                        "bubble ZB-H1, W filling the cool-down{}{})",
                        num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), also,
                        note);
-  case ir::Schedule::ZeroBubbleV: {
-    VChunks c = getVChunks(times);
-    return fmt::format(
-        "the longest of ZB-V's eight chains over chunks of half a stage, F = {}/2 + comm/4, B = "
-        "{}/2 + comm/4, W = {}/2, comm = {}, p = {}: max(B + (p - 2)W, (p - 1)B, 2(p - 1)(B - W), "
-        "F + (p - 2)W, (2p - 3)F - (p - 2)B, (2p - 3)F + B - 2(p - 1)W, (2p - 2)F - (p - 1)B - W, "
-        "(2p - 2)F - (2p - 1)W) with F = {}, B = {}, W = {} (zbv, the exact bubble of "
-        "PyTorch's ScheduleZBVZeroBubble for m ≥ 2p - 1{}{})",
-        fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), num(p),
-        fmtSeconds(c.forward), fmtSeconds(c.backward), fmtSeconds(c.weight), also, note);
-  }
+  case ir::Schedule::ZeroBubbleV:
   case ir::Schedule::DualPipeV: {
     VChunks c = getVChunks(times);
-    return fmt::format(
-        "(p - 1)·max(0, B - W) + max((p - 2)·F + (p - 1)·B, 2·(p - 1)·F) over chunks of half a "
-        "stage, F = {}/2 + comm/4, B = {}/2 + comm/4, W = {}/2, comm = {}: ({} - 1) × max(0, "
-        "{} - {}) + max(({} - 2) × {} + ({} - 1) × {}, 2 × ({} - 1) × {}) (dualpipev, the "
-        "exact bubble of DualPipeV's schedule for m ≥ 2p{}{})",
-        fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), num(p),
-        fmtSeconds(c.forward), fmtSeconds(c.weight), num(p), fmtSeconds(c.forward), num(p),
-        fmtSeconds(c.backward), num(p), fmtSeconds(c.forward), also, note);
+    bool zbv = schedule == ir::Schedule::ZeroBubbleV;
+    std::string chains =
+        zbv ? "the longest of ZB-V's eight chains, max(B + (p - 2)W, (p - 1)B, 2(p - 1)(B - W), "
+              "F + (p - 2)W, (2p - 3)F - (p - 2)B, (2p - 3)F + B - 2(p - 1)W, (2p - 2)F - (p - "
+              "1)B - W, (2p - 2)F - (2p - 1)W)"
+            : "(p - 1)·max(0, B - W) + max((p - 2)·F + (p - 1)·B, 2·(p - 1)·F)";
+    return fmt::format("{} over chunks of half a stage, F = {}/2 + comm/4 = {}, B = {}/2 + "
+                       "comm/4 = {}, W = {}/2 = {}, comm = {}, p = {} ({}, the exact bubble of {} "
+                       "for m ≥ {}{}{})",
+                       chains, fmtSeconds(f), fmtSeconds(c.forward), fmtSeconds(b),
+                       fmtSeconds(c.backward), fmtSeconds(w), fmtSeconds(c.weight),
+                       fmtSeconds(comm), num(p), name,
+                       zbv ? "PyTorch's ScheduleZBVZeroBubble" : "DualPipeV's schedule",
+                       zbv ? "2p - 1" : "2p", also, note);
   }
   case ir::Schedule::DualPipe:
     return fmt::format("(p/2 - 1) × (max(0, F&B + B - 3W) + comm)/2, F&B = F + B, B the whole "

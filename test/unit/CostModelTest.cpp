@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <gtest/gtest.h>
 #include <set>
 #include <tuple>
@@ -886,53 +887,54 @@ double simulateZeroBubbleV(int p, int m, double f, double b, double w) {
   return *std::max_element(clock.begin(), clock.end());
 }
 
-TEST(CostModelTest, BubbleOfZeroBubbleV) {
-  // getBubbleSeconds's ZB-V bubble against the simulated schedule (the step less a rank's 2m
-  // chunk passes), over chunk times that put each of its eight chains on the critical path, and
-  // m from 2p − 1 up. Where F = B = W the bubble is (p − 1)F, the first forward's way to the
-  // last rank, which Qi et al.'s (p − 1)(F + B − 2W) puts at zero.
-  struct Chunk {
-    double f, b, w;
-  };
-  for (Chunk c : {Chunk{1, 1, 1}, Chunk{1, 1, 0}, Chunk{1, 2, 1}, Chunk{2, 1, 1}, Chunk{1, 1, 2},
-                  Chunk{0.8, 1.3, 0.4}, Chunk{1.3, 0.7, 0.9}, Chunk{2.5, 1.2, 0.2},
-                  Chunk{0.6, 2.4, 1.1}, Chunk{3, 0.5, 2}})
+/// Chunk times of a V schedule: forward, input-gradient backward, weight-gradient pass.
+struct VChunk {
+  double f, b, w;
+};
+
+/// Chunk times that put each chain of the V schedules' bubbles on the critical path: the
+/// forward and input-gradient chunks equal, either longer, the weight pass longer or shorter
+/// than the input-gradient one, or none.
+const VChunk kVChunks[] = {{1, 1, 1},       {1, 1, 0},       {1, 2, 1},       {2, 1, 1},
+                           {1, 1, 2},       {0.8, 1.3, 0.4}, {1.3, 0.7, 0.9}, {1.2, 1.5, 0.5},
+                           {2.5, 1.2, 0.2}, {0.6, 2.4, 1.1}, {3, 0.5, 2}};
+
+/// getBubbleSeconds of `schedule` against `simulate(p, m, f, b, w)`'s makespan less a rank's 2m
+/// chunk passes of work, for every chunk time of kVChunks, odd and even rank counts and
+/// micro-batch counts from `least(p)` (a stage's micro-batch is two chunks; no communication).
+void expectBubbleOfSchedule(
+    ir::Schedule schedule, const std::function<int(int)> &least,
+    const std::function<double(int, int, double, double, double)> &simulate) {
+  for (VChunk c : kVChunks)
     for (int p : {2, 3, 4, 8})
-      for (int m : {2 * p - 1, 2 * p, 5 * p}) {
-        double simulated = simulateZeroBubbleV(p, m, c.f, c.b, c.w) - 2 * m * (c.f + c.b + c.w);
+      for (int m : {least(p), least(p) + 1, 5 * p}) {
+        double simulated = simulate(p, m, c.f, c.b, c.w) - 2 * m * (c.f + c.b + c.w);
         MicrobatchTimes times;
         times.forward = 2 * c.f;
         times.backward = 2 * (c.b + c.w);
         times.weight = 2 * c.w;
         StageMicrobatch stages[] = {{times, p}};
-        EXPECT_NEAR(getBubbleSeconds(ir::Schedule::ZeroBubbleV, m, 2, stages), simulated, 1e-9)
-            << "p " << p << ", m " << m << ", F " << c.f << ", B " << c.b << ", W " << c.w;
+        EXPECT_NEAR(getBubbleSeconds(schedule, m, 2, stages), simulated, 1e-9)
+            << ir::toString(schedule).str() << ": p " << p << ", m " << m << ", F " << c.f << ", B "
+            << c.b << ", W " << c.w;
       }
+}
+
+TEST(CostModelTest, BubbleOfZeroBubbleV) {
+  // getBubbleSeconds's ZB-V bubble against the simulated schedule (the step less a rank's 2m
+  // chunk passes), over chunk times that put each of its eight chains on the critical path, and
+  // m from 2p − 1 up. Where F = B = W the bubble is (p − 1)F, the first forward's way to the
+  // last rank, which Qi et al.'s (p − 1)(F + B − 2W) puts at zero.
+  expectBubbleOfSchedule(
+      ir::Schedule::ZeroBubbleV, [](int p) { return 2 * p - 1; }, simulateZeroBubbleV);
   EXPECT_NEAR(simulateZeroBubbleV(8, 16, 1, 1, 1) - 96, 7.0, 1e-9);
 }
 
 TEST(CostModelTest, BubbleOfDualPipeV) {
   // getBubbleSeconds's DualPipeV bubble against the simulated schedule, the step less a rank's
   // 2m chunk passes of work, over chunk times that put each of its four chains on the critical
-  // path (forward and input-gradient chunks equal, either longer, the weight pass longer or
-  // shorter than the input-gradient one), odd and even ranks and m from 2p up.
-  struct Chunk {
-    double f, b, w;
-  };
-  for (Chunk c : {Chunk{1, 1, 1}, Chunk{1, 1, 0}, Chunk{1, 2, 1}, Chunk{2, 1, 1}, Chunk{1, 1, 2},
-                  Chunk{0.8, 1.3, 0.4}, Chunk{1.3, 0.7, 0.9}, Chunk{1.2, 1.5, 0.5}})
-    for (int p : {2, 3, 4, 8})
-      for (int m : {2 * p, 2 * p + 1, 5 * p}) {
-        double simulated = simulateDualPipeV(p, m, c.f, c.b, c.w) - 2 * m * (c.f + c.b + c.w);
-        // A stage's micro-batch is two chunks; no communication.
-        MicrobatchTimes times;
-        times.forward = 2 * c.f;
-        times.backward = 2 * (c.b + c.w);
-        times.weight = 2 * c.w;
-        StageMicrobatch stages[] = {{times, p}};
-        EXPECT_NEAR(getBubbleSeconds(ir::Schedule::DualPipeV, m, 2, stages), simulated, 1e-9)
-            << "p " << p << ", m " << m << ", F " << c.f << ", B " << c.b << ", W " << c.w;
-      }
+  // path, odd and even ranks and m from 2p up.
+  expectBubbleOfSchedule(ir::Schedule::DualPipeV, [](int p) { return 2 * p; }, simulateDualPipeV);
   // The DualPipe README's (PP/2 − 1)(F&B + B − 3W), PP = 2p, F&B = F + B + W, B + W the whole
   // backward: the same where the forward and input-gradient chunks are equal and B ≥ W.
   EXPECT_NEAR(simulateDualPipeV(8, 16, 1, 1, 0.5) - 32 * 2.5, 7 * (2.5 + 1.5 - 1.5), 1e-9);
