@@ -4,6 +4,7 @@
 // (docs/bridges.md, "torchtitan jobs").
 #include "ImportSupport.h"
 #include "placec/backends/Export.h"
+#include "placec/passes/CostModel.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
@@ -822,6 +823,17 @@ private:
         }
         return chunks;
       };
+      // The micro-batches where placec's formulas for the schedule hold (rule `schedule`): a
+      // run outside them imports to nothing placec can time faithfully.
+      auto timesSchedule = [&](ir::Schedule kind, int64_t chunks) {
+        std::string why;
+        if (cost::isScheduleValid(kind, pp, microbatches, chunks, &why))
+          return true;
+        refuse("parallelism.pipeline_parallel_schedule", "'" + schedule + "' over " + Twine(pp) +
+                                                             " ranks with " + n +
+                                                             " micro-batches per step: " + why);
+        return false;
+      };
       if (schedule == "1F1B" || schedule == "GPipe") {
         if (layersPerStage)
           chunksOf(1);
@@ -829,14 +841,15 @@ private:
             (schedule == "1F1B" ? "1f1b(microbatches = " : "gpipe(microbatches = ") + n + uneven +
             ")";
       } else if (schedule == "Interleaved1F1B") {
-        if (std::optional<int64_t> chunks = chunksOf(0))
+        std::optional<int64_t> chunks = chunksOf(0);
+        if (chunks && timesSchedule(ir::Schedule::Interleaved, *chunks))
           imported.pipeline = "interleaved(microbatches = " + n +
                               ", chunks = " + std::to_string(*chunks) + uneven + ")";
       } else if (schedule == "ZBVZeroBubble") {
-        if (chunksOf(2))
+        if (chunksOf(2) && timesSchedule(ir::Schedule::ZeroBubbleV, 2))
           imported.pipeline = "zbv(microbatches = " + n + uneven + ")";
       } else if (schedule == "DualPipeV") {
-        if (chunksOf(2))
+        if (chunksOf(2) && timesSchedule(ir::Schedule::DualPipeV, 2))
           imported.pipeline = "dualpipev(microbatches = " + n + uneven + ")";
       } else {
         refuse("parallelism.pipeline_parallel_schedule",
