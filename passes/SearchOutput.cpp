@@ -369,16 +369,24 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
         << "\n";
     return 1;
   }
-  if (!options.schedules.empty()) {
+  // Each list flag parsed into its option where it is given; false on an error, printed.
+  auto parseFlag = [&](const std::string &text, auto parse, auto &into) {
+    if (text.empty())
+      return true;
     std::string error;
-    std::optional<std::vector<ir::Schedule>> schedules =
-        parseSchedules(options.schedules, *run, error);
-    if (!schedules) {
+    auto values = parse(StringRef(text), error);
+    if (!values) {
       err << "placec: error: " << error << "\n";
-      return 1;
+      return false;
     }
-    searchOptions.schedules = *schedules;
-  }
+    into = *values;
+    return true;
+  };
+  auto withRun = [&](auto parse) {
+    return [&, parse](StringRef text, std::string &error) { return parse(text, *run, error); };
+  };
+  if (!parseFlag(options.schedules, withRun(parseSchedules), searchOptions.schedules))
+    return 1;
   // --target: the framework's own settings where none is asked for, and only plans its bridge
   // exports. Megatron-LM always reduces the input gradients beside the weight gradients (wgrad;
   // true is --tp-comm-overlap) and gathers the sequence shard again (regather, the default);
@@ -407,56 +415,12 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
     if (spInputs.empty() && options.target == "torchtitan")
       spInputs = "keep";
   }
-  if (!activations.empty()) {
-    std::string error;
-    std::optional<std::vector<ir::ActivationMode>> modes =
-        parseActivationModes(activations, *run, error);
-    if (!modes) {
-      err << "placec: error: " << error << "\n";
-      return 1;
-    }
-    searchOptions.activations = *modes;
-  }
-  if (!asyncTp.empty()) {
-    std::string error;
-    std::optional<std::vector<ir::AsyncTensorParallel>> values =
-        parseAsyncTensorParallel(asyncTp, error);
-    if (!values) {
-      err << "placec: error: " << error << "\n";
-      return 1;
-    }
-    searchOptions.asyncTp = *values;
-  }
-  if (!options.epOverlap.empty()) {
-    std::string error;
-    std::optional<std::vector<ir::ExpertOverlap>> values =
-        parseExpertOverlap(options.epOverlap, *run, error);
-    if (!values) {
-      err << "placec: error: " << error << "\n";
-      return 1;
-    }
-    searchOptions.epOverlap = *values;
-  }
-  if (!options.expertTensor.empty()) {
-    std::string error;
-    std::optional<std::vector<ir::ExpertTensor>> values =
-        parseExpertTensor(options.expertTensor, *run, error);
-    if (!values) {
-      err << "placec: error: " << error << "\n";
-      return 1;
-    }
-    searchOptions.expertTensor = *values;
-  }
-  if (!options.expertContext.empty()) {
-    std::string error;
-    std::optional<std::vector<ir::ExpertTensor>> values =
-        parseExpertContext(options.expertContext, *run, error);
-    if (!values) {
-      err << "placec: error: " << error << "\n";
-      return 1;
-    }
-    searchOptions.expertContext = *values;
-  }
+  if (!parseFlag(activations, withRun(parseActivationModes), searchOptions.activations) ||
+      !parseFlag(asyncTp, parseAsyncTensorParallel, searchOptions.asyncTp) ||
+      !parseFlag(options.epOverlap, withRun(parseExpertOverlap), searchOptions.epOverlap) ||
+      !parseFlag(options.expertTensor, withRun(parseExpertTensor), searchOptions.expertTensor) ||
+      !parseFlag(options.expertContext, withRun(parseExpertContext), searchOptions.expertContext))
+    return 1;
   if (!options.context.empty()) {
     std::string error;
     std::optional<std::vector<ir::ContextMethod>> methods =

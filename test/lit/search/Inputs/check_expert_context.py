@@ -15,17 +15,10 @@ alone:
 import json
 import sys
 
-from written_plan import check_written_plan
+from written_plan import check_folds, check_written_plan
 
 EXPERTS = 64
 without, with_, both = (json.load(open(path)) for path in sys.argv[1:4])
-assert all(c["expert_context"] == "split" for c in without["top"])
-
-
-def key(c):
-    return tuple(sorted((k, json.dumps(v)) for k, v in c.items()
-                        if k not in ("expert_context", "step_seconds", "peak_bytes", "mfu",
-                                     "tflops_per_device", "inter_node_bytes")))
 
 
 def group(c):
@@ -33,21 +26,11 @@ def group(c):
             (c["tp"] if c["expert_tensor"] == "fold" else 1))
 
 
-split = [c for c in with_["top"] if c["expert_context"] == "split"]
-folded = [c for c in with_["top"] if c["expert_context"] == "fold"]
-assert folded, "no folded plan"
-assert sorted(map(key, split)) == sorted(map(key, without["top"])), "the split plans differ"
-twins = {key(c): c for c in split}
-paired = 0
-for c in folded:
+def valid(c):
     assert c["ep"] > 1 and c["cp"] > 1 and EXPERTS % group(c) == 0, c
-    twin = twins.get(key(c))
-    if twin is None:
-        continue
-    paired += 1
-    assert c["peak_bytes"] <= twin["peak_bytes"], (c, twin)
-assert paired > 0
-assert with_["top"][0]["step_seconds"] <= without["top"][0]["step_seconds"]
+
+
+folded, paired = check_folds(without, with_, "expert_context", valid)
 print(f"folded plans: {len(folded)}, each over ep x cp dividing the experts")
 print(f"each no larger than its split twin ({paired} paired)")
 print(f"best: expert_context {with_['top'][0]['expert_context']}, "
