@@ -2843,10 +2843,11 @@ std::string describeBubble(ir::Schedule schedule, bool valid, double p, int64_t 
                        what, num(p), num(static_cast<double>(std::max<int64_t>(1, chunks))),
                        fmtSeconds(times.getTotal()), microbatches, note);
   case ir::Schedule::ZeroBubble:
-    return fmt::format("(p - 1) × (F + B - W + comm) = ({} - 1) × ({} + {} - {} + {}) (zero "
-                       "bubble ZB-H1, W filling the cool-down{}{})",
-                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(w), fmtSeconds(comm), also,
-                       note);
+    return fmt::format("(p - 1) × (max(F, B, F + B - W) + comm) = ({} - 1) × (max({}, {}, {} + "
+                       "{} - {}) + {}) (zero bubble ZB-H1, W filling the cool-down, the exact "
+                       "bubble of Qi et al.'s schedule for m ≥ p{}{})",
+                       num(p), fmtSeconds(f), fmtSeconds(b), fmtSeconds(f), fmtSeconds(b),
+                       fmtSeconds(w), fmtSeconds(comm), also, note);
   case ir::Schedule::ZeroBubbleV:
   case ir::Schedule::DualPipeV: {
     VChunks c = getVChunks(times);
@@ -2914,7 +2915,12 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
     bubble /= static_cast<double>(std::max<int64_t>(1, chunks));
     break;
   case ir::Schedule::ZeroBubble:
-    bubble = (p - 1) * std::max(0.0, f + b - w + comm);
+    // ZB-H1 as Qi et al. 2024 hand-schedule it (Figure 3; sail-sg/zero-bubble-pipeline-
+    // parallelism, efficiency.py, get_hand_schedule): 1F1B's order with rank r's first r weight
+    // passes deferred to its end. Played pass by pass, its bubble is the longest of three
+    // chains for every m ≥ p: the forwards' way down, the backwards' way up, and the paper's
+    // F + B − W per rank, which holds alone only where W is at most F and B.
+    bubble = (p - 1) * (std::max({f, b, f + b - w}) + comm);
     break;
   case ir::Schedule::ZeroBubbleV: {
     // PyTorch's ScheduleZBVZeroBubble (torch/distributed/pipelining/schedules.py), played pass by

@@ -613,7 +613,9 @@ TEST(CostModelTest, BubblesOfEverySchedule) {
   EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::GPipe, m, 1, stages), 7 * 10.0);
   // Interleaved with v = 4: divided by v.
   EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::Interleaved, m, 4, stages), 7 * 10.0 / 4);
-  // ZB-H1: (p − 1)(F + B − W + comm) (Qi et al. 2024 §2.1), B the input-gradient pass.
+  // ZB-H1: (p − 1)(max(F, B, F + B − W) + comm), B the input-gradient pass: here Qi et al.'s
+  // (p − 1)(F + B − W + comm) (2024 §2.1), W being the shortest (BubbleOfZeroBubbleH1 checks the
+  // chains against the schedule).
   EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubble, m, 1, stages), 7 * (3 + 4 - 2 + 1.0));
   // ZB-V on half-stage chunks, F = 3/2 + 1/4 = 1.75, B = 4/2 + 1/4 = 2.25, W = 1 (as DualPipeV's
   // below): the longest of its chains (BubbleOfZeroBubbleV checks them against the schedule),
@@ -887,37 +889,112 @@ double simulateZeroBubbleV(int p, int m, double f, double b, double w) {
   return *std::max_element(clock.begin(), clock.end());
 }
 
-/// Chunk times of a V schedule: forward, input-gradient backward, weight-gradient pass.
-struct VChunk {
+/// The makespan of ZB-H1 over p ranks, one stage each, every pass a forward f, an input-gradient
+/// backward b and a weight-gradient pass w, transfers free, in the order Qi et al. 2024
+/// hand-schedule it (Figure 3; sail-sg/zero-bubble-pipeline-parallelism, efficiency.py,
+/// get_hand_schedule with one warm-up forward per later rank): rank r runs p − r − 1 warm-up
+/// forwards, then for each micro-batch i its next forward while any is left, the backward of i
+/// and, from i = r on, a weight pass, and its r deferred weight passes at the end. With w = 0
+/// (the weight pass inside b) it is 1F1B as Megatron-LM orders it. A forward waits for the
+/// previous stage's forward, a backward for the next stage's backward (the last stage's for its
+/// own forward). An event simulation, independent of the formula.
+double simulateZeroBubbleH1(int p, int m, double f, double b, double w) {
+  enum Kind { Forward, Input, Weight };
+  std::vector<std::vector<Kind>> order(static_cast<size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    std::vector<Kind> &o = order[static_cast<size_t>(r)];
+    int warmup = p - r - 1;
+    o.assign(static_cast<size_t>(warmup), Forward);
+    for (int i = 0; i < m; ++i) {
+      if (warmup + i < m)
+        o.push_back(Forward);
+      o.push_back(Input);
+      if (i >= r)
+        o.push_back(Weight);
+    }
+    o.insert(o.end(), static_cast<size_t>(r), Weight);
+  }
+  // done[forward?][stage][micro-batch]: when it finished, or -1.
+  std::vector<std::vector<std::vector<double>>> done(
+      2, std::vector<std::vector<double>>(static_cast<size_t>(p), std::vector<double>(m, -1)));
+  std::vector<std::array<int, 2>> next(static_cast<size_t>(p), {0, 0}); // backward, forward
+  std::vector<size_t> position(static_cast<size_t>(p), 0);
+  std::vector<double> clock(static_cast<size_t>(p), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r)
+      while (position[r] < order[r].size()) {
+        Kind kind = order[r][position[r]];
+        if (kind == Weight) {
+          clock[r] += w;
+        } else {
+          bool forward = kind == Forward;
+          int &mb = next[r][forward];
+          double ready = forward ? (r == 0 ? 0.0 : done[1][r - 1][mb])
+                                 : (r == p - 1 ? done[1][r][mb] : done[0][r + 1][mb]);
+          if (ready < 0)
+            break;
+          clock[r] = std::max(clock[r], ready) + (forward ? f : b);
+          done[forward][r][mb++] = clock[r];
+        }
+        ++position[r];
+        progress = true;
+      }
+  }
+  for (int r = 0; r < p; ++r)
+    EXPECT_EQ(position[r], order[r].size()) << "rank " << r << " stalled";
+  return *std::max_element(clock.begin(), clock.end());
+}
+
+/// Pass times of a schedule: forward, input-gradient backward, weight-gradient pass (of a chunk,
+/// half a stage, in the V schedules).
+struct PassTimes {
   double f, b, w;
 };
 
-/// Chunk times that put each chain of the V schedules' bubbles on the critical path: the
-/// forward and input-gradient chunks equal, either longer, the weight pass longer or shorter
+/// Pass times that put each chain of the zero-bubble schedules' bubbles on the critical path:
+/// the forward and input-gradient passes equal, either longer, the weight pass longer or shorter
 /// than the input-gradient one, or none.
-const VChunk kVChunks[] = {{1, 1, 1},       {1, 1, 0},       {1, 2, 1},       {2, 1, 1},
-                           {1, 1, 2},       {0.8, 1.3, 0.4}, {1.3, 0.7, 0.9}, {1.2, 1.5, 0.5},
-                           {2.5, 1.2, 0.2}, {0.6, 2.4, 1.1}, {3, 0.5, 2}};
+const PassTimes kPassTimes[] = {{1, 1, 1},       {1, 1, 0},       {1, 2, 1},       {2, 1, 1},
+                                {1, 1, 2},       {0.8, 1.3, 0.4}, {1.3, 0.7, 0.9}, {1.2, 1.5, 0.5},
+                                {2.5, 1.2, 0.2}, {0.6, 2.4, 1.1}, {3, 0.5, 2}};
 
-/// getBubbleSeconds of `schedule` against `simulate(p, m, f, b, w)`'s makespan less a rank's 2m
-/// chunk passes of work, for every chunk time of kVChunks, odd and even rank counts and
-/// micro-batch counts from `least(p)` (a stage's micro-batch is two chunks; no communication).
+/// getBubbleSeconds of `schedule` against `simulate(p, m, f, b, w)`'s makespan less a rank's
+/// chunks·m passes of work, for every pass time of kPassTimes, odd and even rank counts and
+/// micro-batch counts from `least(p)` (a stage's micro-batch is `chunks` passes; no
+/// communication).
 void expectBubbleOfSchedule(
-    ir::Schedule schedule, const std::function<int(int)> &least,
+    ir::Schedule schedule, int chunks, const std::function<int(int)> &least,
     const std::function<double(int, int, double, double, double)> &simulate) {
-  for (VChunk c : kVChunks)
+  for (PassTimes c : kPassTimes)
     for (int p : {2, 3, 4, 8})
       for (int m : {least(p), least(p) + 1, 5 * p}) {
-        double simulated = simulate(p, m, c.f, c.b, c.w) - 2 * m * (c.f + c.b + c.w);
+        double simulated = simulate(p, m, c.f, c.b, c.w) - chunks * m * (c.f + c.b + c.w);
         MicrobatchTimes times;
-        times.forward = 2 * c.f;
-        times.backward = 2 * (c.b + c.w);
-        times.weight = 2 * c.w;
+        times.forward = chunks * c.f;
+        times.backward = chunks * (c.b + c.w);
+        times.weight = chunks * c.w;
         StageMicrobatch stages[] = {{times, p}};
-        EXPECT_NEAR(getBubbleSeconds(schedule, m, 2, stages), simulated, 1e-9)
+        EXPECT_NEAR(getBubbleSeconds(schedule, m, chunks, stages), simulated, 1e-9)
             << ir::toString(schedule).str() << ": p " << p << ", m " << m << ", F " << c.f << ", B "
             << c.b << ", W " << c.w;
       }
+}
+
+TEST(CostModelTest, BubbleOfZeroBubbleH1) {
+  // getBubbleSeconds's ZB-H1 bubble against the simulated hand schedule, over pass times that
+  // put each of its three chains on the critical path and m from p up. Qi et al.'s
+  // (p − 1)(F + B − W) is the third chain alone: where the weight pass is the longest it goes
+  // below the forwards' own way down, (p − 1)F.
+  expectBubbleOfSchedule(
+      ir::Schedule::ZeroBubble, 1, [](int p) { return p; }, simulateZeroBubbleH1);
+  EXPECT_NEAR(simulateZeroBubbleH1(4, 8, 1, 1, 2) - 32, 3 * 1.0, 1e-9);
+  // 1F1B is the same order with the weight pass inside the backward: (p − 1)(F + B + W).
+  expectBubbleOfSchedule(
+      ir::Schedule::OneFOneB, 1, [](int p) { return p; },
+      [](int p, int m, double f, double b, double w) {
+        return simulateZeroBubbleH1(p, m, f, b + w, 0);
+      });
 }
 
 TEST(CostModelTest, BubbleOfZeroBubbleV) {
@@ -926,7 +1003,7 @@ TEST(CostModelTest, BubbleOfZeroBubbleV) {
   // m from 2p − 1 up. Where F = B = W the bubble is (p − 1)F, the first forward's way to the
   // last rank, which Qi et al.'s (p − 1)(F + B − 2W) puts at zero.
   expectBubbleOfSchedule(
-      ir::Schedule::ZeroBubbleV, [](int p) { return 2 * p - 1; }, simulateZeroBubbleV);
+      ir::Schedule::ZeroBubbleV, 2, [](int p) { return 2 * p - 1; }, simulateZeroBubbleV);
   EXPECT_NEAR(simulateZeroBubbleV(8, 16, 1, 1, 1) - 96, 7.0, 1e-9);
 }
 
@@ -934,7 +1011,8 @@ TEST(CostModelTest, BubbleOfDualPipeV) {
   // getBubbleSeconds's DualPipeV bubble against the simulated schedule, the step less a rank's
   // 2m chunk passes of work, over chunk times that put each of its four chains on the critical
   // path, odd and even ranks and m from 2p up.
-  expectBubbleOfSchedule(ir::Schedule::DualPipeV, [](int p) { return 2 * p; }, simulateDualPipeV);
+  expectBubbleOfSchedule(
+      ir::Schedule::DualPipeV, 2, [](int p) { return 2 * p; }, simulateDualPipeV);
   // The DualPipe README's (PP/2 − 1)(F&B + B − 3W), PP = 2p, F&B = F + B + W, B + W the whole
   // backward: the same where the forward and input-gradient chunks are equal and B ≥ W.
   EXPECT_NEAR(simulateDualPipeV(8, 16, 1, 1, 0.5) - 32 * 2.5, 7 * (2.5 + 1.5 - 1.5), 1e-9);

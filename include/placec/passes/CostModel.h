@@ -785,7 +785,11 @@ struct StageMicrobatch {
 ///     p − 1 stage times and the last backward returns as late; Huang et al. 2019, Narayanan
 ///     et al. 2021 §2.2: a fraction (p − 1)/m of the ideal m·t);
 ///   interleaved, v chunks, m a multiple of p: (p − 1)·t/v;
-///   ZB-H1: (p − 1)·(F + B − W + comm) (Qi et al. 2024, §2.1: W passes fill the cool-down);
+///   ZB-H1 (m ≥ p): (p − 1)·(max(F, B, F + B − W) + comm), the exact bubble of the schedule
+///     Qi et al. 2024 hand-craft (§2.1, Figure 3: 1F1B's order with rank r's first r weight
+///     passes deferred to its end; CostModelTest's simulation): the longest of the forwards' way
+///     down, the backwards' way up and the paper's F + B − W per rank, which is the longest
+///     only where W is at most F and B;
 ///   ZB-V (p ranks, 2p stages, m ≥ 2p − 1): on chunks of half a stage, F, B and W as DualPipeV's
 ///     below, the longest of eight chains: max(B + (p − 2)W, (p − 1)B, 2(p − 1)(B − W),
 ///     F + (p − 2)W, (2p − 3)F − (p − 2)B, (2p − 3)F + B − 2(p − 1)W, (2p − 2)F − (p − 1)B − W,
