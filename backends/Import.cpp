@@ -778,6 +778,8 @@ constexpr const char *kMegatronFlags[] = {
     "--cross-entropy-fusion-impl=",
     "--pipeline-model-parallel-layout=",
     "--num-virtual-stages-per-pipeline-rank=",
+    "--microbatch-group-size-per-vp-stage=",
+    "--microbatch-group-size-per-virtual-pipeline-stage=",
     "--decoder-first-pipeline-num-layers=",
     "--decoder-last-pipeline-num-layers=",
     "--account-for-embedding-in-pipeline-split",
@@ -1676,9 +1678,10 @@ private:
     int64_t splitLayers = numLayers + (embeddingLayer ? 1 : 0) + (lossLayer ? 1 : 0);
     std::string accounted = std::string(embeddingLayer ? ", embedding_layer = true" : "") +
                             (lossLayer ? ", loss_layer = true" : "");
+    int64_t chunks = 1; // the interleaved schedule's model chunks per stage
     if (p > 1 && !diags.hasErrors()) {
       if (layout) {
-        int64_t chunks = static_cast<int64_t>(layout->layers.size()) / p;
+        chunks = static_cast<int64_t>(layout->layers.size()) / p;
         imported.pipeline =
             (chunks > 1 ? "interleaved(microbatches = " + std::to_string(microbatches) +
                               ", chunks = " + std::to_string(chunks)
@@ -1688,7 +1691,7 @@ private:
         // Megatron-Core's get_num_layers_to_build: each of the first stage's v chunks builds
         // first/v layers, the last stage's last/v, the middle stages' their even share over v;
         // Place says it as the layout of those virtual stages.
-        int64_t v = *virtualStages;
+        int64_t v = chunks = *virtualStages;
         int64_t f = firstLayers.value_or(0), l = lastLayers.value_or(0);
         int64_t middleStages = p - (firstLayers ? 1 : 0) - (lastLayers ? 1 : 0);
         int64_t rest = numLayers - f - l;
@@ -1747,7 +1750,7 @@ private:
                                           Twine(*virtualLayers) + " layers"));
           return false;
         }
-        int64_t chunks = byStages ? *virtualStages : splitLayers / divisor;
+        chunks = byStages ? *virtualStages : splitLayers / divisor;
         imported.pipeline = "interleaved(microbatches = " + std::to_string(microbatches) +
                             ", chunks = " + std::to_string(chunks) + accounted + ")";
       } else {
@@ -1758,6 +1761,37 @@ private:
           imported.pipeline += ", last = " + std::to_string(*lastLayers);
         imported.pipeline += accounted + ")";
       }
+    }
+    // Megatron-Core's interleaved schedule (megatron/core/pipeline_parallel/schedules.py) runs
+    // the micro-batches in groups of --microbatch-group-size-per-vp-stage (before January 2026
+    // --microbatch-group-size-per-virtual-pipeline-stage), the pipeline size by default, and
+    // raises where the groups do not fit the step: a group between p and m, the last one whole
+    // or at least p. Place's interleaved is the default grouping, where that is rule schedule's
+    // m a multiple of p; a job Megatron-Core would refuse is refused here, at its flag.
+    if (chunks > 1 && !diags.hasErrors()) {
+      const char *chunkFlag = layout          ? "--pipeline-model-parallel-layout"
+                              : virtualLayers ? "--num-layers-per-virtual-pipeline-stage"
+                                              : "--num-virtual-stages-per-pipeline-rank";
+      for (const char *groupFlag : {"--microbatch-group-size-per-vp-stage",
+                                    "--microbatch-group-size-per-virtual-pipeline-stage"}) {
+        std::optional<int64_t> group = getInt(groupFlag);
+        if (group && *group != p)
+          diags.error(locOf(groupFlag),
+                      Twine(groupFlag) + " " + Twine(*group) +
+                          " groups the interleaved schedule's micro-batches other than by the " +
+                          Twine(p) +
+                          " pipeline stages, which Place's interleaved schedule does not say "
+                          "(its groups are the pipeline size, Megatron-Core's default): drop "
+                          "the flag or write " +
+                          Twine(p));
+      }
+      std::string why;
+      if (!cost::isScheduleValid(ir::Schedule::Interleaved, p, microbatches, chunks, &why))
+        diags.error(locOf(chunkFlag),
+                    Twine(chunkFlag) + " runs the interleaved schedule over " +
+                        Twine(microbatches) + " micro-batches per step (--global-batch-size / " +
+                        "(--micro-batch-size × data-parallel size)), which Megatron-Core " +
+                        "refuses: " + why);
     }
     // The distributed optimizer shards over the data-parallel group, which spans the
     // context-parallel ranks.
