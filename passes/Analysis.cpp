@@ -445,12 +445,16 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
         plan.schedule, scheduleInFlight, static_cast<int64_t>(plan.stages.size()),
         plan.microbatches, plan.chunks, x.layers, explain ? &x.inFlightText : nullptr);
   if (hasHead && model.kind == ir::ModelKind::Transformer) {
-    std::string headText;
+    std::string headText, lossText;
+    double lossInFlight = cost::getLossInFlightMicrobatches(
+        plan.schedule, static_cast<int64_t>(plan.stages.size()), plan.microbatches, plan.chunks,
+        stage.stage, explain ? &lossText : nullptr);
     x.headBuffers =
         cost::getHeadActivationBytes(model.transformer, layout, explain ? &headText : nullptr) *
-        scheduleInFlight;
+        lossInFlight;
     if (explain)
-      x.headBuffersText = headText + "× " + num(scheduleInFlight) + " in flight (the head's loss)";
+      x.headBuffersText =
+          headText + "× " + num(lossInFlight) + " in flight (the head's loss: " + lossText + ")";
   }
   if (explain) {
     x.paramsText = num(x.params);

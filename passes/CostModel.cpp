@@ -2288,16 +2288,44 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
     return value;
   }
   case ir::Schedule::Interleaved: {
-    double v = static_cast<double>(chunks);
-    double value = std::min(p - stage, m) * (1 + (p - 1) / (p * v));
+    if (chunks <= 1) // one chunk per stage: 1F1B
+      return getInFlightMicrobatches(ir::Schedule::OneFOneB, stages, microbatches, 1, stage,
+                                     formula);
+    // Megatron-Core's interleaved 1F1B (megatron/core/pipeline_parallel/schedules.py,
+    // get_pp_rank_microbatches): stage s runs 2(p − s − 1) + (v − 1)·p warm-up chunk forwards
+    // (every one of the m·v where they are more), then a forward before each backward, so at its
+    // peak it holds one chunk more than its warm-up, each a v-th of the stage. On the first
+    // stage that is Korthikanti et al.'s p·(1 + (p − 1)/(p·v)) (2022, §4.2.3); the last holds
+    // p − (p − 1)/v, not one micro-batch as under 1F1B.
+    double v = static_cast<double>(chunks), s = static_cast<double>(stage);
+    double value = std::min(m, (2 * (p - s - 1) + (v - 1) * p + 1) / v);
     if (formula)
-      *formula = fmt::format("{} in flight (interleaved: min(p - stage, m) × (1 + (p - 1)/(p·v)) "
-                             "= min({} - {}, {}) × (1 + {}/({}·{})))",
-                             count(value), num(p), stage, num(m), num(p - 1), num(p), num(v));
+      *formula = fmt::format("{} in flight (interleaved: min(m, (2(p - stage - 1) + (v - 1)·p + "
+                             "1)/v) = min({}, (2·({} - {} - 1) + ({} - 1)·{} + 1)/{}), "
+                             "Megatron-Core's warm-up chunks and one more)",
+                             count(value), num(m), num(p), stage, num(v), num(p), num(v));
     return value;
   }
   }
   return 1;
+}
+
+double getLossInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
+                                   int64_t chunks, int stage, std::string *formula) {
+  bool oneChunk = schedule == ir::Schedule::ZeroBubbleV || schedule == ir::Schedule::DualPipeV ||
+                  schedule == ir::Schedule::DualPipe ||
+                  (schedule == ir::Schedule::Interleaved && chunks > 1);
+  if (stages <= 1 || !oneChunk)
+    return getInFlightMicrobatches(schedule, stages, microbatches, chunks, stage, formula);
+  // The head's chunk (the last of the last stage, or the V's second on the first rank) runs a
+  // micro-batch's backward before its next forward: Megatron-Core's and PyTorch's interleaved
+  // 1F1B start their steady state there, ZB-V (PyTorch's ScheduleZBVZeroBubble) and DualPipeV
+  // (dualpipev.py) follow each of its forwards with that micro-batch's backward.
+  if (formula)
+    *formula = fmt::format("1 micro-batch in flight (the head's chunk runs each micro-batch's "
+                           "backward before its next forward under {})",
+                           ir::toString(schedule).str());
+  return std::min(1.0, static_cast<double>(microbatches));
 }
 
 double getExpertOverlapInFlight(ir::Schedule schedule, double inFlight, int64_t stages,

@@ -463,10 +463,11 @@ private:
   const StatesPart &getStatesPart(cost::StageStates &states,
                                   const std::vector<StageShape> &stageShapes);
   /// What the activations add to each stage class's device peak: with no micro-batch in flight
-  /// (the recomputed layer) and per micro-batch in flight (its layers' activations and, on the
-  /// head's stage, its loss buffers), for one work layout, cached.
+  /// (the recomputed layer), per micro-batch in flight (its layers' activations) and per
+  /// micro-batch whose loss is in flight (on the head's stage, its loss buffers), for one work
+  /// layout, cached.
   struct ActivationPart {
-    double fixed[3] = {}, perMicrobatch[3] = {};
+    double fixed[3] = {}, perMicrobatch[3] = {}, perLoss[3] = {};
   };
   const ActivationPart &getActivationPart(const UnitTimes &times,
                                           const std::vector<StageShape> &stageShapes);
@@ -862,11 +863,13 @@ Evaluator::getActivationPart(const UnitTimes &times, const std::vector<StageShap
     bare.inFlight = 0;
     double none = cost::getStageMemory(bare, bytes).device.peak;
     bare.inFlight = 1;
-    bare.headBuffers = shape.hasHead ? times.headActivation : 0;
     bare.embeddingActivationBytes = shape.hasEmbedding ? times.embeddingActivation : 0;
     double one = cost::getStageMemory(bare, bytes).device.peak;
+    bare.headBuffers = shape.hasHead ? times.headActivation : 0;
+    double loss = cost::getStageMemory(bare, bytes).device.peak;
     part.fixed[i] = none;
     part.perMicrobatch[i] = one - none;
+    part.perLoss[i] = loss - one;
   }
   return part;
 }
@@ -916,8 +919,12 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
   for (size_t i = 0; i < stageShapes.size(); ++i) {
     double inFlight = cost::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks,
                                                     stageShapes[i].stage);
-    double device =
-        placed.device[i] + activations.fixed[i] + inFlight * activations.perMicrobatch[i];
+    double lossInFlight = activations.perLoss[i] > 0
+                              ? cost::getLossInFlightMicrobatches(c.schedule, c.pp, c.microbatches,
+                                                                  c.chunks, stageShapes[i].stage)
+                              : 0;
+    double device = placed.device[i] + activations.fixed[i] +
+                    inFlight * activations.perMicrobatch[i] + lossInFlight * activations.perLoss[i];
     if (device > peak) {
       peak = device;
       hostPeak = placed.host[i];

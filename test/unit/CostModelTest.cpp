@@ -933,14 +933,15 @@ const PassTimes kPassTimes[] = {{1, 1, 1},       {1, 1, 0},       {1, 2, 1},    
 
 /// getBubbleSeconds of `schedule` against `simulate(p, m, f, b, w)`'s makespan less a rank's
 /// chunks·m passes of work, for every pass time of kPassTimes, odd and even rank counts and
-/// micro-batch counts from `least(p)` (a stage's micro-batch is `chunks` passes; no
-/// communication).
+/// micro-batch counts from `least(p)` up, the next by `stride(p)` (a stage's micro-batch is
+/// `chunks` passes; no communication).
 void expectBubbleOfSchedule(
     ir::Schedule schedule, int chunks, const std::function<int(int)> &least,
-    const std::function<double(int, int, double, double, double)> &simulate) {
+    const std::function<double(int, int, double, double, double)> &simulate,
+    const std::function<int(int)> &stride = [](int) { return 1; }) {
   for (PassTimes c : kPassTimes)
     for (int p : {2, 3, 4, 8})
-      for (int m : {least(p), least(p) + 1, 5 * p}) {
+      for (int m : {least(p), least(p) + stride(p), 5 * p}) {
         double simulated = simulate(p, m, c.f, c.b, c.w) - chunks * m * (c.f + c.b + c.w);
         MicrobatchTimes times;
         times.forward = chunks * c.f;
@@ -950,6 +951,107 @@ void expectBubbleOfSchedule(
         EXPECT_NEAR(getBubbleSeconds(schedule, m, chunks, stages), simulated, 1e-9)
             << ir::toString(schedule).str() << ": p " << p << ", m " << m << ", F " << c.f << ", B "
             << c.b << ", W " << c.w;
+      }
+}
+
+/// Megatron-Core's interleaved 1F1B over p ranks of v model chunks each (chunk c of rank r is
+/// stage c·p + r of p·v), every chunk pass a forward f and a backward b, transfers free, in the
+/// order of megatron/core/pipeline_parallel/schedules.py with micro-batch groups of p (its
+/// default): virtual micro-batch k runs chunk (k mod p·v)/p of micro-batch (k/(p·v))·p + k mod p,
+/// backwards through the chunks in reverse; rank r runs 2(p − r − 1) + (v − 1)·p warm-up forwards
+/// (all m·v where they are more), then a forward and a backward alternating, then the cool-down.
+/// PyTorch's ScheduleInterleaved1F1B warms up alike. A forward waits for the previous stage's
+/// forward, a backward for the next stage's backward. An event simulation, independent of the
+/// formulas.
+struct InterleavedRun {
+  double makespan = 0;
+  std::vector<int> peakChunks; ///< each rank's most chunk forwards awaiting their backward
+  int peakHeadChunks = 0;      ///< the last chunk's of the last rank (the head's)
+};
+InterleavedRun simulateInterleaved(int p, int v, int m, double f, double b) {
+  struct Pass {
+    bool forward;
+    int chunk, microbatch;
+  };
+  int total = m * v, stages = p * v;
+  std::vector<std::vector<Pass>> order(static_cast<size_t>(p));
+  InterleavedRun run;
+  run.peakChunks.assign(static_cast<size_t>(p), 0);
+  for (int r = 0; r < p; ++r) {
+    auto pass = [&](int k, bool forward) {
+      int chunk = (k % (p * v)) / p;
+      return Pass{forward, forward ? chunk : v - 1 - chunk, (k / (p * v)) * p + k % p};
+    };
+    int warmup = std::min(total, 2 * (p - r - 1) + (v - 1) * p);
+    std::vector<Pass> &o = order[static_cast<size_t>(r)];
+    for (int k = 0; k < warmup; ++k)
+      o.push_back(pass(k, true));
+    for (int k = warmup; k < total; ++k) {
+      o.push_back(pass(k, true));
+      o.push_back(pass(k - warmup, false));
+    }
+    for (int k = total - warmup; k < total; ++k)
+      o.push_back(pass(k, false));
+    int held = 0, head = 0;
+    for (const Pass &x : o) {
+      held += x.forward ? 1 : -1;
+      run.peakChunks[static_cast<size_t>(r)] = std::max(run.peakChunks[r], held);
+      if (r == p - 1 && x.chunk == v - 1) {
+        head += x.forward ? 1 : -1;
+        run.peakHeadChunks = std::max(run.peakHeadChunks, head);
+      }
+    }
+  }
+  // done[forward?][stage][micro-batch]: when it finished, or -1.
+  std::vector<std::vector<std::vector<double>>> done(
+      2, std::vector<std::vector<double>>(static_cast<size_t>(stages), std::vector<double>(m, -1)));
+  std::vector<size_t> position(static_cast<size_t>(p), 0);
+  std::vector<double> clock(static_cast<size_t>(p), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < p; ++r)
+      while (position[r] < order[r].size()) {
+        Pass x = order[r][position[r]];
+        int stage = x.chunk * p + r, mb = x.microbatch;
+        double ready = x.forward
+                           ? (stage == 0 ? 0.0 : done[1][stage - 1][mb])
+                           : (stage == stages - 1 ? done[1][stage][mb] : done[0][stage + 1][mb]);
+        if (ready < 0)
+          break;
+        clock[r] = std::max(clock[r], ready) + (x.forward ? f : b);
+        done[x.forward][stage][mb] = clock[r];
+        ++position[r];
+        progress = true;
+      }
+  }
+  for (int r = 0; r < p; ++r)
+    EXPECT_EQ(position[r], order[r].size()) << "rank " << r << " stalled";
+  run.makespan = *std::max_element(clock.begin(), clock.end());
+  return run;
+}
+
+TEST(CostModelTest, InterleavedAgainstItsSchedule) {
+  // The bubble, (p − 1)/v of a micro-batch's stage time, is exact for every m the rule accepts
+  // (a multiple of p, m = p included), 2 to 4 chunks.
+  for (int v : {2, 3, 4})
+    expectBubbleOfSchedule(
+        ir::Schedule::Interleaved, v, [](int p) { return p; },
+        [v](int p, int m, double f, double b, double w) {
+          return simulateInterleaved(p, v, m, f, b + w).makespan;
+        },
+        [](int p) { return p; });
+  // Every stage's activations in flight, in micro-batches of the stage (a chunk is a v-th of it),
+  // and the loss buffers of the head's chunk, held one at a time.
+  for (int p : {2, 3, 4, 8})
+    for (int v : {2, 3, 4})
+      for (int m : {p, 2 * p, 5 * p}) {
+        InterleavedRun run = simulateInterleaved(p, v, m, 1, 2);
+        for (int s = 0; s < p; ++s)
+          EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::Interleaved, p, m, v, s),
+                           run.peakChunks[s] / static_cast<double>(v))
+              << "p " << p << ", v " << v << ", m " << m << ", stage " << s;
+        EXPECT_DOUBLE_EQ(getLossInFlightMicrobatches(ir::Schedule::Interleaved, p, m, v, p - 1),
+                         run.peakHeadChunks);
       }
 }
 
@@ -1078,7 +1180,8 @@ TEST(CostModelTest, InFlightMicrobatches) {
   EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::ZeroBubbleV, 8, 32, 2, 7), 8);
   EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::DualPipeV, 8, 32, 2, 0), 8.5);
   EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::DualPipe, 8, 32, 2, 0), 4.5);
-  // Interleaved: min(p − s, m)·(1 + (p − 1)/(p·v)) (Korthikanti et al. 2022 §4.2.3).
+  // Interleaved, first stage: p·(1 + (p − 1)/(p·v)) (Korthikanti et al. 2022 §4.2.3;
+  // InterleavedAgainstItsSchedule checks every stage).
   EXPECT_DOUBLE_EQ(getInFlightMicrobatches(ir::Schedule::Interleaved, 8, 32, 2, 0),
                    8 * (1 + 7.0 / 16));
 }
