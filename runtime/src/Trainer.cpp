@@ -494,10 +494,12 @@ Status Trainer::allGatherParams(int index, const AxisGroup &axes, int64_t elemen
 Status Trainer::Core::runStep(const StageProgram &program) {
   int m = static_cast<int>(spec.microbatches);
   if (!program.forwardChunks.empty()) {
-    // Interleaved 1F1B (Narayanan et al. 2021, §2.2; Megatron-LM's schedule): virtual
+    // Interleaved 1F1B (Narayanan et al. 2021, §2.2; Megatron-Core's schedule): virtual
     // micro-batch k runs chunk (k mod p·v) / p of micro-batch (k / p·v)·p + k mod p, backwards
-    // through the chunks in reverse; (p − s − 1)·2 + (v − 1)·p warm-up forwards, then one forward
-    // and one backward alternating, then the cool-down.
+    // through the chunks in reverse; (p − s − 1)·2 + (v − 1)·p warm-up forwards (all m·v where
+    // they are more; Megatron-LM before November 2024 ran every forward first where m = p), then
+    // one forward and one backward alternating, then the cool-down. What each stage holds is
+    // cost::getInFlightMicrobatches's count.
     int v = static_cast<int>(program.forwardChunks.size()), p = stages;
     if (static_cast<int>(program.backwardChunks.size()) != v)
       return invalid("the stage program has " + std::to_string(v) + " forward and " +
@@ -514,7 +516,7 @@ Status Trainer::Core::runStep(const StageProgram &program) {
     auto runBackward = [&](int k) {
       return program.backwardChunks[static_cast<size_t>(v - 1 - forwardChunk(k))](microbatch(k));
     };
-    int warmup = m == p ? total : std::min(total, (p - stage - 1) * 2 + (v - 1) * p);
+    int warmup = std::min(total, (p - stage - 1) * 2 + (v - 1) * p);
     for (int k = 0; k < warmup; ++k)
       PLACERT_TRY(runForward(k));
     for (int k = warmup; k < total; ++k) {
