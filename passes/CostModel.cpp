@@ -2252,12 +2252,24 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
     if (formula)
       *formula = fmt::format("{} in flight (gpipe keeps all m)", count(m));
     return m;
-  case ir::Schedule::OneFOneB:
-  case ir::Schedule::ZeroBubble: {
+  case ir::Schedule::OneFOneB: {
     double value = std::min(p - stage, m);
     if (formula)
-      *formula = fmt::format("{} in flight ({}: min(p - stage, m) = min({} - {}, {}))",
-                             count(value), ir::toString(schedule).str(), num(p), stage, num(m));
+      *formula = fmt::format("{} in flight (1f1b: min(p - stage, m) = min({} - {}, {}))",
+                             count(value), num(p), stage, num(m));
+    return value;
+  }
+  case ir::Schedule::ZeroBubble: {
+    // Qi et al.'s hand schedule (efficiency.py, get_hand_schedule): stage s defers its first s
+    // weight passes, so every stage holds p micro-batches from a forward to its weight pass at
+    // its peak, p − s of them whole and s what the weight gradients read, the linears' inputs and
+    // output gradients (32·s·b·h of a layer's 34·s·b·h + 5·a·s²·b, Qi et al. 2024, Table 1),
+    // counted whole as ZB-V's are.
+    double value = std::min(p, m);
+    if (formula)
+      *formula = fmt::format("{} in flight (zero_bubble: min(p, m) = min({}, {}) on every stage, "
+                             "the weight passes deferred until the step's end)",
+                             count(value), num(p), num(m));
     return value;
   }
   case ir::Schedule::ZeroBubbleV: {
@@ -2312,15 +2324,14 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
 
 double getLossInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
                                    int64_t chunks, int stage, std::string *formula) {
-  bool oneChunk = schedule == ir::Schedule::ZeroBubbleV || schedule == ir::Schedule::DualPipeV ||
-                  schedule == ir::Schedule::DualPipe ||
-                  (schedule == ir::Schedule::Interleaved && chunks > 1);
-  if (stages <= 1 || !oneChunk)
+  if (stages <= 1 || schedule == ir::Schedule::GPipe)
     return getInFlightMicrobatches(schedule, stages, microbatches, chunks, stage, formula);
   // The head's chunk (the last of the last stage, or the V's second on the first rank) runs a
-  // micro-batch's backward before its next forward: Megatron-Core's and PyTorch's interleaved
-  // 1F1B start their steady state there, ZB-V (PyTorch's ScheduleZBVZeroBubble) and DualPipeV
-  // (dualpipev.py) follow each of its forwards with that micro-batch's backward.
+  // micro-batch's backward before its next forward: 1F1B's and ZB-H1's last stage, Megatron-Core's
+  // and PyTorch's interleaved 1F1B, which start their steady state there, ZB-V (PyTorch's
+  // ScheduleZBVZeroBubble) and DualPipeV (dualpipev.py). The zero-bubble schedules' deferred
+  // weight pass of the head reads its output gradient, one of these buffers, after that; it is
+  // not counted.
   if (formula)
     *formula = fmt::format("1 micro-batch in flight (the head's chunk runs each micro-batch's "
                            "backward before its next forward under {})",

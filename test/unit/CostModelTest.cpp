@@ -657,15 +657,15 @@ TEST(CostModelTest, BubblesOfEverySchedule) {
 /// get_hand_schedule with one warm-up forward per later stage): the weight passes run apart, each
 /// after its backward, and stage s defers its first s to its end. An event simulation,
 /// independent of the formula.
-double simulateOneFOneB(const std::vector<double> &f, const std::vector<double> &b, int m,
-                        const std::vector<double> &w = {}, bool zeroBubble = false) {
-  int p = static_cast<int>(f.size());
-  enum Kind { Backward, Forward, Weight };
-  struct Step {
-    Kind kind;
-    int microbatch;
-  };
-  std::vector<std::vector<Step>> order(static_cast<size_t>(p));
+enum OneFOneBKind { Backward, Forward, Weight };
+struct OneFOneBStep {
+  OneFOneBKind kind;
+  int microbatch;
+};
+
+/// Each stage's passes in simulateOneFOneB's order.
+std::vector<std::vector<OneFOneBStep>> getOneFOneBOrder(int p, int m, bool zeroBubble) {
+  std::vector<std::vector<OneFOneBStep>> order(static_cast<size_t>(p));
   for (int s = 0; s < p; ++s) {
     int warmup = std::min(p - s - 1, m), next = 0, back = 0;
     auto backward = [&] {
@@ -685,6 +685,13 @@ double simulateOneFOneB(const std::vector<double> &f, const std::vector<double> 
     for (int i = 0; zeroBubble && i < std::min(s, m); ++i)
       order[s].push_back({Weight, i});
   }
+  return order;
+}
+
+double simulateOneFOneB(const std::vector<double> &f, const std::vector<double> &b, int m,
+                        const std::vector<double> &w = {}, bool zeroBubble = false) {
+  int p = static_cast<int>(f.size());
+  std::vector<std::vector<OneFOneBStep>> order = getOneFOneBOrder(p, m, zeroBubble);
   // done[stage][forward?][micro-batch]: when it finished, or -1.
   std::vector<std::vector<std::vector<double>>> done(
       static_cast<size_t>(p), std::vector<std::vector<double>>(2, std::vector<double>(m, -1)));
@@ -694,7 +701,7 @@ double simulateOneFOneB(const std::vector<double> &f, const std::vector<double> 
     progress = false;
     for (int s = 0; s < p; ++s)
       while (position[s] < order[s].size()) {
-        Step step = order[s][position[s]];
+        OneFOneBStep step = order[s][position[s]];
         if (step.kind == Weight) {
           clock[s] += w.empty() ? 0.0 : w[s];
         } else {
@@ -1063,6 +1070,30 @@ TEST(CostModelTest, BubbleOfZeroBubbleH1) {
   expectBubbleOfSchedule(
       ir::Schedule::ZeroBubble, 1, [](int p) { return p; }, simulateZeroBubbleH1);
   EXPECT_NEAR(simulateZeroBubbleH1(4, 8, 1, 1, 2) - 32, 3 * 1.0, 1e-9);
+  // In flight: every stage holds p micro-batches from a forward to its weight pass (1F1B p − s
+  // from a forward to its backward), the head's stage each loss one at a time.
+  for (int p : {2, 3, 4, 8})
+    for (int m : {p, 2 * p, 5 * p})
+      for (bool zeroBubble : {false, true}) {
+        ir::Schedule schedule = zeroBubble ? ir::Schedule::ZeroBubble : ir::Schedule::OneFOneB;
+        std::vector<std::vector<OneFOneBStep>> order = getOneFOneBOrder(p, m, zeroBubble);
+        for (int s = 0; s < p; ++s) {
+          int held = 0, peak = 0, loss = 0, lossPeak = 0;
+          for (const OneFOneBStep &step : order[s]) {
+            held += step.kind == Forward                            ? 1
+                    : step.kind == (zeroBubble ? Weight : Backward) ? -1
+                                                                    : 0;
+            loss += step.kind == Forward ? 1 : step.kind == Backward ? -1 : 0;
+            peak = std::max(peak, held);
+            lossPeak = std::max(lossPeak, loss);
+          }
+          EXPECT_DOUBLE_EQ(getInFlightMicrobatches(schedule, p, m, 1, s), peak)
+              << ir::toString(schedule).str() << ": p " << p << ", m " << m << ", stage " << s;
+          if (s == p - 1) {
+            EXPECT_DOUBLE_EQ(getLossInFlightMicrobatches(schedule, p, m, 1, s), lossPeak);
+          }
+        }
+      }
   // 1F1B is the same order with each weight pass in its backward: (p − 1)(F + B + W).
   expectBubbleOfSchedule(
       ir::Schedule::OneFOneB, 1, [](int p) { return p; },

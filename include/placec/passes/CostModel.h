@@ -483,10 +483,11 @@ double getMlpLayerActivationBytes(const ir::MlpConfig &config, const Layout &lay
                                   std::string *formula = nullptr);
 
 /// Micro-batches (of the stage's layers) whose activations pipeline stage `stage` of `stages`
-/// holds at its peak: 1F1B and ZB-H1 min(p − stage, m), GPipe m (Narayanan et al. 2021 §2.2,
-/// Qi et al. 2024 §2.1); interleaved min(m, (2(p − stage − 1) + (v − 1)·p + 1)/v), Megatron-Core's
-/// and PyTorch's warm-up chunk forwards and one more, Korthikanti et al.'s
-/// p·(1 + (p − 1)/(p·v)) on the first stage (2022 §4.2.3); ZB-V min(p, m) on every stage (its
+/// holds at its peak: 1F1B min(p − stage, m), GPipe m (Narayanan et al. 2021 §2.2); ZB-H1
+/// min(p, m) on every stage, from each forward to its deferred weight pass (Qi et al. 2024 §2.1,
+/// whose hand schedule's stage s defers s of them); interleaved min(m, (2(p − stage − 1) + (v −
+/// 1)·p + 1)/v), Megatron-Core's and PyTorch's warm-up chunk forwards and one more, Korthikanti et
+/// al.'s p·(1 + (p − 1)/(p·v)) on the first stage (2022 §4.2.3); ZB-V min(p, m) on every stage (its
 /// memory is balanced, as 1F1B's first stage; Qi et al. 2024 §4); DualPipeV min(p + 1/2, m), 2p + 1
 /// chunks of half a stage (the DualPipe README's PP + 1 stages with PP = 2p); DualPipe
 /// min((p + 1)/2, m) (DeepSeek-V3, Table 2).
@@ -494,9 +495,8 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
                                int64_t chunks, int stage, std::string *formula = nullptr);
 
 /// Micro-batches whose loss buffers (getHeadActivationBytes) the stage holding the head keeps at
-/// once: GPipe's m; under interleaving and the V schedules one, as the head's chunk runs each
-/// micro-batch's backward before its next forward; otherwise the stage's count
-/// (getInFlightMicrobatches, one on 1F1B's and ZB-H1's last stage).
+/// once: GPipe's m; one under the other pipeline schedules, whose head chunk runs each
+/// micro-batch's backward before its next forward; without a pipeline the stage's count.
 double getLossInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
                                    int64_t chunks, int stage, std::string *formula = nullptr);
 
