@@ -724,6 +724,14 @@ double simulateOneFOneB(const std::vector<double> &f, const std::vector<double> 
   return *std::max_element(clock.begin(), clock.end());
 }
 
+/// What a V schedule's ranks hold at their peaks, in chunks: each rank's chunk forwards awaiting
+/// their weight passes, and the first rank's second-chunk forwards (the head's) awaiting their
+/// backward.
+struct VHeld {
+  std::vector<int> peak;
+  int headPeak = 0;
+};
+
 /// The makespan of DualPipeV over p ranks (2p stages: rank r holds stage r and stage 2p − 1 − r),
 /// every chunk pass a forward f, an input-gradient backward b and a weight-gradient pass w,
 /// transfers free. Each rank runs the passes of deepseek-ai/DualPipe's DualPipeV.step
@@ -732,7 +740,7 @@ double simulateOneFOneB(const std::vector<double> &f, const std::vector<double> 
 /// weight passes. A forward waits for the previous stage's forward of the micro-batch, a
 /// backward for the next stage's backward (the last stage's for its own forward). An event
 /// simulation, independent of the formula.
-double simulateDualPipeV(int p, int m, double f, double b, double w) {
+double simulateDualPipeV(int p, int m, double f, double b, double w, VHeld *held = nullptr) {
   enum Kind { Forward, Backward, Deferred, Weight, Pair };
   struct Pass {
     Kind kind;
@@ -781,6 +789,33 @@ double simulateDualPipeV(int p, int m, double f, double b, double w) {
     }
     for (int i = 0; i < r + 1; ++i) // step 8
       o.push_back({Weight});
+  }
+  if (held) {
+    held->peak.assign(static_cast<size_t>(p), 0);
+    for (int r = 0; r < p; ++r) {
+      int chunks = 0, head = 0;
+      auto count = [&](int delta) {
+        chunks += delta;
+        held->peak[r] = std::max(held->peak[r], chunks);
+      };
+      auto headCount = [&](int delta) {
+        head += r == 0 ? delta : 0;
+        held->headPeak = std::max(held->headPeak, head);
+      };
+      for (const Pass &x : order[static_cast<size_t>(r)]) {
+        if (x.kind == Forward || x.kind == Pair) {
+          count(1);
+          if (x.phase == 1)
+            headCount(1);
+        }
+        if (x.kind == Backward || x.kind == Weight || x.kind == Pair)
+          count(-1);
+        if ((x.kind == Backward || x.kind == Deferred) && x.phase == 1)
+          headCount(-1);
+        if (x.kind == Pair && x.other == 1)
+          headCount(-1);
+      }
+    }
   }
   auto stageOf = [&](int r, int phase) { return phase == 0 ? r : stages - 1 - r; };
   // done[forward?][stage][micro-batch]: when it finished, or -1.
@@ -839,7 +874,7 @@ double simulateDualPipeV(int p, int m, double f, double b, double w) {
 /// for the previous stage's forward, a backward for the next stage's backward (the last stage's
 /// for its own forward), a weight pass for its backward. An event simulation, independent of the
 /// formula.
-double simulateZeroBubbleV(int p, int m, double f, double b, double w) {
+double simulateZeroBubbleV(int p, int m, double f, double b, double w, VHeld *held = nullptr) {
   enum Kind { Forward, Input, Weight };
   struct Pass {
     Kind kind;
@@ -887,6 +922,19 @@ double simulateZeroBubbleV(int p, int m, double f, double b, double w) {
     for (const Pass &pass : all)
       if (pass.microbatch < m)
         order[static_cast<size_t>(r)].push_back(pass);
+  }
+  if (held) {
+    held->peak.assign(static_cast<size_t>(p), 0);
+    for (int r = 0; r < p; ++r) {
+      int chunks = 0, head = 0;
+      for (const Pass &x : order[static_cast<size_t>(r)]) {
+        chunks += x.kind == Forward ? 1 : x.kind == Weight ? -1 : 0;
+        held->peak[r] = std::max(held->peak[r], chunks);
+        if (r == 0 && x.phase == 1)
+          head += x.kind == Forward ? 1 : x.kind == Input ? -1 : 0;
+        held->headPeak = std::max(held->headPeak, head);
+      }
+    }
   }
   auto stageOf = [&](int r, int phase) { return phase == 0 ? r : stages - 1 - r; };
   // done[kind][stage][micro-batch]: when it finished, or -1.
@@ -1103,22 +1151,52 @@ TEST(CostModelTest, BubbleOfZeroBubbleH1) {
       });
 }
 
+/// getInFlightMicrobatches and getLossInFlightMicrobatches of a V schedule against what
+/// `play(p, m, held)`'s order holds (two chunks a stage), on every rank.
+void expectVScheduleHolds(ir::Schedule schedule, const std::function<int(int)> &least,
+                          const std::function<void(int, int, VHeld *)> &play) {
+  for (int p : {2, 3, 4, 8})
+    for (int m : {least(p), least(p) + 1, 5 * p}) {
+      VHeld held;
+      play(p, m, &held);
+      for (int r = 0; r < p; ++r)
+        EXPECT_DOUBLE_EQ(getInFlightMicrobatches(schedule, p, m, 2, r), held.peak[r] / 2.0)
+            << ir::toString(schedule).str() << ": p " << p << ", m " << m << ", rank " << r;
+      EXPECT_DOUBLE_EQ(getLossInFlightMicrobatches(schedule, p, m, 2, 0), held.headPeak)
+          << ir::toString(schedule).str() << ": p " << p << ", m " << m;
+    }
+}
+
 TEST(CostModelTest, BubbleOfZeroBubbleV) {
   // getBubbleSeconds's ZB-V bubble against the simulated schedule (the step less a rank's 2m
   // chunk passes), over chunk times that put each of its eight chains on the critical path, and
   // m from 2p − 1 up. Where F = B = W the bubble is (p − 1)F, the first forward's way to the
   // last rank, which Qi et al.'s (p − 1)(F + B − 2W) puts at zero.
   expectBubbleOfSchedule(
-      ir::Schedule::ZeroBubbleV, 2, [](int p) { return 2 * p - 1; }, simulateZeroBubbleV);
+      ir::Schedule::ZeroBubbleV, 2, [](int p) { return 2 * p - 1; },
+      [](int p, int m, double f, double b, double w) {
+        return simulateZeroBubbleV(p, m, f, b, w);
+      });
   EXPECT_NEAR(simulateZeroBubbleV(8, 16, 1, 1, 1) - 96, 7.0, 1e-9);
+  // What its ranks hold: p micro-batches each from a forward to its weight pass, and the head's
+  // loss one at a time.
+  expectVScheduleHolds(
+      ir::Schedule::ZeroBubbleV, [](int p) { return 2 * p - 1; },
+      [](int p, int m, VHeld *held) { simulateZeroBubbleV(p, m, 1, 1, 1, held); });
 }
 
 TEST(CostModelTest, BubbleOfDualPipeV) {
+  // What its ranks hold: 2p + 1 chunks each (the DualPipe README's PP + 1), and the head's loss
+  // one at a time.
+  expectVScheduleHolds(
+      ir::Schedule::DualPipeV, [](int p) { return 2 * p; },
+      [](int p, int m, VHeld *held) { simulateDualPipeV(p, m, 1, 1, 1, held); });
   // getBubbleSeconds's DualPipeV bubble against the simulated schedule, the step less a rank's
   // 2m chunk passes of work, over chunk times that put each of its four chains on the critical
   // path, odd and even ranks and m from 2p up.
   expectBubbleOfSchedule(
-      ir::Schedule::DualPipeV, 2, [](int p) { return 2 * p; }, simulateDualPipeV);
+      ir::Schedule::DualPipeV, 2, [](int p) { return 2 * p; },
+      [](int p, int m, double f, double b, double w) { return simulateDualPipeV(p, m, f, b, w); });
   // The DualPipe README's (PP/2 − 1)(F&B + B − 3W), PP = 2p, F&B = F + B + W, B + W the whole
   // backward: the same where the forward and input-gradient chunks are equal and B ≥ W.
   EXPECT_NEAR(simulateDualPipeV(8, 16, 1, 1, 0.5) - 32 * 2.5, 7 * (2.5 + 1.5 - 1.5), 1e-9);
