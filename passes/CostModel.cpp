@@ -2268,7 +2268,8 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
     double value = std::min(p, m);
     if (formula)
       *formula = fmt::format("{} in flight (zero_bubble: min(p, m) = min({}, {}) on every stage, "
-                             "the weight passes deferred until the step's end)",
+                             "from each forward to its weight pass, stage s deferring its first "
+                             "s weight passes)",
                              count(value), num(p), num(m));
     return value;
   }
