@@ -657,6 +657,27 @@ TEST(CostModelTest, BubblesOfEverySchedule) {
 /// get_hand_schedule with one warm-up forward per later stage): the weight passes run apart, each
 /// after its backward, and stage s defers its first s to its end. An event simulation,
 /// independent of the formula.
+/// Plays each rank's passes of `order` in turn, as an event simulation: `step(r, pass, clock)`
+/// runs the pass on rank r from its `clock`, advancing it, where the pass's input is ready, and
+/// returns false where it is not yet. Returns the makespan; a rank left with passes stalled.
+template <typename Pass, typename Step>
+double playRanks(const std::vector<std::vector<Pass>> &order, Step step) {
+  size_t p = order.size();
+  std::vector<size_t> position(p, 0);
+  std::vector<double> clock(p, 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t r = 0; r < p; ++r)
+      for (; position[r] < order[r].size() &&
+             step(static_cast<int>(r), order[r][position[r]], clock[r]);
+           ++position[r])
+        progress = true;
+  }
+  for (size_t r = 0; r < p; ++r)
+    EXPECT_EQ(position[r], order[r].size()) << "rank " << r << " stalled";
+  return *std::max_element(clock.begin(), clock.end());
+}
+
 enum OneFOneBKind { Backward, Forward, Weight };
 struct OneFOneBStep {
   OneFOneBKind kind;
@@ -695,33 +716,22 @@ double simulateOneFOneB(const std::vector<double> &f, const std::vector<double> 
   // done[stage][forward?][micro-batch]: when it finished, or -1.
   std::vector<std::vector<std::vector<double>>> done(
       static_cast<size_t>(p), std::vector<std::vector<double>>(2, std::vector<double>(m, -1)));
-  std::vector<size_t> position(static_cast<size_t>(p), 0);
-  std::vector<double> clock(static_cast<size_t>(p), 0);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int s = 0; s < p; ++s)
-      while (position[s] < order[s].size()) {
-        OneFOneBStep step = order[s][position[s]];
-        if (step.kind == Weight) {
-          clock[s] += w.empty() ? 0.0 : w[s];
-        } else {
-          bool forward = step.kind == Forward;
-          double ready = forward ? (s == 0 ? 0 : done[s - 1][1][step.microbatch])
-                                 : (s == p - 1 ? done[s][1][step.microbatch]
-                                               : done[s + 1][0][step.microbatch]);
-          if (ready < 0)
-            break;
-          double weight = zeroBubble || w.empty() ? 0.0 : w[s];
-          clock[s] = std::max(clock[s], ready) + (forward ? f[s] : b[s] + weight);
-          done[s][forward][step.microbatch] = clock[s];
-        }
-        ++position[s];
-        progress = true;
-      }
-  }
-  for (int s = 0; s < p; ++s)
-    EXPECT_EQ(position[s], order[s].size()) << "stage " << s << " stalled";
-  return *std::max_element(clock.begin(), clock.end());
+  return playRanks(order, [&](int s, const OneFOneBStep &step, double &clock) {
+    if (step.kind == Weight) {
+      clock += w.empty() ? 0.0 : w[s];
+      return true;
+    }
+    bool forward = step.kind == Forward;
+    double ready =
+        forward ? (s == 0 ? 0 : done[s - 1][1][step.microbatch])
+                : (s == p - 1 ? done[s][1][step.microbatch] : done[s + 1][0][step.microbatch]);
+    if (ready < 0)
+      return false;
+    double weight = zeroBubble || w.empty() ? 0.0 : w[s];
+    clock = std::max(clock, ready) + (forward ? f[s] : b[s] + weight);
+    done[s][forward][step.microbatch] = clock;
+    return true;
+  });
 }
 
 /// What a V schedule's ranks hold at their peaks, in chunks: each rank's chunk forwards awaiting
@@ -822,47 +832,36 @@ double simulateDualPipeV(int p, int m, double f, double b, double w, VHeld *held
   std::vector<std::vector<std::vector<double>>> done(
       2, std::vector<std::vector<double>>(static_cast<size_t>(stages), std::vector<double>(m, -1)));
   std::vector<std::array<int, 4>> next(static_cast<size_t>(p), {0, 0, 0, 0}); // F0 F1 B0 B1
-  std::vector<size_t> position(static_cast<size_t>(p), 0);
-  std::vector<double> clock(static_cast<size_t>(p), 0);
   auto ready = [&](int r, bool forward, int phase) {
     int mb = next[r][(forward ? 0 : 2) + phase], s = stageOf(r, phase);
     if (forward)
       return s == 0 ? 0.0 : done[1][s - 1][mb];
     return s == stages - 1 ? done[1][s][mb] : done[0][s + 1][mb];
   };
-  auto finish = [&](int r, bool forward, int phase) {
+  auto finish = [&](int r, bool forward, int phase, double clock) {
     int &mb = next[r][(forward ? 0 : 2) + phase];
-    done[forward ? 1 : 0][stageOf(r, phase)][mb++] = clock[r];
+    done[forward ? 1 : 0][stageOf(r, phase)][mb++] = clock;
   };
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < p; ++r)
-      while (position[r] < order[r].size()) {
-        Pass pass = order[r][position[r]];
-        if (pass.kind == Weight) {
-          clock[r] += w;
-        } else if (pass.kind == Pair) {
-          double a = ready(r, true, pass.phase), c = ready(r, false, pass.other);
-          if (a < 0 || c < 0)
-            break;
-          clock[r] = std::max({clock[r], a, c}) + f + b + w;
-          finish(r, true, pass.phase);
-          finish(r, false, pass.other);
-        } else {
-          bool forward = pass.kind == Forward;
-          double a = ready(r, forward, pass.phase);
-          if (a < 0)
-            break;
-          clock[r] = std::max(clock[r], a) + (forward ? f : pass.kind == Backward ? b + w : b);
-          finish(r, forward, pass.phase);
-        }
-        ++position[r];
-        progress = true;
-      }
-  }
-  for (int r = 0; r < p; ++r)
-    EXPECT_EQ(position[r], order[r].size()) << "rank " << r << " stalled";
-  return *std::max_element(clock.begin(), clock.end());
+  return playRanks(order, [&](int r, const Pass &pass, double &clock) {
+    if (pass.kind == Weight) {
+      clock += w;
+    } else if (pass.kind == Pair) {
+      double a = ready(r, true, pass.phase), c = ready(r, false, pass.other);
+      if (a < 0 || c < 0)
+        return false;
+      clock = std::max({clock, a, c}) + f + b + w;
+      finish(r, true, pass.phase, clock);
+      finish(r, false, pass.other, clock);
+    } else {
+      bool forward = pass.kind == Forward;
+      double a = ready(r, forward, pass.phase);
+      if (a < 0)
+        return false;
+      clock = std::max(clock, a) + (forward ? f : pass.kind == Backward ? b + w : b);
+      finish(r, forward, pass.phase, clock);
+    }
+    return true;
+  });
 }
 
 /// The makespan of PyTorch's ScheduleZBVZeroBubble over p ranks (2p stages, rank r holding
@@ -940,31 +939,18 @@ double simulateZeroBubbleV(int p, int m, double f, double b, double w, VHeld *he
   // done[kind][stage][micro-batch]: when it finished, or -1.
   std::vector<std::vector<std::vector<double>>> done(
       3, std::vector<std::vector<double>>(static_cast<size_t>(stages), std::vector<double>(m, -1)));
-  std::vector<size_t> position(static_cast<size_t>(p), 0);
-  std::vector<double> clock(static_cast<size_t>(p), 0);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < p; ++r)
-      while (position[r] < order[r].size()) {
-        Pass pass = order[r][position[r]];
-        int s = stageOf(r, pass.phase), mb = pass.microbatch;
-        double ready = pass.kind == Forward ? (s == 0 ? 0.0 : done[Forward][s - 1][mb])
-                       : pass.kind == Input
-                           ? (s == stages - 1 ? done[Forward][s][mb] : done[Input][s + 1][mb])
-                           : done[Input][s][mb];
-        if (ready < 0)
-          break;
-        clock[r] = std::max(clock[r], ready) + (pass.kind == Forward ? f
-                                                : pass.kind == Input ? b
-                                                                     : w);
-        done[pass.kind][s][mb] = clock[r];
-        ++position[r];
-        progress = true;
-      }
-  }
-  for (int r = 0; r < p; ++r)
-    EXPECT_EQ(position[r], order[r].size()) << "rank " << r << " stalled";
-  return *std::max_element(clock.begin(), clock.end());
+  return playRanks(order, [&](int r, const Pass &pass, double &clock) {
+    int s = stageOf(r, pass.phase), mb = pass.microbatch;
+    double ready = pass.kind == Forward ? (s == 0 ? 0.0 : done[Forward][s - 1][mb])
+                   : pass.kind == Input
+                       ? (s == stages - 1 ? done[Forward][s][mb] : done[Input][s + 1][mb])
+                       : done[Input][s][mb];
+    if (ready < 0)
+      return false;
+    clock = std::max(clock, ready) + (pass.kind == Forward ? f : pass.kind == Input ? b : w);
+    done[pass.kind][s][mb] = clock;
+    return true;
+  });
 }
 
 /// ZB-H1's makespan over p equal stages (simulateOneFOneB's hand schedule).
@@ -1060,28 +1046,16 @@ InterleavedRun simulateInterleaved(int p, int v, int m, double f, double b) {
   // done[forward?][stage][micro-batch]: when it finished, or -1.
   std::vector<std::vector<std::vector<double>>> done(
       2, std::vector<std::vector<double>>(static_cast<size_t>(stages), std::vector<double>(m, -1)));
-  std::vector<size_t> position(static_cast<size_t>(p), 0);
-  std::vector<double> clock(static_cast<size_t>(p), 0);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < p; ++r)
-      while (position[r] < order[r].size()) {
-        Pass x = order[r][position[r]];
-        int stage = x.chunk * p + r, mb = x.microbatch;
-        double ready = x.forward
-                           ? (stage == 0 ? 0.0 : done[1][stage - 1][mb])
-                           : (stage == stages - 1 ? done[1][stage][mb] : done[0][stage + 1][mb]);
-        if (ready < 0)
-          break;
-        clock[r] = std::max(clock[r], ready) + (x.forward ? f : b);
-        done[x.forward][stage][mb] = clock[r];
-        ++position[r];
-        progress = true;
-      }
-  }
-  for (int r = 0; r < p; ++r)
-    EXPECT_EQ(position[r], order[r].size()) << "rank " << r << " stalled";
-  run.makespan = *std::max_element(clock.begin(), clock.end());
+  run.makespan = playRanks(order, [&](int r, const Pass &x, double &clock) {
+    int stage = x.chunk * p + r, mb = x.microbatch;
+    double ready = x.forward ? (stage == 0 ? 0.0 : done[1][stage - 1][mb])
+                             : (stage == stages - 1 ? done[1][stage][mb] : done[0][stage + 1][mb]);
+    if (ready < 0)
+      return false;
+    clock = std::max(clock, ready) + (x.forward ? f : b);
+    done[x.forward][stage][mb] = clock;
+    return true;
+  });
   return run;
 }
 
