@@ -444,6 +444,36 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
     x.inFlight = cost::getExpertOverlapInFlight(
         plan.schedule, scheduleInFlight, static_cast<int64_t>(plan.stages.size()),
         plan.microbatches, plan.chunks, x.layers, explain ? &x.inFlightText : nullptr);
+  // Schedules that defer weight passes: what the deferred passes hold at the stage's peaks, by
+  // class of layer (and whether recompute(layers = n) keeps it).
+  x.peaks = cost::getDeferredWeightPeaks(plan.schedule, static_cast<int64_t>(plan.stages.size()),
+                                         plan.microbatches, plan.chunks, stage.stage, hasHead,
+                                         x.inFlight, explain ? &x.peaksText : nullptr);
+  if (!x.peaks.empty()) {
+    cost::Layout keep = layout;
+    keep.activations = ir::ActivationMode::Keep;
+    std::map<std::pair<int64_t, bool>, double> extraOf;
+    for (unsigned index : stage.units) {
+      const plan::Unit &unit = plan.units[index];
+      if (unit.expert ||
+          (unit.kind != cost::UnitKind::Layer && unit.kind != cost::UnitKind::MlpLayer))
+        continue;
+      bool kept = layout.activations != ir::ActivationMode::Keep && !unit.recomputed;
+      auto [it, inserted] =
+          extraOf.try_emplace({cost::getUnitWorkClass(model, unit.kind, unit.layer), kept}, 0.0);
+      if (inserted) {
+        std::string text;
+        it->second = cost::getDeferredWeightExtraBytes(model, unit.layer, kept ? keep : layout,
+                                                       explain ? &text : nullptr);
+        if (explain && !text.empty())
+          x.deferredExtraText += (x.deferredExtraText.empty() ? "" : "; ") + text;
+      }
+      x.deferredExtra += it->second;
+    }
+    if (hasHead && model.kind == ir::ModelKind::Transformer)
+      x.headWeightPass = cost::getWeightPassBytes(model, cost::UnitKind::Head, 0, layout,
+                                                  explain ? &x.headWeightPassText : nullptr);
+  }
   if (hasHead && model.kind == ir::ModelKind::Transformer) {
     std::string headText, lossText;
     double lossInFlight = cost::getLossInFlightMicrobatches(

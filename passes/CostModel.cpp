@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <set>
 
 using namespace llvm;
 
@@ -2236,6 +2237,70 @@ double getRecomputedLayerBytes(const ir::Model &model, const Layout &layout, std
   return all - kept;
 }
 
+double getWeightPassBytes(const ir::Model &model, UnitKind unit, int64_t layer,
+                          const Layout &layout, std::string *formula) {
+  if (model.kind != ir::ModelKind::Transformer && model.kind != ir::ModelKind::Mlp)
+    return 0;
+  // The deferred product dW = xᵀ·dy of a forward product y = x·W (m rows, k in, n out) reads x,
+  // m·k elements, and dy, m·n. Its backward work lists it as (k, n, m): its k is the forward's
+  // rows. Products that read one tensor (q, k and v, or gate and up, under `projections =
+  // separate`) keep it once. Under sequence parallelism a column-parallel product keeps its input
+  // split over t and gathers it again for the weight pass (Megatron-Core's linear with
+  // sequence parallelism; Qi et al.'s WeightGradStore gathers it when the pass runs), unless
+  // `sp_inputs = keep` keeps it gathered.
+  Work forward = getUnitWork(model, unit, layer, PassKind::Forward, layout);
+  Work backward = getUnitWork(model, unit, layer, PassKind::Backward, layout);
+  std::map<std::string, int> inputOf;
+  for (const Gemm &gemm : forward.gemms)
+    inputOf[gemm.name + " weight gradient"] = gemm.input;
+  double e = ir::getActivationBytes(layout.precision), t = 1, savedBytes = e;
+  bool sp = false;
+  if (model.kind == ir::ModelKind::Transformer) {
+    TransformerDims x = getLayerDims(
+        model.transformer, layout, unit == UnitKind::Layer && model.transformer.isMoeBlock(layer));
+    t = x.t;
+    sp = x.sp && !x.keepInputs; // sp_inputs = keep: the column-parallel inputs kept gathered
+    if (x.fp8Saved)
+      savedBytes = x.fp8SavedBytes();
+  }
+  std::set<int> shared;
+  double inputs = 0, gradients = 0;
+  for (const Gemm &gemm : backward.gemms) {
+    if (!gemm.weightGradient)
+      continue;
+    auto it = inputOf.find(gemm.name);
+    int input = it == inputOf.end() ? -1 : it->second;
+    gradients += gemm.k * gemm.n * gemm.batch * e;
+    if (input >= 0 && !shared.insert(input).second)
+      continue;
+    bool column = gemm.tensorSlot == kSlotQkv || gemm.tensorSlot == kSlotMlpIn;
+    inputs += gemm.k * gemm.m * gemm.batch * (gemm.fp8 ? savedBytes : e) / (sp && column ? t : 1);
+  }
+  if (formula)
+    *formula = fmt::format(
+        "{} (the products' inputs{}) + {} (their output gradients)", fmtAmount(inputs, "B"),
+        sp ? ", the column-parallel ones split by t" : "", fmtAmount(gradients, "B"));
+  return inputs + gradients;
+}
+
+double getDeferredWeightExtraBytes(const ir::Model &model, int64_t layer, const Layout &layout,
+                                   std::string *formula) {
+  if (model.kind != ir::ModelKind::Transformer && model.kind != ir::ModelKind::Mlp)
+    return 0;
+  bool transformer = model.kind == ir::ModelKind::Transformer;
+  UnitKind unit = transformer ? UnitKind::Layer : UnitKind::MlpLayer;
+  bool moeLayer = transformer && model.transformer.isMoeBlock(layer);
+  double kept = transformer ? getLayerActivationBytes(model.transformer, layout, nullptr, moeLayer)
+                            : getMlpLayerActivationBytes(model.mlp, layout);
+  std::string stashText;
+  double stash = getWeightPassBytes(model, unit, layer, layout, formula ? &stashText : nullptr);
+  double extra = std::max(0.0, stash - kept);
+  if (formula)
+    *formula = fmt::format("max(0, {} − {} kept) = {} per {}layer", stashText, fmtAmount(kept, "B"),
+                           fmtAmount(extra, "B"), moeLayer ? "MoE " : "");
+  return extra;
+}
+
 double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
                                int64_t chunks, int stage, std::string *formula) {
   double m = static_cast<double>(microbatches), p = static_cast<double>(stages);
@@ -2262,9 +2327,8 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
   case ir::Schedule::ZeroBubble: {
     // Qi et al.'s hand schedule (efficiency.py, get_hand_schedule): stage s defers its first s
     // weight passes, so every stage holds p micro-batches from a forward to its weight pass at
-    // its peak, p − s of them whole and s what the weight gradients read, the linears' inputs and
-    // output gradients (32·s·b·h of a layer's 34·s·b·h + 5·a·s²·b, Qi et al. 2024, Table 1),
-    // counted whole as ZB-V's are.
+    // its peak, p − s − 1 of them whole and s + 1 what the weight passes read (getDeferredWeight-
+    // Peaks, getDeferredWeightExtraBytes).
     double value = std::min(p, m);
     if (formula)
       *formula = fmt::format("{} in flight (zero_bubble: min(p, m) = min({}, {}) on every stage, "
@@ -2331,13 +2395,77 @@ double getLossInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_
   // micro-batch's backward before its next forward: 1F1B's and ZB-H1's last stage, Megatron-Core's
   // and PyTorch's interleaved 1F1B, which start their steady state there, ZB-V (PyTorch's
   // ScheduleZBVZeroBubble) and DualPipeV (dualpipev.py). The zero-bubble schedules' deferred
-  // weight pass of the head reads its output gradient, one of these buffers, after that; it is
-  // not counted.
+  // weight passes of the head keep its input and output gradient past that
+  // (getDeferredWeightPeaks).
   if (formula)
     *formula = fmt::format("1 micro-batch in flight (the head's chunk runs each micro-batch's "
                            "backward before its next forward under {})",
                            ir::toString(schedule).str());
   return std::min(1.0, static_cast<double>(microbatches));
+}
+
+llvm::SmallVector<HeldMicrobatches, 2>
+getDeferredWeightPeaks(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
+                       int stage, bool hasHead, double inFlight, std::string *formula) {
+  llvm::SmallVector<HeldMicrobatches, 2> peaks;
+  if (stages <= 1)
+    return peaks;
+  double p = static_cast<double>(stages), m = static_cast<double>(microbatches),
+         r = static_cast<double>(stage);
+  double extra = inFlight - getInFlightMicrobatches(schedule, stages, microbatches, chunks, stage);
+  auto add = [&](double held, double deferred, double heads) {
+    peaks.push_back({held + extra, deferred, hasHead ? heads : 0});
+  };
+  switch (schedule) {
+  case ir::Schedule::ZeroBubble: {
+    // Stage s defers its first s weight passes to its end and runs every other one after its
+    // input-gradient pass: at its fullest, after an input-gradient pass, s + 1 await theirs.
+    double held = std::min(p, m), deferred = std::min(r + 1, held);
+    add(held, deferred, deferred);
+    if (formula)
+      *formula = fmt::format("{} of them past their input-gradient pass, holding their weight "
+                             "passes' operands (zero_bubble: min(stage + 1, m) = min({} + 1, {}))",
+                             num(deferred), stage, num(m));
+    break;
+  }
+  case ir::Schedule::ZeroBubbleV:
+    // Played in PyTorch's order (CostModelTest): rank r's peaks are 2p − 1 chunk forwards with
+    // one chunk past its input gradient (the head's on the first rank), and p − 1 − r with
+    // 2r + 1 past theirs, before its cool-down's weight passes.
+    add(std::min(p, m), 0.5, 1);
+    add((p + r) / 2, r + 0.5, 0);
+    if (formula)
+      *formula = fmt::format("the larger of two peaks (zbv, rank {}): all of them with one chunk "
+                             "past its input-gradient pass, or (p + r)/2 = {} with 2r + 1 = {} "
+                             "chunks past theirs, holding their weight passes' operands",
+                             stage, num((p + r) / 2), stage * 2 + 1);
+    break;
+  case ir::Schedule::DualPipeV:
+    // Played in dualpipev.py's order (CostModelTest): 2p + 1 chunks with one past its input
+    // gradient, or p − 1 − r with r + 1 past theirs (its steps 6 and 7).
+    add(std::min(p + 0.5, m), 0.5, 1);
+    add(p / 2, (r + 1) / 2, 0);
+    if (formula)
+      *formula = fmt::format("the larger of two peaks (dualpipev, rank {}): all of them with one "
+                             "chunk past its input-gradient pass, or p/2 = {} with r + 1 = {} "
+                             "chunks past theirs, holding their weight passes' operands",
+                             stage, num(p / 2), stage + 1);
+    break;
+  default:
+    break;
+  }
+  return peaks;
+}
+
+double getHeldActivationBytes(llvm::ArrayRef<HeldMicrobatches> peaks, double inFlight,
+                              double perMicrobatch, double perDeferred, double perHead) {
+  if (peaks.empty())
+    return inFlight * perMicrobatch;
+  double bytes = 0;
+  for (const HeldMicrobatches &peak : peaks)
+    bytes = std::max(bytes, peak.microbatches * perMicrobatch + peak.deferred * perDeferred +
+                                peak.heads * perHead);
+  return bytes;
 }
 
 double getExpertOverlapInFlight(ir::Schedule schedule, double inFlight, int64_t stages,
@@ -2391,7 +2519,9 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
     activations += static_cast<double>(termCounts[i]) * termBytes[i];
   activations += static_cast<double>(x.mtpLayers) * x.mtpActivationBytes;
   activations += x.embeddingActivationBytes;
-  activations *= x.inFlight;
+  double perMicrobatch = activations;
+  activations =
+      getHeldActivationBytes(x.peaks, x.inFlight, perMicrobatch, x.deferredExtra, x.headWeightPass);
   (x.activationsOnHost ? result.host : result.device).activations = activations;
 
   // Transient buffers.
@@ -2457,13 +2587,37 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
                    fmtAmount(result.device.params, "B"), fmtAmount(result.device.grads, "B"),
                    fmtAmount(result.device.optimizer, "B")),
        result.device.getPersistent(), "B"});
+  // Under a schedule that defers weight passes: what its peaks add for them.
+  std::string deferredText;
+  if (!x.peaks.empty() && (x.deferredExtra > 0 || x.headWeightPass > 0)) {
+    std::vector<std::string> peakTerms;
+    for (const HeldMicrobatches &peak : x.peaks) {
+      std::string term =
+          fmt::format("{} × {}", num(peak.microbatches), fmtAmount(perMicrobatch, "B"));
+      if (peak.deferred > 0 && x.deferredExtra > 0)
+        term += fmt::format(" + {} × {}", num(peak.deferred), fmtAmount(x.deferredExtra, "B"));
+      if (peak.heads > 0 && x.headWeightPass > 0)
+        term += fmt::format(" + {} × {} (the head's)", num(peak.heads),
+                            fmtAmount(x.headWeightPass, "B"));
+      peakTerms.push_back(term);
+    }
+    deferredText = fmt::format(
+        "; {}; a deferred weight pass holds its operands: {}{}{}; so max({})", x.peaksText,
+        x.deferredExtra > 0 ? fmt::format("the layers' {} ({} for the stage's layers)",
+                                          x.deferredExtraText, fmtAmount(x.deferredExtra, "B"))
+                            : std::string(),
+        x.deferredExtra > 0 && x.headWeightPass > 0 ? ", " : "",
+        x.headWeightPass > 0 ? "the head's " + x.headWeightPassText : std::string(),
+        llvm::join(peakTerms, ", "));
+  }
   if (!x.activationsKnown)
     add(x.activationsOnHost, "activations",
         "unknown: an abstract model gives its parameter count only", 0, "");
   else if (x.moeLayers == 0 && x.keptLayers == 0 && x.mtpLayers == 0 &&
            x.embeddingActivationBytes == 0)
     add(x.activationsOnHost, "activations",
-        fmt::format("{} layers × {} × {}", x.layers, x.layerActivationText, x.inFlightText),
+        fmt::format("{} layers × {} × {}{}", x.layers, x.layerActivationText, x.inFlightText,
+                    deferredText),
         activations);
   else {
     const std::string *termTexts[4] = {&x.layerActivationText, &x.moeLayerActivationText,
@@ -2487,7 +2641,8 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
     if (x.embeddingActivationBytes > 0)
       layerTerms.push_back(x.embeddingActivationText);
     add(x.activationsOnHost, "activations",
-        fmt::format("({}) × {}", llvm::join(layerTerms, " + "), x.inFlightText), activations);
+        fmt::format("({}) × {}{}", llvm::join(layerTerms, " + "), x.inFlightText, deferredText),
+        activations);
   }
 
   std::vector<std::string> parts;

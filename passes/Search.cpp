@@ -254,6 +254,9 @@ struct UnitTimes {
   cost::TensorSlotSeconds slots[3][cost::kNumPassKinds] = {};
   cost::TensorSlotSeconds weightSlots[3] = {}, inputSlots[3] = {};
   double layerActivation = 0, headActivation = 0, recomputedLayer = 0, embeddingActivation = 0;
+  /// What a layer, and the head, of a micro-batch whose weight pass is deferred hold
+  /// (cost::getDeferredWeightExtraBytes, cost::getWeightPassBytes).
+  double deferredExtra = 0, headWeightPass = 0;
 };
 
 /// The seconds of the collectives inside each kind of unit's forward ([kind][0]) and backward
@@ -468,6 +471,9 @@ private:
   /// layout, cached.
   struct ActivationPart {
     double fixed[3] = {}, perMicrobatch[3] = {}, perLoss[3] = {};
+    /// Under schedules that defer weight passes: what a deferred micro-batch's layers hold beyond
+    /// their activations, and the head's deferred weight pass (cost::getHeldActivationBytes).
+    double perDeferred[3] = {}, perHead[3] = {};
   };
   const ActivationPart &getActivationPart(const UnitTimes &times,
                                           const std::vector<StageShape> &stageShapes);
@@ -576,6 +582,8 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
   times.headActivation = cost::getHeadActivationBytes(model.transformer, layout);
   times.embeddingActivation = cost::getEmbeddingActivationBytes(model.transformer, layout);
   times.recomputedLayer = cost::getRecomputedLayerBytes(model, layout);
+  times.deferredExtra = cost::getDeferredWeightExtraBytes(model, 0, layout);
+  times.headWeightPass = cost::getWeightPassBytes(model, cost::UnitKind::Head, 0, layout);
   lastTimesKey = key;
   return *(lastTimes = &unitTimes.emplace(key, times).first->second);
 }
@@ -870,6 +878,8 @@ Evaluator::getActivationPart(const UnitTimes &times, const std::vector<StageShap
     part.fixed[i] = none;
     part.perMicrobatch[i] = one - none;
     part.perLoss[i] = loss - one;
+    part.perDeferred[i] = static_cast<double>(shape.numLayers) * times.deferredExtra;
+    part.perHead[i] = shape.hasHead ? times.headWeightPass : 0;
   }
   return part;
 }
@@ -923,8 +933,15 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
                               ? cost::getLossInFlightMicrobatches(c.schedule, c.pp, c.microbatches,
                                                                   c.chunks, stageShapes[i].stage)
                               : 0;
-    double device = placed.device[i] + activations.fixed[i] +
-                    inFlight * activations.perMicrobatch[i] + lossInFlight * activations.perLoss[i];
+    llvm::SmallVector<cost::HeldMicrobatches, 2> peaks =
+        cost::getDeferredWeightPeaks(c.schedule, c.pp, c.microbatches, c.chunks,
+                                     stageShapes[i].stage, stageShapes[i].hasHead, inFlight);
+    verdict.deferredExtra |= !peaks.empty() && activations.perDeferred[i] > 0;
+    double device =
+        placed.device[i] + activations.fixed[i] +
+        cost::getHeldActivationBytes(peaks, inFlight, activations.perMicrobatch[i],
+                                     activations.perDeferred[i], activations.perHead[i]) +
+        lossInFlight * activations.perLoss[i];
     if (device > peak) {
       peak = device;
       hostPeak = placed.host[i];
@@ -2822,7 +2839,8 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
             return;
           // A schedule of the same stage layout as a capacity-rejected 1f1b or zbv candidate
           // (which hold the fewest micro-batches in flight on every stage of their layouts:
-          // cost::getInFlightMicrobatches) does not fit either.
+          // cost::getInFlightMicrobatches; zbv only where its deferred weight passes hold no
+          // more than their activations) does not fit either.
           if (prune && !options.filter && overBudget && candidate.pp > 1 &&
               sameLayoutExceptSchedule(candidate, *overBudget)) {
             if (collect) {
@@ -2842,8 +2860,11 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
                                  : std::numeric_limits<double>::infinity();
           evaluatorFor(candidate).evaluate(candidate, verdict, stepBound);
           bool capacity = verdict.rejectedBy == "capacity";
-          if (capacity && (candidate.schedule == ir::Schedule::OneFOneB ||
-                           candidate.schedule == ir::Schedule::ZeroBubbleV))
+          // ZB-V's last ranks can hold more than DualPipeV's where a deferred weight pass holds
+          // more than its micro-batch's activations (cost::getDeferredWeightPeaks).
+          if (capacity &&
+              (candidate.schedule == ir::Schedule::OneFOneB ||
+               (candidate.schedule == ir::Schedule::ZeroBubbleV && !verdict.deferredExtra)))
             overBudget = candidate;
           if (collect) {
             ++counts.spaceSize;

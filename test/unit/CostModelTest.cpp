@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <deque>
 #include <functional>
 #include <gtest/gtest.h>
 #include <set>
@@ -740,6 +741,25 @@ double simulateOneFOneB(const std::vector<double> &f, const std::vector<double> 
 struct VHeld {
   std::vector<int> peak;
   int headPeak = 0;
+  /// Given what a stage's micro-batch holds in flight (`perMicrobatch`), what one past its
+  /// input-gradient pass holds more until its weight pass (`perDeferred`) and what the head's
+  /// deferred weight pass holds (`perHead`), each rank's peak bytes (`bytes`), a chunk half a
+  /// stage.
+  double perMicrobatch = 1, perDeferred = 0, perHead = 0;
+  std::vector<double> bytes;
+  /// Tracks one rank's chunks: held whole, past their input gradient, the head's among those.
+  struct Rank {
+    const VHeld &held;
+    double &peak;
+    int whole = 0, deferred = 0, heads = 0;
+    void add(int dWhole, int dDeferred, int dHeads) {
+      whole += dWhole;
+      deferred += dDeferred;
+      heads += dHeads;
+      peak = std::max(peak, (whole + deferred) * held.perMicrobatch / 2 +
+                                deferred * held.perDeferred / 2 + heads * held.perHead);
+    }
+  };
 };
 
 /// The makespan of DualPipeV over p ranks (2p stages: rank r holds stage r and stage 2p − 1 − r),
@@ -802,6 +822,32 @@ double simulateDualPipeV(int p, int m, double f, double b, double w, VHeld *held
   }
   if (held) {
     held->peak.assign(static_cast<size_t>(p), 0);
+    held->bytes.assign(static_cast<size_t>(p), 0);
+    for (int r = 0; r < p; ++r) {
+      // Bytes: a backward whose weight pass runs with it holds its operands until that ends; a
+      // deferred one until a weight pass takes it, first in first out (DualPipe's
+      // WeightGradStore).
+      VHeld::Rank rank{*held, held->bytes[static_cast<size_t>(r)]};
+      std::deque<int> queue;
+      auto head = [&](int phase) { return r == 0 && phase == 1 ? 1 : 0; };
+      for (const Pass &x : order[static_cast<size_t>(r)]) {
+        if (x.kind == Forward || x.kind == Pair)
+          rank.add(1, 0, 0);
+        int backward = x.kind == Pair ? x.other : x.phase;
+        if (x.kind == Backward || x.kind == Pair) {
+          rank.add(-1, 1, head(backward));
+          rank.add(0, -1, -head(backward));
+        }
+        if (x.kind == Deferred) {
+          rank.add(-1, 1, head(x.phase));
+          queue.push_back(x.phase);
+        }
+        if (x.kind == Weight) {
+          rank.add(0, -1, -head(queue.front()));
+          queue.pop_front();
+        }
+      }
+    }
     for (int r = 0; r < p; ++r) {
       int chunks = 0, head = 0;
       auto count = [&](int delta) {
@@ -924,6 +970,19 @@ double simulateZeroBubbleV(int p, int m, double f, double b, double w, VHeld *he
   }
   if (held) {
     held->peak.assign(static_cast<size_t>(p), 0);
+    held->bytes.assign(static_cast<size_t>(p), 0);
+    for (int r = 0; r < p; ++r) {
+      VHeld::Rank rank{*held, held->bytes[static_cast<size_t>(r)]};
+      for (const Pass &x : order[static_cast<size_t>(r)]) {
+        int head = r == 0 && x.phase == 1 ? 1 : 0;
+        if (x.kind == Forward)
+          rank.add(1, 0, 0);
+        else if (x.kind == Input)
+          rank.add(-1, 1, head);
+        else
+          rank.add(0, -1, -head);
+      }
+    }
     for (int r = 0; r < p; ++r) {
       int chunks = 0, head = 0;
       for (const Pass &x : order[static_cast<size_t>(r)]) {
@@ -1174,6 +1233,115 @@ TEST(CostModelTest, BubbleOfDualPipeV) {
   // The DualPipe README's (PP/2 − 1)(F&B + B − 3W), PP = 2p, F&B = F + B + W, B + W the whole
   // backward: the same where the forward and input-gradient chunks are equal and B ≥ W.
   EXPECT_NEAR(simulateDualPipeV(8, 16, 1, 1, 0.5) - 32 * 2.5, 7 * (2.5 + 1.5 - 1.5), 1e-9);
+}
+
+/// What a deferred micro-batch holds beyond its activations, and a deferred head's weight pass,
+/// in units of a stage's micro-batch's activations: none (the count in flight alone), the operands
+/// of recomputed layers (about 16 times a full recomputation's checkpoint, Qi et al. 2024, Table
+/// 1), with a head, and a little.
+const double kDeferredBytes[][2] = {{0, 0}, {15, 0}, {15, 3}, {0.5, 0.2}, {0, 4}};
+
+TEST(CostModelTest, WeightPassBytesAreTheProductsOperands) {
+  // Qi et al. 2024, Table 1: a GPT layer's weight pass reads 32·s·b·h bytes, the inputs of its
+  // four products (h, h, h and 4h, at 2 bytes: 14·s·b·h) and their output gradients (3h, h, 4h
+  // and h: 18·s·b·h).
+  ir::Model model = smallTransformer(1);
+  ir::TransformerConfig &config = model.transformer;
+  config.mlp = ir::MlpActivation::Gelu;
+  config.attention = ir::AttentionKind::Materialized;
+  Layout layout;
+  layout.microBatch = 2;
+  double sbh = 128.0 * 2 * 256;
+  EXPECT_DOUBLE_EQ(getWeightPassBytes(model, UnitKind::Layer, 0, layout), 32 * sbh);
+  // Split over t = 4 with sequence parallelism: the inputs (7h) and the column-parallel output
+  // gradients (7h) over t, the row-parallel products' output gradients (h each) whole, at 2
+  // bytes: 2·(7h/t + 7h/t + 2h) = (28/t + 4)·s·b·h.
+  layout.tensor = 4;
+  layout.sequenceParallel = true;
+  EXPECT_DOUBLE_EQ(getWeightPassBytes(model, UnitKind::Layer, 0, layout), (28.0 / 4 + 4) * sbh);
+  // sp_inputs = keep keeps the column-parallel inputs (h and h) gathered.
+  layout.sequenceParallelInputs = ir::SequenceParallelInputs::Keep;
+  EXPECT_DOUBLE_EQ(getWeightPassBytes(model, UnitKind::Layer, 0, layout),
+                   (28.0 / 4 + 4 + 2 * 2 * (1 - 1.0 / 4)) * sbh);
+  // SwiGLU of width f with separate projections: q, k and v read one input, and gate and up
+  // another, each kept once: inputs h + h + h + f, output gradients 3h + h + 2f + h.
+  layout = Layout();
+  config.mlp = ir::MlpActivation::Swiglu;
+  config.projections = ir::Projections::Separate;
+  double f = 1024.0 / 256;
+  EXPECT_DOUBLE_EQ(getWeightPassBytes(model, UnitKind::Layer, 0, layout) / (128 * 256.0),
+                   2 * (3 + f + 5 + 2 * f));
+  // Under full recomputation a deferred layer holds its operands beyond the checkpoint, 2·s·b·h;
+  // under keep they are among its activations.
+  layout.activations = ir::ActivationMode::RecomputeFull;
+  EXPECT_DOUBLE_EQ(getDeferredWeightExtraBytes(model, 0, layout),
+                   getWeightPassBytes(model, UnitKind::Layer, 0, layout) -
+                       getLayerActivationBytes(config, layout));
+  layout.activations = ir::ActivationMode::Keep;
+  config.attention = ir::AttentionKind::Materialized;
+  config.mlp = ir::MlpActivation::Gelu;
+  config.projections = ir::Projections::Fused;
+  EXPECT_DOUBLE_EQ(getDeferredWeightExtraBytes(model, 0, layout), 0);
+  // The head's: its input, h, and the logits' gradient, V.
+  EXPECT_DOUBLE_EQ(getWeightPassBytes(model, UnitKind::Head, 0, layout), 2 * 128.0 * (256 + 512));
+}
+
+TEST(CostModelTest, DeferredWeightPeaks) {
+  // getDeferredWeightPeaks and getHeldActivationBytes against the peaks of each zero-bubble
+  // schedule's order, played pass by pass on every stage: the micro-batches held whole count
+  // their activations, those past their input-gradient pass their weight passes' operands too,
+  // and on the head's stage the head's.
+  auto expected = [](ir::Schedule schedule, int p, int m, int stage, bool head, double perDeferred,
+                     double perHead) {
+    double inFlight = getInFlightMicrobatches(schedule, p, m,
+                                              schedule == ir::Schedule::ZeroBubble ? 1 : 2, stage);
+    auto peaks = getDeferredWeightPeaks(
+        schedule, p, m, schedule == ir::Schedule::ZeroBubble ? 1 : 2, stage, head, inFlight);
+    EXPECT_FALSE(peaks.empty());
+    return getHeldActivationBytes(peaks, inFlight, 1, perDeferred, perHead);
+  };
+  for (const auto &extra : kDeferredBytes)
+    for (int p : {2, 3, 4, 8}) {
+      for (int m : {p, p + 1, 5 * p}) {
+        // ZB-H1 (Qi et al.'s hand schedule), the head on the last stage.
+        std::vector<std::vector<OneFOneBStep>> order = getOneFOneBOrder(p, m, true);
+        for (int s = 0; s < p; ++s) {
+          double whole = 0, deferred = 0, peak = 0;
+          double head = s == p - 1 ? extra[1] : 0;
+          for (const OneFOneBStep &step : order[s]) {
+            whole += step.kind == Forward ? 1 : step.kind == Backward ? -1 : 0;
+            deferred += step.kind == Backward ? 1 : step.kind == Weight ? -1 : 0;
+            peak = std::max(peak, whole + deferred * (1 + extra[0]) + deferred * head);
+          }
+          EXPECT_DOUBLE_EQ(
+              expected(ir::Schedule::ZeroBubble, p, m, s, s == p - 1, extra[0], extra[1]), peak)
+              << "zero_bubble: p " << p << ", m " << m << ", stage " << s << ", extra " << extra[0]
+              << ", head " << extra[1];
+        }
+      }
+      for (ir::Schedule schedule : {ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV}) {
+        bool zbv = schedule == ir::Schedule::ZeroBubbleV;
+        int least = zbv ? 2 * p - 1 : 2 * p;
+        for (int m : {least, least + 1, 5 * p}) {
+          VHeld held;
+          held.perDeferred = extra[0];
+          held.perHead = extra[1];
+          if (zbv)
+            simulateZeroBubbleV(p, m, 1, 1, 1, &held);
+          else
+            simulateDualPipeV(p, m, 1, 1, 1, &held);
+          for (int r = 0; r < p; ++r)
+            EXPECT_DOUBLE_EQ(expected(schedule, p, m, r, r == 0, extra[0], extra[1]),
+                             held.bytes[static_cast<size_t>(r)])
+                << ir::toString(schedule).str() << ": p " << p << ", m " << m << ", rank " << r
+                << ", extra " << extra[0] << ", head " << extra[1];
+        }
+      }
+    }
+  // Without a pipeline, and under the schedules that run each weight pass in its backward: none.
+  EXPECT_TRUE(getDeferredWeightPeaks(ir::Schedule::ZeroBubble, 1, 8, 1, 0, true, 1).empty());
+  EXPECT_TRUE(getDeferredWeightPeaks(ir::Schedule::OneFOneB, 4, 8, 1, 0, true, 4).empty());
+  EXPECT_TRUE(getDeferredWeightPeaks(ir::Schedule::Interleaved, 4, 8, 2, 0, true, 4).empty());
 }
 
 TEST(CostModelTest, BubbleOfUnevenStages) {

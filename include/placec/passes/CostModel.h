@@ -9,6 +9,7 @@
 #include "placec/ir/IR.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <array>
@@ -482,6 +483,48 @@ double getRecomputedLayerBytes(const ir::Model &model, const Layout &layout,
 double getMlpLayerActivationBytes(const ir::MlpConfig &config, const Layout &layout,
                                   std::string *formula = nullptr);
 
+/// What a deferred weight pass of `unit` reads for one micro-batch on one device: the operands of
+/// its weight-gradient products, each product's input and output gradient (Qi et al. 2024, Table
+/// 1: 32·s·b·h of a GPT layer's 34·s·b·h + 5·a·s²·b), the column-parallel inputs split by t under
+/// sequence parallelism, a tensor read by several products once.
+double getWeightPassBytes(const ir::Model &model, UnitKind unit, int64_t layer,
+                          const Layout &layout, std::string *formula = nullptr);
+
+/// What a layer (transformer block `layer`, or an mlp layer) of a micro-batch whose weight pass is
+/// deferred holds beyond its activation bytes under `layout`'s mode, from its input-gradient pass
+/// to its weight pass: max(0, getWeightPassBytes − getLayerActivationBytes). Under recomputation
+/// the weight pass reads what the recomputation materialized (Megatron-Core's and DualPipe's
+/// WeightGradStore keep the products' operands past the backward); under `keep` the operands are
+/// among the kept tensors, and the micro-batch is counted whole, an upper bound.
+double getDeferredWeightExtraBytes(const ir::Model &model, int64_t layer, const Layout &layout,
+                                   std::string *formula = nullptr);
+
+/// A stage's micro-batches at one of its peaks under a schedule that defers weight passes:
+/// `microbatches` in flight in all, each at its activation bytes; `deferred` of them past their
+/// input-gradient pass, holding their weight passes' operands (getDeferredWeightExtraBytes more);
+/// and `heads` deferred weight passes of the head (getWeightPassBytes of the head).
+struct HeldMicrobatches {
+  double microbatches = 0, deferred = 0, heads = 0;
+};
+
+/// The peaks of pipeline stage `stage` under zero_bubble, zbv and dualpipev, as their schedules
+/// order the passes (every one of the others, and no pipeline: none). `inFlight` is the stage's
+/// count (getInFlightMicrobatches, or getExpertOverlapInFlight's), whose excess over the
+/// schedule's count is added to each peak's. ZB-H1 (Qi et al.'s hand schedule): min(p, m) in
+/// flight, min(s + 1, m) deferred, the s it defers and the one between its input-gradient and
+/// weight passes; the head's stage holds the head's with each. ZB-V (PyTorch's
+/// ScheduleZBVZeroBubble), rank r: p in flight with one chunk deferred (the head's chunk on the
+/// first rank), or (p + r)/2 with 2r + 1 chunks deferred. DualPipeV (deepseek-ai/DualPipe,
+/// dualpipev.py): p + 1/2 with one chunk deferred, or p/2 with r + 1 chunks deferred.
+llvm::SmallVector<HeldMicrobatches, 2>
+getDeferredWeightPeaks(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
+                       int stage, bool hasHead, double inFlight, std::string *formula = nullptr);
+
+/// The activation bytes a stage holds at its peak: max over `peaks` of microbatches·perMicrobatch
+/// + deferred·perDeferred + heads·perHead; inFlight·perMicrobatch without peaks.
+double getHeldActivationBytes(llvm::ArrayRef<HeldMicrobatches> peaks, double inFlight,
+                              double perMicrobatch, double perDeferred, double perHead);
+
 /// Micro-batches (of the stage's layers) whose activations pipeline stage `stage` of `stages`
 /// holds at its peak: 1F1B min(p − stage, m), GPipe m (Narayanan et al. 2021 §2.2); ZB-H1
 /// min(p, m) on every stage, from each forward to its deferred weight pass (Qi et al. 2024 §2.1,
@@ -566,6 +609,13 @@ struct StageStates {
   std::string embeddingActivationText;
   double inFlight = 1;
   std::string inFlightText;
+  /// Under a schedule that defers weight passes (getDeferredWeightPeaks): the stage's peaks, what
+  /// its layers hold beyond their activations for one micro-batch past its input-gradient pass
+  /// (getDeferredWeightExtraBytes summed), and the head's deferred weight pass
+  /// (getWeightPassBytes).
+  llvm::SmallVector<HeldMicrobatches, 2> peaks;
+  double deferredExtra = 0, headWeightPass = 0;
+  std::string peaksText, deferredExtraText, headWeightPassText;
 };
 
 /// Bytes per device (or per device on the host) by state.

@@ -152,6 +152,10 @@ struct FastVerdict {
   /// False when an accepted candidate was not timed because its compute alone outlasts the step
   /// bound it was evaluated against (Evaluator::evaluate): stepSeconds is then that lower bound.
   bool timed = true;
+  /// Some stage's deferred weight passes hold more than the micro-batches' activations
+  /// (cost::getDeferredWeightExtraBytes): its schedule's count in flight alone does not order its
+  /// memory against another schedule's of the same layout.
+  bool deferredExtra = false;
 };
 
 struct SearchOptions {
