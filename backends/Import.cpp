@@ -1768,13 +1768,18 @@ private:
     // raises where the groups do not fit the step: a group between p and m, the last one whole
     // or at least p. Place's interleaved is the default grouping, where that is rule schedule's
     // m a multiple of p; a job Megatron-Core would refuse is refused here, at its flag.
+    // The flags are read whatever the schedule, so that a malformed value is an error even where
+    // Megatron-Core ignores it (without interleaving).
+    const char *groupFlags[] = {"--microbatch-group-size-per-vp-stage",
+                                "--microbatch-group-size-per-virtual-pipeline-stage"};
+    std::optional<int64_t> groups[] = {getInt(groupFlags[0]), getInt(groupFlags[1])};
     if (chunks > 1 && !diags.hasErrors()) {
       const char *chunkFlag = layout          ? "--pipeline-model-parallel-layout"
                               : virtualLayers ? "--num-layers-per-virtual-pipeline-stage"
                                               : "--num-virtual-stages-per-pipeline-rank";
-      for (const char *groupFlag : {"--microbatch-group-size-per-vp-stage",
-                                    "--microbatch-group-size-per-virtual-pipeline-stage"}) {
-        std::optional<int64_t> group = getInt(groupFlag);
+      for (size_t i = 0; i < 2; ++i) {
+        const char *groupFlag = groupFlags[i];
+        std::optional<int64_t> group = groups[i];
         if (group && *group != p)
           diags.error(locOf(groupFlag),
                       Twine(groupFlag) + " " + Twine(*group) +
