@@ -590,6 +590,9 @@ void Emitter::emitMain() {
                                                                     ? "GPipe"
                                                                 : isInterleaved() ? "Interleaved"
                                                                                   : "OneFOneB"));
+  if (isInterleaved() && plan.group > 0)
+    os.line(fmt::format("spec.microbatchGroup = {}; // the micro-batches each chunk runs in a row",
+                        plan.group));
   const char *optimizer = run.optimizer == ir::OptimizerKind::Adam  ? "Adam"
                           : run.optimizer == ir::OptimizerKind::Sgd ? "Sgd"
                                                                     : "SgdMomentum";

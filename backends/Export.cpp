@@ -736,6 +736,11 @@ private:
       flag("--num-layers-per-virtual-pipeline-stage",
            Twine(strategy.pipeline->getSplitLayers(model.getNumLayers()) /
                  (view.layersDegree * strategy.pipeline->chunks)));
+    // Interleaving's micro-batch groups, where they are not Megatron-Core's default of p.
+    if (strategy.pipeline && strategy.pipeline->schedule == ir::Schedule::Interleaved &&
+        strategy.pipeline->chunks > 1 && view.layersDegree > 1 && strategy.pipeline->group > 0 &&
+        strategy.pipeline->group != view.layersDegree)
+      flag("--microbatch-group-size-per-vp-stage", Twine(strategy.pipeline->group));
     if (view.layersDegree > 1 && strategy.pipeline) {
       if (strategy.pipeline->embeddingLayer)
         os << "--account-for-embedding-in-pipeline-split\n";
@@ -1179,6 +1184,22 @@ private:
              ": torchtitan's context parallelism passes K/V shards (a ring, \"alltoall\") or "
              "gathers them (\"allgather\"); it has no Ulysses head exchange");
     std::optional<ir::Schedule> pipelineSchedule = schedule();
+    // PyTorch's ScheduleInterleaved1F1B runs the micro-batches in ⌊m/p⌋ rounds of m/⌊m/p⌋
+    // (torch/distributed/pipelining/schedules.py): no other group.
+    if (pipelineSchedule == ir::Schedule::Interleaved && strategy.pipeline->chunks > 1 &&
+        view.layersDegree > 1) {
+      int64_t m = gradientAccumulation(), p = view.layersDegree;
+      int64_t rounds = std::max<int64_t>(1, m / p);
+      int64_t group = strategy.pipeline->group > 0 ? strategy.pipeline->group : p;
+      if (m % rounds != 0 || m / rounds != group)
+        refuse("interleaved micro-batch groups of " + Twine(group) + " over " + Twine(m) +
+               " micro-batches: torchtitan's ScheduleInterleaved1F1B runs them in max(1, m / p) "
+               "= " +
+               Twine(rounds) + " rounds" +
+               (m % rounds != 0
+                    ? Twine(", which must divide m")
+                    : " of " + Twine(m / rounds) + " (write group = " + Twine(m / rounds) + ")"));
+    }
     if (pipelineSchedule == ir::Schedule::ZeroBubble)
       refuse("pipeline schedule zero_bubble: torchtitan's zero-bubble schedules run several "
              "stages per rank (InterleavedZeroBubble, ZBVZeroBubble); ZB-H1 over one stage per "

@@ -1766,8 +1766,8 @@ private:
     // the micro-batches in groups of --microbatch-group-size-per-vp-stage (before January 2026
     // --microbatch-group-size-per-virtual-pipeline-stage), the pipeline size by default, and
     // raises where the groups do not fit the step: a group between p and m, the last one whole
-    // or at least p. Place's interleaved is the default grouping, where that is rule schedule's
-    // m a multiple of p; a job Megatron-Core would refuse is refused here, at its flag.
+    // or at least p (rule schedule's; with groups of p, m a multiple of p). Place writes another
+    // group as `group = N`; a job Megatron-Core would refuse is refused here, at its flag.
     // The flags are read whatever the schedule, so that a malformed value is an error even where
     // Megatron-Core ignores it (without interleaving).
     const char *groupFlags[] = {"--microbatch-group-size-per-vp-stage",
@@ -1777,26 +1777,34 @@ private:
       const char *chunkFlag = layout          ? "--pipeline-model-parallel-layout"
                               : virtualLayers ? "--num-layers-per-virtual-pipeline-stage"
                                               : "--num-virtual-stages-per-pipeline-rank";
-      for (size_t i = 0; i < 2; ++i) {
-        const char *groupFlag = groupFlags[i];
-        std::optional<int64_t> group = groups[i];
-        if (group && *group != p)
-          diags.error(locOf(groupFlag),
-                      Twine(groupFlag) + " " + Twine(*group) +
-                          " groups the interleaved schedule's micro-batches other than by the " +
-                          Twine(p) +
-                          " pipeline stages, which Place's interleaved schedule does not say "
-                          "(its groups are the pipeline size, Megatron-Core's default): drop "
-                          "the flag or write " +
-                          Twine(p));
-      }
+      // Both spellings given: Megatron-LM keeps the one it parses last; placec asks for one.
+      if (groups[0] && groups[1] && *groups[0] != *groups[1])
+        diags.error(locOf(groupFlags[1]), Twine(groupFlags[1]) + " " + Twine(*groups[1]) +
+                                              " contradicts " + groupFlags[0] + " " +
+                                              Twine(*groups[0]) + ": give one");
+      const char *groupFlag = groups[0] ? groupFlags[0] : groupFlags[1];
+      std::optional<int64_t> group = groups[0] ? groups[0] : groups[1];
       std::string why;
-      if (!cost::isScheduleValid(ir::Schedule::Interleaved, p, microbatches, chunks, &why))
+      bool grouped = group && *group != p;
+      if (!diags.hasErrors() && grouped) {
+        if (!cost::isScheduleValid(ir::Schedule::Interleaved, p, microbatches, chunks, &why,
+                                   *group))
+          diags.error(locOf(groupFlag),
+                      Twine(groupFlag) + " " + Twine(*group) + " over " + Twine(microbatches) +
+                          " micro-batches per step (--global-batch-size / (--micro-batch-size × "
+                          "data-parallel size)), which Megatron-Core refuses: " +
+                          why);
+        else
+          imported.pipeline.insert(imported.pipeline.size() - 1,
+                                   ", group = " + std::to_string(*group));
+      } else if (!diags.hasErrors() &&
+                 !cost::isScheduleValid(ir::Schedule::Interleaved, p, microbatches, chunks, &why)) {
         diags.error(locOf(chunkFlag),
                     Twine(chunkFlag) + " runs the interleaved schedule over " +
                         Twine(microbatches) + " micro-batches per step (--global-batch-size / " +
                         "(--micro-batch-size × data-parallel size)), which Megatron-Core " +
                         "refuses: " + why);
+      }
     }
     // The distributed optimizer shards over the data-parallel group, which spans the
     // context-parallel ranks.

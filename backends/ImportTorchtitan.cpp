@@ -825,9 +825,9 @@ private:
       };
       // The micro-batches where placec's formulas for the schedule hold (rule `schedule`): a
       // run outside them imports to nothing placec can time faithfully.
-      auto timesSchedule = [&](ir::Schedule kind, int64_t chunks) {
+      auto timesSchedule = [&](ir::Schedule kind, int64_t chunks, int64_t group = 0) {
         std::string why;
-        if (cost::isScheduleValid(kind, pp, microbatches, chunks, &why))
+        if (cost::isScheduleValid(kind, pp, microbatches, chunks, &why, group))
           return true;
         refuse("parallelism.pipeline_parallel_schedule", "'" + schedule + "' over " + Twine(pp) +
                                                              " ranks with " + n +
@@ -841,10 +841,21 @@ private:
             (schedule == "1F1B" ? "1f1b(microbatches = " : "gpipe(microbatches = ") + n + uneven +
             ")";
       } else if (schedule == "Interleaved1F1B") {
+        // PyTorch's ScheduleInterleaved1F1B (torch/distributed/pipelining/schedules.py) runs the
+        // micro-batches in max(1, ⌊m/p⌋) rounds of m/rounds through each chunk, and raises where
+        // the rounds do not divide m: groups of that size (of p where p divides m).
         std::optional<int64_t> chunks = chunksOf(0);
-        if (chunks && timesSchedule(ir::Schedule::Interleaved, *chunks))
-          imported.pipeline = "interleaved(microbatches = " + n +
-                              ", chunks = " + std::to_string(*chunks) + uneven + ")";
+        int64_t rounds = std::max<int64_t>(1, microbatches / pp);
+        int64_t group = microbatches / rounds;
+        if (chunks && microbatches % rounds != 0)
+          refuse("parallelism.pipeline_parallel_schedule",
+                 "'" + schedule + "' over " + Twine(pp) + " ranks with " + n +
+                     " micro-batches per step: PyTorch's ScheduleInterleaved1F1B runs them in " +
+                     Twine(rounds) + " rounds, which must divide them");
+        else if (chunks && timesSchedule(ir::Schedule::Interleaved, *chunks, group))
+          imported.pipeline =
+              "interleaved(microbatches = " + n + ", chunks = " + std::to_string(*chunks) +
+              (group != pp ? ", group = " + std::to_string(group) : "") + uneven + ")";
       } else if (schedule == "ZBVZeroBubble") {
         if (chunksOf(2) && timesSchedule(ir::Schedule::ZeroBubbleV, 2))
           imported.pipeline = "zbv(microbatches = " + n + uneven + ")";

@@ -279,6 +279,11 @@ void JsonWriter::writeStrategy(const RunReport &report) {
       out.attribute("schedule", ir::toString(strategy.pipeline->schedule));
       out.attribute("microbatches", report.plan->microbatches);
       out.attribute("chunks", strategy.pipeline->chunks);
+      // Interleaving's micro-batch group: the stages unless `group` says otherwise.
+      if (strategy.pipeline->schedule == ir::Schedule::Interleaved && strategy.pipeline->chunks > 1)
+        out.attribute("group", strategy.pipeline->group > 0
+                                   ? strategy.pipeline->group
+                                   : static_cast<int64_t>(report.plan->stages.size()));
       out.attribute("stages", static_cast<int64_t>(report.plan->stages.size()));
     });
   else

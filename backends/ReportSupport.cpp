@@ -325,6 +325,8 @@ std::string describePipeline(const ir::Strategy &strategy, int64_t microbatches)
       fmt::format("{}(microbatches = {}", ir::toString(pipeline.schedule).str(), microbatches);
   if (pipeline.schedule == ir::Schedule::Interleaved)
     text += fmt::format(", chunks = {}", pipeline.chunks);
+  if (pipeline.schedule == ir::Schedule::Interleaved && pipeline.group > 0)
+    text += fmt::format(", group = {}", pipeline.group);
   if (pipeline.firstStageLayers > 0)
     text += fmt::format(", first = {}", pipeline.firstStageLayers);
   if (pipeline.lastStageLayers > 0)

@@ -2094,14 +2094,20 @@ bool Sema::bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env,
       }
       if (!value->isAuto)
         pipeline.microbatches = value->value;
-    } else if (key == "chunks" && pipeline.schedule == ir::Schedule::Interleaved) {
-      std::optional<ParamValue> value = getParamCount(*arg.value, "chunks", env, false);
+    } else if ((key == "chunks" || key == "group") &&
+               pipeline.schedule == ir::Schedule::Interleaved) {
+      std::optional<ParamValue> value = getParamCount(*arg.value, key, env, false);
       if (!value) {
         ok = false;
         continue;
       }
-      pipeline.chunks = value->value;
-      sawChunks = true;
+      if (key == "chunks") {
+        pipeline.chunks = value->value;
+        sawChunks = true;
+      } else {
+        pipeline.group = value->value;
+        pipeline.groupLoc = loc;
+      }
     } else if ((key == "first" || key == "last") && pipeline.chunks == 1 &&
                pipeline.schedule != ir::Schedule::Interleaved) {
       std::optional<ParamValue> value = getParamCount(*arg.value, key, env, false);
@@ -2149,8 +2155,8 @@ bool Sema::bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env,
     } else {
       StringRef options =
           pipeline.schedule == ir::Schedule::Interleaved
-              ? "microbatches, chunks, layout (Megatron-Core's pipeline layout), "
-                "embedding_layer, loss_layer and sends"
+              ? "microbatches, chunks, group (the micro-batches each chunk runs in a row), layout "
+                "(Megatron-Core's pipeline layout), embedding_layer, loss_layer and sends"
           : pipeline.chunks > 1 ? "microbatches, embedding_layer, loss_layer and sends"
           : pipeline.schedule == ir::Schedule::OneFOneB
               ? "microbatches, first and last (the layers of the first and last stages), layout "
@@ -2189,6 +2195,11 @@ bool Sema::bindPipeline(const ast::PipelineSpec &spec, const ParamEnv &env,
     diags.error(spec.scheduleLoc, "an interleaved schedule needs 'chunks', the number of model "
                                   "chunks per stage: write 'interleaved(microbatches = 16, "
                                   "chunks = 2)'");
+    ok = false;
+  }
+  if (ok && pipeline.group > 0 && pipeline.chunks <= 1) {
+    diags.error(pipeline.groupLoc, "'group' is the micro-batches each model chunk runs in a row; "
+                                   "with one chunk per stage the schedule is 1F1B and has none");
     ok = false;
   }
   if (ok && pipeline.chunks > 1 && (pipeline.firstStageLayers || pipeline.lastStageLayers)) {

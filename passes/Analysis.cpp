@@ -436,7 +436,7 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
   }
   double scheduleInFlight = cost::getInFlightMicrobatches(
       plan.schedule, static_cast<int64_t>(plan.stages.size()), plan.microbatches, plan.chunks,
-      stage.stage, explain ? &x.inFlightText : nullptr);
+      stage.stage, explain ? &x.inFlightText : nullptr, plan.group);
   x.inFlight = scheduleInFlight;
   // The layers' activations only: the loss's buffers are not paired (the combined step runs the
   // backward's loss before its layers, the forward's after them).
@@ -478,7 +478,7 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
     std::string headText, lossText;
     double lossInFlight = cost::getLossInFlightMicrobatches(
         plan.schedule, static_cast<int64_t>(plan.stages.size()), plan.microbatches, plan.chunks,
-        stage.stage, explain ? &lossText : nullptr);
+        stage.stage, explain ? &lossText : nullptr, plan.group);
     x.headBuffers =
         cost::getHeadActivationBytes(model.transformer, layout, explain ? &headText : nullptr) *
         lossInFlight;
@@ -897,7 +897,7 @@ RunAnalysis Analyzer::analyze() {
       expertExposed = cost::getExpertOverlapExposedSeconds(
           exchanges, cost::getExpertOverlapUnpairedShare(
                          plan.schedule, static_cast<int64_t>(plan.stages.size()), stage.stage,
-                         plan.microbatches, plan.chunks));
+                         plan.microbatches, plan.chunks, plan.group));
     }
     // Once per step: the gradient reductions left for the step start as the last micro-batch's
     // backward produces each unit's gradients, so they run beside that backward unit by unit
@@ -980,7 +980,7 @@ RunAnalysis Analyzer::analyze() {
   std::string bubbleFormula;
   time.bubbleSeconds =
       cost::getBubbleSeconds(plan.schedule, plan.microbatches, plan.chunks, stageMicrobatches,
-                             options.explain ? &bubbleFormula : nullptr);
+                             options.explain ? &bubbleFormula : nullptr, plan.group);
   if (slowest) {
     time.computeSeconds = m * (slowest->forwardCompute + slowest->backwardCompute);
     time.exposedCommSeconds = slowest->exposed;
@@ -1134,7 +1134,7 @@ RunAnalysis Analyzer::analyze() {
                      "{} of the passes that run alone, in full",
                      num(cost::getExpertOverlapUnpairedShare(
                          plan.schedule, static_cast<int64_t>(plan.stages.size()), slowest->stage,
-                         plan.microbatches, plan.chunks)))
+                         plan.microbatches, plan.chunks, plan.group)))
                : std::string(),
            strategy.dataParallelOverlap == ir::DataParallelOverlap::None
                ? "dp_overlap = none: the gradient reductions after the last backward and the "

@@ -2302,7 +2302,7 @@ double getDeferredWeightExtraBytes(const ir::Model &model, int64_t layer, const 
 }
 
 double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
-                               int64_t chunks, int stage, std::string *formula) {
+                               int64_t chunks, int stage, std::string *formula, int64_t group) {
   double m = static_cast<double>(microbatches), p = static_cast<double>(stages);
   auto count = [](double value) {
     return num(value) + (value == 1 ? " micro-batch" : " micro-batches");
@@ -2374,13 +2374,17 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
     // peak it holds one chunk more than its warm-up, each a v-th of the stage. On the first
     // stage that is Korthikanti et al.'s p·(1 + (p − 1)/(p·v)) (2022, §4.2.3); the last holds
     // p − (p − 1)/v, not one micro-batch as under 1F1B.
+    // With micro-batch groups of N (`group`), (v − 1)·N warm-up chunks in place of (v − 1)·p.
     double v = static_cast<double>(chunks), s = static_cast<double>(stage);
-    double value = std::min(m, (2 * (p - s - 1) + (v - 1) * p + 1) / v);
+    double n = group > 0 ? static_cast<double>(group) : p;
+    double value = std::min(m, (2 * (p - s - 1) + (v - 1) * n + 1) / v);
     if (formula)
-      *formula = fmt::format("{} in flight (interleaved: min(m, (2(p - stage - 1) + (v - 1)·p + "
-                             "1)/v) = min({}, (2·({} - {} - 1) + ({} - 1)·{} + 1)/{}), "
-                             "Megatron-Core's warm-up chunks and one more)",
-                             count(value), num(m), num(p), stage, num(v), num(p), num(v));
+      *formula = fmt::format(
+          "{} in flight (interleaved: min(m, (2(p - stage - 1) + (v - 1)·{} + "
+          "1)/v) = min({}, (2·({} - {} - 1) + ({} - 1)·{} + 1)/{}), "
+          "Megatron-Core's warm-up chunks and one more{})",
+          count(value), group > 0 ? "N" : "p", num(m), num(p), stage, num(v), num(n), num(v),
+          group > 0 ? fmt::format(", micro-batch groups of N = {}", group) : std::string());
     return value;
   }
   }
@@ -2388,9 +2392,24 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
 }
 
 double getLossInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
-                                   int64_t chunks, int stage, std::string *formula) {
+                                   int64_t chunks, int stage, std::string *formula, int64_t group) {
   if (stages <= 1 || schedule == ir::Schedule::GPipe)
     return getInFlightMicrobatches(schedule, stages, microbatches, chunks, stage, formula);
+  // Interleaved micro-batch groups of N whose last holds L < N: the last stage's step k runs
+  // the forward of table entry k and the backward of entry k − (v − 1)·N (Megatron-Core's
+  // get_schedule_table), so the head's chunk runs the forward of the last group's micro-batch j
+  // (v − 1)·(N − L) steps before its backward: min(L, (v − 1)·(N − L) + 1) in flight (played in
+  // CostModelTest.InterleavedAgainstItsSchedule).
+  if (schedule == ir::Schedule::Interleaved && chunks > 1 && group > 0 &&
+      microbatches % group != 0) {
+    int64_t last = microbatches % group;
+    double value = static_cast<double>(std::min(last, (chunks - 1) * (group - last) + 1));
+    if (formula)
+      *formula = fmt::format("{} micro-batches in flight (interleaved, groups of N = {} whose "
+                             "last holds L = {}: min(L, (v - 1)·(N - L) + 1))",
+                             num(value), group, last);
+    return value;
+  }
   // The head's chunk (the last of the last stage, or the V's second on the first rank) runs a
   // micro-batch's backward before its next forward: 1F1B's and ZB-H1's last stage, Megatron-Core's
   // and PyTorch's interleaved 1F1B, which start their steady state there, ZB-V (PyTorch's
@@ -2895,7 +2914,7 @@ double getPassExposedSeconds(ArrayRef<PassUnit> units) {
 }
 
 double getExpertOverlapUnpairedShare(ir::Schedule schedule, int64_t stages, int64_t stage,
-                                     int64_t microbatches, int64_t chunks) {
+                                     int64_t microbatches, int64_t chunks, int64_t group) {
   double m = static_cast<double>(std::max<int64_t>(1, microbatches));
   if (stages <= 1)
     return 1 / m;
@@ -2907,7 +2926,8 @@ double getExpertOverlapUnpairedShare(ir::Schedule schedule, int64_t stages, int6
     return std::clamp(1 - paired / (2 * m), 0.0, 1.0);
   }
   double p = static_cast<double>(stages), v = static_cast<double>(std::max<int64_t>(1, chunks));
-  double warmup = 2 * (p - static_cast<double>(stage) - 1) + (v - 1) * p + 1;
+  double n = group > 0 ? static_cast<double>(group) : p;
+  double warmup = 2 * (p - static_cast<double>(stage) - 1) + (v - 1) * n + 1;
   return std::min(1.0, warmup / (m * v));
 }
 
@@ -2937,11 +2957,33 @@ PassUnit getStepPassUnit(const PassUnit &unit, double stepGather, double stepRed
 //===----------------------------------------------------------------------===//
 
 bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
-                     std::string *why) {
+                     std::string *why, int64_t group) {
   if (stages <= 1)
     return true;
   switch (schedule) {
   case ir::Schedule::Interleaved:
+    if (chunks > 1 && group > 0 && group != stages) {
+      // Megatron-Core's forward_backward_pipelining_with_interleaving: N in [p, m], and a last
+      // group short of N at least p (else a dependency bubble, which it raises on).
+      if (group < stages || group > microbatches) {
+        if (why)
+          *why = fmt::format("the interleaved schedule's micro-batch groups must hold between "
+                             "the {} pipeline stages and the {} micro-batches per step "
+                             "(Megatron-Core), but group = {}",
+                             stages, microbatches, group);
+        return false;
+      }
+      int64_t last = microbatches % group;
+      if (last > 0 && last < stages) {
+        if (why)
+          *why = fmt::format("the interleaved schedule's last micro-batch group must be whole or "
+                             "hold at least the {} pipeline stages (Megatron-Core), but {} "
+                             "micro-batches in groups of {} leave {}",
+                             stages, microbatches, group, last);
+        return false;
+      }
+      return true;
+    }
     if (chunks > 1 && microbatches % stages != 0) {
       if (why)
         *why = fmt::format("the interleaved schedule needs the micro-batches per step to be a "
@@ -3075,7 +3117,7 @@ std::string describeBubble(ir::Schedule schedule, bool valid, double p, int64_t 
 } // namespace
 
 double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chunks,
-                        ArrayRef<StageMicrobatch> stageTimes, std::string *formula) {
+                        ArrayRef<StageMicrobatch> stageTimes, std::string *formula, int64_t group) {
   // The slowest stage, and the others' mean micro-batch: all stages' sum less the slowest, over
   // p − 1.
   int64_t stages = 0;
@@ -3100,7 +3142,7 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
   times.add(sum, 1 / (p - 1));
   double f = times.forward, w = times.weight, b = times.backward - times.weight,
          comm = times.exposed;
-  bool valid = isScheduleValid(schedule, stages, microbatches, chunks);
+  bool valid = isScheduleValid(schedule, stages, microbatches, chunks, nullptr, group);
   double bubble = (p - 1) * times.getTotal();
   switch (valid ? schedule : ir::Schedule::OneFOneB) {
   case ir::Schedule::OneFOneB:

@@ -306,6 +306,7 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   if (strategy.pipeline) {
     plan->schedule = strategy.pipeline->schedule;
     plan->chunks = chunks = strategy.pipeline->chunks;
+    plan->group = strategy.pipeline->group;
   }
   switch (run.precision) {
   case ir::Precision::MixedBF16:

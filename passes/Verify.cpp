@@ -935,12 +935,18 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
   std::string why;
   if (ok && strategy.pipeline && stages > 1 &&
       !cost::isScheduleValid(strategy.pipeline->schedule, stages, run.microbatchesPerStep,
-                             strategy.pipeline->chunks, &why)) {
-    diags->error(strategy.pipeline->loc.isValid() ? strategy.pipeline->loc : strategyLoc, why,
-                 "schedule");
-    diags->note(fieldLoc(run, "strategy"), Twine("run '") + run.name +
-                                               "' uses the schedule here; use 1f1b, or " +
-                                               Twine(stages) + " × k micro-batches");
+                             strategy.pipeline->chunks, &why, strategy.pipeline->group)) {
+    bool grouped = strategy.pipeline->group > 0 && strategy.pipeline->group != stages &&
+                   strategy.pipeline->chunks > 1;
+    diags->error(grouped && strategy.pipeline->groupLoc.isValid() ? strategy.pipeline->groupLoc
+                 : strategy.pipeline->loc.isValid()               ? strategy.pipeline->loc
+                                                                  : strategyLoc,
+                 why, "schedule");
+    diags->note(fieldLoc(run, "strategy"),
+                Twine("run '") + run.name + "' uses the schedule here; use 1f1b, or " +
+                    (grouped ? Twine("a group that divides the ") + Twine(run.microbatchesPerStep) +
+                                   " micro-batches or leaves at least " + Twine(stages)
+                             : Twine(stages) + " × k micro-batches"));
     ok = false;
   }
   return ok;

@@ -494,29 +494,44 @@ Status Trainer::allGatherParams(int index, const AxisGroup &axes, int64_t elemen
 Status Trainer::Core::runStep(const StageProgram &program) {
   int m = static_cast<int>(spec.microbatches);
   if (!program.forwardChunks.empty()) {
-    // Interleaved 1F1B (Narayanan et al. 2021, §2.2; Megatron-Core's schedule): virtual
-    // micro-batch k runs chunk (k mod p·v) / p of micro-batch (k / p·v)·p + k mod p, backwards
-    // through the chunks in reverse; (p − s − 1)·2 + (v − 1)·p warm-up forwards (all m·v where
-    // they are more; Megatron-LM before November 2024 ran every forward first where m = p), then
-    // one forward and one backward alternating, then the cool-down. What each stage holds is
-    // cost::getInFlightMicrobatches's count.
+    // Interleaved 1F1B (Narayanan et al. 2021, §2.2; Megatron-Core's schedule): the micro-batches
+    // in groups of n (the pipeline stages unless spec.microbatchGroup says otherwise; the last
+    // group whatever is left), each group through chunk 0, then chunk 1, and so on (Megatron-
+    // Core's get_schedule_table); the backwards take the same entries with the chunks in reverse;
+    // (p − s − 1)·2 + (v − 1)·n warm-up forwards (all m·v where they are more; Megatron-LM before
+    // November 2024 ran every forward first where m = p), then one forward and one backward
+    // alternating, then the cool-down. What each stage holds is cost::getInFlightMicrobatches's
+    // count.
     int v = static_cast<int>(program.forwardChunks.size()), p = stages;
     if (static_cast<int>(program.backwardChunks.size()) != v)
       return invalid("the stage program has " + std::to_string(v) + " forward and " +
                      std::to_string(program.backwardChunks.size()) + " backward chunks");
-    if (m % p != 0)
-      return invalid("the interleaved schedule needs the micro-batches (" + std::to_string(m) +
-                     ") to be a multiple of the pipeline stages (" + std::to_string(p) + ")");
+    int n = spec.microbatchGroup > 0 ? static_cast<int>(spec.microbatchGroup) : p;
+    if (n < p || n > m)
+      return invalid("the interleaved schedule's micro-batch group (" + std::to_string(n) +
+                     ") must lie between the pipeline stages (" + std::to_string(p) +
+                     ") and the micro-batches (" + std::to_string(m) + ")");
+    if (m % n != 0 && m % n < p)
+      return invalid("the interleaved schedule's last micro-batch group (" + std::to_string(m % n) +
+                     " of " + std::to_string(m) + " in groups of " + std::to_string(n) +
+                     ") must be whole or hold at least the pipeline stages (" + std::to_string(p) +
+                     ")");
     int total = m * v;
-    auto microbatch = [&](int k) { return (k / (p * v)) * p + k % p; };
-    auto forwardChunk = [&](int k) { return (k % (p * v)) / p; };
+    std::vector<std::pair<int, int>> table; // (micro-batch, chunk) of each virtual micro-batch
+    table.reserve(static_cast<size_t>(total));
+    for (int first = 0; first < m; first += n)
+      for (int chunk = 0; chunk < v; ++chunk)
+        for (int mb = first; mb < std::min(m, first + n); ++mb)
+          table.emplace_back(mb, chunk);
     auto runForward = [&](int k) {
-      return program.forwardChunks[static_cast<size_t>(forwardChunk(k))](microbatch(k));
+      auto [mb, chunk] = table[static_cast<size_t>(k)];
+      return program.forwardChunks[static_cast<size_t>(chunk)](mb);
     };
     auto runBackward = [&](int k) {
-      return program.backwardChunks[static_cast<size_t>(v - 1 - forwardChunk(k))](microbatch(k));
+      auto [mb, chunk] = table[static_cast<size_t>(k)];
+      return program.backwardChunks[static_cast<size_t>(v - 1 - chunk)](mb);
     };
-    int warmup = std::min(total, (p - stage - 1) * 2 + (v - 1) * p);
+    int warmup = std::min(total, (p - stage - 1) * 2 + (v - 1) * n);
     for (int k = 0; k < warmup; ++k)
       PLACERT_TRY(runForward(k));
     for (int k = warmup; k < total; ++k) {

@@ -1068,21 +1068,31 @@ struct InterleavedRun {
   std::vector<int> peakChunks; ///< each rank's most chunk forwards awaiting their backward
   int peakHeadChunks = 0;      ///< the last chunk's of the last rank (the head's)
 };
-InterleavedRun simulateInterleaved(int p, int v, int m, double f, double b) {
+InterleavedRun simulateInterleaved(int p, int v, int m, double f, double b, int group = 0) {
   struct Pass {
     bool forward;
     int chunk, microbatch;
   };
-  int total = m * v, stages = p * v;
+  int total = m * v, stages = p * v, n = group > 0 ? group : p;
+  // Megatron-Core's get_schedule_table: each group of n micro-batches (the last one whatever is
+  // left) runs through chunk 0, then chunk 1, and so on; the backwards take the chunks in
+  // reverse.
+  std::vector<std::pair<int, int>> table; // (micro-batch, chunk)
+  for (int first = 0; first < m; first += n) {
+    int end = first + n >= m ? m : first + n;
+    for (int chunk = 0; chunk < v; ++chunk)
+      for (int mb = first; mb < end; ++mb)
+        table.emplace_back(mb, chunk);
+  }
   std::vector<std::vector<Pass>> order(static_cast<size_t>(p));
   InterleavedRun run;
   run.peakChunks.assign(static_cast<size_t>(p), 0);
   for (int r = 0; r < p; ++r) {
     auto pass = [&](int k, bool forward) {
-      int chunk = (k % (p * v)) / p;
-      return Pass{forward, forward ? chunk : v - 1 - chunk, (k / (p * v)) * p + k % p};
+      auto [mb, chunk] = table[static_cast<size_t>(k)];
+      return Pass{forward, forward ? chunk : v - 1 - chunk, mb};
     };
-    int warmup = std::min(total, 2 * (p - r - 1) + (v - 1) * p);
+    int warmup = std::min(total, 2 * (p - r - 1) + (v - 1) * n);
     std::vector<Pass> &o = order[static_cast<size_t>(r)];
     for (int k = 0; k < warmup; ++k)
       o.push_back(pass(k, true));
@@ -1141,6 +1151,48 @@ TEST(CostModelTest, InterleavedAgainstItsSchedule) {
         EXPECT_DOUBLE_EQ(getLossInFlightMicrobatches(ir::Schedule::Interleaved, p, m, v, p - 1),
                          run.peakHeadChunks);
       }
+  // Micro-batch groups of N from p up (`group`, Megatron-Core's
+  // --microbatch-group-size-per-vp-stage), over every m the rule accepts up to 3N + p, the last
+  // group short of N included: the same bubble, (v − 1)·N warm-up chunks in flight, and the head's
+  // loss buffers of two micro-batches where the last group is short.
+  int checked = 0;
+  for (int p : {2, 3, 4})
+    for (int v : {2, 3})
+      for (int n : {p, p + 1, 2 * p - 1, 2 * p})
+        for (int m = n; m <= 3 * n + p; ++m) {
+          if (!isScheduleValid(ir::Schedule::Interleaved, p, m, v, nullptr, n))
+            continue;
+          for (PassTimes c : kPassTimes) {
+            double f = c.f, b = c.b + c.w;
+            InterleavedRun run = simulateInterleaved(p, v, m, f, b, n);
+            MicrobatchTimes times;
+            times.forward = v * f;
+            times.backward = v * b;
+            times.weight = v * c.w;
+            StageMicrobatch stages[] = {{times, p}};
+            EXPECT_NEAR(getBubbleSeconds(ir::Schedule::Interleaved, m, v, stages, nullptr, n),
+                        run.makespan - m * v * (f + b), 1e-9)
+                << "p " << p << ", v " << v << ", N " << n << ", m " << m;
+            ++checked;
+          }
+          InterleavedRun run = simulateInterleaved(p, v, m, 1, 2, n);
+          for (int s = 0; s < p; ++s)
+            EXPECT_DOUBLE_EQ(
+                getInFlightMicrobatches(ir::Schedule::Interleaved, p, m, v, s, nullptr, n),
+                run.peakChunks[s] / static_cast<double>(v))
+                << "p " << p << ", v " << v << ", N " << n << ", m " << m << ", stage " << s;
+          EXPECT_DOUBLE_EQ(
+              getLossInFlightMicrobatches(ir::Schedule::Interleaved, p, m, v, p - 1, nullptr, n),
+              run.peakHeadChunks)
+              << "p " << p << ", v " << v << ", N " << n << ", m " << m;
+        }
+  EXPECT_GT(checked, 500);
+  // The rule: N between p and m, the last group whole or at least p.
+  EXPECT_FALSE(isScheduleValid(ir::Schedule::Interleaved, 4, 16, 2, nullptr, 3));
+  EXPECT_FALSE(isScheduleValid(ir::Schedule::Interleaved, 4, 16, 2, nullptr, 17));
+  EXPECT_FALSE(isScheduleValid(ir::Schedule::Interleaved, 4, 14, 2, nullptr, 6)); // 14 = 2·6 + 2
+  EXPECT_TRUE(isScheduleValid(ir::Schedule::Interleaved, 4, 10, 2, nullptr, 6));  // 10 = 6 + 4
+  EXPECT_FALSE(isScheduleValid(ir::Schedule::Interleaved, 4, 10, 2, nullptr, 4)); // 10 % p
 }
 
 TEST(CostModelTest, BubbleOfZeroBubbleH1) {

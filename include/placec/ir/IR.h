@@ -785,6 +785,11 @@ struct Pipeline {
     return layers + (embeddingLayer ? 1 : 0) + (lossLayer ? 1 : 0);
   }
   llvm::SMLoc loc;
+  /// `group = N` (interleaving): the micro-batches run in groups of N through each model chunk
+  /// before the next (Megatron-Core's --microbatch-group-size-per-vp-stage, PyTorch's
+  /// ScheduleInterleaved1F1B's rounds); 0: the pipeline size, Megatron-Core's default.
+  int64_t group = 0;
+  llvm::SMLoc groupLoc;
 };
 
 /// A strategy with every parameter bound: a mesh and a placement per state.

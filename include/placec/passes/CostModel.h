@@ -534,14 +534,18 @@ double getHeldActivationBytes(llvm::ArrayRef<HeldMicrobatches> peaks, double inF
 /// memory is balanced, as 1F1B's first stage; Qi et al. 2024 §4); DualPipeV min(p + 1/2, m), 2p + 1
 /// chunks of half a stage (the DualPipe README's PP + 1 stages with PP = 2p); DualPipe
 /// min((p + 1)/2, m) (DeepSeek-V3, Table 2).
+/// Interleaved with micro-batch groups of N (`group`, 0: p): (v − 1)·N warm-up chunks.
 double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
-                               int64_t chunks, int stage, std::string *formula = nullptr);
+                               int64_t chunks, int stage, std::string *formula = nullptr,
+                               int64_t group = 0);
 
 /// Micro-batches whose loss buffers (getHeadActivationBytes) the stage holding the head keeps at
 /// once: GPipe's m; one under the other pipeline schedules, whose head chunk runs each
 /// micro-batch's backward before its next forward; without a pipeline the stage's count.
+/// Interleaved with micro-batch groups of N (`group`) whose last is short: two.
 double getLossInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
-                                   int64_t chunks, int stage, std::string *formula = nullptr);
+                                   int64_t chunks, int stage, std::string *formula = nullptr,
+                                   int64_t group = 0);
 
 /// Micro-batches in flight on a stage under `ep_overlap = true`, from the schedule's `inFlight`
 /// (getInFlightMicrobatches). Megatron-Core's combined 1F1B runs the forward of layer i of one
@@ -778,9 +782,10 @@ struct ExpertExchange {
 /// `_forward_backward_chunk` runs a forward chunk beside a backward one): rank r of p pairs two
 /// chunks in each of the m − 2p + r + 1 iterations of its main step (but the last rank's first
 /// two) and one in each of the p − r − 1 of its fifth, of its 2m forward and 2m backward chunk
-/// passes: u = (3p − r − 1 + [r = p − 1]) / (2m).
+/// passes: u = (3p − r − 1 + [r = p − 1]) / (2m). Interleaved with micro-batch groups of N
+/// (`group`, 0: p), (v − 1)·N warm-up chunks.
 double getExpertOverlapUnpairedShare(ir::Schedule schedule, int64_t stages, int64_t stage,
-                                     int64_t microbatches, int64_t chunks);
+                                     int64_t microbatches, int64_t chunks, int64_t group = 0);
 
 /// Seconds per micro-batch that the expert-parallel all-to-alls of a stage's units add under
 /// `ep_overlap = true`: each unit's forward and backward exchanges beside the compute of both its
@@ -810,8 +815,11 @@ PassUnit getStepPassUnit(const PassUnit &unit, double stepGather, double stepRed
 /// 2p − 1 to fill its V (PyTorch's ScheduleZBVZeroBubble pads fewer with idle slots);
 /// DualPipeV twice as many as stages (deepseek-ai/DualPipe, dualpipev.py), DualPipe an even
 /// number of stages too and an even number of micro-batches (dualpipe.py).
+/// Under interleaving, `group` is the micro-batch group (ir::Pipeline::group; 0: the stages): it
+/// must lie between p and m, and the last group be whole or at least p (Megatron-Core's
+/// schedules.py), which with groups of p is m a multiple of p.
 bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
-                     std::string *why = nullptr);
+                     std::string *why = nullptr, int64_t group = 0);
 
 /// One micro-batch of a stage: its forward, its backward (recomputation and the weight
 /// gradients included), the weight gradients' part of it, and the communication it exposes, in
@@ -873,9 +881,11 @@ struct StageMicrobatch {
 /// micro-batch (DualPipeV's formula takes that mean as every chunk's). For 1F1B and GPipe this is
 /// the exact step of the schedule when the slowest stage is the last (m·t_last + Σ_{i ≠ last} t_i),
 /// and an upper bound, tighter than (p − 1)·t_max, when it is another. Negative differences are no
-/// bubble.
+/// bubble. Interleaving's micro-batch groups (`group`, 0: p) leave its bubble as it is
+/// (CostModelTest.InterleavedAgainstItsSchedule plays them).
 double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chunks,
-                        llvm::ArrayRef<StageMicrobatch> stages, std::string *formula = nullptr);
+                        llvm::ArrayRef<StageMicrobatch> stages, std::string *formula = nullptr,
+                        int64_t group = 0);
 
 //===----------------------------------------------------------------------===//
 // The cost model of a cluster

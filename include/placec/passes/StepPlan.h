@@ -171,6 +171,8 @@ public:
   int64_t microbatches = 1;
   ir::Schedule schedule = ir::Schedule::OneFOneB;
   int64_t chunks = 1;
+  /// Interleaving's micro-batch group (ir::Pipeline::group; 0: the stages).
+  int64_t group = 0;
   DType paramType = DType::BF16;
   /// The type parameters are all-gathered in (FP8 under mixed(fp8, gather = fp8)).
   DType gatherType = DType::BF16;

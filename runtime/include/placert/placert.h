@@ -472,6 +472,9 @@ struct TrainingSpec {
   int64_t globalBatch = 0, microBatch = 0;
   int64_t microbatches = 1; ///< Per step per batch replica.
   Schedule schedule = Schedule::OneFOneB;
+  /// Interleaving: the micro-batches each model chunk runs in a row (Megatron-Core's
+  /// microbatch_group_size_per_vp_stage); 0: the pipeline stages.
+  int64_t microbatchGroup = 0;
   OptimizerKind optimizer = OptimizerKind::Adam;
   DType paramType = DType::FP32, gradType = DType::FP32, activationType = DType::FP32;
   /// Bytes of optimizer state per parameter (fp32 adam: 8, mixed adam: 12).
