@@ -745,8 +745,8 @@ Program makeSmallProgram() {
   params.axes[1].isExplicit = true;
   strategy->getPlacement(State::Optimizer).tier = Tier::Host;
   strategy->getPlacement(State::Optimizer).tierExplicit = true;
-  strategy->pipeline =
-      Pipeline{Schedule::OneFOneB, 4, 1, 0, 0, false, false, false, {}, llvm::SMLoc()};
+  strategy->pipeline = Pipeline{
+      Schedule::OneFOneB, 4, 1, 0, 0, false, false, false, {}, llvm::SMLoc(), 0, llvm::SMLoc()};
   program.strategies.push_back(std::move(strategy));
 
   auto meshless = std::make_unique<Strategy>();
