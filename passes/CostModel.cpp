@@ -2427,7 +2427,8 @@ llvm::SmallVector<HeldMicrobatches, 2>
 getDeferredWeightPeaks(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
                        int stage, bool hasHead, double inFlight, std::string *formula) {
   llvm::SmallVector<HeldMicrobatches, 2> peaks;
-  if (stages <= 1)
+  if (stages <= 1 || (schedule != ir::Schedule::ZeroBubble &&
+                      schedule != ir::Schedule::ZeroBubbleV && schedule != ir::Schedule::DualPipeV))
     return peaks;
   double p = static_cast<double>(stages), m = static_cast<double>(microbatches),
          r = static_cast<double>(stage);
