@@ -446,9 +446,9 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
         plan.microbatches, plan.chunks, x.layers, explain ? &x.inFlightText : nullptr);
   // Schedules that defer weight passes: what the deferred passes hold at the stage's peaks, by
   // class of layer (and whether recompute(layers = n) keeps it).
-  x.peaks = cost::getDeferredWeightPeaks(plan.schedule, static_cast<int64_t>(plan.stages.size()),
-                                         plan.microbatches, plan.chunks, stage.stage, hasHead,
-                                         x.inFlight, explain ? &x.peaksText : nullptr);
+  x.peaks = cost::getDeferredWeightPeaks(
+      plan.schedule, static_cast<int64_t>(plan.stages.size()), plan.microbatches, plan.chunks,
+      stage.stage, hasHead, x.inFlight - scheduleInFlight, explain ? &x.peaksText : nullptr);
   if (!x.peaks.empty()) {
     cost::Layout keep = layout;
     keep.activations = ir::ActivationMode::Keep;

@@ -2425,16 +2425,15 @@ double getLossInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_
 
 llvm::SmallVector<HeldMicrobatches, 2>
 getDeferredWeightPeaks(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
-                       int stage, bool hasHead, double inFlight, std::string *formula) {
+                       int stage, bool hasHead, double extraInFlight, std::string *formula) {
   llvm::SmallVector<HeldMicrobatches, 2> peaks;
   if (stages <= 1 || (schedule != ir::Schedule::ZeroBubble &&
                       schedule != ir::Schedule::ZeroBubbleV && schedule != ir::Schedule::DualPipeV))
     return peaks;
   double p = static_cast<double>(stages), m = static_cast<double>(microbatches),
          r = static_cast<double>(stage);
-  double extra = inFlight - getInFlightMicrobatches(schedule, stages, microbatches, chunks, stage);
   auto add = [&](double held, double deferred, double heads) {
-    peaks.push_back({held + extra, deferred, hasHead ? heads : 0});
+    peaks.push_back({held + extraInFlight, deferred, hasHead ? heads : 0});
   };
   switch (schedule) {
   case ir::Schedule::ZeroBubble: {

@@ -935,7 +935,7 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
                               : 0;
     llvm::SmallVector<cost::HeldMicrobatches, 2> peaks =
         cost::getDeferredWeightPeaks(c.schedule, c.pp, c.microbatches, c.chunks,
-                                     stageShapes[i].stage, stageShapes[i].hasHead, inFlight);
+                                     stageShapes[i].stage, stageShapes[i].hasHead, 0);
     verdict.deferredExtra |= !peaks.empty() && activations.perDeferred[i] > 0;
     double device =
         placed.device[i] + activations.fixed[i] +

@@ -1348,7 +1348,7 @@ TEST(CostModelTest, DeferredWeightPeaks) {
     double inFlight = getInFlightMicrobatches(schedule, p, m,
                                               schedule == ir::Schedule::ZeroBubble ? 1 : 2, stage);
     auto peaks = getDeferredWeightPeaks(
-        schedule, p, m, schedule == ir::Schedule::ZeroBubble ? 1 : 2, stage, head, inFlight);
+        schedule, p, m, schedule == ir::Schedule::ZeroBubble ? 1 : 2, stage, head, 0);
     EXPECT_FALSE(peaks.empty());
     return getHeldActivationBytes(peaks, inFlight, 1, perDeferred, perHead);
   };
@@ -1391,9 +1391,9 @@ TEST(CostModelTest, DeferredWeightPeaks) {
       }
     }
   // Without a pipeline, and under the schedules that run each weight pass in its backward: none.
-  EXPECT_TRUE(getDeferredWeightPeaks(ir::Schedule::ZeroBubble, 1, 8, 1, 0, true, 1).empty());
-  EXPECT_TRUE(getDeferredWeightPeaks(ir::Schedule::OneFOneB, 4, 8, 1, 0, true, 4).empty());
-  EXPECT_TRUE(getDeferredWeightPeaks(ir::Schedule::Interleaved, 4, 8, 2, 0, true, 4).empty());
+  EXPECT_TRUE(getDeferredWeightPeaks(ir::Schedule::ZeroBubble, 1, 8, 1, 0, true, 0).empty());
+  EXPECT_TRUE(getDeferredWeightPeaks(ir::Schedule::OneFOneB, 4, 8, 1, 0, true, 0).empty());
+  EXPECT_TRUE(getDeferredWeightPeaks(ir::Schedule::Interleaved, 4, 8, 2, 0, true, 0).empty());
 }
 
 TEST(CostModelTest, BubbleOfUnevenStages) {

@@ -508,17 +508,19 @@ struct HeldMicrobatches {
 };
 
 /// The peaks of pipeline stage `stage` under zero_bubble, zbv and dualpipev, as their schedules
-/// order the passes (every one of the others, and no pipeline: none). `inFlight` is the stage's
-/// count (getInFlightMicrobatches, or getExpertOverlapInFlight's), whose excess over the
-/// schedule's count is added to each peak's. ZB-H1 (Qi et al.'s hand schedule): min(p, m) in
-/// flight, min(s + 1, m) deferred, the s it defers and the one between its input-gradient and
-/// weight passes; the head's stage holds the head's with each. ZB-V (PyTorch's
+/// order the passes (every one of the others, and no pipeline: none). `extraInFlight` is what the
+/// stage holds beyond the schedule's count (getExpertOverlapInFlight's excess over
+/// getInFlightMicrobatches; 0 without it), added to each peak's. ZB-H1 (Qi et al.'s hand schedule):
+/// min(p, m) in flight, min(s + 1, m) deferred, the s it defers and the one between its
+/// input-gradient and weight passes; the head's stage holds the head's with each. ZB-V (PyTorch's
 /// ScheduleZBVZeroBubble), rank r: p in flight with one chunk deferred (the head's chunk on the
 /// first rank), or (p + r)/2 with 2r + 1 chunks deferred. DualPipeV (deepseek-ai/DualPipe,
 /// dualpipev.py): p + 1/2 with one chunk deferred, or p/2 with r + 1 chunks deferred.
-llvm::SmallVector<HeldMicrobatches, 2>
-getDeferredWeightPeaks(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
-                       int stage, bool hasHead, double inFlight, std::string *formula = nullptr);
+llvm::SmallVector<HeldMicrobatches, 2> getDeferredWeightPeaks(ir::Schedule schedule, int64_t stages,
+                                                              int64_t microbatches, int64_t chunks,
+                                                              int stage, bool hasHead,
+                                                              double extraInFlight,
+                                                              std::string *formula = nullptr);
 
 /// The activation bytes a stage holds at its peak: max over `peaks` of microbatches·perMicrobatch
 /// + deferred·perDeferred + heads·perHead; inFlight·perMicrobatch without peaks.
