@@ -2956,6 +2956,17 @@ PassUnit getStepPassUnit(const PassUnit &unit, double stepGather, double stepRed
 // Pipelines
 //===----------------------------------------------------------------------===//
 
+int64_t getSmallestMicrobatchGroup(int64_t stages, int64_t microbatches) {
+  if (stages <= 0 || microbatches < stages)
+    return 0;
+  for (int64_t group = stages; group < microbatches; ++group) {
+    int64_t last = microbatches % group;
+    if (last == 0 || last >= stages)
+      return group;
+  }
+  return microbatches; // One group: the last is whole.
+}
+
 bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
                      std::string *why, int64_t group) {
   if (stages <= 1)

@@ -897,7 +897,8 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
     return;
   }
   // Rule `schedule`: a schedule's formulas hold only where its preconditions do.
-  if (c.pp > 1 && !cost::isScheduleValid(c.schedule, c.pp, c.microbatches, c.chunks)) {
+  if (c.pp > 1 &&
+      !cost::isScheduleValid(c.schedule, c.pp, c.microbatches, c.chunks, nullptr, c.group)) {
     verdict.rejectedBy = "schedule";
     return;
   }
@@ -928,14 +929,18 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
   double peak = -1, hostPeak = 0;
   for (size_t i = 0; i < stageShapes.size(); ++i) {
     double inFlight = cost::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks,
-                                                    stageShapes[i].stage);
-    double lossInFlight = activations.perLoss[i] > 0
-                              ? cost::getLossInFlightMicrobatches(c.schedule, c.pp, c.microbatches,
-                                                                  c.chunks, stageShapes[i].stage)
-                              : 0;
-    llvm::SmallVector<cost::HeldMicrobatches, 2> peaks =
-        cost::getDeferredWeightPeaks(c.schedule, c.pp, c.microbatches, c.chunks,
-                                     stageShapes[i].stage, stageShapes[i].hasHead, 0);
+                                                    stageShapes[i].stage, nullptr, c.group);
+    double lossInFlight =
+        activations.perLoss[i] > 0
+            ? cost::getLossInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks,
+                                                stageShapes[i].stage, nullptr, c.group)
+            : 0;
+    // Where the deferred weight passes hold nothing beyond their micro-batches' activations (no
+    // recomputation, no head), the fullest peak is the count in flight, which needs no peaks.
+    llvm::SmallVector<cost::HeldMicrobatches, 2> peaks;
+    if (activations.perDeferred[i] > 0 || activations.perHead[i] > 0)
+      peaks = cost::getDeferredWeightPeaks(c.schedule, c.pp, c.microbatches, c.chunks,
+                                           stageShapes[i].stage, stageShapes[i].hasHead, 0);
     verdict.deferredExtra |= !peaks.empty() && activations.perDeferred[i] > 0;
     double device =
         placed.device[i] + activations.fixed[i] +
@@ -1025,7 +1030,8 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
   }
   verdict.stepSeconds =
       slowestStage + cost::getBubbleSeconds(c.schedule, c.microbatches, c.chunks,
-                                            ArrayRef(microbatches, numMicrobatches));
+                                            ArrayRef(microbatches, numMicrobatches), nullptr,
+                                            c.group);
 }
 
 void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::StageStates &states,
@@ -1483,6 +1489,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
             int64_t chunks;
             int64_t edge = 0;
             bool counted = false;
+            int64_t group = 0;
           };
           std::vector<Step> steps;
           Layouts layouts;
@@ -1493,6 +1500,11 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
           };
           for (int64_t b : divisorsOf(globalBatch / dp)) {
             int64_t m = globalBatch / (b * dp);
+            // Interleaving's micro-batch groups: Megatron-Core's default where the stages divide
+            // the micro-batches, else the smallest that fits them.
+            int64_t group = cost::getSmallestMicrobatchGroup(pp, m);
+            if (group == pp)
+              group = 0;
             // Without a pipeline the schedule is moot: one candidate, 1f1b.
             if (pp == 1) {
               steps.push_back({b, ir::Schedule::OneFOneB, 1});
@@ -1512,8 +1524,8 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
             // `edge` layers over their chunks.
             if (explores(ir::Schedule::Interleaved))
               for (int64_t v : countedChunks)
-                if (cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v)) {
-                  steps.push_back({b, ir::Schedule::Interleaved, v, edge, true});
+                if (cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v, nullptr, group)) {
+                  steps.push_back({b, ir::Schedule::Interleaved, v, edge, true, group});
                   addEdgeLayout(edge);
                 }
             if (!evenSplit)
@@ -1531,8 +1543,9 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               }
             if (explores(ir::Schedule::Interleaved))
               for (int64_t v : divisorsOf(layers / pp))
-                if (v > 1 && cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v)) {
-                  steps.push_back({b, ir::Schedule::Interleaved, v});
+                if (v > 1 &&
+                    cost::isScheduleValid(ir::Schedule::Interleaved, pp, m, v, nullptr, group)) {
+                  steps.push_back({b, ir::Schedule::Interleaved, v, 0, false, group});
                   layouts.even = true;
                 }
             if (layers % (2 * pp) == 0)
@@ -1640,6 +1653,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                           c.microbatches = globalBatch / (step.microBatch * dp);
                           c.schedule = step.schedule;
                           c.chunks = step.chunks;
+                          c.group = step.group;
                           c.edgeLayers = step.edge;
                           c.countedSplit = step.counted;
                           inner(c);
@@ -1755,6 +1769,7 @@ std::string Candidate::describe() const {
   if (pp > 1)
     text += " " + ir::toString(schedule).str() +
             (schedule == ir::Schedule::Interleaved ? "/" + std::to_string(chunks) : "") +
+            (group > 0 ? " group=" + std::to_string(group) : "") +
             (countedSplit     ? " embedding_layer+loss_layer"
              : edgeLayers > 0 ? " first=last=" + std::to_string(edgeLayers)
                               : "");
@@ -2151,6 +2166,7 @@ std::unique_ptr<ir::Strategy> buildStrategy(const Candidate &c, StringRef name) 
     pipeline.schedule = c.schedule;
     pipeline.microbatches = c.microbatches;
     pipeline.chunks = c.chunks;
+    pipeline.group = c.group;
     if (c.countedSplit)
       pipeline.embeddingLayer = pipeline.lossLayer = true;
     else
@@ -2552,8 +2568,15 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
       if (run.globalBatch % (b * samples) != 0 || (cp > 1 && b % cp == 0))
         continue;
       int64_t m = run.globalBatch / (b * samples);
+      // Interleaving's micro-batch groups: Megatron-Core's default where the stages divide the
+      // micro-batches, else the smallest that fits them.
+      int64_t smallestGroup = cost::getSmallestMicrobatchGroup(pp, m);
       for (const Pipeline &pipeline : layouts[group.pipelines]) {
-        if (!cost::isScheduleValid(pipeline.schedule, pp, m, pipeline.chunks))
+        int64_t microbatchGroup =
+            pipeline.schedule == ir::Schedule::Interleaved && smallestGroup != pp ? smallestGroup
+                                                                                  : 0;
+        if (!cost::isScheduleValid(pipeline.schedule, pp, m, pipeline.chunks, nullptr,
+                                   microbatchGroup))
           continue;
         bool lessOver = false;
         for (ir::ActivationMode mode : activations)
@@ -2588,6 +2611,7 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
                 c.microbatches = m;
                 c.schedule = pipeline.schedule;
                 c.chunks = pipeline.chunks;
+                c.group = microbatchGroup;
                 c.countedSplit = pipeline.counted;
                 c.edgeLayers = pipeline.edge;
                 variant.applyTo(c);
@@ -3132,6 +3156,8 @@ std::string formatStrategy(const Candidate &c, StringRef name) {
             "(microbatches = " + std::to_string(c.microbatches);
     if (c.schedule == ir::Schedule::Interleaved)
       text += ", chunks = " + std::to_string(c.chunks);
+    if (c.group > 0)
+      text += ", group = " + std::to_string(c.group);
     if (c.countedSplit)
       text += ", embedding_layer = true, loss_layer = true";
     else if (c.edgeLayers > 0)

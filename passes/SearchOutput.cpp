@@ -131,7 +131,8 @@ bool showsExperts(const SearchResult &result) {
 }
 
 /// `interleaved(4)`, `interleaved(8)(emb+loss)` (the embedding and the loss counted as layers),
-/// `1f1b(first = last = 7)`, `-` without a pipeline.
+/// `interleaved(2)(group = 9)` (micro-batch groups other than the stages), `1f1b(first = last =
+/// 7)`, `-` without a pipeline.
 std::string scheduleText(const Candidate &c) {
   if (c.pp == 1)
     return "-";
@@ -140,6 +141,8 @@ std::string scheduleText(const Candidate &c) {
   os << ir::toString(c.schedule);
   if (c.schedule == ir::Schedule::Interleaved)
     os << "(" << c.chunks << ")";
+  if (c.group > 0)
+    os << "(group = " << c.group << ")";
   if (c.countedSplit)
     os << "(emb+loss)";
   else if (c.edgeLayers > 0)
@@ -149,9 +152,11 @@ std::string scheduleText(const Candidate &c) {
 
 void printTable(const SearchResult &result, raw_ostream &out) {
   int64_t devices = result.cluster->getNumDevices();
-  int meshWidth = 4, activationsWidth = 34, expertsWidth = 7, precisionWidth = 24;
+  int meshWidth = 4, activationsWidth = 34, expertsWidth = 7, scheduleWidth = 30,
+      precisionWidth = 24;
   bool experts = showsExperts(result);
   for (const Candidate &c : result.top) {
+    scheduleWidth = std::max(scheduleWidth, static_cast<int>(scheduleText(c).size()));
     meshWidth = std::max(meshWidth, static_cast<int>(c.formatMesh().size()));
     activationsWidth = std::max(activationsWidth, static_cast<int>(activationsText(c).size()));
     expertsWidth = std::max(expertsWidth, static_cast<int>(c.formatExperts().size()));
@@ -169,9 +174,9 @@ void printTable(const SearchResult &result, raw_ostream &out) {
                 text("context"), text("params"), text("grads"), text("optimizer"), activationsWidth,
                 text("activations"))
       << expertsCell("experts")
-      << format(" %4s %5s %-30s %-*s %10s %9s %6s %10s", text("b"), text("m"), text("schedule"),
-                precisionWidth, text("precision"), text("step (s)"), text("TFLOP/s"), text("MFU"),
-                text("memory"));
+      << format(" %4s %5s %-*s %-*s %10s %9s %6s %10s", text("b"), text("m"), scheduleWidth,
+                text("schedule"), precisionWidth, text("precision"), text("step (s)"),
+                text("TFLOP/s"), text("MFU"), text("memory"));
   out << (result.topBridges.empty() ? "\n" : "  exports to\n");
   for (size_t i = 0; i < result.top.size(); ++i) {
     const Candidate &c = result.top[i];
@@ -184,9 +189,9 @@ void printTable(const SearchResult &result, raw_ostream &out) {
                   toString(c.grads).str().c_str(), toString(c.optimizer).str().c_str(),
                   activationsWidth, activations.c_str())
         << expertsCell(c.formatExperts())
-        << format(" %4lld %5lld %-30s %-*s %10.3f %9.1f %5.1f%% %10s",
+        << format(" %4lld %5lld %-*s %-*s %10.3f %9.1f %5.1f%% %10s",
                   static_cast<long long>(c.microBatch), static_cast<long long>(c.microbatches),
-                  schedule.c_str(), precisionWidth, c.formatPrecision().c_str(),
+                  scheduleWidth, schedule.c_str(), precisionWidth, c.formatPrecision().c_str(),
                   analysis.time.stepSeconds, tflopsPerDevice(analysis, devices),
                   analysis.time.mfu * 100, formatBytes(analysis.memory.device.peak).c_str());
     out << (i < result.topBridges.size() ? "  " + formatExports(result.topBridges[i]) : "") << "\n";
@@ -255,6 +260,7 @@ json::Object candidateJson(const Candidate &c) {
                       {"microbatches", c.microbatches},
                       {"schedule", c.pp > 1 ? ir::toString(c.schedule) : StringRef("none")},
                       {"chunks", c.chunks},
+                      {"group", c.group},
                       {"first_last_layers", c.countedSplit ? 0 : c.edgeLayers},
                       {"embedding_loss_layers", c.countedSplit},
                       {"step_seconds", c.stepSeconds},

@@ -1128,6 +1128,43 @@ InterleavedRun simulateInterleaved(int p, int v, int m, double f, double b, int 
   return run;
 }
 
+TEST(CostModelTest, SmallestMicrobatchGroup) {
+  // The least group isScheduleValid accepts for interleaving, found by trying every N from p to
+  // m; the stages where they divide m; none below p. Megatron-Core's rule by hand: 10 over 4
+  // stages in groups of 5 (4 leaves 2), 7 over 4 in one group of 7 (4, 5 and 6 leave 3, 2, 1),
+  // 9 over 2 in groups of 2 (the last of 1 is short, so 3).
+  EXPECT_EQ(getSmallestMicrobatchGroup(4, 10), 5);
+  EXPECT_EQ(getSmallestMicrobatchGroup(4, 7), 7);
+  EXPECT_EQ(getSmallestMicrobatchGroup(2, 9), 3);
+  EXPECT_EQ(getSmallestMicrobatchGroup(4, 12), 4);
+  EXPECT_EQ(getSmallestMicrobatchGroup(4, 3), 0);
+  for (int64_t p = 2; p <= 8; ++p)
+    for (int64_t m = 1; m <= 6 * p; ++m) {
+      int64_t expected = 0;
+      for (int64_t n = p; n <= m && !expected; ++n)
+        if (isScheduleValid(ir::Schedule::Interleaved, p, m, 2, nullptr, n))
+          expected = n;
+      ASSERT_EQ(getSmallestMicrobatchGroup(p, m), expected) << "p " << p << ", m " << m;
+      // Every other group the rule accepts holds at least as many micro-batches in flight on
+      // every stage, and the bubble is the same.
+      if (!expected)
+        continue;
+      std::vector<StageMicrobatch> stages = {{{1.0, 2.0, 0.5, 0.1}, p}};
+      for (int64_t n = expected + 1; n <= m; ++n) {
+        if (!isScheduleValid(ir::Schedule::Interleaved, p, m, 2, nullptr, n))
+          continue;
+        for (int stage = 0; stage < p; ++stage)
+          EXPECT_LE(
+              getInFlightMicrobatches(ir::Schedule::Interleaved, p, m, 2, stage, nullptr, expected),
+              getInFlightMicrobatches(ir::Schedule::Interleaved, p, m, 2, stage, nullptr, n))
+              << "p " << p << ", m " << m << ", group " << n << ", stage " << stage;
+        EXPECT_DOUBLE_EQ(
+            getBubbleSeconds(ir::Schedule::Interleaved, m, 2, stages, nullptr, expected),
+            getBubbleSeconds(ir::Schedule::Interleaved, m, 2, stages, nullptr, n));
+      }
+    }
+}
+
 TEST(CostModelTest, InterleavedAgainstItsSchedule) {
   // The bubble, (p − 1)/v of a micro-batch's stage time, is exact for every m the rule accepts
   // (a multiple of p, m = p included), 2 to 4 chunks.

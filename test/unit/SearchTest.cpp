@@ -76,7 +76,9 @@ run llama {
 /// that all_to_all needs tp × cp to divide 4). 16 layers over 8 stages leave some stage
 /// boundaries inside a node (4 devices per stage, 8 per node). 14 layers (`uneven`) split evenly
 /// only into 1, 2 or 7 stages; 4 and 8 stages (dividing 32 devices and 14 + 2 layers) get the
-/// first and the last stage one layer short: 3, 4, 4, 3 and 1, 2, …, 2, 1.
+/// first and the last stage one layer short: 3, 4, 4, 3 and 1, 2, …, 2, 1. A global batch of 96
+/// (`grouped`) leaves micro-batch counts that the stages do not divide (6 over 4 stages), which
+/// interleaving runs in groups other than the stages.
 const char *const kContext = R"(
 model gpt_cp : transformer {
   layers = 16; hidden = 1024; heads = 16; seq = 8192; vocab = 32000;
@@ -96,6 +98,8 @@ model gpt_14 : transformer {
 }
 run uneven { model = gpt_14; cluster = h100_32; strategy = zero3(dp = 32);
              micro_batch = 1; global_batch = 64; precision = mixed(bf16); optimizer = adam; }
+run grouped { model = gpt_cp; cluster = h100_32; strategy = zero3(dp = 32);
+              micro_batch = 1; global_batch = 96; precision = mixed(bf16); optimizer = adam; }
 )";
 
 /// A small space with every option: host tier, host memory, a small budget, pipelines.
@@ -178,7 +182,8 @@ void checkAgreement(const ir::Run &run, const ir::Cluster &cluster, unsigned sam
     kinds[std::to_string(c.cp > 1 ? static_cast<int>(c.context) : -1) + "/" +
           std::to_string(static_cast<int>(c.schedule)) + "/" +
           std::to_string(static_cast<int>(c.asyncTp)) + "/" + std::to_string(c.edgeLayers > 0) +
-          "/" + std::to_string(c.countedSplit) + "/" + c.formatPrecision()]
+          "/" + std::to_string(c.countedSplit) + "/" + std::to_string(c.group > 0) + "/" +
+          c.formatPrecision()]
         .push_back(&c);
   for (auto &[kind, members] : kinds)
     for (unsigned i = 0; i < 4; ++i)
@@ -832,7 +837,7 @@ TEST(SearchTest, FastPathAgreesWithVerifierAndAnalysesAtScale) {
 TEST(SearchTest, FastPathAgreesOnContextFp8AndNewSchedules) {
   auto compiled = compile(kContext);
   ASSERT_TRUE(compiled->program) << compiled->messages;
-  for (const char *name : {"gpt", "llama", "uneven"}) {
+  for (const char *name : {"gpt", "llama", "uneven", "grouped"}) {
     const ir::Run &run = runOf(*compiled, name);
     checkAgreement(run, *run.cluster, 400, 5, {ir::Precision::MixedBF16, ir::Precision::MixedFP8});
   }
@@ -913,6 +918,19 @@ TEST(SearchTest, AsyncTpOrdersTheOverlapModes) {
   }
 }
 
+/// Megatron-Core's rule for interleaving's micro-batch groups (schedules.py,
+/// forward_backward_pipelining_with_interleaving): groups of N micro-batches, p ≤ N ≤ m, the last
+/// one whole or at least p. The group the search should take: 0 (the default, p) where p divides
+/// m, else the least N that the rule accepts, found by trying every N from p to m; -1: none.
+int64_t expectedSearchGroup(int64_t p, int64_t m) {
+  if (m % p == 0)
+    return 0;
+  for (int64_t n = p; n <= m; ++n)
+    if (m % n == 0 || m % n >= p)
+      return n;
+  return -1;
+}
+
 TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
   // What the space of kContext's GPT holds, counted from the rules (docs/rules.md): seq = 8192
   // divides by 2·cp for every cp ≤ 32, so ring and all_gather exist for every cp > 1;
@@ -924,52 +942,57 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
   const ir::Run &run = runOf(*compiled, "gpt");
   std::map<ir::ContextMethod, unsigned> methods;
   std::map<ir::Schedule, unsigned> schedules;
-  unsigned async = 0, fp8 = 0, fp8Gather = 0;
-  forEachCandidate(run, *run.cluster,
-                   [&](const Candidate &c) {
-                     if (c.cp > 1) {
-                       ++methods[c.context];
-                       if (c.context == ir::ContextMethod::AllToAll) {
-                         EXPECT_EQ(16 % (c.tp * c.cp), 0) << c.describe();
-                       }
-                       EXPECT_EQ(8192 % (2 * c.cp), 0) << c.describe();
-                     }
-                     EXPECT_EQ(c.getDataDegree() * c.tp * c.pp, 32) << c.describe();
-                     ++schedules[c.schedule];
-                     if (c.schedule == ir::Schedule::ZeroBubbleV ||
-                         c.schedule == ir::Schedule::DualPipeV) {
-                       EXPECT_EQ(c.chunks, 2);
-                       EXPECT_EQ(16 % (2 * c.pp), 0) << c.describe();
-                       EXPECT_GE(c.microbatches,
-                                 c.schedule == ir::Schedule::DualPipeV ? 2 * c.pp : 2 * c.pp - 1);
-                     }
-                     if (c.schedule == ir::Schedule::ZeroBubble) {
-                       EXPECT_GE(c.microbatches, c.pp) << c.describe();
-                     }
-                     if (c.asyncTp != ir::AsyncTensorParallel::Off) {
-                       EXPECT_EQ(c.asyncTp, ir::AsyncTensorParallel::All) << c.describe();
-                       ++async;
-                       EXPECT_TRUE(c.tp > 1 && c.sequenceParallel) << c.describe();
-                     }
-                     if (c.precision == ir::Precision::MixedFP8)
-                       ++fp8;
-                     if (c.fp8Gather) {
-                       ++fp8Gather;
-                       EXPECT_EQ(c.precision, ir::Precision::MixedFP8);
-                       // Some parameter all-gather to carry FP8: the gathered parameters', or the
-                       // updated ones' where the optimizer is sharded.
-                       bool gathered = c.params == ParamChoice::GatherAll ||
-                                       c.params == ParamChoice::GatherAllKeep ||
-                                       c.params == ParamChoice::GatherInner ||
-                                       c.params == ParamChoice::GatherInnerKeep ||
-                                       c.params == ParamChoice::HostGatherAll;
-                       bool optimizerSharded = c.optimizer == OptimizerChoice::ShardAll ||
-                                               c.optimizer == OptimizerChoice::ShardInner ||
-                                               c.optimizer == OptimizerChoice::HostShardAll;
-                       EXPECT_TRUE(gathered || optimizerSharded) << c.describe();
-                     }
-                   },
-                   {ir::Precision::MixedBF16, ir::Precision::MixedFP8});
+  unsigned async = 0, fp8 = 0, fp8Gather = 0, grouped = 0;
+  forEachCandidate(
+      run, *run.cluster,
+      [&](const Candidate &c) {
+        if (c.cp > 1) {
+          ++methods[c.context];
+          if (c.context == ir::ContextMethod::AllToAll) {
+            EXPECT_EQ(16 % (c.tp * c.cp), 0) << c.describe();
+          }
+          EXPECT_EQ(8192 % (2 * c.cp), 0) << c.describe();
+        }
+        EXPECT_EQ(c.getDataDegree() * c.tp * c.pp, 32) << c.describe();
+        ++schedules[c.schedule];
+        if (c.schedule == ir::Schedule::ZeroBubbleV || c.schedule == ir::Schedule::DualPipeV) {
+          EXPECT_EQ(c.chunks, 2);
+          EXPECT_EQ(16 % (2 * c.pp), 0) << c.describe();
+          EXPECT_GE(c.microbatches,
+                    c.schedule == ir::Schedule::DualPipeV ? 2 * c.pp : 2 * c.pp - 1);
+        }
+        if (c.schedule == ir::Schedule::ZeroBubble) {
+          EXPECT_GE(c.microbatches, c.pp) << c.describe();
+        }
+        if (c.schedule == ir::Schedule::Interleaved) {
+          EXPECT_EQ(c.group, expectedSearchGroup(c.pp, c.microbatches)) << c.describe();
+          grouped += c.group > 0;
+        } else {
+          EXPECT_EQ(c.group, 0) << c.describe();
+        }
+        if (c.asyncTp != ir::AsyncTensorParallel::Off) {
+          EXPECT_EQ(c.asyncTp, ir::AsyncTensorParallel::All) << c.describe();
+          ++async;
+          EXPECT_TRUE(c.tp > 1 && c.sequenceParallel) << c.describe();
+        }
+        if (c.precision == ir::Precision::MixedFP8)
+          ++fp8;
+        if (c.fp8Gather) {
+          ++fp8Gather;
+          EXPECT_EQ(c.precision, ir::Precision::MixedFP8);
+          // Some parameter all-gather to carry FP8: the gathered parameters', or the
+          // updated ones' where the optimizer is sharded.
+          bool gathered =
+              c.params == ParamChoice::GatherAll || c.params == ParamChoice::GatherAllKeep ||
+              c.params == ParamChoice::GatherInner || c.params == ParamChoice::GatherInnerKeep ||
+              c.params == ParamChoice::HostGatherAll;
+          bool optimizerSharded = c.optimizer == OptimizerChoice::ShardAll ||
+                                  c.optimizer == OptimizerChoice::ShardInner ||
+                                  c.optimizer == OptimizerChoice::HostShardAll;
+          EXPECT_TRUE(gathered || optimizerSharded) << c.describe();
+        }
+      },
+      {ir::Precision::MixedBF16, ir::Precision::MixedFP8});
   EXPECT_GT(methods[ir::ContextMethod::Ring], 0u);
   EXPECT_EQ(methods[ir::ContextMethod::Ring], methods[ir::ContextMethod::AllGather]);
   EXPECT_GT(methods[ir::ContextMethod::AllToAll], 0u);
@@ -980,13 +1003,31 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
   EXPECT_GT(async, 0u);
   EXPECT_GT(fp8, 0u);
   EXPECT_GT(fp8Gather, 0u);
+  // With global_batch = 64 every m ≥ pp is a multiple of pp (both powers of two): no group but
+  // the default. With 96, m = 3·2^k, which pp = 2^j divides unless m < 2·pp: m = 3 over 2 stages
+  // in groups of 3 (2 leaves 1), m = 6 over 4 in groups of 6 (4 and 5 leave 2 and 1), m = 12
+  // over 8 in groups of 12 (8 to 11 leave 4 to 1); 16 stages hold one layer each, too few to
+  // interleave.
+  EXPECT_EQ(grouped, 0u);
+  const ir::Run &groupedRun = runOf(*compiled, "grouped");
+  std::set<std::tuple<int64_t, int64_t, int64_t>> groups;
+  forEachCandidate(groupedRun, *groupedRun.cluster, [&](const Candidate &c) {
+    if (c.schedule == ir::Schedule::Interleaved) {
+      EXPECT_EQ(c.group, expectedSearchGroup(c.pp, c.microbatches)) << c.describe();
+      if (c.group > 0)
+        groups.insert({c.pp, c.microbatches, c.group});
+    }
+  });
+  EXPECT_EQ(groups,
+            (std::set<std::tuple<int64_t, int64_t, int64_t>>{{2, 3, 3}, {4, 6, 6}, {8, 12, 12}}));
   // Uneven stages where pp divides layers + 2 and not the layers (14 layers on 32 devices:
   // pp = 4 with 3, 4, 4, 3 layers; pp = 8 with 1, 2, …, 2, 1), one layer short at each end,
   // with the schedules that take first and last; never zbv (14 % 4 ≠ 0 for pp = 2).
   // The embedding and the loss counted as layers of an interleaved split where pp·v divides
   // 14 + 2: (pp, v) = (2, 2), (2, 4), (2, 8), (4, 2), (4, 4), (8, 2), whose first and last
   // stages hold 16/pp − 1 = 7, 7, 7, 3, 3 and 1 layers (with chunks of one layer, 2 × 8, 4 × 4
-  // and 8 × 2, the embedding and the output layer alone in theirs); interleaving needs m % pp = 0.
+  // and 8 × 2, the embedding and the output layer alone in theirs); interleaving in the smallest
+  // micro-batch group that fits (expectedSearchGroup).
   const ir::Run &uneven = runOf(*compiled, "uneven");
   std::map<int64_t, std::set<int64_t>> edges;
   std::set<std::tuple<int64_t, int64_t, int64_t>> counted;
@@ -994,7 +1035,7 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
     if (c.countedSplit) {
       counted.insert({c.pp, c.chunks, c.edgeLayers});
       EXPECT_EQ(c.schedule, ir::Schedule::Interleaved) << c.describe();
-      EXPECT_EQ(c.microbatches % c.pp, 0) << c.describe();
+      EXPECT_EQ(c.group, expectedSearchGroup(c.pp, c.microbatches)) << c.describe();
     } else if (c.edgeLayers > 0) {
       edges[c.pp].insert(c.edgeLayers);
       EXPECT_TRUE(c.schedule == ir::Schedule::OneFOneB || c.schedule == ir::Schedule::ZeroBubble)

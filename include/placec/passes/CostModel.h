@@ -823,6 +823,13 @@ PassUnit getStepPassUnit(const PassUnit &unit, double stepGather, double stepRed
 bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
                      std::string *why = nullptr, int64_t group = 0);
 
+/// The smallest micro-batch group interleaving accepts for `microbatches` over `stages`
+/// (isScheduleValid): the stages where they divide the micro-batches (Megatron-Core's default),
+/// else the least N in (p, m] whose last group, m mod N, is empty or holds at least p; 0 where
+/// m < p, which no group fits. A larger group only adds warm-up chunks ((v − 1)·N,
+/// getInFlightMicrobatches) and leaves the bubble as it is, so the search takes this one.
+int64_t getSmallestMicrobatchGroup(int64_t stages, int64_t microbatches);
+
 /// One micro-batch of a stage: its forward, its backward (recomputation and the weight
 /// gradients included), the weight gradients' part of it, and the communication it exposes, in
 /// seconds.

@@ -108,6 +108,9 @@ struct Candidate {
   int64_t microbatches = 1; ///< Per step per batch replica (pipeline or accumulation).
   ir::Schedule schedule = ir::Schedule::OneFOneB;
   int64_t chunks = 1;
+  /// Interleaving's micro-batch group (`group = N`; 0: Megatron-Core's default, the stages):
+  /// cost::getSmallestMicrobatchGroup's, where the stages do not divide the micro-batches.
+  int64_t group = 0;
   /// Uneven stages (`first = k, last = k`): the layers of the first and of the last stage, the
   /// others sharing the rest evenly; 0: every stage the same.
   int64_t edgeLayers = 0;
