@@ -464,6 +464,7 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
       if (inserted) {
         std::string text;
         it->second = cost::getDeferredWeightExtraBytes(model, unit.layer, kept ? keep : layout,
+                                                       cost::keepsGraphForWeightPass(plan.schedule),
                                                        explain ? &text : nullptr);
         if (explain && !text.empty())
           x.deferredExtraText += (x.deferredExtraText.empty() ? "" : "; ") + text;

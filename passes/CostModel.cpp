@@ -2237,10 +2237,10 @@ double getRecomputedLayerBytes(const ir::Model &model, const Layout &layout, std
   return all - kept;
 }
 
-double getWeightPassBytes(const ir::Model &model, UnitKind unit, int64_t layer,
-                          const Layout &layout, std::string *formula) {
+WeightPassOperands getWeightPassOperands(const ir::Model &model, UnitKind unit, int64_t layer,
+                                         const Layout &layout, std::string *formula) {
   if (model.kind != ir::ModelKind::Transformer && model.kind != ir::ModelKind::Mlp)
-    return 0;
+    return {};
   // The deferred product dW = xᵀ·dy of a forward product y = x·W (m rows, k in, n out) reads x,
   // m·k elements, and dy, m·n. Its backward work lists it as (k, n, m): its k is the forward's
   // rows. Products that read one tensor (q, k and v, or gate and up, under `projections =
@@ -2280,11 +2280,21 @@ double getWeightPassBytes(const ir::Model &model, UnitKind unit, int64_t layer,
     *formula = fmt::format(
         "{} (the products' inputs{}) + {} (their output gradients)", fmtAmount(inputs, "B"),
         sp ? ", the column-parallel ones split by t" : "", fmtAmount(gradients, "B"));
-  return inputs + gradients;
+  return {inputs, gradients};
+}
+
+double getWeightPassBytes(const ir::Model &model, UnitKind unit, int64_t layer,
+                          const Layout &layout, std::string *formula) {
+  WeightPassOperands operands = getWeightPassOperands(model, unit, layer, layout, formula);
+  return operands.inputs + operands.gradients;
+}
+
+bool keepsGraphForWeightPass(ir::Schedule schedule) {
+  return schedule == ir::Schedule::ZeroBubbleV;
 }
 
 double getDeferredWeightExtraBytes(const ir::Model &model, int64_t layer, const Layout &layout,
-                                   std::string *formula) {
+                                   bool keepsGraph, std::string *formula) {
   if (model.kind != ir::ModelKind::Transformer && model.kind != ir::ModelKind::Mlp)
     return 0;
   bool transformer = model.kind == ir::ModelKind::Transformer;
@@ -2293,8 +2303,19 @@ double getDeferredWeightExtraBytes(const ir::Model &model, int64_t layer, const 
   double kept = transformer ? getLayerActivationBytes(model.transformer, layout, nullptr, moeLayer)
                             : getMlpLayerActivationBytes(model.mlp, layout);
   std::string stashText;
-  double stash = getWeightPassBytes(model, unit, layer, layout, formula ? &stashText : nullptr);
-  double extra = std::max(0.0, stash - kept);
+  WeightPassOperands operands =
+      getWeightPassOperands(model, unit, layer, layout, formula ? &stashText : nullptr);
+  if (keepsGraph) {
+    double extra = std::max(0.0, operands.inputs - kept) + operands.gradients;
+    if (formula)
+      *formula = fmt::format("max(0, {} (the products' inputs) − {} kept) + {} (their output "
+                             "gradients, beside the autograd graph kept) = {} per {}layer",
+                             fmtAmount(operands.inputs, "B"), fmtAmount(kept, "B"),
+                             fmtAmount(operands.gradients, "B"), fmtAmount(extra, "B"),
+                             moeLayer ? "MoE " : "");
+    return extra;
+  }
+  double extra = std::max(0.0, operands.inputs + operands.gradients - kept);
   if (formula)
     *formula = fmt::format("max(0, {} − {} kept) = {} per {}layer", stashText, fmtAmount(kept, "B"),
                            fmtAmount(extra, "B"), moeLayer ? "MoE " : "");
@@ -2456,7 +2477,8 @@ getDeferredWeightPeaks(ir::Schedule schedule, int64_t stages, int64_t microbatch
     if (formula)
       *formula = fmt::format("the larger of two peaks (zbv, rank {}): all of them with one chunk "
                              "past its input-gradient pass, or (p + r)/2 = {} with 2r + 1 = {} "
-                             "chunks past theirs, holding their weight passes' operands",
+                             "chunks past theirs, holding their autograd graphs and their "
+                             "products' output gradients (PyTorch)",
                              stage, num((p + r) / 2), stage * 2 + 1);
     break;
   case ir::Schedule::DualPipeV:
@@ -2621,7 +2643,8 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
       peakTerms.push_back(term);
     }
     deferredText = fmt::format(
-        "; {}; a deferred weight pass holds its operands: {}{}{}; so max({})", x.peaksText,
+        "; {}; what a deferred weight pass holds beyond the activations: {}{}{}; so max({})",
+        x.peaksText,
         x.deferredExtra > 0 ? fmt::format("the layers' {} ({} for the stage's layers)",
                                           x.deferredExtraText, fmtAmount(x.deferredExtra, "B"))
                             : std::string(),

@@ -255,8 +255,9 @@ struct UnitTimes {
   cost::TensorSlotSeconds weightSlots[3] = {}, inputSlots[3] = {};
   double layerActivation = 0, headActivation = 0, recomputedLayer = 0, embeddingActivation = 0;
   /// What a layer, and the head, of a micro-batch whose weight pass is deferred hold
-  /// (cost::getDeferredWeightExtraBytes, cost::getWeightPassBytes).
-  double deferredExtra = 0, headWeightPass = 0;
+  /// (cost::getDeferredWeightExtraBytes with WeightGradStore and with the autograd graph kept,
+  /// cost::getWeightPassBytes).
+  double deferredExtra = 0, deferredExtraGraph = 0, headWeightPass = 0;
 };
 
 /// The seconds of the collectives inside each kind of unit's forward ([kind][0]) and backward
@@ -472,8 +473,9 @@ private:
   struct ActivationPart {
     double fixed[3] = {}, perMicrobatch[3] = {}, perLoss[3] = {};
     /// Under schedules that defer weight passes: what a deferred micro-batch's layers hold beyond
-    /// their activations, and the head's deferred weight pass (cost::getHeldActivationBytes).
-    double perDeferred[3] = {}, perHead[3] = {};
+    /// their activations (with WeightGradStore, and with the autograd graph kept), and the head's
+    /// deferred weight pass (cost::getHeldActivationBytes).
+    double perDeferred[3] = {}, perDeferredGraph[3] = {}, perHead[3] = {};
   };
   const ActivationPart &getActivationPart(const UnitTimes &times,
                                           const std::vector<StageShape> &stageShapes);
@@ -582,7 +584,8 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
   times.headActivation = cost::getHeadActivationBytes(model.transformer, layout);
   times.embeddingActivation = cost::getEmbeddingActivationBytes(model.transformer, layout);
   times.recomputedLayer = cost::getRecomputedLayerBytes(model, layout);
-  times.deferredExtra = cost::getDeferredWeightExtraBytes(model, 0, layout);
+  times.deferredExtra = cost::getDeferredWeightExtraBytes(model, 0, layout, false);
+  times.deferredExtraGraph = cost::getDeferredWeightExtraBytes(model, 0, layout, true);
   times.headWeightPass = cost::getWeightPassBytes(model, cost::UnitKind::Head, 0, layout);
   lastTimesKey = key;
   return *(lastTimes = &unitTimes.emplace(key, times).first->second);
@@ -879,6 +882,7 @@ Evaluator::getActivationPart(const UnitTimes &times, const std::vector<StageShap
     part.perMicrobatch[i] = one - none;
     part.perLoss[i] = loss - one;
     part.perDeferred[i] = static_cast<double>(shape.numLayers) * times.deferredExtra;
+    part.perDeferredGraph[i] = static_cast<double>(shape.numLayers) * times.deferredExtraGraph;
     part.perHead[i] = shape.hasHead ? times.headWeightPass : 0;
   }
   return part;
@@ -927,6 +931,9 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
   const StatesPart &placed = getStatesPart(states, stageShapes);
   const ActivationPart &activations = getActivationPart(times, stageShapes);
   double peak = -1, hostPeak = 0;
+  const double *perDeferred = cost::keepsGraphForWeightPass(c.schedule)
+                                  ? activations.perDeferredGraph
+                                  : activations.perDeferred;
   for (size_t i = 0; i < stageShapes.size(); ++i) {
     double inFlight = cost::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks,
                                                     stageShapes[i].stage, nullptr, c.group);
@@ -938,15 +945,14 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
     // Where the deferred weight passes hold nothing beyond their micro-batches' activations (no
     // recomputation, no head), the fullest peak is the count in flight, which needs no peaks.
     llvm::SmallVector<cost::HeldMicrobatches, 2> peaks;
-    if (activations.perDeferred[i] > 0 || activations.perHead[i] > 0)
+    if (perDeferred[i] > 0 || activations.perHead[i] > 0)
       peaks = cost::getDeferredWeightPeaks(c.schedule, c.pp, c.microbatches, c.chunks,
                                            stageShapes[i].stage, stageShapes[i].hasHead, 0);
-    verdict.deferredExtra |= !peaks.empty() && activations.perDeferred[i] > 0;
-    double device =
-        placed.device[i] + activations.fixed[i] +
-        cost::getHeldActivationBytes(peaks, inFlight, activations.perMicrobatch[i],
-                                     activations.perDeferred[i], activations.perHead[i]) +
-        lossInFlight * activations.perLoss[i];
+    verdict.deferredExtra |= !peaks.empty() && perDeferred[i] > 0;
+    double device = placed.device[i] + activations.fixed[i] +
+                    cost::getHeldActivationBytes(peaks, inFlight, activations.perMicrobatch[i],
+                                                 perDeferred[i], activations.perHead[i]) +
+                    lossInFlight * activations.perLoss[i];
     if (device > peak) {
       peak = device;
       hostPeak = placed.host[i];

@@ -1363,14 +1363,30 @@ TEST(CostModelTest, WeightPassBytesAreTheProductsOperands) {
   // Under full recomputation a deferred layer holds its operands beyond the checkpoint, 2·s·b·h;
   // under keep they are among its activations.
   layout.activations = ir::ActivationMode::RecomputeFull;
-  EXPECT_DOUBLE_EQ(getDeferredWeightExtraBytes(model, 0, layout),
+  EXPECT_DOUBLE_EQ(getDeferredWeightExtraBytes(model, 0, layout, false),
                    getWeightPassBytes(model, UnitKind::Layer, 0, layout) -
                        getLayerActivationBytes(config, layout));
+  // With the autograd graph kept (PyTorch's), the same where the recomputed inputs outweigh the
+  // checkpoint.
+  EXPECT_DOUBLE_EQ(getDeferredWeightExtraBytes(model, 0, layout, true),
+                   getDeferredWeightExtraBytes(model, 0, layout, false));
   layout.activations = ir::ActivationMode::Keep;
   config.attention = ir::AttentionKind::Materialized;
   config.mlp = ir::MlpActivation::Gelu;
   config.projections = ir::Projections::Fused;
-  EXPECT_DOUBLE_EQ(getDeferredWeightExtraBytes(model, 0, layout), 0);
+  EXPECT_DOUBLE_EQ(getDeferredWeightExtraBytes(model, 0, layout, false), 0);
+  // The graph kept holds every activation and the captured output gradients of the four
+  // products beside them: 3h + h + 4h + h at 2 bytes, Qi et al.'s 18·s·b·h (b = 1 since the
+  // layout was reset).
+  double sh = 128.0 * 256;
+  EXPECT_DOUBLE_EQ(getDeferredWeightExtraBytes(model, 0, layout, true), 18 * sh);
+  WeightPassOperands operands = getWeightPassOperands(model, UnitKind::Layer, 0, layout);
+  EXPECT_DOUBLE_EQ(operands.inputs, 14 * sh);
+  EXPECT_DOUBLE_EQ(operands.gradients, 18 * sh);
+  // Which schedules keep the graph: PyTorch's ZB-V alone.
+  EXPECT_TRUE(keepsGraphForWeightPass(ir::Schedule::ZeroBubbleV));
+  EXPECT_FALSE(keepsGraphForWeightPass(ir::Schedule::ZeroBubble));
+  EXPECT_FALSE(keepsGraphForWeightPass(ir::Schedule::DualPipeV));
   // The head's: its input, h, and the logits' gradient, V.
   EXPECT_DOUBLE_EQ(getWeightPassBytes(model, UnitKind::Head, 0, layout), 2 * 128.0 * (256 + 512));
 }

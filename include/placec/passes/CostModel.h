@@ -490,14 +490,34 @@ double getMlpLayerActivationBytes(const ir::MlpConfig &config, const Layout &lay
 double getWeightPassBytes(const ir::Model &model, UnitKind unit, int64_t layer,
                           const Layout &layout, std::string *formula = nullptr);
 
+/// getWeightPassBytes in its two parts: the products' inputs and their output gradients.
+struct WeightPassOperands {
+  double inputs = 0, gradients = 0;
+};
+WeightPassOperands getWeightPassOperands(const ir::Model &model, UnitKind unit, int64_t layer,
+                                         const Layout &layout, std::string *formula = nullptr);
+
+/// Whether a schedule's deferred weight passes keep the micro-batch's autograd graph until they
+/// run. PyTorch's torch.distributed.pipelining, whose ScheduleZBVZeroBubble `zbv` follows,
+/// computes the input gradients with `retain_graph=True` and keeps the autograd nodes of the
+/// products with their saved tensors, and through them the rest of the graph, capturing the
+/// products' output gradients beside them (torch/distributed/pipelining/_backward.py,
+/// stage_backward_input). Qi et al.'s and DualPipe's WeightGradStore (`zero_bubble`,
+/// `dualpipev`) keep each product's input and output gradient and let the backward free the
+/// rest.
+bool keepsGraphForWeightPass(ir::Schedule schedule);
+
 /// What a layer (transformer block `layer`, or an mlp layer) of a micro-batch whose weight pass is
 /// deferred holds beyond its activation bytes under `layout`'s mode, from its input-gradient pass
-/// to its weight pass: max(0, getWeightPassBytes − getLayerActivationBytes). Under recomputation
-/// the weight pass reads what the recomputation materialized (Megatron-Core's and DualPipe's
-/// WeightGradStore keep the products' operands past the backward); under `keep` the operands are
-/// among the kept tensors, and the micro-batch is counted whole, an upper bound.
+/// to its weight pass. With WeightGradStore (`keepsGraph` false): max(0, getWeightPassBytes −
+/// getLayerActivationBytes); under recomputation the weight pass reads what the recomputation
+/// materialized, which the store keeps past the backward; under `keep` the operands are among the
+/// kept tensors, and the micro-batch is counted whole, an upper bound (the store frees the rest).
+/// With the autograd graph kept (`keepsGraph`): max(0, inputs − getLayerActivationBytes) + the
+/// output gradients, the graph's saved tensors and the captured gradients beside them (under
+/// recomputation the recomputed inputs are taken as kept, an upper bound).
 double getDeferredWeightExtraBytes(const ir::Model &model, int64_t layer, const Layout &layout,
-                                   std::string *formula = nullptr);
+                                   bool keepsGraph, std::string *formula = nullptr);
 
 /// A stage's micro-batches at one of its peaks under a schedule that defers weight passes:
 /// `microbatches` in flight in all, each at its activation bytes; `deferred` of them past their

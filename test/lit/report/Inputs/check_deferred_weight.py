@@ -19,10 +19,52 @@ def zero_bubble(stage, whole_bytes, deferred_bytes):
     return total + (deferred * head if stage == p - 1 else 0)
 
 
+inputs, gradients = 14 * sbh, 18 * sbh  # the operands' two parts (Qi et al. 2024, Table 1)
+
+
+def zbv_order(rank):
+    """Rank `rank`'s passes under PyTorch's ScheduleZBVZeroBubble (torch/distributed/pipelining/
+    schedules.py, _calculate_single_rank_operations): (pass, chunk), chunk 0 its first stage and
+    chunk 1 its second, pass F (forward), I (input gradient) or W (weight pass)."""
+    n = max(2 * p - 1, m)
+    order = [("F", 0)] * (2 * (p - rank) - 1) + [("F", 1), ("F", 0)] * rank
+    order += [("F", 1), ("I", 1), ("W", 1)] * (p - rank)
+    f0 = 2 * (p - rank) - 1 + rank
+    f1 = rank + p - rank
+    while f1 < f0 or f0 < n:
+        if f0 < n:
+            order.append(("F", 0))
+            f0 += 1
+        order += [("I", 0), ("W", 0), ("F", 1), ("I", 1), ("W", 1)]
+        f1 += 1
+    order += [("I", 0), ("I", 1)] * rank + [("I", 0), ("W", 0)] * (p - rank)
+    waiting = {c: sum(x == ("I", c) for x in order) - sum(x == ("W", c) for x in order)
+               for c in (0, 1)}
+    return order + [("W", 1)] * waiting[1] + [("W", 0)] * waiting[0]
+
+
+def zbv(rank, whole, deferred):
+    """The most rank `rank` holds over its order: a chunk (one layer here) `whole` from its
+    forward to its input gradient, `deferred` from then to its weight pass; the first rank's
+    second chunk is the last stage, whose input gradient leaves the head's operands until its
+    weight pass. PyTorch keeps the autograd graph for the weight pass (stage_backward_input's
+    retain_graph=True) and the products' output gradients beside it."""
+    held = peak = 0
+    for kind, chunk in zbv_order(rank):
+        last = rank == 0 and chunk == 1
+        held += {"F": whole, "I": deferred - whole + (head if last else 0),
+                 "W": -deferred - (head if last else 0)}[kind]
+        peak = max(peak, held)
+    assert held == 0
+    return peak
+
+
 expected = {
     "zb_recompute": [zero_bubble(x, checkpoint, max(checkpoint, operands)) for x in range(p)],
     "ob_recompute": [per_stage * min(p - x, m) * checkpoint for x in range(p)],
     "zb_keep": [zero_bubble(x, kept, max(kept, operands)) for x in range(p)],
+    "zbv_keep": [zbv(x, kept, kept + gradients) for x in range(p)],
+    "zbv_recompute": [zbv(x, checkpoint, max(checkpoint, inputs) + gradients) for x in range(p)],
 }
 runs = {run["name"]: run for run in json.load(open(sys.argv[1]))["runs"]}
 got = {}
