@@ -2322,6 +2322,138 @@ double getDeferredWeightExtraBytes(const ir::Model &model, int64_t layer, const 
   return extra;
 }
 
+namespace {
+
+/// One pass of PyTorch's ScheduleZBVZeroBubble on a rank: the forward, the input-gradient pass or
+/// the weight pass of micro-batch `microbatch` through the rank's first chunk (stage r) or its
+/// second (stage 2p − 1 − r).
+struct VPass {
+  enum Kind : uint8_t { Forward, Input, Weight } kind;
+  bool second;
+  int64_t microbatch;
+};
+
+/// Rank `rank`'s passes in PyTorch's order (torch/distributed/pipelining/schedules.py,
+/// ScheduleZBVZeroBubble._calculate_single_rank_operations): 2(p − r) − 1 first-chunk forwards;
+/// r pairs of forwards; p − r second-chunk forward, input-gradient and weight triples; the steady
+/// state's first-chunk forward (while any is left), input gradient and weight pass, then the
+/// second chunk's three; r pairs of input gradients; p − r first-chunk input gradients each with
+/// a first-chunk weight pass; the weight passes left, the second chunk's first. PyTorch builds
+/// the order for max(m, 2p − 1) micro-batches and leaves out the passes of those past m.
+std::vector<VPass> getZeroBubbleVOrder(int64_t p, int64_t m, int64_t rank) {
+  int64_t n = std::max(m, 2 * p - 1);
+  int64_t next[2][3] = {}; // [chunk][kind]: the next micro-batch of each
+  std::vector<VPass> order;
+  auto add = [&](VPass::Kind kind, bool second) {
+    int64_t &microbatch = next[second][kind];
+    if (microbatch < m)
+      order.push_back({kind, second, microbatch});
+    ++microbatch;
+  };
+  for (int64_t i = 0; i < 2 * (p - rank) - 1; ++i)
+    add(VPass::Forward, false);
+  for (int64_t i = 0; i < rank; ++i) {
+    add(VPass::Forward, true);
+    add(VPass::Forward, false);
+  }
+  for (int64_t i = 0; i < p - rank; ++i)
+    for (VPass::Kind kind : {VPass::Forward, VPass::Input, VPass::Weight})
+      add(kind, true);
+  while (next[1][VPass::Forward] < next[0][VPass::Forward] || next[0][VPass::Forward] < n) {
+    if (next[0][VPass::Forward] < n)
+      add(VPass::Forward, false);
+    add(VPass::Input, false);
+    add(VPass::Weight, false);
+    for (VPass::Kind kind : {VPass::Forward, VPass::Input, VPass::Weight})
+      add(kind, true);
+  }
+  for (int64_t i = 0; i < rank; ++i) {
+    add(VPass::Input, false);
+    add(VPass::Input, true);
+  }
+  for (int64_t i = 0; i < p - rank; ++i) {
+    add(VPass::Input, false);
+    add(VPass::Weight, false);
+  }
+  for (bool second : {true, false})
+    while (next[second][VPass::Weight] < next[second][VPass::Input])
+      add(VPass::Weight, second);
+  return order;
+}
+
+/// The step of PyTorch's ZB-V over p ranks and m micro-batches, each chunk pass taking `f`, `b`
+/// or `w` and the transfers free: every rank runs its passes in order, a forward once the
+/// previous stage's forward of its micro-batch is done, an input gradient once the next stage's
+/// (the last stage's: its own forward), a weight pass after its input gradient.
+double playZeroBubbleV(int64_t p, int64_t m, double f, double b, double w) {
+  int64_t stages = 2 * p;
+  std::vector<std::vector<VPass>> orders;
+  for (int64_t r = 0; r < p; ++r)
+    orders.push_back(getZeroBubbleVOrder(p, m, r));
+  // When each stage's forward and input gradient of each micro-batch ended; -1: not yet.
+  std::vector<double> forwardDone(static_cast<size_t>(stages * m), -1),
+      inputDone(static_cast<size_t>(stages * m), -1);
+  auto at = [m](int64_t stage, int64_t microbatch) {
+    return static_cast<size_t>(stage * m + microbatch);
+  };
+  std::vector<size_t> position(static_cast<size_t>(p), 0);
+  std::vector<double> clock(static_cast<size_t>(p), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t r = 0; r < p; ++r) {
+      const std::vector<VPass> &order = orders[static_cast<size_t>(r)];
+      size_t &next = position[static_cast<size_t>(r)];
+      double &now = clock[static_cast<size_t>(r)];
+      for (; next < order.size(); ++next, progress = true) {
+        const VPass &pass = order[next];
+        int64_t stage = pass.second ? stages - 1 - r : r;
+        double ready = 0;
+        if (pass.kind == VPass::Forward && stage > 0)
+          ready = forwardDone[at(stage - 1, pass.microbatch)];
+        else if (pass.kind == VPass::Input)
+          ready = stage == stages - 1 ? forwardDone[at(stage, pass.microbatch)]
+                                      : inputDone[at(stage + 1, pass.microbatch)];
+        if (ready < 0)
+          break;
+        now = std::max(now, ready) + (pass.kind == VPass::Forward ? f
+                                      : pass.kind == VPass::Input ? b
+                                                                  : w);
+        if (pass.kind == VPass::Forward)
+          forwardDone[at(stage, pass.microbatch)] = now;
+        else if (pass.kind == VPass::Input)
+          inputDone[at(stage, pass.microbatch)] = now;
+      }
+    }
+  }
+  return *std::max_element(clock.begin(), clock.end());
+}
+
+/// Rank `rank`'s fullest moments under PyTorch's ZB-V, in micro-batches of two chunks: the
+/// chunks held from a forward to its weight pass, those of them past their input gradient, and
+/// the head's weight passes deferred (the first rank's second chunk is the last stage), each
+/// moment that no other holds at least as much of all three.
+llvm::SmallVector<HeldMicrobatches, 2> getZeroBubbleVHeld(int64_t p, int64_t m, int64_t rank) {
+  llvm::SmallVector<HeldMicrobatches, 2> peaks;
+  int held = 0, deferred = 0, heads = 0;
+  for (const VPass &pass : getZeroBubbleVOrder(p, m, rank)) {
+    int head = rank == 0 && pass.second ? 1 : 0;
+    held += pass.kind == VPass::Forward ? 1 : pass.kind == VPass::Weight ? -1 : 0;
+    deferred += pass.kind == VPass::Input ? 1 : pass.kind == VPass::Weight ? -1 : 0;
+    heads += pass.kind == VPass::Input ? head : pass.kind == VPass::Weight ? -head : 0;
+    HeldMicrobatches now{held / 2.0, deferred / 2.0, static_cast<double>(heads)};
+    auto covers = [](const HeldMicrobatches &a, const HeldMicrobatches &b) {
+      return a.microbatches >= b.microbatches && a.deferred >= b.deferred && a.heads >= b.heads;
+    };
+    if (llvm::any_of(peaks, [&](const HeldMicrobatches &peak) { return covers(peak, now); }))
+      continue;
+    llvm::erase_if(peaks, [&](const HeldMicrobatches &peak) { return covers(now, peak); });
+    peaks.push_back(now);
+  }
+  return peaks;
+}
+
+} // namespace
+
 double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
                                int64_t chunks, int stage, std::string *formula, int64_t group) {
   double m = static_cast<double>(microbatches), p = static_cast<double>(stages);
@@ -2359,10 +2491,13 @@ double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t mi
     return value;
   }
   case ir::Schedule::ZeroBubbleV: {
-    double value = std::min(p, m);
+    // PyTorch's order (getZeroBubbleVOrder), played in CostModelTest: rank r holds at most
+    // min(m + 1 + r, 2m, 2p) chunks, p micro-batches from 2p − 1 of them up.
+    double value = std::min({m + 1 + stage, 2 * m, 2 * p}) / 2;
     if (formula)
-      *formula = fmt::format("{} in flight (zbv: min(p, m) = min({}, {}) on every stage)",
-                             count(value), num(p), num(m));
+      *formula = fmt::format("{} in flight (zbv: min(m + 1 + rank, 2m, 2p) = min({} + 1 + {}, "
+                             "2·{}, 2·{}) chunks of half a stage)",
+                             count(value), num(m), stage, num(m), num(p));
     return value;
   }
   case ir::Schedule::DualPipeV: {
@@ -2469,6 +2604,24 @@ getDeferredWeightPeaks(ir::Schedule schedule, int64_t stages, int64_t microbatch
     break;
   }
   case ir::Schedule::ZeroBubbleV:
+    // Fewer than 2p − 1 micro-batches: PyTorch's order played pass by pass.
+    if (m < 2 * p - 1) {
+      for (const HeldMicrobatches &peak : getZeroBubbleVHeld(stages, microbatches, stage))
+        add(peak.microbatches, peak.deferred, peak.heads);
+      if (formula)
+        *formula =
+            fmt::format("the fullest moments of rank {} as PyTorch orders zbv's passes "
+                        "for m = {} < 2p - 1 (in flight, past their input-gradient "
+                        "pass, the head's): {}",
+                        stage, num(m), [&] {
+                          std::vector<std::string> terms;
+                          for (const HeldMicrobatches &peak : peaks)
+                            terms.push_back(fmt::format("({}, {}, {})", num(peak.microbatches),
+                                                        num(peak.deferred), num(peak.heads)));
+                          return llvm::join(terms, ", ");
+                        }());
+      break;
+    }
     // Played in PyTorch's order (CostModelTest): rank r's peaks are 2p − 1 chunk forwards with
     // one chunk past its input gradient (the head's on the first rank), and p − 1 − r with
     // 2r + 1 past theirs, before its cool-down's weight passes.
@@ -3038,14 +3191,17 @@ bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches
     }
     return true;
   case ir::Schedule::ZeroBubbleV:
-    // PyTorch's ScheduleZBVZeroBubble pads fewer than 2p − 1 micro-batches with idle slots
-    // (torch/distributed/pipelining/schedules.py, _calculate_single_rank_operations).
-    if (microbatches < 2 * stages - 1) {
+    // PyTorch's ScheduleZBVZeroBubble orders fewer than 2p − 1 micro-batches as 2p − 1 with the
+    // missing ones' passes left out (torch/distributed/pipelining/schedules.py,
+    // _calculate_single_rank_operations); placec plays that order (getBubbleSeconds), up to
+    // kMaxPlayedZeroBubbleV ranks × micro-batches.
+    if (microbatches < 2 * stages - 1 && stages * microbatches > kMaxPlayedZeroBubbleV) {
       if (why)
-        *why = fmt::format("zbv needs at least 2p - 1 micro-batches per step over p pipeline "
-                           "stages to fill its V (PyTorch's ScheduleZBVZeroBubble runs fewer "
-                           "with idle slots), but {} < {}",
-                           microbatches, 2 * stages - 1);
+        *why = fmt::format("zbv with fewer than 2p - 1 micro-batches is timed by playing its "
+                           "order pass by pass, which placec does up to {} stages × "
+                           "micro-batches, but {} × {} (from 2p - 1 = {} micro-batches on, its "
+                           "bubble is a closed form)",
+                           kMaxPlayedZeroBubbleV, stages, microbatches, 2 * stages - 1);
       return false;
     }
     return true;
@@ -3123,6 +3279,14 @@ std::string describeBubble(ir::Schedule schedule, bool valid, double p, int64_t 
   case ir::Schedule::DualPipeV: {
     VChunks c = getVChunks(times);
     bool zbv = schedule == ir::Schedule::ZeroBubbleV;
+    if (zbv && static_cast<double>(microbatches) < 2 * p - 1)
+      return fmt::format("PyTorch's ScheduleZBVZeroBubble order for m = {} < 2p - 1 played pass "
+                         "by pass over chunks of half a stage, F = {}/2 + comm/4 = {}, B = {}/2 "
+                         "+ comm/4 = {}, W = {}/2 = {}, comm = {}, p = {}: the step less 2m·(F + "
+                         "B + W){}{}",
+                         microbatches, fmtSeconds(f), fmtSeconds(c.forward), fmtSeconds(b),
+                         fmtSeconds(c.backward), fmtSeconds(w), fmtSeconds(c.weight),
+                         fmtSeconds(comm), num(p), also, note);
     std::string chains =
         zbv ? "the longest of ZB-V's eight chains, max(B + (p - 2)W, (p - 1)B, 2(p - 1)(B - W), "
               "F + (p - 2)W, (2p - 3)F - (p - 2)B, (2p - 3)F + B - 2(p - 1)W, (2p - 2)F - (p - "
@@ -3195,9 +3359,15 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
     break;
   case ir::Schedule::ZeroBubbleV: {
     // PyTorch's ScheduleZBVZeroBubble (torch/distributed/pipelining/schedules.py), played pass by
-    // pass: its critical path is one of these chains, the same for every m ≥ 2p − 1.
+    // pass: its critical path is one of these chains, the same for every m ≥ 2p − 1. With fewer
+    // micro-batches the chains depend on m; the order is played with these chunks' times.
     VChunks c = getVChunks(times);
     double F = c.forward, B = c.backward, W = c.weight;
+    if (microbatches < 2 * stages - 1) {
+      double m = static_cast<double>(microbatches);
+      bubble = playZeroBubbleV(stages, microbatches, F, B, W) - 2 * m * (F + B + W);
+      break;
+    }
     bubble = std::max({B + (p - 2) * W, (p - 1) * B, 2 * (p - 1) * (B - W), F + (p - 2) * W,
                        (2 * p - 3) * F - (p - 2) * B, (2 * p - 3) * F + B - 2 * (p - 1) * W,
                        (2 * p - 2) * F - (p - 1) * B - W, (2 * p - 2) * F - (2 * p - 1) * W});

@@ -185,6 +185,18 @@ bool paramsOnHost(ParamChoice choice) {
   return choice == ParamChoice::Host || choice == ParamChoice::HostGatherAll;
 }
 
+/// Whether the search takes `schedule` for m micro-batches over pp stages: where its
+/// preconditions hold (cost::isScheduleValid, the rule `schedule`), zbv from 2p − 1 micro-batches
+/// on, where its bubble is a closed form. Below that the analysis plays PyTorch's order pass by
+/// pass (cost::getBubbleSeconds), which is too slow for the millions of candidates of a search;
+/// with so few micro-batches the V stays half empty, and the search leaves those plans out.
+bool searchesSchedule(ir::Schedule schedule, int64_t pp, int64_t m, int64_t chunks,
+                      int64_t group = 0) {
+  if (schedule == ir::Schedule::ZeroBubbleV && pp > 1 && m < 2 * pp - 1)
+    return false;
+  return cost::isScheduleValid(schedule, pp, m, chunks, nullptr, group);
+}
+
 bool isVShape(ir::Schedule schedule) {
   return schedule == ir::Schedule::ZeroBubbleV || schedule == ir::Schedule::DualPipeV;
 }
@@ -1556,7 +1568,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                 }
             if (layers % (2 * pp) == 0)
               for (ir::Schedule v : {ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV})
-                if (explores(v) && cost::isScheduleValid(v, pp, m, 2)) {
+                if (explores(v) && searchesSchedule(v, pp, m, 2)) {
                   steps.push_back({b, v, 2});
                   layouts.vShape = true;
                 }
@@ -2581,8 +2593,7 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
         int64_t microbatchGroup =
             pipeline.schedule == ir::Schedule::Interleaved && smallestGroup != pp ? smallestGroup
                                                                                   : 0;
-        if (!cost::isScheduleValid(pipeline.schedule, pp, m, pipeline.chunks, nullptr,
-                                   microbatchGroup))
+        if (!searchesSchedule(pipeline.schedule, pp, m, pipeline.chunks, microbatchGroup))
           continue;
         bool lessOver = false;
         for (ir::ActivationMode mode : activations)

@@ -1330,6 +1330,55 @@ TEST(CostModelTest, BubbleOfDualPipeV) {
 /// 1), with a head, and a little.
 const double kDeferredBytes[][2] = {{0, 0}, {15, 0}, {15, 3}, {0.5, 0.2}, {0, 4}};
 
+TEST(CostModelTest, ZeroBubbleVWithFewMicrobatches) {
+  // PyTorch orders fewer than 2p − 1 micro-batches as 2p − 1 and leaves the missing ones' passes
+  // out (simulateZeroBubbleV pads them alike). For every m from 1 to 2p − 2: getBubbleSeconds
+  // against the simulated step less a rank's 2m chunk passes, for every pass time of kPassTimes;
+  // each rank's micro-batches in flight and the head's loss buffers against the order; and each
+  // rank's peak bytes (getDeferredWeightPeaks, getHeldActivationBytes) for every kDeferredBytes.
+  for (int p : {2, 3, 4, 5, 8})
+    for (int m = 1; m < 2 * p - 1; ++m) {
+      ASSERT_TRUE(isScheduleValid(ir::Schedule::ZeroBubbleV, p, m, 2));
+      for (PassTimes c : kPassTimes) {
+        MicrobatchTimes times;
+        times.forward = 2 * c.f;
+        times.backward = 2 * (c.b + c.w);
+        times.weight = 2 * c.w;
+        StageMicrobatch stages[] = {{times, p}};
+        EXPECT_NEAR(getBubbleSeconds(ir::Schedule::ZeroBubbleV, m, 2, stages),
+                    simulateZeroBubbleV(p, m, c.f, c.b, c.w) - 2 * m * (c.f + c.b + c.w), 1e-9)
+            << "p " << p << ", m " << m << ", F " << c.f << ", B " << c.b << ", W " << c.w;
+      }
+      for (const auto &extra : kDeferredBytes) {
+        VHeld held;
+        held.perDeferred = extra[0];
+        held.perHead = extra[1];
+        simulateZeroBubbleV(p, m, 1, 1, 1, &held);
+        for (int r = 0; r < p; ++r) {
+          double inFlight = getInFlightMicrobatches(ir::Schedule::ZeroBubbleV, p, m, 2, r);
+          EXPECT_DOUBLE_EQ(inFlight, held.peak[static_cast<size_t>(r)] / 2.0)
+              << "p " << p << ", m " << m << ", rank " << r;
+          auto peaks = getDeferredWeightPeaks(ir::Schedule::ZeroBubbleV, p, m, 2, r, r == 0, 0);
+          EXPECT_DOUBLE_EQ(getHeldActivationBytes(peaks, inFlight, 1, extra[0], extra[1]),
+                           held.bytes[static_cast<size_t>(r)])
+              << "p " << p << ", m " << m << ", rank " << r << ", extra " << extra[0] << ", head "
+              << extra[1];
+        }
+        EXPECT_DOUBLE_EQ(getLossInFlightMicrobatches(ir::Schedule::ZeroBubbleV, p, m, 2, 0),
+                         held.headPeak)
+            << "p " << p << ", m " << m;
+      }
+    }
+  // One micro-batch goes down the 2p stages and back, and the first rank ends with both its
+  // chunks' weight passes: 2p(F + B) + 2W, so the bubble is (2p − 2)(F + B).
+  MicrobatchTimes one;
+  one.forward = 2;
+  one.backward = 4;
+  one.weight = 2;
+  StageMicrobatch stages[] = {{one, 4}};
+  EXPECT_DOUBLE_EQ(getBubbleSeconds(ir::Schedule::ZeroBubbleV, 1, 2, stages), 6 * (1 + 1));
+}
+
 TEST(CostModelTest, WeightPassBytesAreTheProductsOperands) {
   // Qi et al. 2024, Table 1: a GPT layer's weight pass reads 32·s·b·h bytes, the inputs of its
   // four products (h, h, h and 4h, at 2 bytes: 14·s·b·h) and their output gradients (3h, h, 4h
@@ -1546,9 +1595,10 @@ TEST(CostModelTest, SchedulePreconditions) {
   EXPECT_TRUE(isScheduleValid(ir::Schedule::Interleaved, 4, 8, 2));
   EXPECT_FALSE(isScheduleValid(ir::Schedule::Interleaved, 4, 6, 2));
   EXPECT_FALSE(isScheduleValid(ir::Schedule::ZeroBubble, 8, 4, 1));
-  // ZB-V: 2p − 1 micro-batches (PyTorch's ScheduleZBVZeroBubble pads fewer with idle slots).
-  EXPECT_FALSE(isScheduleValid(ir::Schedule::ZeroBubbleV, 8, 14, 2));
-  EXPECT_TRUE(isScheduleValid(ir::Schedule::ZeroBubbleV, 8, 15, 2));
+  // ZB-V: any m (PyTorch's ScheduleZBVZeroBubble orders fewer than 2p − 1 as 2p − 1 with the
+  // missing ones' passes left out; ZeroBubbleVWithFewMicrobatches plays them).
+  EXPECT_TRUE(isScheduleValid(ir::Schedule::ZeroBubbleV, 8, 1, 2));
+  EXPECT_TRUE(isScheduleValid(ir::Schedule::ZeroBubbleV, 8, 14, 2));
   // DualPipeV: m ≥ 2p, any number of ranks (dualpipev.py asserts num_chunks >= num_ranks * 2);
   // DualPipe: an even number of ranks and of micro-batches, m ≥ 2p (dualpipe.py).
   EXPECT_FALSE(isScheduleValid(ir::Schedule::DualPipeV, 8, 15, 2));

@@ -834,14 +834,19 @@ PassUnit getStepPassUnit(const PassUnit &unit, double stepGather, double stepRed
 /// the rest, and the search never builds them. Interleaving needs the micro-batches to be a
 /// multiple of the stages (Megatron-LM's precondition; Narayanan et al. 2021 §2.2.2); ZB-H1 needs
 /// at least as many micro-batches as stages to reach its steady state (Qi et al. 2024, §2); ZB-V
-/// 2p − 1 to fill its V (PyTorch's ScheduleZBVZeroBubble pads fewer with idle slots);
-/// DualPipeV twice as many as stages (deepseek-ai/DualPipe, dualpipev.py), DualPipe an even
-/// number of stages too and an even number of micro-batches (dualpipe.py).
-/// Under interleaving, `group` is the micro-batch group (ir::Pipeline::group; 0: the stages): it
-/// must lie between p and m, and the last group be whole or at least p (Megatron-Core's
-/// schedules.py), which with groups of p is m a multiple of p.
+/// takes any (PyTorch's ScheduleZBVZeroBubble orders fewer than 2p − 1 as 2p − 1 with the missing
+/// ones' passes left out, which getBubbleSeconds plays); DualPipeV twice as many as stages
+/// (deepseek-ai/DualPipe, dualpipev.py), DualPipe an even number of stages too and an even number
+/// of micro-batches (dualpipe.py). Under interleaving, `group` is the micro-batch group
+/// (ir::Pipeline::group; 0: the stages): it must lie between p and m, and the last group be whole
+/// or at least p (Megatron-Core's schedules.py), which with groups of p is m a multiple of p.
 bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
                      std::string *why = nullptr, int64_t group = 0);
+
+/// The most stages × micro-batches for which placec plays ZB-V's order pass by pass (fewer than
+/// 2p − 1 micro-batches): 2^20, a few million passes, milliseconds; beyond it the rule `schedule`
+/// refuses the plan.
+constexpr int64_t kMaxPlayedZeroBubbleV = int64_t{1} << 20;
 
 /// The smallest micro-batch group interleaving accepts for `microbatches` over `stages`
 /// (isScheduleValid): the stages where they divide the micro-batches (Megatron-Core's default),
@@ -885,9 +890,10 @@ struct StageMicrobatch {
 ///     passes deferred to its end; CostModelTest's simulation): the longest of the forwards' way
 ///     down, the backwards' way up and the paper's F + B − W per rank, which is the longest
 ///     only where W is at most F and B;
-///   ZB-V (p ranks, 2p stages, m ≥ 2p − 1): on chunks of half a stage, F, B and W as DualPipeV's
-///     below, the longest of eight chains: max(B + (p − 2)W, (p − 1)B, 2(p − 1)(B − W),
-///     F + (p − 2)W, (2p − 3)F − (p − 2)B, (2p − 3)F + B − 2(p − 1)W, (2p − 2)F − (p − 1)B − W,
+///   ZB-V (p ranks, 2p stages; m ≥ 2p − 1, below which PyTorch's order is played pass by pass
+///     with these chunk times, the step less 2m(F + B + W)): on chunks of half a stage, F, B and W
+///     as DualPipeV's below, the longest of eight chains: max(B + (p − 2)W, (p − 1)B, 2(p − 1)(B −
+///     W), F + (p − 2)W, (2p − 3)F − (p − 2)B, (2p − 3)F + B − 2(p − 1)W, (2p − 2)F − (p − 1)B − W,
 ///     (2p − 2)F − (2p − 1)W), the exact bubble of PyTorch's ScheduleZBVZeroBubble
 ///     (torch/distributed/pipelining/schedules.py; CostModelTest's simulation), never below
 ///     (p − 1)F, the time the first forward takes to reach the last rank (Qi et al. 2024, §4,
