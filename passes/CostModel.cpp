@@ -2608,18 +2608,16 @@ getDeferredWeightPeaks(ir::Schedule schedule, int64_t stages, int64_t microbatch
     if (m < 2 * p - 1) {
       for (const HeldMicrobatches &peak : getZeroBubbleVHeld(stages, microbatches, stage))
         add(peak.microbatches, peak.deferred, peak.heads);
-      if (formula)
-        *formula =
-            fmt::format("the fullest moments of rank {} as PyTorch orders zbv's passes "
-                        "for m = {} < 2p - 1 (in flight, past their input-gradient "
-                        "pass, the head's): {}",
-                        stage, num(m), [&] {
-                          std::vector<std::string> terms;
-                          for (const HeldMicrobatches &peak : peaks)
-                            terms.push_back(fmt::format("({}, {}, {})", num(peak.microbatches),
-                                                        num(peak.deferred), num(peak.heads)));
-                          return llvm::join(terms, ", ");
-                        }());
+      if (!formula)
+        break;
+      std::vector<std::string> terms;
+      for (const HeldMicrobatches &peak : peaks)
+        terms.push_back(fmt::format("({}, {}, {})", num(peak.microbatches), num(peak.deferred),
+                                    num(peak.heads)));
+      *formula = fmt::format("the fullest moments of rank {} as PyTorch orders zbv's passes for "
+                             "m = {} < 2p - 1 (in flight, past their input-gradient pass, the "
+                             "head's): {}",
+                             stage, num(m), llvm::join(terms, ", "));
       break;
     }
     // Played in PyTorch's order (CostModelTest): rank r's peaks are 2p − 1 chunk forwards with
@@ -3141,6 +3139,23 @@ int64_t getSmallestMicrobatchGroup(int64_t stages, int64_t microbatches) {
       return group;
   }
   return microbatches; // One group: the last is whole.
+}
+
+std::string getScheduleRemedy(ir::Schedule schedule, int64_t stages, int64_t microbatches,
+                              int64_t chunks, int64_t group) {
+  switch (schedule) {
+  case ir::Schedule::ZeroBubble:
+    return fmt::format("at least {} micro-batches", stages);
+  case ir::Schedule::ZeroBubbleV:
+    return fmt::format("at least 2p - 1 = {} micro-batches", 2 * stages - 1);
+  case ir::Schedule::DualPipeV:
+    return fmt::format("at least 2p = {} micro-batches", 2 * stages);
+  default:
+    if (chunks > 1 && group > 0 && group != stages)
+      return fmt::format("a group that divides the {} micro-batches or leaves at least {}",
+                         microbatches, stages);
+    return fmt::format("{} × k micro-batches", stages);
+  }
 }
 
 bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,

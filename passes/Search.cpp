@@ -197,6 +197,14 @@ bool searchesSchedule(ir::Schedule schedule, int64_t pp, int64_t m, int64_t chun
   return cost::isScheduleValid(schedule, pp, m, chunks, nullptr, group);
 }
 
+/// The `group` a searched plan writes for interleaving m micro-batches over pp stages: 0
+/// (Megatron-Core's default) where the stages divide them or none fits, else the smallest that
+/// fits (cost::getSmallestMicrobatchGroup).
+int64_t getSearchGroup(int64_t pp, int64_t m) {
+  int64_t group = cost::getSmallestMicrobatchGroup(pp, m);
+  return group == pp ? 0 : group;
+}
+
 bool isVShape(ir::Schedule schedule) {
   return schedule == ir::Schedule::ZeroBubbleV || schedule == ir::Schedule::DualPipeV;
 }
@@ -1518,11 +1526,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
           };
           for (int64_t b : divisorsOf(globalBatch / dp)) {
             int64_t m = globalBatch / (b * dp);
-            // Interleaving's micro-batch groups: Megatron-Core's default where the stages divide
-            // the micro-batches, else the smallest that fits them.
-            int64_t group = cost::getSmallestMicrobatchGroup(pp, m);
-            if (group == pp)
-              group = 0;
+            int64_t group = getSearchGroup(pp, m);
             // Without a pipeline the schedule is moot: one candidate, 1f1b.
             if (pp == 1) {
               steps.push_back({b, ir::Schedule::OneFOneB, 1});
@@ -2586,13 +2590,9 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
       if (run.globalBatch % (b * samples) != 0 || (cp > 1 && b % cp == 0))
         continue;
       int64_t m = run.globalBatch / (b * samples);
-      // Interleaving's micro-batch groups: Megatron-Core's default where the stages divide the
-      // micro-batches, else the smallest that fits them.
-      int64_t smallestGroup = cost::getSmallestMicrobatchGroup(pp, m);
+      int64_t searchGroup = getSearchGroup(pp, m);
       for (const Pipeline &pipeline : layouts[group.pipelines]) {
-        int64_t microbatchGroup =
-            pipeline.schedule == ir::Schedule::Interleaved && smallestGroup != pp ? smallestGroup
-                                                                                  : 0;
+        int64_t microbatchGroup = pipeline.schedule == ir::Schedule::Interleaved ? searchGroup : 0;
         if (!searchesSchedule(pipeline.schedule, pp, m, pipeline.chunks, microbatchGroup))
           continue;
         bool lessOver = false;

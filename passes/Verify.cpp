@@ -942,26 +942,11 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
                  : strategy.pipeline->loc.isValid()               ? strategy.pipeline->loc
                                                                   : strategyLoc,
                  why, "schedule");
-    // What would meet the precondition, schedule by schedule.
-    std::string instead;
-    switch (strategy.pipeline->schedule) {
-    case ir::Schedule::ZeroBubble:
-      instead = "at least " + std::to_string(stages) + " micro-batches";
-      break;
-    case ir::Schedule::ZeroBubbleV:
-      instead = "at least 2p - 1 = " + std::to_string(2 * stages - 1) + " micro-batches";
-      break;
-    case ir::Schedule::DualPipeV:
-      instead = "at least 2p = " + std::to_string(2 * stages) + " micro-batches";
-      break;
-    default:
-      instead = grouped ? "a group that divides the " + std::to_string(run.microbatchesPerStep) +
-                              " micro-batches or leaves at least " + std::to_string(stages)
-                        : std::to_string(stages) + " × k micro-batches";
-      break;
-    }
     diags->note(fieldLoc(run, "strategy"),
-                Twine("run '") + run.name + "' uses the schedule here; use 1f1b, or " + instead);
+                Twine("run '") + run.name + "' uses the schedule here; use 1f1b, or " +
+                    cost::getScheduleRemedy(strategy.pipeline->schedule, stages,
+                                            run.microbatchesPerStep, strategy.pipeline->chunks,
+                                            strategy.pipeline->group));
     ok = false;
   }
   return ok;

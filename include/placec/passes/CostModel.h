@@ -843,6 +843,11 @@ PassUnit getStepPassUnit(const PassUnit &unit, double stepGather, double stepRed
 bool isScheduleValid(ir::Schedule schedule, int64_t stages, int64_t microbatches, int64_t chunks,
                      std::string *why = nullptr, int64_t group = 0);
 
+/// What would meet isScheduleValid's precondition that these numbers miss, for a note: "at
+/// least 16 micro-batches", "4 × k micro-batches", "a group that divides …".
+std::string getScheduleRemedy(ir::Schedule schedule, int64_t stages, int64_t microbatches,
+                              int64_t chunks, int64_t group = 0);
+
 /// The most stages × micro-batches for which placec plays ZB-V's order pass by pass (fewer than
 /// 2p − 1 micro-batches): 2^20, a few million passes, milliseconds; beyond it the rule `schedule`
 /// refuses the plan.
