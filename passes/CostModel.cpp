@@ -2250,9 +2250,15 @@ WeightPassOperands getWeightPassOperands(const ir::Model &model, UnitKind unit, 
   // `sp_inputs = keep` keeps it gathered.
   Work forward = getUnitWork(model, unit, layer, PassKind::Forward, layout);
   Work backward = getUnitWork(model, unit, layer, PassKind::Backward, layout);
-  std::map<std::string, int> inputOf;
-  for (const Gemm &gemm : forward.gemms)
-    inputOf[gemm.name + " weight gradient"] = gemm.input;
+  // The forward product's shared input, by the backward weight gradient's name.
+  auto inputOf = [&forward](const Gemm &weightGradient) {
+    StringRef name = weightGradient.name;
+    if (name.consume_back(" weight gradient"))
+      for (const Gemm &gemm : llvm::reverse(forward.gemms))
+        if (gemm.name == name)
+          return gemm.input;
+    return -1;
+  };
   double e = ir::getActivationBytes(layout.precision), t = 1, savedBytes = e;
   bool sp = false;
   if (model.kind == ir::ModelKind::Transformer) {
@@ -2268,8 +2274,7 @@ WeightPassOperands getWeightPassOperands(const ir::Model &model, UnitKind unit, 
   for (const Gemm &gemm : backward.gemms) {
     if (!gemm.weightGradient)
       continue;
-    auto it = inputOf.find(gemm.name);
-    int input = it == inputOf.end() ? -1 : it->second;
+    int input = inputOf(gemm);
     gradients += gemm.k * gemm.n * gemm.batch * e;
     if (input >= 0 && !shared.insert(input).second)
       continue;
@@ -2289,6 +2294,13 @@ double getWeightPassBytes(const ir::Model &model, UnitKind unit, int64_t layer,
   return operands.inputs + operands.gradients;
 }
 
+double getDeferredWeightExtraBytes(const WeightPassOperands &operands, double kept,
+                                   bool keepsGraph) {
+  if (keepsGraph)
+    return std::max(0.0, operands.inputs - kept) + operands.gradients;
+  return std::max(0.0, operands.inputs + operands.gradients - kept);
+}
+
 bool keepsGraphForWeightPass(ir::Schedule schedule) {
   return schedule == ir::Schedule::ZeroBubbleV;
 }
@@ -2305,8 +2317,8 @@ double getDeferredWeightExtraBytes(const ir::Model &model, int64_t layer, const 
   std::string stashText;
   WeightPassOperands operands =
       getWeightPassOperands(model, unit, layer, layout, formula ? &stashText : nullptr);
+  double extra = getDeferredWeightExtraBytes(operands, kept, keepsGraph);
   if (keepsGraph) {
-    double extra = std::max(0.0, operands.inputs - kept) + operands.gradients;
     if (formula)
       *formula = fmt::format("max(0, {} (the products' inputs) − {} kept) + {} (their output "
                              "gradients, beside the autograd graph kept) = {} per {}layer",
@@ -2315,7 +2327,6 @@ double getDeferredWeightExtraBytes(const ir::Model &model, int64_t layer, const 
                              moeLayer ? "MoE " : "");
     return extra;
   }
-  double extra = std::max(0.0, operands.inputs + operands.gradients - kept);
   if (formula)
     *formula = fmt::format("max(0, {} − {} kept) = {} per {}layer", stashText, fmtAmount(kept, "B"),
                            fmtAmount(extra, "B"), moeLayer ? "MoE " : "");

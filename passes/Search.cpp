@@ -499,6 +499,18 @@ private:
   };
   const ActivationPart &getActivationPart(const UnitTimes &times,
                                           const std::vector<StageShape> &stageShapes);
+  /// A pipeline layout's stage classes with what its schedule holds on each: whether the
+  /// schedule's formulas hold (cost::isScheduleValid), each class's micro-batches in flight and
+  /// those whose loss is in flight, and its peaks under deferred weight passes. They depend on the
+  /// mesh's tp and pp, the schedule, its chunks, group and micro-batches and the first and last
+  /// stages' layers, not on the placement or the work layout, which the search varies inside them.
+  struct ScheduleHolds {
+    const std::vector<StageShape> *shapes = nullptr;
+    bool valid = true;
+    double inFlight[3] = {}, lossInFlight[3] = {};
+    llvm::SmallVector<cost::HeldMicrobatches, 2> peaks[3];
+  };
+  const ScheduleHolds &getScheduleHolds(const Candidate &c);
 
   /// The run's options, as each candidate at this precision keeps them (precisionVariants); the
   /// scaling counts under mixed(fp8) only (ir::getStateBytes).
@@ -551,10 +563,15 @@ private:
   // The states parts of the last placement, by stage layout (a handful per placement).
   std::tuple<int64_t, int64_t, int64_t, unsigned> statesPlacement{0, 0, 0, ~0u};
   llvm::SmallVector<std::pair<const std::vector<StageShape> *, StatesPart>, 4> statesParts;
-  // The activation parts by work layout and stage layout, for the whole search.
+  // The activation parts by work layout and stage layout, for the mesh of getScheduleHolds.
   std::unordered_map<std::pair<const UnitTimes *, const std::vector<StageShape> *>, ActivationPart,
                      PointerPairHash>
       activationParts;
+  using HoldsKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int, int64_t, int64_t>;
+  std::unordered_map<HoldsKey, ScheduleHolds, TupleHash> scheduleHolds;
+  HoldsKey lastHoldsKey;
+  std::tuple<int64_t, int64_t, int64_t> holdsMesh{0, 0, 0};
+  const ScheduleHolds *lastHolds = nullptr;
   // The last entries looked up (consecutive candidates mostly share them).
   std::tuple<int64_t, int64_t, int64_t, bool, int64_t> lastShapesKey;
   const std::vector<StageShape> *lastShapes = nullptr;
@@ -604,8 +621,13 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
   times.headActivation = cost::getHeadActivationBytes(model.transformer, layout);
   times.embeddingActivation = cost::getEmbeddingActivationBytes(model.transformer, layout);
   times.recomputedLayer = cost::getRecomputedLayerBytes(model, layout);
-  times.deferredExtra = cost::getDeferredWeightExtraBytes(model, 0, layout, false);
-  times.deferredExtraGraph = cost::getDeferredWeightExtraBytes(model, 0, layout, true);
+  // The layer's deferred weight pass with WeightGradStore and with the autograd graph kept.
+  cost::WeightPassOperands operands =
+      cost::getWeightPassOperands(model, cost::UnitKind::Layer, 0, layout);
+  double kept = cost::getLayerActivationBytes(model.transformer, layout, nullptr,
+                                              model.transformer.isMoeBlock(0));
+  times.deferredExtra = cost::getDeferredWeightExtraBytes(operands, kept, false);
+  times.deferredExtraGraph = cost::getDeferredWeightExtraBytes(operands, kept, true);
   times.headWeightPass = cost::getWeightPassBytes(model, cost::UnitKind::Head, 0, layout);
   lastTimesKey = key;
   return *(lastTimes = &unitTimes.emplace(key, times).first->second);
@@ -677,6 +699,44 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
                        activationBytes);
   lastTrafficKey = key;
   return *(lastTraffic = &unitTraffic.emplace(key, traffic).first->second);
+}
+
+const Evaluator::ScheduleHolds &Evaluator::getScheduleHolds(const Candidate &c) {
+  HoldsKey key{c.tp,           c.pp,   c.chunks, c.edgeLayers, static_cast<int>(c.schedule),
+               c.microbatches, c.group};
+  if (lastHolds && lastHoldsKey == key)
+    return *lastHolds;
+  // A mesh's candidates come together and share a handful of entries: this table and the
+  // activation parts hold one mesh's (pipeline stages, tensor and data-parallel degrees), which
+  // keeps them small and in cache.
+  auto mesh = std::make_tuple(c.tp, c.pp, c.getDataDegree());
+  if (mesh != holdsMesh) {
+    scheduleHolds.clear();
+    activationParts.clear();
+    holdsMesh = mesh;
+  }
+  lastHoldsKey = key;
+  auto [it, inserted] = scheduleHolds.try_emplace(key);
+  ScheduleHolds &holds = it->second;
+  lastHolds = &holds;
+  if (!inserted)
+    return holds;
+  holds.valid = c.pp <= 1 ||
+                cost::isScheduleValid(c.schedule, c.pp, c.microbatches, c.chunks, nullptr, c.group);
+  bool vShape = c.pp > 1 && isVShape(c.schedule);
+  holds.shapes = &getShapes(c.tp, c.pp, c.chunks, vShape, c.edgeLayers);
+  if (!holds.valid)
+    return holds;
+  for (size_t i = 0; i < holds.shapes->size(); ++i) {
+    const StageShape &shape = (*holds.shapes)[i];
+    holds.inFlight[i] = cost::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks,
+                                                      shape.stage, nullptr, c.group);
+    holds.lossInFlight[i] = cost::getLossInFlightMicrobatches(
+        c.schedule, c.pp, c.microbatches, c.chunks, shape.stage, nullptr, c.group);
+    holds.peaks[i] = cost::getDeferredWeightPeaks(c.schedule, c.pp, c.microbatches, c.chunks,
+                                                  shape.stage, shape.hasHead, 0);
+  }
+  return holds;
 }
 
 const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int64_t chunks,
@@ -921,15 +981,14 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
     return;
   }
   // Rule `schedule`: a schedule's formulas hold only where its preconditions do.
-  if (c.pp > 1 &&
-      !cost::isScheduleValid(c.schedule, c.pp, c.microbatches, c.chunks, nullptr, c.group)) {
+  const ScheduleHolds &holds = getScheduleHolds(c);
+  if (!holds.valid) {
     verdict.rejectedBy = "schedule";
     return;
   }
 
   bool vShape = c.pp > 1 && isVShape(c.schedule);
-  const std::vector<StageShape> &stageShapes =
-      getShapes(c.tp, c.pp, c.chunks, vShape, c.edgeLayers);
+  const std::vector<StageShape> &stageShapes = *holds.shapes;
   const UnitTimes &times = getUnitTimes(c);
   cost::StageStates &states = candidateStates;
   states.paramShard = degree(g, paramAxes);
@@ -955,24 +1014,18 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
                                   ? activations.perDeferredGraph
                                   : activations.perDeferred;
   for (size_t i = 0; i < stageShapes.size(); ++i) {
-    double inFlight = cost::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks,
-                                                    stageShapes[i].stage, nullptr, c.group);
-    double lossInFlight =
-        activations.perLoss[i] > 0
-            ? cost::getLossInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks,
-                                                stageShapes[i].stage, nullptr, c.group)
-            : 0;
+    double lossInFlight = activations.perLoss[i] > 0 ? holds.lossInFlight[i] : 0;
     // Where the deferred weight passes hold nothing beyond their micro-batches' activations (no
     // recomputation, no head), the fullest peak is the count in flight, which needs no peaks.
-    llvm::SmallVector<cost::HeldMicrobatches, 2> peaks;
+    ArrayRef<cost::HeldMicrobatches> peaks;
     if (perDeferred[i] > 0 || activations.perHead[i] > 0)
-      peaks = cost::getDeferredWeightPeaks(c.schedule, c.pp, c.microbatches, c.chunks,
-                                           stageShapes[i].stage, stageShapes[i].hasHead, 0);
+      peaks = holds.peaks[i];
     verdict.deferredExtra |= !peaks.empty() && perDeferred[i] > 0;
-    double device = placed.device[i] + activations.fixed[i] +
-                    cost::getHeldActivationBytes(peaks, inFlight, activations.perMicrobatch[i],
-                                                 perDeferred[i], activations.perHead[i]) +
-                    lossInFlight * activations.perLoss[i];
+    double device =
+        placed.device[i] + activations.fixed[i] +
+        cost::getHeldActivationBytes(peaks, holds.inFlight[i], activations.perMicrobatch[i],
+                                     perDeferred[i], activations.perHead[i]) +
+        lossInFlight * activations.perLoss[i];
     if (device > peak) {
       peak = device;
       hostPeak = placed.host[i];

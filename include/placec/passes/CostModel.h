@@ -518,6 +518,10 @@ bool keepsGraphForWeightPass(ir::Schedule schedule);
 /// recomputation the recomputed inputs are taken as kept, an upper bound).
 double getDeferredWeightExtraBytes(const ir::Model &model, int64_t layer, const Layout &layout,
                                    bool keepsGraph, std::string *formula = nullptr);
+/// The same from a layer's weight-pass operands (getWeightPassOperands) and the activation bytes
+/// its mode keeps, for clients that need both schedules' answers.
+double getDeferredWeightExtraBytes(const WeightPassOperands &operands, double kept,
+                                   bool keepsGraph);
 
 /// A stage's micro-batches at one of its peaks under a schedule that defers weight passes:
 /// `microbatches` in flight in all, each at its activation bytes; `deferred` of them past their
