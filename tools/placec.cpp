@@ -465,10 +465,21 @@ VerifyOptions reportVerifyOptions() {
   return options;
 }
 
+/// The input files of a command that takes one, for its usage error: a stray word after a flag
+/// that takes no value reads as a second file, and the error names it.
+std::string describeInputFiles() {
+  if (inputFiles.empty())
+    return "none was given";
+  std::vector<std::string> files(inputFiles.begin(), inputFiles.end());
+  return fmt::format("{} {} given: {}", files.size(), files.size() == 1 ? "was" : "were",
+                     llvm::join(files, ", "));
+}
+
 /// `placec report FILE`.
 bool runReport(raw_ostream &out) {
   if (inputFiles.size() != 1) {
-    printError("report takes one input file; run 'placec --help' for usage");
+    printError("report takes one input file, but " + describeInputFiles() +
+               "; run 'placec --help' for usage");
     return false;
   }
   StringRef path = inputFiles.front();
@@ -546,11 +557,19 @@ bool runDiff(raw_ostream &out) {
 /// `placec search FILE --run NAME`: the output goes to stdout, `-o` names the .place file the
 /// best plan is written to.
 int runSearch() {
-  if (inputFiles.size() != 1 || runNames.size() > 1 ||
-      ((outputFormat == report::Format::Html || outputFormat == report::Format::Markdown) &&
-       searchMaxParams)) {
-    printError("search takes one input file, at most one --run and --format=text, json, md or "
-               "html (--max-params: text or json)");
+  // Each misuse named with what was given (a stray word after a flag reads as a second file).
+  if (inputFiles.size() != 1) {
+    printError("search takes one input file, but " + describeInputFiles());
+    return 1;
+  }
+  if (runNames.size() > 1) {
+    printError("search takes at most one --run, but " + Twine(runNames.size()) +
+               " were given: " + llvm::join(runNames, ", "));
+    return 1;
+  }
+  if ((outputFormat == report::Format::Html || outputFormat == report::Format::Markdown) &&
+      searchMaxParams) {
+    printError("search --max-params writes --format=text or json, not md or html");
     return 1;
   }
   // The run's own strategy is not searched from, so it is not verified: only the front end.
@@ -819,8 +838,12 @@ int runImport() {
 
 /// `placec format FILE [-i]`.
 int runFormat() {
-  if (inputFiles.size() != 1 || (formatInPlace && outputFile != "-")) {
-    printError("format takes one input file, and either -i or -o FILE");
+  if (inputFiles.size() != 1) {
+    printError("format takes one input file, but " + describeInputFiles());
+    return 1;
+  }
+  if (formatInPlace && outputFile != "-") {
+    printError("format takes either -i or -o FILE, not both");
     return 1;
   }
   SourceMgr sourceMgr;
@@ -899,7 +922,11 @@ int runCompileCuda() {
 int runCompile() {
   if (std::optional<bridge::Target> target = bridge::parseTarget(compileTarget))
     return runExport(*target);
-  if (inputFiles.size() != 1 || runNames.size() != 1 || outputFile == "-") {
+  if (inputFiles.size() != 1) {
+    printError("compile takes one input file, but " + describeInputFiles());
+    return 1;
+  }
+  if (runNames.size() != 1 || outputFile == "-") {
     printError("compile takes one input file, one --run NAME and -o DIR (the directory that "
                "receives main.cpp and CMakeLists.txt)");
     return 1;
