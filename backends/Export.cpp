@@ -1428,4 +1428,16 @@ std::vector<std::string> getExportRefusals(const ir::Run &run, Target target) {
   return refusals;
 }
 
+std::vector<search::BridgeVerdict> getBridgeVerdicts(const ir::Run &run, StringRef only) {
+  std::vector<search::BridgeVerdict> verdicts;
+  for (Target target : {Target::Megatron, Target::Torchtitan, Target::DeepSpeed}) {
+    if (!only.empty() && only != toString(target))
+      continue;
+    std::vector<std::string> refusals = getExportRefusals(run, target);
+    verdicts.push_back(
+        {toString(target).str(), refusals.empty() ? std::string() : refusals.front()});
+  }
+  return verdicts;
+}
+
 } // namespace placec::bridge

@@ -629,18 +629,7 @@ int runSearch() {
     }
     options.target = compileTarget;
   }
-  options.bridges = [](const ir::Run &run, StringRef only) {
-    std::vector<search::BridgeVerdict> verdicts;
-    for (bridge::Target target :
-         {bridge::Target::Megatron, bridge::Target::Torchtitan, bridge::Target::DeepSpeed}) {
-      if (!only.empty() && only != bridge::toString(target))
-        continue;
-      std::vector<std::string> refusals = bridge::getExportRefusals(run, target);
-      verdicts.push_back(
-          {bridge::toString(target).str(), refusals.empty() ? std::string() : refusals.front()});
-    }
-    return verdicts;
-  };
+  options.bridges = bridge::getBridgeVerdicts;
   report::CandidateSample sample;
   if (outputFormat == report::Format::Html) {
     options.onAccepted = [&](const search::Candidate &candidate) { sample.add(candidate); };

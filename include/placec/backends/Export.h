@@ -6,6 +6,7 @@
 
 #include "placec/ir/Diagnostics.h"
 #include "placec/ir/IR.h"
+#include "placec/passes/Search.h"
 
 #include "llvm/ADT/StringRef.h"
 
@@ -34,6 +35,11 @@ bool exportRun(const ir::Run &run, Target target, DiagnosticEngine &diags, llvm:
 /// it after "cannot export run '…' to …: ", in the order the errors come; empty when the target
 /// expresses the whole run. Nothing is reported or written.
 std::vector<std::string> getExportRefusals(const ir::Run &run, Target target);
+
+/// Each bridge's verdict on a plan, as `placec search` asks them (SearchCommandOptions::bridges):
+/// Megatron-LM's, torchtitan's and DeepSpeed's, in that order, or only the one named `only` when
+/// that is not empty; each with the first part of the plan it cannot express.
+std::vector<search::BridgeVerdict> getBridgeVerdicts(const ir::Run &run, llvm::StringRef only);
 
 /// What an import needs besides the configuration itself.
 struct ImportOptions {
