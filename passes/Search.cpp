@@ -721,8 +721,7 @@ const Evaluator::ScheduleHolds &Evaluator::getScheduleHolds(const Candidate &c) 
   lastHolds = &holds;
   if (!inserted)
     return holds;
-  holds.valid = c.pp <= 1 ||
-                cost::isScheduleValid(c.schedule, c.pp, c.microbatches, c.chunks, nullptr, c.group);
+  holds.valid = cost::isScheduleValid(c.schedule, c.pp, c.microbatches, c.chunks, nullptr, c.group);
   bool vShape = c.pp > 1 && isVShape(c.schedule);
   holds.shapes = &getShapes(c.tp, c.pp, c.chunks, vShape, c.edgeLayers);
   if (!holds.valid)
@@ -1014,7 +1013,6 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
                                   ? activations.perDeferredGraph
                                   : activations.perDeferred;
   for (size_t i = 0; i < stageShapes.size(); ++i) {
-    double lossInFlight = activations.perLoss[i] > 0 ? holds.lossInFlight[i] : 0;
     // Where the deferred weight passes hold nothing beyond their micro-batches' activations (no
     // recomputation, no head), the fullest peak is the count in flight, which needs no peaks.
     ArrayRef<cost::HeldMicrobatches> peaks;
@@ -1025,7 +1023,7 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
         placed.device[i] + activations.fixed[i] +
         cost::getHeldActivationBytes(peaks, holds.inFlight[i], activations.perMicrobatch[i],
                                      perDeferred[i], activations.perHead[i]) +
-        lossInFlight * activations.perLoss[i];
+        holds.lossInFlight[i] * activations.perLoss[i];
     if (device > peak) {
       peak = device;
       hostPeak = placed.host[i];

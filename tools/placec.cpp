@@ -465,14 +465,12 @@ VerifyOptions reportVerifyOptions() {
   return options;
 }
 
-/// The input files of a command that takes one, for its usage error: a stray word after a flag
-/// that takes no value reads as a second file, and the error names it.
+/// The input files of a command that takes one and got none or several, for its usage error: a
+/// stray word after a flag that takes no value reads as a second file, and the error names it.
 std::string describeInputFiles() {
   if (inputFiles.empty())
     return "none was given";
-  std::vector<std::string> files(inputFiles.begin(), inputFiles.end());
-  return fmt::format("{} {} given: {}", files.size(), files.size() == 1 ? "was" : "were",
-                     llvm::join(files, ", "));
+  return fmt::format("{} were given: {}", inputFiles.size(), llvm::join(inputFiles, ", "));
 }
 
 /// `placec report FILE`.
