@@ -7,12 +7,16 @@
 #include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fmt/format.h>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <tuple>
 
 using namespace llvm;
 
@@ -2392,51 +2396,210 @@ std::vector<VPass> getZeroBubbleVOrder(int64_t p, int64_t m, int64_t rank) {
   return order;
 }
 
-/// The step of PyTorch's ZB-V over p ranks and m micro-batches, each chunk pass taking `f`, `b`
-/// or `w` and the transfers free: every rank runs its passes in order, a forward once the
-/// previous stage's forward of its micro-batch is done, an input gradient once the next stage's
-/// (the last stage's: its own forward), a weight pass after its input gradient.
-double playZeroBubbleV(int64_t p, int64_t m, double f, double b, double w) {
-  int64_t stages = 2 * p;
-  std::vector<std::vector<VPass>> orders;
-  for (int64_t r = 0; r < p; ++r)
-    orders.push_back(getZeroBubbleVOrder(p, m, r));
-  // When each stage's forward and input gradient of each micro-batch ended; -1: not yet.
-  std::vector<double> forwardDone(static_cast<size_t>(stages * m), -1),
-      inputDone(static_cast<size_t>(stages * m), -1);
-  auto at = [m](int64_t stage, int64_t microbatch) {
-    return static_cast<size_t>(stage * m + microbatch);
-  };
-  std::vector<size_t> position(static_cast<size_t>(p), 0);
-  std::vector<double> clock(static_cast<size_t>(p), 0);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int64_t r = 0; r < p; ++r) {
+/// A completion time of ZB-V's play and the chain of passes that ends there.
+struct TimedChain {
+  int64_t time = -1; // -1: not yet
+  ZeroBubbleVChain chain;
+};
+
+/// PyTorch's ZB-V over p ranks and m micro-batches, played with integer pass times `f`, `b` and
+/// `w` and the transfers free: every rank runs its passes in order, a forward once the previous
+/// stage's forward of its micro-batch is done, an input gradient once the next stage's (the last
+/// stage's: its own forward), a weight pass after its input gradient. The orders and the tables
+/// are built once for all the plays of one p and m.
+class ZeroBubbleVPlayer {
+public:
+  ZeroBubbleVPlayer(int64_t p, int64_t m)
+      : p(p), forwardDone(static_cast<size_t>(2 * p * m)),
+        inputDone(static_cast<size_t>(2 * p * m)) {
+    for (int64_t r = 0; r < p; ++r)
+      orders.push_back(getZeroBubbleVOrder(p, m, r));
+  }
+
+  /// The step, and one longest chain.
+  TimedChain play(int64_t f, int64_t b, int64_t w) {
+    int64_t stages = 2 * p;
+    std::fill(forwardDone.begin(), forwardDone.end(), TimedChain{});
+    std::fill(inputDone.begin(), inputDone.end(), TimedChain{});
+    std::vector<size_t> position(static_cast<size_t>(p), 0);
+    std::vector<TimedChain> clock(static_cast<size_t>(p), TimedChain{0, {}});
+    // The ranks that may go on: each runs until a pass waits for another stage, and a pass's
+    // end wakes the rank that waits for it (stage s on rank s or 2p − 1 − s).
+    std::vector<int64_t> awake(static_cast<size_t>(p));
+    std::iota(awake.begin(), awake.end(), 0);
+    std::vector<char> isAwake(static_cast<size_t>(p), 1);
+    auto wake = [&](int64_t stage) {
+      if (stage < 0 || stage >= stages)
+        return;
+      int64_t rank = stage < p ? stage : stages - 1 - stage;
+      if (!isAwake[static_cast<size_t>(rank)]) {
+        isAwake[static_cast<size_t>(rank)] = 1;
+        awake.push_back(rank);
+      }
+    };
+    while (!awake.empty()) {
+      int64_t r = awake.back();
+      awake.pop_back();
+      isAwake[static_cast<size_t>(r)] = 0;
       const std::vector<VPass> &order = orders[static_cast<size_t>(r)];
       size_t &next = position[static_cast<size_t>(r)];
-      double &now = clock[static_cast<size_t>(r)];
-      for (; next < order.size(); ++next, progress = true) {
+      TimedChain &now = clock[static_cast<size_t>(r)];
+      for (; next < order.size(); ++next) {
         const VPass &pass = order[next];
         int64_t stage = pass.second ? stages - 1 - r : r;
-        double ready = 0;
+        const TimedChain *ready = nullptr;
         if (pass.kind == VPass::Forward && stage > 0)
-          ready = forwardDone[at(stage - 1, pass.microbatch)];
+          ready = &forwardDone[at(stage - 1, pass.microbatch)];
         else if (pass.kind == VPass::Input)
-          ready = stage == stages - 1 ? forwardDone[at(stage, pass.microbatch)]
-                                      : inputDone[at(stage + 1, pass.microbatch)];
-        if (ready < 0)
+          ready = stage == stages - 1 ? &forwardDone[at(stage, pass.microbatch)]
+                                      : &inputDone[at(stage + 1, pass.microbatch)];
+        if (ready && ready->time < 0)
           break;
-        now = std::max(now, ready) + (pass.kind == VPass::Forward ? f
-                                      : pass.kind == VPass::Input ? b
-                                                                  : w);
-        if (pass.kind == VPass::Forward)
+        if (ready && ready->time > now.time)
+          now = *ready;
+        switch (pass.kind) {
+        case VPass::Forward:
+          now.time += f;
+          ++now.chain.forward;
           forwardDone[at(stage, pass.microbatch)] = now;
-        else if (pass.kind == VPass::Input)
+          wake(stage + 1);
+          break;
+        case VPass::Input:
+          now.time += b;
+          ++now.chain.input;
           inputDone[at(stage, pass.microbatch)] = now;
+          wake(stage - 1);
+          break;
+        case VPass::Weight:
+          now.time += w;
+          ++now.chain.weight;
+          break;
+        }
       }
     }
+    return *llvm::max_element(
+        clock, [](const TimedChain &x, const TimedChain &y) { return x.time < y.time; });
   }
-  return *std::max_element(clock.begin(), clock.end());
+
+private:
+  size_t at(int64_t stage, int64_t microbatch) const {
+    return static_cast<size_t>(microbatch * 2 * p + stage); // a pass's neighbours side by side
+  }
+
+  int64_t p;
+  std::vector<std::vector<VPass>> orders;
+  // When each stage's forward and input gradient of each micro-batch ended, and how.
+  std::vector<TimedChain> forwardDone, inputDone;
+};
+
+/// A direction of pass times (f, b, w), all at least 0, in lowest terms.
+using PassWeights = std::array<int64_t, 3>;
+
+int64_t getChainTime(const ZeroBubbleVChain &chain, const PassWeights &d) {
+  return chain.forward * d[0] + chain.input * d[1] + chain.weight * d[2];
+}
+
+/// `d` scaled to lowest terms with every component at least 0, or nothing where it points
+/// nowhere or out of the positive orthant.
+std::optional<PassWeights> getPassWeights(PassWeights d) {
+  if (llvm::all_of(d, [](int64_t x) { return x <= 0; }))
+    for (int64_t &x : d)
+      x = -x;
+  if (llvm::any_of(d, [](int64_t x) { return x < 0; }) ||
+      llvm::all_of(d, [](int64_t x) { return x == 0; }))
+    return std::nullopt;
+  int64_t divisor = std::gcd(std::gcd(d[0], d[1]), d[2]);
+  for (int64_t &x : d)
+    x /= divisor;
+  return d;
+}
+
+PassWeights getCross(const PassWeights &a, const PassWeights &b) {
+  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
+}
+
+PassWeights getDifference(const ZeroBubbleVChain &a, const ZeroBubbleVChain &b) {
+  return {a.forward - b.forward, a.input - b.input, a.weight - b.weight};
+}
+
+/// The longest of `chains` at pass times `d`; -1 for none.
+int64_t getLongestChainTime(ArrayRef<ZeroBubbleVChain> chains, const PassWeights &d) {
+  int64_t longest = -1;
+  for (const ZeroBubbleVChain &chain : chains)
+    longest = std::max(longest, getChainTime(chain, d));
+  return longest;
+}
+
+/// The vertices of the subdivision of the pass times' directions (f, b, w ≥ 0) into the cells
+/// where one of `chains` is the longest: the corners, the directions on a face of the orthant
+/// where two chains meet as the longest, and those inside it where three do.
+std::vector<PassWeights> getChainVertices(ArrayRef<ZeroBubbleVChain> chains) {
+  const PassWeights axes[] = {{1, 0, 0}, {0, 1, 0}, {0, 0, 1}};
+  std::vector<PassWeights> vertices(std::begin(axes), std::end(axes));
+  auto add = [&](PassWeights direction, std::initializer_list<size_t> meeting) {
+    std::optional<PassWeights> d = getPassWeights(direction);
+    if (!d)
+      return;
+    int64_t longest = getLongestChainTime(chains, *d);
+    if (llvm::all_of(meeting, [&](size_t i) { return getChainTime(chains[i], *d) == longest; }))
+      vertices.push_back(*d);
+  };
+  for (size_t i = 0; i < chains.size(); ++i)
+    for (size_t j = i + 1; j < chains.size(); ++j) {
+      PassWeights ij = getDifference(chains[i], chains[j]);
+      for (const PassWeights &axis : axes)
+        add(getCross(ij, axis), {i, j});
+      for (size_t k = j + 1; k < chains.size(); ++k)
+        add(getCross(ij, getDifference(chains[i], chains[k])), {i, j, k});
+    }
+  return vertices;
+}
+
+/// Whether the longest of `chains` is at least `chain` for every pass times, that is at every
+/// vertex of their subdivision, on whose cells they are linear and `chain` is.
+bool coversChain(ArrayRef<ZeroBubbleVChain> chains, const ZeroBubbleVChain &chain) {
+  return llvm::all_of(getChainVertices(chains), [&](const PassWeights &d) {
+    return getChainTime(chain, d) <= getLongestChainTime(chains, d);
+  });
+}
+
+/// The chains of PyTorch's ZB-V step over p ranks and m micro-batches: the fewest whose longest,
+/// for any pass times of at least 0, is the played step. The step is a convex piecewise linear
+/// function g of the times (f, b, w), the longest of the order's paths; the longest of known
+/// chains S, g_S, is below it and linear on each cell of its subdivision of the directions, so
+/// where g_S equals g at every vertex of that subdivision, g (convex) lies below g_S on each cell
+/// and the two are equal everywhere. So: play the order at each vertex (exact in integers), add
+/// the chain the play finds wherever it is longer than g_S there, and repeat until no vertex adds
+/// one; a direction where g and g_S were equal stays so as chains are added, so each is played
+/// once. Last, the chains the others cover are left out.
+std::vector<ZeroBubbleVChain> computeZeroBubbleVChains(int64_t p, int64_t m) {
+  ZeroBubbleVPlayer player(p, m);
+  std::vector<ZeroBubbleVChain> chains;
+  std::set<PassWeights> played;
+  auto play = [&](const PassWeights &d) {
+    if (!played.insert(d).second)
+      return false;
+    TimedChain step = player.play(d[0], d[1], d[2]);
+    if (step.time <= getLongestChainTime(chains, d))
+      return false;
+    chains.push_back(step.chain);
+    return true;
+  };
+  play({1, 1, 1});
+  for (bool found = true; found;) {
+    found = false;
+    for (const PassWeights &d : getChainVertices(chains))
+      found |= play(d);
+  }
+  for (size_t i = 0; i < chains.size();) {
+    std::vector<ZeroBubbleVChain> others = chains;
+    others.erase(others.begin() + static_cast<ptrdiff_t>(i));
+    if (coversChain(others, chains[i]))
+      chains = std::move(others);
+    else
+      ++i;
+  }
+  return chains;
 }
 
 /// Rank `rank`'s fullest moments under PyTorch's ZB-V, in micro-batches of two chunks: the
@@ -2464,6 +2627,25 @@ llvm::SmallVector<HeldMicrobatches, 2> getZeroBubbleVHeld(int64_t p, int64_t m, 
 }
 
 } // namespace
+
+ArrayRef<ZeroBubbleVChain> getZeroBubbleVChains(int64_t stages, int64_t microbatches) {
+  // Kept for the process (a search asks for the same few pipelines millions of times), each
+  // thread remembering the last it asked for; std::map's nodes stay where they are.
+  static std::mutex mutex;
+  static std::map<std::pair<int64_t, int64_t>, std::vector<ZeroBubbleVChain>> computed;
+  thread_local std::pair<int64_t, int64_t> lastKey{-1, -1};
+  thread_local ArrayRef<ZeroBubbleVChain> last;
+  std::pair<int64_t, int64_t> key{stages, microbatches};
+  if (key == lastKey)
+    return last;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [it, inserted] = computed.try_emplace(key);
+  if (inserted)
+    it->second = computeZeroBubbleVChains(stages, microbatches);
+  lastKey = key;
+  last = it->second;
+  return last;
+}
 
 double getInFlightMicrobatches(ir::Schedule schedule, int64_t stages, int64_t microbatches,
                                int64_t chunks, int stage, std::string *formula, int64_t group) {
@@ -3274,6 +3456,13 @@ VChunks getVChunks(const MicrobatchTimes &times) {
   return {times.forward / 2 + comm, (times.backward - times.weight) / 2 + comm, times.weight / 2};
 }
 
+/// What a ZB-V chain takes with these chunk passes' times.
+double getChainSeconds(const ZeroBubbleVChain &chain, const VChunks &c) {
+  return static_cast<double>(chain.forward) * c.forward +
+         static_cast<double>(chain.input) * c.backward +
+         static_cast<double>(chain.weight) * c.weight;
+}
+
 /// getBubbleSeconds's formula with the numbers put in: `times` the slowest stage's, or on uneven
 /// stages the others' mean (`slowest` then the slowest stage's, which is not counted).
 std::string describeBubble(ir::Schedule schedule, bool valid, double p, int64_t microbatches,
@@ -3305,14 +3494,25 @@ std::string describeBubble(ir::Schedule schedule, bool valid, double p, int64_t 
   case ir::Schedule::DualPipeV: {
     VChunks c = getVChunks(times);
     bool zbv = schedule == ir::Schedule::ZeroBubbleV;
-    if (zbv && static_cast<double>(microbatches) < 2 * p - 1)
-      return fmt::format("PyTorch's ScheduleZBVZeroBubble order for m = {} < 2p - 1 played pass "
-                         "by pass over chunks of half a stage, F = {}/2 + comm/4 = {}, B = {}/2 "
-                         "+ comm/4 = {}, W = {}/2 = {}, comm = {}, p = {}: the step less 2m·(F + "
-                         "B + W){}{}",
-                         microbatches, fmtSeconds(f), fmtSeconds(c.forward), fmtSeconds(b),
-                         fmtSeconds(c.backward), fmtSeconds(w), fmtSeconds(c.weight),
-                         fmtSeconds(comm), num(p), also, note);
+    if (zbv && static_cast<double>(microbatches) < 2 * p - 1) {
+      // The chains, the longest first.
+      std::vector<ZeroBubbleVChain> chains(
+          getZeroBubbleVChains(static_cast<int64_t>(p), microbatches));
+      llvm::sort(chains, [&](const ZeroBubbleVChain &x, const ZeroBubbleVChain &y) {
+        return std::make_tuple(getChainSeconds(x, c), x.forward, x.input, x.weight) >
+               std::make_tuple(getChainSeconds(y, c), y.forward, y.input, y.weight);
+      });
+      std::vector<std::string> terms;
+      for (const ZeroBubbleVChain &chain : chains)
+        terms.push_back(fmt::format("{}F + {}B + {}W", chain.forward, chain.input, chain.weight));
+      return fmt::format("the longest of the {} chains of PyTorch's ScheduleZBVZeroBubble order "
+                         "for m = {} < 2p - 1 (found by playing it pass by pass), max({}), less "
+                         "2m(F + B + W), over chunks of half a stage, F = {}/2 + comm/4 = {}, B = "
+                         "{}/2 + comm/4 = {}, W = {}/2 = {}, comm = {}, p = {}{}{}",
+                         chains.size(), microbatches, llvm::join(terms, ", "), fmtSeconds(f),
+                         fmtSeconds(c.forward), fmtSeconds(b), fmtSeconds(c.backward),
+                         fmtSeconds(w), fmtSeconds(c.weight), fmtSeconds(comm), num(p), also, note);
+    }
     std::string chains =
         zbv ? "the longest of ZB-V's eight chains, max(B + (p - 2)W, (p - 1)B, 2(p - 1)(B - W), "
               "F + (p - 2)W, (2p - 3)F - (p - 2)B, (2p - 3)F + B - 2(p - 1)W, (2p - 2)F - (p - "
@@ -3386,12 +3586,14 @@ double getBubbleSeconds(ir::Schedule schedule, int64_t microbatches, int64_t chu
   case ir::Schedule::ZeroBubbleV: {
     // PyTorch's ScheduleZBVZeroBubble (torch/distributed/pipelining/schedules.py), played pass by
     // pass: its critical path is one of these chains, the same for every m ≥ 2p − 1. With fewer
-    // micro-batches the chains depend on m; the order is played with these chunks' times.
+    // micro-batches the chains depend on m (getZeroBubbleVChains), the step the longest of them.
     VChunks c = getVChunks(times);
     double F = c.forward, B = c.backward, W = c.weight;
     if (microbatches < 2 * stages - 1) {
-      double m = static_cast<double>(microbatches);
-      bubble = playZeroBubbleV(stages, microbatches, F, B, W) - 2 * m * (F + B + W);
+      double step = 0;
+      for (const ZeroBubbleVChain &chain : getZeroBubbleVChains(stages, microbatches))
+        step = std::max(step, getChainSeconds(chain, c));
+      bubble = step - 2 * static_cast<double>(microbatches) * (F + B + W);
       break;
     }
     bubble = std::max({B + (p - 2) * W, (p - 1) * B, 2 * (p - 1) * (B - W), F + (p - 2) * W,

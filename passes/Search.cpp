@@ -185,18 +185,6 @@ bool paramsOnHost(ParamChoice choice) {
   return choice == ParamChoice::Host || choice == ParamChoice::HostGatherAll;
 }
 
-/// Whether the search takes `schedule` for m micro-batches over pp stages: where its
-/// preconditions hold (cost::isScheduleValid, the rule `schedule`), zbv from 2p − 1 micro-batches
-/// on, where its bubble is a closed form. Below that the analysis plays PyTorch's order pass by
-/// pass (cost::getBubbleSeconds), which is too slow for the millions of candidates of a search;
-/// with so few micro-batches the V stays half empty, and the search leaves those plans out.
-bool searchesSchedule(ir::Schedule schedule, int64_t pp, int64_t m, int64_t chunks,
-                      int64_t group = 0) {
-  if (schedule == ir::Schedule::ZeroBubbleV && pp > 1 && m < 2 * pp - 1)
-    return false;
-  return cost::isScheduleValid(schedule, pp, m, chunks, nullptr, group);
-}
-
 /// The `group` a searched plan writes for interleaving m micro-batches over pp stages: 0
 /// (Megatron-Core's default) where the stages divide them or none fits, else the smallest that
 /// fits (cost::getSmallestMicrobatchGroup).
@@ -1623,7 +1611,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                 }
             if (layers % (2 * pp) == 0)
               for (ir::Schedule v : {ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV})
-                if (explores(v) && searchesSchedule(v, pp, m, 2)) {
+                if (explores(v) && cost::isScheduleValid(v, pp, m, 2)) {
                   steps.push_back({b, v, 2});
                   layouts.vShape = true;
                 }
@@ -2644,7 +2632,8 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
       int64_t searchGroup = getSearchGroup(pp, m);
       for (const Pipeline &pipeline : layouts[group.pipelines]) {
         int64_t microbatchGroup = pipeline.schedule == ir::Schedule::Interleaved ? searchGroup : 0;
-        if (!searchesSchedule(pipeline.schedule, pp, m, pipeline.chunks, microbatchGroup))
+        if (!cost::isScheduleValid(pipeline.schedule, pp, m, pipeline.chunks, nullptr,
+                                   microbatchGroup))
           continue;
         bool lessOver = false;
         for (ir::ActivationMode mode : activations)

@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <gtest/gtest.h>
+#include <random>
 #include <set>
 #include <tuple>
 
@@ -1305,6 +1306,48 @@ TEST(CostModelTest, BubbleOfZeroBubbleV) {
   expectVScheduleHolds(
       ir::Schedule::ZeroBubbleV, [](int p) { return 2 * p - 1; },
       [](int p, int m, VHeld *held) { simulateZeroBubbleV(p, m, 1, 1, 1, held); });
+}
+
+TEST(CostModelTest, ZeroBubbleVChainsAreItsSteps) {
+  // getZeroBubbleVChains against the simulated schedule: the longest chain is the step for
+  // random chunk times (some of them 0, where chains tie) on both sides of 2p − 1 micro-batches.
+  // From 2p − 1 on they are the eight chains of BubbleOfZeroBubbleV's closed form (the same
+  // bubble), which need p ≥ 4 to be distinct; below, never more than thirteen
+  // (ZeroBubbleVWithFewMicrobatches checks the bubble at the chosen times too).
+  std::mt19937 random(20261206);
+  std::uniform_real_distribution<double> time(0, 3);
+  std::uniform_int_distribution<int> zero(0, 5);
+  for (int p : {2, 3, 4, 6, 8, 12, 16})
+    for (int m = 1; m <= 2 * p + 2; ++m) {
+      auto chains = getZeroBubbleVChains(p, m);
+      ASSERT_FALSE(chains.empty()) << "p " << p << ", m " << m;
+      EXPECT_LE(chains.size(), 13u) << "p " << p << ", m " << m;
+      if (m >= 2 * p - 1 && p >= 4) {
+        EXPECT_EQ(chains.size(), 8u) << "p " << p << ", m " << m;
+      }
+      for (int sample = 0; sample < 40; ++sample) {
+        double f = zero(random) ? time(random) : 0, b = zero(random) ? time(random) : 0,
+               w = zero(random) ? time(random) : 0;
+        double longest = 0;
+        for (const ZeroBubbleVChain &chain : chains)
+          longest = std::max(longest, static_cast<double>(chain.forward) * f +
+                                          static_cast<double>(chain.input) * b +
+                                          static_cast<double>(chain.weight) * w);
+        double simulated = simulateZeroBubbleV(p, m, f, b, w);
+        EXPECT_NEAR(longest, simulated, 1e-9 * std::max(1.0, simulated))
+            << "p " << p << ", m " << m << ", F " << f << ", B " << b << ", W " << w;
+        if (m >= 2 * p - 1) {
+          MicrobatchTimes times;
+          times.forward = 2 * f;
+          times.backward = 2 * (b + w);
+          times.weight = 2 * w;
+          StageMicrobatch stages[] = {{times, p}};
+          EXPECT_NEAR(getBubbleSeconds(ir::Schedule::ZeroBubbleV, m, 2, stages),
+                      longest - 2 * m * (f + b + w), 1e-9 * std::max(1.0, simulated))
+              << "p " << p << ", m " << m << ", F " << f << ", B " << b << ", W " << w;
+        }
+      }
+    }
 }
 
 TEST(CostModelTest, BubbleOfDualPipeV) {

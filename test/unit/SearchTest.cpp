@@ -942,7 +942,7 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
   const ir::Run &run = runOf(*compiled, "gpt");
   std::map<ir::ContextMethod, unsigned> methods;
   std::map<ir::Schedule, unsigned> schedules;
-  unsigned async = 0, fp8 = 0, fp8Gather = 0, grouped = 0;
+  unsigned async = 0, fp8 = 0, fp8Gather = 0, grouped = 0, fewZeroBubbleV = 0;
   forEachCandidate(
       run, *run.cluster,
       [&](const Candidate &c) {
@@ -958,8 +958,12 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
         if (c.schedule == ir::Schedule::ZeroBubbleV || c.schedule == ir::Schedule::DualPipeV) {
           EXPECT_EQ(c.chunks, 2);
           EXPECT_EQ(16 % (2 * c.pp), 0) << c.describe();
-          EXPECT_GE(c.microbatches,
-                    c.schedule == ir::Schedule::DualPipeV ? 2 * c.pp : 2 * c.pp - 1);
+          if (c.schedule == ir::Schedule::DualPipeV) {
+            EXPECT_GE(c.microbatches, 2 * c.pp) << c.describe();
+          }
+          // ZB-V takes any m: below 2p − 1, timed by the chains of PyTorch's order.
+          fewZeroBubbleV +=
+              c.schedule == ir::Schedule::ZeroBubbleV && c.microbatches < 2 * c.pp - 1;
         }
         if (c.schedule == ir::Schedule::ZeroBubble) {
           EXPECT_GE(c.microbatches, c.pp) << c.describe();
@@ -1001,6 +1005,7 @@ TEST(SearchTest, SpaceHasEveryNewDimensionWhereItIsLegal) {
         ir::Schedule::ZeroBubbleV, ir::Schedule::DualPipeV})
     EXPECT_GT(schedules[schedule], 0u) << ir::toString(schedule).str();
   EXPECT_GT(async, 0u);
+  EXPECT_GT(fewZeroBubbleV, 0u);
   EXPECT_GT(fp8, 0u);
   EXPECT_GT(fp8Gather, 0u);
   // With global_batch = 64 every m ≥ pp is a multiple of pp (both powers of two): no group but

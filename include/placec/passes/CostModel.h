@@ -853,9 +853,24 @@ std::string getScheduleRemedy(ir::Schedule schedule, int64_t stages, int64_t mic
                               int64_t chunks, int64_t group = 0);
 
 /// The most stages × micro-batches for which placec plays ZB-V's order pass by pass (fewer than
-/// 2p − 1 micro-batches): 2^20, a few million passes, milliseconds; beyond it the rule `schedule`
-/// refuses the plan.
-constexpr int64_t kMaxPlayedZeroBubbleV = int64_t{1} << 20;
+/// 2p − 1 micro-batches; getZeroBubbleVChains plays it a few tens of times): 2^17, every pipeline
+/// of up to 256 stages, in under a second; beyond it the rule `schedule` refuses the plan.
+constexpr int64_t kMaxPlayedZeroBubbleV = int64_t{1} << 17;
+
+/// A chain of passes through ZB-V's step: how many chunk forwards, input-gradient passes and
+/// weight passes lie on it, end to end across the ranks. It takes forward·F + input·B + weight·W.
+struct ZeroBubbleVChain {
+  int64_t forward = 0, input = 0, weight = 0;
+  bool operator==(const ZeroBubbleVChain &other) const = default;
+};
+
+/// The chains of PyTorch's ScheduleZBVZeroBubble over `stages` ranks and m micro-batches whose
+/// longest is the step for every chunk time F, B, W ≥ 0 with the transfers free, as the order
+/// played pass by pass gives it; none of them is the longest for no times. Found by playing the
+/// order at a few times each (p × m ≤ kMaxPlayedZeroBubbleV) once per process and kept: a
+/// handful (at most thirteen for p ≤ 64), so that a step for few micro-batches costs what a
+/// closed form does. getBubbleSeconds times ZB-V below 2p − 1 micro-batches by them.
+llvm::ArrayRef<ZeroBubbleVChain> getZeroBubbleVChains(int64_t stages, int64_t microbatches);
 
 /// The smallest micro-batch group interleaving accepts for `microbatches` over `stages`
 /// (isScheduleValid): the stages where they divide the micro-batches (Megatron-Core's default),
