@@ -1,10 +1,12 @@
 // Google Benchmark timings of the reports: one run's analysis (lowerRun + analyze) on GPT-2 XL and
 // GPT-3 175B, its text report and --explain, and a 1,000-run file (generated here in C++) through
-// the analyses alone and through the whole of `placec report --format=json`.
+// the analyses alone and through the whole of `placec report --format=json`; and the search for
+// ZB-V's chains with few micro-batches.
 #include "placec/backends/Report.h"
 #include "placec/frontend/Frontend.h"
 #include "placec/ir/Diagnostics.h"
 #include "placec/passes/Analysis.h"
+#include "placec/passes/CostModel.h"
 #include "placec/passes/Passes.h"
 #include "placec/passes/StepPlan.h"
 
@@ -178,5 +180,16 @@ BENCHMARK_CAPTURE(BM_TextReport, gpt2_zero3_explain, "gpt2_zero3", true)
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_AnalyzeAllRuns)->Arg(1000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReportAllRunsJson)->Arg(1000)->Unit(benchmark::kMillisecond);
+
+/// ZB-V's chains for few micro-batches (cost::findZeroBubbleVChains), found afresh each time as
+/// the first plan of a process with these stages and micro-batches finds them: p stages and
+/// 2p − 2 micro-batches, the most below 2p − 1.
+void BM_ZeroBubbleVChains(benchmark::State &state) {
+  int64_t p = state.range(0);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(placec::cost::findZeroBubbleVChains(p, 2 * p - 2));
+}
+
+BENCHMARK(BM_ZeroBubbleVChains)->Arg(8)->Arg(32)->Arg(128)->Arg(256)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -2563,16 +2563,17 @@ bool coversChain(ArrayRef<ZeroBubbleVChain> chains, const ZeroBubbleVChain &chai
   });
 }
 
-/// The chains of PyTorch's ZB-V step over p ranks and m micro-batches: the fewest whose longest,
-/// for any pass times of at least 0, is the played step. The step is a convex piecewise linear
-/// function g of the times (f, b, w), the longest of the order's paths; the longest of known
-/// chains S, g_S, is below it and linear on each cell of its subdivision of the directions, so
-/// where g_S equals g at every vertex of that subdivision, g (convex) lies below g_S on each cell
-/// and the two are equal everywhere. So: play the order at each vertex (exact in integers), add
-/// the chain the play finds wherever it is longer than g_S there, and repeat until no vertex adds
-/// one; a direction where g and g_S were equal stays so as chains are added, so each is played
-/// once. Last, the chains the others cover are left out.
-std::vector<ZeroBubbleVChain> computeZeroBubbleVChains(int64_t p, int64_t m) {
+} // namespace
+
+// The step is a convex piecewise-linear function g of the pass times (f, b, w), the longest of the
+// order's paths. The longest of the chains found so far, g_S, lies below it and is linear on each
+// cell of its subdivision of the directions, so where g_S equals g at every vertex of that
+// subdivision, g (convex) lies below g_S on each cell and the two are equal everywhere. So: play
+// the order at each vertex (exact in integers), add the chain the play finds wherever it is
+// longer than g_S there, and repeat until no vertex adds one; a direction where g and g_S were
+// equal stays so as chains are added, so each is played once. Last, the chains that the others
+// cover are left out.
+std::vector<ZeroBubbleVChain> findZeroBubbleVChains(int64_t p, int64_t m) {
   ZeroBubbleVPlayer player(p, m);
   std::vector<ZeroBubbleVChain> chains;
   std::set<PassWeights> played;
@@ -2601,6 +2602,8 @@ std::vector<ZeroBubbleVChain> computeZeroBubbleVChains(int64_t p, int64_t m) {
   }
   return chains;
 }
+
+namespace {
 
 /// Rank `rank`'s fullest moments under PyTorch's ZB-V, in micro-batches of two chunks: the
 /// chunks held from a forward to its weight pass, those of them past their input gradient, and
@@ -2641,7 +2644,7 @@ ArrayRef<ZeroBubbleVChain> getZeroBubbleVChains(int64_t stages, int64_t microbat
   std::lock_guard<std::mutex> lock(mutex);
   auto [it, inserted] = computed.try_emplace(key);
   if (inserted)
-    it->second = computeZeroBubbleVChains(stages, microbatches);
+    it->second = findZeroBubbleVChains(stages, microbatches);
   lastKey = key;
   last = it->second;
   return last;

@@ -872,6 +872,13 @@ struct ZeroBubbleVChain {
 /// closed form does. getBubbleSeconds times ZB-V below 2p − 1 micro-batches by them.
 llvm::ArrayRef<ZeroBubbleVChain> getZeroBubbleVChains(int64_t stages, int64_t microbatches);
 
+/// getZeroBubbleVChains's chains found afresh, without keeping them: the order is played in
+/// integers at the vertices of the regions of pass times where each chain found so far is the
+/// longest, and each play that finds a longer path adds its chain, until none does; the step,
+/// convex in the times, then equals the longest chain everywhere. A few tens of plays of 6·p·m
+/// passes each.
+std::vector<ZeroBubbleVChain> findZeroBubbleVChains(int64_t stages, int64_t microbatches);
+
 /// The smallest micro-batch group interleaving accepts for `microbatches` over `stages`
 /// (isScheduleValid): the stages where they divide the micro-batches (Megatron-Core's default),
 /// else the least N in (p, m] whose last group, m mod N, is empty or holds at least p; 0 where
