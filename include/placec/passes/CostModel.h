@@ -866,10 +866,11 @@ struct ZeroBubbleVChain {
 
 /// The chains of PyTorch's ScheduleZBVZeroBubble over `stages` ranks and m micro-batches whose
 /// longest is the step for every chunk time F, B, W ≥ 0 with the transfers free, as the order
-/// played pass by pass gives it; none of them is the longest for no times. Found by playing the
-/// order at a few times each (p × m ≤ kMaxPlayedZeroBubbleV) once per process and kept: a
-/// handful (at most thirteen for p ≤ 64), so that a step for few micro-batches costs what a
-/// closed form does. getBubbleSeconds times ZB-V below 2p − 1 micro-batches by them.
+/// played pass by pass gives it; each of them is the longest for some times. Found once per
+/// process for each p and m (findZeroBubbleVChains; p × m ≤ kMaxPlayedZeroBubbleV) and kept: one
+/// for one micro-batch, four where m ≤ p, at most thirteen below 2p − 1 (measured up to p = 128),
+/// the closed form's eight from there on; so a step for few micro-batches costs what a closed form
+/// does. getBubbleSeconds times ZB-V below 2p − 1 micro-batches by them.
 llvm::ArrayRef<ZeroBubbleVChain> getZeroBubbleVChains(int64_t stages, int64_t microbatches);
 
 /// getZeroBubbleVChains's chains found afresh, without keeping them: the order is played in
