@@ -2495,8 +2495,15 @@ private:
 /// A direction of pass times (f, b, w), all at least 0, in lowest terms.
 using PassWeights = std::array<int64_t, 3>;
 
+/// What a ZB-V chain takes with these pass times: forward·F + input·B + weight·W, in integers
+/// for finding the chains and in seconds for a step.
+template <typename T> T getChainTime(const ZeroBubbleVChain &chain, T f, T b, T w) {
+  return static_cast<T>(chain.forward) * f + static_cast<T>(chain.input) * b +
+         static_cast<T>(chain.weight) * w;
+}
+
 int64_t getChainTime(const ZeroBubbleVChain &chain, const PassWeights &d) {
-  return chain.forward * d[0] + chain.input * d[1] + chain.weight * d[2];
+  return getChainTime(chain, d[0], d[1], d[2]);
 }
 
 /// `d` scaled to lowest terms with every component at least 0, or nothing where it points
@@ -3459,11 +3466,8 @@ VChunks getVChunks(const MicrobatchTimes &times) {
   return {times.forward / 2 + comm, (times.backward - times.weight) / 2 + comm, times.weight / 2};
 }
 
-/// What a ZB-V chain takes with these chunk passes' times.
 double getChainSeconds(const ZeroBubbleVChain &chain, const VChunks &c) {
-  return static_cast<double>(chain.forward) * c.forward +
-         static_cast<double>(chain.input) * c.backward +
-         static_cast<double>(chain.weight) * c.weight;
+  return getChainTime(chain, c.forward, c.backward, c.weight);
 }
 
 /// getBubbleSeconds's formula with the numbers put in: `times` the slowest stage's, or on uneven
