@@ -861,7 +861,6 @@ constexpr int64_t kMaxPlayedZeroBubbleV = int64_t{1} << 17;
 /// weight passes lie on it, end to end across the ranks. It takes forward·F + input·B + weight·W.
 struct ZeroBubbleVChain {
   int64_t forward = 0, input = 0, weight = 0;
-  bool operator==(const ZeroBubbleVChain &other) const = default;
 };
 
 /// The chains of PyTorch's ScheduleZBVZeroBubble over `stages` ranks and m micro-batches whose
