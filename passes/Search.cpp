@@ -1448,17 +1448,18 @@ getContextMethods(const ir::Run &run, int64_t tp, int64_t cp,
   const ir::TransformerConfig &config = run.model->transformer;
   if (cp == 1)
     return {ir::ContextMethod::Ring};
-  // The verifier's rule `placement`: no context parallelism under a sliding window or ALiBi; its
-  // rule `precision`: none with FP8 attention (whose context-parallel exchanges placec does not
-  // count; the run's, so the variants a search explores without it keep this too).
-  if (config.isWindowed() || config.positions == ir::PositionKind::Alibi || run.fp8Attention)
+  // The verifier's rule `placement`: no context parallelism under ALiBi, and only Ulysses's
+  // all-to-all under a sliding window; its rule `precision`: none with FP8 attention (whose
+  // context-parallel exchanges placec does not count; the run's, so the variants a search
+  // explores without it keep this too).
+  if (config.positions == ir::PositionKind::Alibi || run.fp8Attention)
     return {};
   std::vector<ir::ContextMethod> methods;
   auto add = [&](ir::ContextMethod method) {
     if (!allowed || llvm::is_contained(*allowed, method))
       methods.push_back(method);
   };
-  if (config.seq % (2 * cp) == 0) {
+  if (!config.isWindowed() && config.seq % (2 * cp) == 0) {
     add(ir::ContextMethod::Ring);
     add(ir::ContextMethod::AllGather);
   }

@@ -491,11 +491,11 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       // `placement`): `what` names the model's field, `why` the reason, and `note` is said at the
       // field.
       auto refuseContext = [&](const Twine &what, const Twine &why, SMLoc fieldLoc,
-                               const Twine &field, const Twine &note) {
+                               const Twine &field, const Twine &note,
+                               StringRef fix = "leave the sequence axis out") {
         diags->error(strategy.contextLoc.isValid() ? strategy.contextLoc : strategyLoc,
                      Twine("context parallelism over ") + Twine(context) + " devices with " + what +
-                         " (model '" + model.name + "': " + field + "): " + why +
-                         " (leave the sequence axis out)",
+                         " (model '" + model.name + "': " + field + "): " + why + " (" + fix + ")",
                      "placement");
         diags->note(fieldLoc.isValid() ? fieldLoc : model.loc, note);
         ok = false;
@@ -503,21 +503,29 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       // ALiBi's bias depends on each query's distance to each key, which a rank's chunk of the
       // sequence would have to carry into its kernels; PyTorch's scaled_dot_product_attention
       // takes no ALiBi, and placec describes no context-parallel implementation that passes it.
-      // Sliding-window attention: placec times each context method's exchanges and blockwise
-      // attention over the whole causal prefix, where a window needs only the neighbouring
-      // ranks' keys (cost::AttentionCore::window holds without it only).
+      // Sliding-window attention: placec times the ring's and the all-gather's exchanges and
+      // blockwise attention over the whole causal prefix, where a window needs only the
+      // neighbouring ranks' keys. Ulysses's all-to-all gives each rank whole sequences for its
+      // heads, whose kernel attends the window as it would without context parallelism
+      // (cost::AttentionCore::window): Transformer Engine's attn_forward_func_with_cp takes a
+      // sliding window with cp_comm_type "a2a".
       if (config.positions == ir::PositionKind::Alibi) {
         refuseContext("ALiBi positions",
                       "placec describes no context-parallel implementation that passes ALiBi's "
                       "distances to its attention kernels",
                       config.positionsLoc, "positions = alibi",
                       "the positions of model '" + model.name + "' are written here");
-      } else if (config.isWindowed()) {
+      } else if (config.isWindowed() && strategy.contextMethod != ir::ContextMethod::AllToAll) {
         refuseContext("a sliding window",
-                      "placec times the keys and values a context-parallel rank receives over "
-                      "the whole causal prefix, not over a sliding window",
+                      "placec times the keys and values a context-parallel rank receives from " +
+                          Twine(strategy.contextMethod == ir::ContextMethod::Ring
+                                    ? "a ring"
+                                    : "an all-gather") +
+                          " over the whole causal prefix, not over a sliding window",
                       config.windowLoc, "window = " + Twine(config.window),
-                      "the window of model '" + model.name + "' is written here");
+                      "the window of model '" + model.name + "' is written here",
+                      "write context = all_to_all, whose ranks attend whole sequences for their "
+                      "heads, or leave the sequence axis out");
       } else if (strategy.contextMethod == ir::ContextMethod::AllToAll &&
                  run.contextMerge == ir::ContextMerge::Eager) {
         // PyTorch's context parallelism (`context_merge = eager`) passes or gathers key/value
