@@ -12,6 +12,9 @@ Round 5.1's logs of NVIDIA's NeMo code record each step's time as well (`tracked
 train_step_time, up to every step); for those the script writes each run's number of timed steps
 and their median, not every step (thousands a run). AMD's round 5.1 logs record no step's time
 (their `tracked_stats` give a block's samples per second): their blocks are timed as round 5.0's.
+Round 6.0's NeMo logs close every block with its mean step time (a `tracked_stats` record holding
+train_step_time alone, beside the single steps' records that hold the loss too); for those the
+script writes each run's block means, as the seconds per step of its blocks.
 
 This script reads the logs from local clones of the results repositories and writes, for every
 run of the systems listed in SYSTEMS, the time per step of each of its blocks (blocks.json).
@@ -23,7 +26,9 @@ over a system's runs of each run's median block) and checks it against the .plac
     python3 bench/fidelity/mlperf/extract.py --keep=blocks.json v5.1=DIR > new.json
 
 DIR is a clone of github.com/mlcommons/training_results_v<round> (any checkout: the logs are read
-from its HEAD with `git show`). With --keep=FILE, the systems of rounds given no clone keep their
+from its HEAD with `git show`); the v6.0 entries were read from its copy
+github.com/Richardyu114/training_results_v6.0 at commit eabf23a07b2a0c60a289ff871dc3a46fff0d0421,
+whose NVIDIA/ tree is the round's, three runs of each system. With --keep=FILE, the systems of rounds given no clone keep their
 entries of FILE (an earlier output of this script).
 """
 
@@ -32,7 +37,8 @@ import statistics
 import subprocess
 import sys
 
-# (round, results directory of the system, sequence length, the .place row it measures)
+# (round, results directory of the system, sequence length, the .place row it measures[, the logs
+# read: all of the directory's when not given])
 SYSTEMS = [
     ("v3.1", "NVIDIA/results/eos_n64_ngc23.09_nemo/gpt3", 2048, "mlperf31_gpt3_512"),
     ("v3.1", "NVIDIA/results/eos_n96_ngc23.09_nemo/gpt3", 2048, "mlperf31_gpt3_768"),
@@ -100,10 +106,30 @@ SYSTEMS = [
      "mlperf51_llama8b_b200_8_xe9680l_nvfp4"),
     ("v5.1", "Lenovo/results/SR680aV4-8xB300_SXM/llama31_8b", 8192,
      "mlperf51_llama8b_b300_8_sr680a_nvfp4"),
+    ("v6.0", "NVIDIA/results/theia_ngpu72_ngc26.04_nemo/llama31_8b", 8192,
+     "mlperf60_llama8b_gb300_72", ("result_0.txt", "result_1.txt", "result_2.txt")),
+    ("v6.0", "NVIDIA/results/theia_ngpu512_ngc26.04_nemo/llama31_8b", 8192,
+     "mlperf60_llama8b_gb300_512", ("result_0.txt", "result_1.txt", "result_2.txt")),
+    ("v6.0", "NVIDIA/results/tyche-hsg_ngpu1024_ngc26.04_nemo/llama31_8b", 8192,
+     "mlperf60_llama8b_gb200_1024", ("result_0.txt", "result_1.txt", "result_2.txt")),
+    ("v6.0", "NVIDIA/results/theia-cmh_ngpu512_ngc26.04_nemo/llama31_405b", 8192,
+     "mlperf60_llama405b_gb300_512"),
+    ("v6.0", "NVIDIA/results/theia-cmh_ngpu2048_ngc26.04_nemo/llama31_405b", 8192,
+     "mlperf60_llama405b_gb300_2048"),
+    ("v6.0", "NVIDIA/results/theia_ngpu72_ngc26.04_nemo/gpt_oss_20b", 8192,
+     "mlperf60_gptoss20b_gb300_72", ("result_0.txt", "result_1.txt", "result_2.txt")),
+    ("v6.0", "NVIDIA/results/theia_ngpu512_ngc26.04_nemo/gpt_oss_20b", 8192,
+     "mlperf60_gptoss20b_gb300_512", ("result_0.txt", "result_1.txt", "result_2.txt")),
+    ("v6.0", "NVIDIA/results/theia_ngpu256_ngc26.04_nemo/deepseekv3_671b", 4096,
+     "mlperf60_dsv3_gb300_256"),
+    ("v6.0", "NVIDIA/results/theia_ngpu512_ngc26.04_nemo/deepseekv3_671b", 4096,
+     "mlperf60_dsv3_gb300_512"),
 ]
 
 # Rounds whose logs time every step (tracked_stats' train_step_time): their steps, not blocks.
 STEP_ROUNDS = {"v5.1"}
+# Rounds whose logs give each block's mean step time: those means are its blocks' steps.
+BLOCK_MEAN_ROUNDS = {"v6.0"}
 
 
 def git(repo, *args):
@@ -154,6 +180,20 @@ def tracked_steps(text):
     return batch, steps
 
 
+def block_means(text):
+    """The global batch and each training block's mean train_step_time of one log."""
+    batch = None
+    means = []
+    for record in records(text):
+        value = record["value"]
+        if record["key"] == "global_batch_size":
+            batch = value
+        elif record["key"] == "tracked_stats" and isinstance(value, dict) and \
+                set(value) == {"train_step_time"}:
+            means.append(value["train_step_time"])
+    return batch, means
+
+
 def main(argv):
     kept = {}
     clones = {}
@@ -165,7 +205,7 @@ def main(argv):
             round_, _, directory = arg.partition("=")
             clones[round_] = directory
     out = []
-    for round_, directory, sequence, run in SYSTEMS:
+    for round_, directory, sequence, run, *logs in SYSTEMS:
         if round_ not in clones:
             if run not in kept:
                 sys.exit(f"extract.py: no clone of {round_} given, and {run} is not kept")
@@ -173,7 +213,8 @@ def main(argv):
             continue
         repo = clones[round_]
         files = sorted(f for f in git(repo, "ls-tree", "--name-only", "HEAD", directory + "/")
-                       .split() if f.endswith(".txt"))
+                       .split() if f.endswith(".txt") and
+                       (not logs or f.split("/")[-1] in logs[0]))
         runs = []
         for path in files:
             text = git(repo, "show", "HEAD:" + path)
@@ -183,7 +224,8 @@ def main(argv):
                              "timed_steps": len(steps),
                              "median_step_seconds": round(statistics.median(steps), 5)})
                 continue
-            batch, blocks = block_steps(text, sequence)
+            batch, blocks = block_means(text) if round_ in BLOCK_MEAN_ROUNDS else \
+                block_steps(text, sequence)
             runs.append({"log": path.split("/")[-1], "global_batch": batch,
                          "step_seconds": [round(b, 5) for b in blocks]})
         out.append({"round": round_, "system": directory, "sequence": sequence, "run": run,
