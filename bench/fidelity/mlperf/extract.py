@@ -14,7 +14,8 @@ and their median, not every step (thousands a run). AMD's round 5.1 logs record 
 (their `tracked_stats` give a block's samples per second): their blocks are timed as round 5.0's.
 Round 6.0's NeMo logs close every block with its mean step time (a `tracked_stats` record holding
 train_step_time alone, beside the single steps' records that hold the loss too); for those the
-script writes each run's block means, as the seconds per step of its blocks.
+script writes each run's block means, as the seconds per step of its blocks, and times the blocks
+of a log that holds no such record as round 5.0's.
 
 This script reads the logs from local clones of the results repositories and writes, for every
 run of the systems listed in SYSTEMS, the time per step of each of its blocks (blocks.json).
@@ -124,6 +125,20 @@ SYSTEMS = [
      "mlperf60_dsv3_gb300_256"),
     ("v6.0", "NVIDIA/results/theia_ngpu512_ngc26.04_nemo/deepseekv3_671b", 4096,
      "mlperf60_dsv3_gb300_512"),
+    ("v6.0", "NVIDIA/results/theia_ngpu8_ngc26.04_nemo/llama31_8b", 8192,
+     "mlperf60_llama8b_gb300_8", ("result_0.txt", "result_1.txt", "result_2.txt")),
+    ("v6.0", "NVIDIA/results/tyche-hsg_ngpu72_ngc26.04_nemo/gpt_oss_20b", 8192,
+     "mlperf60_gptoss20b_gb200_72", ("result_0.txt", "result_1.txt", "result_2.txt")),
+    ("v6.0", "NVIDIA/results/theia_ngpu8_ngc26.04_nemo/gpt_oss_20b", 8192,
+     "mlperf60_gptoss20b_gb300_8", ("result_0.txt", "result_1.txt", "result_2.txt")),
+    ("v6.0", "NVIDIA/results/tyche-hsg_ngpu512_ngc26.04_nemo/deepseekv3_671b", 4096,
+     "mlperf60_dsv3_gb200_512"),
+    ("v6.0", "NVIDIA/results/tyche-hsg_ngpu2048_ngc26.04_nemo/deepseekv3_671b", 4096,
+     "mlperf60_dsv3_gb200_2048"),
+    ("v6.0", "NVIDIA/results/tyche-hsg_ngpu4096_ngc26.04_nemo/deepseekv3_671b", 4096,
+     "mlperf60_dsv3_gb200_4096"),
+    ("v6.0", "NVIDIA/results/tyche-hsg_ngpu8192_ngc26.04_nemo/deepseekv3_671b", 4096,
+     "mlperf60_dsv3_gb200_8192"),
 ]
 
 # Rounds whose logs time every step (tracked_stats' train_step_time): their steps, not blocks.
@@ -224,8 +239,9 @@ def main(argv):
                              "timed_steps": len(steps),
                              "median_step_seconds": round(statistics.median(steps), 5)})
                 continue
-            batch, blocks = block_means(text) if round_ in BLOCK_MEAN_ROUNDS else \
-                block_steps(text, sequence)
+            batch, blocks = block_means(text) if round_ in BLOCK_MEAN_ROUNDS else (None, [])
+            if not blocks:
+                batch, blocks = block_steps(text, sequence)
             runs.append({"log": path.split("/")[-1], "global_batch": batch,
                          "step_seconds": [round(b, 5) for b in blocks]})
         out.append({"round": round_, "system": directory, "sequence": sequence, "run": run,
