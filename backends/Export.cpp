@@ -1424,7 +1424,10 @@ std::vector<std::string> getExportRefusals(const ir::Run &run, Target target) {
   diags.setQuiet(true);
   Exporter exporter(run, target, diags);
   exporter.refusals = &refusals;
-  exporter.exportTo(nulls());
+  // A stream of its own: the search asks for refusals from several threads at once, and
+  // llvm::nulls() is one buffered stream shared by all of them.
+  raw_null_ostream discarded;
+  exporter.exportTo(discarded);
   return refusals;
 }
 
