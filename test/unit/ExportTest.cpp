@@ -1,11 +1,10 @@
 // The framework bridges' refusals (bridge::getExportRefusals, bridge::getBridgeVerdicts), which
 // the search asks for from several threads at once.
-#include "TestSupport.h"
-
 #include "placec/backends/Export.h"
 
-#include <gtest/gtest.h>
+#include "TestSupport.h"
 
+#include <gtest/gtest.h>
 #include <thread>
 #include <vector>
 
