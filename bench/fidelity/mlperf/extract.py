@@ -29,14 +29,17 @@ over a system's runs of each run's median block) and checks it against the .plac
 DIR is a clone of github.com/mlcommons/training_results_v<round> (any checkout: the logs are read
 from its HEAD with `git show`); the v6.0 entries were read from its copy
 github.com/Richardyu114/training_results_v6.0 at commit eabf23a07b2a0c60a289ff871dc3a46fff0d0421,
-whose NVIDIA/ tree is the round's, three runs of each system. With --keep=FILE, the systems of rounds given no clone keep their
-entries of FILE (an earlier output of this script).
+whose NVIDIA/ tree is the round's, three runs of each system. With --keep=FILE, the systems of
+rounds given no clone keep their entries of FILE (an earlier output of this script).
 """
 
 import json
 import statistics
 import subprocess
 import sys
+
+# The logs read of a system whose runs were not all read.
+FIRST_THREE = ("result_0.txt", "result_1.txt", "result_2.txt")
 
 # (round, results directory of the system, sequence length, the .place row it measures[, the logs
 # read: all of the directory's when not given])
@@ -108,29 +111,29 @@ SYSTEMS = [
     ("v5.1", "Lenovo/results/SR680aV4-8xB300_SXM/llama31_8b", 8192,
      "mlperf51_llama8b_b300_8_sr680a_nvfp4"),
     ("v6.0", "NVIDIA/results/theia_ngpu72_ngc26.04_nemo/llama31_8b", 8192,
-     "mlperf60_llama8b_gb300_72", ("result_0.txt", "result_1.txt", "result_2.txt")),
+     "mlperf60_llama8b_gb300_72", FIRST_THREE),
     ("v6.0", "NVIDIA/results/theia_ngpu512_ngc26.04_nemo/llama31_8b", 8192,
-     "mlperf60_llama8b_gb300_512", ("result_0.txt", "result_1.txt", "result_2.txt")),
+     "mlperf60_llama8b_gb300_512", FIRST_THREE),
     ("v6.0", "NVIDIA/results/tyche-hsg_ngpu1024_ngc26.04_nemo/llama31_8b", 8192,
-     "mlperf60_llama8b_gb200_1024", ("result_0.txt", "result_1.txt", "result_2.txt")),
+     "mlperf60_llama8b_gb200_1024", FIRST_THREE),
     ("v6.0", "NVIDIA/results/theia-cmh_ngpu512_ngc26.04_nemo/llama31_405b", 8192,
      "mlperf60_llama405b_gb300_512"),
     ("v6.0", "NVIDIA/results/theia-cmh_ngpu2048_ngc26.04_nemo/llama31_405b", 8192,
      "mlperf60_llama405b_gb300_2048"),
     ("v6.0", "NVIDIA/results/theia_ngpu72_ngc26.04_nemo/gpt_oss_20b", 8192,
-     "mlperf60_gptoss20b_gb300_72", ("result_0.txt", "result_1.txt", "result_2.txt")),
+     "mlperf60_gptoss20b_gb300_72", FIRST_THREE),
     ("v6.0", "NVIDIA/results/theia_ngpu512_ngc26.04_nemo/gpt_oss_20b", 8192,
-     "mlperf60_gptoss20b_gb300_512", ("result_0.txt", "result_1.txt", "result_2.txt")),
+     "mlperf60_gptoss20b_gb300_512", FIRST_THREE),
     ("v6.0", "NVIDIA/results/theia_ngpu256_ngc26.04_nemo/deepseekv3_671b", 4096,
      "mlperf60_dsv3_gb300_256"),
     ("v6.0", "NVIDIA/results/theia_ngpu512_ngc26.04_nemo/deepseekv3_671b", 4096,
      "mlperf60_dsv3_gb300_512"),
     ("v6.0", "NVIDIA/results/theia_ngpu8_ngc26.04_nemo/llama31_8b", 8192,
-     "mlperf60_llama8b_gb300_8", ("result_0.txt", "result_1.txt", "result_2.txt")),
+     "mlperf60_llama8b_gb300_8", FIRST_THREE),
     ("v6.0", "NVIDIA/results/tyche-hsg_ngpu72_ngc26.04_nemo/gpt_oss_20b", 8192,
-     "mlperf60_gptoss20b_gb200_72", ("result_0.txt", "result_1.txt", "result_2.txt")),
+     "mlperf60_gptoss20b_gb200_72", FIRST_THREE),
     ("v6.0", "NVIDIA/results/theia_ngpu8_ngc26.04_nemo/gpt_oss_20b", 8192,
-     "mlperf60_gptoss20b_gb300_8", ("result_0.txt", "result_1.txt", "result_2.txt")),
+     "mlperf60_gptoss20b_gb300_8", FIRST_THREE),
     ("v6.0", "NVIDIA/results/tyche-hsg_ngpu512_ngc26.04_nemo/deepseekv3_671b", 4096,
      "mlperf60_dsv3_gb200_512"),
     ("v6.0", "NVIDIA/results/tyche-hsg_ngpu2048_ngc26.04_nemo/deepseekv3_671b", 4096,
