@@ -499,6 +499,8 @@ private:
     llvm::SmallVector<cost::HeldMicrobatches, 2> peaks[3];
   };
   const ScheduleHolds &getScheduleHolds(const Candidate &c);
+  /// Computes a new entry of getScheduleHolds's table.
+  void fillScheduleHolds(const Candidate &c, ScheduleHolds &holds);
 
   /// The run's options, as each candidate at this precision keeps them (precisionVariants); the
   /// scaling counts under mixed(fp8) only (ir::getStateBytes).
@@ -555,11 +557,28 @@ private:
   std::unordered_map<std::pair<const UnitTimes *, const std::vector<StageShape> *>, ActivationPart,
                      PointerPairHash>
       activationParts;
+  // The work layout and activation part of the candidates of one mesh (its tensor, pipeline,
+  // batch and context degrees and context method) by their step (Candidate::stepIndex) and
+  // activation settings (stepSlot): the same for every placement, so that most candidates find
+  // them without hashing their keys. Null where not yet looked up.
+  struct StepEntry {
+    const UnitTimes *times = nullptr;
+    const ActivationPart *activations = nullptr;
+  };
+  std::vector<std::vector<StepEntry>> stepEntries;
+  std::tuple<int64_t, int64_t, int64_t, int64_t, int> stepEntriesMesh{0, 0, 0, 0, 0};
+  StepEntry noStepEntry;
+  StepEntry &getStepEntry(const Candidate &c);
   using HoldsKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int, int64_t, int64_t>;
   std::unordered_map<HoldsKey, ScheduleHolds, TupleHash> scheduleHolds;
   HoldsKey lastHoldsKey;
   std::tuple<int64_t, int64_t, int64_t> holdsMesh{0, 0, 0};
   const ScheduleHolds *lastHolds = nullptr;
+  // scheduleHolds's entries by the candidates' Candidate::stepIndex, for the mesh holdsStepsMesh
+  // (tensor, pipeline and batch degrees: the enumeration's list of steps); null where not yet
+  // looked up.
+  std::vector<const ScheduleHolds *> holdsByStep;
+  std::tuple<int64_t, int64_t, int64_t> holdsStepsMesh{0, 0, 0};
   // The last entries looked up (consecutive candidates mostly share them).
   std::tuple<int64_t, int64_t, int64_t, bool, int64_t> lastShapesKey;
   const std::vector<StageShape> *lastShapes = nullptr;
@@ -689,31 +708,83 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
   return *(lastTraffic = &unitTraffic.emplace(key, traffic).first->second);
 }
 
+Evaluator::StepEntry &Evaluator::getStepEntry(const Candidate &c) {
+  // getUnitTimes's key less the micro-batch, which the step gives: the activation mode, the
+  // sequence-parallel inputs, whether fp32 parameters are gathered, and sequence parallelism.
+  unsigned slot =
+      ((static_cast<unsigned>(c.activations) * 4 + static_cast<unsigned>(c.spInputs)) * 2 +
+       (c.fp32Params && paramMask(c.params) != 0 ? 1 : 0)) *
+          2 +
+      (c.sequenceParallel ? 1 : 0);
+  if (c.stepIndex < 0 || slot >= 256) {
+    noStepEntry = StepEntry();
+    return noStepEntry;
+  }
+  auto mesh = std::make_tuple(c.tp, c.pp, c.getBatchDegree(), c.cp, static_cast<int>(c.context));
+  if (mesh != stepEntriesMesh) {
+    stepEntries.clear();
+    stepEntriesMesh = mesh;
+  }
+  if (slot >= stepEntries.size())
+    stepEntries.resize(slot + 1);
+  std::vector<StepEntry> &bySlot = stepEntries[slot];
+  size_t step = static_cast<size_t>(c.stepIndex);
+  if (step >= bySlot.size())
+    bySlot.resize(step + 1);
+  return bySlot[step];
+}
+
 const Evaluator::ScheduleHolds &Evaluator::getScheduleHolds(const Candidate &c) {
-  HoldsKey key{c.tp,           c.pp,   c.chunks, c.edgeLayers, static_cast<int>(c.schedule),
-               c.microbatches, c.group};
-  if (lastHolds && lastHoldsKey == key)
-    return *lastHolds;
   // A mesh's candidates come together and share a handful of entries: this table and the
   // activation parts hold one mesh's (pipeline stages, tensor and data-parallel degrees), which
   // keeps them small and in cache.
   auto mesh = std::make_tuple(c.tp, c.pp, c.getDataDegree());
   if (mesh != holdsMesh) {
     scheduleHolds.clear();
+    holdsByStep.clear();
     activationParts.clear();
+    stepEntries.clear();
     holdsMesh = mesh;
+    lastHolds = nullptr;
   }
-  lastHoldsKey = key;
-  auto [it, inserted] = scheduleHolds.try_emplace(key);
-  ScheduleHolds &holds = it->second;
-  lastHolds = &holds;
-  if (!inserted)
-    return holds;
+  // The enumeration's step index names the entry without hashing its fields: the steps are one
+  // list for every candidate of a mesh (they depend on its pipeline stages and batch degree), and
+  // the innermost loop runs over them.
+  auto stepsMesh = std::make_tuple(c.tp, c.pp, c.getBatchDegree());
+  if (stepsMesh != holdsStepsMesh) {
+    holdsByStep.clear();
+    holdsStepsMesh = stepsMesh;
+  }
+  size_t step = static_cast<size_t>(c.stepIndex);
+  bool indexed = c.stepIndex >= 0;
+  HoldsKey key{c.tp,           c.pp,   c.chunks, c.edgeLayers, static_cast<int>(c.schedule),
+               c.microbatches, c.group};
+  if (indexed && step < holdsByStep.size() && holdsByStep[step]) {
+    assert(scheduleHolds.count(key) && &scheduleHolds.find(key)->second == holdsByStep[step] &&
+           "a step index names another schedule's entry");
+    return *holdsByStep[step];
+  }
+  if (!lastHolds || lastHoldsKey != key) {
+    lastHoldsKey = key;
+    auto [it, inserted] = scheduleHolds.try_emplace(key);
+    lastHolds = &it->second;
+    if (inserted)
+      fillScheduleHolds(c, it->second);
+  }
+  if (indexed) {
+    if (step >= holdsByStep.size())
+      holdsByStep.resize(step + 1, nullptr);
+    holdsByStep[step] = lastHolds;
+  }
+  return *lastHolds;
+}
+
+void Evaluator::fillScheduleHolds(const Candidate &c, ScheduleHolds &holds) {
   holds.valid = cost::isScheduleValid(c.schedule, c.pp, c.microbatches, c.chunks, nullptr, c.group);
   bool vShape = c.pp > 1 && isVShape(c.schedule);
   holds.shapes = &getShapes(c.tp, c.pp, c.chunks, vShape, c.edgeLayers);
   if (!holds.valid)
-    return holds;
+    return;
   for (size_t i = 0; i < holds.shapes->size(); ++i) {
     const StageShape &shape = (*holds.shapes)[i];
     holds.inFlight[i] = cost::getInFlightMicrobatches(c.schedule, c.pp, c.microbatches, c.chunks,
@@ -723,7 +794,6 @@ const Evaluator::ScheduleHolds &Evaluator::getScheduleHolds(const Candidate &c) 
     holds.peaks[i] = cost::getDeferredWeightPeaks(c.schedule, c.pp, c.microbatches, c.chunks,
                                                   shape.stage, shape.hasHead, 0);
   }
-  return holds;
 }
 
 const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int64_t chunks,
@@ -976,7 +1046,11 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
 
   bool vShape = c.pp > 1 && isVShape(c.schedule);
   const std::vector<StageShape> &stageShapes = *holds.shapes;
-  const UnitTimes &times = getUnitTimes(c);
+  StepEntry &entry = getStepEntry(c);
+  if (!entry.times)
+    entry.times = &getUnitTimes(c);
+  assert(entry.times == &getUnitTimes(c) && "a step index names another work layout's entry");
+  const UnitTimes &times = *entry.times;
   cost::StageStates &states = candidateStates;
   states.paramShard = degree(g, paramAxes);
   states.gradShard = degree(g, gradAxes);
@@ -995,7 +1069,11 @@ void Evaluator::evaluate(const Candidate &c, FastVerdict &verdict, double stepBo
   // activations and loss buffers, the recomputed layer); each part is evaluated once and the
   // schedule's micro-batches in flight put in.
   const StatesPart &placed = getStatesPart(states, stageShapes);
-  const ActivationPart &activations = getActivationPart(times, stageShapes);
+  if (!entry.activations)
+    entry.activations = &getActivationPart(times, stageShapes);
+  assert(entry.activations == &getActivationPart(times, stageShapes) &&
+         "a step index names another activation part");
+  const ActivationPart &activations = *entry.activations;
   double peak = -1, hostPeak = 0;
   const double *perDeferred = cost::keepsGraphForWeightPass(c.schedule)
                                   ? activations.perDeferredGraph
@@ -1707,7 +1785,9 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                       if (!body(c, innerCount, layouts))
                         continue;
                       for (const Mode &mode : activationModes)
-                        for (const Step &step : steps) {
+                        for (size_t index = 0; index < steps.size(); ++index) {
+                          const Step &step = steps[index];
+                          c.stepIndex = static_cast<int32_t>(index);
                           c.activations = mode.mode;
                           c.sequenceParallel = mode.sp;
                           c.asyncTp = mode.async;

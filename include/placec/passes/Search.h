@@ -119,6 +119,10 @@ struct Candidate {
   /// stage's first chunk and the last stage's last chunk hold one layer fewer than the others.
   /// edgeLayers then holds the first and the last stage's layers over all their chunks.
   bool countedSplit = false;
+  /// The fast path's index of this candidate's (micro-batch, schedule) step among its mesh's, the
+  /// same for every candidate of that mesh with the same step: the evaluator keys what a
+  /// schedule holds by it. -1 (candidates built elsewhere): looked up by the schedule's fields.
+  int32_t stepIndex = -1;
 
   // Predictions of the fast path.
   double stepSeconds = 0;
