@@ -600,9 +600,7 @@ void Emitter::emitMain() {
   os.line(fmt::format("spec.paramType = placert::{};", dtypeName(plan.paramType)));
   os.line(fmt::format("spec.gradType = placert::{};", dtypeName(plan.gradType)));
   os.line(fmt::format("spec.activationType = placert::{};", dtypeName(plan.activationType)));
-  os.line(fmt::format(
-      "spec.optimizerBytesPerParam = {};",
-      ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params).optimizer));
+  os.line(fmt::format("spec.optimizerBytesPerParam = {};", ir::getStateBytes(run).optimizer));
   os.line();
   // Tiers as the memory analysis places them: gradients follow an offloaded optimizer to the
   // host when they are sharded and their tier is not written.

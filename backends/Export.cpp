@@ -821,6 +821,9 @@ private:
         flag("--fp8-recipe", "tensorwise");
       if (run.fp8Gather)
         os << "--fp8-param-gather\n";
+      // MXFP8 parameters alone, all-gathered in bf16 through the gradient buffer.
+      if (run.fp8Params)
+        os << "--fp8-param-gather\n--reuse-grad-buf-for-mxfp8-param-ag\n";
     }
     // Transformer Engine's FP8 dot-product attention (megatron/training/arguments.py).
     if (run.precision == ir::Precision::MixedFP8 && run.fp8Attention)

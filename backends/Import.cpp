@@ -769,6 +769,7 @@ constexpr const char *kMegatronFlags[] = {
     "--fp8-format=",
     "--fp8-recipe=",
     "--fp8-param-gather",
+    "--reuse-grad-buf-for-mxfp8-param-ag",
     "--fp4-format=",
     "--fp4-recipe=",
     "--fp4-param-gather",
@@ -1969,6 +1970,7 @@ private:
     if (has("--bf16") && has("--fp16"))
       diags.error(locOf("--fp16"), "--bf16 and --fp16 are both given");
     ir::Fp8Scaling scaling = ir::Fp8Scaling::Tensor;
+    bool fp8Params = false;
     ir::Precision precision = has("--bf16")   ? ir::Precision::MixedBF16
                               : has("--fp16") ? ir::Precision::MixedFP16
                                               : ir::Precision::FP32;
@@ -2018,15 +2020,20 @@ private:
       // MXFP8 parameters (--fp8-param-gather under mxfp8) are kept as MXFP8 tensors only, with no
       // bf16 copy, and with --reuse-grad-buf-for-mxfp8-param-ag they are all-gathered in bf16
       // through the gradient buffer and cast after the gather (Megatron-Core's
-      // distributed/param_and_grad_buffer.py: the shared buffer and the copy into param.data).
-      // Place's `gather = fp8` is a per-tensor FP8 all-gather beside bf16 parameters, neither.
-      if (scaling == ir::Fp8Scaling::Mx && has("--fp8-param-gather"))
-        diags.error(locOf("--fp8-param-gather"),
-                    "--fp8-param-gather with --fp8-recipe mxfp8: Megatron-Core then keeps the "
-                    "parameters as MXFP8 tensors without a bf16 copy, which placec does not "
-                    "model; leave the flag out to count bf16 parameters beside their MXFP8 "
-                    "cast and bf16 all-gathers, which are what "
-                    "--reuse-grad-buf-for-mxfp8-param-ag gathers");
+      // distributed/param_and_grad_buffer.py: the shared buffer and the copy into param.data):
+      // Place's `params = fp8`. Without that flag the all-gathers take a bf16 buffer of their
+      // own, which placec does not count.
+      if (scaling == ir::Fp8Scaling::Mx && has("--fp8-param-gather")) {
+        fp8Params = true;
+        if (!has("--reuse-grad-buf-for-mxfp8-param-ag"))
+          diags.error(locOf("--fp8-param-gather"),
+                      "--fp8-param-gather with --fp8-recipe mxfp8 but without "
+                      "--reuse-grad-buf-for-mxfp8-param-ag: Megatron-Core then all-gathers the "
+                      "MXFP8 parameters in a bf16 buffer of their own, which placec does not "
+                      "count; add the flag (Place's params = fp8 gathers through the gradient "
+                      "buffer), or leave --fp8-param-gather out to count bf16 parameters beside "
+                      "their MXFP8 cast");
+      }
       precision = ir::Precision::MixedFP8;
     } else {
       for (StringRef flag : {"--fp8-param-gather", "--fp8-recipe"})
@@ -2068,9 +2075,9 @@ private:
     if (has("--fp8-dot-product-attention") && !fp8)
       diags.error(locOf("--fp8-dot-product-attention"),
                   "--fp8-dot-product-attention needs --fp8-format or --fp4-format");
-    imported.precision =
-        ir::spellPrecision(precision, fp8 && has("--fp8-param-gather"), fp32Grads, false, fp8,
-                           scaling, fp8 && has("--fp8-dot-product-attention"));
+    imported.precision = ir::spellPrecision(
+        precision, fp8 && !fp8Params && has("--fp8-param-gather"), fp32Grads, false, fp8, scaling,
+        fp8 && has("--fp8-dot-product-attention"), fp8Params);
     std::string optimizer = getString("--optimizer", "adam");
     // Megatron-Core's precision-aware optimizer (megatron/training/arguments.py): the moments in
     // --exp-avg-dtype and --exp-avg-sq-dtype (fp32 by default), the main parameters in

@@ -2569,6 +2569,13 @@ void Sema::buildRun(const ast::RunDecl &decl) {
           run->fp32Params = option.text == "fp32";
           continue;
         }
+        // `params = fp8`: the parameters as their MXFP8 copies alone (the verifier's rule
+        // `precision` requires scaling = mx).
+        if (type == "fp8" && arg.key == "params" && option.kind == ast::Value::Kind::Name &&
+            option.text == "fp8") {
+          run->fp8Params = true;
+          continue;
+        }
         diags.error(arg.key.empty() ? option.getLoc() : arg.keyLoc,
                     Twine("mixed(") + type + ") takes " +
                         (type == "fp8"   ? "'scaling = tensor', 'scaling = current' or 'scaling = "
@@ -2588,7 +2595,11 @@ void Sema::buildRun(const ast::RunDecl &decl) {
                         "'grads = fp32' or 'grads = " + gradType +
                         "' (the type gradients are accumulated, kept and reduced in) and "
                         "'params = fp32' or 'params = " +
-                        gradType + "' (the type the parameters are kept in)");
+                        gradType + "' (the type the parameters are kept in" +
+                        (type == "fp8" ? "; 'params = fp8' under scaling = mx: their MXFP8 "
+                                         "copies alone"
+                                       : "") +
+                        ")");
         ok = false;
       }
       // An fp32 parameter's gradient is fp32 (autograd accumulates it in the parameter's type).

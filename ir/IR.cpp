@@ -789,7 +789,8 @@ std::string spellOptimizer(OptimizerKind optimizer, OptimizerStates states) {
 }
 
 StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
-                         bool fp32Params, Fp8Scaling scaling, OptimizerStates states) {
+                         bool fp32Params, Fp8Scaling scaling, OptimizerStates states,
+                         bool fp8Params) {
   bool mixed = precision != Precision::FP32;
   // The parameters are the optimizer's fp32 weights under fp32 and under `params = fp32`;
   // otherwise mixed precision keeps an fp32 master copy in the optimizer state.
@@ -805,6 +806,9 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
   double fp8Cache = isBlockScaled(scaling) ? 2 * getQuantizedBytesPerElement(scaling) : 1;
   double paramBytes =
       precision == Precision::MixedFP8 && !fp32Params ? weightBytes + fp8Cache : weightBytes;
+  // `params = fp8` (Megatron-Core's --fp8-param-gather under MXFP8): the two copies alone.
+  if (fp8Params && precision == Precision::MixedFP8 && isBlockScaled(scaling) && !fp32Params)
+    paramBytes = fp8Cache;
   // `adam(master = none)`: no master copy; the step updates the 16-bit weights themselves.
   bool updatesParams = master || (optimizer == OptimizerKind::Adam && !states.master);
   unsigned masterBytes = updatesParams ? 0 : 4;
@@ -832,8 +836,13 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
   return bytes;
 }
 
+StateBytes getStateBytes(const Run &run) {
+  return getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params, run.fp8Scaling,
+                       run.optimizerStates, run.fp8Params);
+}
+
 std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,
-                           bool fp8Saved, Fp8Scaling scaling, bool fp8Attention) {
+                           bool fp8Saved, Fp8Scaling scaling, bool fp8Attention, bool fp8Params) {
   bool fp8 = precision == Precision::MixedFP8;
   // NVFP4 products are `mixed(fp4)`, whose scaling and saved type the name says.
   bool fp4 = fp8 && scaling == Fp8Scaling::Nvfp4;
@@ -843,7 +852,8 @@ std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, 
   bool savedWritten = fp4 ? !fp8Saved : fp8Saved;
   bool attention = fp8 && fp8Attention;
   if (precision == Precision::FP32 ||
-      (!(fp8 && (fp8Gather || savedWritten)) && !scaled && !attention && !fp32Grads && !fp32Params))
+      (!(fp8 && (fp8Gather || savedWritten)) && !scaled && !attention && !fp32Grads &&
+       !fp32Params && !(fp8 && fp8Params)))
     return text;
   text.pop_back();
   if (scaled)
@@ -859,12 +869,14 @@ std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, 
     text += ", params = fp32";
   else if (fp32Grads)
     text += ", grads = fp32";
+  if (fp8 && fp8Params && !fp32Params)
+    text += ", params = fp8";
   return text + ")";
 }
 
 std::string spellPrecision(const Run &run) {
   return spellPrecision(run.precision, run.fp8Gather, run.fp32Grads, run.fp32Params, run.fp8Saved,
-                        run.fp8Scaling, run.fp8Attention);
+                        run.fp8Scaling, run.fp8Attention, run.fp8Params);
 }
 
 unsigned getActivationBytes(Precision precision) { return precision == Precision::FP32 ? 4 : 2; }

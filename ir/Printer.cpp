@@ -452,8 +452,7 @@ void IRPrinter::print(const Run &run) {
     line() << "cross_entropy = " << toString(run.crossEntropy) << '\n';
   if (run.trainMetrics > 0)
     line() << "train_metrics = " << run.trainMetrics << '\n';
-  StateBytes bytes = getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params,
-                                   run.fp8Scaling, run.optimizerStates);
+  StateBytes bytes = getStateBytes(run);
   line() << "bytes_per_param = {params = " << format("%g", bytes.params)
          << ", grads = " << bytes.grads << ", optimizer = " << bytes.optimizer << "}\n";
   line() << "bytes_per_activation = " << getActivationBytes(run.precision) << '\n';

@@ -128,9 +128,7 @@ class Analyzer {
 public:
   Analyzer(const plan::StepPlan &plan, const AnalysisOptions &options)
       : plan(plan), run(*plan.run), strategy(*run.strategy), mesh(strategy.mesh), model(*run.model),
-        cluster(*run.cluster), options(options),
-        stateBytes(ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params,
-                                     run.fp8Scaling, run.optimizerStates)),
+        cluster(*run.cluster), options(options), stateBytes(ir::getStateBytes(run)),
         costModel(cluster, run.precision,
                   cost::getWeightGradientResultBytes(run.precision, stateBytes, run.fp32Params,
                                                      run.gradAccumulation)),

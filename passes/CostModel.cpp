@@ -1569,9 +1569,7 @@ Layout getRunLayout(const ir::Run &run) {
   layout.contextMethod = strategy.contextMethod;
   layout.contextMerge = run.contextMerge;
   layout.gradAccumulation = run.gradAccumulation;
-  layout.gradBytes = ir::getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params,
-                                       run.fp8Scaling, run.optimizerStates)
-                         .grads;
+  layout.gradBytes = ir::getStateBytes(run).grads;
   return layout;
 }
 

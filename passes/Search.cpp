@@ -365,10 +365,12 @@ bool regathersFor(const ir::Model &model, const Candidate &c) {
 class Evaluator {
 public:
   /// `scaling`: the FP8 scaling of this precision's candidates (precisionVariants), which is not
-  /// always the run's: `--precision fp8` over a mixed(fp4) run explores one scale per tensor.
+  /// always the run's: `--precision fp8` over a mixed(fp4) run explores one scale per tensor;
+  /// `fp8Params`, whether they keep MXFP8 parameters alone (Candidate::fp8Params).
   Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision,
-            ir::Fp8Scaling scaling)
-      : model(*run.model), cluster(cluster), bytes(candidateStateBytes(run, precision, scaling)),
+            ir::Fp8Scaling scaling, bool fp8Params)
+      : model(*run.model), cluster(cluster),
+        bytes(candidateStateBytes(run, precision, scaling, fp8Params)),
         costModel(cluster, precision,
                   cost::getWeightGradientResultBytes(
                       precision, bytes, run.fp32Params && precision != ir::Precision::FP32,
@@ -505,10 +507,10 @@ private:
   /// The run's options, as each candidate at this precision keeps them (precisionVariants); the
   /// scaling counts under mixed(fp8) only (ir::getStateBytes).
   static ir::StateBytes candidateStateBytes(const ir::Run &run, ir::Precision precision,
-                                            ir::Fp8Scaling scaling) {
+                                            ir::Fp8Scaling scaling, bool fp8Params) {
     bool mixed = precision != ir::Precision::FP32;
     return ir::getStateBytes(precision, run.optimizer, run.fp32Grads && mixed,
-                             run.fp32Params && mixed, scaling, run.optimizerStates);
+                             run.fp32Params && mixed, scaling, run.optimizerStates, fp8Params);
   }
 
   const ir::Model &model;
@@ -1458,11 +1460,15 @@ struct PrecisionVariant {
   bool fp8Saved;
   ir::Fp8Scaling fp8Scaling;
   bool fp8Attention;
+  /// The run's `params = fp8`, kept at mixed(fp8, scaling = mx): the parameters are then never
+  /// sharded nor offloaded (the verifier's rule `precision`).
+  bool fp8Params = false;
   /// Writes the variant's precision fields into a candidate.
   void applyTo(Candidate &c) const {
     c.precision = precision;
     c.fp32Grads = fp32Grads;
     c.fp32Params = fp32Params;
+    c.fp8Params = fp8Params;
     c.fp8Saved = fp8Saved;
     c.fp8Scaling = fp8Scaling;
     c.fp8Attention = fp8Attention;
@@ -1474,7 +1480,7 @@ std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
   std::vector<PrecisionVariant> result;
   if (requested.empty() && !fp4) {
     result.push_back({run.precision, !run.fp8Gather, run.fp8Gather, run.fp32Grads, run.fp32Params,
-                      run.fp8Saved, run.fp8Scaling, run.fp8Attention});
+                      run.fp8Saved, run.fp8Scaling, run.fp8Attention, run.fp8Params});
     return result;
   }
   for (ir::Precision precision : requested) {
@@ -1486,7 +1492,8 @@ std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
     ir::Fp8Scaling scaling = fp8 && !fromFp4 ? run.fp8Scaling : ir::Fp8Scaling::Tensor;
     bool mx = fp8 && ir::isBlockScaled(scaling);
     result.push_back({precision, true, fp8 && !mx, run.fp32Grads && mixed, run.fp32Params && mixed,
-                      run.fp8Saved && fp8 && !fromFp4, scaling, run.fp8Attention && fp8});
+                      run.fp8Saved && fp8 && !fromFp4, scaling, run.fp8Attention && fp8,
+                      run.fp8Params && mx});
   }
   // `--precision fp4`: NVFP4 keeps its inputs as NVFP4 and gathers in the parameters' type.
   if (fp4)
@@ -1745,11 +1752,14 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               std::vector<ParamChoice> params = {ParamChoice::Replicate};
               std::vector<GradChoice> grads = {GradChoice::Replicate};
               std::vector<OptimizerChoice> optimizers = {OptimizerChoice::Replicate};
-              if (data) {
+              // MXFP8-only parameters stay whole on the device (PrecisionVariant::fp8Params).
+              if (data && !variant.fp8Params) {
                 if (split)
                   params.insert(params.end(),
                                 {ParamChoice::GatherInner, ParamChoice::GatherInnerKeep});
                 params.insert(params.end(), {ParamChoice::GatherAll, ParamChoice::GatherAllKeep});
+              }
+              if (data) {
                 if (split) {
                   grads.push_back(GradChoice::ShardInner);
                   optimizers.push_back(OptimizerChoice::ShardInner);
@@ -1758,9 +1768,11 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                 optimizers.push_back(OptimizerChoice::ShardAll);
               }
               if (host) {
-                params.push_back(ParamChoice::Host);
-                if (data)
-                  params.push_back(ParamChoice::HostGatherAll);
+                if (!variant.fp8Params) {
+                  params.push_back(ParamChoice::Host);
+                  if (data)
+                    params.push_back(ParamChoice::HostGatherAll);
+                }
                 optimizers.push_back(OptimizerChoice::HostShardAll);
               }
               for (ParamChoice param : params)
@@ -1889,7 +1901,7 @@ std::string Candidate::formatExperts() const {
 
 std::string Candidate::formatPrecision() const {
   return ir::spellPrecision(precision, fp8Gather, fp32Grads, fp32Params, fp8Saved, fp8Scaling,
-                            fp8Attention);
+                            fp8Attention, fp8Params);
 }
 
 std::string Candidate::describe() const {
@@ -2191,7 +2203,7 @@ std::optional<std::vector<ir::Precision>> parsePrecisions(StringRef text, const 
 
 FastVerdict evaluateFast(const ir::Run &run, const ir::Cluster &cluster,
                          const Candidate &candidate) {
-  Evaluator evaluator(run, cluster, candidate.precision, candidate.fp8Scaling);
+  Evaluator evaluator(run, cluster, candidate.precision, candidate.fp8Scaling, candidate.fp8Params);
   FastVerdict verdict;
   evaluator.evaluate(candidate, verdict);
   return verdict;
@@ -2332,6 +2344,7 @@ std::unique_ptr<ir::Run> buildRun(const ir::Run &base, const ir::Cluster &cluste
   run->fp8Gather = c.fp8Gather;
   run->fp32Grads = c.fp32Grads;
   run->fp32Params = c.fp32Params;
+  run->fp8Params = c.fp8Params;
   run->fp8Saved = c.fp8Saved;
   run->fp8Scaling = c.fp8Scaling;
   run->fp8Attention = c.fp8Attention;
@@ -2644,7 +2657,8 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
               for (const PrecisionVariant &variant : precisions)
                 for (bool fp8Gather : {false, true}) {
                   if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
-                      (fp8Gather && !gathersParams(placement.params, placement.optimizer)))
+                      (fp8Gather && !gathersParams(placement.params, placement.optimizer)) ||
+                      (variant.fp8Params && placement.params != ParamChoice::Replicate))
                     continue;
                   // Under ZeRO-3 the experts may instead stay whole over their
                   // expert-data-parallel axes, dp and cp (ZeRO-1 for them).
@@ -2902,9 +2916,9 @@ SearchResult searchStrategies(const ir::Run &run, const SearchOptions &options) 
   std::vector<std::map<PrecisionKey, std::unique_ptr<Evaluator>>> evaluators(threads);
   for (auto &perThread : evaluators)
     for (const PrecisionVariant &variant : precisions)
-      perThread.emplace(
-          PrecisionKey{variant.precision, variant.fp8Scaling},
-          std::make_unique<Evaluator>(run, cluster, variant.precision, variant.fp8Scaling));
+      perThread.emplace(PrecisionKey{variant.precision, variant.fp8Scaling},
+                        std::make_unique<Evaluator>(run, cluster, variant.precision,
+                                                    variant.fp8Scaling, variant.fp8Params));
   unsigned keep = std::max(1u, options.topK) + 16;
   std::vector<Candidate> best; // Sorted, fastest first, at most `keep`.
   // The total, for the progress bar.

@@ -633,6 +633,18 @@ TEST(StateBytesTest, LanguageTable) {
   EXPECT_DOUBLE_EQ(
       getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, true, true, Fp8Scaling::Mx).params,
       4);
+  // `params = fp8` (Megatron-Core's --fp8-param-gather under MXFP8): the two copies alone, with no
+  // bf16 weight beside them, 2·(1 + 1/32) = 2.0625 bytes; the optimizer keeps its fp32 master
+  // copy and moments (12 bytes), the gradients stay bf16.
+  StateBytes mxParams = getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, false, false,
+                                      Fp8Scaling::Mx, {}, /*fp8Params=*/true);
+  EXPECT_DOUBLE_EQ(mxParams.params, 2.0625);
+  EXPECT_EQ(mxParams.grads, 2u);
+  EXPECT_EQ(mxParams.optimizer, 12u);
+  EXPECT_FALSE(mxParams.masterParams);
+  EXPECT_EQ(
+      spellPrecision(Precision::MixedFP8, false, false, false, true, Fp8Scaling::Mx, false, true),
+      "mixed(fp8, scaling = mx, saved = fp8, params = fp8)");
   // NVFP4 is written mixed(fp4), whose saved type is its own: only `saved = bf16` is spelled.
   EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, true, Fp8Scaling::Nvfp4),
             "mixed(fp4)");

@@ -554,6 +554,50 @@ run mx { model = llama_cp; cluster = b200_32; strategy = zero3(dp = 32);
   EXPECT_EQ(compared, 20u);
 }
 
+TEST(SearchTest, FastPathAgreesWithMxfp8Parameters) {
+  // mixed(fp8, scaling = mx, saved = fp8, params = fp8): the fast path and the analyses agree;
+  // the MXFP8 candidates keep the parameters as their copies alone, whole on every device (the
+  // verifier refuses them sharded or offloaded), and against the same candidate with a bf16
+  // weight beside the copies each needs less memory and no more time (the optimizer writes the
+  // copies alone).
+  auto compiled = compile(std::string(kContext) + R"(
+cluster b200_32 { device = b200; nodes = 4; devices_per_node = 8; device_memory = 24 GB;
+                  host_memory = 512 GB; }
+run mx { model = llama_cp; cluster = b200_32; strategy = zero1(dp = 32);
+         micro_batch = 1; global_batch = 32;
+         precision = mixed(fp8, scaling = mx, saved = fp8, params = fp8); optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "mx");
+  std::vector<ir::Precision> tried = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
+  checkAgreement(run, *run.cluster, 300, 29, tried);
+  unsigned compared = 0, fp8Candidates = 0;
+  forEachCandidate(
+      run, *run.cluster,
+      [&](const Candidate &c) {
+        bool fp8 = c.precision == ir::Precision::MixedFP8;
+        EXPECT_EQ(c.fp8Params, fp8) << c.describe();
+        if (!fp8)
+          return;
+        ++fp8Candidates;
+        EXPECT_EQ(c.params, ParamChoice::Replicate) << c.describe();
+        if (compared >= 20)
+          return;
+        Candidate copied = c;
+        copied.fp8Params = false;
+        FastVerdict with = evaluateFast(run, *run.cluster, c);
+        FastVerdict without = evaluateFast(run, *run.cluster, copied);
+        if (!with.rejectedBy.empty() || !without.rejectedBy.empty())
+          return;
+        EXPECT_LT(with.peakBytes, without.peakBytes) << c.describe();
+        EXPECT_LE(with.stepSeconds, without.stepSeconds) << c.describe();
+        ++compared;
+      },
+      tried);
+  EXPECT_GT(fp8Candidates, 0u);
+  EXPECT_EQ(compared, 20u);
+}
+
 TEST(SearchTest, FastPathAgreesWithNvfp4) {
   // mixed(fp4) on Blackwell: the fast path and the analyses agree on its own candidates, which
   // keep NVFP4 and its saved inputs and never all-gather in low precision; against MXFP8 (the

@@ -142,6 +142,8 @@ SYSTEMS = [
      "mlperf60_dsv3_gb200_4096"),
     ("v6.0", "NVIDIA/results/tyche-hsg_ngpu8192_ngc26.04_nemo/deepseekv3_671b", 4096,
      "mlperf60_dsv3_gb200_8192"),
+    ("v6.0", "NVIDIA/results/tyche-hsg_ngpu8_ngc26.04_nemo/gpt_oss_20b", 8192,
+     "mlperf60_gptoss20b_gb200_8", FIRST_THREE),
 ]
 
 # Rounds whose logs time every step (tracked_stats' train_step_time): their steps, not blocks.

@@ -1000,14 +1000,15 @@ struct StateBytes {
   /// of it, none where it updates the parameters themselves.
   unsigned masterCopy() const { return masterParams ? 0 : 4; }
 };
+/// `fp8Params`: the parameters as their block-scaled copies alone (Run::fp8Params).
 StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
                          bool fp32Params, Fp8Scaling scaling = Fp8Scaling::Tensor,
-                         OptimizerStates states = {});
+                         OptimizerStates states = {}, bool fp8Params = false);
 /// A precision as a run writes it: `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`,
 /// `mixed(bf16, params = fp32)`, `mixed(fp8, saved = fp8)`.
 std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,
                            bool fp8Saved = false, Fp8Scaling scaling = Fp8Scaling::Tensor,
-                           bool fp8Attention = false);
+                           bool fp8Attention = false, bool fp8Params = false);
 /// Bytes per stored activation element: 2 under mixed precision, 4 under fp32.
 unsigned getActivationBytes(Precision precision);
 
@@ -1085,6 +1086,12 @@ public:
   /// weights; every forward casts them to the compute type (PyTorch's autocast over fp32 modules,
   /// FSDP2's MixedPrecisionPolicy casting the shards before the all-gather). Implies fp32Grads.
   bool fp32Params = false;
+  /// `mixed(fp8, scaling = mx, params = fp8)`: the parameters are kept as their two MXFP8 copies
+  /// alone (along the rows and along the columns, each with its scales), with no bf16 copy beside
+  /// them, and the fp32 master copy in the optimizer: Megatron-Core's --fp8-param-gather under the
+  /// MXFP8 recipe. Its distributed optimizer all-gathers the updated parameters in bf16 through
+  /// the gradient buffer (--reuse-grad-buf-for-mxfp8-param-ag) and casts each after its gather.
+  bool fp8Params = false;
   /// `mixed(fp8, saved = fp8)`: the FP8 products keep their inputs for the backward as FP8, one
   /// byte per element (Transformer Engine's linears save the quantized input, and its
   /// LayerNormLinear's norm writes FP8), rather than in the activation type (PyTorch's float8
@@ -1123,6 +1130,8 @@ public:
 
 /// The run's precision as it writes it, with every option it takes.
 std::string spellPrecision(const Run &run);
+/// getStateBytes of a run's precision, optimizer and their options.
+StateBytes getStateBytes(const Run &run);
 
 /// A whole program: the declarations of the main file and everything it imports, and the prelude.
 class Program {

@@ -93,6 +93,9 @@ struct Candidate {
   bool fp32Grads = false;
   /// The run's `params = fp32` (false under fp32).
   bool fp32Params = false;
+  /// The run's `params = fp8` (under mixed(fp8, scaling = mx) only): the parameters as their
+  /// MXFP8 copies alone, replicated on every device (the verifier's rule `precision`).
+  bool fp8Params = false;
   /// The run's `saved = fp8` (under mixed(fp8) only).
   bool fp8Saved = false;
   /// The run's `scaling` (MXFP8 under mixed(fp8) only).
