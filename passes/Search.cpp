@@ -355,6 +355,15 @@ struct PointerPairHash {
   }
 };
 
+/// The settings of a candidate's work layout besides its degrees, micro-batch and sequence
+/// parallelism, as one small integer: the activation mode, the sequence-parallel inputs, and
+/// whether fp32 parameters are gathered (their casts and the residual stream's type, layoutOf).
+int getWorkMode(const Candidate &c) {
+  bool gatheredFp32 = c.fp32Params && paramMask(c.params) != 0;
+  return static_cast<int>(c.activations) * 4 + static_cast<int>(c.spInputs) * 2 +
+         (gatheredFp32 ? 1 : 0);
+}
+
 /// Whether a candidate's backward gathers the column-parallel inputs again
 /// (plan::regathersInputs).
 bool regathersFor(const ir::Model &model, const Candidate &c) {
@@ -591,12 +600,7 @@ private:
 };
 
 const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
-  // The parameters' casts and the residual stream's type under params = fp32 depend on whether
-  // they are gathered (layoutOf).
-  bool gatheredFp32 = c.fp32Params && paramMask(c.params) != 0;
-  auto key = std::make_tuple(c.tp, c.microBatch, c.sequenceParallel,
-                             static_cast<int>(c.activations) * 4 +
-                                 static_cast<int>(c.spInputs) * 2 + (gatheredFp32 ? 1 : 0),
+  auto key = std::make_tuple(c.tp, c.microBatch, c.sequenceParallel, getWorkMode(c),
                              // The context method: how many attention kernels and merges.
                              c.cp * 4 + static_cast<int64_t>(c.context));
   if (lastTimes && lastTimesKey == key)
@@ -711,14 +715,9 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
 }
 
 Evaluator::StepEntry &Evaluator::getStepEntry(const Candidate &c) {
-  // getUnitTimes's key less the micro-batch, which the step gives: the activation mode, the
-  // sequence-parallel inputs, whether fp32 parameters are gathered, and sequence parallelism.
-  unsigned slot =
-      ((static_cast<unsigned>(c.activations) * 4 + static_cast<unsigned>(c.spInputs)) * 2 +
-       (c.fp32Params && paramMask(c.params) != 0 ? 1 : 0)) *
-          2 +
-      (c.sequenceParallel ? 1 : 0);
-  if (c.stepIndex < 0 || slot >= 256) {
+  // getUnitTimes's key less the micro-batch, which the step gives, and less the mesh's degrees.
+  size_t slot = static_cast<size_t>(getWorkMode(c)) * 2 + (c.sequenceParallel ? 1 : 0);
+  if (c.stepIndex < 0) {
     noStepEntry = StepEntry();
     return noStepEntry;
   }
@@ -1752,14 +1751,14 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               std::vector<ParamChoice> params = {ParamChoice::Replicate};
               std::vector<GradChoice> grads = {GradChoice::Replicate};
               std::vector<OptimizerChoice> optimizers = {OptimizerChoice::Replicate};
-              // MXFP8-only parameters stay whole on the device (PrecisionVariant::fp8Params).
-              if (data && !variant.fp8Params) {
-                if (split)
-                  params.insert(params.end(),
-                                {ParamChoice::GatherInner, ParamChoice::GatherInnerKeep});
-                params.insert(params.end(), {ParamChoice::GatherAll, ParamChoice::GatherAllKeep});
-              }
               if (data) {
+                // MXFP8-only parameters stay whole on the device (PrecisionVariant::fp8Params).
+                if (!variant.fp8Params) {
+                  if (split)
+                    params.insert(params.end(),
+                                  {ParamChoice::GatherInner, ParamChoice::GatherInnerKeep});
+                  params.insert(params.end(), {ParamChoice::GatherAll, ParamChoice::GatherAllKeep});
+                }
                 if (split) {
                   grads.push_back(GradChoice::ShardInner);
                   optimizers.push_back(OptimizerChoice::ShardInner);
