@@ -709,6 +709,12 @@ private:
         pipelineSchedule == ir::Schedule::DualPipe || pipelineSchedule == ir::Schedule::DualPipeV)
       refuse("pipeline schedule " + ir::toString(*pipelineSchedule) +
              ": Megatron-LM has no flag for it (its schedules are 1F1B and interleaved 1F1B)");
+    // --fp8-param-gather keeps the parameters as Transformer Engine's FP8 tensors alone: FP8
+    // all-gathers of bf16 parameters are not a Megatron-LM setting.
+    if (run.fp8Gather && !run.fp8Params)
+      refuse("precision " + ir::spellPrecision(run) +
+             ": Megatron-LM's FP8 all-gathers (--fp8-param-gather) keep the parameters as FP8 "
+             "alone, without the bf16 copy placec counts beside them here (write params = fp8)");
     if (run.crossEntropy == ir::CrossEntropyKind::Unfused)
       refuse("cross_entropy = unfused: Megatron-LM computes its vocabulary-parallel loss (write "
              "cross_entropy = vocab_parallel, its default, or fused, Transformer Engine's fused "
@@ -819,11 +825,12 @@ private:
         flag("--fp8-recipe", "mxfp8");
       else if (run.fp8Scaling == ir::Fp8Scaling::Current)
         flag("--fp8-recipe", "tensorwise");
-      if (run.fp8Gather)
-        os << "--fp8-param-gather\n";
-      // MXFP8 parameters alone, all-gathered in bf16 through the gradient buffer.
+      // The FP8 parameters alone: all-gathered as FP8 under one scale per tensor, in bf16
+      // through the gradient buffer under MXFP8.
       if (run.fp8Params)
-        os << "--fp8-param-gather\n--reuse-grad-buf-for-mxfp8-param-ag\n";
+        os << "--fp8-param-gather\n";
+      if (run.fp8Params && run.fp8Scaling == ir::Fp8Scaling::Mx)
+        os << "--reuse-grad-buf-for-mxfp8-param-ag\n";
     }
     // Transformer Engine's FP8 dot-product attention (megatron/training/arguments.py).
     if (run.precision == ir::Precision::MixedFP8 && run.fp8Attention)
@@ -1242,6 +1249,10 @@ private:
     bool fsdp = !shardAxes.empty() || !view.contextAxes.empty();
     if (run.fp8Gather && !fsdp)
       refuse("mixed(fp8, gather = fp8) without FSDP: torchtitan's FP8 all-gathers are FSDP's");
+    if (run.fp8Params)
+      refuse("precision " + ir::spellPrecision(run) +
+             ": torchtitan keeps the parameters in fp32 and casts them to FP8 for each product "
+             "(leave params = fp8 out)");
     if (run.fp8Scaling == ir::Fp8Scaling::Nvfp4)
       refuse("mixed(fp4): placec's NVFP4 is Transformer Engine's recipe; torchtitan exports "
              "tensorwise float8 only (write mixed(fp8))");

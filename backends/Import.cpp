@@ -2023,8 +2023,11 @@ private:
       // distributed/param_and_grad_buffer.py: the shared buffer and the copy into param.data):
       // Place's `params = fp8`. Without that flag the all-gathers take a bf16 buffer of their
       // own, which placec does not count.
-      if (scaling == ir::Fp8Scaling::Mx && has("--fp8-param-gather")) {
-        fp8Params = true;
+      // Under one scale per tensor --fp8-param-gather makes the parameters Transformer Engine's
+      // FP8 tensors alone (fp8_model_init), all-gathered as FP8 by the distributed optimizer:
+      // `gather = fp8, params = fp8`.
+      fp8Params = has("--fp8-param-gather");
+      if (scaling == ir::Fp8Scaling::Mx && fp8Params) {
         if (!has("--reuse-grad-buf-for-mxfp8-param-ag"))
           diags.error(locOf("--fp8-param-gather"),
                       "--fp8-param-gather with --fp8-recipe mxfp8 but without "
@@ -2075,9 +2078,9 @@ private:
     if (has("--fp8-dot-product-attention") && !fp8)
       diags.error(locOf("--fp8-dot-product-attention"),
                   "--fp8-dot-product-attention needs --fp8-format or --fp4-format");
-    imported.precision = ir::spellPrecision(
-        precision, fp8 && !fp8Params && has("--fp8-param-gather"), fp32Grads, false, fp8, scaling,
-        fp8 && has("--fp8-dot-product-attention"), fp8Params);
+    imported.precision =
+        ir::spellPrecision(precision, fp8Params && scaling != ir::Fp8Scaling::Mx, fp32Grads, false,
+                           fp8, scaling, fp8 && has("--fp8-dot-product-attention"), fp8Params);
     std::string optimizer = getString("--optimizer", "adam");
     // Megatron-Core's precision-aware optimizer (megatron/training/arguments.py): the moments in
     // --exp-avg-dtype and --exp-avg-sq-dtype (fp32 by default), the main parameters in

@@ -2569,8 +2569,8 @@ void Sema::buildRun(const ast::RunDecl &decl) {
           run->fp32Params = option.text == "fp32";
           continue;
         }
-        // `params = fp8`: the parameters as their MXFP8 copies alone (the verifier's rule
-        // `precision` requires scaling = mx).
+        // `params = fp8`: the parameters as their FP8 copies alone (the verifier's rule
+        // `precision` requires gather = fp8 under one scale per tensor).
         if (type == "fp8" && arg.key == "params" && option.kind == ast::Value::Kind::Name &&
             option.text == "fp8") {
           run->fp8Params = true;
@@ -2596,8 +2596,8 @@ void Sema::buildRun(const ast::RunDecl &decl) {
                         "' (the type gradients are accumulated, kept and reduced in) and "
                         "'params = fp32' or 'params = " +
                         gradType + "' (the type the parameters are kept in" +
-                        (type == "fp8" ? "; 'params = fp8' under scaling = mx: their MXFP8 "
-                                         "copies alone"
+                        (type == "fp8" ? "; 'params = fp8': their FP8 copies alone, "
+                                         "without a bf16 weight"
                                        : "") +
                         ")");
         ok = false;

@@ -806,8 +806,9 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
   double fp8Cache = isBlockScaled(scaling) ? 2 * getQuantizedBytesPerElement(scaling) : 1;
   double paramBytes =
       precision == Precision::MixedFP8 && !fp32Params ? weightBytes + fp8Cache : weightBytes;
-  // `params = fp8` (Megatron-Core's --fp8-param-gather under MXFP8): the two copies alone.
-  if (fp8Params && precision == Precision::MixedFP8 && isBlockScaled(scaling) && !fp32Params)
+  // `params = fp8` (Megatron-Core's --fp8-param-gather): the FP8 copies alone, as the cache counts
+  // them, without the bf16 weight.
+  if (fp8Params && precision == Precision::MixedFP8 && !fp32Params)
     paramBytes = fp8Cache;
   // `adam(master = none)`: no master copy; the step updates the 16-bit weights themselves.
   bool updatesParams = master || (optimizer == OptimizerKind::Adam && !states.master);

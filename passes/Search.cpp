@@ -375,7 +375,7 @@ class Evaluator {
 public:
   /// `scaling`: the FP8 scaling of this precision's candidates (precisionVariants), which is not
   /// always the run's: `--precision fp8` over a mixed(fp4) run explores one scale per tensor;
-  /// `fp8Params`, whether they keep MXFP8 parameters alone (Candidate::fp8Params).
+  /// `fp8Params`, whether they keep FP8 parameters alone (Candidate::fp8Params).
   Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision,
             ir::Fp8Scaling scaling, bool fp8Params)
       : model(*run.model), cluster(cluster),
@@ -1459,8 +1459,9 @@ struct PrecisionVariant {
   bool fp8Saved;
   ir::Fp8Scaling fp8Scaling;
   bool fp8Attention;
-  /// The run's `params = fp8`, kept at mixed(fp8, scaling = mx): the parameters are then never
-  /// sharded nor offloaded (the verifier's rule `precision`).
+  /// The run's `params = fp8`, kept at mixed(fp8): the parameters are then never offloaded, under
+  /// MXFP8 never sharded, and under one scale per tensor always gathered as FP8 (the verifier's
+  /// rule `precision`).
   bool fp8Params = false;
   /// Writes the variant's precision fields into a candidate.
   void applyTo(Candidate &c) const {
@@ -1490,9 +1491,12 @@ std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
     bool fromFp4 = run.fp8Scaling == ir::Fp8Scaling::Nvfp4;
     ir::Fp8Scaling scaling = fp8 && !fromFp4 ? run.fp8Scaling : ir::Fp8Scaling::Tensor;
     bool mx = fp8 && ir::isBlockScaled(scaling);
-    result.push_back({precision, true, fp8 && !mx, run.fp32Grads && mixed, run.fp32Params && mixed,
-                      run.fp8Saved && fp8 && !fromFp4, scaling, run.fp8Attention && fp8,
-                      run.fp8Params && mx});
+    // FP8 parameters of one scale per tensor are all-gathered as FP8 (the verifier's rule
+    // `precision`): no plain gathers beside them.
+    bool fp8Params = run.fp8Params && fp8 && !fromFp4;
+    result.push_back({precision, mx || !fp8Params, fp8 && !mx, run.fp32Grads && mixed,
+                      run.fp32Params && mixed, run.fp8Saved && fp8 && !fromFp4, scaling,
+                      run.fp8Attention && fp8, fp8Params});
   }
   // `--precision fp4`: NVFP4 keeps its inputs as NVFP4 and gathers in the parameters' type.
   if (fp4)
@@ -1753,7 +1757,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               std::vector<OptimizerChoice> optimizers = {OptimizerChoice::Replicate};
               if (data) {
                 // MXFP8-only parameters stay whole on the device (PrecisionVariant::fp8Params).
-                if (!variant.fp8Params) {
+                if (!variant.fp8Params || !ir::isBlockScaled(variant.fp8Scaling)) {
                   if (split)
                     params.insert(params.end(),
                                   {ParamChoice::GatherInner, ParamChoice::GatherInnerKeep});
@@ -1788,9 +1792,12 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                     c.optimizer = optimizer;
                     // FP8 gathers change only the bytes of parameter all-gathers.
                     bool gathers = gathersParams(param, optimizer);
+                    // FP8 parameters of one scale per tensor are gathered as FP8 even where
+                    // nothing is (PrecisionVariant::fp8Params).
+                    bool fp8Only = variant.fp8Params && variant.fp8Gather;
                     for (bool fp8Gather : {false, true}) {
-                      if (fp8Gather ? !(variant.fp8Gather && gathers)
-                                    : !(variant.plainGather || !gathers))
+                      if (fp8Gather ? !(variant.fp8Gather && (gathers || fp8Only))
+                                    : fp8Only || !(variant.plainGather || !gathers))
                         continue;
                       c.fp8Gather = fp8Gather;
                       if (!body(c, innerCount, layouts))
@@ -2656,8 +2663,10 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
               for (const PrecisionVariant &variant : precisions)
                 for (bool fp8Gather : {false, true}) {
                   if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
-                      (fp8Gather && !gathersParams(placement.params, placement.optimizer)) ||
-                      (variant.fp8Params && placement.params != ParamChoice::Replicate))
+                      (fp8Gather && !(variant.fp8Params && variant.fp8Gather) &&
+                       !gathersParams(placement.params, placement.optimizer)) ||
+                      (variant.fp8Params && ir::isBlockScaled(variant.fp8Scaling) &&
+                       placement.params != ParamChoice::Replicate))
                     continue;
                   // Under ZeRO-3 the experts may instead stay whole over their
                   // expert-data-parallel axes, dp and cp (ZeRO-1 for them).

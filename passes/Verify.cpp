@@ -694,35 +694,41 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       ok = false;
     }
   }
-  // Rule `precision`: `params = fp8` is Megatron-Core's --fp8-param-gather under MXFP8 (with
-  // --reuse-grad-buf-for-mxfp8-param-ag): the parameters as their two MXFP8 copies alone, the fp32
-  // master copy in its distributed optimizer, which keeps every parameter whole on each device
-  // and all-gathers the updated ones in bf16 through the gradient buffer.
+  // Rule `precision`: `params = fp8` is Megatron-Core's --fp8-param-gather: the parameters as
+  // Transformer Engine's FP8 tensors alone, the fp32 master copy in the optimizer. Under one scale
+  // per tensor the FP8 data is what is all-gathered (`gather = fp8`), whole parameters by the
+  // distributed optimizer after its step or shards by Megatron-FSDP before each use; under MXFP8
+  // (with --reuse-grad-buf-for-mxfp8-param-ag) the distributed optimizer, which keeps every
+  // parameter whole, all-gathers them in bf16 through the gradient buffer and casts the two MXFP8
+  // copies after the gather.
   if (run.fp8Params) {
     const ir::Strategy &strategy = *run.strategy;
-    // Sharded or offloaded over a data-parallel axis (the routed experts: over their
+    bool mx = ir::isBlockScaled(run.fp8Scaling);
+    // Offloaded, or under MXFP8 sharded over a data-parallel axis (the routed experts: over their
     // expert-data-parallel axes; their split over the expert axis is the model's).
     auto sharded = [&](bool expert) {
       const ir::StatePlacement &placement = expert ? strategy.getExpertPlacement(ir::State::Params)
                                                    : strategy.getPlacement(ir::State::Params);
       return placement.tier != ir::Tier::Device ||
-             !batchAxesWith(strategy, ir::State::Params,
-                            {ir::PlacementMode::Sharded, ir::PlacementMode::ShardedWithGather},
-                            expert)
-                  .empty();
+             (mx && !batchAxesWith(
+                         strategy, ir::State::Params,
+                         {ir::PlacementMode::Sharded, ir::PlacementMode::ShardedWithGather}, expert)
+                         .empty());
     };
     std::string why;
-    if (run.fp8Scaling != ir::Fp8Scaling::Mx)
-      why = "placec models FP8-only parameters as MXFP8 copies (Megatron-Core's "
-            "--fp8-param-gather under the MXFP8 recipe); write scaling = mx, or leave params = "
-            "fp8 out (gather = fp8 counts FP8 all-gathers of one scale per tensor)";
+    if (!ir::isBlockScaled(run.fp8Scaling) && !run.fp8Gather)
+      why = "Megatron-Core's --fp8-param-gather all-gathers the updated FP8 parameters of one "
+            "scale per tensor as FP8; write gather = fp8";
     else if (!run.optimizerStates.master)
-      why = "the optimizer updates an fp32 master copy and casts it into the MXFP8 copies; leave "
-            "master = none out";
+      why = "the optimizer updates an fp32 master copy and casts it into the FP8 parameters; "
+            "leave master = none out";
     else if (sharded(false) || (run.model->isMoe() && sharded(true)))
-      why = "placec models Megatron-Core's distributed optimizer, which keeps the MXFP8 "
-            "parameters whole on every device; replicate the params on the device, or leave "
-            "params = fp8 out";
+      why = mx ? "placec models Megatron-Core's distributed optimizer, which keeps the MXFP8 "
+                 "parameters whole on every device; replicate the params on the device, or leave "
+                 "params = fp8 out"
+               : "the FP8 parameters stay on the device, where the optimizer casts its fp32 "
+                 "master copy into them; keep the params on the device, or leave params = fp8 "
+                 "out";
     if (!why.empty()) {
       diags->error(fieldLoc(run, "precision"),
                    "params = fp8 in run '" + run.name + "' (" + ir::spellPrecision(run) +

@@ -645,6 +645,20 @@ TEST(StateBytesTest, LanguageTable) {
   EXPECT_EQ(
       spellPrecision(Precision::MixedFP8, false, false, false, true, Fp8Scaling::Mx, false, true),
       "mixed(fp8, scaling = mx, saved = fp8, params = fp8)");
+  // Under one scale per tensor (--fp8-param-gather under delayed or tensorwise scaling) the
+  // parameters are their one-byte FP8 data alone, where the bf16 weight and its cast take 3 bytes;
+  // the master copy and moments stay, and the spelling says the FP8 all-gathers.
+  for (Fp8Scaling scaling : {Fp8Scaling::Tensor, Fp8Scaling::Current}) {
+    StateBytes tensorParams = getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, false, false,
+                                            scaling, {}, /*fp8Params=*/true);
+    EXPECT_DOUBLE_EQ(tensorParams.params, 1);
+    EXPECT_DOUBLE_EQ(tensorParams.gathered, 1);
+    EXPECT_EQ(tensorParams.grads, 2u);
+    EXPECT_EQ(tensorParams.optimizer, 12u);
+  }
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, true, false, false, true, Fp8Scaling::Current,
+                           false, true),
+            "mixed(fp8, scaling = current, gather = fp8, saved = fp8, params = fp8)");
   // NVFP4 is written mixed(fp4), whose saved type is its own: only `saved = bf16` is spelled.
   EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, true, Fp8Scaling::Nvfp4),
             "mixed(fp4)");

@@ -9,6 +9,7 @@
 #include "placec/passes/Passes.h"
 #include "placec/passes/StepPlan.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -554,21 +555,11 @@ run mx { model = llama_cp; cluster = b200_32; strategy = zero3(dp = 32);
   EXPECT_EQ(compared, 20u);
 }
 
-TEST(SearchTest, FastPathAgreesWithMxfp8Parameters) {
-  // mixed(fp8, scaling = mx, saved = fp8, params = fp8): the fast path and the analyses agree;
-  // the MXFP8 candidates keep the parameters as their copies alone, whole on every device (the
-  // verifier refuses them sharded or offloaded), and against the same candidate with a bf16
-  // weight beside the copies each needs less memory and no more time (the optimizer writes the
-  // copies alone).
-  auto compiled = compile(std::string(kContext) + R"(
-cluster b200_32 { device = b200; nodes = 4; devices_per_node = 8; device_memory = 24 GB;
-                  host_memory = 512 GB; }
-run mx { model = llama_cp; cluster = b200_32; strategy = zero1(dp = 32);
-         micro_batch = 1; global_batch = 32;
-         precision = mixed(fp8, scaling = mx, saved = fp8, params = fp8); optimizer = adam; }
-)");
-  ASSERT_TRUE(compiled->program) << compiled->messages;
-  const ir::Run &run = runOf(*compiled, "mx");
+/// Checks a run written with `params = fp8`: the fast path and the analyses agree at bf16 and
+/// mixed(fp8); every FP8 candidate keeps `params = fp8` (and passes `check`) and no bf16 one does;
+/// against the same candidate with the bf16 weight beside its FP8 copies, twenty of them need less
+/// memory and no more time (the optimizer writes the FP8 parameters alone).
+void checkFp8Parameters(const ir::Run &run, llvm::function_ref<void(const Candidate &)> check) {
   std::vector<ir::Precision> tried = {ir::Precision::MixedBF16, ir::Precision::MixedFP8};
   checkAgreement(run, *run.cluster, 300, 29, tried);
   unsigned compared = 0, fp8Candidates = 0;
@@ -580,7 +571,7 @@ run mx { model = llama_cp; cluster = b200_32; strategy = zero1(dp = 32);
         if (!fp8)
           return;
         ++fp8Candidates;
-        EXPECT_EQ(c.params, ParamChoice::Replicate) << c.describe();
+        check(c);
         if (compared >= 20)
           return;
         Candidate copied = c;
@@ -596,6 +587,52 @@ run mx { model = llama_cp; cluster = b200_32; strategy = zero1(dp = 32);
       tried);
   EXPECT_GT(fp8Candidates, 0u);
   EXPECT_EQ(compared, 20u);
+}
+
+TEST(SearchTest, FastPathAgreesWithMxfp8Parameters) {
+  // mixed(fp8, scaling = mx, saved = fp8, params = fp8): the MXFP8 candidates keep the
+  // parameters as their copies alone, whole on every device (the verifier refuses them sharded or
+  // offloaded).
+  auto compiled = compile(std::string(kContext) + R"(
+cluster b200_32 { device = b200; nodes = 4; devices_per_node = 8; device_memory = 24 GB;
+                  host_memory = 512 GB; }
+run mx { model = llama_cp; cluster = b200_32; strategy = zero1(dp = 32);
+         micro_batch = 1; global_batch = 32;
+         precision = mixed(fp8, scaling = mx, saved = fp8, params = fp8); optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  checkFp8Parameters(runOf(*compiled, "mx"), [](const Candidate &c) {
+    EXPECT_EQ(c.params, ParamChoice::Replicate) << c.describe();
+    EXPECT_FALSE(c.fp8Gather) << c.describe();
+  });
+}
+
+TEST(SearchTest, FastPathAgreesWithFp8ParametersOfOneScale) {
+  // mixed(fp8, gather = fp8, saved = fp8, params = fp8) on Hopper (--fp8-param-gather under
+  // delayed scaling): the FP8 candidates keep the parameters as their FP8 data alone on the
+  // device, whole or sharded (Megatron-FSDP's FP8 shards), never offloaded, and gather them as FP8
+  // (the verifier's rule `precision`) even where nothing is gathered.
+  auto compiled = compile(std::string(kContext) + R"(
+run fp8 { model = llama_cp; cluster = h100_32; strategy = zero1(dp = 32);
+          micro_batch = 1; global_batch = 32;
+          precision = mixed(fp8, gather = fp8, saved = fp8, params = fp8); optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "fp8");
+  // The run's own precision alone, whose candidates are the ones a plain search ranks.
+  checkAgreement(run, *run.cluster, 300, 29);
+  unsigned ungathered = 0, sharded = 0;
+  checkFp8Parameters(run, [&](const Candidate &c) {
+    EXPECT_NE(c.params, ParamChoice::Host) << c.describe();
+    EXPECT_NE(c.params, ParamChoice::HostGatherAll) << c.describe();
+    EXPECT_TRUE(c.fp8Gather) << c.describe();
+    if (c.params == ParamChoice::Replicate && c.optimizer == OptimizerChoice::Replicate)
+      ++ungathered;
+    if (c.params != ParamChoice::Replicate)
+      ++sharded;
+  });
+  EXPECT_GT(ungathered, 0u);
+  EXPECT_GT(sharded, 0u);
 }
 
 TEST(SearchTest, FastPathAgreesWithNvfp4) {

@@ -1000,7 +1000,7 @@ struct StateBytes {
   /// of it, none where it updates the parameters themselves.
   unsigned masterCopy() const { return masterParams ? 0 : 4; }
 };
-/// `fp8Params`: the parameters as their block-scaled copies alone (Run::fp8Params).
+/// `fp8Params`: the parameters as their FP8 copies alone (Run::fp8Params).
 StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
                          bool fp32Params, Fp8Scaling scaling = Fp8Scaling::Tensor,
                          OptimizerStates states = {}, bool fp8Params = false);
@@ -1086,11 +1086,13 @@ public:
   /// weights; every forward casts them to the compute type (PyTorch's autocast over fp32 modules,
   /// FSDP2's MixedPrecisionPolicy casting the shards before the all-gather). Implies fp32Grads.
   bool fp32Params = false;
-  /// `mixed(fp8, scaling = mx, params = fp8)`: the parameters are kept as their two MXFP8 copies
-  /// alone (along the rows and along the columns, each with its scales), with no bf16 copy beside
-  /// them, and the fp32 master copy in the optimizer: Megatron-Core's --fp8-param-gather under the
-  /// MXFP8 recipe. Its distributed optimizer all-gathers the updated parameters in bf16 through
-  /// the gradient buffer (--reuse-grad-buf-for-mxfp8-param-ag) and casts each after its gather.
+  /// `mixed(fp8, …, params = fp8)`: the parameters are kept as Transformer Engine's FP8 tensors
+  /// alone, with no bf16 copy beside them, and the fp32 master copy in the optimizer:
+  /// Megatron-Core's --fp8-param-gather. Under one scale per tensor (with `gather = fp8`) each is
+  /// one byte an element, and the distributed optimizer all-gathers the updated FP8 data; under
+  /// MXFP8 each is two copies (along the rows and along the columns, each with its scales), and the
+  /// optimizer all-gathers the updated parameters in bf16 through the gradient buffer
+  /// (--reuse-grad-buf-for-mxfp8-param-ag) and casts each after its gather.
   bool fp8Params = false;
   /// `mixed(fp8, saved = fp8)`: the FP8 products keep their inputs for the backward as FP8, one
   /// byte per element (Transformer Engine's linears save the quantized input, and its

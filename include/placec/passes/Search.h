@@ -93,8 +93,9 @@ struct Candidate {
   bool fp32Grads = false;
   /// The run's `params = fp32` (false under fp32).
   bool fp32Params = false;
-  /// The run's `params = fp8` (under mixed(fp8, scaling = mx) only): the parameters as their
-  /// MXFP8 copies alone, replicated on every device (the verifier's rule `precision`).
+  /// The run's `params = fp8` (under mixed(fp8) only): the parameters as their FP8 copies alone,
+  /// on the device, whole under MXFP8 and gathered as FP8 under one scale per tensor (the
+  /// verifier's rule `precision`).
   bool fp8Params = false;
   /// The run's `saved = fp8` (under mixed(fp8) only).
   bool fp8Saved = false;
