@@ -58,7 +58,7 @@ double FidelityRow::getMemoryError() const {
 
 bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, bool json,
                    raw_ostream &os) {
-  std::map<std::string, ErrorSummary> stepBySet, memoryBySet, stepByFile, stepByDevice;
+  std::map<std::string, ErrorSummary> stepBySet, memoryBySet, stepByFile, stepByDevice, stepByModel;
   ErrorSummary step, memory;
   for (const FidelityRow &row : rows) {
     std::string name = row.file + ":" + row.run;
@@ -67,6 +67,7 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
       stepBySet[row.set].add(row.getStepError(), name);
       stepByFile[row.file].add(row.getStepError(), row.run);
       stepByDevice[row.device].add(row.getStepError(), name);
+      stepByModel[row.modelKind].add(row.getStepError(), name);
     }
     if (row.measuredMemory) {
       memory.add(row.getMemoryError(), name);
@@ -98,6 +99,7 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
             out.attribute("run", row.run);
             out.attribute("devices", row.devices);
             out.attribute("device", row.device);
+            out.attribute("model_kind", row.modelKind);
             const analysis::TimeReport &time = row.predictedTime;
             out.attribute("predicted_step_s", time.stepSeconds);
             out.attribute("predicted_compute_s", time.computeSeconds);
@@ -129,6 +131,10 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
         for (const auto &[device, value] : stepByDevice)
           summary(device, value);
       });
+      out.attributeObject("step_by_model", [&] {
+        for (const auto &[kind, value] : stepByModel)
+          summary(kind, value);
+      });
       out.attribute("within_limits", stepOk && memoryOk);
     });
     os << "\n";
@@ -153,8 +159,8 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
   renderText(table, os);
   os << "\n";
   // Each source's rows together: a source whose rows all lean one way (a framework, a software
-  // era, a system) shows it in its mean signed error; and each device's, for a device preset
-  // whose constants lean one way.
+  // era, a system) shows it in its mean signed error; each device's, for a device preset whose
+  // constants lean one way; and each kind of model's, for what the model leaves out of one.
   auto byGroup = [&](const std::map<std::string, ErrorSummary> &groups, StringRef title,
                      StringRef what, StringRef note) {
     if (groups.size() < 2)
@@ -177,6 +183,9 @@ bool printFidelity(ArrayRef<FidelityRow> rows, const FidelityLimits &limits, boo
   byGroup(stepByDevice, "Step time by device", "device",
           "mean error: the mean of the signed errors; negative, the device's steps are predicted "
           "faster than measured");
+  byGroup(stepByModel, "Step time by model", "model",
+          "mean error: the mean of the signed errors; negative, the steps of such models are "
+          "predicted faster than measured");
   auto line = [&](StringRef what, const ErrorSummary &value) {
     if (value.count == 0)
       return;

@@ -1072,6 +1072,9 @@ int runFidelity() {
       row.run = run.name;
       row.devices = run.cluster->getNumDevices();
       row.device = run.cluster->device ? run.cluster->device->name : run.cluster->name;
+      row.modelKind = run.model->kind == ir::ModelKind::Mlp ? "mlp"
+                      : run.model->isMoe()                  ? "mixture of experts"
+                                                            : "dense transformer";
       row.predictedTime = result.time;
       row.measuredStep = run.measuredStep;
       row.predictedMemory = result.memory.device.peak;

@@ -130,6 +130,9 @@ struct FidelityRow {
   std::string run;
   int64_t devices = 0;
   std::string device; ///< The cluster's device preset, or its name.
+  /// What the model is: `dense transformer`, `mixture of experts` (a transformer with routed
+  /// experts) or `mlp`.
+  std::string modelKind;
   /// The analysis's step time and its parts (the slowest stage's compute, optimizer step and
   /// exposed communication, and the pipeline bubble).
   analysis::TimeReport predictedTime;
