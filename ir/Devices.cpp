@@ -7,6 +7,8 @@ using namespace llvm;
 
 namespace placec::ir {
 
+bool keepsFp8Transposes(DeviceFamily family) { return family == DeviceFamily::Hopper; }
+
 StringRef toString(DeviceFamily family) {
   switch (family) {
   case DeviceFamily::Ampere:

@@ -790,20 +790,24 @@ std::string spellOptimizer(OptimizerKind optimizer, OptimizerStates states) {
 
 StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
                          bool fp32Params, Fp8Scaling scaling, OptimizerStates states,
-                         bool fp8Params) {
+                         bool fp8Params, bool fp8Transposes) {
   bool mixed = precision != Precision::FP32;
   // The parameters are the optimizer's fp32 weights under fp32 and under `params = fp32`;
   // otherwise mixed precision keeps an fp32 master copy in the optimizer state.
   bool master = !mixed || fp32Params;
   unsigned weightBytes = master ? 4 : 2;
   // FP8 training keeps the BF16 weights and caches their FP8 cast (one byte each) from the first
-  // micro-batch of a step to the last (Transformer Engine's weight cache). Over fp32 parameters
-  // (PyTorch's float8 linears) each use casts them again: no cache. Under MXFP8 the cache holds
-  // both of a weight's MXFP8 copies, along its rows (the forward's product) and along its columns
-  // (the input gradient's), each with its scales (Transformer Engine's MXFP8Quantizer with both
-  // usages).
+  // micro-batch of a step to the last (Transformer Engine's weight cache), for both products that
+  // read a weight, the forward's along its rows and the input gradient's along its columns
+  // (linear.py sets the weight quantizer's two usages in training). Of one scale per tensor that
+  // is one buffer on Blackwell and the cast with its transpose where the products take one layout
+  // (`fp8Transposes`, Hopper). Over fp32 parameters (PyTorch's float8 linears) each use casts them
+  // again: no cache. Under MXFP8 the cache holds both of a weight's MXFP8 copies, each with its
+  // scales (Transformer Engine's MXFP8Quantizer with both usages), on every device.
   // NVFP4 keeps two copies the same way, of a little over half a byte each.
-  double fp8Cache = isBlockScaled(scaling) ? 2 * getQuantizedBytesPerElement(scaling) : 1;
+  double fp8Cache = isBlockScaled(scaling) ? 2 * getQuantizedBytesPerElement(scaling)
+                    : fp8Transposes        ? 2
+                                           : 1;
   double paramBytes =
       precision == Precision::MixedFP8 && !fp32Params ? weightBytes + fp8Cache : weightBytes;
   // `params = fp8` (Megatron-Core's --fp8-param-gather): the FP8 copies alone, as the cache counts
@@ -837,9 +841,14 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
   return bytes;
 }
 
+bool keepsFp8Transposes(const Cluster &cluster) {
+  return cluster.device && keepsFp8Transposes(cluster.device->family);
+}
+
 StateBytes getStateBytes(const Run &run) {
   return getStateBytes(run.precision, run.optimizer, run.fp32Grads, run.fp32Params, run.fp8Scaling,
-                       run.optimizerStates, run.fp8Params);
+                       run.optimizerStates, run.fp8Params,
+                       run.cluster && keepsFp8Transposes(*run.cluster));
 }
 
 std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,

@@ -379,7 +379,7 @@ public:
   Evaluator(const ir::Run &run, const ir::Cluster &cluster, ir::Precision precision,
             ir::Fp8Scaling scaling, bool fp8Params)
       : model(*run.model), cluster(cluster),
-        bytes(candidateStateBytes(run, precision, scaling, fp8Params)),
+        bytes(candidateStateBytes(run, cluster, precision, scaling, fp8Params)),
         costModel(cluster, precision,
                   cost::getWeightGradientResultBytes(
                       precision, bytes, run.fp32Params && precision != ir::Precision::FP32,
@@ -515,11 +515,13 @@ private:
 
   /// The run's options, as each candidate at this precision keeps them (precisionVariants); the
   /// scaling counts under mixed(fp8) only (ir::getStateBytes).
-  static ir::StateBytes candidateStateBytes(const ir::Run &run, ir::Precision precision,
-                                            ir::Fp8Scaling scaling, bool fp8Params) {
+  static ir::StateBytes candidateStateBytes(const ir::Run &run, const ir::Cluster &cluster,
+                                            ir::Precision precision, ir::Fp8Scaling scaling,
+                                            bool fp8Params) {
     bool mixed = precision != ir::Precision::FP32;
     return ir::getStateBytes(precision, run.optimizer, run.fp32Grads && mixed,
-                             run.fp32Params && mixed, scaling, run.optimizerStates, fp8Params);
+                             run.fp32Params && mixed, scaling, run.optimizerStates, fp8Params,
+                             ir::keepsFp8Transposes(cluster));
   }
 
   const ir::Model &model;

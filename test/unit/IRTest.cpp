@@ -659,6 +659,26 @@ TEST(StateBytesTest, LanguageTable) {
   EXPECT_EQ(spellPrecision(Precision::MixedFP8, true, false, false, true, Fp8Scaling::Current,
                            false, true),
             "mixed(fp8, scaling = current, gather = fp8, saved = fp8, params = fp8)");
+  // Where the FP8 products take one layout (Hopper) a copy of one scale per tensor keeps its
+  // transpose too: 2 + 1 + 1 bytes beside the bf16 weight, 1 + 1 alone; MXFP8's two copies, and
+  // fp32 parameters (no cache), are the same either way.
+  struct TransposedCase {
+    Fp8Scaling scaling;
+    bool fp32Params, fp8Params;
+    double params;
+  };
+  for (const TransposedCase &item : {TransposedCase{Fp8Scaling::Tensor, false, false, 4},
+                                     TransposedCase{Fp8Scaling::Current, false, true, 2},
+                                     TransposedCase{Fp8Scaling::Mx, false, false, 4.0625},
+                                     TransposedCase{Fp8Scaling::Tensor, true, false, 4}})
+    EXPECT_DOUBLE_EQ(getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, item.fp32Params,
+                                   item.fp32Params, item.scaling, {}, item.fp8Params,
+                                   /*fp8Transposes=*/true)
+                         .params,
+                     item.params)
+        << toString(item.scaling).str() << " " << item.fp32Params << " " << item.fp8Params;
+  EXPECT_TRUE(keepsFp8Transposes(DeviceFamily::Hopper));
+  EXPECT_FALSE(keepsFp8Transposes(DeviceFamily::Blackwell));
   // NVFP4 is written mixed(fp4), whose saved type is its own: only `saved = bf16` is spelled.
   EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, true, Fp8Scaling::Nvfp4),
             "mixed(fp4)");

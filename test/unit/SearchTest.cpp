@@ -505,7 +505,9 @@ run saved { model = llama_cp; cluster = h100_32; strategy = zero3(dp = 32);
         plain.fp8Saved = false;
         FastVerdict with = evaluateFast(run, *run.cluster, c);
         FastVerdict without = evaluateFast(run, *run.cluster, plain);
-        if (with.rejectedBy == "gradient-integrity")
+        // A pair of which one is refused (the gradient-integrity rule, or the capacity the
+        // kept inputs decide) has no time to compare.
+        if (!with.rejectedBy.empty() || !without.rejectedBy.empty())
           return;
         EXPECT_LT(with.peakBytes, without.peakBytes) << c.describe();
         EXPECT_EQ(with.stepSeconds, without.stepSeconds) << c.describe();

@@ -39,6 +39,14 @@ struct DevicePreset {
   double peakFp4 = 0;
 };
 
+/// Whether a family's FP8 tensor-core products take their operands in one layout only (Hopper's:
+/// cuBLASLt's FP8 products on sm90 need A transposed and B not, "TN"), so that an FP8 copy of a
+/// tensor that two products read along different dimensions keeps its transpose beside it:
+/// Transformer Engine's Float8Tensor holds `_data` and `_transpose` there, and one buffer for both
+/// usages on Blackwell (transformer_engine/pytorch/tensor/float8_tensor.py, inner_tensor_specs,
+/// after is_non_tn_fp8_gemm_supported). AMD's CDNA products are not known to need it: false.
+bool keepsFp8Transposes(DeviceFamily family);
+
 /// Every preset, in a fixed order.
 llvm::ArrayRef<DevicePreset> getDevicePresets();
 

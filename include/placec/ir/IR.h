@@ -1000,10 +1000,16 @@ struct StateBytes {
   /// of it, none where it updates the parameters themselves.
   unsigned masterCopy() const { return masterParams ? 0 : 4; }
 };
-/// `fp8Params`: the parameters as their FP8 copies alone (Run::fp8Params).
+/// `fp8Params`: the parameters as their FP8 copies alone (Run::fp8Params); `fp8Transposes`: an
+/// FP8 copy of one scale per tensor keeps its transpose beside it (keepsFp8Transposes, the
+/// cluster's device).
 StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32Grads,
                          bool fp32Params, Fp8Scaling scaling = Fp8Scaling::Tensor,
-                         OptimizerStates states = {}, bool fp8Params = false);
+                         OptimizerStates states = {}, bool fp8Params = false,
+                         bool fp8Transposes = false);
+/// Whether `cluster`'s device keeps a transpose beside each FP8 copy of one scale per tensor
+/// (keepsFp8Transposes of its family; false for a cluster that names no device).
+bool keepsFp8Transposes(const Cluster &cluster);
 /// A precision as a run writes it: `mixed(bf16)`, `mixed(fp8, gather = fp8, grads = fp32)`,
 /// `mixed(bf16, params = fp32)`, `mixed(fp8, saved = fp8)`.
 std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, bool fp32Params,
