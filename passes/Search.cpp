@@ -1465,6 +1465,11 @@ struct PrecisionVariant {
   /// MXFP8 never sharded, and under one scale per tensor always gathered as FP8 (the verifier's
   /// rule `precision`).
   bool fp8Params = false;
+  /// Whether the parameters stay whole on the device: MXFP8 parameters alone.
+  bool keepsParamsWhole() const { return fp8Params && ir::isBlockScaled(fp8Scaling); }
+  /// Whether every candidate gathers as FP8, even one that gathers nothing: FP8 parameters of one
+  /// scale per tensor.
+  bool gathersFp8Always() const { return fp8Params && fp8Gather; }
   /// Writes the variant's precision fields into a candidate.
   void applyTo(Candidate &c) const {
     c.precision = precision;
@@ -1758,8 +1763,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
               std::vector<GradChoice> grads = {GradChoice::Replicate};
               std::vector<OptimizerChoice> optimizers = {OptimizerChoice::Replicate};
               if (data) {
-                // MXFP8-only parameters stay whole on the device (PrecisionVariant::fp8Params).
-                if (!variant.fp8Params || !ir::isBlockScaled(variant.fp8Scaling)) {
+                if (!variant.keepsParamsWhole()) {
                   if (split)
                     params.insert(params.end(),
                                   {ParamChoice::GatherInner, ParamChoice::GatherInnerKeep});
@@ -1794,9 +1798,7 @@ void enumerate(const ir::Run &run, const ir::Cluster &cluster,
                     c.optimizer = optimizer;
                     // FP8 gathers change only the bytes of parameter all-gathers.
                     bool gathers = gathersParams(param, optimizer);
-                    // FP8 parameters of one scale per tensor are gathered as FP8 even where
-                    // nothing is (PrecisionVariant::fp8Params).
-                    bool fp8Only = variant.fp8Params && variant.fp8Gather;
+                    bool fp8Only = variant.gathersFp8Always();
                     for (bool fp8Gather : {false, true}) {
                       if (fp8Gather ? !(variant.fp8Gather && (gathers || fp8Only))
                                     : fp8Only || !(variant.plainGather || !gathers))
@@ -2665,10 +2667,9 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
               for (const PrecisionVariant &variant : precisions)
                 for (bool fp8Gather : {false, true}) {
                   if ((fp8Gather ? !variant.fp8Gather : !variant.plainGather) ||
-                      (fp8Gather && !(variant.fp8Params && variant.fp8Gather) &&
+                      (fp8Gather && !variant.gathersFp8Always() &&
                        !gathersParams(placement.params, placement.optimizer)) ||
-                      (variant.fp8Params && ir::isBlockScaled(variant.fp8Scaling) &&
-                       placement.params != ParamChoice::Replicate))
+                      (variant.keepsParamsWhole() && placement.params != ParamChoice::Replicate))
                     continue;
                   // Under ZeRO-3 the experts may instead stay whole over their
                   // expert-data-parallel axes, dp and cp (ZeRO-1 for them).
