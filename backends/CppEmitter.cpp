@@ -68,7 +68,9 @@ const char *dtypeName(plan::DType dtype) {
     return "DType::FP16";
   case plan::DType::FP32:
     return "DType::FP32";
-  case plan::DType::FP8: // Refused before emission (FP8 runs are not compiled).
+  case plan::DType::FP8: // Refused before emission (FP8 and FP4 runs are not compiled).
+  case plan::DType::MXFP8:
+  case plan::DType::NVFP4:
     return "DType::BF16";
   }
   return "?";

@@ -620,9 +620,10 @@ void Analyzer::explainCommunication(RunExplanation &explanation,
   double m = static_cast<double>(plan.microbatches);
   for (const CommEntry &entry : communication) {
     std::vector<Explanation> lines;
-    double perMicrobatchCalls = 0, perStepCalls = 0, perMicrobatchElements = 0, perStepElements = 0;
-    unsigned elementSize = 2;
-    std::string dtype;
+    double perMicrobatchCalls = 0, perStepCalls = 0;
+    // The elements of the row by type, per micro-batch and once per step: a row can mix types
+    // (a backward's quantized regathers beside its BF16 gradient gathers).
+    std::map<plan::DType, std::pair<double, double>> elementsByType;
     const Op *sample = nullptr;
     for (const plan::StagePlan &stage : plan.stages) {
       if (stage.stage != entry.stage)
@@ -634,16 +635,15 @@ void Analyzer::explainCommunication(RunExplanation &explanation,
               op.state != entry.state || op.phase != entry.phase)
             continue;
           sample = &op;
-          elementSize = plan::getSize(op.dtype);
-          dtype = plan::toString(op.dtype).str();
           double calls = static_cast<double>(op.repeat);
           double elements = calls * static_cast<double>(op.elements);
+          std::pair<double, double> &byType = elementsByType[op.dtype];
           if (op.perMicrobatch) {
             perMicrobatchCalls += calls;
-            perMicrobatchElements += elements;
+            byType.first += elements;
           } else {
             perStepCalls += calls;
-            perStepElements += elements;
+            byType.second += elements;
           }
         }
     }
@@ -660,14 +660,18 @@ void Analyzer::explainCommunication(RunExplanation &explanation,
       countParts.push_back(fmt::format("{} once per step", num(perStepCalls)));
     lines.push_back({"count", llvm::join(countParts, " + "), count, "calls"});
 
-    double total = (perMicrobatchElements * m + perStepElements) * elementSize;
+    double total = 0;
     std::vector<std::string> totalParts;
-    if (perMicrobatchCalls > 0)
-      totalParts.push_back(fmt::format("{} elements × {} B ({}) × {}", num(perMicrobatchElements),
-                                       elementSize, dtype, microbatches(m)));
-    if (perStepCalls > 0)
-      totalParts.push_back(
-          fmt::format("{} elements × {} B ({})", num(perStepElements), elementSize, dtype));
+    for (const auto &[dtype, elements] : elementsByType) {
+      double size = plan::getSize(dtype);
+      std::string type = fmt::format("{} B ({})", num(size), plan::toString(dtype).str());
+      total += (elements.first * m + elements.second) * size;
+      if (elements.first > 0)
+        totalParts.push_back(
+            fmt::format("{} elements × {} × {}", num(elements.first), type, microbatches(m)));
+      if (elements.second > 0)
+        totalParts.push_back(fmt::format("{} elements × {}", num(elements.second), type));
+    }
     lines.push_back({"total", llvm::join(totalParts, " + "), total, "B"});
     double message = count > 0 ? total / count : 0;
     lines.push_back({"message",

@@ -29,11 +29,36 @@ StringRef toString(DType dtype) {
     return "fp32";
   case DType::FP8:
     return "fp8";
+  case DType::MXFP8:
+    return "mxfp8";
+  case DType::NVFP4:
+    return "nvfp4";
   }
   return "?";
 }
 
-unsigned getSize(DType dtype) { return dtype == DType::FP32 ? 4 : dtype == DType::FP8 ? 1 : 2; }
+double getSize(DType dtype) {
+  switch (dtype) {
+  case DType::FP32:
+    return 4;
+  case DType::BF16:
+  case DType::FP16:
+    return 2;
+  case DType::FP8:
+    return 1;
+  case DType::MXFP8:
+    return ir::kMxfp8BytesPerElement;
+  case DType::NVFP4:
+    return ir::kNvfp4BytesPerElement;
+  }
+  return 2;
+}
+
+DType getQuantizedType(ir::Fp8Scaling scaling) {
+  return scaling == ir::Fp8Scaling::Nvfp4 ? DType::NVFP4
+         : scaling == ir::Fp8Scaling::Mx  ? DType::MXFP8
+                                          : DType::FP8;
+}
 
 StringRef toString(Phase phase) {
   switch (phase) {
@@ -374,6 +399,7 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   unitLayout.contextMethod = strategy.contextMethod;
   unitLayout.kernels = run.kernels;
   unitLayout.fp8 = run.precision == ir::Precision::MixedFP8;
+  unitLayout.fp8Type = getQuantizedType(run.fp8Scaling);
   unitLayout.recomputeModules = strategy.recomputeModules;
   unitLayout.regather = regathersInputs(model, tensorDegree, strategy.sequenceParallel,
                                         strategy.sequenceParallelInputs, strategy.activationMode);
@@ -658,7 +684,8 @@ void Lowering::lowerStage(StagePlan &stage) {
                     : c.over == ir::AxisKind::Expert ? expertGroupAxes
                     : c.over == ir::AxisKind::Batch  ? routingAxes
                                                      : contextAxes,
-                    c.elements, c.fp8 ? DType::FP8 : aType, true, c.what + Twine(" (") + why + ")");
+                    c.elements, c.fp8 ? unitLayout.fp8Type : aType, true,
+                    c.what + Twine(" (") + why + ")");
       op.recomputed = recomputed;
       op.inputGradient = c.inputGradient;
       op.regather = c.regather;

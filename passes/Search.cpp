@@ -384,8 +384,8 @@ public:
                   cost::getWeightGradientResultBytes(
                       precision, bytes, run.fp32Params && precision != ir::Precision::FP32,
                       run.gradAccumulation)),
-        precision(precision), crossEntropy(run.crossEntropy), trainMetrics(run.trainMetrics),
-        kernels(run.kernels), contextMerge(run.contextMerge),
+        precision(precision), fp8Scaling(scaling), crossEntropy(run.crossEntropy),
+        trainMetrics(run.trainMetrics), kernels(run.kernels), contextMerge(run.contextMerge),
         gradAccumulation(run.gradAccumulation),
         copiesGathers(run.paramGather == ir::ParamGather::CopyOut) {
     layers = model.getNumLayers();
@@ -529,6 +529,8 @@ private:
   ir::StateBytes bytes{};
   cost::CostModel costModel;
   ir::Precision precision = ir::Precision::MixedBF16;
+  /// The candidates' FP8 scaling, which sets the type of their quantized gathers.
+  ir::Fp8Scaling fp8Scaling = ir::Fp8Scaling::Tensor;
   ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
   int64_t trainMetrics = 0;
   ir::KernelMode kernels = ir::KernelMode::Fused;
@@ -670,6 +672,7 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
   layout.regather = regather;
   layout.kernels = kernels;
   layout.fp8 = precision == ir::Precision::MixedFP8;
+  layout.fp8Type = plan::getQuantizedType(fp8Scaling);
   // The tensor axis is innermost (stride 1), the context axis next (stride tp).
   cost::GroupAxis tensorAxis{1, c.tp}, contextAxis{c.tp, c.cp};
   cost::GroupShape tensorGroup =
@@ -691,7 +694,7 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
                                                           : ir::ActivationMode::RecomputeAttention,
                                                 layout)) {
         double opBytes = static_cast<double>(op.elements) *
-                         (op.fp8 ? plan::getSize(plan::DType::FP8) : activationBytes);
+                         (op.fp8 ? plan::getSize(layout.fp8Type) : activationBytes);
         if (op.kind == plan::OpKind::RingStep)
           traffic.ring[index][pass] +=
               static_cast<double>(op.repeat) *

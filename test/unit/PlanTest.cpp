@@ -562,6 +562,65 @@ TEST(Plan, Dtypes) {
   }
 }
 
+// Under sequence parallelism the forward gathers a layer's QKV input and a dense layer's MLP
+// input quantized, as Transformer Engine all-gathers them: per-tensor FP8 one byte an element,
+// MXFP8 with a one-byte scale per 32 elements, NVFP4 half a byte with a one-byte scale per 16
+// (OCP MX v1.0 §5; arXiv:2509.25149 §2). The other gathers stay BF16.
+TEST(Plan, QuantizedGathersCarryTheirScales) {
+  struct Case {
+    const char *precision;
+    plan::DType dtype;
+    double bytes;
+  };
+  for (const Case &c :
+       {Case{"mixed(fp8)", plan::DType::FP8, 1.0},
+        Case{"mixed(fp8, scaling = mx, saved = fp8)", plan::DType::MXFP8, 33 / 32.0},
+        Case{"mixed(fp4)", plan::DType::NVFP4, 9 / 16.0}}) {
+    SCOPED_TRACE(c.precision);
+    PlanFixture f("cluster b200x8 { device = b200; nodes = 1; devices_per_node = 8; }\n"
+                  "model gptf : transformer { layers = 8; hidden = 512; heads = 8; seq = 256; "
+                  "vocab = 1024; attention = cudnn; }\n"
+                  "strategy s { mesh [dp = 4, tp = 2]; activations = shard(tp); }\n" +
+                  runText("gptf", "b200x8", "s", 2, 8, c.precision));
+    ASSERT_PLAN(f);
+    EXPECT_DOUBLE_EQ(plan::getSize(c.dtype), c.bytes);
+    // Per layer forward: the QKV input and the MLP input, b·s·h = 2·256·512 elements each.
+    int quantized = 0, other = 0;
+    for (const plan::Op &op : f.plan->stages[0].forward) {
+      if (op.kind != AG || op.state != ir::State::Activations)
+        continue;
+      if (op.dtype == c.dtype && isLayerUnit(*f.plan, op.unit)) {
+        ++quantized;
+        EXPECT_EQ(op.elements, 2 * 256 * 512);
+      } else {
+        ++other;
+        EXPECT_EQ(op.dtype, plan::DType::BF16);
+      }
+    }
+    EXPECT_EQ(quantized, 2 * 8);
+    EXPECT_GT(other, 0); // the output layer's input stays BF16
+    // --explain's total of every row of the communication table is the table's, also where a
+    // row mixes types (the backward's quantized regathers beside its BF16 gradient gathers).
+    analysis::AnalysisOptions options;
+    options.explain = true;
+    analysis::RunAnalysis analysis = analysis::analyze(*f.plan, options);
+    ASSERT_TRUE(analysis.explanation);
+    ASSERT_EQ(analysis.explanation->communication.size(), analysis.communication.size());
+    bool mixed = false;
+    for (size_t i = 0; i < analysis.communication.size(); ++i) {
+      const auto &lines = analysis.explanation->communication[i].lines;
+      auto total =
+          llvm::find_if(lines, [](const cost::Explanation &e) { return e.figure == "total"; });
+      ASSERT_NE(total, lines.end());
+      EXPECT_NEAR(total->value, analysis.communication[i].totalBytes,
+                  1e-9 * analysis.communication[i].totalBytes);
+      mixed |= total->formula.find("(bf16)") != std::string::npos &&
+               total->formula.find(plan::toString(c.dtype).str()) != std::string::npos;
+    }
+    EXPECT_TRUE(mixed);
+  }
+}
+
 TEST(Plan, AbstractModelIsOneUnitPerStage) {
   PlanFixture f(runText("big", "node8", "zero3(dp = 8)", 1, 8));
   ASSERT_PLAN(f);

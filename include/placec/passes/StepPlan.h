@@ -22,10 +22,17 @@ class raw_ostream;
 
 namespace placec::plan {
 
-/// Element types of the buffers the plan moves.
-enum class DType { BF16, FP16, FP32, FP8 };
+/// Element types of the buffers the plan moves. The block-scaled ones carry their scales:
+/// MXFP8, one E4M3 byte and a 32nd of an E8M0 scale an element (ir::kMxfp8BytesPerElement);
+/// NVFP4, a 4-bit E2M1 value and a 16th of an E4M3 scale (ir::kNvfp4BytesPerElement).
+enum class DType { BF16, FP16, FP32, FP8, MXFP8, NVFP4 };
 llvm::StringRef toString(DType dtype);
-unsigned getSize(DType dtype);
+/// Bytes per element, fractional for the block-scaled types.
+double getSize(DType dtype);
+/// The type of one quantized copy of a product's operand under `scaling`, as Transformer Engine
+/// all-gathers it: the data and its scales (transformer_engine/pytorch/distributed.py,
+/// _all_gather_fp8, _all_gather_mxfp8 and _all_gather_nvfp4 gather both).
+DType getQuantizedType(ir::Fp8Scaling scaling);
 
 /// Where in the step an op runs.
 enum class Phase {
@@ -208,9 +215,11 @@ struct UnitLayout {
   /// The run's kernels: under `eager` (as with `kv_repeat = true`) the attention receives, and
   /// context parallelism exchanges, K and V repeated to every head (cost::getAttentionKvHeads).
   ir::KernelMode kernels = ir::KernelMode::Fused;
-  /// `mixed(fp8)`: the sequence-parallel gathers of the FP8 products' inputs move the FP8 cast
-  /// (UnitCollective::fp8).
+  /// `mixed(fp8)` and `mixed(fp4)`: the sequence-parallel gathers of the quantized products'
+  /// inputs move the quantized copy (UnitCollective::fp8), of type `fp8Type`
+  /// (getQuantizedType).
   bool fp8 = false;
+  DType fp8Type = DType::FP8;
   /// Under ir::ActivationMode::RecomputeModules, the ir::RecomputeModule bits
   /// (getRecomputedCollectives).
   unsigned recomputeModules = 0;
@@ -234,7 +243,8 @@ struct UnitCollective {
   bool inputGradient = false;
   /// The backward's second gather of a column-parallel product's input (Op::regather).
   bool regather = false;
-  /// Moved in FP8, one byte per element: under `mixed(fp8)` the sequence-parallel all-gather of
+  /// Moved quantized (UnitLayout::fp8Type: FP8, MXFP8 or NVFP4 with its scales): under
+  /// `mixed(fp8)` and `mixed(fp4)` the sequence-parallel all-gather of
   /// a transformer layer's input to its QKV product, and to its MLP's in a dense layer, forward,
   /// recomputed and again for the weight gradient. Transformer Engine's LayerNormLinear writes
   /// the norm's output in FP8 and gathers that (transformer_engine/pytorch/module/
