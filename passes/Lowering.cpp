@@ -54,6 +54,10 @@ double getSize(DType dtype) {
   return 2;
 }
 
+int64_t getGradientGatherCopies(const UnitLayout &layout) {
+  return layout.fp8Type == DType::FP8 || layout.userbuffers ? 1 : 2;
+}
+
 DType getQuantizedType(ir::Fp8Scaling scaling) {
   return scaling == ir::Fp8Scaling::Nvfp4 ? DType::NVFP4
          : scaling == ir::Fp8Scaling::Mx  ? DType::MXFP8
@@ -400,6 +404,7 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   unitLayout.kernels = run.kernels;
   unitLayout.fp8 = run.precision == ir::Precision::MixedFP8;
   unitLayout.fp8Type = getQuantizedType(run.fp8Scaling);
+  unitLayout.userbuffers = strategy.asyncTensorParallel == ir::AsyncTensorParallel::All;
   unitLayout.recomputeModules = strategy.recomputeModules;
   unitLayout.regather = regathersInputs(model, tensorDegree, strategy.sequenceParallel,
                                         strategy.sequenceParallelInputs, strategy.activationMode);
@@ -1118,13 +1123,14 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
   // In the backward every tensor-parallel reduction sums the input gradient of a column-parallel
   // product (QKV, the MLP's input, the output layer, an mlp's even layer), the transpose of the
   // forward's gather or identity; the row-parallel products' output gradients are gathered.
-  auto addTensor = [&](size_t i, bool fp8) {
+  auto addTensor = [&](size_t i, bool fp8, int64_t copies = 1) {
     OpKind kind = tensor[i];
     bool latents = latent && i == latentAt;
-    result.push_back({kind, ir::AxisKind::Tensor, elementsAt(i),
+    result.push_back({kind, ir::AxisKind::Tensor, copies * elementsAt(i),
                       kind == OpKind::AllGather
-                          ? (latents ? "sequence-parallel gather of the attention's latents"
-                                     : "sequence-parallel gather of the input")
+                          ? (latents       ? "sequence-parallel gather of the attention's latents"
+                             : forwardPass ? "sequence-parallel gather of the input"
+                                           : "sequence-parallel gather of the output gradient")
                       : kind == OpKind::ReduceScatter
                           ? (latents ? "sequence-parallel reduce of the latents' gradients"
                                      : "sequence-parallel reduce of the output")
@@ -1255,16 +1261,27 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
         (unit == cost::UnitKind::Head ||
          (unit == cost::UnitKind::Layer &&
           (i + 1 == tensor.size() || !model.transformer.isMoeBlock(layer))));
-    // Under mixed(fp8) a layer's QKV input and a dense layer's MLP input are gathered in FP8
-    // (UnitCollective::fp8): the forward's gathers (the attention block's first, the MLP's
-    // third) and the regathers before their reductions.
+    // Under mixed(fp8) and mixed(fp4) a layer's QKV input and a dense layer's MLP input are
+    // gathered quantized (UnitCollective::fp8): the forward's gathers (the attention block's
+    // first, the MLP's third) and the regathers before their reductions; and the backward's
+    // gathers of the row-parallel products' output gradients (below).
     bool fp8Layer = layout.fp8 && unit == cost::UnitKind::Layer;
     if (columnParallelReduction)
       result.push_back({OpKind::AllGather, ir::AxisKind::Tensor, elementsAt(i),
                         "sequence-parallel gather of the input again, for the weight gradient",
                         /*inputGradient=*/false, /*regather=*/true, fp8Layer});
-    addTensor(i, fp8Layer && forwardPass && sp && tensor[i] == OpKind::AllGather &&
-                     (i == 0 || !model.transformer.isMoeBlock(layer)));
+    bool gather = fp8Layer && sp && tensor[i] == OpKind::AllGather;
+    if (forwardPass) {
+      addTensor(i, gather && (i == 0 || !model.transformer.isMoeBlock(layer)));
+      continue;
+    }
+    // The backward's gathers of the row-parallel products' output gradients, quantized: the
+    // attention's output projection's (the second gather, or the only one where an MoE layer
+    // folds its experts without an MLP pair) and a dense layer's MLP's (the first); an MoE
+    // layer's MLP block gathers the dispatcher's BF16 rows.
+    size_t attentionGather = dropMlpPair ? 0 : 2;
+    bool gradient = gather && (i == attentionGather || !model.transformer.isMoeBlock(layer));
+    addTensor(i, gradient, gradient ? getGradientGatherCopies(layout) : 1);
   }
   if (model.kind == ir::ModelKind::Transformer && layout.tensor > 1)
     addMtpCollectives(model.transformer, unit, layer, forwardPass, layout, result);

@@ -547,7 +547,8 @@ private:
       shapes;
   std::unordered_map<std::tuple<int64_t, int64_t, bool, int, int64_t>, UnitTimes, TupleHash>
       unitTimes;
-  std::unordered_map<std::tuple<int64_t, int64_t, bool, int64_t, int, bool>, UnitTraffic, TupleHash>
+  std::unordered_map<std::tuple<int64_t, int64_t, bool, int64_t, int, bool, bool>, UnitTraffic,
+                     TupleHash>
       unitTraffic;
   // The placement costs of the last (mesh, placement), which the candidates of a group share.
   std::tuple<int64_t, int64_t, int64_t, int64_t, int, int, int, bool, bool, int> placementKey;
@@ -599,7 +600,7 @@ private:
   const std::vector<StageShape> *lastShapes = nullptr;
   std::tuple<int64_t, int64_t, bool, int, int64_t> lastTimesKey;
   const UnitTimes *lastTimes = nullptr;
-  std::tuple<int64_t, int64_t, bool, int64_t, int, bool> lastTrafficKey;
+  std::tuple<int64_t, int64_t, bool, int64_t, int, bool, bool> lastTrafficKey;
   const UnitTraffic *lastTraffic = nullptr;
 };
 
@@ -652,9 +653,12 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
 
 const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
   bool regather = regathersFor(model, c);
-  auto key =
-      std::make_tuple(c.tp, c.microBatch, c.sequenceParallel, c.cp,
-                      static_cast<int>(c.cp > 1 ? c.context : ir::ContextMethod::Ring), regather);
+  // Userbuffers gather one quantized copy of a gradient where NCCL gathers two (MXFP8, NVFP4).
+  bool userbuffers = c.asyncTp == ir::AsyncTensorParallel::All &&
+                     plan::getQuantizedType(fp8Scaling) != plan::DType::FP8;
+  auto key = std::make_tuple(c.tp, c.microBatch, c.sequenceParallel, c.cp,
+                             static_cast<int>(c.cp > 1 ? c.context : ir::ContextMethod::Ring),
+                             regather, userbuffers);
   if (lastTraffic && lastTrafficKey == key)
     return *lastTraffic;
   auto it = unitTraffic.find(key);
@@ -673,6 +677,7 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
   layout.kernels = kernels;
   layout.fp8 = precision == ir::Precision::MixedFP8;
   layout.fp8Type = plan::getQuantizedType(fp8Scaling);
+  layout.userbuffers = userbuffers;
   // The tensor axis is innermost (stride 1), the context axis next (stride tp).
   cost::GroupAxis tensorAxis{1, c.tp}, contextAxis{c.tp, c.cp};
   cost::GroupShape tensorGroup =

@@ -565,33 +565,43 @@ TEST(Plan, Dtypes) {
 // Under sequence parallelism the forward gathers a layer's QKV input and a dense layer's MLP
 // input quantized, as Transformer Engine all-gathers them: per-tensor FP8 one byte an element,
 // MXFP8 with a one-byte scale per 32 elements, NVFP4 half a byte with a one-byte scale per 16
-// (OCP MX v1.0 §5; arXiv:2509.25149 §2). The other gathers stay BF16.
+// (OCP MX v1.0 §5; arXiv:2509.25149 §2). The other forward gathers stay BF16. The backward
+// gathers the output gradients of the attention's output projection and of the MLP's second
+// product quantized as well (transformer_engine/pytorch/module/base.py, grad_output_preprocess):
+// one copy with one scale per tensor, the row-wise and the column-wise copies of the block-scaled
+// recipes, the row-wise alone under userbuffers (`async_tp = true`).
 TEST(Plan, QuantizedGathersCarryTheirScales) {
   struct Case {
     const char *precision;
     plan::DType dtype;
     double bytes;
+    const char *async;
+    int64_t gradientCopies;
   };
   for (const Case &c :
-       {Case{"mixed(fp8)", plan::DType::FP8, 1.0},
-        Case{"mixed(fp8, scaling = mx, saved = fp8)", plan::DType::MXFP8, 33 / 32.0},
-        Case{"mixed(fp4)", plan::DType::NVFP4, 9 / 16.0}}) {
-    SCOPED_TRACE(c.precision);
+       {Case{"mixed(fp8)", plan::DType::FP8, 1.0, "false", 1},
+        Case{"mixed(fp8)", plan::DType::FP8, 1.0, "true", 1},
+        Case{"mixed(fp8, scaling = mx, saved = fp8)", plan::DType::MXFP8, 33 / 32.0, "false", 2},
+        Case{"mixed(fp8, scaling = mx, saved = fp8)", plan::DType::MXFP8, 33 / 32.0, "true", 1},
+        Case{"mixed(fp4)", plan::DType::NVFP4, 9 / 16.0, "false", 2}}) {
+    SCOPED_TRACE(std::string(c.precision) + ", async_tp = " + c.async);
     PlanFixture f("cluster b200x8 { device = b200; nodes = 1; devices_per_node = 8; }\n"
                   "model gptf : transformer { layers = 8; hidden = 512; heads = 8; seq = 256; "
                   "vocab = 1024; attention = cudnn; }\n"
-                  "strategy s { mesh [dp = 4, tp = 2]; activations = shard(tp); }\n" +
+                  "strategy s { mesh [dp = 4, tp = 2]; activations = shard(tp); async_tp = " +
+                  std::string(c.async) + "; }\n" +
                   runText("gptf", "b200x8", "s", 2, 8, c.precision));
     ASSERT_PLAN(f);
     EXPECT_DOUBLE_EQ(plan::getSize(c.dtype), c.bytes);
     // Per layer forward: the QKV input and the MLP input, b·s·h = 2·256·512 elements each.
+    int64_t tokens = 2 * 256 * 512;
     int quantized = 0, other = 0;
     for (const plan::Op &op : f.plan->stages[0].forward) {
       if (op.kind != AG || op.state != ir::State::Activations)
         continue;
       if (op.dtype == c.dtype && isLayerUnit(*f.plan, op.unit)) {
         ++quantized;
-        EXPECT_EQ(op.elements, 2 * 256 * 512);
+        EXPECT_EQ(op.elements, tokens);
       } else {
         ++other;
         EXPECT_EQ(op.dtype, plan::DType::BF16);
@@ -599,8 +609,20 @@ TEST(Plan, QuantizedGathersCarryTheirScales) {
     }
     EXPECT_EQ(quantized, 2 * 8);
     EXPECT_GT(other, 0); // the output layer's input stays BF16
+    // Per layer backward: the two output gradients, and the two inputs again for the weight
+    // gradients (one copy each).
+    int gradients = 0, regathers = 0;
+    for (const plan::Op &op : f.plan->stages[0].backward) {
+      if (op.kind != AG || op.state != ir::State::Activations || !isLayerUnit(*f.plan, op.unit))
+        continue;
+      EXPECT_EQ(op.dtype, c.dtype);
+      ++(op.regather ? regathers : gradients);
+      EXPECT_EQ(op.elements, (op.regather ? 1 : c.gradientCopies) * tokens);
+    }
+    EXPECT_EQ(gradients, 2 * 8);
+    EXPECT_EQ(regathers, 2 * 8);
     // --explain's total of every row of the communication table is the table's, also where a
-    // row mixes types (the backward's quantized regathers beside its BF16 gradient gathers).
+    // row mixes types (the layers' quantized gathers beside the embedding's BF16 gradient's).
     analysis::AnalysisOptions options;
     options.explain = true;
     analysis::RunAnalysis analysis = analysis::analyze(*f.plan, options);
@@ -619,6 +641,24 @@ TEST(Plan, QuantizedGathersCarryTheirScales) {
     }
     EXPECT_TRUE(mixed);
   }
+}
+
+// In an MoE layer only the attention's output gradient is gathered quantized: the MLP block's
+// gather moves the dispatcher's BF16 rows.
+TEST(Plan, MoeLayersGatherTheAttentionGradientQuantized) {
+  PlanFixture f("cluster b200x8 { device = b200; nodes = 1; devices_per_node = 8; }\n"
+                "model moe : transformer { layers = 4; hidden = 512; heads = 8; seq = 256; "
+                "vocab = 1024; attention = cudnn; experts = 8; top_k = 2; }\n"
+                "strategy s { mesh [dp = 4, tp = 2]; activations = shard(tp); }\n" +
+                runText("moe", "b200x8", "s", 2, 8, "mixed(fp8)"));
+  ASSERT_PLAN(f);
+  std::map<plan::DType, int> gradients;
+  for (const plan::Op &op : f.plan->stages[0].backward)
+    if (op.kind == AG && op.state == ir::State::Activations && !op.regather &&
+        isLayerUnit(*f.plan, op.unit))
+      ++gradients[op.dtype];
+  EXPECT_EQ(gradients[plan::DType::FP8], 4);
+  EXPECT_EQ(gradients[plan::DType::BF16], 4);
 }
 
 TEST(Plan, AbstractModelIsOneUnitPerStage) {

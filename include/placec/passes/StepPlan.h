@@ -220,10 +220,24 @@ struct UnitLayout {
   /// (getQuantizedType).
   bool fp8 = false;
   DType fp8Type = DType::FP8;
+  /// `async_tp = true`: Transformer Engine's userbuffers move the tensor-parallel collectives,
+  /// one quantized copy of each gathered gradient (getGradientGatherCopies).
+  bool userbuffers = false;
   /// Under ir::ActivationMode::RecomputeModules, the ir::RecomputeModule bits
   /// (getRecomputedCollectives).
   unsigned recomputeModules = 0;
 };
+
+/// The quantized copies that the backward's sequence-parallel all-gather of a row-parallel
+/// product's output gradient moves under `mixed(fp8)` and `mixed(fp4)`: the gradient is
+/// quantized before the gather (Transformer Engine's grad_output_preprocess in
+/// transformer_engine/pytorch/module/base.py, since its 1.x releases; torchao's
+/// Float8RowwiseParallel casts it to float8 before the redistribute's backward all-gather). One
+/// with one scale per tensor, whose transpose is taken after the gather; two under MXFP8 and
+/// NVFP4, whose row-wise copy (for the input gradient) and column-wise copy (for the weight
+/// gradient) are quantized along different blocks and both gathered, but one under userbuffers,
+/// which gather the row-wise copy alone.
+int64_t getGradientGatherCopies(const UnitLayout &layout);
 
 /// Whether the backward all-gathers the inputs of the column-parallel products again for their
 /// weight gradients (Korthikanti et al. 2022, §4.2.2): under sequence parallelism with a tensor
@@ -244,14 +258,15 @@ struct UnitCollective {
   /// The backward's second gather of a column-parallel product's input (Op::regather).
   bool regather = false;
   /// Moved quantized (UnitLayout::fp8Type: FP8, MXFP8 or NVFP4 with its scales): under
-  /// `mixed(fp8)` and `mixed(fp4)` the sequence-parallel all-gather of
-  /// a transformer layer's input to its QKV product, and to its MLP's in a dense layer, forward,
-  /// recomputed and again for the weight gradient. Transformer Engine's LayerNormLinear writes
-  /// the norm's output in FP8 and gathers that (transformer_engine/pytorch/module/
-  /// layernorm_linear.py, gather_along_first_dim of ln_out), and torchao's float8 tensor
-  /// parallelism casts the module's input before its all-gather (PrepareFloat8ModuleInput,
-  /// Float8ColwiseParallel). The output layer stays in BF16, and an MoE layer's experts take the
-  /// dispatcher's BF16 rows.
+  /// `mixed(fp8)` and `mixed(fp4)` the backward's sequence-parallel all-gathers of the
+  /// row-parallel products' output gradients, the attention's output projection's and a dense
+  /// layer's MLP's (getGradientGatherCopies), and the all-gather of a transformer layer's input to
+  /// its QKV product, and to its MLP's in a dense layer, forward, recomputed and again for the
+  /// weight gradient. Transformer Engine's LayerNormLinear writes the norm's output in FP8 and
+  /// gathers that (transformer_engine/pytorch/module/ layernorm_linear.py, gather_along_first_dim
+  /// of ln_out), and torchao's float8 tensor parallelism casts the module's input before its
+  /// all-gather (PrepareFloat8ModuleInput, Float8ColwiseParallel). The output layer stays in BF16,
+  /// and an MoE layer's experts take the dispatcher's BF16 rows.
   bool fp8 = false;
   /// Op::repeat: the identical ring steps that follow each other.
   int64_t repeat = 1;
