@@ -71,6 +71,7 @@ const char *dtypeName(plan::DType dtype) {
   case plan::DType::FP8: // Refused before emission (FP8 and FP4 runs are not compiled).
   case plan::DType::MXFP8:
   case plan::DType::NVFP4:
+  case plan::DType::FP4:
     return "DType::BF16";
   }
   return "?";

@@ -812,9 +812,12 @@ private:
     else if (run.precision == ir::Precision::MixedBF16 || run.precision == ir::Precision::MixedFP8)
       os << "--grad-reduce-in-bf16\n";
     if (run.precision == ir::Precision::MixedFP8 && run.fp8Scaling == ir::Fp8Scaling::Nvfp4) {
-      // NVFP4: E2M1 values under Transformer Engine's NVFP4BlockScaling recipe.
+      // NVFP4: E2M1 values under Transformer Engine's NVFP4BlockScaling recipe; its parameters
+      // alone, all-gathered as packed NVFP4 values.
       flag("--fp4-format", "e2m1");
       flag("--fp4-recipe", "nvfp4");
+      if (run.fp8Params)
+        os << "--fp4-param-gather\n";
     } else if (run.precision == ir::Precision::MixedFP8) {
       // E4M3 in the forward, E5M2 for the gradients: Transformer Engine's recipe, which the
       // import reads back as mixed(fp8) like e4m3.

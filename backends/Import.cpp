@@ -2060,10 +2060,9 @@ private:
         diags.error(locOf("--fp4-recipe"), "--fp4-recipe " + recipe +
                                                ": placec models Transformer Engine's nvfp4 "
                                                "recipe only");
-      if (has("--fp4-param-gather"))
-        diags.error(locOf("--fp4-param-gather"),
-                    "--fp4-param-gather: placec does not model NVFP4 parameters all-gathered "
-                    "as NVFP4; leave it out to count bf16 all-gathers");
+      // --fp4-param-gather keeps the parameters as NVFP4 tensors alone and all-gathers their
+      // packed values: `params = fp4`.
+      fp8Params = has("--fp4-param-gather");
       precision = ir::Precision::MixedFP8;
       scaling = ir::Fp8Scaling::Nvfp4;
     } else {
@@ -2079,7 +2078,7 @@ private:
       diags.error(locOf("--fp8-dot-product-attention"),
                   "--fp8-dot-product-attention needs --fp8-format or --fp4-format");
     imported.precision =
-        ir::spellPrecision(precision, fp8Params && scaling != ir::Fp8Scaling::Mx, fp32Grads, false,
+        ir::spellPrecision(precision, fp8Params && !ir::isBlockScaled(scaling), fp32Grads, false,
                            fp8, scaling, fp8 && has("--fp8-dot-product-attention"), fp8Params);
     std::string optimizer = getString("--optimizer", "adam");
     // Megatron-Core's precision-aware optimizer (megatron/training/arguments.py): the moments in

@@ -2569,10 +2569,11 @@ void Sema::buildRun(const ast::RunDecl &decl) {
           run->fp32Params = option.text == "fp32";
           continue;
         }
-        // `params = fp8`: the parameters as their FP8 copies alone (the verifier's rule
-        // `precision` requires gather = fp8 under one scale per tensor).
-        if (type == "fp8" && arg.key == "params" && option.kind == ast::Value::Kind::Name &&
-            option.text == "fp8") {
+        // `params = fp8` (`params = fp4` under mixed(fp4)): the parameters as their quantized
+        // copies alone (the verifier's rule `precision` requires gather = fp8 under one scale
+        // per tensor).
+        if ((type == "fp8" || type == "fp4") && arg.key == "params" &&
+            option.kind == ast::Value::Kind::Name && option.text == type) {
           run->fp8Params = true;
           continue;
         }
@@ -2596,9 +2597,11 @@ void Sema::buildRun(const ast::RunDecl &decl) {
                         "' (the type gradients are accumulated, kept and reduced in) and "
                         "'params = fp32' or 'params = " +
                         gradType + "' (the type the parameters are kept in" +
-                        (type == "fp8" ? "; 'params = fp8': their FP8 copies alone, "
-                                         "without a bf16 weight"
-                                       : "") +
+                        (type == "fp8"   ? "; 'params = fp8': their FP8 copies alone, "
+                                           "without a bf16 weight"
+                         : type == "fp4" ? "; 'params = fp4': their NVFP4 copies alone, "
+                                           "without a bf16 weight"
+                                         : "") +
                         ")");
         ok = false;
       }

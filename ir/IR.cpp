@@ -810,8 +810,9 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
                                            : 1;
   double paramBytes =
       precision == Precision::MixedFP8 && !fp32Params ? weightBytes + fp8Cache : weightBytes;
-  // `params = fp8` (Megatron-Core's --fp8-param-gather): the FP8 copies alone, as the cache counts
-  // them, without the bf16 weight.
+  // `params = fp8` (Megatron-Core's --fp8-param-gather), `params = fp4` under NVFP4
+  // (--fp4-param-gather): the quantized copies alone, as the cache counts them, without the bf16
+  // weight.
   if (fp8Params && precision == Precision::MixedFP8 && !fp32Params)
     paramBytes = fp8Cache;
   // `adam(master = none)`: no master copy; the step updates the 16-bit weights themselves.
@@ -880,7 +881,7 @@ std::string spellPrecision(Precision precision, bool fp8Gather, bool fp32Grads, 
   else if (fp32Grads)
     text += ", grads = fp32";
   if (fp8 && fp8Params && !fp32Params)
-    text += ", params = fp8";
+    text += fp4 ? ", params = fp4" : ", params = fp8";
   return text + ")";
 }
 

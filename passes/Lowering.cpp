@@ -33,6 +33,8 @@ StringRef toString(DType dtype) {
     return "mxfp8";
   case DType::NVFP4:
     return "nvfp4";
+  case DType::FP4:
+    return "fp4";
   }
   return "?";
 }
@@ -50,8 +52,16 @@ double getSize(DType dtype) {
     return ir::kMxfp8BytesPerElement;
   case DType::NVFP4:
     return ir::kNvfp4BytesPerElement;
+  case DType::FP4:
+    return 0.5;
   }
   return 2;
+}
+
+DType getParamGatherType(DType paramType, bool fp8Gather, bool fp8Params, ir::Fp8Scaling scaling) {
+  if (fp8Gather)
+    return DType::FP8;
+  return fp8Params && scaling == ir::Fp8Scaling::Nvfp4 ? DType::FP4 : paramType;
 }
 
 int64_t getGradientGatherCopies(const UnitLayout &layout) {
@@ -351,7 +361,9 @@ std::unique_ptr<StepPlan> Lowering::lower() {
     plan->paramType = plan->gradType = plan->activationType = DType::BF16;
     break;
   }
-  plan->gatherType = run.fp8Gather ? DType::FP8 : plan->paramType;
+  plan->gatherType =
+      getParamGatherType(plan->paramType, run.fp8Gather,
+                         run.precision == ir::Precision::MixedFP8 && run.fp8Params, run.fp8Scaling);
   if (run.fp32Grads)
     plan->gradType = DType::FP32;
 

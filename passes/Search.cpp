@@ -211,9 +211,11 @@ std::vector<int64_t> divisorsOf(int64_t n) {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/// Bytes of the plan's parameter and gradient dtype (plan::Lowering: BF16 under mixed(fp8)).
-unsigned planParamBytes(ir::Precision precision) {
-  return precision == ir::Precision::FP32 ? 4 : 2;
+/// The plan's parameter and gradient dtype (plan::Lowering: BF16 under mixed(fp8)).
+plan::DType planParamType(ir::Precision precision) {
+  return precision == ir::Precision::FP32        ? plan::DType::FP32
+         : precision == ir::Precision::MixedFP16 ? plan::DType::FP16
+                                                 : plan::DType::BF16;
 }
 
 /// A kind of unit on a stage and how many of them there are.
@@ -390,7 +392,7 @@ public:
         copiesGathers(run.paramGather == ir::ParamGather::CopyOut) {
     layers = model.getNumLayers();
     activationBytes = ir::getActivationBytes(precision);
-    paramBytes = planParamBytes(precision);
+    paramBytes = static_cast<unsigned>(plan::getSize(planParamType(precision)));
   }
 
   /// The stage classes of a layout, cached.
@@ -1200,7 +1202,10 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
           optimizerShard = states.optimizerShard;
   bool onHostParams = states.paramsOnHost, onHostOptimizer = states.optimizerOnHost;
   bool gradsOnHost = states.gradsOnHost, keep = states.keepAfterForward;
-  double pBytes = paramBytes, gatherBytes = c.fp8Gather ? 1 : paramBytes;
+  double pBytes = paramBytes;
+  double gatherBytes = plan::getSize(plan::getParamGatherType(
+      planParamType(precision), c.fp8Gather, c.precision == ir::Precision::MixedFP8 && c.fp8Params,
+      c.fp8Scaling));
   // The training metrics' synchronization over every rank at the step's end (Analysis).
   double metricSync = costModel.getTrainMetricSyncSeconds(
       trainMetrics, {c.pp * c.getDataDegree() * c.ep * c.tp, cluster.devicesPerNode});
@@ -1469,11 +1474,11 @@ struct PrecisionVariant {
   bool fp8Saved;
   ir::Fp8Scaling fp8Scaling;
   bool fp8Attention;
-  /// The run's `params = fp8`, kept at mixed(fp8): the parameters are then never offloaded, under
-  /// MXFP8 never sharded, and under one scale per tensor always gathered as FP8 (the verifier's
-  /// rule `precision`).
+  /// The run's `params = fp8`, kept at mixed(fp8), and `params = fp4`, kept at mixed(fp4): the
+  /// parameters are then never offloaded, under MXFP8 and NVFP4 never sharded, and under one
+  /// scale per tensor always gathered as FP8 (the verifier's rule `precision`).
   bool fp8Params = false;
-  /// Whether the parameters stay whole on the device: MXFP8 parameters alone.
+  /// Whether the parameters stay whole on the device: MXFP8 or NVFP4 parameters alone.
   bool keepsParamsWhole() const { return fp8Params && ir::isBlockScaled(fp8Scaling); }
   /// Whether every candidate gathers as FP8, even one that gathers nothing: FP8 parameters of one
   /// scale per tensor.
@@ -1513,10 +1518,12 @@ std::vector<PrecisionVariant> precisionVariants(const ir::Run &run,
                       run.fp32Params && mixed, run.fp8Saved && fp8 && !fromFp4, scaling,
                       run.fp8Attention && fp8, fp8Params});
   }
-  // `--precision fp4`: NVFP4 keeps its inputs as NVFP4 and gathers in the parameters' type.
+  // `--precision fp4`: NVFP4 keeps its inputs as NVFP4 and gathers in the parameters' type, or
+  // as packed NVFP4 values where a mixed(fp4) run keeps NVFP4 parameters alone.
   if (fp4)
     result.push_back({ir::Precision::MixedFP8, true, false, run.fp32Grads, run.fp32Params, true,
-                      ir::Fp8Scaling::Nvfp4, run.fp8Attention});
+                      ir::Fp8Scaling::Nvfp4, run.fp8Attention,
+                      run.fp8Params && run.fp8Scaling == ir::Fp8Scaling::Nvfp4});
   return result;
 }
 

@@ -700,10 +700,14 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
   // distributed optimizer after its step or shards by Megatron-FSDP before each use; under MXFP8
   // (with --reuse-grad-buf-for-mxfp8-param-ag) the distributed optimizer, which keeps every
   // parameter whole, all-gathers them in bf16 through the gradient buffer and casts the two MXFP8
-  // copies after the gather.
+  // copies after the gather. `params = fp4` is --fp4-param-gather: NVFP4 parameters, kept whole
+  // by the distributed optimizer like MXFP8's, which all-gathers their packed values after its
+  // step (plan::getParamGatherType).
   if (run.fp8Params) {
     const ir::Strategy &strategy = *run.strategy;
     bool mx = ir::isBlockScaled(run.fp8Scaling);
+    bool fp4 = run.fp8Scaling == ir::Fp8Scaling::Nvfp4;
+    std::string spelled = fp4 ? "params = fp4" : "params = fp8";
     // Offloaded, or under MXFP8 sharded over a data-parallel axis (the routed experts: over their
     // expert-data-parallel axes; their split over the expert axis is the model's).
     auto sharded = [&](bool expert) {
@@ -720,19 +724,21 @@ bool VerifyPass::checkDivisibility(const ir::Run &run) {
       why = "Megatron-Core's --fp8-param-gather all-gathers the updated FP8 parameters of one "
             "scale per tensor as FP8; write gather = fp8";
     else if (!run.optimizerStates.master)
-      why = "the optimizer updates an fp32 master copy and casts it into the FP8 parameters; "
-            "leave master = none out";
+      why = std::string("the optimizer updates an fp32 master copy and casts it into the ") +
+            (fp4 ? "NVFP4" : "FP8") + " parameters; leave master = none out";
     else if (sharded(false) || (run.model->isMoe() && sharded(true)))
-      why = mx ? "placec models Megatron-Core's distributed optimizer, which keeps the MXFP8 "
-                 "parameters whole on every device; replicate the params on the device, or leave "
-                 "params = fp8 out"
+      why = mx ? std::string("placec models Megatron-Core's distributed optimizer, which keeps "
+                             "the ") +
+                     (fp4 ? "NVFP4" : "MXFP8") +
+                     " parameters whole on every device; replicate the params on the device, or "
+                     "leave " +
+                     spelled + " out"
                : "the FP8 parameters stay on the device, where the optimizer casts its fp32 "
                  "master copy into them; keep the params on the device, or leave params = fp8 "
                  "out";
     if (!why.empty()) {
       diags->error(fieldLoc(run, "precision"),
-                   "params = fp8 in run '" + run.name + "' (" + ir::spellPrecision(run) +
-                       "): " + why,
+                   spelled + " in run '" + run.name + "' (" + ir::spellPrecision(run) + "): " + why,
                    "precision");
       ok = false;
     }

@@ -645,6 +645,20 @@ TEST(StateBytesTest, LanguageTable) {
   EXPECT_EQ(
       spellPrecision(Precision::MixedFP8, false, false, false, true, Fp8Scaling::Mx, false, true),
       "mixed(fp8, scaling = mx, saved = fp8, params = fp8)");
+  // NVFP4 parameters alone (`params = fp4`, --fp4-param-gather): the two copies of half a byte
+  // and a 16th of a byte of scales each, 2·(0.5 + 1/16) = 1.125 bytes, where the bf16 weight and
+  // its cast take 2 + 1.125.
+  EXPECT_DOUBLE_EQ(getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, false, false,
+                                 Fp8Scaling::Nvfp4, {}, /*fp8Params=*/true)
+                       .params,
+                   1.125);
+  EXPECT_DOUBLE_EQ(
+      getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, false, false, Fp8Scaling::Nvfp4)
+          .params,
+      3.125);
+  EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, true, Fp8Scaling::Nvfp4, false,
+                           true),
+            "mixed(fp4, params = fp4)");
   // Under one scale per tensor (--fp8-param-gather under delayed or tensorwise scaling) the
   // parameters are their one-byte FP8 data alone, where the bf16 weight and its cast take 3 bytes;
   // the master copy and moments stay, and the spelling says the FP8 all-gathers.

@@ -643,6 +643,37 @@ TEST(Plan, QuantizedGathersCarryTheirScales) {
   }
 }
 
+// The distributed optimizer all-gathers the updated parameters in their type, in FP8 under
+// `gather = fp8`, and NVFP4 parameters (`params = fp4`) as their packed E2M1 values, half a byte
+// each (Megatron-Core's packed parameter buffer).
+TEST(Plan, ParameterGathersMoveThePackedNvfp4Values) {
+  struct Case {
+    const char *precision;
+    plan::DType dtype;
+    double bytes;
+  };
+  for (const Case &c :
+       {Case{"mixed(bf16)", plan::DType::BF16, 2}, Case{"mixed(fp4)", plan::DType::BF16, 2},
+        Case{"mixed(fp4, params = fp4)", plan::DType::FP4, 0.5},
+        Case{"mixed(fp8, gather = fp8, params = fp8)", plan::DType::FP8, 1}}) {
+    SCOPED_TRACE(c.precision);
+    PlanFixture f("cluster b200x8 { device = b200; nodes = 1; devices_per_node = 8; }\n"
+                  "model gptf : transformer { layers = 8; hidden = 512; heads = 8; seq = 256; "
+                  "vocab = 1024; attention = cudnn; }\n" +
+                  runText("gptf", "b200x8", "zero1(dp = 8)", 1, 8, c.precision));
+    ASSERT_PLAN(f);
+    EXPECT_EQ(f.plan->gatherType, c.dtype);
+    EXPECT_DOUBLE_EQ(plan::getSize(c.dtype), c.bytes);
+    int gathers = 0;
+    for (const plan::Op &op : f.plan->stages[0].step)
+      if (op.kind == AG && op.state == ir::State::Params) {
+        ++gathers;
+        EXPECT_EQ(op.dtype, c.dtype);
+      }
+    EXPECT_GT(gathers, 0);
+  }
+}
+
 // In an MoE layer only the attention's output gradient is gathered quantized: the MLP block's
 // gather moves the dispatcher's BF16 rows.
 TEST(Plan, MoeLayersGatherTheAttentionGradientQuantized) {

@@ -609,6 +609,30 @@ run mx { model = llama_cp; cluster = b200_32; strategy = zero1(dp = 32);
   });
 }
 
+TEST(SearchTest, FastPathAgreesWithNvfp4Parameters) {
+  // mixed(fp4, params = fp4) (Megatron-Core's --fp4-param-gather): every candidate keeps the
+  // parameters whole as their NVFP4 copies alone, all-gathered after the step as packed values;
+  // the fast path agrees with the verifier and the analyses.
+  auto compiled = compile(std::string(kContext) + R"(
+cluster b200_32 { device = b200; nodes = 4; devices_per_node = 8; device_memory = 24 GB;
+                  host_memory = 512 GB; }
+run fp4 { model = llama_cp; cluster = b200_32; strategy = zero1(dp = 32);
+          micro_batch = 1; global_batch = 32; precision = mixed(fp4, params = fp4);
+          optimizer = adam; }
+)");
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  const ir::Run &run = runOf(*compiled, "fp4");
+  checkAgreement(run, *run.cluster, 200, 31);
+  unsigned candidates = 0;
+  forEachCandidate(run, *run.cluster, [&](const Candidate &c) {
+    ++candidates;
+    EXPECT_TRUE(c.fp8Params) << c.describe();
+    EXPECT_EQ(c.fp8Scaling, ir::Fp8Scaling::Nvfp4) << c.describe();
+    EXPECT_EQ(c.params, ParamChoice::Replicate) << c.describe();
+  });
+  EXPECT_GT(candidates, 0u);
+}
+
 TEST(SearchTest, FastPathAgreesWithFp8ParametersOfOneScale) {
   // mixed(fp8, gather = fp8, saved = fp8, params = fp8) on Hopper (--fp8-param-gather under
   // delayed scaling): the FP8 candidates keep the parameters as their FP8 data alone on the

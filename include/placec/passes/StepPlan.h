@@ -24,8 +24,9 @@ namespace placec::plan {
 
 /// Element types of the buffers the plan moves. The block-scaled ones carry their scales:
 /// MXFP8, one E4M3 byte and a 32nd of an E8M0 scale an element (ir::kMxfp8BytesPerElement);
-/// NVFP4, a 4-bit E2M1 value and a 16th of an E4M3 scale (ir::kNvfp4BytesPerElement).
-enum class DType { BF16, FP16, FP32, FP8, MXFP8, NVFP4 };
+/// NVFP4, a 4-bit E2M1 value and a 16th of an E4M3 scale (ir::kNvfp4BytesPerElement). FP4 is
+/// the packed E2M1 values alone, half a byte an element (getParamGatherType).
+enum class DType { BF16, FP16, FP32, FP8, MXFP8, NVFP4, FP4 };
 llvm::StringRef toString(DType dtype);
 /// Bytes per element, fractional for the block-scaled types.
 double getSize(DType dtype);
@@ -33,6 +34,16 @@ double getSize(DType dtype);
 /// all-gathers it: the data and its scales (transformer_engine/pytorch/distributed.py,
 /// _all_gather_fp8, _all_gather_mxfp8 and _all_gather_nvfp4 gather both).
 DType getQuantizedType(ir::Fp8Scaling scaling);
+/// The type the parameters are all-gathered in, `paramType` (the plan's) but for:
+/// - `gather = fp8`, FP8;
+/// - NVFP4 parameters (`mixed(fp4, params = fp4)`, Megatron-Core's --fp4-param-gather), the
+///   packed E2M1 values alone (FP4): Megatron-Core's parameter buffer holds them packed, half a
+///   byte a parameter (megatron/core/distributed/param_and_grad_buffer.py), and Transformer
+///   Engine's quantize_master_weights agrees the 16×16 blocks' scales by an all-reduce of their
+///   amaxes before the gather, and post_all_gather_processing transposes the column-wise copy
+///   after it (transformer_engine/pytorch/tensor/utils.py). That all-reduce, 4 bytes a block of
+///   256 parameters, is not counted.
+DType getParamGatherType(DType paramType, bool fp8Gather, bool fp8Params, ir::Fp8Scaling scaling);
 
 /// Where in the step an op runs.
 enum class Phase {
