@@ -839,6 +839,13 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
                    gathered};
   bytes.moments = moments;
   bytes.momentBytes = moments ? momentBytes : 0;
+  if (precision == Precision::MixedFP8 && !fp32Params) {
+    bytes.cache = fp8Cache;
+    bytes.cacheWhat = scaling == Fp8Scaling::Nvfp4 ? "two NVFP4 copies"
+                      : scaling == Fp8Scaling::Mx  ? "two MXFP8 copies"
+                      : fp8Transposes              ? "FP8 copy and its transpose"
+                                                   : "FP8 copy";
+  }
   return bytes;
 }
 

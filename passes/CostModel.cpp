@@ -2959,8 +2959,15 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
       return std::string();
     return fmt::format(" + {} × {} B{} (routed experts)", num(x.expertParams), perParam, shardText);
   };
+  // What a parameter's bytes hold where FP8 or FP4 training keeps quantized copies of it.
+  std::string paramParts;
+  if (bytes.cache > 0)
+    paramParts = bytes.params > bytes.cache
+                     ? fmt::format(" ({} B weight, {} B {})", bytes.params - bytes.cache,
+                                   bytes.cache, bytes.cacheWhat)
+                     : fmt::format(" ({} alone)", bytes.cacheWhat);
   add(x.paramsOnHost, "params",
-      fmt::format("{} × {} B{}{}", x.paramsText, bytes.params, x.paramShardText,
+      fmt::format("{} × {} B{}{}{}", x.paramsText, bytes.params, paramParts, x.paramShardText,
                   experts(bytes.params, x.expertParamShardText)),
       paramBytes);
   add(x.gradsOnHost, "grads",

@@ -996,6 +996,11 @@ struct StateBytes {
   double gathered = 0;
   /// Of `optimizer`: the moments' count and bytes each.
   unsigned moments = 0, momentBytes = 0;
+  /// Of `params`: the quantized copies of a weight that FP8 and FP4 training keep (Transformer
+  /// Engine's weight cache, or the parameters themselves under `params = fp8 | fp4`), and what
+  /// they are (`cacheWhat`: "FP8 copy", "two MXFP8 copies", …); 0 and empty otherwise.
+  double cache = 0;
+  const char *cacheWhat = "";
   /// Of `optimizer`: the fp32 master copy's bytes, 4 where the step writes the parameters' cast
   /// of it, none where it updates the parameters themselves.
   unsigned masterCopy() const { return masterParams ? 0 : 4; }
