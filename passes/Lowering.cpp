@@ -64,8 +64,8 @@ DType getParamGatherType(DType paramType, bool fp8Gather, bool fp8Params, ir::Fp
   return fp8Params && scaling == ir::Fp8Scaling::Nvfp4 ? DType::FP4 : paramType;
 }
 
-int64_t getGradientGatherCopies(const UnitLayout &layout) {
-  return layout.fp8Type == DType::FP8 || layout.userbuffers ? 1 : 2;
+int64_t getGradientGatherCopies(DType fp8Type, bool userbuffers) {
+  return fp8Type == DType::FP8 || userbuffers ? 1 : 2;
 }
 
 DType getQuantizedType(ir::Fp8Scaling scaling) {
@@ -1293,7 +1293,8 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
     // layer's MLP block gathers the dispatcher's BF16 rows.
     size_t attentionGather = dropMlpPair ? 0 : 2;
     bool gradient = gather && (i == attentionGather || !model.transformer.isMoeBlock(layer));
-    addTensor(i, gradient, gradient ? getGradientGatherCopies(layout) : 1);
+    addTensor(i, gradient,
+              gradient ? getGradientGatherCopies(layout.fp8Type, layout.userbuffers) : 1);
   }
   if (model.kind == ir::ModelKind::Transformer && layout.tensor > 1)
     addMtpCollectives(model.transformer, unit, layer, forwardPass, layout, result);

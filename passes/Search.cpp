@@ -386,13 +386,14 @@ public:
                   cost::getWeightGradientResultBytes(
                       precision, bytes, run.fp32Params && precision != ir::Precision::FP32,
                       run.gradAccumulation)),
-        precision(precision), fp8Scaling(scaling), crossEntropy(run.crossEntropy),
+        precision(precision), paramType(planParamType(precision)),
+        fp8Type(plan::getQuantizedType(scaling)), crossEntropy(run.crossEntropy),
         trainMetrics(run.trainMetrics), kernels(run.kernels), contextMerge(run.contextMerge),
         gradAccumulation(run.gradAccumulation),
         copiesGathers(run.paramGather == ir::ParamGather::CopyOut) {
     layers = model.getNumLayers();
     activationBytes = ir::getActivationBytes(precision);
-    paramBytes = static_cast<unsigned>(plan::getSize(planParamType(precision)));
+    paramBytes = static_cast<unsigned>(plan::getSize(paramType));
   }
 
   /// The stage classes of a layout, cached.
@@ -531,8 +532,10 @@ private:
   ir::StateBytes bytes{};
   cost::CostModel costModel;
   ir::Precision precision = ir::Precision::MixedBF16;
-  /// The candidates' FP8 scaling, which sets the type of their quantized gathers.
-  ir::Fp8Scaling fp8Scaling = ir::Fp8Scaling::Tensor;
+  /// The plan's parameter type, and the type of the candidates' quantized gathers (their FP8
+  /// scaling's).
+  plan::DType paramType = plan::DType::BF16;
+  plan::DType fp8Type = plan::DType::FP8;
   ir::CrossEntropyKind crossEntropy = ir::CrossEntropyKind::Fused;
   int64_t trainMetrics = 0;
   ir::KernelMode kernels = ir::KernelMode::Fused;
@@ -549,7 +552,7 @@ private:
       shapes;
   std::unordered_map<std::tuple<int64_t, int64_t, bool, int, int64_t>, UnitTimes, TupleHash>
       unitTimes;
-  std::unordered_map<std::tuple<int64_t, int64_t, bool, int64_t, int, bool, bool>, UnitTraffic,
+  std::unordered_map<std::tuple<int64_t, int64_t, bool, int64_t, int, bool, int64_t>, UnitTraffic,
                      TupleHash>
       unitTraffic;
   // The placement costs of the last (mesh, placement), which the candidates of a group share.
@@ -602,7 +605,7 @@ private:
   const std::vector<StageShape> *lastShapes = nullptr;
   std::tuple<int64_t, int64_t, bool, int, int64_t> lastTimesKey;
   const UnitTimes *lastTimes = nullptr;
-  std::tuple<int64_t, int64_t, bool, int64_t, int, bool, bool> lastTrafficKey;
+  std::tuple<int64_t, int64_t, bool, int64_t, int, bool, int64_t> lastTrafficKey;
   const UnitTraffic *lastTraffic = nullptr;
 };
 
@@ -656,11 +659,11 @@ const UnitTimes &Evaluator::getUnitTimes(const Candidate &c) {
 const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
   bool regather = regathersFor(model, c);
   // Userbuffers gather one quantized copy of a gradient where NCCL gathers two (MXFP8, NVFP4).
-  bool userbuffers = c.asyncTp == ir::AsyncTensorParallel::All &&
-                     plan::getQuantizedType(fp8Scaling) != plan::DType::FP8;
+  bool userbuffers = c.asyncTp == ir::AsyncTensorParallel::All;
+  int64_t gradientCopies = plan::getGradientGatherCopies(fp8Type, userbuffers);
   auto key = std::make_tuple(c.tp, c.microBatch, c.sequenceParallel, c.cp,
                              static_cast<int>(c.cp > 1 ? c.context : ir::ContextMethod::Ring),
-                             regather, userbuffers);
+                             regather, gradientCopies);
   if (lastTraffic && lastTrafficKey == key)
     return *lastTraffic;
   auto it = unitTraffic.find(key);
@@ -678,7 +681,7 @@ const UnitTraffic &Evaluator::getUnitTraffic(const Candidate &c) {
   layout.regather = regather;
   layout.kernels = kernels;
   layout.fp8 = precision == ir::Precision::MixedFP8;
-  layout.fp8Type = plan::getQuantizedType(fp8Scaling);
+  layout.fp8Type = fp8Type;
   layout.userbuffers = userbuffers;
   // The tensor axis is innermost (stride 1), the context axis next (stride tp).
   cost::GroupAxis tensorAxis{1, c.tp}, contextAxis{c.tp, c.cp};
@@ -1204,8 +1207,7 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
   bool gradsOnHost = states.gradsOnHost, keep = states.keepAfterForward;
   double pBytes = paramBytes;
   double gatherBytes = plan::getSize(plan::getParamGatherType(
-      planParamType(precision), c.fp8Gather, c.precision == ir::Precision::MixedFP8 && c.fp8Params,
-      c.fp8Scaling));
+      paramType, c.fp8Gather, c.precision == ir::Precision::MixedFP8 && c.fp8Params, c.fp8Scaling));
   // The training metrics' synchronization over every rank at the step's end (Analysis).
   double metricSync = costModel.getTrainMetricSyncSeconds(
       trainMetrics, {c.pp * c.getDataDegree() * c.ep * c.tp, cluster.devicesPerNode});

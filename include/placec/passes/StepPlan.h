@@ -247,8 +247,8 @@ struct UnitLayout {
 /// with one scale per tensor, whose transpose is taken after the gather; two under MXFP8 and
 /// NVFP4, whose row-wise copy (for the input gradient) and column-wise copy (for the weight
 /// gradient) are quantized along different blocks and both gathered, but one under userbuffers,
-/// which gather the row-wise copy alone.
-int64_t getGradientGatherCopies(const UnitLayout &layout);
+/// which gather the row-wise copy alone. `fp8Type` and `userbuffers` as in UnitLayout.
+int64_t getGradientGatherCopies(DType fp8Type, bool userbuffers);
 
 /// Whether the backward all-gathers the inputs of the column-parallel products again for their
 /// weight gradients (Korthikanti et al. 2022, §4.2.2): under sequence parallelism with a tensor
