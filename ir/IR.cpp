@@ -804,7 +804,9 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
   // (`fp8Transposes`, Hopper). Over fp32 parameters (PyTorch's float8 linears) each use casts them
   // again: no cache. Under MXFP8 the cache holds both of a weight's MXFP8 copies, each with its
   // scales (Transformer Engine's MXFP8Quantizer with both usages), on every device.
-  // NVFP4 keeps two copies the same way, of a little over half a byte each.
+  // NVFP4 keeps two copies the same way, of a little over half a byte each. These are the bytes of
+  // the weights that quantized products read; the embedding and the output layer, which run in
+  // BF16, keep the weight alone (StateBytes::unquantized).
   double fp8Cache = isBlockScaled(scaling) ? 2 * getQuantizedBytesPerElement(scaling)
                     : fp8Transposes        ? 2
                                            : 1;
@@ -839,6 +841,7 @@ StateBytes getStateBytes(Precision precision, OptimizerKind optimizer, bool fp32
                    gathered};
   bytes.moments = moments;
   bytes.momentBytes = moments ? momentBytes : 0;
+  bytes.weight = weightBytes;
   if (precision == Precision::MixedFP8 && !fp32Params) {
     bytes.cache = fp8Cache;
     bytes.cacheWhat = scaling == Fp8Scaling::Nvfp4 ? "two NVFP4 copies"

@@ -454,7 +454,11 @@ void IRPrinter::print(const Run &run) {
     line() << "train_metrics = " << run.trainMetrics << '\n';
   StateBytes bytes = getStateBytes(run);
   line() << "bytes_per_param = {params = " << format("%g", bytes.params)
-         << ", grads = " << bytes.grads << ", optimizer = " << bytes.optimizer << "}\n";
+         << ", grads = " << bytes.grads << ", optimizer = " << bytes.optimizer;
+  // The embedding's and the head's parameters, read by BF16 products, keep the weight alone.
+  if (bytes.unquantized().params != bytes.params)
+    os << ", unquantized_params = " << format("%g", bytes.unquantized().params);
+  os << "}\n";
   line() << "bytes_per_activation = " << getActivationBytes(run.precision) << '\n';
   line() << "microbatches_per_step = " << run.microbatchesPerStep;
   if (run.microbatchesPerStep == 0)

@@ -350,9 +350,13 @@ cost::StageStates Analyzer::stageStates(const plan::StagePlan &stage, bool expla
     double elements = static_cast<double>(unit.params);
     embeddingCopy += unit.embeddingCopy;
     (unit.expert ? x.expertParams : x.params) += elements;
+    bool plain = !cost::quantizesParams(unit.kind);
+    if (plain && !unit.expert)
+      x.plainParams += elements;
     if (elements > x.largestUnit) {
       x.largestUnit = elements;
       x.largestName = unit.name;
+      x.largestPlain = plain;
     }
     if (unit.expert)
       continue;
@@ -934,9 +938,10 @@ RunAnalysis Analyzer::analyze() {
     for (const Op &op : stage.step) {
       if (op.kind == OpKind::OptimizerUpdate) {
         double elements = static_cast<double>(op.elements);
+        ir::StateBytes unitBytes = cost::getUnitStateBytes(stateBytes, plan.units[op.unit].kind);
         st.optimizer += strategy.getPlacement(ir::State::Optimizer).tier == ir::Tier::Device
-                            ? costModel.getOptimizerSeconds(elements, stateBytes)
-                            : costModel.getHostOptimizerSeconds(elements, stateBytes);
+                            ? costModel.getOptimizerSeconds(elements, unitBytes)
+                            : costModel.getHostOptimizerSeconds(elements, unitBytes);
         continue;
       }
       double seconds = account(op);

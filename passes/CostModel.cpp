@@ -1608,6 +1608,14 @@ Work getUnitWork(const ir::Model &model, UnitKind unit, int64_t layer, PassKind 
   return work;
 }
 
+bool quantizesParams(UnitKind unit) {
+  return unit == UnitKind::Layer || unit == UnitKind::Abstract;
+}
+
+ir::StateBytes getUnitStateBytes(const ir::StateBytes &bytes, UnitKind unit) {
+  return quantizesParams(unit) ? bytes : bytes.unquantized();
+}
+
 int64_t getUnitWorkClass(const ir::Model &model, UnitKind unit, int64_t layer) {
   if (model.kind == ir::ModelKind::Transformer) {
     const ir::TransformerConfig &config = model.transformer;
@@ -2885,11 +2893,34 @@ double getExpertOverlapInFlight(ir::Schedule schedule, double inFlight, int64_t 
   return value;
 }
 
+namespace {
+/// `count × each B`, or where the stage holds units that no quantized product reads and they take
+/// other bytes (or `parts` says what `each` holds), the sum of the two parts:
+/// `count: (q × each B (parts) + p × plain B (…))`, or where all of them are such units
+/// `count × plain B (…)`.
+std::string getPlainSplitText(const StageStates &x, const std::string &count, double each,
+                              double plain, const std::string &parts = std::string()) {
+  if (x.plainParams <= 0 || (each == plain && parts.empty()))
+    return fmt::format("{} × {} B{}", count, each, parts);
+  // An mlp's layers: all of them.
+  if (x.plainParams >= x.params)
+    return fmt::format("{} × {} B (read by BF16 products: the weight alone)", count, plain);
+  return fmt::format("{}: ({} × {} B{} + {} × {} B (the embedding's and the head's, read by BF16 "
+                     "products: the weight alone))",
+                     count, num(x.params - x.plainParams), each, parts, num(x.plainParams), plain);
+}
+} // namespace
+
 StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &bytes,
                                  std::vector<Explanation> *device, std::vector<Explanation> *host) {
   StageMemoryResult result;
+  // The units that no quantized product reads hold their weights alone (quantizesParams).
+  const ir::StateBytes plain = bytes.unquantized();
+  const ir::StateBytes &largest = x.largestPlain ? plain : bytes;
+  double quantized = x.params - x.plainParams;
+  double denseParamBytes = quantized * bytes.params + x.plainParams * plain.params;
   // Routed experts by their own shard degrees (over the expert-data-parallel axes).
-  double paramBytes = x.params * bytes.params / static_cast<double>(x.paramShard) +
+  double paramBytes = denseParamBytes / static_cast<double>(x.paramShard) +
                       x.expertParams * bytes.params / static_cast<double>(x.expertParamShard);
   double gradBytes = x.params * bytes.grads / static_cast<double>(x.gradShard) +
                      x.expertParams * bytes.grads / static_cast<double>(x.expertGradShard);
@@ -2921,17 +2952,17 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
   double gathered = 0, tied = 0, unreduced = 0, fromHost = 0, gatheredUnits = 0;
   if (x.gathers) {
     if (x.keepAfterForward) {
-      gathered = x.params * bytes.gathered;
+      gathered = quantized * bytes.gathered + x.plainParams * plain.gathered;
     } else {
       gatheredUnits = std::min<double>(2, static_cast<double>(x.units));
-      gathered = gatheredUnits * x.largestUnit * bytes.gathered;
-      tied = x.tiedEmbedding * bytes.gathered;
+      gathered = gatheredUnits * x.largestUnit * largest.gathered;
+      tied = x.tiedEmbedding * plain.gathered;
     }
   }
   if (x.gradShard > 1 || x.gradsOnHost)
     unreduced = x.largestUnit * bytes.grads;
   if (x.paramsOnHost)
-    fromHost = x.largestUnit * bytes.gathered / static_cast<double>(x.paramShard);
+    fromHost = x.largestUnit * largest.gathered / static_cast<double>(x.paramShard);
   double transient = gathered + tied + unreduced + fromHost + x.headBuffers + x.recomputedLayer;
   result.device.transient = transient;
   result.device.peak = result.device.getPersistent() + result.device.activations + transient;
@@ -2954,7 +2985,7 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
   std::string optimizerText = optimizerParts.empty() ? fmt::format("{} B", bytes.optimizer)
                                                      : fmt::format("{} B ({})", bytes.optimizer,
                                                                    fmt::join(optimizerParts, ", "));
-  auto experts = [&](unsigned perParam, const std::string &shardText) {
+  auto experts = [&](double perParam, const std::string &shardText) {
     if (x.expertParams <= 0)
       return std::string();
     return fmt::format(" + {} × {} B{} (routed experts)", num(x.expertParams), perParam, shardText);
@@ -2967,8 +2998,9 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
                                    bytes.cache, bytes.cacheWhat)
                      : fmt::format(" ({} alone)", bytes.cacheWhat);
   add(x.paramsOnHost, "params",
-      fmt::format("{} × {} B{}{}{}", x.paramsText, bytes.params, paramParts, x.paramShardText,
-                  experts(bytes.params, x.expertParamShardText)),
+      fmt::format("{}{}{}",
+                  getPlainSplitText(x, x.paramsText, bytes.params, plain.params, paramParts),
+                  x.paramShardText, experts(bytes.params, x.expertParamShardText)),
       paramBytes);
   add(x.gradsOnHost, "grads",
       fmt::format("{} × {} B{}{}{}", num(x.params), bytes.grads, x.gradShardText,
@@ -3048,26 +3080,26 @@ StageMemoryResult getStageMemory(const StageStates &x, const ir::StateBytes &byt
 
   std::vector<std::string> parts;
   if (x.gathers && x.keepAfterForward)
-    parts.push_back(fmt::format("{} × {} B (every gathered unit, kept from its forward to its "
-                                "backward)",
-                                num(x.params), bytes.gathered));
+    parts.push_back(
+        fmt::format("{} (every gathered unit, kept from its forward to its backward)",
+                    getPlainSplitText(x, num(x.params), bytes.gathered, plain.gathered)));
   if (x.gathers && !x.keepAfterForward)
     parts.push_back(fmt::format("{} × {} ({}, the largest unit) × {} B (gathered params: the "
                                 "unit in use{})",
                                 num(gatheredUnits), num(x.largestUnit), x.largestName,
-                                bytes.gathered,
+                                largest.gathered,
                                 gatheredUnits > 1 ? " and the next, prefetched" : ""));
   if (tied > 0)
     parts.push_back(fmt::format("{} × {} B (the tied embedding, gathered from its forward "
                                 "through the head's)",
-                                num(x.tiedEmbedding), bytes.gathered));
+                                num(x.tiedEmbedding), plain.gathered));
   if (unreduced > 0)
     parts.push_back(fmt::format("{} × {} B (a unit's full gradient before it is {})",
                                 num(x.largestUnit), bytes.grads,
                                 x.gradShard > 1 ? "reduce-scattered" : "sent to the host"));
   if (fromHost > 0)
     parts.push_back(fmt::format("{} × {} B / {} (a unit's params brought from the host)",
-                                num(x.largestUnit), bytes.gathered, x.paramShard));
+                                num(x.largestUnit), largest.gathered, x.paramShard));
   if (x.headBuffers > 0)
     parts.push_back(x.headBuffersText);
   if (x.recomputedLayer > 0)

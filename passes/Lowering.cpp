@@ -247,6 +247,12 @@ private:
   bool isHead(const Unit &unit) const {
     return model.kind == ir::ModelKind::Transformer && unit.layer >= model.getHeadLayer();
   }
+  /// The type a unit's parameters are all-gathered in: the run's gather type where quantized
+  /// products read them (cost::quantizesParams), their own type otherwise (the embedding and the
+  /// output layer stay BF16 under `gather = fp8` and `params = fp8 | fp4`).
+  DType getGatherType(const Unit &unit) const {
+    return cost::quantizesParams(unit.kind) ? plan->gatherType : plan->paramType;
+  }
 
   Op collective(OpKind kind, Phase phase, ir::State state, int unit, ArrayRef<unsigned> axes,
                 int64_t elements, DType dtype, bool perMicrobatch, const Twine &reason) const {
@@ -727,7 +733,7 @@ void Lowering::lowerStage(StagePlan &stage) {
                                "params @ host: the unit's shard to the device for " + use));
     if (!r.axes->gatherAxes.empty())
       ops.push_back(collective(OpKind::AllGather, phase, ir::State::Params, unitIndex,
-                               r.axes->gatherAxes, unit.params, plan->gatherType, true,
+                               r.axes->gatherAxes, unit.params, getGatherType(unit), true,
                                "params gather: the whole unit for " + use));
   };
   auto release = [&](std::vector<Op> &ops, Phase phase, int unitIndex, const Unit &unit,
@@ -967,7 +973,7 @@ void Lowering::lowerStage(StagePlan &stage) {
     if (!syncAxes.empty())
       stage.step.push_back(
           collective(OpKind::AllGather, Phase::Step, ir::State::Params, u, syncAxes,
-                     ceilDiv(unit.params, r.paramShard), plan->gatherType, false,
+                     ceilDiv(unit.params, r.paramShard), getGatherType(unit), false,
                      "optimizer shard, params replicated: all-gather the updated params (state "
                      "consistency)"));
   }

@@ -233,6 +233,10 @@ struct StageShape {
   int stage = 0;
   std::vector<UnitGroup> groups;
   int64_t numUnits = 0, numLayers = 0, sumParams = 0, maxParams = 0;
+  /// Of sumParams, the units' that no quantized product reads (cost::quantizesParams); whether
+  /// the largest unit is one of them (cost::StageStates::plainParams, largestPlain).
+  int64_t plainParams = 0;
+  bool largestPlain = false;
   /// Pipeline sends per micro-batch (forward and backward together) inside a node and across
   /// nodes; for the middle class, those of the middle stage with the most sends across nodes.
   int64_t intraSends = 0, interSends = 0;
@@ -249,6 +253,14 @@ struct StageShape {
   int64_t embeddingCopy = 0;
   cost::GroupShape pair;
 };
+
+/// A stage class's parameters as the memory of cost::getStageMemory counts them.
+void setShapeParams(cost::StageStates &states, const StageShape &shape) {
+  states.params = static_cast<double>(shape.sumParams);
+  states.plainParams = static_cast<double>(shape.plainParams);
+  states.largestUnit = static_cast<double>(shape.maxParams);
+  states.largestPlain = shape.largestPlain;
+}
 
 /// What depends on a candidate's per-device work layout (tp, micro-batch, sequence parallelism,
 /// activation mode, cp): the compute of each kind of unit in seconds per micro-batch
@@ -896,7 +908,13 @@ const std::vector<StageShape> &Evaluator::getShapes(int64_t tp, int64_t pp, int6
       shape.groups.push_back(group);
       shape.numUnits += count;
       shape.sumParams += params * count;
-      shape.maxParams = std::max(shape.maxParams, params);
+      bool plain = !cost::quantizesParams(kind);
+      if (plain)
+        shape.plainParams += params * count;
+      if (params > shape.maxParams) {
+        shape.maxParams = params;
+        shape.largestPlain = plain;
+      }
     };
     bool hasEmbedding = stage == 0 && unitParams.count(-1);
     shape.hasEmbedding = hasEmbedding;
@@ -953,8 +971,7 @@ double Evaluator::lowerBound(const Candidate &c, const Layouts &layouts) {
   auto fullest = [&](bool vShape, int64_t edge) {
     double best = 0;
     for (const StageShape &shape : getShapes(c.tp, c.pp, vShape ? 2 : 1, vShape, edge)) {
-      states.params = static_cast<double>(shape.sumParams);
-      states.largestUnit = static_cast<double>(shape.maxParams);
+      setShapeParams(states, shape);
       states.units = shape.numUnits;
       states.tiedEmbedding = static_cast<double>(shape.tiedEmbedParams);
       // No activations: the device peak without them is the bound.
@@ -997,8 +1014,7 @@ const Evaluator::StatesPart &Evaluator::getStatesPart(cost::StageStates &states,
   states.recomputedLayer = 0;
   for (size_t i = 0; i < stageShapes.size(); ++i) {
     const StageShape &shape = stageShapes[i];
-    states.params = static_cast<double>(shape.sumParams);
-    states.largestUnit = static_cast<double>(shape.maxParams);
+    setShapeParams(states, shape);
     states.units = shape.numUnits;
     states.layers = shape.numLayers;
     states.tiedEmbedding = static_cast<double>(shape.tiedEmbedParams);
@@ -1206,8 +1222,11 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
   bool onHostParams = states.paramsOnHost, onHostOptimizer = states.optimizerOnHost;
   bool gradsOnHost = states.gradsOnHost, keep = states.keepAfterForward;
   double pBytes = paramBytes;
-  double gatherBytes = plan::getSize(plan::getParamGatherType(
+  // The embedding's and the head's parameters are gathered in their own type
+  // (cost::quantizesParams).
+  double quantizedGatherBytes = plan::getSize(plan::getParamGatherType(
       paramType, c.fp8Gather, c.precision == ir::Precision::MixedFP8 && c.fp8Params, c.fp8Scaling));
+  double plainGatherBytes = plan::getSize(paramType);
   // The training metrics' synchronization over every rank at the step's end (Analysis).
   double metricSync = costModel.getTrainMetricSyncSeconds(
       trainMetrics, {c.pp * c.getDataDegree() * c.ep * c.tp, cluster.devicesPerNode});
@@ -1338,6 +1357,9 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
         cost::GroupShape scatterGroup = groupOf(g, scatterAxes),
                          reduceGroup = groupOf(g, reduceAxes), syncGroup = groupOf(g, syncAxes);
         double unitParams = static_cast<double>(group.params);
+        bool quantized = cost::quantizesParams(group.kind);
+        double gatherBytes = quantized ? quantizedGatherBytes : plainGatherBytes;
+        ir::StateBytes unitBytes = cost::getUnitStateBytes(bytes, group.kind);
         double hostCritical = 0;
         if (onHostParams)
           hostCritical +=
@@ -1384,8 +1406,8 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
                 : 0;
         double owned = static_cast<double>(ceilDiv(group.params, optimizerShard));
         placement.optimizer[kind] = onHostOptimizer
-                                        ? costModel.getHostOptimizerSeconds(owned, bytes)
-                                        : costModel.getOptimizerSeconds(owned, bytes);
+                                        ? costModel.getHostOptimizerSeconds(owned, unitBytes)
+                                        : costModel.getOptimizerSeconds(owned, unitBytes);
         if (hostStepTransfer)
           unitStepExposed += hostTransfer(owned * pBytes);
         if (syncAxes) {

@@ -464,6 +464,36 @@ TEST(AnalysisZeroCommunication, TransformerUnitsAddUpToTheModel) {
   }
 }
 
+// FP8 training keeps quantized copies of the weights that FP8 products read, the layers', and not
+// of the embedding's or the output layer's, which run in BF16 (cost::quantizesParams). A Llama of
+// 4 layers of 2·1024² + 2·1024·256 + 3·1024·2816 + 2·1024 parameters (Q = 45,096,960 in all) and
+// an untied embedding and head of 2·32000·1024 + 1024 (P = 65,537,024), on B200s (no
+// transposes): Transformer Engine's cache takes 2 + 1 bytes a layer parameter and 2 an embedding
+// or head one; FP8 parameters alone (`params = fp8`) 1 and 2.
+TEST(AnalysisFp8, OnlyTheLayersKeepQuantizedCopies) {
+  Session session(
+      "model llama : transformer { layers = 4; hidden = 1024; heads = 8; kv_heads = "
+      "2; seq = 2048; vocab = 32000; ffn = 2816; mlp = swiglu; norm = rmsnorm; "
+      "positions = rope; bias = false; tied_embeddings = false; attention = cudnn; "
+      "}\n"
+      "cluster b { device = b200; nodes = 1; devices_per_node = 8; }\n" +
+      run("cache", "llama", "b", "zero1(dp = 8)", 1, 8, "mixed(fp8)") +
+      run("alone", "llama", "b", "zero1(dp = 8)", 1, 8, "mixed(fp8, gather = fp8, params = fp8)") +
+      run("bf16", "llama", "b", "zero1(dp = 8)", 1, 8));
+  ASSERT_SESSION(session);
+  const double layers = 4.0 * (2 * 1024 * 1024 + 2 * 1024 * 256 + 3 * 1024 * 2816 + 2 * 1024);
+  const double plain = 2.0 * 32000 * 1024 + 1024;
+  ASSERT_EQ(static_cast<double>(session.get("bf16")->plan->run->model->numParams), layers + plain);
+  EXPECT_REL(session.get("bf16")->analysis.memory.device.params, 2 * (layers + plain), kExact);
+  EXPECT_REL(session.get("cache")->analysis.memory.device.params, 3 * layers + 2 * plain, kExact);
+  EXPECT_REL(session.get("alone")->analysis.memory.device.params, layers + 2 * plain, kExact);
+  // The updated parameters' all-gather after the step moves them so: 7/8 of each device's whole.
+  const CommEntry *gather =
+      findEntry(session.get("alone")->analysis, OpKind::AllGather, ir::State::Params, Phase::Step);
+  ASSERT_NE(gather, nullptr);
+  EXPECT_REL(gather->sentBytes, 7.0 / 8 * (layers + 2 * plain), 1e-6);
+}
+
 TEST(AnalysisZeroCommunication, GradientAccumulation) {
   // With m micro-batches per step, sharded gradients are reduce-scattered after every
   // micro-batch (and ZeRO-3 gathers every micro-batch), while replicated gradients accumulate

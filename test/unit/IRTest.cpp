@@ -693,6 +693,26 @@ TEST(StateBytesTest, LanguageTable) {
         << toString(item.scaling).str() << " " << item.fp32Params << " " << item.fp8Params;
   EXPECT_TRUE(keepsFp8Transposes(DeviceFamily::Hopper));
   EXPECT_FALSE(keepsFp8Transposes(DeviceFamily::Blackwell));
+  // A parameter that no quantized product reads (the embedding, the output layer) keeps the bf16
+  // weight alone, stored and gathered, under every FP8 and FP4 setting; elsewhere its bytes are
+  // the others'.
+  for (bool fp8Params : {false, true})
+    for (Fp8Scaling scaling : {Fp8Scaling::Tensor, Fp8Scaling::Mx, Fp8Scaling::Nvfp4}) {
+      StateBytes plain = getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, false, false,
+                                       scaling, {}, fp8Params, /*fp8Transposes=*/true)
+                             .unquantized();
+      EXPECT_DOUBLE_EQ(plain.params, 2);
+      EXPECT_DOUBLE_EQ(plain.gathered, 2);
+      EXPECT_DOUBLE_EQ(plain.cache, 0);
+      EXPECT_EQ(plain.grads, 2u);
+      EXPECT_EQ(plain.optimizer, 12u);
+    }
+  StateBytes fp32Params =
+      getStateBytes(Precision::MixedFP8, OptimizerKind::Adam, true, true).unquantized();
+  EXPECT_DOUBLE_EQ(fp32Params.params, 4);
+  EXPECT_DOUBLE_EQ(fp32Params.gathered, 2);
+  EXPECT_DOUBLE_EQ(
+      getStateBytes(Precision::FP32, OptimizerKind::Adam, false, false).unquantized().params, 4);
   // NVFP4 is written mixed(fp4), whose saved type is its own: only `saved = bf16` is spelled.
   EXPECT_EQ(spellPrecision(Precision::MixedFP8, false, false, false, true, Fp8Scaling::Nvfp4),
             "mixed(fp4)");

@@ -1001,6 +1001,21 @@ struct StateBytes {
   /// they are (`cacheWhat`: "FP8 copy", "two MXFP8 copies", …); 0 and empty otherwise.
   double cache = 0;
   const char *cacheWhat = "";
+  /// Bytes of a parameter that no quantized product reads (quantizesParams is false for its unit:
+  /// the embedding, the output layer, an mlp's layers): its weight alone, gathered as such. It
+  /// differs from `params` only where `cache` is set.
+  double weight = 0;
+  /// The bytes of such a parameter: these bytes with `weight` for `params` and `gathered`, and
+  /// no cache.
+  StateBytes unquantized() const {
+    StateBytes plain = *this;
+    if (cache > 0) {
+      plain.params = plain.gathered = weight;
+      plain.cache = 0;
+      plain.cacheWhat = "";
+    }
+    return plain;
+  }
   /// Of `optimizer`: the fp32 master copy's bytes, 4 where the step writes the parameters' cast
   /// of it, none where it updates the parameters themselves.
   unsigned masterCopy() const { return masterParams ? 0 : 4; }

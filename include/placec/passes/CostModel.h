@@ -270,6 +270,17 @@ struct Work {
 
 /// The unit a Work belongs to.
 enum class UnitKind { Embedding, Layer, Head, MlpLayer, Abstract };
+/// Whether a unit's parameters feed products that mixed(fp8) and mixed(fp4) run quantized, so
+/// that they hold ir::StateBytes' quantized copies and are all-gathered as such: a transformer's
+/// layers, routed experts included (Gemm::fp8; the norms, biases, router and sinks among them,
+/// under 1 % of a layer, are counted with them), and an abstract model's units. The embedding,
+/// the head and an mlp's layers keep their weights alone (ir::StateBytes::unquantized): the
+/// output layer runs in BF16 under Transformer Engine (Megatron-Core's is its own
+/// ColumnParallelLinear) and under torchao (torchtitan's float8 converter leaves `output` out),
+/// the embedding is a lookup, and placec times an mlp's products in BF16.
+bool quantizesParams(UnitKind unit);
+/// `bytes` for the parameters of a unit of kind `unit` (quantizesParams).
+ir::StateBytes getUnitStateBytes(const ir::StateBytes &bytes, UnitKind unit);
 /// The pass of a unit: its forward, its backward, or the recomputation before the backward.
 enum class PassKind {
   Forward,
@@ -588,7 +599,11 @@ double getExpertOverlapInFlight(ir::Schedule schedule, double inFlight, int64_t 
 
 /// What one pipeline stage holds, the input of getStageMemory.
 struct StageStates {
-  double params = 0;        ///< Parameter elements per device after the tensor split.
+  double params = 0; ///< Parameter elements per device after the tensor split.
+  /// Of `params`: the elements of units that no quantized product reads (quantizesParams), which
+  /// take ir::StateBytes::unquantized's bytes; and whether the largest unit is one of them.
+  double plainParams = 0;
+  bool largestPlain = false;
   double largestUnit = 0;   ///< Elements of the stage's largest unit.
   std::string largestName;  ///< Its name (for explanations).
   double tiedEmbedding = 0; ///< A tied embedding kept gathered from its forward to the head's.
