@@ -64,6 +64,11 @@ DType getParamGatherType(DType paramType, bool fp8Gather, bool fp8Params, ir::Fp
   return fp8Params && scaling == ir::Fp8Scaling::Nvfp4 ? DType::FP4 : paramType;
 }
 
+int64_t getNvfp4AmaxElements(int64_t params) {
+  constexpr int64_t block = 16 * 16;
+  return (params + block - 1) / block;
+}
+
 int64_t getGradientGatherCopies(DType fp8Type, bool userbuffers) {
   return fp8Type == DType::FP8 || userbuffers ? 1 : 2;
 }
@@ -895,6 +900,9 @@ void Lowering::lowerStage(StagePlan &stage) {
   }
 
   // Once per step: the remaining gradient reductions, the optimizer, parameter consistency.
+  // NVFP4 parameters alone: the amaxes of the quantized units' blocks, by the axes their updated
+  // parameters are all-gathered over (the dense and the expert optimizers'), with the first unit.
+  std::map<std::vector<unsigned>, std::pair<int, int64_t>> amaxes;
   for (unsigned index : stage.units) {
     const Unit &unit = plan->units[index];
     int u = static_cast<int>(index);
@@ -976,7 +984,17 @@ void Lowering::lowerStage(StagePlan &stage) {
                      ceilDiv(unit.params, r.paramShard), getGatherType(unit), false,
                      "optimizer shard, params replicated: all-gather the updated params (state "
                      "consistency)"));
+    if (!syncAxes.empty() && getGatherType(unit) == DType::FP4) {
+      auto [it, inserted] = amaxes.try_emplace(syncAxes, u, 0);
+      it->second.second += getNvfp4AmaxElements(unit.params);
+    }
   }
+  for (const auto &[axes, amax] : amaxes)
+    stage.step.push_back(collective(
+        OpKind::AllReduce, Phase::Step, ir::State::Params, amax.first, axes, amax.second,
+        DType::FP32, false,
+        "NVFP4 params: agree the 16×16 blocks' scales (all-reduce their amaxes, max) before "
+        "the all-gather"));
 }
 
 } // namespace

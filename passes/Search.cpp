@@ -1224,8 +1224,9 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
   double pBytes = paramBytes;
   // The embedding's and the head's parameters are gathered in their own type
   // (cost::quantizesParams).
-  double quantizedGatherBytes = plan::getSize(plan::getParamGatherType(
-      paramType, c.fp8Gather, c.precision == ir::Precision::MixedFP8 && c.fp8Params, c.fp8Scaling));
+  plan::DType quantizedGatherType = plan::getParamGatherType(
+      paramType, c.fp8Gather, c.precision == ir::Precision::MixedFP8 && c.fp8Params, c.fp8Scaling);
+  double quantizedGatherBytes = plan::getSize(quantizedGatherType);
   double plainGatherBytes = plan::getSize(paramType);
   // The training metrics' synchronization over every rank at the step's end (Analysis).
   double metricSync = costModel.getTrainMetricSyncSeconds(
@@ -1462,6 +1463,17 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
       stepExposed +=
           collective(plan::OpKind::AllReduce, shape.pair,
                      static_cast<double>(ceilDiv(shape.embeddingCopy, gradShard)) * bytes.grads);
+    // NVFP4 parameters alone: the layers' blocks' amaxes all-reduced before their all-gather
+    // (Lowering; Analyzer::analyze exposes it).
+    if (syncAxes && quantizedGatherType == plan::DType::FP4) {
+      int64_t amaxes = 0;
+      for (const UnitGroup &group : shape.groups)
+        if (cost::quantizesParams(group.kind))
+          amaxes += group.count * plan::getNvfp4AmaxElements(group.params);
+      if (amaxes > 0)
+        stepExposed += collective(plan::OpKind::AllReduce, groupOf(g, syncAxes),
+                                  static_cast<double>(amaxes) * plan::getSize(plan::DType::FP32));
+    }
     StageTimes &stage = lastStages[shapeIndex++];
     stage.forward = forwardCompute;
     stage.backward = backwardCompute;

@@ -645,9 +645,9 @@ TEST(Plan, QuantizedGathersCarryTheirScales) {
 
 // The distributed optimizer all-gathers the updated parameters in their type, in FP8 under
 // `gather = fp8`, and NVFP4 parameters (`params = fp4`) as their packed E2M1 values, half a byte
-// each (Megatron-Core's packed parameter buffer). Only the layers' parameters are quantized: the
-// embedding and the output layer, which Megatron-Core runs outside Transformer Engine, are
-// gathered in BF16.
+// each (Megatron-Core's packed parameter buffer), after an all-reduce of their blocks' amaxes.
+// Only the layers' parameters are quantized: the embedding and the output layer, which
+// Megatron-Core runs outside Transformer Engine, are gathered in BF16.
 TEST(Plan, ParameterGathersMoveThePackedNvfp4Values) {
   struct Case {
     const char *precision;
@@ -666,15 +666,26 @@ TEST(Plan, ParameterGathersMoveThePackedNvfp4Values) {
     ASSERT_PLAN(f);
     EXPECT_EQ(f.plan->gatherType, c.dtype);
     EXPECT_DOUBLE_EQ(plan::getSize(c.dtype), c.bytes);
-    int layers = 0, others = 0;
-    for (const plan::Op &op : f.plan->stages[0].step)
+    int layers = 0, others = 0, amaxReductions = 0;
+    for (const plan::Op &op : f.plan->stages[0].step) {
       if (op.kind == AG && op.state == ir::State::Params) {
         bool layer = isLayerUnit(*f.plan, op.unit);
         ++(layer ? layers : others);
         EXPECT_EQ(op.dtype, layer ? c.dtype : plan::DType::BF16) << f.plan->units[op.unit].name;
       }
+      // NVFP4 parameters alone: before the gathers, one all-reduce (max) of the fp32 amaxes of
+      // the layers' 16×16 blocks over the optimizer's axis: 8 layers of 12·512² + 13·512 =
+      // 3,152,384 parameters, 12,314 blocks each.
+      if (op.kind == OpKind::AllReduce && op.state == ir::State::Params) {
+        ++amaxReductions;
+        EXPECT_EQ(op.dtype, plan::DType::FP32);
+        EXPECT_EQ(op.elements, 8 * 12314);
+        EXPECT_EQ(op.axes.size(), 1u);
+      }
+    }
     EXPECT_EQ(layers, 8);
     EXPECT_EQ(others, 2); // the embedding and the head
+    EXPECT_EQ(amaxReductions, c.dtype == plan::DType::FP4 ? 1 : 0);
   }
 }
 

@@ -40,10 +40,16 @@ DType getQuantizedType(ir::Fp8Scaling scaling);
 ///   packed E2M1 values alone (FP4): Megatron-Core's parameter buffer holds them packed, half a
 ///   byte a parameter (megatron/core/distributed/param_and_grad_buffer.py), and Transformer
 ///   Engine's quantize_master_weights agrees the 16×16 blocks' scales by an all-reduce of their
-///   amaxes before the gather, and post_all_gather_processing transposes the column-wise copy
-///   after it (transformer_engine/pytorch/tensor/utils.py). That all-reduce, 4 bytes a block of
-///   256 parameters, is not counted.
+///   amaxes before the gather (getNvfp4AmaxElements), and post_all_gather_processing transposes
+///   the column-wise copy after it (transformer_engine/pytorch/tensor/utils.py).
 DType getParamGatherType(DType paramType, bool fp8Gather, bool fp8Params, ir::Fp8Scaling scaling);
+/// The fp32 amaxes of `params` NVFP4 parameters' 16×16 blocks, one a block, that Transformer
+/// Engine's _cast_master_weights_to_nvfp4_2d all-reduces (max) over the distributed optimizer's
+/// group before the parameters' all-gather: the packed amaxes of every weight the group updates,
+/// whole on each rank (transformer_engine/pytorch/tensor/utils.py; Megatron-Core calls it once per
+/// step and optimizer, distrib_optimizer.py, _copy_main_params_to_model_params). Each weight's
+/// blocks are ⌈rows/16⌉·⌈columns/16⌉, counted here as ⌈params/256⌉ of a unit.
+int64_t getNvfp4AmaxElements(int64_t params);
 
 /// Where in the step an op runs.
 enum class Phase {
