@@ -456,8 +456,9 @@ void IRPrinter::print(const Run &run) {
   line() << "bytes_per_param = {params = " << format("%g", bytes.params)
          << ", grads = " << bytes.grads << ", optimizer = " << bytes.optimizer;
   // The embedding's and the head's parameters, read by BF16 products, keep the weight alone.
-  if (bytes.unquantized().params != bytes.params)
-    os << ", unquantized_params = " << format("%g", bytes.unquantized().params);
+  double unquantized = bytes.unquantized().params;
+  if (unquantized != bytes.params)
+    os << ", unquantized_params = " << format("%g", unquantized);
   os << "}\n";
   line() << "bytes_per_activation = " << getActivationBytes(run.precision) << '\n';
   line() << "microbatches_per_step = " << run.microbatchesPerStep;

@@ -64,6 +64,10 @@ DType getParamGatherType(DType paramType, bool fp8Gather, bool fp8Params, ir::Fp
   return fp8Params && scaling == ir::Fp8Scaling::Nvfp4 ? DType::FP4 : paramType;
 }
 
+DType getUnitGatherType(DType gatherType, DType paramType, cost::UnitKind unit) {
+  return cost::quantizesParams(unit) ? gatherType : paramType;
+}
+
 int64_t getNvfp4AmaxElements(int64_t params) {
   constexpr int64_t block = 16 * 16;
   return (params + block - 1) / block;
@@ -252,11 +256,9 @@ private:
   bool isHead(const Unit &unit) const {
     return model.kind == ir::ModelKind::Transformer && unit.layer >= model.getHeadLayer();
   }
-  /// The type a unit's parameters are all-gathered in: the run's gather type where quantized
-  /// products read them (cost::quantizesParams), their own type otherwise (the embedding and the
-  /// output layer stay BF16 under `gather = fp8` and `params = fp8 | fp4`).
+  /// The type a unit's parameters are all-gathered in (getUnitGatherType).
   DType getGatherType(const Unit &unit) const {
-    return cost::quantizesParams(unit.kind) ? plan->gatherType : plan->paramType;
+    return getUnitGatherType(plan->gatherType, plan->paramType, unit.kind);
   }
 
   Op collective(OpKind kind, Phase phase, ir::State state, int unit, ArrayRef<unsigned> axes,
@@ -984,10 +986,8 @@ void Lowering::lowerStage(StagePlan &stage) {
                      ceilDiv(unit.params, r.paramShard), getGatherType(unit), false,
                      "optimizer shard, params replicated: all-gather the updated params (state "
                      "consistency)"));
-    if (!syncAxes.empty() && getGatherType(unit) == DType::FP4) {
-      auto [it, inserted] = amaxes.try_emplace(syncAxes, u, 0);
-      it->second.second += getNvfp4AmaxElements(unit.params);
-    }
+    if (!syncAxes.empty() && getGatherType(unit) == DType::FP4)
+      amaxes.try_emplace(syncAxes, u, 0).first->second.second += getNvfp4AmaxElements(unit.params);
   }
   for (const auto &[axes, amax] : amaxes)
     stage.step.push_back(collective(

@@ -1222,12 +1222,8 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
   bool onHostParams = states.paramsOnHost, onHostOptimizer = states.optimizerOnHost;
   bool gradsOnHost = states.gradsOnHost, keep = states.keepAfterForward;
   double pBytes = paramBytes;
-  // The embedding's and the head's parameters are gathered in their own type
-  // (cost::quantizesParams).
   plan::DType quantizedGatherType = plan::getParamGatherType(
       paramType, c.fp8Gather, c.precision == ir::Precision::MixedFP8 && c.fp8Params, c.fp8Scaling);
-  double quantizedGatherBytes = plan::getSize(quantizedGatherType);
-  double plainGatherBytes = plan::getSize(paramType);
   // The training metrics' synchronization over every rank at the step's end (Analysis).
   double metricSync = costModel.getTrainMetricSyncSeconds(
       trainMetrics, {c.pp * c.getDataDegree() * c.ep * c.tp, cluster.devicesPerNode});
@@ -1358,8 +1354,8 @@ void Evaluator::timeStages(const Candidate &c, const Geometry &g, const cost::St
         cost::GroupShape scatterGroup = groupOf(g, scatterAxes),
                          reduceGroup = groupOf(g, reduceAxes), syncGroup = groupOf(g, syncAxes);
         double unitParams = static_cast<double>(group.params);
-        bool quantized = cost::quantizesParams(group.kind);
-        double gatherBytes = quantized ? quantizedGatherBytes : plainGatherBytes;
+        double gatherBytes =
+            plan::getSize(plan::getUnitGatherType(quantizedGatherType, paramType, group.kind));
         ir::StateBytes unitBytes = cost::getUnitStateBytes(bytes, group.kind);
         double hostCritical = 0;
         if (onHostParams)

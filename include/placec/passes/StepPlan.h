@@ -43,6 +43,10 @@ DType getQuantizedType(ir::Fp8Scaling scaling);
 ///   amaxes before the gather (getNvfp4AmaxElements), and post_all_gather_processing transposes
 ///   the column-wise copy after it (transformer_engine/pytorch/tensor/utils.py).
 DType getParamGatherType(DType paramType, bool fp8Gather, bool fp8Params, ir::Fp8Scaling scaling);
+/// The type a unit's parameters are all-gathered in: `gatherType` (getParamGatherType) where
+/// quantized products read them (cost::quantizesParams), their own `paramType` otherwise (the
+/// embedding and the output layer stay BF16 under `gather = fp8` and `params = fp8 | fp4`).
+DType getUnitGatherType(DType gatherType, DType paramType, cost::UnitKind unit);
 /// The fp32 amaxes of `params` NVFP4 parameters' 16×16 blocks, one a block, that Transformer
 /// Engine's _cast_master_weights_to_nvfp4_2d all-reduces (max) over the distributed optimizer's
 /// group before the parameters' all-gather: the packed amaxes of every weight the group updates,
