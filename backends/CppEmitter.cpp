@@ -160,6 +160,12 @@ void forEachUnsupported(const ir::Run &run, size_t stages, RefuseFn refuse) {
              "tensor-parallel MLP for shared experts (write expert_tensor = split)");
     if (config.moe.routerBias)
       refuse(model.loc, "router_bias = true", "the CPU trainer's router has no bias");
+    if (config.moe.isEnabled() && config.moe.auxLossScope != ir::AuxLossScope::Global)
+      refuse(config.moe.auxLossScopeLoc.isValid() ? config.moe.auxLossScopeLoc : model.loc,
+             "aux_loss_scope = " + ir::toString(config.moe.auxLossScope),
+             "the CPU trainer counts the load-balancing loss over each whole micro-batch across "
+             "the data-parallel ranks (aux_loss_scope = global), which the single-device step "
+             "it is checked against computes");
     if (config.mlp == ir::MlpActivation::Relu2)
       refuse(config.mlpLoc, "mlp = relu2",
              "placert's transformer implements GELU and SwiGLU MLPs; declare mlp = gelu or "

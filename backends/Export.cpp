@@ -1015,6 +1015,15 @@ private:
         os << "--moe-expert-capacity-factor " << format("%g", *moe.capacityFactor) << "\n";
         os << "--moe-pad-expert-input-to-capacity\n";
       }
+      // Megatron-Core's load-balancing losses by the tokens they count
+      // (megatron/core/transformer/moe/router.py): global_aux_loss sums the statistics over the
+      // tensor, data and context ranks, aux_loss and seq_aux_loss over the tensor and context
+      // ranks, the latter per sequence.
+      if (moe.auxLoss > 0)
+        flag("--moe-router-load-balancing-type",
+             moe.auxLossScope == ir::AuxLossScope::Global  ? "global_aux_loss"
+             : moe.auxLossScope == ir::AuxLossScope::Local ? "aux_loss"
+                                                           : "seq_aux_loss");
       os << "--moe-aux-loss-coeff " << format("%g", moe.auxLoss) << "\n";
       // Megatron-Core's flex dispatcher names its backend (transformer_config.py,
       // moe_flex_dispatcher_backend).

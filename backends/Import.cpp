@@ -1197,21 +1197,34 @@ private:
       else
         m << "  capacity_factor = " << factor << ";\n";
     }
-    // Megatron-LM's load-balancing loss: coefficient 0 unless given.
+    // Megatron-LM's load-balancing loss: coefficient 0 unless given; its type says over which
+    // tokens it counts the routing statistics (aux_loss_scope).
     std::string balancing = getString("--moe-router-load-balancing-type", "aux_loss");
     std::string coefficient = getString("--moe-aux-loss-coeff", "0");
     double value = 0;
+    StringRef scope;
     if (balancing == "none")
       coefficient = "0";
-    else if (balancing != "aux_loss")
+    else if (balancing == "aux_loss")
+      scope = "local";
+    else if (balancing == "seq_aux_loss")
+      scope = "sequence";
+    else if (balancing == "global_aux_loss")
+      scope = "global";
+    else
       diags.error(locOf("--moe-router-load-balancing-type"),
                   "--moe-router-load-balancing-type " + balancing +
-                      ": Place's load-balancing loss is the Switch Transformer's (aux_loss)");
-    if (StringRef(coefficient).getAsDouble(value) || value < 0 || value > 1)
+                      ": Place's load-balancing loss is the Switch Transformer's, over the "
+                      "micro-batch of each rank (aux_loss), each sequence (seq_aux_loss) or "
+                      "every rank (global_aux_loss)");
+    if (StringRef(coefficient).getAsDouble(value) || value < 0 || value > 1) {
       diags.error(locOf("--moe-aux-loss-coeff"),
                   "--moe-aux-loss-coeff takes a number from 0 to 1, not '" + coefficient + "'");
-    else
+    } else {
       m << "  aux_loss = " << coefficient << ";\n";
+      if (value > 0 && !scope.empty() && scope != "global")
+        m << "  aux_loss_scope = " << scope << ";\n";
+    }
     return text;
   }
 

@@ -895,6 +895,7 @@ private:
       refuse("scoring_func", "Place's router is a softmax or a sigmoid");
     requireNormalizedTopK();
     double auxLoss = getAuxLoss("aux_loss_alpha", 0);
+    bool seqAux = getBool("seq_aux").value_or(true);
     checkExperts("n_routed_experts", experts, topK);
     // Group-limited routing: n_group groups, topk_group of them per token, except under the
     // greedy top-k (DeepSeek-V2-Lite's), which ignores the groups.
@@ -924,8 +925,13 @@ private:
       e << "  router = sigmoid;\n";
     if (limited)
       e << "  router_groups = " << groups << ";\n  router_group_top_k = " << groupTopK << ";\n";
-    if (auxLoss > 0)
+    // DeepSeek's balance loss counts each sequence's routing (DeepSeek-V3 §2.1.2, the
+    // sequence-wise auxiliary loss; the modeling code's `seq_aux`, true unless set false, where
+    // it counts the whole batch of the forward instead).
+    if (auxLoss > 0) {
       e << "  aux_loss = " << format("%g", auxLoss) << ";\n";
+      e << "  aux_loss_scope = " << (seqAux ? "sequence" : "local") << ";\n";
+    }
     return out;
   }
 

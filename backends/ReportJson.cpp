@@ -184,6 +184,8 @@ void JsonWriter::writeModel(const ir::Model &model) {
           out.attribute("capacity_factor", *moe.capacityFactor);
         else
           out.attribute("capacity_factor", nullptr);
+        out.attribute("aux_loss", moe.auxLoss);
+        out.attribute("aux_loss_scope", ir::toString(moe.auxLossScope));
         out.attribute("imbalance", moe.imbalance);
       });
     }

@@ -662,9 +662,9 @@ bool Sema::buildLatentAttention(const StringMap<const ast::Field *> &fields,
 bool Sema::buildMoe(const ast::ModelDecl &decl, const StringMap<const ast::Field *> &fields,
                     ir::TransformerConfig &config) {
   static const char *const moeKeys[] = {
-      "top_k",        "expert_ffn",    "shared_experts",    "shared_expert_ffn", "moe_every",
-      "dense_layers", "router",        "capacity_factor",   "aux_loss",          "imbalance",
-      "router_bias",  "router_groups", "router_group_top_k"};
+      "top_k",        "expert_ffn",    "shared_experts",     "shared_expert_ffn", "moe_every",
+      "dense_layers", "router",        "capacity_factor",    "aux_loss",          "imbalance",
+      "router_bias",  "router_groups", "router_group_top_k", "aux_loss_scope"};
   const ast::Field *expertsField = fields.lookup("experts");
   if (!expertsField) {
     bool ok = true;
@@ -756,6 +756,22 @@ bool Sema::buildMoe(const ast::ModelDecl &decl, const StringMap<const ast::Field
     ok &= value.has_value();
     moe.auxLoss = value.value_or(moe.auxLoss);
   }
+  if (const ast::Field *field = fields.lookup("aux_loss_scope")) {
+    std::optional<std::string> choice =
+        getChoice(field->value, "aux_loss_scope", {"global", "local", "sequence"});
+    ok &= choice.has_value();
+    if (choice) {
+      moe.auxLossScope = *choice == "global"  ? ir::AuxLossScope::Global
+                         : *choice == "local" ? ir::AuxLossScope::Local
+                                              : ir::AuxLossScope::Sequence;
+      moe.auxLossScopeLoc = field->keyLoc;
+    }
+    if (choice && moe.auxLoss == 0) {
+      diags.error(field->keyLoc, "'aux_loss_scope' scopes the load-balancing loss, and 'aux_loss "
+                                 "= 0' has none: remove one of them");
+      ok = false;
+    }
+  }
   if (const ast::Field *field = fields.lookup("imbalance")) {
     // The busiest expert cannot get more than every token, experts / top_k times the mean.
     double most = static_cast<double>(moe.experts) / std::max<int64_t>(moe.topK, 1);
@@ -825,6 +841,7 @@ void Sema::buildModel(const ast::ModelDecl &decl) {
                                                   "router",
                                                   "capacity_factor",
                                                   "aux_loss",
+                                                  "aux_loss_scope",
                                                   "imbalance",
                                                   "head_dim",
                                                   "qk_norm",

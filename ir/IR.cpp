@@ -124,6 +124,18 @@ StringRef toString(RouterKind router) {
   return router == RouterKind::Softmax ? "softmax" : "sigmoid";
 }
 
+StringRef toString(AuxLossScope scope) {
+  switch (scope) {
+  case AuxLossScope::Global:
+    return "global";
+  case AuxLossScope::Local:
+    return "local";
+  case AuxLossScope::Sequence:
+    return "sequence";
+  }
+  return "global";
+}
+
 StringRef toString(AttentionKind attention) {
   switch (attention) {
   case AttentionKind::Flash:

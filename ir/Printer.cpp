@@ -234,6 +234,8 @@ void IRPrinter::print(const Model &model) {
              << (moe.capacityFactor ? formatNumber(*moe.capacityFactor) : "dropless")
              << ", aux_loss = " << formatNumber(moe.auxLoss)
              << ", imbalance = " << formatNumber(moe.imbalance) << '\n';
+      if (moe.auxLossScope != AuxLossScope::Global)
+        line() << "aux_loss_scope = " << toString(moe.auxLossScope) << '\n';
       if (moe.routerBias)
         line() << "router_bias = true\n";
       if (moe.routerGroups > 0)

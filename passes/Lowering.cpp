@@ -306,6 +306,10 @@ private:
   /// load-balancing loss's statistics are summed: the batch axes, and the tensor axes too under
   /// `expert_tensor = fold` (each tensor rank routes its own sequence shard).
   std::vector<unsigned> routingAxes;
+  /// The axes that split one data-parallel rank's micro-batch among ranks that route their own
+  /// tokens: the sequence axes, and the tensor axes under `expert_tensor = fold`
+  /// (UnitCollective::local).
+  std::vector<unsigned> localRoutingAxes;
   std::optional<unsigned> layersAxis;
   /// The head unit that holds the word embedding's copy (buildUnits) and the embedding unit it
   /// mirrors; -1 without a copy.
@@ -413,12 +417,16 @@ std::unique_ptr<StepPlan> Lowering::lower() {
   unitLayout.expertContextFold = strategy.foldsExpertContext();
   expertGroupAxes.clear();
   routingAxes.clear();
+  localRoutingAxes.clear();
   for (unsigned i = 0; i < mesh.axes.size(); ++i) {
     ir::AxisKind kind = mesh.axes[i].kind;
     if (strategy.isExpertGroupAxis(kind))
       expertGroupAxes.push_back(i);
-    if (ir::isDataParallel(kind) || (kind == ir::AxisKind::Tensor && unitLayout.expertFold))
+    bool foldedTensor = kind == ir::AxisKind::Tensor && unitLayout.expertFold;
+    if (ir::isDataParallel(kind) || foldedTensor)
       routingAxes.push_back(i);
+    if (kind == ir::AxisKind::Sequence || foldedTensor)
+      localRoutingAxes.push_back(i);
   }
   unitLayout.samples = product(mesh, batchAxes);
   unitLayout.microBatch = run.microBatch;
@@ -710,7 +718,8 @@ void Lowering::lowerStage(StagePlan &stage) {
     for (const UnitCollective &c : collectives) {
       Op &op = ops.emplace_back();
       setCollective(op, c.kind, phase, ir::State::Activations, unitIndex,
-                    c.over == ir::AxisKind::Tensor   ? tensorAxes
+                    c.local                          ? localRoutingAxes
+                    : c.over == ir::AxisKind::Tensor ? tensorAxes
                     : c.over == ir::AxisKind::Expert ? expertGroupAxes
                     : c.over == ir::AxisKind::Batch  ? routingAxes
                                                      : contextAxes,
@@ -1236,9 +1245,27 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
   if (unit == cost::UnitKind::Layer && model.kind == ir::ModelKind::Transformer &&
       model.transformer.isMoeBlock(layer)) {
     const ir::MoeConfig &moe = model.transformer.moe;
-    if (forwardPass && moe.auxLoss > 0 && layout.samples * (foldedMoe ? layout.tensor : 1) > 1)
+    // The load-balancing loss's statistics, the tokens and the mean probability each expert
+    // gets (Switch Transformer, eq. 4), summed over the ranks that route the tokens it counts:
+    // every data-parallel rank's (`global`), or the context and folded tensor shards of one
+    // rank's micro-batch (`local`), per sequence of it under `sequence`.
+    int64_t fold = foldedMoe ? layout.tensor : 1;
+    if (forwardPass && moe.auxLoss > 0 && moe.auxLossScope == ir::AuxLossScope::Global &&
+        layout.samples * fold > 1)
       experts.push_back({OpKind::AllReduce, ir::AxisKind::Batch, 2 * moe.experts,
                          "load-balancing loss: sum the routing statistics of the micro-batch"});
+    if (forwardPass && moe.auxLoss > 0 && moe.auxLossScope != ir::AuxLossScope::Global &&
+        layout.context * fold > 1) {
+      bool perSequence = moe.auxLossScope == ir::AuxLossScope::Sequence;
+      UnitCollective statistics{OpKind::AllReduce, ir::AxisKind::Batch,
+                                2 * moe.experts * (perSequence ? b : 1),
+                                perSequence ? "load-balancing loss: sum each sequence's routing "
+                                              "statistics over its shards"
+                                            : "load-balancing loss: sum the routing statistics "
+                                              "of this rank's micro-batch over its shards"};
+      statistics.local = true;
+      experts.push_back(statistics);
+    }
     if (!forwardPass && moe.topK > 1 && layout.tensor > 1 && !foldedMoe)
       experts.push_back({OpKind::AllReduce, ir::AxisKind::Tensor,
                          b * model.transformer.seq / layout.context * moe.topK,

@@ -3428,6 +3428,8 @@ std::string formatModel(const ir::Model &model) {
     os << "  dense_layers = " << moe.denseLayers << "; moe_every = " << moe.every
        << "; router = " << ir::toString(moe.router)
        << fmt::format("; aux_loss = {};\n", moe.auxLoss);
+    if (moe.auxLoss > 0 && moe.auxLossScope != ir::AuxLossScope::Global)
+      os << "  aux_loss_scope = " << ir::toString(moe.auxLossScope) << ";\n";
     if (moe.routerBias)
       os << "  router_bias = true;\n";
     if (moe.routerGroups > 0)

@@ -94,6 +94,12 @@ enum class AttentionKind { Flash, Flash3, Cudnn, Materialized };
 /// How a mixture-of-experts router scores the experts of a token: a softmax over the experts
 /// (Mixtral, Qwen3-MoE) or an independent sigmoid per expert (DeepSeek-V3).
 enum class RouterKind { Softmax, Sigmoid };
+/// Over which tokens the load-balancing loss's routing statistics are counted (`aux_loss_scope`):
+/// each micro-batch across every data-parallel device (`global`, the default; Megatron-Core's
+/// global_aux_loss), each data-parallel device's own micro-batch (`local`; Megatron-Core's
+/// aux_loss, GShard's per-group loss), or each sequence of it (`sequence`; DeepSeek-V3's
+/// sequence-wise balance loss, §2.1.2, Megatron-Core's seq_aux_loss).
+enum class AuxLossScope { Global, Local, Sequence };
 
 llvm::StringRef toString(ModelKind kind);
 llvm::StringRef toString(MlpActivation activation);
@@ -102,6 +108,7 @@ llvm::StringRef toString(PositionKind positions);
 llvm::StringRef toString(Projections projections);
 llvm::StringRef toString(AttentionKind attention);
 llvm::StringRef toString(RouterKind router);
+llvm::StringRef toString(AuxLossScope scope);
 
 /// The mixture-of-experts layers of a transformer (`experts` written): in each MoE layer a
 /// router sends every token to `topK` of `experts` feed-forward experts and sums their outputs,
@@ -128,6 +135,10 @@ struct MoeConfig {
   /// dropless routing.
   std::optional<double> capacityFactor;
   double auxLoss = 0.01; ///< The load-balancing loss coefficient.
+  /// The tokens whose routing statistics the loss counts (AuxLossScope), and where
+  /// `aux_loss_scope` is written (invalid when it is not).
+  AuxLossScope auxLossScope = AuxLossScope::Global;
+  llvm::SMLoc auxLossScopeLoc;
   /// The busiest expert's tokens over the mean under dropless routing (the step waits for the
   /// busiest rank). 1: even routing, the default (docs/language.md).
   double imbalance = 1.0;

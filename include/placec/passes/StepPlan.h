@@ -291,6 +291,10 @@ struct UnitCollective {
   bool fp8 = false;
   /// Op::repeat: the identical ring steps that follow each other.
   int64_t repeat = 1;
+  /// Over the axes that split one data-parallel rank's micro-batch, its sequence axes and, under
+  /// `expert_tensor = fold`, its tensor axes, rather than all the axes `over` names: the
+  /// load-balancing statistics under `aux_loss_scope = local` or `sequence`.
+  bool local = false;
 };
 
 /// The collectives inside one pass of a unit, in the order the math runs them: the
