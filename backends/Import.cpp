@@ -1202,16 +1202,14 @@ private:
     std::string balancing = getString("--moe-router-load-balancing-type", "aux_loss");
     std::string coefficient = getString("--moe-aux-loss-coeff", "0");
     double value = 0;
-    StringRef scope;
+    ir::AuxLossScope scope = ir::AuxLossScope::Global;
     if (balancing == "none")
       coefficient = "0";
     else if (balancing == "aux_loss")
-      scope = "local";
+      scope = ir::AuxLossScope::Local;
     else if (balancing == "seq_aux_loss")
-      scope = "sequence";
-    else if (balancing == "global_aux_loss")
-      scope = "global";
-    else
+      scope = ir::AuxLossScope::Sequence;
+    else if (balancing != "global_aux_loss")
       diags.error(locOf("--moe-router-load-balancing-type"),
                   "--moe-router-load-balancing-type " + balancing +
                       ": Place's load-balancing loss is the Switch Transformer's, over the "
@@ -1222,8 +1220,8 @@ private:
                   "--moe-aux-loss-coeff takes a number from 0 to 1, not '" + coefficient + "'");
     } else {
       m << "  aux_loss = " << coefficient << ";\n";
-      if (value > 0 && !scope.empty() && scope != "global")
-        m << "  aux_loss_scope = " << scope << ";\n";
+      if (value > 0 && scope != ir::AuxLossScope::Global)
+        m << "  aux_loss_scope = " << ir::toString(scope) << ";\n";
     }
     return text;
   }

@@ -1249,21 +1249,19 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
     // gets (Switch Transformer, eq. 4), summed over the ranks that route the tokens it counts:
     // every data-parallel rank's (`global`), or the context and folded tensor shards of one
     // rank's micro-batch (`local`), per sequence of it under `sequence`.
-    int64_t fold = foldedMoe ? layout.tensor : 1;
-    if (forwardPass && moe.auxLoss > 0 && moe.auxLossScope == ir::AuxLossScope::Global &&
-        layout.samples * fold > 1)
-      experts.push_back({OpKind::AllReduce, ir::AxisKind::Batch, 2 * moe.experts,
-                         "load-balancing loss: sum the routing statistics of the micro-batch"});
-    if (forwardPass && moe.auxLoss > 0 && moe.auxLossScope != ir::AuxLossScope::Global &&
-        layout.context * fold > 1) {
-      bool perSequence = moe.auxLossScope == ir::AuxLossScope::Sequence;
+    bool global = moe.auxLossScope == ir::AuxLossScope::Global;
+    bool perSequence = moe.auxLossScope == ir::AuxLossScope::Sequence;
+    int64_t routers = (global ? layout.samples : layout.context) * (foldedMoe ? layout.tensor : 1);
+    if (forwardPass && moe.auxLoss > 0 && routers > 1) {
       UnitCollective statistics{OpKind::AllReduce, ir::AxisKind::Batch,
                                 2 * moe.experts * (perSequence ? b : 1),
-                                perSequence ? "load-balancing loss: sum each sequence's routing "
-                                              "statistics over its shards"
-                                            : "load-balancing loss: sum the routing statistics "
-                                              "of this rank's micro-batch over its shards"};
-      statistics.local = true;
+                                global ? "load-balancing loss: sum the routing statistics of the "
+                                         "micro-batch"
+                                : perSequence ? "load-balancing loss: sum each sequence's routing "
+                                                "statistics over its shards"
+                                              : "load-balancing loss: sum the routing statistics "
+                                                "of this rank's micro-batch over its shards"};
+      statistics.local = !global;
       experts.push_back(statistics);
     }
     if (!forwardPass && moe.topK > 1 && layout.tensor > 1 && !foldedMoe)
