@@ -865,7 +865,8 @@ double mlpWidthBytes(const TransformerDims &x) {
 
 /// An MoE layer's routing: the router's softmax (or sigmoid) and top-k over fp32 scores, and the
 /// permutation of the token rows into the dispatch buffer and back (the combine weighs and sums
-/// them), each read and written once.
+/// them), each read and written once; under MoeShape::sortsByLocalExpert the received rows'
+/// sort into local-expert order and back as well.
 void addRouting(const TransformerDims &x, bool backward, Work &work) {
   if (!x.moe)
     return;
@@ -875,6 +876,10 @@ void addRouting(const TransformerDims &x, bool backward, Work &work) {
       {backward ? "router backward" : "router scores and top-k", (backward ? 3 : 2) * scores});
   work.memory.push_back(
       {backward ? "token permutation backward" : "token permutation", 2 * 2 * rows});
+  if (x.experts.sortsByLocalExpert)
+    work.memory.push_back({backward ? "received rows sorted by local expert backward"
+                                    : "received rows sorted by local expert",
+                           2 * 2 * rows});
 }
 
 /// The forward's element-wise kernels, each read and written once: the two norms, the rotary
@@ -1550,6 +1555,7 @@ Layout getRunLayout(const ir::Run &run) {
   layout.expert = mesh.getDegree(ir::AxisKind::Expert);
   layout.expertFold = strategy.foldsExpertTensor();
   layout.expertContextFold = strategy.foldsExpertContext();
+  layout.dispatcher = strategy.expertDispatcher;
   layout.sequenceParallel = strategy.sequenceParallel;
   layout.sequenceParallelInputs = strategy.sequenceParallelInputs;
   layout.activations = strategy.activationMode;
@@ -1648,6 +1654,8 @@ MoeShape getMoeShape(const ir::TransformerConfig &config, const Layout &layout,
   shape.tokens = layout.microBatch * static_cast<double>(config.seq) / (context * fold);
   shape.localExperts = experts / ep;
   shape.group = ep;
+  shape.sortsByLocalExpert =
+      layout.dispatcher == ir::ExpertDispatcher::AllToAll && ep > 1 && shape.localExperts > 1;
   if (moe.capacityFactor) {
     // GShard (Lepikhin et al. 2021, §2.2) and Megatron-Core's --moe-expert-capacity-factor with
     // padding: every expert's slot count per source, whether filled or not.

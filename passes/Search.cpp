@@ -481,6 +481,7 @@ private:
     layout.fp8Attention = c.fp8Attention;
     layout.contextMethod = c.context;
     layout.contextMerge = contextMerge;
+    layout.dispatcher = c.dispatcher;
     layout.gradAccumulation = gradAccumulation;
     layout.gradBytes = bytes.grads;
     return layout;

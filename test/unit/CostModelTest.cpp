@@ -1781,6 +1781,41 @@ TEST(CostModelTest, FoldedExpertsDoTheSplitWorkButRouteTheirOwnTokens) {
   EXPECT_EQ(experts(folded), std::pair(2.0, 768.0));
 }
 
+// Megatron-Core's all-to-all dispatcher sorts the rows a device receives, grouped by source rank,
+// into its local experts' order before the experts and back before the combine ("Permutation 2",
+// sort_chunks_by_idxs in megatron/core/transformer/moe/token_dispatcher.py), one more read and
+// write of the dispatch buffer each way: T·k rows of h, 2·2·(128·2)·256·2 B = 262,144 B in each
+// pass for smallTransformer (h 256, 128 tokens, bf16) with top 2. Not with a single local expert
+// (16 experts over ep = 16), without expert parallelism, or under the flex dispatcher, whose
+// DeepEP and HybridEP backends permute once each way like the first permutation.
+TEST(CostModelTest, AllToAllDispatcherSortsTheReceivedRowsByLocalExpert) {
+  ir::Model model = smallTransformer(2);
+  model.transformer.moe.experts = 16;
+  model.transformer.moe.topK = 2;
+  model.transformer.moe.expertFfn = 384;
+  auto sortBytes = [&](const Layout &layout, PassKind pass) {
+    double bytes = 0;
+    for (const MemoryOp &op : getUnitWork(model, UnitKind::Layer, 0, pass, layout).memory)
+      if (llvm::StringRef(op.name).starts_with("received rows sorted by local expert"))
+        bytes += op.bytes;
+    return bytes;
+  };
+  Layout layout;
+  layout.expert = 4;
+  const double expected = 2.0 * 2 * (128 * 2) * 256 * 2;
+  EXPECT_DOUBLE_EQ(sortBytes(layout, PassKind::Forward), expected);
+  EXPECT_DOUBLE_EQ(sortBytes(layout, PassKind::Backward), expected);
+  for (ir::ExpertDispatcher flex : {ir::ExpertDispatcher::DeepEP, ir::ExpertDispatcher::HybridEP}) {
+    layout.dispatcher = flex;
+    EXPECT_DOUBLE_EQ(sortBytes(layout, PassKind::Forward), 0);
+  }
+  layout.dispatcher = ir::ExpertDispatcher::AllToAll;
+  layout.expert = 16;
+  EXPECT_DOUBLE_EQ(sortBytes(layout, PassKind::Forward), 0);
+  layout.expert = 1;
+  EXPECT_DOUBLE_EQ(sortBytes(layout, PassKind::Forward), 0);
+}
+
 // An MoE layer's FLOPs at even routing equal a dense layer's with the MLP replaced by top_k experts
 // and the router: the difference in a forward is 2·T·h·E for the router plus
 // 3 · 2·T·h·(k·f_e − f) for the swiglu products.

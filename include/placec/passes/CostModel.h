@@ -368,6 +368,8 @@ struct Layout {
   /// `expert_context = fold` under a sequence degree above 1: the sequence axes' devices in the
   /// routed experts' group, E/(ep·cp) experts on each (getMoeShape).
   bool expertContextFold = false;
+  /// `dispatcher`: how the expert group moves the routed rows (MoeShape::sortsByLocalExpert).
+  ir::ExpertDispatcher dispatcher = ir::ExpertDispatcher::AllToAll;
   bool sequenceParallel = false;
   /// What sequence parallelism's column-parallel products keep of their gathered input
   /// (`sp_inputs`): under `keep` the two layer inputs they read are kept whole.
@@ -436,6 +438,14 @@ struct MoeShape {
   /// sequence axes folded).
   double group = 1;
   double tokensPerExpert = 0; ///< Rows each local expert computes (× imbalance when dropless).
+  /// Megatron-Core's all-to-all dispatcher with several experts on a device and a group of more
+  /// than one: the rows a device receives arrive grouped by source rank and are sorted into
+  /// local-expert order before the experts, and back into source order before the combine
+  /// ("Permutation 2" and "Unpermutation 2", sort_chunks_by_idxs in
+  /// megatron/core/transformer/moe/token_dispatcher.py, dispatch_postprocess and
+  /// combine_preprocess), a read and a write of the dispatch buffer each way. The flex
+  /// dispatcher's backends permute once each way (DeepEP after its dispatch, HybridEP inside it).
+  bool sortsByLocalExpert = false;
 };
 MoeShape getMoeShape(const ir::TransformerConfig &config, const Layout &layout,
                      std::string *formula = nullptr);
