@@ -4106,6 +4106,16 @@ double CostModel::getExpertExchangeSeconds(ir::ExpertDispatcher dispatcher, cons
   double inside = (perNode - 1) / perNode * bytes / (cluster.intraBandwidth * intraEfficiency);
   double outside = remote / k * bytes / (cluster.interBandwidth * interEfficiency);
   double latency = getRingLatency(n - 1, nodes - 1);
+  // DeepEP's internode kernels forward over NVLink while the network delivers: the slower of the
+  // two stages (its V1 benchmark on H800s with 400 Gb/s NICs, docs/legacy.md in deepseek-ai/DeepEP,
+  // EP 16 to 64, lies 6 to 11 % above it at the 160 GB/s of NVLink it states). HybridEP's, called
+  // through its Torch API as Megatron-Core calls them, take the two stages' sum: its benchmark on
+  // H100s (the hybrid-ep branch's docs/README_Hybrid-EP.md, 16 SMs, EP 16, 32 and 64) lies within
+  // 14 % of it, where the slower stage alone is 10 to 41 % under
+  // (CostModelTest.HybridEpAcrossNodesAgainstItsBenchmark; docs/fidelity.md, "HybridEP across
+  // nodes").
+  bool staged = dispatcher == ir::ExpertDispatcher::HybridEP;
+  double stages = staged ? inside + outside : std::max(inside, outside);
   if (formula) {
     std::string nodesText =
         grouped ? fmt::format("(N - 1)·(1 - C(G - G/N, g)/C(G, g)) = {} of the {} other nodes, "
@@ -4115,14 +4125,14 @@ double CostModel::getExpertExchangeSeconds(ir::ExpertDispatcher dispatcher, cons
                               "{}, k {}",
                               num(remote), num(nodes - 1), experts, topK);
     *formula = fmt::format(
-        "{} (by node): latency + max(every row but the rank's own over NVLink ({} - 1)/{} × {}, "
+        "{} (by node): latency + {}(every row but the rank's own over NVLink ({} - 1)/{} × {}, "
         "each token once to each other node with one of its experts over the NIC {}/{} × {} "
-        "[{}]) = {} + max({}, {})",
-        ir::toString(dispatcher).str(), num(perNode), num(perNode), fmtAmount(bytes, "B"),
-        num(remote), num(k), fmtAmount(bytes, "B"), nodesText, fmtSeconds(latency),
-        fmtSeconds(inside), fmtSeconds(outside));
+        "[{}]) = {} + {}({}, {})",
+        ir::toString(dispatcher).str(), staged ? "sum" : "max", num(perNode), num(perNode),
+        fmtAmount(bytes, "B"), num(remote), num(k), fmtAmount(bytes, "B"), nodesText,
+        fmtSeconds(latency), staged ? "sum" : "max", fmtSeconds(inside), fmtSeconds(outside));
   }
-  return latency + std::max(inside, outside);
+  return latency + stages;
 }
 
 double CostModel::getCollectiveSeconds(Collective collective, const GroupShape &group, double bytes,

@@ -540,8 +540,9 @@ enum class ExpertDispatcher {
   AllToAll,
   /// `deepep`, `hybridep`: Megatron-Core's flex dispatcher over DeepEP or NVIDIA's HybridEP, which
   /// send a token once to each other node that holds one of its experts and forward it there over
-  /// NVLink to the experts' ranks (DeepSeek-AI 2024, §3.2.2; DeepEP's internode kernels). placec
-  /// times both alike (cost::CostModel::getExpertExchangeSeconds).
+  /// NVLink to the experts' ranks (DeepSeek-AI 2024, §3.2.2; DeepEP's internode kernels). Across
+  /// nodes placec overlaps DeepEP's two stages and runs HybridEP's one after the other
+  /// (cost::CostModel::getExpertExchangeSeconds).
   DeepEP,
   HybridEP,
 };

@@ -1084,8 +1084,9 @@ public:
   /// per token, moe.experts experts spread evenly over the group) under `dispatcher`: the
   /// all-to-all of getCollectiveSeconds, or, for deepep and hybridep across nodes, each token sent
   /// once to each other node holding one of its experts (getRemoteNodesPerToken of them) over the
-  /// NIC and every row but the receiving rank's own over NVLink, the slower of the two with the
-  /// all-to-all's latency.
+  /// NIC and every row but the receiving rank's own over NVLink, with the all-to-all's latency:
+  /// DeepEP the slower of the two stages, HybridEP their sum (as the backends' own benchmarks
+  /// measured them).
   double getExpertExchangeSeconds(ir::ExpertDispatcher dispatcher, const GroupShape &group,
                                   double bytes, const ir::MoeConfig &moe,
                                   std::string *formula = nullptr) const;
