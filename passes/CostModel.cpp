@@ -91,6 +91,17 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
   //   312.9 of 448 over Infinity Fabric: 0.70).
   // - Inter-node bus efficiency: a ring all-reduce over 4 nodes of 8 B200 with 8×50 GB/s NICs
   //   each reaches 381.8 GB/s of bus bandwidth (0.95 of the node's NIC bandwidth), same source.
+  // - The flex dispatchers' NVLink efficiency: the rows DeepEP's and HybridEP's dispatch and
+  //   combine deliver to other ranks (a token once to each rank holding one of its experts) over
+  //   the per-direction NVLink bandwidth, from the backends' own benchmarks (deepseek-ai/DeepEP;
+  //   their "algorithm bandwidth" counts every received row, the rank's own included, so the
+  //   other ranks' are (n − 1)/n of it). Hopper: DeepEP V1 on H800s, 8 ranks, DeepSeek-V3's
+  //   routing, 153 and 158 GB/s (docs/legacy.md) of 200 GB/s: 0.68. Blackwell: HybridEP through
+  //   its Torch API at 16 SMs, BF16 dispatch and combine, on 8 B200s and on 8 to 36 GB200s of one
+  //   NVLink domain (hybrid-ep branch at 94a9f8f, docs/README_Hybrid-EP.md), 0.45 to 0.53 of
+  //   900 GB/s, 0.50 on average; DeepEP on the same systems, 0.30 at 16 SMs and 0.41 at 24 on
+  //   average, 0.36 at the 20 SMs Megatron-Core gives it by default (moe_flex_dispatcher_num_sms).
+  //   HybridEP on Hopper, and Ampere and CDNA, have no measurement: DeepEP's on H800.
   // - Fused attention on Hopper: placec's kernel bench (above) times PyTorch's
   //   scaled_dot_product_attention with its FlashAttention-2 and cuDNN backends (cuDNN 9.19) on
   //   26 shapes each, causal and full, 1K to 32K keys, head dimensions 64, 112 and 128, forward
@@ -145,6 +156,8 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*cudnn=*/ampereFlash,
       /*intraBusEfficiency=*/0.78,
       /*interBusEfficiency=*/0.95,
+      /*deepEpNvlinkEfficiency=*/0.68,
+      /*hybridEpNvlinkEfficiency=*/0.68,
   };
   static const FamilyConstants hopper = {
       /*gemmEfficiency=*/0.803,
@@ -155,6 +168,8 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*cudnn=*/hopperCudnn,
       /*intraBusEfficiency=*/0.82,
       /*interBusEfficiency=*/0.95,
+      /*deepEpNvlinkEfficiency=*/0.68,
+      /*hybridEpNvlinkEfficiency=*/0.68,
   };
   static const FamilyConstants blackwell = {
       /*gemmEfficiency=*/0.776,
@@ -165,6 +180,8 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*cudnn=*/blackwellCudnn,
       /*intraBusEfficiency=*/0.82,
       /*interBusEfficiency=*/0.95,
+      /*deepEpNvlinkEfficiency=*/0.36,
+      /*hybridEpNvlinkEfficiency=*/0.50,
   };
   static const FamilyConstants cdna3 = {
       /*gemmEfficiency=*/0.514,
@@ -175,6 +192,8 @@ const FamilyConstants &getFamilyConstants(ir::DeviceFamily family) {
       /*cudnn=*/none,
       /*intraBusEfficiency=*/0.70,
       /*interBusEfficiency=*/0.95,
+      /*deepEpNvlinkEfficiency=*/0.68,
+      /*hybridEpNvlinkEfficiency=*/0.68,
   };
   // CDNA 4 (MI350X, MI355X) has measured GEMMs of its own and nothing else: the rest is CDNA 3's.
   // Its FP8 fraction is AMD's measurement of hipBLASLt on an MI355X (ROCm 7.1; ROCm blogs, "FP8
@@ -4057,80 +4076,143 @@ double CostModel::getRingLatency(double steps, double interSteps) const {
   return base + (steps - interSteps) * intraStep + interSteps * cluster.latency;
 }
 
-/// Whether group-limited routing sets the nodes a token reaches: groups that lie whole in the
-/// nodes (N divides G).
-static bool routesByNodeGroups(int64_t groups, int64_t groupTopK, int64_t nodes) {
-  return groups > 0 && groupTopK > 0 && nodes > 0 && groups % nodes == 0;
+double getHoldersReachedPerToken(int64_t experts, int64_t topK, int64_t holders, int64_t groups,
+                                 int64_t groupTopK, std::string *formula) {
+  if (holders <= 1 || experts <= 0 || topK <= 0)
+    return holders == 1 && experts > 0 && topK > 0 ? 1 : 0;
+  // Draws of `k` of `total` items spread evenly over `bins` bins: the chance that a bin's `each`
+  // items hold none of them is C(total − each, k)/C(total, k), and the bins reached are
+  // bins·(1 − that).
+  auto reached = [](double total, double each, int64_t k, double bins) {
+    double none = 1;
+    for (int64_t i = 0; i < k; ++i)
+      none *= std::max(0.0, total - each - static_cast<double>(i)) /
+              std::max(1.0, total - static_cast<double>(i));
+    return bins * (1 - none);
+  };
+  double e = static_cast<double>(experts), h = static_cast<double>(holders);
+  // Group-limited routing (DeepSeek-V3 §2.1.2): the token's experts lie in its g groups.
+  if (groups > 0 && groupTopK > 0 && groups <= experts && experts % groups == 0) {
+    double g = static_cast<double>(groups);
+    // Groups whole in the holders: the holders of the token's g groups, each taken to hold one
+    // of its experts.
+    if (groups % holders == 0) {
+      if (formula)
+        *formula = "H·(1 - C(G - G/H, g)/C(G, g))";
+      return reached(g, g / h, groupTopK, h);
+    }
+    // Groups that span H/G holders each: its k experts drawn from the g·E/G of its groups,
+    // E/H to a holder, over the g·H/G holders of those groups.
+    if (holders % groups == 0) {
+      if (formula)
+        *formula = "(g·H/G)·(1 - C(g·E/G - E/H, k)/C(g·E/G, k))";
+      double chosen = static_cast<double>(groupTopK) * e / g;
+      return reached(chosen, e / h, std::min<int64_t>(topK, static_cast<int64_t>(chosen)),
+                     static_cast<double>(groupTopK) * h / g);
+    }
+  }
+  if (formula)
+    *formula = "H·(1 - C(E - E/H, k)/C(E, k))";
+  return reached(e, e / h, topK, h);
 }
 
-double getRemoteNodesPerToken(int64_t experts, int64_t topK, int64_t nodes, int64_t groups,
-                              int64_t groupTopK) {
-  if (nodes <= 1 || experts <= 0 || topK <= 0)
+double getOtherHoldersPerToken(int64_t experts, int64_t topK, int64_t holders, int64_t groups,
+                               int64_t groupTopK) {
+  // Every holder is the token's own with chance 1/H, evenly: the others are (H − 1)/H of those
+  // reached.
+  if (holders <= 1)
     return 0;
-  // Draws of `k` of `total` items spread evenly over the nodes: the chance that a node's
-  // total/N items hold none of them is C(total − total/N, k)/C(total, k).
-  auto otherNodes = [&](int64_t total, int64_t k) {
-    double e = static_cast<double>(total), n = static_cast<double>(nodes);
-    double others = e - e / n, none = 1;
-    for (int64_t i = 0; i < k; ++i)
-      none *= std::max(0.0, others - static_cast<double>(i)) / (e - static_cast<double>(i));
-    return (n - 1) * (1 - none);
-  };
-  // Group-limited routing (DeepSeek-V3 §2.1.2): the token's experts lie in its g groups.
-  if (routesByNodeGroups(groups, groupTopK, nodes))
-    return otherNodes(groups, groupTopK);
-  return otherNodes(experts, topK);
+  double h = static_cast<double>(holders);
+  return getHoldersReachedPerToken(experts, topK, holders, groups, groupTopK) * (h - 1) / h;
+}
+
+double CostModel::getFlexNvlinkEfficiency(ir::ExpertDispatcher dispatcher) const {
+  if (!family)
+    return 1;
+  return dispatcher == ir::ExpertDispatcher::HybridEP ? family->hybridEpNvlinkEfficiency
+                                                      : family->deepEpNvlinkEfficiency;
 }
 
 double CostModel::getExpertExchangeSeconds(ir::ExpertDispatcher dispatcher, const GroupShape &group,
                                            double bytes, const ir::MoeConfig &moe,
                                            std::string *formula) const {
   int64_t experts = moe.experts, topK = moe.topK;
-  if (dispatcher == ir::ExpertDispatcher::AllToAll || group.isIntraNode() || experts <= 0 ||
-      topK <= 0 || cluster.intraBandwidth <= 0 || cluster.interBandwidth <= 0)
+  if (dispatcher == ir::ExpertDispatcher::AllToAll || experts <= 0 || topK <= 0 ||
+      cluster.intraBandwidth <= 0 || (!group.isIntraNode() && cluster.interBandwidth <= 0) ||
+      group.size <= 1)
     return getCollectiveSeconds(Collective::AllToAll, group, bytes, formula);
-  // DeepSeek-AI 2024, §3.2.2, as DeepEP's internode kernels and HybridEP run it: a token goes
-  // once over the network to the rank of its local index on each other node that holds one of
-  // its experts, which forwards it over NVLink to those experts' ranks (the combine the reverse,
-  // reduced in the node before it crosses). The buffer holds k rows per token.
+  // DeepEP's and HybridEP's kernels send a token once to each rank that holds one of its
+  // experts, which permutes it to them (DeepEP's is_token_in_rank; HybridEP's token buffers of one
+  // row a token, docs/Hybrid-EP_Implementation.md, 4.2), where the all-to-all dispatcher sends a
+  // row to each expert: of the buffer's k rows a token, the ranks reached. Their kernels reach a
+  // fraction of NVLink of their own (getFlexNvlinkEfficiency).
   double n = static_cast<double>(group.size);
   double perNode = static_cast<double>(std::min(group.perNode, group.size));
   int64_t nodeCount = group.getNodes();
   double nodes = static_cast<double>(nodeCount);
-  bool grouped = routesByNodeGroups(moe.routerGroups, moe.routerGroupTopK, nodeCount);
-  double remote =
-      getRemoteNodesPerToken(experts, topK, nodeCount, moe.routerGroups, moe.routerGroupTopK);
   double k = static_cast<double>(topK);
-  double intraEfficiency = family ? family->intraBusEfficiency : 1;
+  std::string ranksFormula;
+  double ranks = getHoldersReachedPerToken(experts, topK, group.size, moe.routerGroups,
+                                           moe.routerGroupTopK, formula ? &ranksFormula : nullptr);
+  double flexEfficiency = getFlexNvlinkEfficiency(dispatcher);
+  double nvlink = cluster.intraBandwidth * flexEfficiency;
+  // Every row but the one to the sending (or, across nodes, the forwarding) rank crosses NVLink.
+  double inside = ranks * (perNode - 1) / perNode / k * bytes / nvlink;
+  // Inside a node the kernels' own start-up is in the benchmarks' times the efficiencies come
+  // from, and no ring runs: NCCL's base latency alone. Across nodes the all-to-all's, as its
+  // benchmark comparison was made with it.
+  double latency = group.isIntraNode() ? (family ? kCollectiveBaseLatency : cluster.latency)
+                                       : getRingLatency(n - 1, nodes - 1);
+  std::string routing =
+      fmt::format("E {}, k {}{}", experts, topK,
+                  moe.routerGroups > 0 && moe.routerGroupTopK > 0
+                      ? fmt::format(", g {}, G {}", moe.routerGroupTopK, moe.routerGroups)
+                      : std::string());
+  std::string nvlinkText =
+      fmt::format("(intra_bandwidth{} = {})", family ? " × " + num(flexEfficiency) : std::string(),
+                  fmtRate(nvlink, "B/s"));
+  if (group.isIntraNode()) {
+    if (formula)
+      *formula = fmt::format(
+          "{}: latency + over NVLink the ranks a token reaches but the sender, ({} - 1)/{} × {} "
+          "[{}, H {} ranks] = {} rows of a token's k: {}/{} × {} / {} = {} + {}",
+          ir::toString(dispatcher).str(), num(perNode), num(perNode), ranksFormula, routing,
+          group.size, num(ranks * (perNode - 1) / perNode), num(ranks * (perNode - 1) / perNode),
+          topK, fmtAmount(bytes, "B"), nvlinkText, fmtSeconds(latency), fmtSeconds(inside));
+    return latency + inside;
+  }
+  // DeepSeek-AI 2024, §3.2.2, as DeepEP's internode kernels and HybridEP run it: a token goes
+  // once over the network to the rank of its local index on each other node that holds one of
+  // its experts, which forwards it over NVLink to those experts' ranks (the combine the reverse,
+  // reduced in the node before it crosses).
+  std::string nodesFormula;
+  double remote =
+      getHoldersReachedPerToken(experts, topK, nodeCount, moe.routerGroups, moe.routerGroupTopK,
+                                formula ? &nodesFormula : nullptr) *
+      (nodes - 1) / nodes;
   double interEfficiency = family ? family->interBusEfficiency : 1;
-  double inside = (perNode - 1) / perNode * bytes / (cluster.intraBandwidth * intraEfficiency);
   double outside = remote / k * bytes / (cluster.interBandwidth * interEfficiency);
-  double latency = getRingLatency(n - 1, nodes - 1);
   // DeepEP's internode kernels forward over NVLink while the network delivers: the slower of the
   // two stages (its V1 benchmark on H800s with 400 Gb/s NICs, docs/legacy.md in deepseek-ai/DeepEP,
-  // EP 16 to 64, lies 6 to 11 % above it at the 160 GB/s of NVLink it states). HybridEP's, called
-  // through its Torch API as Megatron-Core calls them, take the two stages' sum: its benchmark on
-  // H100s (the hybrid-ep branch's docs/README_Hybrid-EP.md, 16 SMs, EP 16, 32 and 64) lies within
-  // 14 % of it, where the slower stage alone is 10 to 41 % under
-  // (CostModelTest.HybridEpAcrossNodesAgainstItsBenchmark; docs/fidelity.md, "HybridEP across
-  // nodes").
+  // EP 16 to 64, lies 6 to 11 % above it). HybridEP's, called through its Torch API as
+  // Megatron-Core calls them, take the two stages' sum: its benchmark on H100s (the hybrid-ep
+  // branch's docs/README_Hybrid-EP.md, 16 SMs, EP 16, 32 and 64) lies within 14 % of it, where the
+  // slower stage alone is 10 to 41 % under (CostModelTest.HybridEpAcrossNodesAgainstItsBenchmark;
+  // docs/fidelity.md, "HybridEP across nodes").
   bool staged = dispatcher == ir::ExpertDispatcher::HybridEP;
   double stages = staged ? inside + outside : std::max(inside, outside);
   if (formula) {
-    std::string nodesText =
-        grouped ? fmt::format("(N - 1)·(1 - C(G - G/N, g)/C(G, g)) = {} of the {} other nodes, "
-                              "the token's g {} of G {} expert groups",
-                              num(remote), num(nodes - 1), moe.routerGroupTopK, moe.routerGroups)
-                : fmt::format("(N - 1)·(1 - C(E - E/N, k)/C(E, k)) = {} of the {} other nodes, E "
-                              "{}, k {}",
-                              num(remote), num(nodes - 1), experts, topK);
     *formula = fmt::format(
-        "{} (by node): latency + {}(every row but the rank's own over NVLink ({} - 1)/{} × {}, "
-        "each token once to each other node with one of its experts over the NIC {}/{} × {} "
-        "[{}]) = {} + {}({}, {})",
+        "{} (by node): latency + {}(over NVLink the ranks a token reaches but the forwarding one, "
+        "({} - 1)/{} × {} [{}, H {} ranks] = {} rows of a token's k: {}/{} × {} / {}; over the "
+        "NIC each token once to each other node with one of its experts, (H - 1)/H × {} [H {} "
+        "nodes] = {}: {}/{} × {} / (inter_bandwidth{})) = {} + {}({}, {})",
         ir::toString(dispatcher).str(), staged ? "sum" : "max", num(perNode), num(perNode),
-        fmtAmount(bytes, "B"), num(remote), num(k), fmtAmount(bytes, "B"), nodesText,
-        fmtSeconds(latency), staged ? "sum" : "max", fmtSeconds(inside), fmtSeconds(outside));
+        ranksFormula, routing, group.size, num(ranks * (perNode - 1) / perNode),
+        num(ranks * (perNode - 1) / perNode), topK, fmtAmount(bytes, "B"), nvlinkText, nodesFormula,
+        nodeCount, num(remote), num(remote), topK, fmtAmount(bytes, "B"),
+        family ? " × " + num(interEfficiency) : std::string(), fmtSeconds(latency),
+        staged ? "sum" : "max", fmtSeconds(inside), fmtSeconds(outside));
   }
   return latency + stages;
 }

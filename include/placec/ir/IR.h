@@ -128,8 +128,8 @@ struct MoeConfig {
   /// `router_groups = G; router_group_top_k = g;`: group-limited routing (DeepSeek-V2 §2.1.2,
   /// DeepSeek-V3 §2.1.2, Megatron-Core's --moe-router-num-groups and --moe-router-group-topk): the
   /// experts in G contiguous groups, a token's top_k drawn from the g groups its scores rank
-  /// first; 0: no groups. It changes no parameter and no FLOP, only how many nodes a token's
-  /// experts span (cost::getRemoteNodesPerToken).
+  /// first; 0: no groups. It changes no parameter and no FLOP, only how many nodes and ranks a
+  /// token's experts span (cost::getHoldersReachedPerToken).
   int64_t routerGroups = 0, routerGroupTopK = 0;
   /// Expert capacity as a multiple of the tokens an expert gets under even routing; nullopt:
   /// dropless routing.

@@ -75,6 +75,10 @@ struct FamilyConstants {
   /// the links inside a node and over the network.
   double intraBusEfficiency;
   double interBusEfficiency;
+  /// Fraction of the NVLink bandwidth that DeepEP's and HybridEP's dispatch and combine kernels
+  /// reach, counting the rows they deliver to other ranks (their own benchmarks).
+  double deepEpNvlinkEfficiency;
+  double hybridEpNvlinkEfficiency;
 };
 
 const FamilyConstants &getFamilyConstants(ir::DeviceFamily family);
@@ -716,14 +720,21 @@ struct GroupShape {
   bool isIntraNode() const { return perNode >= size; }
 };
 
-/// The expected number of nodes besides a token's own that hold at least one of its `topK`
-/// experts, `experts` experts spread evenly over `nodes` nodes and a token's experts drawn evenly
-/// without repeats (routing forced to balance): (N − 1)·(1 − C(E − E/N, k)/C(E, k)). Under
-/// group-limited routing (`groups` G > 0, `groupTopK` g) whose groups lie whole in the nodes (N
-/// divides G), the nodes of the token's g groups, each taken to hold one of its experts:
-/// (N − 1)·(1 − C(G − G/N, g)/C(G, g)); groups that span nodes leave the experts' count.
-double getRemoteNodesPerToken(int64_t experts, int64_t topK, int64_t nodes, int64_t groups = 0,
-                              int64_t groupTopK = 0);
+/// The expected number of holders (the ranks of an expert group, or its nodes) that hold at least
+/// one of a token's `topK` experts, the token's own holder included, `experts` experts spread
+/// evenly over `holders` and a token's experts drawn evenly without repeats (routing forced to
+/// balance): H·(1 − C(E − E/H, k)/C(E, k)). Under group-limited routing (`groups` G > 0,
+/// `groupTopK` g, G dividing E): groups whole in the holders (H divides G), the holders of the
+/// token's g groups, each taken to hold one of its experts, H·(1 − C(G − G/H, g)/C(G, g)); groups
+/// that span H/G holders each (G divides H), the token's k experts drawn from the g·E/G of its
+/// groups over their g·H/G holders, (g·H/G)·(1 − C(gE/G − E/H, k)/C(gE/G, k)); otherwise the
+/// experts' count.
+double getHoldersReachedPerToken(int64_t experts, int64_t topK, int64_t holders, int64_t groups = 0,
+                                 int64_t groupTopK = 0, std::string *formula = nullptr);
+/// Of those, the holders besides the token's own: (H − 1)/H of them (each holder is the token's
+/// own with chance 1/H).
+double getOtherHoldersPerToken(int64_t experts, int64_t topK, int64_t holders, int64_t groups = 0,
+                               int64_t groupTopK = 0);
 
 /// The shape of the group of mesh `axes` on nodes of `devicesPerNode`: the ranks of group 0
 /// that lie in node 0 (groups are translates of it).
@@ -1082,11 +1093,16 @@ public:
                               std::string *formula = nullptr) const;
   /// An expert group's dispatch or combine of `bytes` of routed rows per device (moe.topK rows
   /// per token, moe.experts experts spread evenly over the group) under `dispatcher`: the
-  /// all-to-all of getCollectiveSeconds, or, for deepep and hybridep across nodes, each token sent
-  /// once to each other node holding one of its experts (getRemoteNodesPerToken of them) over the
-  /// NIC and every row but the receiving rank's own over NVLink, with the all-to-all's latency:
-  /// DeepEP the slower of the two stages, HybridEP their sum (as the backends' own benchmarks
-  /// measured them).
+  /// all-to-all of getCollectiveSeconds; for deepep and hybridep, each token sent once to each
+  /// rank holding one of its experts (getHoldersReachedPerToken of the group's ranks), every such
+  /// row but the sender's (or forwarder's) own over NVLink at the backend's efficiency
+  /// (getFlexNvlinkEfficiency), and across nodes each token once to each other node holding one of
+  /// its experts (getOtherHoldersPerToken of the nodes) over the NIC, with the all-to-all's
+  /// latency: DeepEP the slower of the two stages, HybridEP their sum (as the backends' own
+  /// benchmarks measured them).
+  /// The fraction of NVLink's bandwidth that `dispatcher`'s kernels reach (FamilyConstants); 1
+  /// without a device preset.
+  double getFlexNvlinkEfficiency(ir::ExpertDispatcher dispatcher) const;
   double getExpertExchangeSeconds(ir::ExpertDispatcher dispatcher, const GroupShape &group,
                                   double bytes, const ir::MoeConfig &moe,
                                   std::string *formula = nullptr) const;
