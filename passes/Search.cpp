@@ -1954,6 +1954,8 @@ std::string Candidate::formatExperts() const {
   if (expertFold || contextFold)
     text = std::string("fold(") + (contextFold ? "cp" : "") +
            (contextFold && expertFold ? ", " : "") + (expertFold ? "tp" : "") + ")";
+  if (dispatcher != ir::ExpertDispatcher::AllToAll)
+    text += ", " + ir::toString(dispatcher).str();
   return epOverlap ? text + " + ep_overlap" : text;
 }
 
@@ -2170,6 +2172,36 @@ std::optional<std::vector<ir::ExpertTensor>> parseExpertTensor(StringRef text, c
       "--expert-tensor", "an expert_tensor setting",
       "write a comma-separated list of split and fold", run,
       "fold puts whole routed experts over the expert and tensor axes", error);
+}
+
+std::optional<std::vector<ir::ExpertDispatcher>>
+parseDispatchers(StringRef text, const ir::Run &run, std::string &error) {
+  std::optional<std::vector<ir::ExpertDispatcher>> values =
+      parseChoiceList(text,
+                      {ir::ExpertDispatcher::AllToAll, ir::ExpertDispatcher::DeepEP,
+                       ir::ExpertDispatcher::HybridEP},
+                      "--dispatcher", "a dispatcher",
+                      "write a comma-separated list of alltoall, deepep and hybridep", error);
+  if (!values)
+    return values;
+  const ir::Model &model = *run.model;
+  for (ir::ExpertDispatcher dispatcher : *values) {
+    if (dispatcher == ir::ExpertDispatcher::AllToAll)
+      continue;
+    std::string name = ir::toString(dispatcher).str();
+    if (!model.isMoe()) {
+      error = "--dispatcher " + name + ": model '" + model.name + "' has no experts (" + name +
+              " dispatches the tokens of a mixture of experts)";
+      return std::nullopt;
+    }
+    if (model.kind == ir::ModelKind::Transformer && model.transformer.moe.capacityFactor) {
+      error = "--dispatcher " + name + ": model '" + model.name +
+              "' has a capacity factor, and placec times the flex dispatcher's exchanges dropless "
+              "(explore alltoall, or drop capacity_factor)";
+      return std::nullopt;
+    }
+  }
+  return values;
 }
 
 std::optional<std::vector<ir::ExpertTensor>> parseExpertContext(StringRef text, const ir::Run &run,
@@ -2633,6 +2665,12 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
   // divides the experts. Folded experts keep less than split ones (the routed rows' inputs and
   // the router's probabilities of a rank's own tokens), so the most frugal of a plan's variants
   // is folded where fold is explored.
+  // The dispatchers explored over expert axes of more than one device: the flag's, or the run's.
+  const std::vector<ir::ExpertDispatcher> runDispatcher = {
+      run.strategy ? run.strategy->expertDispatcher : ir::ExpertDispatcher::AllToAll};
+  const std::vector<ir::ExpertDispatcher> &dispatcherValues =
+      options.dispatchers.empty() ? runDispatcher : options.dispatchers;
+  const std::vector<ir::ExpertDispatcher> allToAllOnly = {ir::ExpertDispatcher::AllToAll};
   const std::vector<ir::ExpertTensor> splitOnly = {ir::ExpertTensor::Split};
   const std::vector<ir::ExpertTensor> &tensorValues =
       options.expertTensor.empty() ? splitOnly : options.expertTensor;
@@ -2758,7 +2796,8 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
     // keep whole, so ZeRO-1 for them needs a batch axis besides ep.
     bool foldsContextHere = exploresContextFold && model.isMoe() && ep > 1 && cp > 1 &&
                             model.transformer.moe.experts % (ep * cp) == 0;
-    std::vector<std::pair<bool, bool>> folds; // (expert_tensor, expert_context) folded.
+    // (expert_tensor, expert_context) folded, and the dispatcher.
+    std::vector<std::tuple<bool, bool, ir::ExpertDispatcher>> folds;
     for (ir::ExpertTensor tensor : foldsHere ? tensorValues : splitOnly)
       for (ir::ExpertTensor context : foldsContextHere ? contextValues : splitOnly) {
         bool tensorFold = tensor == ir::ExpertTensor::Fold;
@@ -2766,7 +2805,8 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
         int64_t folded = ep * (tensorFold ? tp : 1) * (contextFold ? cp : 1);
         if (model.transformer.moe.experts % folded == 0 &&
             !(contextFold && group.expertsReplicated && samples / ep <= 1))
-          folds.emplace_back(tensorFold, contextFold);
+          for (ir::ExpertDispatcher dispatcher : ep > 1 ? dispatcherValues : allToAllOnly)
+            folds.emplace_back(tensorFold, contextFold, dispatcher);
       }
     const PrecisionVariant &variant = *group.variant;
     SearchResult &counts = share.counts;
@@ -2795,7 +2835,7 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
             for (ir::ExpertOverlap overlap :
                  overlapsExperts(ep, pp, pipeline, mode, variant.precision) ? overlapValues
                                                                             : overlapOff)
-              for (auto [tensorFold, contextFold] : folds) {
+              for (auto [tensorFold, contextFold, dispatcher] : folds) {
                 Candidate c;
                 c.pp = pp;
                 c.dpNode = samples / ep;
@@ -2814,8 +2854,7 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
                 c.epOverlap = overlap == ir::ExpertOverlap::On;
                 c.expertFold = tensorFold;
                 c.contextFold = contextFold;
-                if (ep > 1 && run.strategy)
-                  c.dispatcher = run.strategy->expertDispatcher;
+                c.dispatcher = dispatcher;
                 if (run.strategy)
                   c.gradReduce = run.strategy->gradReduce;
                 c.microBatch = b;

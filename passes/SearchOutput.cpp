@@ -246,6 +246,7 @@ json::Object candidateJson(const Candidate &c) {
                       {"dp_overlap", ir::toString(c.dpOverlap)},
                       {"grad_reduce", ir::toString(c.gradReduce)},
                       {"ep_overlap", c.epOverlap},
+                      {"dispatcher", ir::toString(c.dispatcher)},
                       {"expert_tensor", c.expertFold ? "fold" : "split"},
                       {"expert_context", c.contextFold ? "fold" : "split"},
                       {"precision", c.formatPrecision()},
@@ -425,6 +426,7 @@ int runSearchCommand(const ir::Program &program, const SearchCommandOptions &opt
       !parseFlag(asyncTp, parseAsyncTensorParallel, searchOptions.asyncTp) ||
       !parseFlag(options.epOverlap, withRun(parseExpertOverlap), searchOptions.epOverlap) ||
       !parseFlag(options.expertTensor, withRun(parseExpertTensor), searchOptions.expertTensor) ||
+      !parseFlag(options.dispatcher, withRun(parseDispatchers), searchOptions.dispatchers) ||
       !parseFlag(options.expertContext, withRun(parseExpertContext), searchOptions.expertContext))
     return 1;
   if (!options.context.empty()) {

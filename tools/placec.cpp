@@ -157,6 +157,11 @@ cl::opt<std::string> searchExpertTensor(
              "applies (an expert and a tensor axis whose devices together divide the experts), "
              "a comma-separated list of split and fold (default: split)"),
     cl::init(""), cl::cat(placecCategory));
+cl::opt<std::string> searchDispatcher(
+    "dispatcher",
+    cl::desc("search: the dispatchers to explore over expert axes of more than one device, a "
+             "comma-separated list of alltoall, deepep and hybridep (default: the run's)"),
+    cl::init(""), cl::cat(placecCategory));
 cl::opt<std::string> searchExpertContext(
     "expert-context",
     cl::desc("search: the expert_context settings to explore for a mixture of experts where fold "
@@ -607,6 +612,7 @@ int runSearch() {
   options.asyncTp = searchAsyncTp;
   options.epOverlap = searchEpOverlap;
   options.expertTensor = searchExpertTensor;
+  options.dispatcher = searchDispatcher;
   options.expertContext = searchExpertContext;
   options.context = searchContext;
   options.spInputs = searchSpInputs;

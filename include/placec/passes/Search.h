@@ -204,6 +204,9 @@ struct SearchOptions {
   /// The expert_tensor settings to explore for a mixture of experts where `fold` applies (ep > 1,
   /// tp > 1, ep·tp dividing the experts); empty: `split`. Elsewhere `split`.
   std::vector<ir::ExpertTensor> expertTensor;
+  /// The dispatchers to explore over expert axes of more than one device; empty: the searched
+  /// run's. Without an expert axis, `alltoall`.
+  std::vector<ir::ExpertDispatcher> dispatchers;
   /// The expert_context settings to explore for a mixture of experts where `fold` applies (ep > 1,
   /// cp > 1, the expert group dividing the experts); empty: `split`. Elsewhere `split`.
   std::vector<ir::ExpertTensor> expertContext;
@@ -385,6 +388,11 @@ std::optional<std::vector<ir::AsyncTensorParallel>> parseAsyncTensorParallel(llv
 std::optional<std::vector<ir::ExpertOverlap>>
 parseExpertOverlap(llvm::StringRef text, const ir::Run &run, std::string &error);
 
+/// Parses `--dispatcher alltoall,deepep,hybridep` into dispatchers; on an error (an unknown name,
+/// a flex dispatcher for a model without experts or with a capacity factor) sets `error` and
+/// returns nullopt.
+std::optional<std::vector<ir::ExpertDispatcher>>
+parseDispatchers(llvm::StringRef text, const ir::Run &run, std::string &error);
 /// Parses `--expert-tensor split,fold` into expert_tensor settings; on an error (an unknown
 /// name, or `fold` for a model without experts) returns nullopt and sets `error`.
 std::optional<std::vector<ir::ExpertTensor>>
@@ -462,6 +470,9 @@ struct SearchCommandOptions {
   /// `--expert-tensor`: a comma-separated list of split and fold; empty: split
   /// (SearchOptions::expertTensor).
   std::string expertTensor;
+  /// `--dispatcher`: a comma-separated list of alltoall, deepep and hybridep; empty: the run's
+  /// (SearchOptions::dispatchers).
+  std::string dispatcher;
   /// `--expert-context`: a comma-separated list of split and fold; empty: split
   /// (SearchOptions::expertContext).
   std::string expertContext;
