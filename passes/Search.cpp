@@ -2660,17 +2660,17 @@ void searchExactly(const ir::Run &run, const ir::Cluster &cluster, const SearchO
   const std::vector<ir::ExpertOverlap> overlapOff = {ir::ExpertOverlap::Off};
   const std::vector<ir::ExpertOverlap> &overlapValues =
       options.epOverlap.empty() ? overlapOff : options.epOverlap;
-  // The expert_tensor settings where `fold` applies (Verify's checkExperts): an expert and a
-  // tensor axis (with sequence parallelism, which every candidate with tp > 1 has) whose group
-  // divides the experts. Folded experts keep less than split ones (the routed rows' inputs and
-  // the router's probabilities of a rank's own tokens), so the most frugal of a plan's variants
-  // is folded where fold is explored.
   // The dispatchers explored over expert axes of more than one device: the flag's, or the run's.
   const std::vector<ir::ExpertDispatcher> runDispatcher = {
       run.strategy ? run.strategy->expertDispatcher : ir::ExpertDispatcher::AllToAll};
   const std::vector<ir::ExpertDispatcher> &dispatcherValues =
       options.dispatchers.empty() ? runDispatcher : options.dispatchers;
   const std::vector<ir::ExpertDispatcher> allToAllOnly = {ir::ExpertDispatcher::AllToAll};
+  // The expert_tensor settings where `fold` applies (Verify's checkExperts): an expert and a
+  // tensor axis (with sequence parallelism, which every candidate with tp > 1 has) whose group
+  // divides the experts. Folded experts keep less than split ones (the routed rows' inputs and
+  // the router's probabilities of a rank's own tokens), so the most frugal of a plan's variants
+  // is folded where fold is explored.
   const std::vector<ir::ExpertTensor> splitOnly = {ir::ExpertTensor::Split};
   const std::vector<ir::ExpertTensor> &tensorValues =
       options.expertTensor.empty() ? splitOnly : options.expertTensor;

@@ -734,7 +734,7 @@ double getHoldersReachedPerToken(int64_t experts, int64_t topK, int64_t holders,
 /// Of those, the holders besides the token's own: (H − 1)/H of them (each holder is the token's
 /// own with chance 1/H).
 double getOtherHoldersPerToken(int64_t experts, int64_t topK, int64_t holders, int64_t groups = 0,
-                               int64_t groupTopK = 0);
+                               int64_t groupTopK = 0, std::string *formula = nullptr);
 
 /// The shape of the group of mesh `axes` on nodes of `devicesPerNode`: the ranks of group 0
 /// that lie in node 0 (groups are translates of it).
@@ -1091,6 +1091,9 @@ public:
   /// the buffer once over their link.
   double getCollectiveSeconds(Collective collective, const GroupShape &group, double bytes,
                               std::string *formula = nullptr) const;
+  /// The fraction of NVLink's bandwidth that `dispatcher`'s kernels reach (FamilyConstants); 1
+  /// without a device preset.
+  double getFlexNvlinkEfficiency(ir::ExpertDispatcher dispatcher) const;
   /// An expert group's dispatch or combine of `bytes` of routed rows per device (moe.topK rows
   /// per token, moe.experts experts spread evenly over the group) under `dispatcher`: the
   /// all-to-all of getCollectiveSeconds; for deepep and hybridep, each token sent once to each
@@ -1100,9 +1103,6 @@ public:
   /// its experts (getOtherHoldersPerToken of the nodes) over the NIC, with the all-to-all's
   /// latency: DeepEP the slower of the two stages, HybridEP their sum (as the backends' own
   /// benchmarks measured them).
-  /// The fraction of NVLink's bandwidth that `dispatcher`'s kernels reach (FamilyConstants); 1
-  /// without a device preset.
-  double getFlexNvlinkEfficiency(ir::ExpertDispatcher dispatcher) const;
   double getExpertExchangeSeconds(ir::ExpertDispatcher dispatcher, const GroupShape &group,
                                   double bytes, const ir::MoeConfig &moe,
                                   std::string *formula = nullptr) const;
