@@ -183,6 +183,10 @@ private:
   double weightSeconds(const Op &op) const {
     return costModel.getWeightGradientSeconds(op.getWork());
   }
+  /// The part of a compute op between the expert dispatch and the combine.
+  double routedExpertSeconds(const Op &op) const {
+    return costModel.getRoutedExpertSeconds(op.getWork());
+  }
   /// The copy of the gathered parameters out of an all-gather's buffer that follows `op` on the
   /// compute stream under `param_gather = copy_out`; 0 for any other op or setting.
   double gatherCopySeconds(const Op &op, std::string *formula = nullptr) const {
@@ -855,9 +859,12 @@ RunAnalysis Analyzer::analyze() {
           double seconds = computeSeconds(op);
           unit.compute += seconds;
           compute += seconds;
-          if (expertOverlap)
-            (backwardPass ? expertExchanges[op.unit].backwardCompute
-                          : expertExchanges[op.unit].forwardCompute) += seconds;
+          if (expertOverlap) {
+            cost::ExpertExchange &exchange = expertExchanges[op.unit];
+            (backwardPass ? exchange.backwardCompute : exchange.forwardCompute) += seconds;
+            (backwardPass ? exchange.backwardExperts : exchange.forwardExperts) +=
+                routedExpertSeconds(op);
+          }
           const cost::TensorSlotSeconds &slots = slotSeconds(op);
           for (size_t s = 0; s < slots.size(); ++s)
             unit.slots[s] += slots[s];
@@ -875,10 +882,13 @@ RunAnalysis Analyzer::analyze() {
         case Lane::Neighbours:
           (op.kind == OpKind::AllGather ? unit.gather : unit.reduce) += seconds;
           break;
-        case Lane::Experts:
-          (backwardPass ? expertExchanges[op.unit].backwardComm
-                        : expertExchanges[op.unit].forwardComm) += seconds;
+        case Lane::Experts: {
+          cost::ExpertExchange &exchange = expertExchanges[op.unit];
+          (backwardPass ? (op.combine ? exchange.backwardCombine : exchange.backwardDispatch)
+                        : (op.combine ? exchange.forwardCombine : exchange.forwardDispatch)) +=
+              seconds;
           break;
+        }
         case Lane::Products:
           unit.tensorBeside += seconds;
           break;
@@ -1136,10 +1146,13 @@ RunAnalysis Analyzer::analyze() {
                : "",
            strategy.expertOverlap == ir::ExpertOverlap::On
                ? fmt::format(
-                     "; ep_overlap = true: each MoE layer's forward and backward all-to-alls "
-                     "beside the compute of both its passes (a forward beside another "
-                     "micro-batch's backward), max(A - C, A × κ/(1 + κ)), but for the share u = "
-                     "{} of the passes that run alone, in full",
+                     "; ep_overlap = true: each MoE layer's forward beside another "
+                     "micro-batch's backward in four windows, an all-to-all beside compute in "
+                     "each (the combine gradient beside the forward's attention side, the "
+                     "dispatch beside the backward's routed experts, the dispatch gradient "
+                     "beside the forward's routed experts, the combine beside the backward's "
+                     "attention side), max(A - C, A × κ/(1 + κ)) a window, but for the share u "
+                     "= {} of the passes that run alone, in full",
                      num(cost::getExpertOverlapUnpairedShare(
                          plan.schedule, static_cast<int64_t>(plan.stages.size()), slowest->stage,
                          plan.microbatches, plan.chunks, plan.group)))

@@ -631,8 +631,11 @@ std::vector<Gemm> layerProjectionShapes(const TransformerDims &x) {
   // router's scores of every expert for the tokens this device routes, and the shared experts as
   // one MLP over every token.
   gemms.push_back({"router", x.experts.tokens, x.numExperts, x.h});
+  size_t routed = gemms.size();
   addMlpShapes(x, "experts", kInputExperts, x.experts.tokensPerExpert, x.expertFfn,
                x.experts.localExperts, x.et, gemms);
+  for (size_t i = routed; i < gemms.size(); ++i)
+    gemms[i].routed = true;
   if (x.sharedFfn > 0)
     addMlpShapes(x, "shared experts", kInputSharedExperts, x.tokens, x.sharedFfn, 1, x.t, gemms);
   return gemms;
@@ -643,10 +646,10 @@ void addBackwardProducts(const std::vector<Gemm> &forward, std::vector<Gemm> &ou
   for (const Gemm &gemm : forward) {
     out.push_back({gemm.name + " input gradient", gemm.m, gemm.k, gemm.n, gemm.batch,
                    /*weightGradient=*/false, gemm.fp8, gemm.mx, gemm.tensorSlot,
-                   /*inputGradient=*/true, /*input=*/-1, gemm.fp4});
+                   /*inputGradient=*/true, /*input=*/-1, gemm.fp4, gemm.routed});
     out.push_back({gemm.name + " weight gradient", gemm.k, gemm.n, gemm.m, gemm.batch,
                    /*weightGradient=*/true, gemm.fp8, gemm.mx, gemm.tensorSlot,
-                   /*inputGradient=*/false, /*input=*/-1, gemm.fp4});
+                   /*inputGradient=*/false, /*input=*/-1, gemm.fp4, gemm.routed});
   }
 }
 
@@ -898,7 +901,7 @@ void addRouting(const TransformerDims &x, bool backward, Work &work) {
   if (x.experts.sortsByLocalExpert)
     work.memory.push_back({backward ? "received rows sorted by local expert backward"
                                     : "received rows sorted by local expert",
-                           2 * 2 * rows});
+                           2 * 2 * rows, /*routedShare=*/1});
 }
 
 /// The forward's element-wise kernels, each read and written once: the two norms, the rotary
@@ -1033,8 +1036,14 @@ void addUnpad(const TransformerDims &x, bool backward, Work &work) {
   else
     work.memory.push_back({"attention inputs unpadded (unpad)", (2 * qkv + 3 * output) * x.e});
 }
+/// The routed experts' share of an MoE layer's MLP activation (its bytes over the shared
+/// experts' too); 0 in a dense layer.
+double routedActivationShare(const TransformerDims &x) {
+  return x.moe ? expertWidthBytes(x) / mlpWidthBytes(x) : 0;
+}
 void addMlpActivation(const TransformerDims &x, Work &work) {
-  work.memory.push_back({"mlp activation", mlpActivationAccesses(x, false) * mlpWidthBytes(x)});
+  work.memory.push_back({"mlp activation", mlpActivationAccesses(x, false) * mlpWidthBytes(x),
+                         routedActivationShare(x)});
 }
 /// A residual addition reads the stream and the branch's e-byte output and writes the stream.
 double residualBytes(const TransformerDims &x) {
@@ -1092,8 +1101,9 @@ void addLayerElementwiseBackward(const TransformerDims &x, const std::vector<Gem
   addRotary(x, /*backward=*/true, work);
   addKvExpansion(x, /*backward=*/true, work);
   addUnpad(x, /*backward=*/true, work);
-  work.memory.push_back(
-      {"mlp activation backward", mlpActivationAccesses(x, true) * mlpWidthBytes(x)});
+  work.memory.push_back({"mlp activation backward",
+                         mlpActivationAccesses(x, true) * mlpWidthBytes(x),
+                         routedActivationShare(x)});
   // Compiled autocast: the stream's gradient is also written in e for the branch's product.
   double branch = x.autocastStream() && !x.eager ? x.e : 0;
   work.memory.push_back({"residuals backward", 2 * ((2 * x.stream + branch) * x.outside() +
@@ -1243,7 +1253,7 @@ void addModuleRecompute(const TransformerDims &x, unsigned modules, Work &work) 
     addNorms(x, work, separateNorms(x));
   if ((modules & ir::kRecomputeMoeActivation) && x.moe)
     work.memory.push_back(
-        {"experts' activation", mlpActivationAccesses(x, false) * expertWidthBytes(x)});
+        {"experts' activation", mlpActivationAccesses(x, false) * expertWidthBytes(x), 1});
   bool upProjections = x.latent && (modules & ir::kRecomputeMlaUpProjection);
   bool mlp = !x.moe && (modules & ir::kRecomputeMlp);
   std::vector<Gemm> products;
@@ -3375,10 +3385,15 @@ double getExpertOverlapUnpairedShare(ir::Schedule schedule, int64_t stages, int6
 double getExpertOverlapExposedSeconds(ArrayRef<ExpertExchange> units, double unpaired) {
   double paired = 0, alone = 0;
   for (const ExpertExchange &unit : units) {
-    double comm = unit.forwardComm + unit.backwardComm;
+    double comm = unit.getComm();
     if (comm <= 0)
       continue;
-    paired += getOverlapExposedSeconds(comm, unit.forwardCompute + unit.backwardCompute);
+    double forwardAttention = unit.forwardCompute - unit.forwardExperts;
+    double backwardAttention = unit.backwardCompute - unit.backwardExperts;
+    paired += getOverlapExposedSeconds(unit.backwardCombine, forwardAttention) +
+              getOverlapExposedSeconds(unit.forwardDispatch, unit.backwardExperts) +
+              getOverlapExposedSeconds(unit.backwardDispatch, unit.forwardExperts) +
+              getOverlapExposedSeconds(unit.forwardCombine, backwardAttention);
     alone += comm;
   }
   return (1 - unpaired) * paired + unpaired * alone;
@@ -3927,6 +3942,24 @@ double CostModel::getWeightGradientSeconds(const Work &work) const {
   for (const Gemm &gemm : work.gemms)
     if (gemm.weightGradient)
       total += getGemmSeconds(gemm);
+  return total;
+}
+
+double CostModel::getRoutedExpertSeconds(const Work &work) const {
+  double total = 0;
+  if (!shapes) {
+    double rate = peak * cluster.efficiency;
+    for (const Gemm &gemm : work.gemms)
+      if (gemm.routed && rate > 0)
+        total += gemm.getFlops() / rate;
+    return total;
+  }
+  for (const Gemm &gemm : work.gemms)
+    if (gemm.routed)
+      total += getGemmSeconds(gemm);
+  for (const MemoryOp &op : work.memory)
+    if (op.routedShare > 0)
+      total += getMemorySeconds(op.routedShare * op.bytes);
   return total;
 }
 

@@ -728,6 +728,7 @@ void Lowering::lowerStage(StagePlan &stage) {
       op.recomputed = recomputed;
       op.inputGradient = c.inputGradient;
       op.regather = c.regather;
+      op.combine = c.combine;
       op.repeat = c.repeat;
     }
   };
@@ -1278,16 +1279,22 @@ std::vector<UnitCollective> getUnitCollectives(const ir::Model &model, cost::Uni
       moeLayout.expertContextFold = layout.expertContextFold;
       cost::MoeShape shape = cost::getMoeShape(model.transformer, moeLayout);
       int64_t rows = static_cast<int64_t>(shape.dispatchRows) * model.transformer.hidden;
+      UnitCollective dispatch{OpKind::AllToAll, ir::AxisKind::Expert, rows,
+                              forwardPass
+                                  ? "expert parallelism: dispatch the routed rows to their experts"
+                                  : "expert parallelism: the dispatch's gradients back to the "
+                                    "tokens"};
+      UnitCollective combine{OpKind::AllToAll, ir::AxisKind::Expert, rows,
+                             forwardPass ? "expert parallelism: combine the experts' outputs back"
+                                         : "expert parallelism: the combine's gradients to the "
+                                           "experts"};
+      combine.combine = true;
       if (forwardPass) {
-        experts.push_back({OpKind::AllToAll, ir::AxisKind::Expert, rows,
-                           "expert parallelism: dispatch the routed rows to their experts"});
-        experts.push_back({OpKind::AllToAll, ir::AxisKind::Expert, rows,
-                           "expert parallelism: combine the experts' outputs back"});
+        experts.push_back(dispatch);
+        experts.push_back(combine);
       } else {
-        experts.push_back({OpKind::AllToAll, ir::AxisKind::Expert, rows,
-                           "expert parallelism: the combine's gradients to the experts"});
-        experts.push_back({OpKind::AllToAll, ir::AxisKind::Expert, rows,
-                           "expert parallelism: the dispatch's gradients back to the tokens"});
+        experts.push_back(combine);
+        experts.push_back(dispatch);
       }
     }
   }

@@ -556,11 +556,31 @@ TEST(CostModelTest, ExpertOverlapPairsEachForwardWithAnotherMicrobatchsBackward)
   // iterations of two pairs and 2 of one, 118 pairs of 128.
   EXPECT_DOUBLE_EQ(getExpertOverlapUnpairedShare(ir::Schedule::DualPipeV, 4, 1, 64, 2),
                    1 - 118.0 / 128);
-  // Two MoE layers: all-to-alls of 1 + 1 s beside 10 + 20 s of compute (the floor), and of
-  // 3 + 3 s beside 2 + 2 s (the excess, 2 s); a dense layer with none. Half the passes alone.
-  ExpertExchange hidden{1.0, 1.0, 10.0, 20.0}, long_{3.0, 3.0, 2.0, 2.0}, dense{0, 0, 5.0, 9.0};
-  ExpertExchange units[] = {hidden, long_, dense};
-  double paired = 2.0 * floor + 2.0, alone = 2.0 + 6.0;
+  // Megatron-Core's four windows (model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
+  // the backward's combine gradient beside the forward's attention side, the forward's dispatch
+  // beside the backward's routed experts, the backward's dispatch gradient beside the forward's
+  // routed experts, the forward's combine beside the backward's attention side.
+  // One MoE layer whose all-to-alls of 0.5 s each hide in every window: forward 10 s (experts
+  // 4 s), backward 20 s (experts 8 s); each window exposes the slowdown floor.
+  ExpertExchange hidden;
+  hidden.forwardDispatch = hidden.forwardCombine = 0.5;
+  hidden.backwardCombine = hidden.backwardDispatch = 0.5;
+  hidden.forwardCompute = 10.0, hidden.forwardExperts = 4.0;
+  hidden.backwardCompute = 20.0, hidden.backwardExperts = 8.0;
+  // One whose compute is nearly all experts: all-to-alls of 1.5 s, forward 4 s (experts 3.5 s,
+  // attention side 0.5 s), backward 8 s (experts 7 s, attention side 1 s). The combines expose
+  // 1.5 − 0.5 = 1 s and 1.5 − 1 = 0.5 s, the dispatches the floor, although the whole 12 s of
+  // compute is twice the 6 s of all-to-alls.
+  ExpertExchange lopsided;
+  lopsided.forwardDispatch = lopsided.forwardCombine = 1.5;
+  lopsided.backwardCombine = lopsided.backwardDispatch = 1.5;
+  lopsided.forwardCompute = 4.0, lopsided.forwardExperts = 3.5;
+  lopsided.backwardCompute = 8.0, lopsided.backwardExperts = 7.0;
+  // A dense layer: nothing to hide.
+  ExpertExchange dense;
+  dense.forwardCompute = 5.0, dense.backwardCompute = 9.0;
+  ExpertExchange units[] = {hidden, lopsided, dense};
+  double paired = 4 * 0.5 * floor + (1.0 + 0.5 + 2 * 1.5 * floor), alone = 2.0 + 6.0;
   EXPECT_NEAR(getExpertOverlapExposedSeconds(units, 0.5), 0.5 * paired + 0.5 * alone, 1e-12);
   // All alone: the all-to-alls in full; all paired: the windows alone.
   EXPECT_NEAR(getExpertOverlapExposedSeconds(units, 1.0), alone, 1e-12);
@@ -602,6 +622,64 @@ ir::Model smallTransformer(int64_t layers) {
   config.ffn = 1024;
   config.mlp = ir::MlpActivation::Swiglu;
   return model;
+}
+
+// The part of an MoE layer's compute between the dispatch and the combine: the routed experts'
+// grouped products (swiglu: gate and up, n = 2·f_e, and down; each local expert's rows), the
+// received rows' sort by local expert (the all-to-all dispatcher over 4 ranks of 16 experts), and
+// the routed share of the MLP activation, whose bytes are the routed rows' T·k·f_e against the
+// shared expert's T·f_s: 128·2·384 / (128·2·384 + 128·512) = 0.6. Not the router, the shared
+// expert or the attention.
+TEST(CostModelTest, RoutedExpertsRunBetweenTheDispatchAndTheCombine) {
+  auto compiled = unittest::compile(kH100);
+  ASSERT_TRUE(compiled->program) << compiled->messages;
+  CostModel costModel(*compiled->program->findCluster("h100"), ir::Precision::MixedBF16);
+  ir::Model model = smallTransformer(2);
+  model.transformer.moe.experts = 16;
+  model.transformer.moe.topK = 2;
+  model.transformer.moe.expertFfn = 384;
+  model.transformer.moe.sharedExperts = 1;
+  model.transformer.moe.sharedExpertFfn = 512;
+  Layout layout;
+  layout.expert = 4;
+  const double rows = 128 * 2, localExperts = 4, h = 256, fe = 384, e = 2;
+  auto product = [&](double m, double n, double k) {
+    Gemm gemm;
+    gemm.m = m, gemm.n = n, gemm.k = k, gemm.batch = localExperts;
+    return costModel.getGemmSeconds(gemm);
+  };
+  double perExpert = rows / localExperts, sort = 2 * 2 * rows * h * e;
+  double forwardProducts = product(perExpert, 2 * fe, h) + product(perExpert, h, fe);
+  Work forward = getUnitWork(model, UnitKind::Layer, 0, PassKind::Forward, layout);
+  double activation = 0;
+  for (const MemoryOp &op : forward.memory)
+    if (op.name == "mlp activation") {
+      EXPECT_DOUBLE_EQ(op.routedShare, 0.6);
+      activation = op.bytes * 0.6;
+    }
+  ASSERT_GT(activation, 0);
+  EXPECT_NEAR(costModel.getRoutedExpertSeconds(forward),
+              forwardProducts + costModel.getMemorySeconds(sort) +
+                  costModel.getMemorySeconds(activation),
+              1e-12);
+  // The backward: each product's input gradient (m×k from m×n by n×k) and weight gradient.
+  double backwardProducts = product(perExpert, h, 2 * fe) + product(h, 2 * fe, perExpert) +
+                            product(perExpert, fe, h) + product(fe, h, perExpert);
+  Work backward = getUnitWork(model, UnitKind::Layer, 0, PassKind::Backward, layout);
+  double backwardActivation = 0;
+  for (const MemoryOp &op : backward.memory)
+    if (op.name == "mlp activation backward")
+      backwardActivation = op.bytes * 0.6;
+  ASSERT_GT(backwardActivation, 0);
+  EXPECT_NEAR(costModel.getRoutedExpertSeconds(backward),
+              backwardProducts + costModel.getMemorySeconds(sort) +
+                  costModel.getMemorySeconds(backwardActivation),
+              1e-12);
+  // A dense layer has none.
+  ir::Model denseModel = smallTransformer(2);
+  EXPECT_EQ(costModel.getRoutedExpertSeconds(
+                getUnitWork(denseModel, UnitKind::Layer, 0, PassKind::Forward, Layout{})),
+            0);
 }
 
 TEST(CostModelTest, AsyncTensorParallelOverlapsEachCollectiveWithItsProducts) {

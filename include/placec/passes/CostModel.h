@@ -211,6 +211,9 @@ struct Gemm {
   int input = -1;
   /// Under `mixed(fp4)` an `fp8` product runs in NVFP4, on the FP4 tensor cores.
   bool fp4 = false;
+  /// A routed experts' grouped product, which runs between the expert dispatch and the combine
+  /// (CostModel::getRoutedExpertSeconds).
+  bool routed = false;
   double getFlops() const { return 2 * m * n * k * batch; }
 };
 
@@ -229,6 +232,10 @@ using TensorSlotSeconds = std::array<double, kTensorSlots>;
 struct MemoryOp {
   std::string name;
   double bytes = 0;
+  /// The share of the bytes moved between the expert dispatch and the combine, by the routed
+  /// experts' kernels: the received rows' sort by local expert and back (all of it), the
+  /// experts' part of an MoE layer's MLP activation (CostModel::getRoutedExpertSeconds).
+  double routedShare = 0;
 };
 
 /// A fused attention core (FlashAttention): `batchHeads` independent heads of `queries` query
@@ -828,8 +835,16 @@ double getPassExposedSeconds(llvm::ArrayRef<PassUnit> units);
 /// The expert-parallel all-to-alls of one unit (a MoE layer) under `ep_overlap = true`: the
 /// dispatch and combine of its forward and of its backward, and the compute of both passes.
 struct ExpertExchange {
-  double forwardComm = 0, backwardComm = 0;
+  /// The all-to-alls' seconds: the forward's dispatch and combine, the backward's combine
+  /// gradient (its first) and dispatch gradient.
+  double forwardDispatch = 0, forwardCombine = 0, backwardCombine = 0, backwardDispatch = 0;
+  /// Each pass's compute, and the part of it between the dispatch and the combine
+  /// (CostModel::getRoutedExpertSeconds: the routed experts').
   double forwardCompute = 0, backwardCompute = 0;
+  double forwardExperts = 0, backwardExperts = 0;
+  double getComm() const {
+    return forwardDispatch + forwardCombine + backwardCombine + backwardDispatch;
+  }
 };
 
 /// The share of a stage's forwards (and of its backwards) that run alone under `ep_overlap =
@@ -850,12 +865,18 @@ double getExpertOverlapUnpairedShare(ir::Schedule schedule, int64_t stages, int6
                                      int64_t microbatches, int64_t chunks, int64_t group = 0);
 
 /// Seconds per micro-batch that the expert-parallel all-to-alls of a stage's units add under
-/// `ep_overlap = true`: each unit's forward and backward exchanges beside the compute of both its
-/// passes (a forward runs beside another micro-batch's backward, each pass's all-to-alls beside
-/// the other's attention and expert products), as getOverlapExposedSeconds, for the share of the
-/// passes that are paired, and in full for the `unpaired` share that runs alone:
-/// `(1 − u)·Σ_j max(A_j − C_j, A_j·κ/(1 + κ)) + u·Σ_j A_j`, A_j = A^f_j + A^b_j, C_j = C^f_j +
-/// C^b_j.
+/// `ep_overlap = true`. Megatron-Core's combined 1F1B runs a layer's forward beside another
+/// micro-batch's backward in four windows, each an all-to-all on the communication stream beside
+/// one part of the other pass on the compute stream, the next window waiting for both
+/// (megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
+/// the backward's combine gradient beside the forward's attention side (everything up to the
+/// dispatch: attention, norms, router, shared experts, permutation), the forward's dispatch beside
+/// the backward's routed experts, the backward's dispatch gradient beside the forward's routed
+/// experts, the forward's combine beside the backward's attention side. Each window is timed as
+/// getOverlapExposedSeconds, for the share of the passes that are paired, and the exchanges in
+/// full for the `unpaired` share that runs alone:
+/// `(1 − u)·Σ_j Σ_w max(A_jw − C_jw, A_jw·κ/(1 + κ)) + u·Σ_j A_j`, with A_jw the all-to-all and
+/// C_jw the compute of window w of unit j, and A_j its four all-to-alls.
 double getExpertOverlapExposedSeconds(llvm::ArrayRef<ExpertExchange> units, double unpaired);
 
 /// A unit of a pass as the step's data-parallel collectives see it: its compute (and
@@ -1042,6 +1063,12 @@ public:
                            TensorSlotSeconds *slots = nullptr) const;
   /// The part of getComputeSeconds spent in weight-gradient products.
   double getWeightGradientSeconds(const Work &work) const;
+  /// The part of getComputeSeconds spent between the expert dispatch and the combine, in the
+  /// routed experts' products (Gemm::routed) and kernels (MemoryOp::routedShare): Megatron-Core's
+  /// `mlp` node of combined 1F1B (megatron/core/models/gpt/fine_grained_callables.py, "post
+  /// dispatch->experts->combine preprocess"). Flat mode: the routed products' FLOPs over peak ×
+  /// efficiency.
+  double getRoutedExpertSeconds(const Work &work) const;
   /// The seconds of a backward's column-parallel products by TensorSlot (QKV, the MLP's input;
   /// the output layer's in QKV's slot): their input gradients' (`inputGradients`), beside which
   /// sequence parallelism gathers their inputs again (`sp_inputs = regather`), and their weight

@@ -127,6 +127,9 @@ struct Op {
   /// column-parallel product's input again, for its weight gradient (`sp_inputs = regather`),
   /// which runs beside the product's input gradient.
   bool regather = false;
+  /// An expert all-to-all: the combine (forward) or the combine's gradient (backward); false
+  /// for the dispatch and its gradient (ExpertExchange).
+  bool combine = false;
   /// Pipeline traffic: a stage boundary's send or receive, or the all-gather of the slices that
   /// `sends = scatter` received, which the next computation waits for.
   bool boundary = false;
@@ -289,6 +292,8 @@ struct UnitCollective {
   /// all-gather (PrepareFloat8ModuleInput, Float8ColwiseParallel). The output layer stays in BF16,
   /// and an MoE layer's experts take the dispatcher's BF16 rows.
   bool fp8 = false;
+  /// Op::combine: an expert all-to-all of the combine or its gradient.
+  bool combine = false;
   /// Op::repeat: the identical ring steps that follow each other.
   int64_t repeat = 1;
   /// Over the axes that split one data-parallel rank's micro-batch, its sequence axes and, under
