@@ -183,9 +183,13 @@ private:
   double weightSeconds(const Op &op) const {
     return costModel.getWeightGradientSeconds(op.getWork());
   }
-  /// The part of a compute op between the expert dispatch and the combine.
-  double routedExpertSeconds(const Op &op) const {
-    return costModel.getRoutedExpertSeconds(op.getWork());
+  /// The part of a compute op between the expert dispatch and the combine (keyed as
+  /// computeSeconds).
+  double routedExpertSeconds(const Op &op) {
+    auto [it, inserted] = routedCache.try_emplace(&op.getWork());
+    if (inserted)
+      it->second = costModel.getRoutedExpertSeconds(op.getWork());
+    return it->second;
   }
   /// The copy of the gathered parameters out of an all-gather's buffer that follows `op` on the
   /// compute stream under `param_gather = copy_out`; 0 for any other op or setting.
@@ -263,10 +267,11 @@ private:
   cost::Layout layout;
   std::map<plan::AxisList, cost::GroupShape> groups;
   std::map<std::pair<int, int>, bool> crossings;
-  /// The compute time and the product slots of each work, keyed by the work the compute ops
-  /// share (the ops of one class of units and one pass: plan::Op::work).
+  /// The compute time, the product slots and the routed experts' part of each work, keyed by
+  /// the work the compute ops share (the ops of one class of units and one pass: plan::Op::work).
   std::map<const cost::Work *, double> computeCache;
   std::map<const cost::Work *, cost::TensorSlotSeconds> slotCache;
+  std::map<const cost::Work *, double> routedCache;
 };
 
 Analyzer::Shard Analyzer::shardOf(ir::State state, bool expert, bool explain) const {
