@@ -788,6 +788,9 @@ RunAnalysis Analyzer::analyze() {
     int stage = 0;
     double forwardCompute = 0, backwardCompute = 0, weight = 0, optimizer = 0;
     double exposedPerMicrobatch = 0, exposed = 0, total = 0;
+    /// Under `ep_overlap = true`: the MoE layer whose windows expose the most, for --explain.
+    int expertUnit = -1;
+    cost::ExpertExchange expertExchange;
   };
   std::vector<StageTime> stageTimes;
   // The training metrics' synchronization at the step's end, over every rank, the same on
@@ -914,8 +917,16 @@ RunAnalysis Analyzer::analyze() {
     double expertExposed = 0;
     if (expertOverlap) {
       std::vector<cost::ExpertExchange> exchanges;
-      for (const auto &[unit, exchange] : expertExchanges)
+      double most = -1;
+      for (const auto &[unit, exchange] : expertExchanges) {
         exchanges.push_back(exchange);
+        double exposed = cost::getExpertOverlapExposedSeconds(exchange, 0);
+        if (exchange.getComm() > 0 && exposed > most) {
+          most = exposed;
+          st.expertUnit = unit;
+          st.expertExchange = exchange;
+        }
+      }
       expertExposed = cost::getExpertOverlapExposedSeconds(
           exchanges, cost::getExpertOverlapUnpairedShare(
                          plan.schedule, static_cast<int64_t>(plan.stages.size()), stage.stage,
@@ -1112,6 +1123,20 @@ RunAnalysis Analyzer::analyze() {
                        : " (on the host: not timed, host_memory_bandwidth is not given)"),
        time.optimizerSeconds, "s"});
   ir::AsyncTensorParallel async = strategy.asyncTensorParallel;
+  // Under `ep_overlap = true`: the windows of the stage's MoE layer that exposes the most.
+  auto explainExpertWindows = [&](const StageTime &st) -> std::string {
+    if (st.expertUnit < 0)
+      return "";
+    std::vector<std::string> windows;
+    for (const cost::ExpertOverlapWindow &w : cost::getExpertOverlapWindows(st.expertExchange))
+      windows.push_back(fmt::format("{} {} beside {} {}", w.comm, seconds(w.commSeconds), w.compute,
+                                    seconds(w.computeSeconds)));
+    return fmt::format("; the windows of {}, the layer that exposes the most, per micro-batch: {} "
+                       "(paired, {} exposed)",
+                       plan.units[static_cast<size_t>(st.expertUnit)].name,
+                       llvm::join(windows, ", "),
+                       seconds(cost::getExpertOverlapExposedSeconds(st.expertExchange, 0)));
+  };
   explanation.time.push_back(
       {"exposed comm",
        fmt::format(
@@ -1157,10 +1182,11 @@ RunAnalysis Analyzer::analyze() {
                      "dispatch beside the backward's routed experts, the dispatch gradient "
                      "beside the forward's routed experts, the combine beside the backward's "
                      "attention side), max(A - C, A × κ/(1 + κ)) a window, but for the share u "
-                     "= {} of the passes that run alone, in full",
+                     "= {} of the passes that run alone, in full{}",
                      num(cost::getExpertOverlapUnpairedShare(
                          plan.schedule, static_cast<int64_t>(plan.stages.size()), slowest->stage,
-                         plan.microbatches, plan.chunks, plan.group)))
+                         plan.microbatches, plan.chunks, plan.group)),
+                     explainExpertWindows(*slowest))
                : std::string(),
            strategy.dataParallelOverlap == ir::DataParallelOverlap::None
                ? "dp_overlap = none: the gradient reductions after the last backward and the "

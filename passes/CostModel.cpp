@@ -3382,18 +3382,25 @@ double getExpertOverlapUnpairedShare(ir::Schedule schedule, int64_t stages, int6
   return std::min(1.0, warmup / (m * v));
 }
 
+std::array<ExpertOverlapWindow, 4> getExpertOverlapWindows(const ExpertExchange &unit) {
+  return {{{"the combine gradient", "the forward's attention side", unit.backwardCombine,
+            unit.forwardCompute - unit.forwardExperts},
+           {"the dispatch", "the backward's routed experts", unit.forwardDispatch,
+            unit.backwardExperts},
+           {"the dispatch gradient", "the forward's routed experts", unit.backwardDispatch,
+            unit.forwardExperts},
+           {"the combine", "the backward's attention side", unit.forwardCombine,
+            unit.backwardCompute - unit.backwardExperts}}};
+}
+
 double getExpertOverlapExposedSeconds(ArrayRef<ExpertExchange> units, double unpaired) {
   double paired = 0, alone = 0;
   for (const ExpertExchange &unit : units) {
     double comm = unit.getComm();
     if (comm <= 0)
       continue;
-    double forwardAttention = unit.forwardCompute - unit.forwardExperts;
-    double backwardAttention = unit.backwardCompute - unit.backwardExperts;
-    paired += getOverlapExposedSeconds(unit.backwardCombine, forwardAttention) +
-              getOverlapExposedSeconds(unit.forwardDispatch, unit.backwardExperts) +
-              getOverlapExposedSeconds(unit.backwardDispatch, unit.forwardExperts) +
-              getOverlapExposedSeconds(unit.forwardCombine, backwardAttention);
+    for (const ExpertOverlapWindow &window : getExpertOverlapWindows(unit))
+      paired += getOverlapExposedSeconds(window.commSeconds, window.computeSeconds);
     alone += comm;
   }
   return (1 - unpaired) * paired + unpaired * alone;

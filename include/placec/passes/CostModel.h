@@ -847,6 +847,15 @@ struct ExpertExchange {
   }
 };
 
+/// One window of getExpertOverlapWindows: an all-to-all and the compute beside it.
+struct ExpertOverlapWindow {
+  const char *comm, *compute;
+  double commSeconds, computeSeconds;
+};
+/// The four windows in which Megatron-Core's combined 1F1B runs a MoE layer's forward beside
+/// another micro-batch's backward (getExpertOverlapExposedSeconds), in their order.
+std::array<ExpertOverlapWindow, 4> getExpertOverlapWindows(const ExpertExchange &unit);
+
 /// The share of a stage's forwards (and of its backwards) that run alone under `ep_overlap =
 /// true`, with no pass of another micro-batch beside them. Megatron-Core's combined 1F1B runs the
 /// forward of each micro-batch beside the backward of an earlier one and leaves alone the first
