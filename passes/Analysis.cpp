@@ -788,7 +788,7 @@ RunAnalysis Analyzer::analyze() {
     int stage = 0;
     double forwardCompute = 0, backwardCompute = 0, weight = 0, optimizer = 0;
     double exposedPerMicrobatch = 0, exposed = 0, total = 0;
-    /// Under `ep_overlap = true`: the MoE layer whose windows expose the most, for --explain.
+    /// Under `ep_overlap = true` and --explain: the MoE layer whose windows expose the most.
     int expertUnit = -1;
     cost::ExpertExchange expertExchange;
   };
@@ -920,8 +920,10 @@ RunAnalysis Analyzer::analyze() {
       double most = -1;
       for (const auto &[unit, exchange] : expertExchanges) {
         exchanges.push_back(exchange);
+        if (!options.explain || exchange.getComm() <= 0)
+          continue;
         double exposed = cost::getExpertOverlapExposedSeconds(exchange, 0);
-        if (exchange.getComm() > 0 && exposed > most) {
+        if (exposed > most) {
           most = exposed;
           st.expertUnit = unit;
           st.expertExchange = exchange;

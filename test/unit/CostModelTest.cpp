@@ -649,32 +649,27 @@ TEST(CostModelTest, RoutedExpertsRunBetweenTheDispatchAndTheCombine) {
     return costModel.getGemmSeconds(gemm);
   };
   double perExpert = rows / localExperts, sort = 2 * 2 * rows * h * e;
-  double forwardProducts = product(perExpert, 2 * fe, h) + product(perExpert, h, fe);
-  Work forward = getUnitWork(model, UnitKind::Layer, 0, PassKind::Forward, layout);
-  double activation = 0;
-  for (const MemoryOp &op : forward.memory)
-    if (op.name == "mlp activation") {
-      EXPECT_DOUBLE_EQ(op.routedShare, 0.6);
-      activation = op.bytes * 0.6;
-    }
-  ASSERT_GT(activation, 0);
-  EXPECT_NEAR(costModel.getRoutedExpertSeconds(forward),
-              forwardProducts + costModel.getMemorySeconds(sort) +
-                  costModel.getMemorySeconds(activation),
-              1e-12);
+  // A pass's routed part: its products, the sort, and 0.6 of its MLP activation.
+  auto expectRouted = [&](PassKind pass, const std::string &activationName, double products) {
+    Work work = getUnitWork(model, UnitKind::Layer, 0, pass, layout);
+    double activation = 0;
+    for (const MemoryOp &op : work.memory)
+      if (op.name == activationName) {
+        EXPECT_DOUBLE_EQ(op.routedShare, 0.6);
+        activation = op.bytes * 0.6;
+      }
+    ASSERT_GT(activation, 0);
+    EXPECT_NEAR(costModel.getRoutedExpertSeconds(work),
+                products + costModel.getMemorySeconds(sort) +
+                    costModel.getMemorySeconds(activation),
+                1e-12);
+  };
+  expectRouted(PassKind::Forward, "mlp activation",
+               product(perExpert, 2 * fe, h) + product(perExpert, h, fe));
   // The backward: each product's input gradient (m×k from m×n by n×k) and weight gradient.
-  double backwardProducts = product(perExpert, h, 2 * fe) + product(h, 2 * fe, perExpert) +
-                            product(perExpert, fe, h) + product(fe, h, perExpert);
-  Work backward = getUnitWork(model, UnitKind::Layer, 0, PassKind::Backward, layout);
-  double backwardActivation = 0;
-  for (const MemoryOp &op : backward.memory)
-    if (op.name == "mlp activation backward")
-      backwardActivation = op.bytes * 0.6;
-  ASSERT_GT(backwardActivation, 0);
-  EXPECT_NEAR(costModel.getRoutedExpertSeconds(backward),
-              backwardProducts + costModel.getMemorySeconds(sort) +
-                  costModel.getMemorySeconds(backwardActivation),
-              1e-12);
+  expectRouted(PassKind::Backward, "mlp activation backward",
+               product(perExpert, h, 2 * fe) + product(h, 2 * fe, perExpert) +
+                   product(perExpert, fe, h) + product(fe, h, perExpert));
   // A dense layer has none.
   ir::Model denseModel = smallTransformer(2);
   EXPECT_EQ(costModel.getRoutedExpertSeconds(
